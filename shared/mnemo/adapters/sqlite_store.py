@@ -1,0 +1,437 @@
+"""The embedded read models in SQLite: memories (with BM25 keyword search through FTS5),
+registration outcomes, decay timers, the audit chain, and consumer positions.
+
+Positions live in the same database as the projections and commit in the same
+transaction, so a consumer that crashes either did a whole batch or none of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from mnemo.adapters.sqlite_log import connect
+from mnemo.domain.errors import Unavailable
+from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.projection import (
+    AuditRecord,
+    DropTimer,
+    Outcome,
+    OutcomeKind,
+    PutAudit,
+    PutMemory,
+    PutOutcome,
+    PutTimer,
+    SetStatus,
+    Timer,
+    Write,
+)
+from mnemo.domain.text import keyword_terms
+from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
+
+__all__ = ["SqliteMemoryStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    tenant      TEXT NOT NULL,
+    memory_id   TEXT NOT NULL,
+    stream      TEXT NOT NULL,
+    type        TEXT NOT NULL,
+    scope       TEXT NOT NULL,
+    key         TEXT,
+    status      TEXT NOT NULL,
+    valid_until REAL,
+    version     INTEGER NOT NULL,
+    hash        TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    UNIQUE (tenant, memory_id)
+);
+CREATE INDEX IF NOT EXISTS memories_by_stream ON memories (tenant, stream, status, memory_id);
+CREATE INDEX IF NOT EXISTS memories_by_key ON memories (tenant, stream, key, status);
+CREATE INDEX IF NOT EXISTS memories_by_hash ON memories (tenant, stream, hash, status);
+CREATE INDEX IF NOT EXISTS memories_by_tenant ON memories (tenant, status, memory_id);
+CREATE TABLE IF NOT EXISTS memory_tags (
+    tenant TEXT NOT NULL, tag TEXT NOT NULL, memory_id TEXT NOT NULL,
+    PRIMARY KEY (tenant, tag, memory_id)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_terms USING fts5 (terms, tokenize = 'unicode61');
+CREATE TABLE IF NOT EXISTS outcomes (
+    tenant TEXT NOT NULL, event_id TEXT NOT NULL, idx INTEGER NOT NULL,
+    kind TEXT NOT NULL, memory_id TEXT, version INTEGER, reason_code TEXT, detail TEXT,
+    PRIMARY KEY (tenant, event_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timers (
+    tenant TEXT NOT NULL, memory_id TEXT NOT NULL, kind TEXT NOT NULL,
+    due REAL NOT NULL, due_iso TEXT NOT NULL,
+    PRIMARY KEY (tenant, memory_id, kind)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS timers_due ON timers (due);
+CREATE TABLE IF NOT EXISTS audit (
+    tenant TEXT NOT NULL, n INTEGER NOT NULL, event_id TEXT NOT NULL, event_type TEXT NOT NULL,
+    offset INTEGER NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
+    PRIMARY KEY (tenant, n)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS positions (consumer TEXT PRIMARY KEY, offset INTEGER NOT NULL);
+"""
+
+_TABLES = ("memories", "memory_tags", "memory_terms", "outcomes", "timers", "audit", "positions")
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _memory(row: tuple[str]) -> Memory:
+    return Memory.model_validate_json(row[0])
+
+
+class _Tx(StoreTransaction):
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self._cur = cur
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        row = self._cur.execute(
+            "SELECT body FROM memories WHERE tenant = ? AND memory_id = ?", (tenant, memory_id)
+        ).fetchone()
+        return _memory(row) if row else None
+
+    def current_for_key(self, tenant: str, stream: str, key: str) -> Memory | None:
+        row = self._cur.execute(
+            "SELECT body FROM memories WHERE tenant = ? AND stream = ? AND key = ? "
+            "AND status = 'active' ORDER BY version DESC LIMIT 1",
+            (tenant, stream, key),
+        ).fetchone()
+        return _memory(row) if row else None
+
+    def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
+        row = self._cur.execute(
+            "SELECT body FROM memories WHERE tenant = ? AND stream = ? AND hash = ? "
+            "AND status = 'active' LIMIT 1",
+            (tenant, stream, content_hash),
+        ).fetchone()
+        return _memory(row) if row else None
+
+    def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
+        rows = self._cur.execute(
+            "SELECT body FROM memories WHERE tenant = ? AND stream = ? ORDER BY memory_id",
+            (tenant, stream),
+        )
+        return [_memory(r) for r in rows]
+
+    def last_audit(self, tenant: str) -> AuditRecord | None:
+        row = self._cur.execute(
+            "SELECT tenant, n, event_id, event_type, offset, prev_hash, hash FROM audit "
+            "WHERE tenant = ? ORDER BY n DESC LIMIT 1",
+            (tenant,),
+        ).fetchone()
+        return AuditRecord(*row) if row else None
+
+    def apply(self, writes: Sequence[Write]) -> None:
+        for write in writes:
+            if isinstance(write, PutMemory):
+                self._put_memory(write.memory)
+            elif isinstance(write, SetStatus):
+                current = self.get(write.tenant, write.memory_id)
+                if current is None:
+                    continue
+                update: dict[str, object] = {"status": write.status}
+                if write.erase_content:
+                    update.update(content="", value=None, content_hash="erased")
+                self._put_memory(current.model_copy(update=update))
+            elif isinstance(write, PutOutcome):
+                o = write.outcome
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO outcomes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        o.tenant,
+                        o.event_id,
+                        o.index,
+                        o.kind.value,
+                        o.memory_id,
+                        o.version,
+                        o.reason_code,
+                        o.detail,
+                    ),
+                )
+            elif isinstance(write, PutTimer):
+                t = write.timer
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO timers VALUES (?, ?, ?, ?, ?)",
+                    (t.tenant, t.memory_id, t.kind, t.due_at.timestamp(), t.due_at.isoformat()),
+                )
+            elif isinstance(write, DropTimer):
+                self._cur.execute(
+                    "DELETE FROM timers WHERE tenant = ? AND memory_id = ? AND kind = ?",
+                    (write.tenant, write.memory_id, write.kind),
+                )
+            elif isinstance(write, PutAudit):
+                r = write.record
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO audit VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (r.tenant, r.n, r.event_id, r.event_type, r.offset, r.prev_hash, r.hash),
+                )
+
+    def _put_memory(self, memory: Memory) -> None:
+        cur = self._cur
+        body = memory.model_dump_json()
+        row = cur.execute(
+            "SELECT rowid FROM memories WHERE tenant = ? AND memory_id = ?",
+            (memory.tenant, memory.memory_id),
+        ).fetchone()
+        params = (
+            memory.stream,
+            memory.type.value,
+            memory.scope.value,
+            memory.key,
+            memory.status.value,
+            _ts(memory.valid_until),
+            memory.version,
+            memory.content_hash,
+            body,
+        )
+        if row is None:
+            cur.execute(
+                "INSERT INTO memories (tenant, memory_id, stream, type, scope, key, status, "
+                "valid_until, version, hash, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (memory.tenant, memory.memory_id, *params),
+            )
+            rowid = cur.lastrowid
+        else:
+            rowid = row[0]
+            cur.execute(
+                "UPDATE memories SET stream = ?, type = ?, scope = ?, key = ?, status = ?, "
+                "valid_until = ?, version = ?, hash = ?, body = ? WHERE rowid = ?",
+                (*params, rowid),
+            )
+            cur.execute("DELETE FROM memory_terms WHERE rowid = ?", (rowid,))
+        cur.execute(
+            "DELETE FROM memory_tags WHERE tenant = ? AND memory_id = ?",
+            (memory.tenant, memory.memory_id),
+        )
+        cur.executemany(
+            "INSERT INTO memory_tags VALUES (?, ?, ?)",
+            [(memory.tenant, tag, memory.memory_id) for tag in memory.tags],
+        )
+        if memory.status is MemoryStatus.ACTIVE:
+            terms = keyword_terms(f"{memory.key or ''} {memory.value or ''} {memory.content}")
+            cur.execute(
+                "INSERT INTO memory_terms (rowid, terms) VALUES (?, ?)", (rowid, " ".join(terms))
+            )
+
+    def set_position(self, consumer: str, offset: int) -> None:
+        self._cur.execute(
+            "INSERT INTO positions VALUES (?, ?) ON CONFLICT (consumer) DO UPDATE SET "
+            "offset = excluded.offset",
+            (consumer, offset),
+        )
+
+
+def _fts_query(terms: Sequence[str]) -> str:
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+class SqliteMemoryStore(MemoryStore):
+    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+        self._path = path
+        self._synchronous = synchronous
+        self._write = connect(path, synchronous)
+        self._write.executescript(_SCHEMA)
+        self._lock = threading.RLock()
+        self._local = threading.local()
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self._path, self._synchronous)
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[StoreTransaction]:
+        with self._lock:
+            cur = self._write.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                yield _Tx(cur)
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                if self._write.in_transaction:
+                    cur.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise Unavailable(
+                        "the memory store could not be written", code="STORE_UNAVAILABLE"
+                    ) from exc
+                raise
+
+    def position(self, consumer: str) -> int:
+        row = (
+            self._reader()
+            .execute("SELECT offset FROM positions WHERE consumer = ?", (consumer,))
+            .fetchone()
+        )
+        return int(row[0]) if row else 0
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT body FROM memories WHERE tenant = ? AND memory_id = ?", (tenant, memory_id)
+            )
+            .fetchone()
+        )
+        return _memory(row) if row else None
+
+    def get_many(self, tenant: str, memory_ids: Sequence[str]) -> list[Memory]:
+        if not memory_ids:
+            return []
+        found: dict[str, Memory] = {}
+        ids = list(dict.fromkeys(memory_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self._reader().execute(
+                f"SELECT body FROM memories WHERE tenant = ? AND memory_id IN ({marks})",
+                (tenant, *chunk),
+            ):
+                memory = _memory(row)
+                found[memory.memory_id] = memory
+        return [found[i] for i in ids if i in found]
+
+    def _filters(
+        self, tenant: str, query: MemoryQuery, alias: str = ""
+    ) -> tuple[str, list[object]]:
+        p = f"{alias}." if alias else ""
+        clauses = [f"{p}tenant = ?"]
+        params: list[object] = [tenant]
+        if query.stream is not None:
+            clauses.append(f"{p}stream = ?")
+            params.append(query.stream)
+        if query.types:
+            clauses.append(f"{p}type IN ({','.join('?' * len(query.types))})")
+            params.extend(t.value for t in query.types)
+        if query.scopes:
+            clauses.append(f"{p}scope IN ({','.join('?' * len(query.scopes))})")
+            params.extend(s.value for s in query.scopes)
+        if query.key is not None:
+            clauses.append(f"{p}key = ?")
+            params.append(query.key)
+        if query.statuses:
+            clauses.append(f"{p}status IN ({','.join('?' * len(query.statuses))})")
+            params.extend(s.value for s in query.statuses)
+        if query.live_at is not None:
+            clauses.append(f"({p}valid_until IS NULL OR {p}valid_until > ?)")
+            params.append(query.live_at.timestamp())
+        if query.tags:
+            clauses.append(
+                f"{p}memory_id IN (SELECT memory_id FROM memory_tags WHERE tenant = ? "
+                f"AND tag IN ({','.join('?' * len(query.tags))}))"
+            )
+            params.extend([tenant, *query.tags])
+        return " AND ".join(clauses), params
+
+    def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        where, params = self._filters(tenant, query)
+        if query.after is not None:
+            where += " AND memory_id > ?"
+            params.append(query.after)
+        rows = self._reader().execute(
+            f"SELECT body FROM memories WHERE {where} ORDER BY memory_id LIMIT ?",
+            (*params, query.limit),
+        )
+        return [_memory(r) for r in rows]
+
+    def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
+        rows = self._reader().execute(
+            "SELECT body FROM memories WHERE tenant = ? AND stream = ? AND key = ? "
+            "ORDER BY version, memory_id",
+            (tenant, stream, key),
+        )
+        return [_memory(r) for r in rows]
+
+    def keyword_search(
+        self, tenant: str, terms: Sequence[str], query: MemoryQuery
+    ) -> list[tuple[str, float]]:
+        if not terms:
+            return []
+        where, params = self._filters(tenant, query, alias="m")
+        rows = self._reader().execute(
+            "SELECT m.memory_id, bm25(memory_terms) AS score FROM memory_terms "
+            "JOIN memories m ON m.rowid = memory_terms.rowid "
+            f"WHERE memory_terms MATCH ? AND {where} ORDER BY score, m.memory_id LIMIT ?",
+            (_fts_query(terms), *params, query.limit),
+        )
+        # FTS5's bm25() is lower-is-better; report higher-is-better
+        return [(r[0], -float(r[1])) for r in rows]
+
+    def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
+        rows = self._reader().execute(
+            "SELECT tenant, event_id, idx, kind, memory_id, version, reason_code, detail "
+            "FROM outcomes WHERE tenant = ? AND event_id = ? ORDER BY idx",
+            (tenant, event_id),
+        )
+        return [Outcome(r[0], r[1], r[2], OutcomeKind(r[3]), r[4], r[5], r[6], r[7]) for r in rows]
+
+    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        rows = self._reader().execute(
+            "SELECT tenant, memory_id, due_iso, kind FROM timers WHERE due <= ? "
+            "ORDER BY due, tenant, memory_id LIMIT ?",
+            (now.timestamp(), limit),
+        )
+        return [Timer(r[0], r[1], datetime.fromisoformat(r[2]), r[3]) for r in rows]
+
+    def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]:
+        rows = self._reader().execute(
+            "SELECT tenant, n, event_id, event_type, offset, prev_hash, hash FROM audit "
+            "WHERE tenant = ? AND n > ? ORDER BY n LIMIT ?",
+            (tenant, after_n, limit),
+        )
+        return [AuditRecord(*r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        conn = self._reader()
+        result = {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
+        for status in MemoryStatus:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM memories WHERE status = ?", (status.value,)
+            ).fetchone()
+            result[f"memories_{status.value}"] = int(row[0])
+        return result
+
+    def checksum(self) -> str:
+        digest = hashlib.sha256()
+        conn = self._reader()
+        queries = (
+            "SELECT tenant, memory_id, body FROM memories ORDER BY tenant, memory_id",
+            "SELECT tenant, tag, memory_id FROM memory_tags ORDER BY tenant, tag, memory_id",
+            "SELECT m.tenant, m.memory_id, t.terms FROM memory_terms t JOIN memories m "
+            "ON m.rowid = t.rowid ORDER BY m.tenant, m.memory_id",
+            "SELECT * FROM outcomes ORDER BY tenant, event_id, idx",
+            "SELECT tenant, memory_id, kind, due_iso FROM timers ORDER BY tenant, memory_id, kind",
+            "SELECT * FROM audit ORDER BY tenant, n",
+        )
+        for sql in queries:
+            for row in conn.execute(sql):
+                digest.update(repr(tuple(row)).encode())
+            digest.update(b"|")
+        return digest.hexdigest()
+
+    def reset(self) -> None:
+        with self._lock:
+            cur = self._write.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            for table in _TABLES:
+                cur.execute(f"DELETE FROM {table}")
+            cur.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._write.close()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None

@@ -1,0 +1,60 @@
+"""One error hierarchy for Mnemo. Every error carries a stable, machine-readable code."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "InvalidInput",
+    "MnemoError",
+    "NotFound",
+    "Unavailable",
+]
+
+
+class MnemoError(Exception):
+    """Base of every error Mnemo raises on purpose."""
+
+    code = "MNEMO_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.field = field
+
+    def as_dict(self) -> dict[str, str]:
+        body = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+class InvalidInput(MnemoError):
+    """The caller sent something Mnemo will not accept."""
+
+    code = "INVALID_INPUT"
+
+
+class NotFound(MnemoError):
+    """The named thing does not exist within the caller's tenant."""
+
+    code = "NOT_FOUND"
+
+
+class ConflictError(MnemoError):
+    """An optimistic-concurrency check failed (for example a stale expected sequence)."""
+
+    code = "CONFLICT"
+
+
+class Unavailable(MnemoError):
+    """A dependency is down; the request may be retried."""
+
+    code = "UNAVAILABLE"
+
+
+class KeyDestroyed(MnemoError):
+    """The encryption key was destroyed (crypto-shredded) or never existed."""
+
+    code = "KEY_DESTROYED"

@@ -1,0 +1,373 @@
+"""The event envelope, the event catalog and the upcasters that keep old events readable.
+
+Evolving an event (docs/events.md has the full rule):
+- An optional field with a default may be added within a schema version.
+- Anything else (a rename, a removal, a new required field, a changed meaning) is a new
+  version, registered here with an upcaster from the version before it. Stored events are
+  never rewritten; they are upcast when they are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.ids import valid_stream, valid_tenant
+from mnemo.domain.memory import Memory, MemoryDraft
+
+__all__ = [
+    "CATALOG",
+    "Actor",
+    "ActorKind",
+    "EncryptionBlock",
+    "Envelope",
+    "EventPayload",
+    "LoggedEvent",
+    "TraceContext",
+    "decode_payload",
+    "validate_envelope",
+]
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+class ActorKind(StrEnum):
+    AGENT = "agent"
+    DEVICE = "device"
+    USER = "user"
+    SYSTEM = "system"
+
+
+class Actor(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ActorKind
+    id: str = Field(min_length=1, max_length=128)
+
+
+class TraceContext(BaseModel):
+    """W3C trace context, carried so one trace follows an event through every consumer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    traceparent: str = Field(pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+    tracestate: str | None = Field(default=None, max_length=512)
+
+
+class EncryptionBlock(BaseModel):
+    """Reserved for envelope encryption: which key sealed which payload fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key_id: str
+    key_version: int = Field(ge=1)
+    algorithm: str = "AES-256-GCM"
+    fields: tuple[str, ...] = ()
+    wrapped_key: str | None = None
+
+
+class Envelope(BaseModel):
+    """Everything that travels with an event. The event id is the idempotency key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str = Field(
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+    )
+    type: str = Field(min_length=1, max_length=64)
+    schema_version: int = Field(ge=1)
+    tenant: str
+    stream: str
+    seq: int | None = Field(default=None, ge=1)
+    expected_seq: int | None = Field(default=None, ge=0)
+    occurred_at: datetime
+    actor: Actor
+    causation_id: str | None = None
+    correlation_id: str | None = None
+    trace: TraceContext | None = None
+    payload: dict[str, Any]
+    encryption: EncryptionBlock | None = None
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        if not valid_tenant(value):
+            raise ValueError("tenant must be 1-63 lowercase letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("stream")
+    @classmethod
+    def _stream(cls, value: str) -> str:
+        if not valid_stream(value):
+            raise ValueError("stream must be 1-128 letters, digits or '_.:@-', e.g. user:U7892")
+        return value
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.utcoffset() is None:
+            raise ValueError("occurred_at must carry its UTC offset")
+        return value
+
+
+class LoggedEvent(BaseModel):
+    """An event as the log holds it: the envelope and its position in the log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offset: int
+    envelope: Envelope
+
+
+class EventPayload(BaseModel):
+    """Base of every payload model. TYPE and VERSION name it in the catalog."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    TYPE: ClassVar[str]
+    VERSION: ClassVar[int]
+    PUBLIC: ClassVar[bool] = True  # may agents publish it, or only consumers emit it
+
+
+# ---- published by agents -------------------------------------------------------------
+
+
+class MemoryDeclared(EventPayload):
+    """An agent declares a memory explicitly."""
+
+    TYPE = "MemoryDeclared"
+    VERSION = 1
+    memory: MemoryDraft
+
+
+class ObservationRecordedV1(EventPayload):
+    """Version 1: a raw utterance under the name `utterance`, no time zone."""
+
+    TYPE = "ObservationRecorded"
+    VERSION = 1
+    utterance: str = Field(min_length=1, max_length=8_000)
+    kind: str = "utterance"
+
+
+class ObservationRecorded(EventPayload):
+    """A raw observation (an utterance, an action) for the registration rules to read."""
+
+    TYPE = "ObservationRecorded"
+    VERSION = 2
+    text: str = Field(min_length=1, max_length=8_000)
+    kind: Annotated[str, Field(pattern=r"^(utterance|action)$")] = "utterance"
+    timezone: str | None = Field(default=None, max_length=64)
+    language: str | None = Field(default=None, max_length=16)
+
+
+class MemoryCited(EventPayload):
+    TYPE = "MemoryCited"
+    VERSION = 1
+    memory_id: str
+    request_id: str | None = None
+    position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
+
+
+class MemoryCorrected(EventPayload):
+    TYPE = "MemoryCorrected"
+    VERSION = 1
+    memory_ids: tuple[str, ...] = Field(min_length=1)
+    reason: str = Field(min_length=1, max_length=1_000)
+    request_id: str | None = None
+
+
+class MemoryVerified(EventPayload):
+    TYPE = "MemoryVerified"
+    VERSION = 1
+    memory_id: str
+
+
+class ForgetRequested(EventPayload):
+    """Forget one memory, or every memory of the stream (`memory_id` absent)."""
+
+    TYPE = "ForgetRequested"
+    VERSION = 1
+    memory_id: str | None = None
+    reason: str | None = Field(default=None, max_length=1_000)
+
+
+class ContextAssembled(EventPayload):
+    TYPE = "ContextAssembled"
+    VERSION = 1
+    request_id: str
+    memory_ids: tuple[str, ...]
+    memory_types: tuple[str, ...]
+    rendered_tokens: int
+    budget: int
+    truncated: tuple[str, ...] = ()
+    template_fingerprint: str
+    response_hash: str | None = None
+
+
+# ---- emitted by consumers ------------------------------------------------------------
+
+
+class MemoryRegistered(EventPayload):
+    TYPE = "MemoryRegistered"
+    VERSION = 1
+    PUBLIC = False
+    memory: Memory
+
+
+class MemorySuperseded(EventPayload):
+    TYPE = "MemorySuperseded"
+    VERSION = 1
+    PUBLIC = False
+    memory_id: str
+    superseded_by: str
+    key: str
+
+
+class MemoryRejected(EventPayload):
+    TYPE = "MemoryRejected"
+    VERSION = 1
+    PUBLIC = False
+    reason_code: str
+    detail: str
+    rejected_event_id: str
+
+
+class MemoryExpired(EventPayload):
+    TYPE = "MemoryExpired"
+    VERSION = 1
+    PUBLIC = False
+    memory_id: str
+    expired_at: datetime
+
+
+class MemoryDecayed(EventPayload):
+    TYPE = "MemoryDecayed"
+    VERSION = 1
+    PUBLIC = False
+    memory_id: str
+    semantic_weight: float
+    reason: str
+
+
+class MemoryForgotten(EventPayload):
+    TYPE = "MemoryForgotten"
+    VERSION = 1
+    PUBLIC = False
+    memory_id: str
+
+
+PAYLOADS: tuple[type[EventPayload], ...] = (
+    MemoryDeclared,
+    ObservationRecordedV1,
+    ObservationRecorded,
+    MemoryCited,
+    MemoryCorrected,
+    MemoryVerified,
+    ForgetRequested,
+    ContextAssembled,
+    MemoryRegistered,
+    MemorySuperseded,
+    MemoryRejected,
+    MemoryExpired,
+    MemoryDecayed,
+    MemoryForgotten,
+)
+
+Upcaster = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def _observation_v1_to_v2(old: Mapping[str, Any]) -> dict[str, Any]:
+    new = {k: v for k, v in old.items() if k != "utterance"}
+    new["text"] = old["utterance"]
+    return new
+
+
+class Catalog:
+    """Every event type, its versions, and the upcasters between consecutive versions."""
+
+    def __init__(self, payloads: tuple[type[EventPayload], ...]) -> None:
+        self.models: dict[tuple[str, int], type[EventPayload]] = {}
+        self.current: dict[str, int] = {}
+        for model in payloads:
+            self.models[(model.TYPE, model.VERSION)] = model
+            self.current[model.TYPE] = max(self.current.get(model.TYPE, 0), model.VERSION)
+        self.upcasters: dict[tuple[str, int], Upcaster] = {
+            ("ObservationRecorded", 1): _observation_v1_to_v2,
+        }
+
+    def versions(self, event_type: str) -> list[int]:
+        return sorted(v for (t, v) in self.models if t == event_type)
+
+    def current_model(self, event_type: str) -> type[EventPayload]:
+        return self.models[(event_type, self.current[event_type])]
+
+    def upcast(self, event_type: str, version: int, payload: Mapping[str, Any]) -> dict[str, Any]:
+        data = dict(payload)
+        while version < self.current[event_type]:
+            data = self.upcasters[(event_type, version)](data)
+            version += 1
+        return data
+
+
+CATALOG = Catalog(PAYLOADS)
+
+
+def decode_payload(envelope: Envelope) -> EventPayload:
+    """The envelope's payload as the current version's model, upcast if it is older."""
+    data = CATALOG.upcast(envelope.type, envelope.schema_version, envelope.payload)
+    return CATALOG.current_model(envelope.type).model_validate(data)
+
+
+def _first_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return (f"{prefix}{loc}" if loc else prefix.rstrip(".")), str(err["msg"])
+
+
+def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelope:
+    """Check an incoming event: envelope, known type, supported version, valid payload.
+
+    Raises InvalidInput with a precise code; nothing partial ever comes back.
+    """
+    event_type = raw.get("type")
+    if not isinstance(event_type, str) or event_type not in CATALOG.current:
+        raise InvalidInput(
+            f"unknown event type {event_type!r}", code="UNKNOWN_EVENT_TYPE", field="type"
+        )
+    model_for_type = CATALOG.current_model(event_type)
+    if public and not model_for_type.PUBLIC:
+        raise InvalidInput(
+            f"{event_type} is emitted by Mnemo's consumers and cannot be published",
+            code="EVENT_TYPE_NOT_PUBLISHABLE",
+            field="type",
+        )
+    version = raw.get("schema_version")
+    if not isinstance(version, int) or (event_type, version) not in CATALOG.models:
+        raise InvalidInput(
+            f"{event_type} has no schema version {version!r}; supported: "
+            f"{CATALOG.versions(event_type)}",
+            code="UNSUPPORTED_SCHEMA_VERSION",
+            field="schema_version",
+        )
+    try:
+        envelope = Envelope.model_validate(raw)
+    except ValidationError as exc:
+        field, msg = _first_error(exc)
+        code = "INVALID_TENANT" if field == "tenant" else "INVALID_ENVELOPE"
+        raise InvalidInput(f"{field}: {msg}", code=code, field=field) from exc
+    try:
+        decode_payload(envelope)
+    except ValidationError as exc:
+        field, msg = _first_error(exc, "payload.")
+        code = "INVALID_PAYLOAD"
+        if "semantic_weight" in field:
+            code = "INVALID_SEMANTIC_WEIGHT"
+        elif "needs content" in msg or ("content" in field and "at least" in msg):
+            code = "EMPTY_CONTENT"
+        raise InvalidInput(f"{field}: {msg}", code=code, field=field) from exc
+    return envelope

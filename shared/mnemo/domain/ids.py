@@ -1,0 +1,49 @@
+"""Identifiers: time-ordered event ids (UUIDv7) and deterministic ids for derived events."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from datetime import datetime
+
+__all__ = ["TENANT_RE", "derived_id", "new_event_id", "uuid7_at", "valid_tenant"]
+
+TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+STREAM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+
+
+def valid_tenant(value: str) -> bool:
+    return bool(TENANT_RE.fullmatch(value))
+
+
+def valid_stream(value: str) -> bool:
+    return bool(STREAM_RE.fullmatch(value))
+
+
+def uuid7_at(ms: int, rand: bytes) -> uuid.UUID:
+    """A UUIDv7 with the given Unix milliseconds and 10 bytes of entropy."""
+    if len(rand) < 10:
+        raise ValueError("uuid7 needs 10 bytes of entropy")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= (int.from_bytes(rand[0:2], "big") & 0x0FFF) << 64
+    value |= 0b10 << 62
+    value |= int.from_bytes(rand[2:10], "big") & ((1 << 62) - 1)
+    return uuid.UUID(int=value)
+
+
+def new_event_id(at: datetime) -> str:
+    """A fresh, time-ordered event id for an event that happened at `at`."""
+    return str(uuid7_at(int(at.timestamp() * 1000), os.urandom(10)))
+
+
+def derived_id(at: datetime, *parts: str) -> str:
+    """A time-ordered id that is the same every time for the same parts.
+
+    Consumers name the events they emit this way, so a redelivered input emits an
+    event with the same id, and the log's idempotent append drops the copy.
+    """
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return str(uuid7_at(int(at.timestamp() * 1000), digest))

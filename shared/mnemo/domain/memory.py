@@ -1,0 +1,195 @@
+"""The memory model: what a memory is, where it belongs, how fresh and how trusted it is."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "MAX_SEMANTIC_WEIGHT",
+    "Memory",
+    "MemoryDraft",
+    "MemoryStatus",
+    "MemoryType",
+    "Provenance",
+    "Scope",
+    "content_hash",
+]
+
+MAX_SEMANTIC_WEIGHT = 0.99
+DEFAULT_SEMANTIC_WEIGHT = 0.5
+TAG_RE = re.compile(r"^[\w][\w:./-]{0,63}$")
+KEY_RE = re.compile(r"^[\w][\w.-]{0,63}$")
+MAX_CONTENT_CHARS = 8_000
+
+
+class MemoryType(StrEnum):
+    CONSTRAINT = "constraint"
+    CONTEXT = "context"
+    HISTORY = "history"
+    EXTERNAL = "external"
+    PREFERENCE = "preference"
+    FACT = "fact"
+    EPISODE = "episode"
+
+
+class Scope(StrEnum):
+    SESSION = "session"
+    USER = "user"
+    AGENT = "agent"
+    TENANT = "tenant"
+
+
+class MemoryStatus(StrEnum):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+    FORGOTTEN = "forgotten"
+
+
+class Provenance(BaseModel):
+    """Where a memory came from and how far to trust it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source_id: str | None = Field(default=None, max_length=256)
+    source_location: str | None = Field(default=None, max_length=256)
+    trust: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    verified: bool = False
+
+
+Weight = Annotated[float, Field(ge=0.0, le=MAX_SEMANTIC_WEIGHT)]
+
+
+class MemoryDraft(BaseModel):
+    """A memory as an agent declares it, before registration gives it an id and a version."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: MemoryType
+    scope: Scope = Scope.USER
+    content: str = Field(default="", max_length=MAX_CONTENT_CHARS)
+    key: str | None = None
+    value: str | None = Field(default=None, max_length=1_000)
+    tags: tuple[str, ...] = ()
+    ttl_seconds: int | None = Field(default=None, gt=0)
+    valid_until: datetime | None = None
+    stale_after: datetime | None = None
+    timezone: str | None = Field(default=None, max_length=64)
+    semantic_weight: Weight = DEFAULT_SEMANTIC_WEIGHT
+    provenance: Provenance = Provenance()
+
+    @field_validator("key")
+    @classmethod
+    def _key_shape(cls, value: str | None) -> str | None:
+        if value is not None and not KEY_RE.fullmatch(value):
+            raise ValueError("key must be 1-64 word characters, dots or dashes")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_shape(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > 32:
+            raise ValueError("at most 32 tags")
+        for tag in value:
+            if not TAG_RE.fullmatch(tag):
+                raise ValueError(f"tag {tag!r} is not 1-64 word characters, ':', '.', '/' or '-'")
+        return tuple(sorted(set(value)))
+
+    @field_validator("valid_until", "stale_after")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.utcoffset() is None:
+            raise ValueError("times must carry a UTC offset")
+        return value
+
+    @model_validator(mode="after")
+    def _has_substance(self) -> MemoryDraft:
+        if not self.content.strip() and not (self.key and self.value):
+            raise ValueError("a memory needs content, or a key with a value")
+        if (self.key is None) != (self.value is None):
+            raise ValueError("key and value go together")
+        return self
+
+    def text(self) -> str:
+        """The text that represents this memory for embedding and keyword search."""
+        if self.content.strip():
+            return self.content.strip()
+        return f"{self.key}: {self.value}"
+
+
+class Memory(BaseModel):
+    """A registered memory: a draft plus identity, version, freshness and status."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_id: str
+    tenant: str
+    stream: str
+    type: MemoryType
+    scope: Scope
+    content: str
+    key: str | None = None
+    value: str | None = None
+    tags: tuple[str, ...] = ()
+    semantic_weight: Weight = DEFAULT_SEMANTIC_WEIGHT
+    provenance: Provenance = Provenance()
+    created_at: datetime
+    valid_until: datetime | None = None
+    stale_after: datetime | None = None
+    timezone: str | None = None
+    version: int = 1
+    supersedes: str | None = None
+    status: MemoryStatus = MemoryStatus.ACTIVE
+    source_event_id: str
+    rule_id: str | None = None
+    content_hash: str
+
+    def text(self) -> str:
+        if self.content.strip():
+            return self.content.strip()
+        return f"{self.key}: {self.value}"
+
+    def is_live(self, now: datetime) -> bool:
+        """Active and not past its validity at `now`."""
+        if self.status is not MemoryStatus.ACTIVE:
+            return False
+        return self.valid_until is None or now < self.valid_until
+
+    def remaining_fraction(self, now: datetime) -> float:
+        """How much of its validity is left, 1.0 for a permanent memory."""
+        if self.valid_until is None:
+            return 1.0
+        total = (self.valid_until - self.created_at).total_seconds()
+        if total <= 0:
+            return 0.0
+        left = (self.valid_until - now).total_seconds()
+        return max(0.0, min(1.0, left / total))
+
+
+def content_hash(draft: MemoryDraft) -> str:
+    """A stable hash of what a memory says, used to spot exact duplicates."""
+    parts = [
+        draft.type.value,
+        draft.scope.value,
+        draft.key or "",
+        draft.value or "",
+        " ".join(draft.content.split()),
+        ",".join(draft.tags),
+    ]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def expiry(draft: MemoryDraft, occurred_at: datetime) -> datetime | None:
+    """The instant a draft stops being valid: the earlier of its TTL and valid_until."""
+    candidates: list[datetime] = []
+    if draft.ttl_seconds is not None:
+        candidates.append(occurred_at + timedelta(seconds=draft.ttl_seconds))
+    if draft.valid_until is not None:
+        candidates.append(draft.valid_until)
+    return min(candidates) if candidates else None

@@ -1,0 +1,49 @@
+"""Indexing: which memories to embed into the vector index and which to remove.
+
+The plan is pure; the runner embeds in batches and writes the vectors. Within one batch
+only the last word on a memory counts (registered then expired: removed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mnemo.domain.events import (
+    Envelope,
+    MemoryExpired,
+    MemoryForgotten,
+    MemoryRegistered,
+    MemorySuperseded,
+    decode_payload,
+)
+from mnemo.domain.memory import Memory
+
+__all__ = ["CONSUMER", "IndexPlan", "plan"]
+
+CONSUMER = "indexer"
+
+
+@dataclass
+class IndexPlan:
+    upserts: dict[str, Memory] = field(default_factory=dict)
+    deletes: dict[str, str] = field(default_factory=dict)  # memory id -> tenant
+
+    def __len__(self) -> int:
+        return len(self.upserts) + len(self.deletes)
+
+
+def plan(events: Sequence[Envelope]) -> IndexPlan:
+    result = IndexPlan()
+    for event in events:
+        if event.type == MemoryRegistered.TYPE:
+            registered = decode_payload(event)
+            assert isinstance(registered, MemoryRegistered)
+            memory = registered.memory
+            result.deletes.pop(memory.memory_id, None)
+            result.upserts[memory.memory_id] = memory
+        elif event.type in (MemorySuperseded.TYPE, MemoryExpired.TYPE, MemoryForgotten.TYPE):
+            memory_id = str(event.payload["memory_id"])
+            result.upserts.pop(memory_id, None)
+            result.deletes[memory_id] = event.tenant
+    return result

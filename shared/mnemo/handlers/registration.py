@@ -1,0 +1,227 @@
+"""Registration: turns declared memories and raw observations into registered memories.
+
+- A declared memory is checked and registered.
+- An observation goes through the registration rules; one that asks for nothing to be
+  remembered (or an action, like a click) is not registered.
+- A new value for the same stream and key supersedes the old one (version + 1); the old
+  one stays in history.
+- An exact duplicate of an active memory is a no-op.
+- Whatever cannot be registered becomes MemoryRejected with a reason code.
+The same handler projects the lifecycle events other consumers emit (expiry, forgetting,
+weight changes) into the memory read model.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from mnemo.domain.events import (
+    Envelope,
+    ForgetRequested,
+    MemoryDecayed,
+    MemoryDeclared,
+    MemoryExpired,
+    MemoryForgotten,
+    MemoryRegistered,
+    MemoryRejected,
+    MemorySuperseded,
+    ObservationRecorded,
+    decode_payload,
+)
+from mnemo.domain.ids import derived_id
+from mnemo.domain.memory import Memory, MemoryDraft, MemoryStatus, content_hash, expiry
+from mnemo.domain.projection import Outcome, OutcomeKind, PutMemory, PutOutcome, SetStatus
+from mnemo.domain.rules import RuleSet, zone_of
+from mnemo.handlers import Decision, emit
+
+__all__ = ["CONSUMER", "RegistrationState", "handle"]
+
+CONSUMER = "registrar"
+
+
+class RegistrationState(Protocol):
+    """The read-model lookups registration needs."""
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None: ...
+
+    def current_for_key(self, tenant: str, stream: str, key: str) -> Memory | None: ...
+
+    def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None: ...
+
+    def stream_memories(self, tenant: str, stream: str) -> list[Memory]: ...
+
+
+def _outcome(
+    event: Envelope,
+    index: int,
+    kind: OutcomeKind,
+    *,
+    memory_id: str | None = None,
+    version: int | None = None,
+    reason_code: str | None = None,
+    detail: str | None = None,
+) -> PutOutcome:
+    return PutOutcome(
+        Outcome(event.tenant, event.event_id, index, kind, memory_id, version, reason_code, detail)
+    )
+
+
+def _reject(event: Envelope, index: int, code: str, detail: str) -> Decision:
+    payload = MemoryRejected(reason_code=code, detail=detail, rejected_event_id=event.event_id)
+    return Decision(
+        events=[emit(event, payload, CONSUMER, str(index))],
+        writes=[_outcome(event, index, OutcomeKind.REJECTED, reason_code=code, detail=detail)],
+    )
+
+
+def _register(
+    event: Envelope,
+    state: RegistrationState,
+    draft: MemoryDraft,
+    index: int,
+    rule_id: str | None,
+) -> Decision:
+    if draft.timezone is not None:
+        try:
+            zone_of(draft.timezone)
+        except ValueError as exc:
+            return _reject(event, index, "INVALID_TIMEZONE", str(exc))
+    valid_until = expiry(draft, event.occurred_at)
+    if valid_until is not None and valid_until <= event.occurred_at:
+        return _reject(
+            event, index, "ALREADY_EXPIRED", "the memory's validity ends before it began"
+        )
+    digest = content_hash(draft)
+    existing = state.find_by_hash(event.tenant, event.stream, digest)
+    if existing is not None:
+        return Decision(
+            writes=[
+                _outcome(
+                    event,
+                    index,
+                    OutcomeKind.DUPLICATE,
+                    memory_id=existing.memory_id,
+                    version=existing.version,
+                )
+            ]
+        )
+    current = state.current_for_key(event.tenant, event.stream, draft.key) if draft.key else None
+    memory = Memory(
+        memory_id=derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index)),
+        tenant=event.tenant,
+        stream=event.stream,
+        type=draft.type,
+        scope=draft.scope,
+        content=draft.content.strip(),
+        key=draft.key,
+        value=draft.value,
+        tags=draft.tags,
+        semantic_weight=draft.semantic_weight,
+        provenance=draft.provenance,
+        created_at=event.occurred_at,
+        valid_until=valid_until,
+        stale_after=draft.stale_after,
+        timezone=draft.timezone,
+        version=current.version + 1 if current else 1,
+        supersedes=current.memory_id if current else None,
+        source_event_id=event.event_id,
+        rule_id=rule_id,
+        content_hash=digest,
+    )
+    decision = Decision()
+    decision.events.append(emit(event, MemoryRegistered(memory=memory), CONSUMER, str(index)))
+    decision.writes.append(PutMemory(memory))
+    kind = OutcomeKind.REGISTERED
+    if current is not None:
+        assert draft.key is not None
+        kind = OutcomeKind.SUPERSEDED
+        decision.events.append(
+            emit(
+                event,
+                MemorySuperseded(
+                    memory_id=current.memory_id, superseded_by=memory.memory_id, key=draft.key
+                ),
+                CONSUMER,
+                str(index),
+            )
+        )
+        decision.writes.append(SetStatus(event.tenant, current.memory_id, MemoryStatus.SUPERSEDED))
+    decision.writes.append(
+        _outcome(event, index, kind, memory_id=memory.memory_id, version=memory.version)
+    )
+    return decision
+
+
+def _forget(event: Envelope, state: RegistrationState, request: ForgetRequested) -> Decision:
+    if request.memory_id is not None:
+        found = state.get(event.tenant, request.memory_id)
+        targets = [found] if found is not None and found.stream == event.stream else []
+        if not targets:
+            return _reject(event, 0, "MEMORY_NOT_FOUND", "no such memory in this stream")
+    else:
+        targets = state.stream_memories(event.tenant, event.stream)
+    decision = Decision()
+    for memory in targets:
+        if memory.status is MemoryStatus.FORGOTTEN:
+            continue
+        decision.events.append(
+            emit(event, MemoryForgotten(memory_id=memory.memory_id), CONSUMER, memory.memory_id)
+        )
+        decision.writes.append(
+            SetStatus(event.tenant, memory.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)
+        )
+    decision.writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
+    return decision
+
+
+def handle(event: Envelope, state: RegistrationState, rules: RuleSet) -> Decision:
+    """Registration's decision for one event of the log."""
+    if event.type not in {
+        MemoryDeclared.TYPE,
+        ObservationRecorded.TYPE,
+        ForgetRequested.TYPE,
+        MemoryExpired.TYPE,
+        MemoryDecayed.TYPE,
+    }:
+        return Decision()
+    try:
+        payload = decode_payload(event)
+    except (ValidationError, KeyError, ValueError) as exc:
+        return _reject(event, 0, "INVALID_PAYLOAD", str(exc).splitlines()[0][:300])
+    if isinstance(payload, MemoryDeclared):
+        return _register(event, state, payload.memory, 0, None)
+    if isinstance(payload, ObservationRecorded):
+        if payload.kind == "action":
+            return Decision(
+                writes=[
+                    _outcome(event, 0, OutcomeKind.IGNORED, reason_code="ACTION_NOT_REMEMBERED")
+                ]
+            )
+        try:
+            matches = rules.match(payload.text, event.occurred_at, payload.timezone)
+        except ValueError as exc:
+            return _reject(event, 0, "INVALID_TIMEZONE", str(exc))
+        if not matches:
+            return Decision(
+                writes=[_outcome(event, 0, OutcomeKind.IGNORED, reason_code="NO_RULE_MATCHED")]
+            )
+        decision = Decision()
+        for index, match in enumerate(matches):
+            decision.extend(_register(event, state, match.draft, index, match.rule_id))
+        return decision
+    if isinstance(payload, ForgetRequested):
+        return _forget(event, state, payload)
+    if isinstance(payload, MemoryExpired):
+        memory = state.get(event.tenant, payload.memory_id)
+        if memory is None or memory.status is not MemoryStatus.ACTIVE:
+            return Decision()
+        return Decision(writes=[SetStatus(event.tenant, memory.memory_id, MemoryStatus.EXPIRED)])
+    if isinstance(payload, MemoryDecayed):
+        memory = state.get(event.tenant, payload.memory_id)
+        if memory is None:
+            return Decision()
+        updated = memory.model_copy(update={"semantic_weight": payload.semantic_weight})
+        return Decision(writes=[PutMemory(updated)])
+    return Decision()

@@ -1,0 +1,309 @@
+"""Ports: the small interfaces the domain and the services need from the outside world.
+
+One adapter module per technology lives in `mnemo.adapters`; every adapter of a port
+passes the same contract suite in tests/contract.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+
+from mnemo.domain.events import Envelope, LoggedEvent
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.projection import AuditRecord, Outcome, Timer, Write
+
+__all__ = [
+    "Appended",
+    "Clock",
+    "Embedder",
+    "EventLog",
+    "KeyVault",
+    "MemoryQuery",
+    "MemoryStore",
+    "StoreTransaction",
+    "Tokenizer",
+    "VectorFilter",
+    "VectorIndex",
+    "VectorPoint",
+]
+
+Vector = list[float]
+
+
+# ---- event log -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where an appended event landed. `duplicate` is true when its id was already there."""
+
+    event_id: str
+    offset: int
+    seq: int
+    duplicate: bool
+
+
+class EventLog(abc.ABC):
+    """The append-only log of every event, the source of truth for every read model."""
+
+    @abc.abstractmethod
+    def append(self, events: Sequence[Envelope]) -> list[Appended]:
+        """Append atomically: all or none. Gives each event the next gapless sequence of its
+        stream; an event whose id is already in the log is not appended again.
+        Raises ConflictError when an event's expected_seq is not its stream's head."""
+
+    @abc.abstractmethod
+    def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
+        """Events after an offset, in log order."""
+
+    @abc.abstractmethod
+    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
+        """One stream's events with seq >= from_seq, in sequence order."""
+
+    @abc.abstractmethod
+    def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
+        """One tenant's events after an offset, in log order."""
+
+    @abc.abstractmethod
+    def head(self) -> int:
+        """The offset of the last event, 0 for an empty log."""
+
+    @abc.abstractmethod
+    def stream_head(self, tenant: str, stream: str) -> int:
+        """The last sequence number of a stream, 0 when it has none."""
+
+    @abc.abstractmethod
+    def get(self, event_id: str) -> LoggedEvent | None:
+        """One event by id."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+# ---- memory store (read models) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryQuery:
+    """Filters over one tenant's memories."""
+
+    stream: str | None = None
+    types: tuple[MemoryType, ...] = ()
+    scopes: tuple[Scope, ...] = ()
+    tags: tuple[str, ...] = ()
+    key: str | None = None
+    statuses: tuple[MemoryStatus, ...] = (MemoryStatus.ACTIVE,)
+    live_at: datetime | None = None  # hide memories whose validity ended by then
+    limit: int = 100
+    after: str | None = None  # paging cursor: memory id
+
+
+class StoreTransaction(abc.ABC):
+    """What a consumer sees and does inside one atomic batch."""
+
+    @abc.abstractmethod
+    def get(self, tenant: str, memory_id: str) -> Memory | None: ...
+
+    @abc.abstractmethod
+    def current_for_key(self, tenant: str, stream: str, key: str) -> Memory | None:
+        """The active memory holding a key in a stream, if any."""
+
+    @abc.abstractmethod
+    def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
+        """An active memory with exactly this content, if any."""
+
+    @abc.abstractmethod
+    def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
+        """Every memory of a stream whatever its status, by memory id."""
+
+    @abc.abstractmethod
+    def last_audit(self, tenant: str) -> AuditRecord | None: ...
+
+    @abc.abstractmethod
+    def apply(self, writes: Sequence[Write]) -> None:
+        """Apply projection writes; each is idempotent."""
+
+    @abc.abstractmethod
+    def set_position(self, consumer: str, offset: int) -> None:
+        """Record how far a consumer has read, committed with the writes."""
+
+
+class MemoryStore(abc.ABC):
+    """The per-tenant read models: memories, outcomes, timers, audit, consumer positions."""
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractContextManager[StoreTransaction]:
+        """One atomic batch: commits on normal exit, rolls back on error."""
+
+    @abc.abstractmethod
+    def position(self, consumer: str) -> int:
+        """The last offset a consumer has durably processed (0 when none)."""
+
+    @abc.abstractmethod
+    def get(self, tenant: str, memory_id: str) -> Memory | None: ...
+
+    @abc.abstractmethod
+    def get_many(self, tenant: str, memory_ids: Sequence[str]) -> list[Memory]: ...
+
+    @abc.abstractmethod
+    def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        """Memories matching the filters, ordered by memory id (time-ordered)."""
+
+    @abc.abstractmethod
+    def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
+        """Every version of a key in a stream, oldest first."""
+
+    @abc.abstractmethod
+    def keyword_search(
+        self, tenant: str, terms: Sequence[str], query: MemoryQuery
+    ) -> list[tuple[str, float]]:
+        """Memory ids ranked by BM25 over their keyword terms, best first."""
+
+    @abc.abstractmethod
+    def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
+        """What registration made of a published event."""
+
+    @abc.abstractmethod
+    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        """Timers due at `now`, earliest first, across tenants."""
+
+    @abc.abstractmethod
+    def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]: ...
+
+    @abc.abstractmethod
+    def counts(self) -> dict[str, int]:
+        """Row counts per read model, for status and tests."""
+
+    @abc.abstractmethod
+    def checksum(self) -> str:
+        """A digest of every read model's content (positions excluded)."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Drop every read model and consumer position, for a rebuild from the log."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+# ---- vector index ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VectorPoint:
+    memory_id: str
+    tenant: str
+    stream: str
+    type: str
+    scope: str
+    tags: tuple[str, ...]
+    vector: Vector
+
+
+@dataclass(frozen=True, slots=True)
+class VectorFilter:
+    """Every field narrows the search; tags match when any one of them matches."""
+
+    streams: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+class VectorIndex(abc.ABC):
+    """Nearest-neighbour search over memory embeddings, always within one tenant."""
+
+    @abc.abstractmethod
+    def upsert(self, points: Sequence[VectorPoint]) -> None:
+        """Insert or replace points by memory id; replaying the same points changes nothing."""
+
+    @abc.abstractmethod
+    def delete(self, tenant: str, memory_ids: Sequence[str]) -> None:
+        """Remove points; unknown ids are ignored."""
+
+    @abc.abstractmethod
+    def search(
+        self, tenant: str, vector: Vector, limit: int, flt: VectorFilter = VectorFilter()
+    ) -> list[tuple[str, float]]:
+        """Memory ids of the tenant by cosine similarity, best first (ties by id)."""
+
+    @abc.abstractmethod
+    def ids(self, tenant: str | None = None) -> list[str]:
+        """Every memory id held, sorted; all tenants when tenant is None."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Make every upsert and delete so far durable."""
+
+    @abc.abstractmethod
+    def optimize(self) -> None:
+        """Build search structures; may take a while on large indexes."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Remove every point (for a rebuild)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+# ---- embedder, tokenizer, clock, key vault ------------------------------------------------
+
+
+class Embedder(abc.ABC):
+    """Turns text into unit vectors. Memories and queries are embedded differently."""
+
+    name: str
+    dim: int
+
+    @abc.abstractmethod
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector]: ...
+
+    @abc.abstractmethod
+    def embed_query(self, text: str) -> Vector: ...
+
+
+class Tokenizer(abc.ABC):
+    """Counts tokens the way a model does, offline."""
+
+    name: str
+
+    @abc.abstractmethod
+    def count(self, texts: Sequence[str]) -> list[int]: ...
+
+    @abc.abstractmethod
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of `text` that fits in max_tokens tokens."""
+
+
+class Clock(abc.ABC):
+    """The only way handlers and services learn the time."""
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The current instant, timezone-aware (UTC)."""
+
+
+class KeyVault(abc.ABC):
+    """Per-tenant data keys for envelope encryption (used by the security work)."""
+
+    @abc.abstractmethod
+    def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
+        """A fresh 256-bit data key: (plaintext, wrapped copy, key version). Creates the key
+        on first use."""
+
+    @abc.abstractmethod
+    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
+        """The plaintext of a wrapped data key. Raises KeyDestroyed when the key is gone."""
+
+    @abc.abstractmethod
+    def rotate(self, key_id: str) -> int:
+        """Start a new key version; returns it. Old wrapped keys still unwrap."""
+
+    @abc.abstractmethod
+    def destroy(self, key_id: str) -> None:
+        """Crypto-shred: afterwards nothing wrapped under this key can be unwrapped."""

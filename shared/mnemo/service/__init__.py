@@ -1,0 +1,1 @@
+"""The application layer: publishing, reading, searching and the embedded runner."""

