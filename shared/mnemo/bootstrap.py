@@ -16,7 +16,7 @@ from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.ports import Clock, Embedder, EventLog, MemoryStore, Tokenizer, VectorIndex
 from mnemo.service.app import Mnemo
-from mnemo.service.runner import EmbeddedRunner
+from mnemo.service.runner import CONSUMERS, EmbeddedRunner
 from mnemo.settings import MnemoSettings
 
 __all__ = ["Platform", "build_embedded", "load_rules"]
@@ -74,6 +74,7 @@ def build_embedded(
     clock: Clock | None = None,
     embedder: Embedder | None = None,
     query_embedder: Embedder | None = None,
+    consumers: tuple[str, ...] = CONSUMERS,
 ) -> Platform:
     """Embedded Mnemo: SQLite log and store, qdrant-edge vectors, all under data_dir."""
     from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
@@ -99,6 +100,7 @@ def build_embedded(
         load_rules(settings.rules_file),
         batch_size=settings.batch_size,
         embed_batch=settings.embed_batch,
+        consumers=consumers,
     )
     app = Mnemo(event_log, store, index, query_embedder, make_tokenizer(settings), clock, runner)
     return Platform(settings, event_log, store, index, runner, app)

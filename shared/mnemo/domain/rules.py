@@ -128,7 +128,9 @@ class RuleSet:
         claimed: list[tuple[int, int]] = []
         for rule, pattern in self._compiled:
             hit = pattern.search(text)
-            if hit is None or any(hit.start() < end and start < hit.end() for start, end in claimed):
+            if hit is None or any(
+                hit.start() < end and start < hit.end() for start, end in claimed
+            ):
                 continue
             groups = {k: v.strip() for k, v in hit.groupdict().items() if v is not None}
             key = _fill(rule.key, groups).lower().replace(" ", "_")

@@ -49,6 +49,7 @@ class EmbeddedRunner:
         batch_size: int = 256,
         embed_batch: int = 32,
         poll_seconds: float = 0.2,
+        consumers: tuple[str, ...] = CONSUMERS,
     ) -> None:
         self.log = log_
         self.store = store
@@ -59,6 +60,10 @@ class EmbeddedRunner:
         self.batch_size = batch_size
         self.embed_batch = embed_batch
         self.poll_seconds = poll_seconds
+        unknown = set(consumers) - set(CONSUMERS)
+        if unknown:
+            raise ValueError(f"unknown consumers: {sorted(unknown)}")
+        self.consumers = consumers
         self._progress = threading.Condition()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -165,11 +170,17 @@ class EmbeddedRunner:
 
     def run_once(self) -> int:
         """One step of every consumer; how many events (and timers) they handled."""
-        done = self.step_registrar()
-        done += self.step_decay()
-        done += self.decay_scan()
-        done += self.step_audit()
-        done += self.step_indexer()
+        steps = {
+            registration.CONSUMER: (self.step_registrar,),
+            decay.CONSUMER: (self.step_decay, self.decay_scan),
+            audit.CONSUMER: (self.step_audit,),
+            indexing.CONSUMER: (self.step_indexer,),
+        }
+        done = 0
+        for name in CONSUMERS:
+            if name in self.consumers:
+                for step in steps[name]:
+                    done += step()
         if done:
             with self._progress:
                 self._progress.notify_all()

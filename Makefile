@@ -1,0 +1,58 @@
+# Mnemo's commands. `make run` and `make test` do their own set-up on a fresh machine.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DATA   ?= var/data
+
+.PHONY: help install run serve test lint typecheck unit contract integration e2e schemas bench clean
+
+help:
+	@echo "make run        install and start Mnemo on 127.0.0.1:8080 (embedded storage in $(DATA))"
+	@echo "make test       install, lint, type-check and run every test"
+	@echo "make bench      run the benchmarks (JSON results in bench/results/)"
+	@echo "make schemas    regenerate schemas/ from the event models"
+	@echo "make unit|contract|integration|e2e   one test layer"
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	MNEMO_DATA_DIR=$(DATA) $(BIN)/mnemo serve
+
+lint: install
+	$(BIN)/ruff check shared services tests bench
+	$(BIN)/ruff format --check shared services tests bench
+
+typecheck: install
+	$(BIN)/mypy shared services
+
+unit: install
+	$(BIN)/pytest tests/unit -q
+
+contract: install
+	$(BIN)/pytest tests/contract -q
+
+integration: install
+	$(BIN)/pytest tests/integration -q
+
+e2e: install
+	$(BIN)/pytest tests/e2e -q
+
+test: install lint typecheck
+	$(BIN)/pytest -q
+
+schemas: install
+	$(BIN)/python -m mnemo.schemas schemas
+
+bench: install
+	$(BIN)/python -m bench.run --out bench/results
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Mnemo's decay service."""

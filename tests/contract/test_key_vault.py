@@ -1,0 +1,211 @@
+"""Contract: a KeyVault hands out wrapped 256-bit data keys, unwraps them across
+rotations, and after destroy can never unwrap them again."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import stat
+from pathlib import Path
+
+import pytest
+
+from mnemo.adapters.local_key_vault import LocalKeyFileVault
+from mnemo.adapters.memory_key_vault import InMemoryKeyVault
+from mnemo.domain.errors import InvalidInput, KeyDestroyed
+from mnemo.ports import KeyVault
+
+
+class KeyVaultContract:
+    @pytest.fixture
+    def vault(self) -> KeyVault:
+        raise NotImplementedError
+
+    def test_data_key_round_trip(self, vault: KeyVault) -> None:
+        plaintext, wrapped, version = vault.data_key("tenant-a")
+        assert isinstance(plaintext, bytes)
+        assert len(plaintext) == 32
+        assert version == 1
+        assert vault.unwrap("tenant-a", wrapped) == plaintext
+
+    def test_data_keys_are_fresh(self, vault: KeyVault) -> None:
+        first, wrapped_1, _ = vault.data_key("tenant-a")
+        second, wrapped_2, _ = vault.data_key("tenant-a")
+        assert first != second
+        assert wrapped_1 != wrapped_2
+
+    def test_wrapped_never_contains_plaintext(self, vault: KeyVault) -> None:
+        for _ in range(20):
+            plaintext, wrapped, _ = vault.data_key("tenant-a")
+            assert plaintext not in wrapped
+            assert plaintext[:8] not in wrapped
+
+    def test_rotate(self, vault: KeyVault) -> None:
+        old_plain, old_wrapped, v1 = vault.data_key("tenant-a")
+        v2 = vault.rotate("tenant-a")
+        assert v2 == v1 + 1
+        new_plain, new_wrapped, version = vault.data_key("tenant-a")
+        assert version == v2
+        assert vault.unwrap("tenant-a", old_wrapped) == old_plain
+        assert vault.unwrap("tenant-a", new_wrapped) == new_plain
+        assert vault.rotate("tenant-a") == v2 + 1
+
+    def test_rotate_creates_an_unknown_key(self, vault: KeyVault) -> None:
+        assert vault.rotate("tenant-new") == 1
+        assert vault.data_key("tenant-new")[2] == 1
+
+    def test_destroy(self, vault: KeyVault) -> None:
+        _, wrapped_1, _ = vault.data_key("tenant-a")
+        vault.rotate("tenant-a")
+        _, wrapped_2, _ = vault.data_key("tenant-a")
+        vault.destroy("tenant-a")
+        for wrapped in (wrapped_1, wrapped_2):
+            with pytest.raises(KeyDestroyed) as info:
+                vault.unwrap("tenant-a", wrapped)
+            assert info.value.code == "KEY_DESTROYED"
+
+    def test_destroyed_key_is_not_recreated(self, vault: KeyVault) -> None:
+        vault.data_key("tenant-a")
+        vault.destroy("tenant-a")
+        with pytest.raises(KeyDestroyed):
+            vault.data_key("tenant-a")
+        with pytest.raises(KeyDestroyed):
+            vault.rotate("tenant-a")
+        vault.destroy("tenant-a")  # idempotent
+
+    def test_destroy_leaves_other_keys_alone(self, vault: KeyVault) -> None:
+        _, wrapped_a, _ = vault.data_key("tenant-a")
+        plain_b, wrapped_b, _ = vault.data_key("tenant-b")
+        vault.destroy("tenant-a")
+        assert vault.unwrap("tenant-b", wrapped_b) == plain_b
+        with pytest.raises(KeyDestroyed):
+            vault.unwrap("tenant-a", wrapped_a)
+
+    def test_unknown_key_id(self, vault: KeyVault) -> None:
+        _, wrapped, _ = vault.data_key("tenant-a")
+        with pytest.raises(KeyDestroyed):
+            vault.unwrap("never-created", wrapped)
+
+    def test_wrapped_key_is_bound_to_its_key_id(self, vault: KeyVault) -> None:
+        _, wrapped, _ = vault.data_key("tenant-a")
+        vault.data_key("tenant-b")
+        with pytest.raises(InvalidInput) as info:
+            vault.unwrap("tenant-b", wrapped)
+        assert info.value.code == "BAD_WRAPPED_KEY"
+
+    def test_tampered_or_malformed(self, vault: KeyVault) -> None:
+        _, wrapped, _ = vault.data_key("tenant-a")
+        tampered = wrapped[:-1] + bytes([wrapped[-1] ^ 1])
+        for bad in (tampered, b"", b"garbage", b"v9:" + wrapped[3:], wrapped[:-1]):
+            with pytest.raises(InvalidInput):
+                vault.unwrap("tenant-a", bad)
+
+    def test_rejects_empty_key_id(self, vault: KeyVault) -> None:
+        with pytest.raises(InvalidInput):
+            vault.data_key("")
+
+
+class TestInMemoryKeyVault(KeyVaultContract):
+    @pytest.fixture
+    def vault(self) -> KeyVault:
+        return InMemoryKeyVault()
+
+
+class TestLocalKeyFileVault(KeyVaultContract):
+    @pytest.fixture
+    def path(self, tmp_path: Path) -> Path:
+        return tmp_path / "keys" / "vault.json"
+
+    @pytest.fixture
+    def vault(self, path: Path) -> KeyVault:
+        return LocalKeyFileVault(path)
+
+    @staticmethod
+    def materials(path: Path, key_id: str) -> list[bytes]:
+        body = json.loads(path.read_bytes())
+        return [base64.b64decode(m) for m in body["keys"][key_id].values()]
+
+    def test_file_mode_is_0600(self, vault: KeyVault, path: Path) -> None:
+        vault.data_key("tenant-a")
+        vault.rotate("tenant-a")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert [p.name for p in path.parent.iterdir()] == ["vault.json"]  # no temp files left
+
+    def test_reopen_keeps_keys(self, vault: KeyVault, path: Path) -> None:
+        plain_1, wrapped_1, _ = vault.data_key("tenant-a")
+        vault.rotate("tenant-a")
+        plain_2, wrapped_2, _ = vault.data_key("tenant-a")
+        vault.data_key("tenant-b")
+        vault.destroy("tenant-b")
+        reopened = LocalKeyFileVault(path)
+        assert reopened.unwrap("tenant-a", wrapped_1) == plain_1
+        assert reopened.unwrap("tenant-a", wrapped_2) == plain_2
+        assert reopened.data_key("tenant-a")[2] == 2
+        with pytest.raises(KeyDestroyed):
+            reopened.data_key("tenant-b")
+
+    def test_destroy_removes_material_from_file(self, vault: KeyVault, path: Path) -> None:
+        vault.data_key("tenant-a")
+        vault.rotate("tenant-a")
+        vault.data_key("tenant-b")
+        doomed = self.materials(path, "tenant-a")
+        kept = self.materials(path, "tenant-b")
+        before = path.read_bytes()
+        assert len(doomed) == 2
+        for material in doomed:
+            assert base64.b64encode(material) in before
+
+        vault.destroy("tenant-a")
+
+        after = path.read_bytes()
+        for material in doomed:
+            assert base64.b64encode(material) not in after
+            assert material not in after
+        assert self.materials(path, "tenant-b") == kept
+
+    def test_warns_development_only_without_key_material(
+        self, path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with caplog.at_level(logging.WARNING, logger="mnemo.keyvault"):
+            vault = LocalKeyFileVault(path)
+            plaintext, _, _ = vault.data_key("tenant-a")
+            LocalKeyFileVault(path)
+        messages = [r.getMessage() for r in caplog.records if r.name == "mnemo.keyvault"]
+        assert any("development only" in m for m in messages)
+        (material,) = self.materials(path, "tenant-a")
+        encoded = base64.b64encode(material).decode()
+        for message in messages:
+            assert encoded not in message
+            assert plaintext.hex() not in message
+        assert encoded not in repr(vault)
+
+    def test_loose_mode_is_tightened(self, path: Path) -> None:
+        LocalKeyFileVault(path).data_key("tenant-a")
+        path.chmod(0o644)
+        LocalKeyFileVault(path)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+    def test_corrupt_file_is_refused(self, path: Path) -> None:
+        path.parent.mkdir(parents=True)
+        path.write_text("{not json")
+        with pytest.raises(ValueError, match="not a valid Mnemo key file"):
+            LocalKeyFileVault(path)
+
+    def test_failed_write_changes_nothing(
+        self, vault: LocalKeyFileVault, path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        plaintext, wrapped, _ = vault.data_key("tenant-a")
+        before = path.read_bytes()
+
+        def broken(state: object) -> None:
+            raise OSError("disk full")
+
+        monkeypatch.setattr(vault, "_persist", broken)
+        with pytest.raises(OSError, match="disk full"):
+            vault.destroy("tenant-a")
+        with pytest.raises(OSError, match="disk full"):
+            vault.rotate("tenant-a")
+        assert path.read_bytes() == before
+        assert vault.unwrap("tenant-a", wrapped) == plaintext
+        assert vault.data_key("tenant-a")[2] == 1

@@ -1,0 +1,402 @@
+"""The VectorIndex contract: every adapter of the port must pass these tests."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mnemo.adapters.memory_index import InMemoryVectorIndex
+from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
+from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.domain.ids import uuid7_at
+from mnemo.ports import VectorFilter, VectorIndex, VectorPoint
+
+DIM = 8
+
+
+def mid(n: int) -> str:
+    """A deterministic memory id; ids sort in the order of n."""
+    return str(uuid7_at(1_700_000_000_000 + n, n.to_bytes(10, "big")))
+
+
+def basis(i: int, *, plus: dict[int, float] | None = None) -> list[float]:
+    """The unit vector on axis i, plus optional extra components."""
+    vec = [0.0] * DIM
+    vec[i] = 1.0
+    for axis, value in (plus or {}).items():
+        vec[axis] += value
+    return vec
+
+
+def point(
+    n: int,
+    vector: list[float],
+    *,
+    tenant: str = "acme",
+    stream: str = "s1",
+    type_: str = "fact",
+    scope: str = "shared",
+    tags: tuple[str, ...] = (),
+) -> VectorPoint:
+    return VectorPoint(
+        memory_id=mid(n),
+        tenant=tenant,
+        stream=stream,
+        type=type_,
+        scope=scope,
+        tags=tags,
+        vector=vector,
+    )
+
+
+def ranked_ids(hits: list[tuple[str, float]]) -> list[str]:
+    return [memory_id for memory_id, _ in hits]
+
+
+def assert_same_hits(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> None:
+    assert ranked_ids(got) == ranked_ids(want)
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)
+
+
+class VectorIndexContract:
+    """Subclasses provide `make_index`; pytest collects only the Test* subclasses."""
+
+    def make_index(self, tmp_path: Path) -> VectorIndex:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def index(self, tmp_path: Path) -> Iterator[VectorIndex]:
+        idx = self.make_index(tmp_path)
+        yield idx
+        idx.close()
+
+    # ---- search ---------------------------------------------------------------------------
+
+    def test_nearest_first_with_cosine_scores(self, index: VectorIndex) -> None:
+        index.upsert(
+            [
+                point(1, basis(1)),  # orthogonal to the query
+                point(2, basis(0, plus={1: 1.0})),  # 45 degrees
+                point(3, basis(0, plus={1: 0.25})),  # close
+                point(4, [5.0 * x for x in basis(0)]),  # same direction, other length
+            ]
+        )
+        hits = index.search("acme", basis(0), 10)
+        assert ranked_ids(hits) == [mid(4), mid(3), mid(2), mid(1)]
+        scores = [s for _, s in hits]
+        assert scores[0] == pytest.approx(1.0, abs=1e-5)
+        assert scores[1] == pytest.approx(1 / math.sqrt(1 + 0.25**2), abs=1e-5)
+        assert scores[2] == pytest.approx(1 / math.sqrt(2), abs=1e-5)
+        assert scores[3] == pytest.approx(0.0, abs=1e-5)
+
+    def test_limit_keeps_the_best(self, index: VectorIndex) -> None:
+        index.upsert([point(n, basis(0, plus={1: n * 0.1})) for n in range(1, 7)])
+        assert ranked_ids(index.search("acme", basis(0), 3)) == [mid(1), mid(2), mid(3)]
+        assert index.search("acme", basis(0), 0) == []
+
+    def test_ties_are_broken_by_id_even_at_the_limit(self, index: VectorIndex) -> None:
+        # Inserted in reverse id order, so insertion order cannot explain the result.
+        index.upsert([point(n, basis(2)) for n in range(9, 0, -1)])
+        index.upsert([point(20, basis(3))])
+        hits = index.search("acme", basis(2), 3)
+        assert ranked_ids(hits) == [mid(1), mid(2), mid(3)]
+        all_hits = index.search("acme", basis(2), 20)
+        assert ranked_ids(all_hits) == [mid(n) for n in range(1, 10)] + [mid(20)]
+
+    def test_empty_tenant_returns_nothing(self, index: VectorIndex) -> None:
+        assert index.search("acme", basis(0), 5) == []
+        index.upsert([point(1, basis(0), tenant="other")])
+        assert index.search("acme", basis(0), 5) == []
+
+    def test_tenants_are_isolated(self, index: VectorIndex) -> None:
+        index.upsert(
+            [
+                point(1, basis(0), tenant="acme"),
+                point(2, basis(0), tenant="globex"),  # identical vector, other tenant
+                point(3, basis(1), tenant="acme"),
+            ]
+        )
+        assert ranked_ids(index.search("acme", basis(0), 10)) == [mid(1), mid(3)]
+        assert ranked_ids(index.search("globex", basis(0), 10)) == [mid(2)]
+        filtered = index.search("acme", basis(0), 10, VectorFilter(streams=("s1",)))
+        assert mid(2) not in ranked_ids(filtered)
+
+    def test_filters_narrow_the_search(self, index: VectorIndex) -> None:
+        index.upsert(
+            [
+                point(1, basis(0), stream="s1", type_="fact", scope="shared", tags=("a", "b")),
+                point(2, basis(0), stream="s2", type_="fact", scope="private", tags=("b",)),
+                point(3, basis(0), stream="s1", type_="episode", scope="shared", tags=("c",)),
+                point(4, basis(0), stream="s3", type_="preference", scope="shared", tags=()),
+            ]
+        )
+
+        def found(flt: VectorFilter) -> set[str]:
+            return set(ranked_ids(index.search("acme", basis(0), 10, flt)))
+
+        assert found(VectorFilter()) == {mid(1), mid(2), mid(3), mid(4)}
+        assert found(VectorFilter(streams=("s1",))) == {mid(1), mid(3)}
+        assert found(VectorFilter(streams=("s2", "s3"))) == {mid(2), mid(4)}
+        assert found(VectorFilter(types=("fact",))) == {mid(1), mid(2)}
+        assert found(VectorFilter(types=("episode", "preference"))) == {mid(3), mid(4)}
+        assert found(VectorFilter(scopes=("private",))) == {mid(2)}
+        assert found(VectorFilter(tags=("b",))) == {mid(1), mid(2)}
+        assert found(VectorFilter(tags=("a", "c"))) == {mid(1), mid(3)}  # any of
+        assert found(VectorFilter(tags=("zzz",))) == set()
+        assert found(VectorFilter(streams=("s1",), types=("fact",), tags=("b", "c"))) == {mid(1)}
+        assert found(VectorFilter(streams=("s2",), scopes=("shared",))) == set()
+
+    def test_filtered_search_keeps_the_order(self, index: VectorIndex) -> None:
+        index.upsert(
+            [
+                point(1, basis(0, plus={1: 0.5}), tags=("x",)),
+                point(2, basis(0), tags=("y",)),
+                point(3, basis(0, plus={1: 0.1}), tags=("x",)),
+            ]
+        )
+        hits = index.search("acme", basis(0), 10, VectorFilter(tags=("x",)))
+        assert ranked_ids(hits) == [mid(3), mid(1)]
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    def test_upsert_same_id_replaces_vector_and_payload(self, index: VectorIndex) -> None:
+        index.upsert([point(1, basis(0), stream="old", tags=("t1",)), point(2, basis(1))])
+        index.upsert([point(1, basis(1, plus={0: 0.1}), stream="new", tags=("t2",))])
+        assert index.ids("acme") == [mid(1), mid(2)]
+        # New vector: the replaced point is now second for axis 1 and alone for axis 0.
+        assert ranked_ids(index.search("acme", basis(1), 10)) == [mid(2), mid(1)]
+        assert index.search("acme", basis(0), 1)[0][0] == mid(1)
+        assert index.search("acme", basis(0), 1)[0][1] < 0.5
+        # New payload.
+        assert index.search("acme", basis(0), 10, VectorFilter(streams=("old",))) == []
+        assert index.search("acme", basis(0), 10, VectorFilter(tags=("t1",))) == []
+        new = index.search("acme", basis(0), 10, VectorFilter(streams=("new",), tags=("t2",)))
+        assert ranked_ids(new) == [mid(1)]
+
+    def test_replaying_the_same_points_changes_nothing(self, index: VectorIndex) -> None:
+        batch = [point(n, basis(n % DIM, plus={(n + 1) % DIM: 0.3})) for n in range(1, 6)]
+        index.upsert(batch)
+        before = index.search("acme", basis(1), 10)
+        index.upsert(batch)
+        index.upsert(list(reversed(batch)))
+        assert index.ids("acme") == [mid(n) for n in range(1, 6)]
+        assert ranked_ids(index.search("acme", basis(1), 10)) == ranked_ids(before)
+
+    def test_delete_removes_and_ignores_unknown_ids(self, index: VectorIndex) -> None:
+        index.upsert([point(1, basis(0)), point(2, basis(0)), point(3, basis(0))])
+        index.delete("acme", [mid(2), mid(99), "not-a-uuid"])
+        assert index.ids("acme") == [mid(1), mid(3)]
+        assert ranked_ids(index.search("acme", basis(0), 10)) == [mid(1), mid(3)]
+        index.delete("acme", [mid(2)])  # again: already gone
+        index.delete("acme", [])
+        assert index.ids("acme") == [mid(1), mid(3)]
+
+    def test_delete_only_touches_the_named_tenant(self, index: VectorIndex) -> None:
+        index.upsert([point(1, basis(0), tenant="acme"), point(2, basis(0), tenant="globex")])
+        index.delete("acme", [mid(2)])
+        assert index.ids("globex") == [mid(2)]
+        index.delete("globex", [mid(2)])
+        assert index.ids("globex") == []
+        assert index.ids("acme") == [mid(1)]
+
+    def test_ids_are_sorted_and_per_tenant(self, index: VectorIndex) -> None:
+        index.upsert(
+            [
+                point(5, basis(0), tenant="acme"),
+                point(2, basis(1), tenant="globex"),
+                point(3, basis(2), tenant="acme"),
+                point(1, basis(3), tenant="acme"),
+                point(4, basis(4), tenant="globex"),
+            ]
+        )
+        assert index.ids("acme") == [mid(1), mid(3), mid(5)]
+        assert index.ids("globex") == [mid(2), mid(4)]
+        assert index.ids("nobody") == []
+        assert index.ids() == [mid(n) for n in range(1, 6)]
+
+    def test_ids_page_through_many_points(self, index: VectorIndex) -> None:
+        n_points = 2500  # more than one scroll page
+        index.upsert([point(n, basis(n % DIM, plus={0: 0.5})) for n in range(n_points, 0, -1)])
+        assert index.ids("acme") == sorted(mid(n) for n in range(1, n_points + 1))
+
+    def test_clear_removes_everything(self, index: VectorIndex) -> None:
+        index.upsert([point(1, basis(0), tenant="acme"), point(2, basis(0), tenant="globex")])
+        index.clear()
+        assert index.ids() == []
+        assert index.search("acme", basis(0), 10) == []
+        assert index.search("globex", basis(0), 10) == []
+        index.upsert([point(3, basis(0))])
+        assert ranked_ids(index.search("acme", basis(0), 10)) == [mid(3)]
+
+    def test_flush_and_optimize_keep_results(self, index: VectorIndex) -> None:
+        index.upsert([point(n, basis(n % DIM, plus={0: n / 50})) for n in range(1, 60)])
+        index.delete("acme", [mid(n) for n in range(1, 60, 3)])
+        before = index.search("acme", basis(0), 15)
+        index.flush()
+        index.optimize()
+        assert_same_hits(index.search("acme", basis(0), 15), before)
+        assert index.ids("acme") == sorted(mid(n) for n in range(1, 60) if n % 3 != 1)
+
+    # ---- errors ---------------------------------------------------------------------------
+
+    def test_wrong_dimension_is_invalid_input(self, index: VectorIndex) -> None:
+        with pytest.raises(InvalidInput) as upserting:
+            index.upsert([point(1, basis(0)), point(2, [1.0] * (DIM + 1))])
+        assert upserting.value.code == "BAD_VECTOR_DIM"
+        assert index.ids() == []  # the batch was rejected as a whole
+        with pytest.raises(InvalidInput) as searching:
+            index.search("acme", [1.0] * (DIM - 1), 5)
+        assert searching.value.code == "BAD_VECTOR_DIM"
+
+    def test_non_finite_vector_is_invalid_input(self, index: VectorIndex) -> None:
+        with pytest.raises(InvalidInput) as upserting:
+            index.upsert([point(1, [math.nan] + [0.0] * (DIM - 1))])
+        assert upserting.value.code == "BAD_VECTOR"
+        with pytest.raises(InvalidInput) as searching:
+            index.search("acme", [math.inf] + [0.0] * (DIM - 1), 5)
+        assert searching.value.code == "BAD_VECTOR"
+        assert index.ids() == []
+
+    def test_memory_id_must_be_a_uuid(self, index: VectorIndex) -> None:
+        bad = VectorPoint("m-1", "acme", "s1", "fact", "shared", (), basis(0))
+        with pytest.raises(InvalidInput) as raised:
+            index.upsert([bad])
+        assert raised.value.code == "BAD_MEMORY_ID"
+        assert index.ids() == []
+
+    # ---- concurrency ----------------------------------------------------------------------
+
+    def test_concurrent_upserts_and_searches(self, index: VectorIndex) -> None:
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                for n in range(1, 201):
+                    index.upsert([point(n, basis(n % DIM, plus={0: 0.1}))])
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        def read() -> None:
+            try:
+                for _ in range(200):
+                    hits = index.search("acme", basis(0), 5)
+                    assert len(hits) <= 5
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=write), threading.Thread(target=read)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(index.ids("acme")) == 200
+
+
+class TestInMemoryVectorIndex(VectorIndexContract):
+    def make_index(self, tmp_path: Path) -> VectorIndex:
+        return InMemoryVectorIndex(DIM)
+
+
+class TestQdrantEdgeIndex(VectorIndexContract):
+    def make_index(self, tmp_path: Path) -> VectorIndex:
+        return QdrantEdgeIndex(tmp_path / "vectors", DIM)
+
+    def test_reopen_keeps_points_and_payload(self, tmp_path: Path) -> None:
+        path = tmp_path / "vectors"
+        first = QdrantEdgeIndex(path, DIM)
+        first.upsert(
+            [
+                point(1, basis(0), tags=("a",)),
+                point(2, basis(0, plus={1: 0.5}), stream="s2"),
+                point(3, basis(0), tenant="globex"),
+            ]
+        )
+        first.delete("acme", [mid(2)])
+        first.upsert([point(4, basis(1))])
+        expected = first.search("acme", basis(0), 10)
+        first.flush()
+        first.close()
+
+        second = QdrantEdgeIndex(path, DIM)
+        try:
+            assert second.ids("acme") == [mid(1), mid(4)]
+            assert second.ids("globex") == [mid(3)]
+            assert_same_hits(second.search("acme", basis(0), 10), expected)
+            tagged = second.search("acme", basis(0), 10, VectorFilter(tags=("a",)))
+            assert ranked_ids(tagged) == [mid(1)]
+        finally:
+            second.close()
+
+    def test_reopen_without_flush_keeps_points(self, tmp_path: Path) -> None:
+        path = tmp_path / "vectors"
+        first = QdrantEdgeIndex(path, DIM)
+        first.upsert([point(1, basis(0)), point(2, basis(1))])
+        first.close()  # close alone must not lose writes
+        second = QdrantEdgeIndex(path, DIM)
+        try:
+            assert second.ids() == [mid(1), mid(2)]
+        finally:
+            second.close()
+
+    def test_optimize_then_reopen_keeps_results(self, tmp_path: Path) -> None:
+        path = tmp_path / "vectors"
+        first = QdrantEdgeIndex(path, DIM)
+        first.upsert(
+            [point(n, basis(n % DIM, plus={(n + 3) % DIM: n / 300})) for n in range(1, 300)]
+        )
+        flt = VectorFilter(streams=("s1",))
+        before = first.search("acme", basis(2), 10, flt)
+        first.optimize()
+        after = first.search("acme", basis(2), 10, flt)
+        first.close()
+        second = QdrantEdgeIndex(path, DIM)
+        try:
+            assert_same_hits(after, before)
+            assert_same_hits(second.search("acme", basis(2), 10, flt), before)
+        finally:
+            second.close()
+
+    def test_tenant_field_has_a_tenant_index(self, tmp_path: Path) -> None:
+        from qdrant_edge import EdgeShard, KeywordIndexParams
+
+        path = tmp_path / "vectors"
+        QdrantEdgeIndex(path, DIM).close()
+        shard = EdgeShard.load(str(path))
+        try:
+            schema = shard.info().payload_schema
+            assert {"tenant", "stream", "type", "scope", "tags"} <= set(schema)
+            params = schema["tenant"].params
+            assert isinstance(params, KeywordIndexParams)
+            assert params.is_tenant is True
+        finally:
+            shard.close()
+
+    def test_second_opener_of_a_directory_is_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "vectors"
+        first = QdrantEdgeIndex(path, DIM)
+        try:
+            with pytest.raises(Unavailable):
+                QdrantEdgeIndex(path, DIM)
+        finally:
+            first.close()
+
+    def test_reopen_with_another_dimension_is_invalid_input(self, tmp_path: Path) -> None:
+        path = tmp_path / "vectors"
+        QdrantEdgeIndex(path, DIM).close()
+        with pytest.raises(InvalidInput) as raised:
+            QdrantEdgeIndex(path, DIM * 2)
+        assert raised.value.code == "BAD_VECTOR_DIM"
+
+    def test_use_after_close_is_unavailable(self, tmp_path: Path) -> None:
+        index = QdrantEdgeIndex(tmp_path / "vectors", DIM)
+        index.close()
+        index.close()  # closing twice is harmless
+        with pytest.raises(Unavailable):
+            index.search("acme", basis(0), 5)
+        with pytest.raises(Unavailable):
+            index.upsert([point(1, basis(0))])

@@ -1,0 +1,98 @@
+"""The envelope, the catalog, upcasting, and schemas/ kept in step with the models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.events import CATALOG, ObservationRecorded, decode_payload, validate_envelope
+from mnemo.schemas import render_all
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def raw(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "event_id": "019ad4f0-8000-7000-8000-000000000001",
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "tenant": "acme",
+        "stream": "user:U1",
+        "occurred_at": "2026-11-30T20:00:00+08:00",
+        "actor": {"kind": "agent", "id": "planner"},
+        "payload": {"text": "记住我的尺码是L"},
+    }
+    base.update(over)
+    return base
+
+
+def test_a_valid_event_keeps_its_utc_offset() -> None:
+    env = validate_envelope(raw())
+    assert env.occurred_at.utcoffset() is not None
+    assert env.occurred_at.isoformat() == "2026-11-30T20:00:00+08:00"
+
+
+def test_version_1_observations_are_upcast_on_read() -> None:
+    env = validate_envelope(raw(schema_version=1, payload={"utterance": "记住我的尺码是L"}))
+    payload = decode_payload(env)
+    assert isinstance(payload, ObservationRecorded)
+    assert payload.text == "记住我的尺码是L"
+    assert payload.kind == "utterance"
+    # the stored event is not rewritten
+    assert env.payload == {"utterance": "记住我的尺码是L"}
+
+
+@pytest.mark.parametrize(
+    ("over", "code"),
+    [
+        ({"type": "MemoryInvented"}, "UNKNOWN_EVENT_TYPE"),
+        ({"schema_version": 9}, "UNSUPPORTED_SCHEMA_VERSION"),
+        ({"schema_version": "2"}, "UNSUPPORTED_SCHEMA_VERSION"),
+        ({"type": "MemoryRegistered", "schema_version": 1}, "EVENT_TYPE_NOT_PUBLISHABLE"),
+        ({"tenant": "../etc"}, "INVALID_TENANT"),
+        ({"tenant": "acme'; DROP"}, "INVALID_TENANT"),
+        ({"occurred_at": "2026-11-30T20:00:00"}, "INVALID_ENVELOPE"),
+        ({"stream": "user/U1"}, "INVALID_ENVELOPE"),
+        ({"payload": {"text": ""}}, "INVALID_PAYLOAD"),
+        (
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "payload": {"memory": {"type": "fact", "content": "x", "semantic_weight": 1.0}},
+            },
+            "INVALID_SEMANTIC_WEIGHT",
+        ),
+        (
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "payload": {"memory": {"type": "fact", "content": ""}},
+            },
+            "EMPTY_CONTENT",
+        ),
+    ],
+)
+def test_bad_events_get_a_precise_code(over: dict[str, Any], code: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        validate_envelope(raw(**over))
+    assert caught.value.code == code
+
+
+def test_every_type_has_a_current_version_and_consecutive_upcasters() -> None:
+    for event_type, current in CATALOG.current.items():
+        assert CATALOG.versions(event_type) == list(range(1, current + 1))
+        for version in range(1, current):
+            assert (event_type, version) in CATALOG.upcasters
+
+
+def test_schemas_folder_matches_the_models() -> None:
+    rendered = render_all()
+    on_disk = {
+        str(p.relative_to(SCHEMAS)): p.read_text(encoding="utf-8") for p in SCHEMAS.rglob("*.json")
+    }
+    assert sorted(on_disk) == sorted(rendered), "run `make schemas`"
+    for name, text in rendered.items():
+        assert on_disk[name] == text, f"{name} drifted from the models: run `make schemas`"

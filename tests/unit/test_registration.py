@@ -1,0 +1,252 @@
+"""Registration: rules, supersede, duplicates and rejection codes, against a dict state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mnemo.bootstrap import load_rules
+from mnemo.domain.events import Actor, ActorKind, Envelope, MemoryRegistered, MemorySuperseded
+from mnemo.domain.ids import new_event_id
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.projection import OutcomeKind, PutMemory, PutOutcome, SetStatus
+from mnemo.handlers import Decision, registration
+
+T0 = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
+RULES = load_rules()
+
+
+class DictState:
+    """A plain dict read model, applying the handler's writes like the store does."""
+
+    def __init__(self) -> None:
+        self.memories: dict[str, Memory] = {}
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        m = self.memories.get(memory_id)
+        return m if m is not None and m.tenant == tenant else None
+
+    def current_for_key(self, tenant: str, stream: str, key: str) -> Memory | None:
+        live = [
+            m
+            for m in self.memories.values()
+            if (m.tenant, m.stream, m.key, m.status) == (tenant, stream, key, MemoryStatus.ACTIVE)
+        ]
+        return max(live, key=lambda m: m.version, default=None)
+
+    def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
+        for m in self.memories.values():
+            if (m.tenant, m.stream, m.content_hash, m.status) == (
+                tenant,
+                stream,
+                content_hash,
+                MemoryStatus.ACTIVE,
+            ):
+                return m
+        return None
+
+    def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
+        return sorted(
+            (m for m in self.memories.values() if (m.tenant, m.stream) == (tenant, stream)),
+            key=lambda m: m.memory_id,
+        )
+
+    def apply(self, decision: Decision) -> None:
+        for w in decision.writes:
+            if isinstance(w, PutMemory):
+                self.memories[w.memory.memory_id] = w.memory
+            elif isinstance(w, SetStatus):
+                self.memories[w.memory_id] = self.memories[w.memory_id].model_copy(
+                    update={"status": w.status}
+                )
+
+
+def event(
+    event_type: str,
+    payload: dict[str, Any],
+    *,
+    version: int = 1,
+    at: datetime = T0,
+    stream: str = "user:U7892",
+) -> Envelope:
+    return Envelope(
+        event_id=new_event_id(at),
+        type=event_type,
+        schema_version=version,
+        tenant="acme",
+        stream=stream,
+        occurred_at=at,
+        actor=Actor(kind=ActorKind.AGENT, id="planner"),
+        payload=payload,
+    )
+
+
+def observe(text: str, **kw: Any) -> Envelope:
+    payload = {"text": text, **{k: v for k, v in kw.items() if k in ("kind", "timezone")}}
+    return event(
+        "ObservationRecorded", payload, version=2, **{k: v for k, v in kw.items() if k == "at"}
+    )
+
+
+def run(state: DictState, env: Envelope) -> Decision:
+    decision = registration.handle(env, state, RULES)
+    state.apply(decision)
+    return decision
+
+
+def outcomes(decision: Decision) -> list[tuple[OutcomeKind, str | None]]:
+    return [
+        (w.outcome.kind, w.outcome.reason_code)
+        for w in decision.writes
+        if isinstance(w, PutOutcome)
+    ]
+
+
+def registered(decision: Decision) -> list[Memory]:
+    found = []
+    for e in decision.events:
+        if e.type == MemoryRegistered.TYPE:
+            found.append(Memory.model_validate(e.payload["memory"]))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value", "mtype", "ttl_hours"),
+    [
+        ("记住我的尺码是L", "size", "L", MemoryType.PREFERENCE, None),
+        ("请记住我的尺码是 XL。", "size", "XL", MemoryType.PREFERENCE, None),
+        ("我今天想买咖啡", "intent", "买咖啡", MemoryType.CONTEXT, 24),
+        ("记住我的生日是五月三日", "生日", "五月三日", MemoryType.PREFERENCE, None),
+        ("我的预算是5000元", "budget", "5000元", MemoryType.FACT, None),
+        ("Remember that my size is M.", "size", "M", MemoryType.PREFERENCE, None),
+        ("I want to buy coffee today", "intent", "buy coffee", MemoryType.CONTEXT, 24),
+        (
+            "please remember my favourite color is teal",
+            "favourite_color",
+            "teal",
+            MemoryType.PREFERENCE,
+            None,
+        ),
+        ("I don't like cilantro", "dislike", "cilantro", MemoryType.PREFERENCE, None),
+    ],
+)
+def test_rules_turn_utterances_into_typed_memories(
+    text: str, key: str, value: str, mtype: MemoryType, ttl_hours: int | None
+) -> None:
+    decision = run(DictState(), observe(text))
+    [memory] = registered(decision)
+    assert (memory.key, memory.value, memory.type) == (key, value, mtype)
+    if ttl_hours is None:
+        assert memory.valid_until is None
+    else:
+        assert memory.valid_until == T0 + timedelta(hours=ttl_hours)
+    assert memory.rule_id is not None
+    assert outcomes(decision) == [(OutcomeKind.REGISTERED, None)]
+
+
+@pytest.mark.parametrize("text", ["hello there", "今天天气不错", "what is my size?", "I like it"])
+def test_utterances_that_ask_nothing_are_not_registered(text: str) -> None:
+    decision = run(DictState(), observe(text))
+    assert decision.events == []
+    assert outcomes(decision) == [(OutcomeKind.IGNORED, "NO_RULE_MATCHED")]
+
+
+def test_actions_are_not_registered_even_when_a_rule_matches() -> None:
+    decision = run(DictState(), observe("记住我的尺码是L", kind="action"))
+    assert decision.events == []
+    assert outcomes(decision) == [(OutcomeKind.IGNORED, "ACTION_NOT_REMEMBERED")]
+
+
+def test_a_new_value_supersedes_with_the_next_version_and_keeps_history() -> None:
+    state = DictState()
+    first = registered(run(state, observe("记住我的尺码是L")))[0]
+    second_decision = run(state, observe("remember my size is XL", at=T0 + timedelta(minutes=5)))
+    second = registered(second_decision)[0]
+    assert (second.version, second.supersedes) == (2, first.memory_id)
+    superseded = [e for e in second_decision.events if e.type == MemorySuperseded.TYPE]
+    assert superseded[0].payload["memory_id"] == first.memory_id
+    assert state.memories[first.memory_id].status is MemoryStatus.SUPERSEDED
+    assert outcomes(second_decision) == [(OutcomeKind.SUPERSEDED, None)]
+    third = registered(run(state, observe("记住我的尺码是M", at=T0 + timedelta(minutes=9))))[0]
+    assert third.version == 3
+
+
+def test_an_exact_duplicate_is_a_no_op() -> None:
+    state = DictState()
+    run(state, observe("记住我的尺码是L"))
+    again = run(state, observe("记住我的尺码是L", at=T0 + timedelta(minutes=1)))
+    assert again.events == []
+    assert outcomes(again) == [(OutcomeKind.DUPLICATE, None)]
+    assert len(state.memories) == 1
+
+
+def test_redelivery_of_the_same_event_emits_the_same_event_ids() -> None:
+    env = observe("记住我的尺码是L")
+    first = registration.handle(env, DictState(), RULES)
+    second = registration.handle(env, DictState(), RULES)
+    assert [e.event_id for e in first.events] == [e.event_id for e in second.events]
+    assert registered(first)[0].memory_id == registered(second)[0].memory_id
+
+
+def test_declared_memories_keep_type_scope_and_provenance() -> None:
+    decision = run(
+        DictState(),
+        event(
+            "MemoryDeclared",
+            {
+                "memory": {
+                    "type": "constraint",
+                    "scope": "tenant",
+                    "content": "禁止向未成年人推荐信贷产品",
+                    "semantic_weight": 0.95,
+                    "provenance": {
+                        "source_id": "policy-7",
+                        "source_location": "p.3 l.12",
+                        "trust": 0.9,
+                        "verified": True,
+                    },
+                }
+            },
+        ),
+    )
+    [memory] = registered(decision)
+    assert memory.type is MemoryType.CONSTRAINT
+    assert memory.scope is Scope.TENANT
+    assert memory.provenance.source_location == "p.3 l.12"
+    assert memory.provenance.verified
+
+
+@pytest.mark.parametrize(
+    ("memory", "code"),
+    [
+        ({"type": "fact", "content": "x", "timezone": "Mars/Olympus"}, "INVALID_TIMEZONE"),
+        (
+            {"type": "fact", "content": "x", "valid_until": (T0 - timedelta(hours=1)).isoformat()},
+            "ALREADY_EXPIRED",
+        ),
+        ({"type": "fact", "content": "x", "semantic_weight": 1.0}, "INVALID_PAYLOAD"),
+        ({"type": "fact", "content": "   "}, "INVALID_PAYLOAD"),
+        ({"type": "nonsense", "content": "x"}, "INVALID_PAYLOAD"),
+    ],
+)
+def test_invalid_declarations_are_rejected_with_a_reason_code(
+    memory: dict[str, Any], code: str
+) -> None:
+    decision = run(DictState(), event("MemoryDeclared", {"memory": memory}))
+    assert outcomes(decision) == [(OutcomeKind.REJECTED, code)]
+    [rejected] = decision.events
+    assert rejected.type == "MemoryRejected"
+    assert rejected.payload["reason_code"] == code
+    assert not any(isinstance(w, PutMemory) for w in decision.writes)
+
+
+def test_forgetting_one_memory_erases_it_from_the_read_model() -> None:
+    state = DictState()
+    memory = registered(run(state, observe("记住我的尺码是L")))[0]
+    decision = run(state, event("ForgetRequested", {"memory_id": memory.memory_id}))
+    assert [e.type for e in decision.events] == ["MemoryForgotten"]
+    erase = [w for w in decision.writes if isinstance(w, SetStatus)]
+    assert erase[0].status is MemoryStatus.FORGOTTEN
+    assert erase[0].erase_content
