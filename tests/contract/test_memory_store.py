@@ -1,0 +1,207 @@
+"""Contract of the MemoryStore port; every adapter runs these cases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mnemo.adapters.sqlite_store import SqliteMemoryStore
+from mnemo.domain.ids import derived_id
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.projection import (
+    AuditRecord,
+    DropTimer,
+    Outcome,
+    OutcomeKind,
+    PutAudit,
+    PutMemory,
+    PutOutcome,
+    PutTimer,
+    SetStatus,
+    Timer,
+)
+from mnemo.domain.text import query_terms
+from mnemo.ports import MemoryQuery, MemoryStore
+
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def mem(
+    n: int,
+    *,
+    tenant: str = "acme",
+    stream: str = "user:U1",
+    content: str = "",
+    key: str | None = None,
+    value: str | None = None,
+    mtype: MemoryType = MemoryType.FACT,
+    tags: tuple[str, ...] = (),
+    valid_until: datetime | None = None,
+    version: int = 1,
+) -> Memory:
+    return Memory(
+        memory_id=derived_id(T0 + timedelta(seconds=n), tenant, str(n)),
+        tenant=tenant,
+        stream=stream,
+        type=mtype,
+        scope=Scope.USER,
+        content=content or f"memory number {n}",
+        key=key,
+        value=value,
+        tags=tags,
+        created_at=T0,
+        valid_until=valid_until,
+        version=version,
+        source_event_id=derived_id(T0, "source", str(n)),
+        content_hash=f"hash{n}",
+    )
+
+
+class MemoryStoreContract:
+    def make_store(self, path: Path) -> MemoryStore:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> MemoryStore:
+        return self.make_store(tmp_path)
+
+    def put(self, store: MemoryStore, *memories: Memory) -> None:
+        with store.transaction() as tx:
+            tx.apply([PutMemory(m) for m in memories])
+
+    def test_put_get_and_tenant_scoping(self, store: MemoryStore) -> None:
+        a = mem(1)
+        self.put(store, a)
+        assert store.get("acme", a.memory_id) == a
+        assert store.get("other", a.memory_id) is None
+        assert store.get_many("other", [a.memory_id]) == []
+        assert store.get_many("acme", [a.memory_id, a.memory_id]) == [a]
+
+    def test_lookups_inside_a_transaction_see_its_own_writes(self, store: MemoryStore) -> None:
+        a = mem(1, key="size", value="L")
+        with store.transaction() as tx:
+            tx.apply([PutMemory(a)])
+            assert tx.current_for_key("acme", "user:U1", "size") == a
+            assert tx.find_by_hash("acme", "user:U1", "hash1") == a
+            tx.apply([SetStatus("acme", a.memory_id, MemoryStatus.SUPERSEDED)])
+            assert tx.current_for_key("acme", "user:U1", "size") is None
+            assert tx.find_by_hash("acme", "user:U1", "hash1") is None
+
+    def test_a_failed_transaction_leaves_nothing_behind(self, store: MemoryStore) -> None:
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom), store.transaction() as tx:
+            tx.apply([PutMemory(mem(1))])
+            tx.set_position("registrar", 10)
+            raise Boom
+        assert store.position("registrar") == 0
+        assert store.counts()["memories"] == 0
+
+    def test_query_filters(self, store: MemoryStore) -> None:
+        memories = [
+            mem(1, mtype=MemoryType.PREFERENCE, tags=("apparel",)),
+            mem(2, mtype=MemoryType.CONSTRAINT),
+            mem(3, stream="user:U2"),
+            mem(4, valid_until=T0 + timedelta(hours=1), tags=("intent",)),
+            mem(5, tenant="other"),
+        ]
+        self.put(store, *memories)
+        ids = lambda q: [m.memory_id for m in store.query("acme", q)]  # noqa: E731
+        assert ids(MemoryQuery(stream="user:U1")) == sorted(
+            m.memory_id for m in [*memories[:2], memories[3]]
+        )
+        assert ids(MemoryQuery(types=(MemoryType.CONSTRAINT,))) == [memories[1].memory_id]
+        assert ids(MemoryQuery(tags=("apparel", "intent"))) == sorted(
+            [memories[0].memory_id, memories[3].memory_id]
+        )
+        assert memories[3].memory_id not in ids(MemoryQuery(live_at=T0 + timedelta(hours=1)))
+        assert memories[3].memory_id in ids(MemoryQuery(live_at=T0 + timedelta(minutes=59)))
+        page = store.query("acme", MemoryQuery(limit=2))
+        rest = store.query("acme", MemoryQuery(limit=10, after=page[-1].memory_id))
+        assert len(page) + len(rest) == 4
+
+    def test_history_keeps_every_version(self, store: MemoryStore) -> None:
+        v1, v2 = mem(1, key="size", value="L"), mem(2, key="size", value="XL", version=2)
+        self.put(store, v1, v2)
+        with store.transaction() as tx:
+            tx.apply([SetStatus("acme", v1.memory_id, MemoryStatus.SUPERSEDED)])
+        assert [m.value for m in store.history("acme", "user:U1", "size")] == ["L", "XL"]
+        assert store.query("acme", MemoryQuery(key="size"))[0].value == "XL"
+
+    def test_keyword_search_ranks_chinese_and_english_within_a_tenant(
+        self, store: MemoryStore
+    ) -> None:
+        self.put(
+            store,
+            mem(1, content="我的尺码是L"),
+            mem(2, content="我喜欢喝咖啡"),
+            mem(3, content="the user prefers aisle seats"),
+            mem(4, tenant="other", content="我的尺码是M"),
+        )
+        zh = store.keyword_search("acme", query_terms("尺码"), MemoryQuery())
+        assert [mid for mid, _ in zh] == [mem(1).memory_id]
+        en = store.keyword_search("acme", query_terms("Aisle seat"), MemoryQuery())
+        assert [mid for mid, _ in en] == [mem(3).memory_id]
+        assert store.keyword_search("acme", query_terms("nothing matches"), MemoryQuery()) == []
+        assert store.keyword_search("acme", ['"; DROP TABLE memories; --'], MemoryQuery()) == []
+
+    def test_erasing_content_removes_it_from_keyword_search(self, store: MemoryStore) -> None:
+        a = mem(1, content="secret plans for tuesday")
+        self.put(store, a)
+        with store.transaction() as tx:
+            tx.apply([SetStatus("acme", a.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)])
+        assert store.keyword_search("acme", ["secret"], MemoryQuery(statuses=())) == []
+        forgotten = store.get("acme", a.memory_id)
+        assert (
+            forgotten is not None
+        )
+        assert (
+            forgotten.content == ""
+        )
+        assert (
+            forgotten.status is MemoryStatus.FORGOTTEN
+        )
+
+    def test_outcomes_timers_audit_and_positions(self, store: MemoryStore) -> None:
+        o = Outcome("acme", "e1", 0, OutcomeKind.REJECTED, reason_code="X", detail="d")
+        due = Timer("acme", mem(1).memory_id, T0 + timedelta(hours=1))
+        later = Timer("acme", mem(2).memory_id, T0 + timedelta(hours=2))
+        record = AuditRecord("acme", 1, "e1", "ObservationRecorded", 1, "0" * 64, "f" * 64)
+        with store.transaction() as tx:
+            tx.apply(
+                [PutOutcome(o), PutOutcome(o), PutTimer(due), PutTimer(later), PutAudit(record)]
+            )
+            tx.set_position("audit", 7)
+        assert store.outcome("acme", "e1") == [o]
+        assert store.outcome("other", "e1") == []
+        assert store.due_timers(T0 + timedelta(hours=1), 10) == [due]
+        assert store.due_timers(T0, 10) == []
+        with store.transaction() as tx:
+            tx.apply([DropTimer("acme", due.memory_id)])
+            assert tx.last_audit("acme") == record
+            assert tx.last_audit("other") is None
+        assert store.due_timers(T0 + timedelta(hours=3), 10) == [later]
+        assert store.audit_trail("acme", 0, 10) == [record]
+        assert store.position("audit") == 7
+
+    def test_checksum_follows_content_and_reset_clears_everything(self, store: MemoryStore) -> None:
+        empty = store.checksum()
+        self.put(store, mem(1))
+        one = store.checksum()
+        assert one != empty
+        self.put(store, mem(1))  # idempotent
+        assert store.checksum() == one
+        with store.transaction() as tx:
+            tx.set_position("registrar", 3)
+        assert store.checksum() == one  # positions are not content
+        store.reset()
+        assert store.checksum() == empty
+        assert store.position("registrar") == 0
+
+
+class TestSqliteMemoryStore(MemoryStoreContract):
+    def make_store(self, path: Path) -> MemoryStore:
+        return SqliteMemoryStore(path / "store.sqlite3", "NORMAL")
