@@ -93,10 +93,14 @@ class MemoryStoreContract:
         class Boom(Exception):
             pass
 
-        with pytest.raises(Boom), store.transaction() as tx:
-            tx.apply([PutMemory(mem(1))])
-            tx.set_position("registrar", 10)
-            raise Boom
+        def fail_midway() -> None:
+            with store.transaction() as tx:
+                tx.apply([PutMemory(mem(1))])
+                tx.set_position("registrar", 10)
+                raise Boom
+
+        with pytest.raises(Boom):
+            fail_midway()
         assert store.position("registrar") == 0
         assert store.counts()["memories"] == 0
 
@@ -155,15 +159,9 @@ class MemoryStoreContract:
             tx.apply([SetStatus("acme", a.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)])
         assert store.keyword_search("acme", ["secret"], MemoryQuery(statuses=())) == []
         forgotten = store.get("acme", a.memory_id)
-        assert (
-            forgotten is not None
-        )
-        assert (
-            forgotten.content == ""
-        )
-        assert (
-            forgotten.status is MemoryStatus.FORGOTTEN
-        )
+        assert forgotten is not None
+        assert forgotten.content == ""
+        assert forgotten.status is MemoryStatus.FORGOTTEN
 
     def test_outcomes_timers_audit_and_positions(self, store: MemoryStore) -> None:
         o = Outcome("acme", "e1", 0, OutcomeKind.REJECTED, reason_code="X", detail="d")

@@ -176,8 +176,8 @@ class Mnemo:
         return PublishResult(accepted, outcomes, complete)
 
     def _wait(self, offset: int, wait: Wait, timeout: float) -> bool:
-        if self.runner is None:
-            raise Unavailable("no consumers run in this process", code="NO_RUNNER")
+        if self.runner is None or not self.runner.running:
+            raise Unavailable("no consumers run in this process to wait for", code="NO_RUNNER")
         if not self.runner.wait_for(registration.CONSUMER, offset, timeout):
             return False
         if wait is Wait.INDEXED:

@@ -1,0 +1,953 @@
+"""The `mnemo` command: run the server, talk to it over HTTP, operate on a data directory.
+
+Every command but `serve` and `admin` (offline) is a plain HTTP client of the gateway; the
+use cases live in the service, never here. Exit codes: 0 done; 1 a local problem (an
+unreadable file, malformed JSON, no data directory); 2 Mnemo rejected the request (or the
+command line was wrong); 3 Mnemo could not be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import click
+import httpx
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from mnemo import __version__
+from mnemo.domain.memory import MemoryType, Scope
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+if TYPE_CHECKING:
+    from mnemo.bootstrap import Platform
+
+__all__ = ["cli", "main"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+EXIT_LOCAL = 1
+EXIT_REJECTED = 2
+EXIT_UNREACHABLE = 3
+MAX_BATCH_BYTES = 512 * 1024  # keeps a batch well under the gateway's default body limit
+TYPES = [t.value for t in MemoryType]
+SCOPES = [s.value for s in Scope]
+WAITS = ["none", "registered", "indexed"]
+_BATCH_INDEX = re.compile(r"^events\[(\d+)\]")
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+class CliError(click.ClickException):
+    """A local problem for the user to read: printed as is on stderr, exit 1."""
+
+    exit_code = EXIT_LOCAL
+    notes: tuple[str, ...] = ()
+
+    def format_message(self) -> str:
+        return "\n".join([self.message, *self.notes])
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(self.format_message(), file=file, err=file is None)
+
+    def extend(self, *notes: str) -> None:
+        """More lines to show under the message."""
+        self.notes = (*self.notes, *notes)
+
+
+class Unreachable(CliError):
+    """Mnemo could not be reached, or did not answer: exit 3."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class ApiError(CliError):
+    """Mnemo answered with an error: `error CODE: message (field)`, exit 2."""
+
+    exit_code = EXIT_REJECTED
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        suffix = f" ({field})" if field else ""
+        super().__init__(f"error {code}: {message}{suffix}")
+        self.code = code
+        self.field = field
+
+
+def api_error(response: httpx.Response) -> ApiError:
+    """The gateway's {"error": {"code", "message", "field"}}, or the bare HTTP status."""
+    try:
+        body = response.json()["error"]
+        return ApiError(str(body["code"]), str(body["message"]), body.get("field"))
+    except (ValueError, KeyError, TypeError):
+        text = response.text.strip()[:200] or response.reason_phrase
+        return ApiError(f"HTTP_{response.status_code}", text)
+
+
+# ---- the HTTP client ------------------------------------------------------------------------
+
+
+@dataclass
+class Api:
+    """Mnemo's HTTP API as one tenant and principal see it."""
+
+    url: str
+    tenant: str
+    principal: str
+    timeout: float
+    _http: httpx.Client | None = None
+
+    def _client(self) -> httpx.Client:
+        if self._http is None:
+            headers = {"X-Mnemo-Tenant": self.tenant, "X-Mnemo-Principal": self.principal}
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def call(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> Any:
+        """The decoded JSON answer; raises Unreachable (exit 3) or ApiError (exit 2)."""
+        response = self._send(method, path, params, body)
+        if response.is_error:
+            raise api_error(response)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise Unreachable(
+                f"{self.url} answered {response.status_code} without JSON: is it Mnemo?"
+            ) from exc
+
+    def _send(
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any
+    ) -> httpx.Response:
+        try:
+            return self._client().request(method, path, params=params, json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise Unreachable(
+                f"cannot reach Mnemo at {self.url} (is `mnemo serve` running?)"
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise Unreachable(
+                f"Mnemo at {self.url} did not answer within {self.timeout:g} s"
+            ) from exc
+        except (httpx.TransportError, httpx.InvalidURL) as exc:
+            raise Unreachable(f"cannot talk to Mnemo at {self.url}: {exc}") from exc
+
+
+def seg(value: str) -> str:
+    """One path segment, escaped."""
+    return quote(value, safe=":@")
+
+
+def query_params(**values: Any) -> dict[str, Any]:
+    """Query parameters without the ones left unset (None, False or empty)."""
+    return {k: v for k, v in values.items() if v is not None and v is not False and v != ()}
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 200  # piped: keep ids and values on one line
+    return console
+
+
+@dataclass
+class State:
+    """What every command gets: the API, the output mode and the consoles."""
+
+    api: Api
+    as_json: bool
+    out: Console = field(default_factory=make_console)
+    err: Console = field(default_factory=lambda: make_console(stderr=True))
+
+    def emit_json(self, value: Any) -> None:
+        click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+    def show(self, value: Any, render: Callable[[Any], Any]) -> None:
+        """The raw JSON with --json, else what `render` makes of it (printed if not None)."""
+        if self.as_json:
+            self.emit_json(value)
+            return
+        rendered = render(value)
+        if rendered is not None:
+            self.out.print(rendered)
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+def echo_jsonl(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def table(*columns: str) -> Table:
+    return Table(*columns, header_style="bold", show_lines=False)
+
+
+def add_row(target: Table, *values: Any) -> None:
+    """A row of plain text: values are never read as rich markup."""
+    target.add_row(*(Text("" if v is None else str(v)) for v in values))
+
+
+def key_value(memory: Mapping[str, Any]) -> str:
+    return f"{memory['key']}={memory['value']}" if memory.get("key") else ""
+
+
+def memory_table(memories: Iterable[Mapping[str, Any]]) -> Table:
+    t = table("memory", "type", "v", "status", "key=value", "content", "weight", "valid until")
+    for m in memories:
+        add_row(
+            t,
+            m["memory_id"],
+            m["type"],
+            m["version"],
+            m["status"],
+            key_value(m),
+            m["content"],
+            f"{m['semantic_weight']:.2f}",
+            m.get("valid_until"),
+        )
+    return t
+
+
+def fields_table(record: Mapping[str, Any]) -> Table:
+    t = table("field", "value")
+    for name, value in record.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        add_row(t, name, shown)
+    return t
+
+
+def describe_outcome(outcome: Mapping[str, Any]) -> str:
+    """`registered memory ID v1`, `ignored NO_RULE — detail`, ..."""
+    parts = [str(outcome["outcome"])]
+    if outcome.get("memory_id"):
+        parts.append(f"memory {outcome['memory_id']}")
+    if outcome.get("version") is not None:
+        parts.append(f"v{outcome['version']}")
+    if outcome.get("reason_code"):
+        parts.append(str(outcome["reason_code"]))
+    if outcome.get("detail"):
+        parts.append(f"— {outcome['detail']}")
+    return " ".join(parts)
+
+
+def progress_bar(console: Console) -> Progress:
+    """A progress bar on `console`, drawn only when it is a terminal."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+# ---- the command group -------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="mnemo")
+@click.option(
+    "--url", envvar="MNEMO_URL", default=DEFAULT_URL, show_default=True, help="Mnemo's address."
+)
+@click.option("--tenant", envvar="MNEMO_TENANT", default="default", show_default=True)
+@click.option("--principal", envvar="MNEMO_PRINCIPAL", default="cli", show_default=True)
+@click.option(
+    "--timeout",
+    envvar="MNEMO_TIMEOUT",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for an answer.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def cli(
+    ctx: click.Context, url: str, tenant: str, principal: str, timeout: float, as_json: bool
+) -> None:
+    """Mnemo: durable, governed, shared memory for AI agents.
+
+    `mnemo serve` runs the server; the other commands talk to it over HTTP (MNEMO_URL).
+    Exit codes: 1 local problem, 2 rejected by Mnemo, 3 Mnemo unreachable.
+    """
+    api = Api(url.rstrip("/"), tenant, principal, timeout)
+    ctx.call_on_close(api.close)
+    ctx.obj = State(api, as_json)
+
+
+def main() -> None:
+    """The console script's entry point."""
+    cli(prog_name="mnemo")
+
+
+# ---- serve ----------------------------------------------------------------------------------
+
+
+def mnemo_settings(data_dir: Path | None) -> MnemoSettings:
+    """The shared settings from the environment, with --data-dir over MNEMO_DATA_DIR."""
+    return MnemoSettings() if data_dir is None else MnemoSettings(data_dir=data_dir)
+
+
+def configure_logging(level: str) -> None:
+    try:
+        logging.basicConfig(
+            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    except ValueError as exc:
+        raise CliError(f"invalid log level {level!r} (MNEMO_LOG_LEVEL)") from exc
+
+
+def http_base(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (docker stop, systemd) shuts the server down like Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+DATA_DIR_OPTION = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded storage directory [default: MNEMO_DATA_DIR or var/data].",
+)
+
+
+@cli.command()
+@click.option("--host", default=None, help="Address [default: MNEMO_GATEWAY_HOST or 127.0.0.1].")
+@click.option("--port", type=click.IntRange(1, 65_535), default=None, help="[default: 8080 or env]")
+@DATA_DIR_OPTION
+def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
+    """Run Mnemo: the HTTP API and its consumers, on embedded storage. Ctrl-C stops it."""
+    import uvicorn
+    from mnemo_gateway.app import create_app
+
+    from mnemo.bootstrap import build_embedded
+
+    settings = mnemo_settings(data_dir)
+    gateway = GatewaySettings().model_copy(update=query_params(host=host, port=port))
+    configure_logging(settings.log_level)
+    platform = build_embedded(settings)
+    try:
+        app = create_app(platform, gateway)
+        base = http_base(gateway.host, gateway.port)
+        click.echo(
+            f"Mnemo listening on {base} — API docs at {base}/docs — "
+            f"data in {settings.data_dir.resolve()}"
+        )
+        with sigterm_as_interrupt():
+            uvicorn.run(
+                app, host=gateway.host, port=gateway.port, log_level=settings.log_level.lower()
+            )
+    finally:
+        platform.close()
+
+
+# ---- publish ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourcedEvent:
+    """An event as read from a file, with where it came from (`file:line`)."""
+
+    event: Any
+    origin: str
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def parse_lines(text: str, name: str) -> list[SourcedEvent]:
+    """JSON Lines: one event per line; blank lines are skipped."""
+    events = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(SourcedEvent(_loads(line), f"{name}:{lineno}"))
+        except ValueError as exc:
+            raise CliError(f"{name}:{lineno}: not valid JSON: {exc}") from exc
+    return events
+
+
+def parse_document(text: str, name: str) -> list[SourcedEvent]:
+    """One JSON document: an event, a list of events or {"events": [...]}."""
+    try:
+        value = _loads(text)
+    except ValueError as exc:
+        raise CliError(f"{name}: not valid JSON: {exc}") from exc
+    if isinstance(value, dict) and isinstance(value.get("events"), list):
+        value = value["events"]
+    if isinstance(value, list):
+        return [SourcedEvent(e, f"{name} (event {i})") for i, e in enumerate(value, 1)]
+    if isinstance(value, dict):
+        return [SourcedEvent(value, name)]
+    raise CliError(f'{name}: expected an event object, a list of events or {{"events": [...]}}')
+
+
+def parse_events(text: str, name: str) -> list[SourcedEvent]:
+    if name.endswith(".jsonl"):
+        return parse_lines(text, name)
+    if name.endswith(".json"):
+        return parse_document(text, name)
+    try:  # stdin or another extension: one JSON document, else JSON Lines
+        return parse_document(text, name)
+    except CliError:
+        return parse_lines(text, name)
+
+
+def read_events(path: str, stream: str | None) -> list[SourcedEvent]:
+    """The events of one file ("-" is stdin), `stream` filled in where one lacks it."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        with click.open_file(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {name}: {exc}") from exc
+    events = parse_events(text, name)
+    if stream is None:
+        return events
+    return [
+        SourcedEvent({**e.event, "stream": stream}, e.origin)
+        if isinstance(e.event, dict) and e.event.get("stream") is None
+        else e
+        for e in events
+    ]
+
+
+def batches(events: Sequence[SourcedEvent], size: int) -> Iterator[list[SourcedEvent]]:
+    """Consecutive batches of at most `size` events and about MAX_BATCH_BYTES."""
+    batch: list[SourcedEvent] = []
+    nbytes = 0
+    for item in events:
+        item_bytes = len(json.dumps(item.event, ensure_ascii=False).encode())
+        if batch and (len(batch) >= size or nbytes + item_bytes > MAX_BATCH_BYTES):
+            yield batch
+            batch, nbytes = [], 0
+        batch.append(item)
+        nbytes += item_bytes
+    if batch:
+        yield batch
+
+
+@dataclass
+class Tally:
+    """What publishing has achieved so far."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    timed_out: int = 0  # batches whose wait ended before the consumers caught up
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        return self.accepted + self.duplicates
+
+    def add(self, answer: Mapping[str, Any]) -> None:
+        for item in answer["accepted"]:
+            if item["duplicate"]:
+                self.duplicates += 1
+            else:
+                self.accepted += 1
+            self.outcomes.update(o["outcome"] for o in item.get("outcomes") or ())
+            self.results.append(item)
+        if not answer.get("complete", True):
+            self.timed_out += 1
+
+    def summary(self, wait: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"accepted": self.accepted, "duplicates": self.duplicates}
+        if wait != "none":
+            body["outcomes"] = dict(sorted(self.outcomes.items()))
+            body["complete"] = self.timed_out == 0
+        body["events"] = self.results
+        return body
+
+
+def where(batch: Sequence[SourcedEvent], field_path: str | None) -> str | None:
+    """The file:line of the event an error's field names (`events[3].payload`)."""
+    match = _BATCH_INDEX.match(field_path or "")
+    if match is None or int(match.group(1)) >= len(batch):
+        return None
+    return batch[int(match.group(1))].origin
+
+
+def send_batch(api: Api, batch: list[SourcedEvent], wait: str, tally: Tally) -> None:
+    body = {"events": [e.event for e in batch]}
+    try:
+        tally.add(api.call("POST", "/v1/events", params={"wait": wait}, body=body))
+    except ApiError as exc:
+        origin = where(batch, exc.field)
+        at = f"  at {origin}" if origin else f"  in the batch starting at {batch[0].origin}"
+        exc.extend(at, accepted_before(tally))
+        raise
+    except CliError as exc:
+        exc.extend(accepted_before(tally))
+        raise
+
+
+def accepted_before(tally: Tally) -> str:
+    return f"  {tally.sent} events accepted before this batch stay accepted"
+
+
+def show_tally(state: State, tally: Tally, wait: str) -> None:
+    if state.as_json:
+        state.emit_json(tally.summary(wait))
+        return
+    click.echo(
+        f"published {tally.sent} events: {tally.accepted} accepted, {tally.duplicates} duplicates"
+    )
+    if wait != "none":
+        counts = ", ".join(f"{k} {n}" for k, n in sorted(tally.outcomes.items()))
+        click.echo(f"outcomes: {counts or 'none yet'}")
+    if tally.timed_out:
+        click.echo(
+            f"the wait timed out for {tally.timed_out} batches; see `mnemo outcome EVENT_ID` later",
+            err=True,
+        )
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.option("--stream", default=None, help="Stream for events that name none.")
+@click.option("--wait", type=click.Choice(WAITS), default="none", show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 1_000), default=100, show_default=True)
+@pass_state
+def publish(
+    state: State, files: tuple[str, ...], stream: str | None, wait: str, batch_size: int
+) -> None:
+    """Publish the events of .json / .jsonl FILES ("-" reads stdin), in batches."""
+    events = [e for path in files for e in read_events(path, stream)]
+    if not events:
+        raise CliError("no events to publish")
+    tally = Tally()
+    try:
+        with progress_bar(state.err) as bar:
+            task = bar.add_task("publishing", total=len(events))
+            for batch in batches(events, batch_size):
+                send_batch(state.api, batch, wait, tally)
+                bar.advance(task, len(batch))
+    except KeyboardInterrupt:
+        raise CliError(
+            f"interrupted: {tally.sent} events were accepted (and maybe the batch in flight)"
+        ) from None
+    show_tally(state, tally, wait)
+
+
+# ---- remember / declare -----------------------------------------------------------------
+
+
+def declared_event(stream: str, memory: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory": dict(memory)},
+    }
+
+
+def publish_one(state: State, event: Mapping[str, Any]) -> None:
+    """Publish one event, wait for its registration, print what became of it."""
+    answer = state.api.call("POST", "/v1/events", params={"wait": "registered"}, body=event)
+    state.show(answer, render_one)
+
+
+def render_one(answer: Mapping[str, Any]) -> None:
+    item = answer["accepted"][0]
+    note = " (a duplicate)" if item["duplicate"] else ""
+    click.echo(f"event {item['event_id']} at seq {item['seq']}{note}")
+    for outcome in item.get("outcomes") or ():
+        click.echo(f"  {describe_outcome(outcome)}")
+    if not item.get("outcomes"):
+        click.echo(f"  not registered yet; see `mnemo outcome {item['event_id']}`")
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--stream", required=True, help="The subject stream, e.g. user:U7892.")
+@click.option(
+    "--type",
+    "memory_type",
+    type=click.Choice(TYPES),
+    default=None,
+    help="Declare a memory of this type with TEXT as its content, instead of letting the "
+    "registration rules read TEXT as an observation.",
+)
+@pass_state
+def remember(state: State, text: str, stream: str, memory_type: str | None) -> None:
+    """Record TEXT as an observation (or declare it with --type) and show the outcome."""
+    if memory_type is not None:
+        event = declared_event(stream, {"type": memory_type, "content": text})
+    else:
+        event = {
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "stream": stream,
+            "payload": {"text": text},
+        }
+    publish_one(state, event)
+
+
+@cli.command()
+@click.option("--stream", required=True, help="The subject stream, e.g. user:U7892.")
+@click.option("--type", "memory_type", type=click.Choice(TYPES), required=True)
+@click.option("--content", default="", help="What the memory says.")
+@click.option("--key", default=None, help="A key; a newer value of a key supersedes the older.")
+@click.option("--value", default=None, help="The key's value.")
+@click.option("--scope", type=click.Choice(SCOPES), default=None)
+@click.option("--ttl", type=click.IntRange(min=1), default=None, help="Seconds it stays valid.")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
+@click.option("--weight", type=float, default=None, help="Semantic weight, 0 to 0.99.")
+@pass_state
+def declare(
+    state: State,
+    stream: str,
+    memory_type: str,
+    content: str,
+    key: str | None,
+    value: str | None,
+    scope: str | None,
+    ttl: int | None,
+    tags: tuple[str, ...],
+    weight: float | None,
+) -> None:
+    """Declare a memory explicitly (a MemoryDeclared event) and show the outcome."""
+    optional = {"key": key, "value": value, "scope": scope, "ttl_seconds": ttl}
+    memory: dict[str, Any] = {"type": memory_type, "content": content}
+    memory.update(query_params(**optional, semantic_weight=weight, tags=list(tags) or None))
+    publish_one(state, declared_event(stream, memory))
+
+
+# ---- reads ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("memory_id")
+@pass_state
+def get(state: State, memory_id: str) -> None:
+    """One memory, every field."""
+    state.show(state.api.call("GET", f"/v1/memories/{seg(memory_id)}"), fields_table)
+
+
+def render_memories(answer: Mapping[str, Any]) -> Table | None:
+    if not answer["memories"]:
+        click.echo("no memories")
+        return None
+    return memory_table(answer["memories"])
+
+
+@cli.command("list")
+@click.argument("stream")
+@click.option("--type", "types", multiple=True, type=click.Choice(TYPES))
+@click.option("--scope", "scopes", multiple=True, type=click.Choice(SCOPES))
+@click.option("--tag", "tags", multiple=True)
+@click.option("--key", default=None)
+@click.option("--include-expired", is_flag=True)
+@click.option("--include-superseded", is_flag=True)
+@click.option("--limit", type=click.IntRange(1, 1_000), default=100, show_default=True)
+@click.option("--after", default=None, help="Cursor: the last memory id of the previous page.")
+@pass_state
+def list_memories(
+    state: State,
+    stream: str,
+    types: tuple[str, ...],
+    scopes: tuple[str, ...],
+    tags: tuple[str, ...],
+    key: str | None,
+    include_expired: bool,
+    include_superseded: bool,
+    limit: int,
+    after: str | None,
+) -> None:
+    """A subject stream's memories (live ones unless told otherwise)."""
+    params = query_params(
+        type=types,
+        scope=scopes,
+        tag=tags,
+        key=key,
+        include_expired=include_expired,
+        include_superseded=include_superseded,
+        limit=limit,
+        after=after,
+    )
+    answer = state.api.call("GET", f"/v1/subjects/{seg(stream)}/memories", params=params)
+    state.show(answer, render_memories)
+    if not state.as_json and answer.get("next_after"):
+        click.echo(f"more: mnemo list {stream} --after {answer['next_after']}", err=True)
+
+
+@cli.command()
+@click.argument("stream")
+@click.argument("key")
+@pass_state
+def history(state: State, stream: str, key: str) -> None:
+    """Every version of KEY in STREAM."""
+    answer = state.api.call("GET", f"/v1/subjects/{seg(stream)}/history/{seg(key)}")
+    state.show(answer, render_memories)
+
+
+def render_hits(answer: Mapping[str, Any]) -> Table | None:
+    if not answer["hits"]:
+        click.echo("no hits")
+        return None
+    t = table("#", "score", "memory", "stream", "type", "key=value", "content")
+    for rank, hit in enumerate(answer["hits"], 1):
+        m = hit["memory"]
+        row = (m["memory_id"], m["stream"], m["type"], key_value(m), m["content"])
+        add_row(t, rank, f"{hit['score']:.4f}", *row)
+    return t
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--subject", "subjects", multiple=True, help="A stream to search (repeatable).")
+@click.option("--type", "types", multiple=True, type=click.Choice(TYPES))
+@click.option("--scope", "scopes", multiple=True, type=click.Choice(SCOPES))
+@click.option("--tag", "tags", multiple=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
+@pass_state
+def search(
+    state: State,
+    query: str,
+    subjects: tuple[str, ...],
+    types: tuple[str, ...],
+    scopes: tuple[str, ...],
+    tags: tuple[str, ...],
+    limit: int,
+) -> None:
+    """Hybrid (semantic + keyword) search over memories."""
+    body = {
+        "query": query,
+        "subjects": list(subjects),
+        "types": list(types),
+        "scopes": list(scopes),
+        "tags": list(tags),
+        "limit": limit,
+    }
+    state.show(state.api.call("POST", "/v1/search", body=body), render_hits)
+
+
+def render_context(answer: Mapping[str, Any]) -> None:
+    click.echo(answer["context"])
+    click.echo(
+        f"{answer['tokens']} of {answer['budget']} tokens, {len(answer['included'])} memories, "
+        f"{len(answer['left_out'])} left out",
+        err=True,
+    )
+
+
+@cli.command()
+@click.argument("query", default="")
+@click.option("--subject", "subjects", multiple=True, required=True, help="Repeatable.")
+@click.option("--budget", type=click.IntRange(16, 200_000), default=1_000, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@pass_state
+def context(state: State, query: str, subjects: tuple[str, ...], budget: int, limit: int) -> None:
+    """The context for an LLM call within a token budget (--json: the whole answer)."""
+    body = {"subjects": list(subjects), "query": query, "budget": budget, "limit": limit}
+    state.show(state.api.call("POST", "/v1/context", body=body), render_context)
+
+
+# ---- events ---------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("stream")
+@click.option("--from-seq", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=1_000, show_default=True)
+@click.option("--all", "all_pages", is_flag=True, help="Page on until the end of the stream.")
+@pass_state
+def replay(state: State, stream: str, from_seq: int, limit: int, all_pages: bool) -> None:
+    """A stream's events from a sequence number, as JSON Lines."""
+    path = f"/v1/subjects/{seg(stream)}/events"
+    seq = from_seq
+    while True:
+        page = state.api.call("GET", path, params={"from_seq": seq, "limit": limit})
+        for event in page["events"]:
+            echo_jsonl(event)
+        if not all_pages or len(page["events"]) < limit:
+            return
+        seq = int(page["next"])
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@cli.command()
+@click.option("--after-offset", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep polling for new events; Ctrl-C stops.")
+@click.option("--limit", type=click.IntRange(1, 1_000), default=100, show_default=True)
+@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True)
+@pass_state
+def tail(state: State, after_offset: int, follow: bool, limit: int, interval: float) -> None:
+    """The tenant's events after a log offset, as JSON Lines."""
+    offset = after_offset
+    try:
+        while True:
+            page = state.api.call(
+                "GET", "/v1/events", params={"after_offset": offset, "limit": limit}
+            )
+            for event in page["events"]:
+                echo_jsonl(event)
+            offset = int(page["next"])
+            if len(page["events"]) < limit:
+                if not follow:
+                    return
+                pause(interval)
+    except KeyboardInterrupt:
+        return
+
+
+def render_outcomes(outcomes: Sequence[Mapping[str, Any]]) -> None:
+    if not outcomes:
+        click.echo("no outcome yet (the event is unknown, or not registered yet)")
+    for outcome in outcomes:
+        click.echo(describe_outcome(outcome))
+
+
+@cli.command()
+@click.argument("event_id")
+@pass_state
+def outcome(state: State, event_id: str) -> None:
+    """What registration made of an event."""
+    state.show(state.api.call("GET", f"/v1/events/{seg(event_id)}/outcome"), render_outcomes)
+
+
+def render_status(status: Mapping[str, Any]) -> Group:
+    head = int(status["log_head"])
+    running = "running" if status["consumers_running"] else "STOPPED"
+    click.echo(f"Mnemo ({status['mode']}): log head {head}, consumers {running}")
+    consumers = table("consumer", "position", "lag")
+    for name, lag in sorted(status["lag"].items()):
+        add_row(consumers, name, head - int(lag), lag)
+    counts = table("read model", "rows")
+    for name, count in sorted(status["counts"].items()):
+        add_row(counts, name, count)
+    return Group(consumers, counts)
+
+
+@cli.command()
+@pass_state
+def status(state: State) -> None:
+    """Consumers' positions and lag, read-model counts."""
+    state.show(state.api.call("GET", "/v1/admin/status"), render_status)
+
+
+# ---- admin ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def offline_platform(data_dir: Path | None) -> Iterator[Platform]:
+    """The embedded platform on a data directory no server is running on, closed after."""
+    from mnemo.bootstrap import build_embedded
+
+    settings = mnemo_settings(data_dir)
+    if not (settings.data_dir / "log.sqlite3").is_file():
+        raise CliError(f"no Mnemo data in {settings.data_dir} (see --data-dir, MNEMO_DATA_DIR)")
+    platform = build_embedded(settings)
+    try:
+        yield platform
+    finally:
+        platform.close()
+
+
+def rebuild_offline(platform: Platform, console: Console) -> str:
+    from mnemo.service.admin import rebuild_read_models
+
+    with progress_bar(console) as bar:
+        task = bar.add_task("rebuilding", total=platform.log.head() or None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return rebuild_read_models(platform, advance)
+
+
+@cli.group()
+def admin() -> None:
+    """Operations on a whole platform."""
+
+
+@admin.command("rebuild")
+@DATA_DIR_OPTION
+@click.option("--online", is_flag=True, help="Ask the running server (--url) to rebuild.")
+@pass_state
+def admin_rebuild(state: State, data_dir: Path | None, online: bool) -> None:
+    """Drop the read models and rebuild them from the log.
+
+    Offline (the default) on a data directory the server must not be running on; with
+    --online, by the server itself.
+    """
+    if online and data_dir is not None:
+        raise click.UsageError("--data-dir is for offline rebuilds; --online uses --url")
+    started = time.perf_counter()
+    if online:
+        answer = state.api.call("POST", "/v1/admin/rebuild")
+        checksum, head = str(answer["checksum"]), int(answer["log_head"])
+    else:
+        with offline_platform(data_dir) as platform:
+            checksum, head = rebuild_offline(platform, state.err), platform.log.head()
+    seconds = round(time.perf_counter() - started, 3)
+    if state.as_json:
+        state.emit_json({"checksum": checksum, "log_head": head, "seconds": seconds})
+        return
+    click.echo(f"rebuilt the read models from {head} events in {seconds:.2f} s")
+    click.echo(f"checksum {checksum}")
+
+
+@admin.command("checksum")
+@DATA_DIR_OPTION
+@pass_state
+def admin_checksum(state: State, data_dir: Path | None) -> None:
+    """The digest of every read model and the vector index, computed offline."""
+    from mnemo.service.admin import platform_checksum
+
+    with offline_platform(data_dir) as platform:
+        checksum = platform_checksum(platform)
+    if state.as_json:
+        state.emit_json({"checksum": checksum})
+    else:
+        click.echo(checksum)
+
+
+if __name__ == "__main__":
+    main()

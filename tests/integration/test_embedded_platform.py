@@ -1,0 +1,137 @@
+"""The embedded platform as a whole: expiry through the clock, forgetting, rebuilding every
+read model from the log, restarts that find everything where it was."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from mnemo.adapters.clocks import FixedClock
+from mnemo.bootstrap import Platform
+from mnemo.domain.memory import MemoryStatus
+from mnemo.handlers import audit
+from mnemo.service.admin import platform_checksum, rebuild_read_models
+from mnemo.service.app import RequestContext, Wait
+
+CTX = RequestContext("acme", "tester")
+
+
+def obs(text: str, stream: str = "user:U1", **payload: Any) -> dict[str, Any]:
+    return {
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "stream": stream,
+        "payload": {"text": text, **payload},
+    }
+
+
+def declare(stream: str = "user:U1", **memory: Any) -> dict[str, Any]:
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory": memory},
+    }
+
+
+def test_ttl_expiry_fires_at_the_instant_and_leaves_every_read_model(
+    platform: Platform, clock: FixedClock
+) -> None:
+    app = platform.app
+    result = app.publish(
+        CTX, [declare(type="context", content="boarding gate B12", ttl_seconds=3600)]
+    )
+    platform.runner.drain()
+    [outcome] = app.outcome(CTX, result.accepted[0].event_id)
+    memory_id = outcome.memory_id
+    assert memory_id is not None
+    assert [h.memory.memory_id for h in app.search(CTX, "boarding gate", streams=["user:U1"])] == [
+        memory_id
+    ]
+
+    clock.advance(timedelta(seconds=3599))
+    platform.runner.drain()
+    assert app.get(CTX, memory_id).status is MemoryStatus.ACTIVE
+    assert platform.index.ids("acme") == [memory_id]
+
+    clock.advance(timedelta(seconds=1))
+    # reads hide it from the instant itself, even before the scan runs
+    assert app.search(CTX, "boarding gate", streams=["user:U1"]) == []
+    platform.runner.drain()
+    assert app.get(CTX, memory_id).status is MemoryStatus.EXPIRED
+    assert platform.index.ids("acme") == []
+    assert app.list_memories(CTX, "user:U1") == []
+    assert [m.memory_id for m in app.list_memories(CTX, "user:U1", include_expired=True)] == [
+        memory_id
+    ]
+    expired = [e for e in platform.log.read(0, 100) if e.envelope.type == "MemoryExpired"]
+    assert len(expired) == 1
+    assert expired[0].envelope.occurred_at == app.get(CTX, memory_id).valid_until
+    # scanning again never fires twice
+    clock.advance(timedelta(days=1))
+    platform.runner.drain()
+    assert len([e for e in platform.log.read(0, 100) if e.envelope.type == "MemoryExpired"]) == 1
+
+
+def test_forgetting_a_memory_removes_it_from_every_read_model(platform: Platform) -> None:
+    app = platform.app
+    platform.runner.start()
+    r = app.publish(CTX, [obs("记住我的尺码是L")], wait=Wait.INDEXED)
+    memory_id = r.outcomes[r.accepted[0].event_id][0].memory_id
+    assert memory_id is not None
+    app.publish(CTX, [{"type": "ForgetRequested", "schema_version": 1, "stream": "user:U1",
+                       "payload": {"memory_id": memory_id}}], wait=Wait.INDEXED)  # fmt: skip
+    forgotten = app.get(CTX, memory_id)
+    assert forgotten.status is MemoryStatus.FORGOTTEN
+    assert forgotten.value is None
+    assert forgotten.content == ""
+    assert platform.index.ids("acme") == []
+    assert app.search(CTX, "尺码", streams=["user:U1"]) == []
+
+
+def test_rebuilding_from_the_log_gives_identical_state(
+    platform: Platform, clock: FixedClock
+) -> None:
+    app = platform.app
+    for i in range(3):
+        app.publish(
+            CTX,
+            [
+                obs("记住我的尺码是L", stream=f"user:U{i}"),
+                obs("remember my size is XL", stream=f"user:U{i}"),
+                obs("我今天想买咖啡", stream=f"user:U{i}"),
+                obs("hello", stream=f"user:U{i}"),
+                declare(
+                    stream=f"user:U{i}", type="constraint", content="no credit products for minors"
+                ),
+                declare(stream=f"user:U{i}", type="fact", content="x", timezone="Mars/Base"),
+            ],
+        )
+        clock.advance(timedelta(hours=10))
+        platform.runner.drain()
+    clock.advance(timedelta(hours=30))  # the first intents expire
+    platform.runner.drain()
+    counts = platform.store.counts()
+    assert counts["memories_superseded"] == 3
+    assert counts["memories_expired"] >= 1
+    live = platform_checksum(platform)
+    live_counts = platform.store.counts()
+    head = platform.log.head()
+    progress: list[tuple[int, int]] = []
+    assert rebuild_read_models(platform, lambda done, total: progress.append((done, total))) == live
+    assert platform.store.counts() == live_counts
+    assert platform.log.head() == head, "a rebuild appends nothing to the log"
+    assert progress
+    assert progress[-1] == (head, head)
+
+
+def test_the_audit_chain_covers_every_event_and_verifies(platform: Platform) -> None:
+    app = platform.app
+    app.publish(CTX, [obs("记住我的尺码是L"), obs("hello")])
+    app.publish(RequestContext("globex", "t"), [obs("remember my size is M")])
+    platform.runner.drain()
+    events = {e.envelope.event_id: e.envelope for e in platform.log.read(0, 1000)}
+    for tenant in ("acme", "globex"):
+        trail = platform.store.audit_trail(tenant, 0, 1000)
+        assert len(trail) == sum(1 for e in events.values() if e.tenant == tenant)
+        assert audit.verify(trail, events) is None
