@@ -1,0 +1,95 @@
+"""Every error leaves the gateway as {"error": {"code", "message", "field"}}."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mnemo.domain.errors import ConflictError, MnemoError, NotFound, Unavailable
+
+__all__ = ["ErrorResponse", "error_response", "install_error_handlers", "status_of"]
+
+log = logging.getLogger("mnemo.gateway")
+
+_STATUS_BY_CODE = {
+    "PAYLOAD_TOO_LARGE": 413,
+    "TENANT_MISMATCH": 403,
+}
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def status_of(exc: MnemoError) -> int:
+    if exc.code in _STATUS_BY_CODE:
+        return _STATUS_BY_CODE[exc.code]
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, Unavailable):
+        return 503
+    return 400
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None, **extra: Any
+) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        body["field"] = field
+    body.update(extra)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _field(loc: Any) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(MnemoError)
+    async def _mnemo_error(_: Request, exc: MnemoError) -> JSONResponse:
+        extra = getattr(exc, "extra", None) or {}
+        return error_response(status_of(exc), exc.code, exc.message, exc.field, **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        err = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        return error_response(
+            422, "VALIDATION_ERROR", str(err.get("msg")), _field(err.get("loc", ()))
+        )
+
+    @app.exception_handler(ValidationError)
+    async def _body_validation(_: Request, exc: ValidationError) -> JSONResponse:
+        err = exc.errors()[0]
+        return error_response(422, "VALIDATION_ERROR", str(err["msg"]), _field(err["loc"]))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(
+            exc.status_code, "HTTP_ERROR"
+        )
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(
+            500, "INTERNAL_ERROR", "an unexpected error occurred; it has been logged"
+        )

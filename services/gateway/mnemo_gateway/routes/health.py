@@ -1,0 +1,36 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mnemo.domain.errors import MnemoError
+from mnemo_gateway.deps import PlatformDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: storage answers and consumers run")
+def readyz(platform: PlatformDep, request: Request) -> JSONResponse:
+    checks: dict[str, Any] = {}
+    ok = True
+    try:
+        checks["log_head"] = platform.log.head()
+        checks["lag"] = platform.runner.lag()
+    except MnemoError as exc:
+        ok = False
+        checks["storage"] = exc.code
+    checks["consumers_running"] = platform.runner.running or not request.app.state.run_consumers
+    ok = ok and checks["consumers_running"]
+    return JSONResponse(
+        {"status": "ready" if ok else "not_ready", "checks": checks},
+        status_code=200 if ok else 503,
+    )
