@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= var/data
 
-.PHONY: help install run serve test lint typecheck unit contract integration e2e schemas bench clean
+.PHONY: help install run test lint typecheck unit contract integration e2e schemas bench constraints clean
 
 help:
 	@echo "make run        install and start Mnemo on 127.0.0.1:8080 (embedded storage in $(DATA))"
@@ -14,11 +14,11 @@ help:
 	@echo "make schemas    regenerate schemas/ from the event models"
 	@echo "make unit|contract|integration|e2e   one test layer"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -53,6 +53,9 @@ schemas: install
 
 bench: install
 	$(BIN)/python -m bench.run --out bench/results
+
+constraints: install
+	$(BIN)/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache
