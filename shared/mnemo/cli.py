@@ -198,8 +198,13 @@ class State:
 pass_state = click.make_pass_decorator(State)
 
 
+def dumps(value: Any) -> str:
+    """Compact JSON, non-ASCII text kept readable."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def echo_jsonl(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    click.echo(dumps(value))
 
 
 def table(*columns: str) -> Table:
@@ -235,7 +240,7 @@ def memory_table(memories: Iterable[Mapping[str, Any]]) -> Table:
 def fields_table(record: Mapping[str, Any]) -> Table:
     t = table("field", "value")
     for name, value in record.items():
-        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        shown = value if value is None or isinstance(value, str) else dumps(value)
         add_row(t, name, shown)
     return t
 
@@ -274,8 +279,12 @@ def progress_bar(console: Console) -> Progress:
 @click.option(
     "--url", envvar="MNEMO_URL", default=DEFAULT_URL, show_default=True, help="Mnemo's address."
 )
-@click.option("--tenant", envvar="MNEMO_TENANT", default="default", show_default=True)
-@click.option("--principal", envvar="MNEMO_PRINCIPAL", default="cli", show_default=True)
+@click.option(
+    "--tenant", envvar="MNEMO_TENANT", default="default", show_default=True, help="Whose data."
+)
+@click.option(
+    "--principal", envvar="MNEMO_PRINCIPAL", default="cli", show_default=True, help="Who asks."
+)
 @click.option(
     "--timeout",
     envvar="MNEMO_TIMEOUT",
@@ -299,9 +308,9 @@ def cli(
     ctx.obj = State(api, as_json)
 
 
-def main() -> None:
-    """The console script's entry point."""
-    cli(prog_name="mnemo")
+def main(args: Sequence[str] | None = None) -> None:
+    """The console script's entry point; `args` defaults to the command line."""
+    cli.main(args=list(args) if args is not None else None, prog_name="mnemo")
 
 
 # ---- serve ----------------------------------------------------------------------------------
@@ -458,7 +467,7 @@ def batches(events: Sequence[SourcedEvent], size: int) -> Iterator[list[SourcedE
     batch: list[SourcedEvent] = []
     nbytes = 0
     for item in events:
-        item_bytes = len(json.dumps(item.event, ensure_ascii=False).encode())
+        item_bytes = len(dumps(item.event).encode())
         if batch and (len(batch) >= size or nbytes + item_bytes > MAX_BATCH_BYTES):
             yield batch
             batch, nbytes = [], 0

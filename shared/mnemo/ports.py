@@ -12,9 +12,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
+from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
-from mnemo.domain.projection import AuditRecord, Outcome, Timer, Write
+from mnemo.domain.projection import AuditRecord, ContextRecord, MemoryStats, Outcome, Timer, Write
 
 __all__ = [
     "Appended",
@@ -124,6 +125,16 @@ class StoreTransaction(abc.ABC):
     def last_audit(self, tenant: str) -> AuditRecord | None: ...
 
     @abc.abstractmethod
+    def template(self, tenant: str, name: str, version: int) -> ContextTemplate | None: ...
+
+    @abc.abstractmethod
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
+
+    @abc.abstractmethod
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None:
+        """The decay consumer's (weight, trust) of a memory."""
+
+    @abc.abstractmethod
     def apply(self, writes: Sequence[Write]) -> None:
         """Apply projection writes; each is idempotent."""
 
@@ -173,6 +184,23 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]: ...
+
+    @abc.abstractmethod
+    def template(
+        self, tenant: str, name: str, version: int | None = None
+    ) -> ContextTemplate | None:
+        """A registered template: that version, or the latest when version is None."""
+
+    @abc.abstractmethod
+    def templates(self, tenant: str) -> list[ContextTemplate]:
+        """Every registered template of the tenant, by name then version."""
+
+    @abc.abstractmethod
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
+
+    @abc.abstractmethod
+    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        """Usage counters of the given memories (absent ones have none yet)."""
 
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:

@@ -55,6 +55,17 @@ def registered_memory(text: str, at: datetime, zone: str | None) -> tuple[Envelo
     return env, Memory.model_validate(env.payload["memory"])
 
 
+class Weights:
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[float, float]] = {}
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        return None
+
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None:
+        return self.values.get(memory_id)
+
+
 # the same instant: 23:00 in Tokyo, 09:00 in New York, 14:00 UTC
 INSTANT = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 
@@ -87,11 +98,11 @@ def test_end_of_day_honours_a_daylight_saving_change() -> None:
 
 def test_a_timer_is_set_at_registration_and_fires_at_the_exact_instant() -> None:
     env, memory = registered_memory("I want to buy coffee today", INSTANT, None)
-    [put] = decay.handle(env).writes
+    _, put = decay.handle(env, Weights()).writes
     assert isinstance(put, PutTimer)
     assert put.timer.due_at == INSTANT + timedelta(hours=24)
 
-    class One:
+    class One(Weights):
         def get(self, tenant: str, memory_id: str) -> Memory | None:
             return memory if memory_id == memory.memory_id else None
 
@@ -113,7 +124,7 @@ def test_scan_skips_memories_no_longer_active() -> None:
     _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
     gone = memory.model_copy(update={"status": MemoryStatus.SUPERSEDED})
 
-    class Gone:
+    class Gone(Weights):
         def get(self, tenant: str, memory_id: str) -> Memory | None:
             return gone
 
@@ -124,7 +135,7 @@ def test_scan_skips_memories_no_longer_active() -> None:
 
 def test_permanent_memories_set_no_timer() -> None:
     env, _ = registered_memory("记住我的尺码是L", INSTANT, None)
-    assert decay.handle(env).writes == []
+    assert [type(w).__name__ for w in decay.handle(env, Weights()).writes] == ["PutWeight"]
 
 
 def test_weight_halves_per_half_life_and_stops_at_the_floor() -> None:
@@ -136,3 +147,57 @@ def test_weight_halves_per_half_life_and_stops_at_the_floor() -> None:
     assert decayed_weight(memory, INSTANT + timedelta(days=5000)) == 0.1
     constraint = memory.model_copy(update={"type": MemoryType.CONSTRAINT})
     assert decayed_weight(constraint, INSTANT + timedelta(days=5000)) == 0.72
+
+
+def feedback(event_type: str, payload: dict[str, object]) -> Envelope:
+    return Envelope(
+        event_id=new_event_id(INSTANT),
+        type=event_type,
+        schema_version=1,
+        tenant="acme",
+        stream="user:U1",
+        occurred_at=INSTANT,
+        actor=Actor(kind=ActorKind.AGENT, id="a"),
+        payload=payload,
+    )
+
+
+def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
+    state = Weights()
+    state.values["m1"] = (0.5, 0.6)
+    early = decay.handle(
+        feedback("MemoryCited", {"memory_id": "m1", "position": "beginning"}), state
+    )
+    [event] = early.events
+    assert event.type == "MemoryDecayed"
+    assert (event.payload["semantic_weight"], event.payload["trust"]) == (0.55, 0.62)
+    late = decay.handle(feedback("MemoryCited", {"memory_id": "m1", "position": "end"}), state)
+    assert (late.events[0].payload["semantic_weight"], late.events[0].payload["trust"]) == (
+        0.52,
+        0.6,
+    )
+    state.values["m1"] = (0.98, 1.0)
+    capped = decay.handle(
+        feedback("MemoryCited", {"memory_id": "m1", "position": "beginning"}), state
+    )
+    assert (capped.events[0].payload["semantic_weight"], capped.events[0].payload["trust"]) == (
+        0.99,
+        1.0,
+    )
+
+
+def test_a_correction_lowers_weight_and_trust_of_each_memory_used() -> None:
+    state = Weights()
+    state.values.update({"m1": (0.8, 0.5), "m2": (0.4, 0.05)})
+    decision = decay.handle(
+        feedback(
+            "MemoryCorrected", {"memory_ids": ["m1", "m2", "unknown"], "reason": "wrong size"}
+        ),
+        state,
+    )
+    moved = {
+        e.payload["memory_id"]: (e.payload["semantic_weight"], e.payload["trust"])
+        for e in decision.events
+    }
+    assert moved == {"m1": (0.56, 0.4), "m2": (0.28, 0.0)}
+    assert all(e.payload["reason"] == "corrected:wrong size" for e in decision.events)

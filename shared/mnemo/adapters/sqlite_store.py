@@ -8,25 +8,34 @@ transaction, so a consumer that crashes either did a whole batch or none of it.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mnemo.adapters.sqlite_log import connect
+from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import (
     AuditRecord,
+    BumpStats,
+    ContextRecord,
     DropTimer,
+    MemoryStats,
     Outcome,
     OutcomeKind,
     PutAudit,
+    PutContextRecord,
     PutMemory,
     PutOutcome,
+    PutTemplate,
     PutTimer,
+    PutWeight,
     SetStatus,
     Timer,
     Write,
@@ -77,9 +86,40 @@ CREATE TABLE IF NOT EXISTS audit (
     PRIMARY KEY (tenant, n)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS positions (consumer TEXT PRIMARY KEY, offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS templates (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS context_records (
+    tenant TEXT NOT NULL, request_id TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (tenant, request_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS decay_weights (
+    tenant TEXT NOT NULL, memory_id TEXT NOT NULL, weight REAL NOT NULL, trust REAL NOT NULL,
+    PRIMARY KEY (tenant, memory_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_stats (
+    tenant TEXT NOT NULL, memory_id TEXT NOT NULL,
+    included INTEGER NOT NULL DEFAULT 0, truncated INTEGER NOT NULL DEFAULT 0,
+    cited INTEGER NOT NULL DEFAULT 0, corrected INTEGER NOT NULL DEFAULT 0,
+    last_used TEXT,
+    PRIMARY KEY (tenant, memory_id)
+) WITHOUT ROWID;
 """
 
-_TABLES = ("memories", "memory_tags", "memory_terms", "outcomes", "timers", "audit", "positions")
+_TABLES = (
+    "memories",
+    "memory_tags",
+    "memory_terms",
+    "outcomes",
+    "timers",
+    "audit",
+    "positions",
+    "templates",
+    "context_records",
+    "memory_stats",
+    "decay_weights",
+)
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -88,6 +128,13 @@ def _ts(value: datetime | None) -> float | None:
 
 def _memory(row: tuple[str]) -> Memory:
     return Memory.model_validate_json(row[0])
+
+
+def _context_record(body: str) -> ContextRecord:
+    data = json.loads(body)
+    data["memory_ids"] = tuple(data["memory_ids"])
+    data["truncated"] = tuple(data["truncated"])
+    return ContextRecord(**data)
 
 
 class _Tx(StoreTransaction):
@@ -131,6 +178,27 @@ class _Tx(StoreTransaction):
         ).fetchone()
         return AuditRecord(*row) if row else None
 
+    def template(self, tenant: str, name: str, version: int) -> ContextTemplate | None:
+        row = self._cur.execute(
+            "SELECT body FROM templates WHERE tenant = ? AND name = ? AND version = ?",
+            (tenant, name, version),
+        ).fetchone()
+        return ContextTemplate.model_validate_json(row[0]) if row else None
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        row = self._cur.execute(
+            "SELECT body FROM context_records WHERE tenant = ? AND request_id = ?",
+            (tenant, request_id),
+        ).fetchone()
+        return _context_record(row[0]) if row else None
+
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None:
+        row = self._cur.execute(
+            "SELECT weight, trust FROM decay_weights WHERE tenant = ? AND memory_id = ?",
+            (tenant, memory_id),
+        ).fetchone()
+        return (float(row[0]), float(row[1])) if row else None
+
     def apply(self, writes: Sequence[Write]) -> None:
         for write in writes:
             if isinstance(write, PutMemory):
@@ -168,6 +236,42 @@ class _Tx(StoreTransaction):
                 self._cur.execute(
                     "DELETE FROM timers WHERE tenant = ? AND memory_id = ? AND kind = ?",
                     (write.tenant, write.memory_id, write.kind),
+                )
+            elif isinstance(write, PutTemplate):
+                tpl = write.template
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO templates VALUES (?, ?, ?, ?)",
+                    (write.tenant, tpl.name, tpl.version, tpl.model_dump_json()),
+                )
+            elif isinstance(write, PutContextRecord):
+                c = write.record
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO context_records VALUES (?, ?, ?)",
+                    (c.tenant, c.request_id, json.dumps(asdict(c), sort_keys=True)),
+                )
+            elif isinstance(write, BumpStats):
+                b = write
+                self._cur.execute(
+                    "INSERT INTO memory_stats VALUES (?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (tenant, memory_id) DO UPDATE SET "
+                    "included = included + excluded.included, "
+                    "truncated = truncated + excluded.truncated, "
+                    "cited = cited + excluded.cited, corrected = corrected + excluded.corrected, "
+                    "last_used = MAX(COALESCE(last_used, ''), excluded.last_used)",
+                    (
+                        b.tenant,
+                        b.memory_id,
+                        b.included,
+                        b.truncated,
+                        b.cited,
+                        b.corrected,
+                        b.at.astimezone(UTC).isoformat(),
+                    ),
+                )
+            elif isinstance(write, PutWeight):
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO decay_weights VALUES (?, ?, ?, ?)",
+                    (write.tenant, write.memory_id, write.weight, write.trust),
                 )
             elif isinstance(write, PutAudit):
                 r = write.record
@@ -392,6 +496,63 @@ class SqliteMemoryStore(MemoryStore):
         )
         return [AuditRecord(*r) for r in rows]
 
+    def template(
+        self, tenant: str, name: str, version: int | None = None
+    ) -> ContextTemplate | None:
+        if version is None:
+            row = (
+                self._reader()
+                .execute(
+                    "SELECT body FROM templates WHERE tenant = ? AND name = ? "
+                    "ORDER BY version DESC LIMIT 1",
+                    (tenant, name),
+                )
+                .fetchone()
+            )
+        else:
+            row = (
+                self._reader()
+                .execute(
+                    "SELECT body FROM templates WHERE tenant = ? AND name = ? AND version = ?",
+                    (tenant, name, version),
+                )
+                .fetchone()
+            )
+        return ContextTemplate.model_validate_json(row[0]) if row else None
+
+    def templates(self, tenant: str) -> list[ContextTemplate]:
+        rows = self._reader().execute(
+            "SELECT body FROM templates WHERE tenant = ? ORDER BY name, version", (tenant,)
+        )
+        return [ContextTemplate.model_validate_json(r[0]) for r in rows]
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT body FROM context_records WHERE tenant = ? AND request_id = ?",
+                (tenant, request_id),
+            )
+            .fetchone()
+        )
+        return _context_record(row[0]) if row else None
+
+    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        found: list[MemoryStats] = []
+        ids = list(dict.fromkeys(memory_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._reader().execute(
+                "SELECT tenant, memory_id, included, truncated, cited, corrected, last_used "
+                f"FROM memory_stats WHERE tenant = ? AND memory_id IN ({marks}) ORDER BY memory_id",
+                (tenant, *chunk),
+            )
+            for r in rows:
+                last = datetime.fromisoformat(r[6]) if r[6] else None
+                found.append(MemoryStats(r[0], r[1], r[2], r[3], r[4], r[5], last))
+        return found
+
     def counts(self) -> dict[str, int]:
         conn = self._reader()
         result = {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
@@ -413,6 +574,10 @@ class SqliteMemoryStore(MemoryStore):
             "SELECT * FROM outcomes ORDER BY tenant, event_id, idx",
             "SELECT tenant, memory_id, kind, due_iso FROM timers ORDER BY tenant, memory_id, kind",
             "SELECT * FROM audit ORDER BY tenant, n",
+            "SELECT * FROM templates ORDER BY tenant, name, version",
+            "SELECT * FROM context_records ORDER BY tenant, request_id",
+            "SELECT * FROM memory_stats ORDER BY tenant, memory_id",
+            "SELECT * FROM decay_weights ORDER BY tenant, memory_id",
         )
         for sql in queries:
             for row in conn.execute(sql):

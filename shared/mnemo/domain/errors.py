@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConflictError",
     "InvalidInput",
+    "KeyDestroyed",
     "MnemoError",
     "NotFound",
     "Unavailable",
@@ -16,17 +19,26 @@ class MnemoError(Exception):
 
     code = "MNEMO_ERROR"
 
-    def __init__(self, message: str, *, code: str | None = None, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
         self.field = field
+        self.extra = extra or {}
 
-    def as_dict(self) -> dict[str, str]:
-        body = {"code": self.code, "message": self.message}
+    def as_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
+        body.update(self.extra)
         return body
 
 

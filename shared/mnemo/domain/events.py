@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryDraft
@@ -196,17 +197,47 @@ class ForgetRequested(EventPayload):
     reason: str | None = Field(default=None, max_length=1_000)
 
 
+class TemplateRegistered(EventPayload):
+    """A context template (validated when published; a version is immutable once taken)."""
+
+    TYPE = "TemplateRegistered"
+    VERSION = 1
+    template: ContextTemplate
+
+
 class ContextAssembled(EventPayload):
+    """The audit record of one context assembly."""
+
     TYPE = "ContextAssembled"
     VERSION = 1
+    PUBLIC = False
     request_id: str
+    template: str = Field(description="name@version")
+    template_fingerprint: str
+    protocol: str
+    subjects: tuple[str, ...]
+    query_hash: str = Field(description="sha256 of the query; the query itself is not kept")
     memory_ids: tuple[str, ...]
     memory_types: tuple[str, ...]
+    sections: tuple[str, ...] = Field(description="the section of each included memory")
     rendered_tokens: int
     budget: int
-    truncated: tuple[str, ...] = ()
-    template_fingerprint: str
+    tokenizer: str
+    truncated: tuple[str, ...] = Field(default=(), description="memory ids cut for the budget")
+    left_out: tuple[str, ...] = Field(default=(), description="'memory_id:reason' for the rest")
     response_hash: str | None = None
+
+
+class ContextResponseReported(EventPayload):
+    """The caller reported the model's answer to an assembled context."""
+
+    TYPE = "ContextResponseReported"
+    VERSION = 1
+    PUBLIC = False
+    request_id: str
+    response_hash: str
+    cited: tuple[str, ...] = ()
+    violations: tuple[str, ...] = Field(default=(), description="rule ids the answer broke")
 
 
 # ---- emitted by consumers ------------------------------------------------------------
@@ -246,12 +277,15 @@ class MemoryExpired(EventPayload):
 
 
 class MemoryDecayed(EventPayload):
+    """A decay decision: the memory's weight (and perhaps trust) moved, and why."""
+
     TYPE = "MemoryDecayed"
     VERSION = 1
     PUBLIC = False
     memory_id: str
-    semantic_weight: float
-    reason: str
+    semantic_weight: float = Field(ge=0.0, le=0.99)
+    trust: float | None = Field(default=None, ge=0.0, le=1.0)
+    reason: str = Field(max_length=300)
 
 
 class MemoryForgotten(EventPayload):
@@ -269,7 +303,9 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryCorrected,
     MemoryVerified,
     ForgetRequested,
+    TemplateRegistered,
     ContextAssembled,
+    ContextResponseReported,
     MemoryRegistered,
     MemorySuperseded,
     MemoryRejected,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "MAX_SEMANTIC_WEIGHT",
+    "Guard",
     "Memory",
     "MemoryDraft",
     "MemoryStatus",
@@ -66,6 +67,31 @@ class Provenance(BaseModel):
 Weight = Annotated[float, Field(ge=0.0, le=MAX_SEMANTIC_WEIGHT)]
 
 
+class Guard(BaseModel):
+    """A constraint's circuit breaker: a reported response matching any pattern breaks it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+    patterns: tuple[str, ...] = Field(min_length=1, max_length=16)
+    break_on_violation: bool = True
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            if len(pattern) > 500:
+                raise ValueError("a guard pattern is at most 500 characters")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"guard pattern {pattern!r} does not compile: {exc}") from exc
+        return value
+
+    def violated_by(self, text: str) -> bool:
+        return any(re.search(p, text, re.IGNORECASE) for p in self.patterns)
+
+
 class MemoryDraft(BaseModel):
     """A memory as an agent declares it, before registration gives it an id and a version."""
 
@@ -83,6 +109,7 @@ class MemoryDraft(BaseModel):
     timezone: str | None = Field(default=None, max_length=64)
     semantic_weight: Weight = DEFAULT_SEMANTIC_WEIGHT
     provenance: Provenance = Provenance()
+    guard: Guard | None = Field(default=None, description="constraints only: a circuit breaker")
 
     @field_validator("key")
     @classmethod
@@ -114,6 +141,8 @@ class MemoryDraft(BaseModel):
             raise ValueError("a memory needs content, or a key with a value")
         if (self.key is None) != (self.value is None):
             raise ValueError("key and value go together")
+        if self.guard is not None and self.type is not MemoryType.CONSTRAINT:
+            raise ValueError("only a constraint can carry a guard")
         return self
 
     def text(self) -> str:
@@ -139,6 +168,7 @@ class Memory(BaseModel):
     tags: tuple[str, ...] = ()
     semantic_weight: Weight = DEFAULT_SEMANTIC_WEIGHT
     provenance: Provenance = Provenance()
+    guard: Guard | None = None
     created_at: datetime
     valid_until: datetime | None = None
     stale_after: datetime | None = None

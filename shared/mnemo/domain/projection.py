@@ -6,17 +6,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from mnemo.domain.context import ContextTemplate
 from mnemo.domain.memory import Memory, MemoryStatus
 
 __all__ = [
     "AuditRecord",
+    "BumpStats",
+    "ContextRecord",
     "DropTimer",
+    "MemoryStats",
     "Outcome",
     "OutcomeKind",
     "PutAudit",
+    "PutContextRecord",
     "PutMemory",
     "PutOutcome",
+    "PutTemplate",
     "PutTimer",
+    "PutWeight",
     "SetStatus",
     "Timer",
     "Write",
@@ -104,4 +111,77 @@ class PutAudit:
     record: AuditRecord
 
 
-Write = PutMemory | SetStatus | PutOutcome | PutTimer | DropTimer | PutAudit
+@dataclass(frozen=True, slots=True)
+class PutTemplate:
+    tenant: str
+    template: ContextTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRecord:
+    """What an assembled context held, kept so that feedback can be checked against it."""
+
+    tenant: str
+    request_id: str
+    stream: str
+    event_id: str
+    template: str
+    memory_ids: tuple[str, ...]
+    truncated: tuple[str, ...]
+    tokens: int
+    response_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PutContextRecord:
+    record: ContextRecord
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """How a memory has been used: the numbers behind engagement and the heat map."""
+
+    tenant: str
+    memory_id: str
+    included: int = 0
+    truncated: int = 0
+    cited: int = 0
+    corrected: int = 0
+    last_used: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BumpStats:
+    """Add to a memory's usage counters (idempotence comes from the consumer's position)."""
+
+    tenant: str
+    memory_id: str
+    at: datetime
+    included: int = 0
+    truncated: int = 0
+    cited: int = 0
+    corrected: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PutWeight:
+    """The decay consumer's own record of a memory's weight and trust."""
+
+    tenant: str
+    memory_id: str
+    weight: float
+    trust: float
+
+
+Write = (
+    PutMemory
+    | SetStatus
+    | PutOutcome
+    | PutTimer
+    | DropTimer
+    | PutAudit
+    | PutTemplate
+    | PutContextRecord
+    | BumpStats
+    | PutWeight
+)

@@ -17,6 +17,9 @@ from mnemo.domain.events import (
     Actor,
     ActorKind,
     Envelope,
+    MemoryCited,
+    MemoryCorrected,
+    MemoryDecayed,
     MemoryExpired,
     MemoryForgotten,
     MemoryRegistered,
@@ -24,9 +27,9 @@ from mnemo.domain.events import (
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
-from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
-from mnemo.domain.projection import DropTimer, PutTimer, Timer
-from mnemo.handlers import Decision
+from mnemo.domain.memory import MAX_SEMANTIC_WEIGHT, Memory, MemoryStatus, MemoryType
+from mnemo.domain.projection import DropTimer, PutTimer, PutWeight, Timer, Write
+from mnemo.handlers import Decision, emit
 
 __all__ = ["CONSUMER", "HALF_LIFE_DAYS", "DecayState", "decayed_weight", "handle", "scan"]
 
@@ -45,8 +48,16 @@ HALF_LIFE_DAYS: dict[MemoryType, float | None] = {
 WEIGHT_FLOOR = 0.1
 
 
+# How feedback moves a memory: (weight change, trust change)
+CITED = {"beginning": (0.05, 0.02), "middle": (0.03, 0.0), "end": (0.02, 0.0), None: (0.02, 0.0)}
+CORRECTED_WEIGHT_FACTOR = 0.7
+CORRECTED_TRUST_STEP = 0.1
+
+
 class DecayState(Protocol):
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
+
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None: ...
 
 
 def decayed_weight(memory: Memory, now: datetime) -> float:
@@ -60,20 +71,61 @@ def decayed_weight(memory: Memory, now: datetime) -> float:
     return round(max(min(WEIGHT_FLOOR, memory.semantic_weight), faded), 6)
 
 
-def handle(event: Envelope) -> Decision:
-    """Keep the timers read model in step with the log."""
+def _moved(
+    event: Envelope,
+    state: DecayState,
+    memory_id: str,
+    move: tuple[float, float, float],
+    reason: str,
+) -> Decision:
+    """Move a memory's weight and trust: weight * factor + step, trust + step, clamped."""
+    factor, d_weight, d_trust = move
+    current = state.weight_of(event.tenant, memory_id)
+    if current is None:
+        return Decision()  # unknown, forgotten or another tenant's: nothing to move
+    weight, trust = current
+    new_weight = round(min(MAX_SEMANTIC_WEIGHT, max(0.0, weight * factor + d_weight)), 6)
+    new_trust = round(min(1.0, max(0.0, trust + d_trust)), 6)
+    payload = MemoryDecayed(
+        memory_id=memory_id, semantic_weight=new_weight, trust=new_trust, reason=reason[:300]
+    )
+    return Decision(
+        events=[emit(event, payload, CONSUMER, memory_id)],
+        writes=[PutWeight(event.tenant, memory_id, new_weight, new_trust)],
+    )
+
+
+def handle(event: Envelope, state: DecayState) -> Decision:
+    """Keep timers and weights in step with the log; turn feedback into decay decisions."""
     if event.type == MemoryRegistered.TYPE:
         registered = decode_payload(event)
         assert isinstance(registered, MemoryRegistered)
         memory = registered.memory
-        if memory.valid_until is None:
-            return Decision()
-        return Decision(
-            writes=[PutTimer(Timer(memory.tenant, memory.memory_id, memory.valid_until))]
-        )
+        writes: list[Write] = [
+            PutWeight(
+                memory.tenant, memory.memory_id, memory.semantic_weight, memory.provenance.trust
+            )
+        ]
+        if memory.valid_until is not None:
+            writes.append(PutTimer(Timer(memory.tenant, memory.memory_id, memory.valid_until)))
+        return Decision(writes=writes)
     if event.type in (MemorySuperseded.TYPE, MemoryExpired.TYPE, MemoryForgotten.TYPE):
         memory_id = str(event.payload["memory_id"])
         return Decision(writes=[DropTimer(event.tenant, memory_id)])
+    if event.type == MemoryCited.TYPE:
+        cited = decode_payload(event)
+        assert isinstance(cited, MemoryCited)
+        d_weight, d_trust = CITED[cited.position]
+        reason = f"cited:{cited.position or 'unknown'}"
+        return _moved(event, state, cited.memory_id, (1.0, d_weight, d_trust), reason)
+    if event.type == MemoryCorrected.TYPE:
+        corrected = decode_payload(event)
+        assert isinstance(corrected, MemoryCorrected)
+        decision = Decision()
+        move = (CORRECTED_WEIGHT_FACTOR, 0.0, -CORRECTED_TRUST_STEP)
+        for memory_id in corrected.memory_ids:
+            decision.extend(_moved(event, state, memory_id, move, f"corrected:{corrected.reason}"))
+        return decision
     return Decision()
 
 

@@ -13,13 +13,20 @@ weight changes) into the memory read model.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from pydantic import ValidationError
 
+from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import (
+    ContextAssembled,
+    ContextResponseReported,
     Envelope,
+    EventPayload,
     ForgetRequested,
+    MemoryCited,
+    MemoryCorrected,
     MemoryDecayed,
     MemoryDeclared,
     MemoryExpired,
@@ -28,11 +35,23 @@ from mnemo.domain.events import (
     MemoryRejected,
     MemorySuperseded,
     ObservationRecorded,
+    TemplateRegistered,
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryDraft, MemoryStatus, content_hash, expiry
-from mnemo.domain.projection import Outcome, OutcomeKind, PutMemory, PutOutcome, SetStatus
+from mnemo.domain.projection import (
+    BumpStats,
+    ContextRecord,
+    Outcome,
+    OutcomeKind,
+    PutContextRecord,
+    PutMemory,
+    PutOutcome,
+    PutTemplate,
+    SetStatus,
+    Write,
+)
 from mnemo.domain.rules import RuleSet, zone_of
 from mnemo.handlers import Decision, emit
 
@@ -43,6 +62,10 @@ CONSUMER = "registrar"
 
 class RegistrationState(Protocol):
     """The read-model lookups registration needs."""
+
+    def template(self, tenant: str, name: str, version: int) -> ContextTemplate | None: ...
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
 
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
 
@@ -120,6 +143,7 @@ def _register(
         tags=draft.tags,
         semantic_weight=draft.semantic_weight,
         provenance=draft.provenance,
+        guard=draft.guard,
         created_at=event.occurred_at,
         valid_until=valid_until,
         stale_after=draft.stale_after,
@@ -176,15 +200,73 @@ def _forget(event: Envelope, state: RegistrationState, request: ForgetRequested)
     return decision
 
 
+def _template(
+    event: Envelope, state: RegistrationState, registered: TemplateRegistered
+) -> Decision:
+    template = registered.template
+    existing = state.template(event.tenant, template.name, template.version)
+    if existing is not None and existing != template:
+        return _reject(
+            event,
+            0,
+            "TEMPLATE_VERSION_EXISTS",
+            f"{template.name} version {template.version} is taken; register a new version",
+        )
+    kind = OutcomeKind.DUPLICATE if existing is not None else OutcomeKind.APPLIED
+    return Decision(writes=[PutTemplate(event.tenant, template), _outcome(event, 0, kind)])
+
+
+def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> Decision:
+    """Usage counters and the context records that feedback is checked against."""
+    at = event.occurred_at
+    if isinstance(payload, ContextAssembled):
+        record = ContextRecord(
+            tenant=event.tenant,
+            request_id=payload.request_id,
+            stream=event.stream,
+            event_id=event.event_id,
+            template=payload.template,
+            memory_ids=payload.memory_ids,
+            truncated=payload.truncated,
+            tokens=payload.rendered_tokens,
+        )
+        writes: list[Write] = [PutContextRecord(record)]
+        writes += [BumpStats(event.tenant, m, at, included=1) for m in payload.memory_ids]
+        writes += [BumpStats(event.tenant, m, at, truncated=1) for m in payload.truncated]
+        return Decision(writes=writes)
+    if isinstance(payload, ContextResponseReported):
+        found = state.context_record(event.tenant, payload.request_id)
+        if found is None:
+            return Decision()
+        return Decision(
+            writes=[PutContextRecord(replace(found, response_hash=payload.response_hash))]
+        )
+    if isinstance(payload, MemoryCited):
+        return Decision(writes=[BumpStats(event.tenant, payload.memory_id, at, cited=1)])
+    if isinstance(payload, MemoryCorrected):
+        return Decision(
+            writes=[BumpStats(event.tenant, m, at, corrected=1) for m in payload.memory_ids]
+        )
+    return Decision()
+
+
+_HANDLED = {
+    MemoryDeclared.TYPE,
+    ObservationRecorded.TYPE,
+    ForgetRequested.TYPE,
+    MemoryExpired.TYPE,
+    MemoryDecayed.TYPE,
+    TemplateRegistered.TYPE,
+    ContextAssembled.TYPE,
+    ContextResponseReported.TYPE,
+    MemoryCited.TYPE,
+    MemoryCorrected.TYPE,
+}
+
+
 def handle(event: Envelope, state: RegistrationState, rules: RuleSet) -> Decision:
     """Registration's decision for one event of the log."""
-    if event.type not in {
-        MemoryDeclared.TYPE,
-        ObservationRecorded.TYPE,
-        ForgetRequested.TYPE,
-        MemoryExpired.TYPE,
-        MemoryDecayed.TYPE,
-    }:
+    if event.type not in _HANDLED:
         return Decision()
     try:
         payload = decode_payload(event)
@@ -222,6 +304,10 @@ def handle(event: Envelope, state: RegistrationState, rules: RuleSet) -> Decisio
         memory = state.get(event.tenant, payload.memory_id)
         if memory is None:
             return Decision()
-        updated = memory.model_copy(update={"semantic_weight": payload.semantic_weight})
-        return Decision(writes=[PutMemory(updated)])
-    return Decision()
+        update: dict[str, object] = {"semantic_weight": payload.semantic_weight}
+        if payload.trust is not None:
+            update["provenance"] = memory.provenance.model_copy(update={"trust": payload.trust})
+        return Decision(writes=[PutMemory(memory.model_copy(update=update))])
+    if isinstance(payload, TemplateRegistered):
+        return _template(event, state, payload)
+    return _usage(event, payload, state)

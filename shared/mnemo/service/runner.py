@@ -117,7 +117,7 @@ class EmbeddedRunner:
         return self._consume(registration.CONSUMER, self._register)
 
     def step_decay(self) -> int:
-        return self._consume(decay.CONSUMER, lambda record, _tx: decay.handle(record.envelope))
+        return self._consume(decay.CONSUMER, lambda record, tx: decay.handle(record.envelope, tx))
 
     def step_audit(self) -> int:
         return self._consume(

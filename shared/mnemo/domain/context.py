@@ -1,0 +1,413 @@
+"""The context protocol: templates, scoring, and hierarchical truncation. Pure functions.
+
+A template is a list of sections, each with a priority (1 is the most important), a token
+budget, a render pattern and the filters that feed it. Assembly renders every section,
+then trims: inside a section over its budget, the lowest semantic weight goes first; over
+the total budget, the lowest-priority section gives up its lowest-weight memory first,
+and so on. Memories are whole lines: a line is never cut inside a token or a sentence (a
+memory too long for its section keeps only its leading whole sentences). A constraint is
+never dropped silently: dropping one is an error unless the caller allowed it.
+
+Score of a memory (reported component by component):
+    relevance = reciprocal-rank fusion of its vector rank and its BM25 rank, scaled to 0..1
+                (1.0 in a section that ranks without a query)
+    score     = relevance * (0.5 + weight) * (0.75 + 0.25 * freshness) * (0.75 + 0.25 * trust)
+where weight is the decayed semantic weight, freshness the share of validity left (1.0 for
+a permanent memory) and trust the provenance's trust score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.domain.memory import Memory, MemoryType, Scope
+
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "PROTOCOL_VERSIONS",
+    "RRF_K",
+    "Assembly",
+    "Candidate",
+    "ContextTemplate",
+    "SectionSpec",
+    "assemble",
+    "negotiate_protocol",
+    "score_candidate",
+]
+
+PROTOCOL_VERSIONS = ("v1",)
+RRF_K = 60
+PLACEHOLDERS = frozenset(
+    {
+        "text",
+        "content",
+        "key",
+        "value",
+        "weight",
+        "trust",
+        "type",
+        "scope",
+        "id",
+        "version",
+        "source",
+        "verified",
+    }
+)
+_SAMPLE = {
+    "text": "t",
+    "content": "c",
+    "key": "k",
+    "value": "v",
+    "weight": 0.5,
+    "trust": 0.5,
+    "type": "fact",
+    "scope": "user",
+    "id": "i",
+    "version": 1,
+    "source": "s",
+    "verified": "user-claimed",
+}
+_SENTENCE = re.compile(r"[^。！？!?.;；\n]+(?:[。！？!?.;；]+|\n|$)")
+
+
+def _check_pattern(pattern: str) -> str:
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(pattern) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"render pattern does not parse: {exc}") from exc
+    unknown = {n.split(".")[0].split("[")[0] for n in names} - PLACEHOLDERS
+    if unknown or "" in names:
+        raise ValueError(
+            f"render pattern names unknown fields {sorted(unknown)}; known: {sorted(PLACEHOLDERS)}"
+        )
+    try:
+        pattern.format_map(_SAMPLE)
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise ValueError(f"render pattern does not format: {exc}") from exc
+    return pattern
+
+
+class SectionSpec(BaseModel):
+    """One section of a template and what feeds it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    priority: int = Field(
+        ge=1, le=100, description="1 is kept longest; the highest number is cut first"
+    )
+    budget: int = Field(ge=1, le=100_000, description="the section's own token budget")
+    heading: str | None = Field(default=None, max_length=200, description="defaults to '## <name>'")
+    render: str = Field(default="- {text} (weight {weight:.2f})", max_length=500)
+    kv_render: str = Field(default="- {key}: {value} (weight {weight:.2f})", max_length=500)
+    types: tuple[MemoryType, ...] = ()
+    scopes: tuple[Scope, ...] = ()
+    tags: tuple[str, ...] = ()
+    query: str | None = Field(
+        default=None,
+        max_length=2_000,
+        description="None: rank by the request's query; '': no ranking, every matching memory "
+        "by score; any other text: rank by that text",
+    )
+    limit: int = Field(default=20, ge=1, le=200)
+    neighbours: int = Field(
+        default=0, ge=0, le=5, description="turns of the same episode pulled in around each hit"
+    )
+
+    @field_validator("render", "kv_render")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        return _check_pattern(value)
+
+    def title(self) -> str:
+        return self.heading if self.heading is not None else f"## {self.name}"
+
+
+class ContextTemplate(BaseModel):
+    """A versioned template; its fingerprint changes with any change to its content."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    version: int = Field(ge=1)
+    protocol: str = "v1"
+    description: str = Field(default="", max_length=1_000)
+    sections: tuple[SectionSpec, ...] = Field(min_length=1, max_length=16)
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, value: str) -> str:
+        if value not in PROTOCOL_VERSIONS:
+            raise ValueError(f"protocol {value!r} is not one of {list(PROTOCOL_VERSIONS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _unique(self) -> ContextTemplate:
+        names = [s.name for s in self.sections]
+        if len(names) != len(set(names)):
+            raise ValueError("section names must be unique")
+        return self
+
+    def fingerprint(self) -> str:
+        canonical = json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def ordered(self) -> list[SectionSpec]:
+        return sorted(self.sections, key=lambda s: (s.priority, s.name))
+
+
+DEFAULT_TEMPLATE = ContextTemplate(
+    name="default",
+    version=1,
+    description="Constraints first, then facts and preferences, task context, and history.",
+    sections=(
+        SectionSpec(
+            name="constraints",
+            priority=1,
+            budget=512,
+            types=(MemoryType.CONSTRAINT,),
+            query="",
+            limit=50,
+            render="- {text}",
+            kv_render="- {key}: {value}",
+        ),
+        SectionSpec(
+            name="facts",
+            priority=2,
+            budget=512,
+            types=(MemoryType.PREFERENCE, MemoryType.FACT, MemoryType.EXTERNAL),
+        ),
+        SectionSpec(
+            name="context", priority=3, budget=1_024, types=(MemoryType.CONTEXT, MemoryType.EPISODE)
+        ),
+        SectionSpec(
+            name="history", priority=4, budget=2_048, types=(MemoryType.HISTORY,), neighbours=1
+        ),
+    ),
+)
+
+
+def negotiate_protocol(requested: str, allow_downgrade: bool) -> tuple[str, str | None]:
+    """The protocol to render with, and the version it was downgraded from (if any)."""
+    if requested in PROTOCOL_VERSIONS:
+        return requested, None
+    if allow_downgrade:
+        return PROTOCOL_VERSIONS[-1], requested
+    raise InvalidInput(
+        f"protocol {requested!r} is not supported",
+        code="PROTOCOL_MISMATCH",
+        field="protocol",
+        extra={"supported_versions": list(PROTOCOL_VERSIONS)},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A memory offered to a section, with the parts of its score."""
+
+    memory: Memory
+    relevance: float
+    vector_rank: int | None
+    keyword_rank: int | None
+    weight: float
+    freshness: float
+    trust: float
+    score: float
+    via: str = "retrieval"  # or "neighbour", "history"
+
+
+def score_candidate(
+    memory: Memory,
+    *,
+    vector_rank: int | None,
+    keyword_rank: int | None,
+    ranked: bool,
+    weight: float,
+    as_of: datetime,
+    via: str = "retrieval",
+) -> Candidate:
+    if ranked:
+        fused = sum(1.0 / (RRF_K + r) for r in (vector_rank, keyword_rank) if r is not None)
+        relevance = fused / (2.0 / (RRF_K + 1))
+    else:
+        relevance = 1.0
+    freshness = memory.remaining_fraction(as_of)
+    trust = memory.provenance.trust
+    score = relevance * (0.5 + weight) * (0.75 + 0.25 * freshness) * (0.75 + 0.25 * trust)
+    return Candidate(
+        memory,
+        round(relevance, 6),
+        vector_rank,
+        keyword_rank,
+        round(weight, 6),
+        round(freshness, 6),
+        trust,
+        round(score, 9),
+        via,
+    )
+
+
+def render_line(spec: SectionSpec, candidate: Candidate, content: str | None = None) -> str:
+    m = candidate.memory
+    text = content if content is not None else " ".join(m.text().split())
+    values: dict[str, Any] = {
+        "text": text,
+        "content": content if content is not None else " ".join(m.content.split()),
+        "key": m.key or "",
+        "value": m.value or "",
+        "weight": candidate.weight,
+        "trust": m.provenance.trust,
+        "type": m.type.value,
+        "scope": m.scope.value,
+        "id": m.memory_id,
+        "version": m.version,
+        "source": m.provenance.source_location or m.provenance.source_id or "",
+        "verified": "verified" if m.provenance.verified else "user-claimed",
+    }
+    pattern = (
+        spec.kv_render if (m.key and m.value and content is None and not m.content) else spec.render
+    )
+    return " ".join(pattern.format_map(values).split("\n"))
+
+
+@dataclass(frozen=True, slots=True)
+class Included:
+    candidate: Candidate
+    section: str
+    rank: int
+    tokens: int
+    trimmed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    memory_id: str
+    section: str
+    reason: str  # budget, expired, superseded, low_relevance, conflict
+
+
+@dataclass
+class Assembly:
+    text: str
+    tokens: int
+    included: list[Included]
+    left_out: list[LeftOut]
+    section_tokens: dict[str, int]
+    truncations: list[LeftOut] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Line:
+    candidate: Candidate
+    text: str
+    trimmed: bool = False
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE.findall(text) if s.strip()]
+
+
+def _drop_order(line: _Line) -> tuple[float, float, str]:
+    """The line a section gives up first: lowest weight, then lowest score, then newest id."""
+    c = line.candidate
+    return (c.weight, c.score, "".join(chr(0x10FFFF - ord(ch)) for ch in c.memory.memory_id))
+
+
+def assemble(
+    template: ContextTemplate,
+    sections: dict[str, Sequence[Candidate]],
+    budget: int,
+    count: Callable[[str], int],
+    *,
+    header: str,
+    allow_constraint_drop: bool = False,
+) -> Assembly:
+    """Render and trim. `sections` maps section names to candidates, best first."""
+    specs = template.ordered()
+    lines: dict[str, list[_Line]] = {}
+    truncations: list[LeftOut] = []
+    warnings: list[str] = []
+
+    def drop(spec: SectionSpec, victim: _Line) -> None:
+        memory = victim.candidate.memory
+        if memory.type is MemoryType.CONSTRAINT:
+            if not allow_constraint_drop:
+                raise MnemoError(
+                    f"constraint {memory.memory_id} does not fit in the budget",
+                    code="CONSTRAINT_DROPPED",
+                    field="budget",
+                    extra={"memory_ids": [memory.memory_id], "section": spec.name},
+                )
+            warnings.append(f"CONSTRAINT_DROPPED:{memory.memory_id}")
+        lines[spec.name].remove(victim)
+        truncations.append(LeftOut(memory.memory_id, spec.name, "budget"))
+
+    def section_text(spec: SectionSpec) -> str:
+        body = lines.get(spec.name) or []
+        return "\n".join([spec.title(), *(line.text for line in body)]) if body else ""
+
+    def full_text() -> str:
+        parts = [header, *(section_text(s) for s in specs)]
+        return "\n".join(p for p in parts if p)
+
+    for spec in specs:
+        lines[spec.name] = []
+        for candidate in sections.get(spec.name, ()):
+            text = render_line(spec, candidate)
+            line = _Line(candidate, text)
+            if count(f"{spec.title()}\n{text}") > spec.budget:
+                line = _trim(spec, candidate, count) or line
+            lines[spec.name].append(line)
+        while lines[spec.name] and count(section_text(spec)) > spec.budget:
+            drop(spec, min(lines[spec.name], key=_drop_order))
+
+    if count(header) > budget:
+        raise InvalidInput(
+            "the budget does not fit the protocol header", code="BUDGET_TOO_SMALL", field="budget"
+        )
+    while count(full_text()) > budget:
+        spec = next(s for s in reversed(specs) if lines[s.name])
+        drop(spec, min(lines[spec.name], key=_drop_order))
+
+    text = full_text()
+    included: list[Included] = []
+    for spec in specs:
+        for rank, line in enumerate(lines[spec.name], 1):
+            included.append(
+                Included(line.candidate, spec.name, rank, count(line.text), line.trimmed)
+            )
+    section_tokens = {s.name: count(section_text(s)) if lines[s.name] else 0 for s in specs}
+    return Assembly(
+        text, count(text), included, list(truncations), section_tokens, truncations, warnings
+    )
+
+
+def _trim(spec: SectionSpec, candidate: Candidate, count: Callable[[str], int]) -> _Line | None:
+    """The memory cut to its leading whole sentences so that it fits the section alone."""
+    sentences = _sentences(" ".join(candidate.memory.text().split()))
+    kept: list[str] = []
+    best: _Line | None = None
+    for sentence in sentences[:-1] if len(sentences) > 1 else []:
+        kept.append(sentence)
+        text = render_line(spec, candidate, content="".join(kept).strip())
+        if count(f"{spec.title()}\n{text}") > spec.budget:
+            break
+        best = _Line(candidate, text, trimmed=True)
+    return best
+
+
+def utc_iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()

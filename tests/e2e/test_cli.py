@@ -1,0 +1,519 @@
+"""The `mnemo` command against a real Mnemo server running in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from click.testing import CliRunner, Result
+from mnemo_gateway.app import create_app
+
+from mnemo import cli as cli_module
+from mnemo.bootstrap import build_embedded
+from mnemo.cli import cli
+from mnemo.domain.ids import new_event_id
+from mnemo.service.admin import platform_checksum
+from mnemo.service.app import RequestContext, Wait
+from mnemo.service.runner import CONSUMERS
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+Invoke = Callable[..., Result]
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def wait_until_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll /healthz until it answers 200; fail early if the server died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert alive(), "the server stopped before it answered"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        threading.Event().wait(0.02)  # the polling interval
+    raise AssertionError(f"{url} did not become healthy within {timeout} s")
+
+
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def event_id() -> str:
+    return new_event_id(datetime.now(UTC))
+
+
+def observation(text: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "event_id": event_id(),
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "payload": {"text": text},
+        **extra,
+    }
+
+
+def declared(memory: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "event_id": event_id(),
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "payload": {"memory": memory},
+        **extra,
+    }
+
+
+def write_jsonl(path: Path, lines: list[dict[str, Any] | None]) -> Path:
+    """One event a line; None writes a blank line."""
+    text = "\n".join("" if e is None else json.dumps(e, ensure_ascii=False) for e in lines)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def jsonl(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+
+# ---- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
+    data = tmp_path_factory.mktemp("server-data")
+    platform = build_embedded(MnemoSettings(data_dir=data, embedder="hashing"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        create_app(platform, GatewaySettings()), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(url, thread.is_alive)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        platform.close()
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t{uuid.uuid4().hex[:16]}"
+
+
+@pytest.fixture
+def stream() -> str:
+    return f"user:U{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def mnemo(server_url: str, tenant: str) -> Invoke:
+    """`mnemo --url SERVER --tenant TENANT ARGS...` in this process."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None, tenant_: str = tenant) -> Result:
+        return runner.invoke(cli, ["--url", server_url, "--tenant", tenant_, *args], input=input)
+
+    return invoke
+
+
+@dataclass
+class Published:
+    file: Path
+    event_ids: list[str]
+    result: Result
+
+
+@pytest.fixture
+def published(mnemo: Invoke, stream: str, tmp_path: Path) -> Published:
+    """A JSONL file (a Chinese and two English observations, a declared constraint) published
+    with --wait registered; the events name no stream, --stream fills it in."""
+    events = [
+        observation("记住我的尺码是L"),
+        observation("remember my favourite colour is blue"),
+        declared({"type": "constraint", "content": "never ship on Fridays"}),
+        observation("hello there, nice weather"),
+    ]
+    file = write_jsonl(tmp_path / "events.jsonl", [events[0], None, *events[1:]])
+    result = mnemo("publish", str(file), "--stream", stream, "--wait", "registered")
+    assert result.exit_code == 0, result.output
+    return Published(file, [e["event_id"] for e in events], result)
+
+
+# ---- publish ------------------------------------------------------------------------------
+
+
+def test_publish_jsonl_reports_what_was_accepted_and_registered(
+    published: Published, mnemo: Invoke, stream: str
+) -> None:
+    out = published.result.stdout
+    assert "published 4 events: 4 accepted, 0 duplicates" in out
+    assert "outcomes: ignored 1, registered 3" in out
+
+    again = mnemo("--json", "publish", str(published.file), "--stream", stream, "--wait", "none")
+    assert again.exit_code == 0, again.output
+    summary = json.loads(again.stdout)
+    assert (summary["accepted"], summary["duplicates"]) == (0, 4)
+    assert [e["event_id"] for e in summary["events"]] == published.event_ids
+    assert all(e["duplicate"] for e in summary["events"])
+
+
+def test_publish_reads_a_json_document_from_stdin_and_keeps_explicit_streams(
+    mnemo: Invoke, stream: str
+) -> None:
+    other = f"{stream}-other"
+    events = [observation("my budget is 500 dollars"), observation("hi", stream=other)]
+    empty = mnemo("publish", "-", "--stream", stream, input="\n")
+    assert empty.exit_code == 1
+    assert "no events to publish" in empty.stderr
+    result = mnemo(
+        "--json",
+        "publish",
+        "-",
+        "--stream",
+        stream,
+        "--wait",
+        "registered",
+        "--batch-size",
+        "1",
+        input=json.dumps({"events": events}),
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["accepted"] == 2
+    assert summary["outcomes"] == {"ignored": 1, "registered": 1}
+    assert summary["complete"] is True
+    listed = json.loads(mnemo("--json", "list", stream, "--key", "budget").stdout)
+    assert [m["value"] for m in listed["memories"]] == ["500 dollars"]
+    replayed = jsonl(mnemo("replay", other).stdout)
+    assert [e["event_id"] for e in replayed] == [events[1]["event_id"]]
+
+
+def test_a_bad_event_fails_with_its_code_and_line_and_earlier_batches_stay(
+    mnemo: Invoke, stream: str, tmp_path: Path
+) -> None:
+    good = [observation("remember my city is Lyon"), observation("hello")]
+    bad = {"type": "NoSuchEvent", "schema_version": 1, "payload": {}}
+    file = write_jsonl(tmp_path / "bad.jsonl", [good[0], None, good[1], bad])
+
+    result = mnemo("publish", str(file), "--stream", stream, "--batch-size", "2")
+
+    assert result.exit_code == 2
+    assert "error UNKNOWN_EVENT_TYPE" in result.stderr
+    assert f"at {file}:4" in result.stderr
+    assert "2 events accepted before this batch stay accepted" in result.stderr
+    replayed = [e["event_id"] for e in jsonl(mnemo("replay", stream).stdout)]
+    assert replayed[:2] == [e["event_id"] for e in good]
+
+
+def test_a_bad_event_in_the_only_batch_appends_nothing(
+    mnemo: Invoke, stream: str, tmp_path: Path
+) -> None:
+    bad = observation("x")
+    bad["schema_version"] = 9
+    file = write_jsonl(tmp_path / "bad.jsonl", [observation("hello"), bad])
+
+    result = mnemo("publish", str(file), "--stream", stream)
+
+    assert result.exit_code == 2
+    assert "error UNSUPPORTED_SCHEMA_VERSION" in result.stderr
+    assert f"at {file}:2" in result.stderr
+    assert "0 events accepted" in result.stderr
+    assert mnemo("replay", stream).stdout == ""
+
+
+def test_malformed_json_is_a_local_error_with_its_line(
+    mnemo: Invoke, stream: str, tmp_path: Path
+) -> None:
+    file = tmp_path / "broken.jsonl"
+    file.write_text(json.dumps(observation("hello")) + "\n{not json\n", encoding="utf-8")
+
+    result = mnemo("publish", str(file), "--stream", stream)
+
+    assert result.exit_code == 1
+    assert f"{file}:2: not valid JSON" in result.stderr
+    assert mnemo("replay", stream).stdout == ""  # nothing was sent
+
+
+# ---- reads --------------------------------------------------------------------------------
+
+
+def test_list_shows_the_registered_size(published: Published, mnemo: Invoke, stream: str) -> None:
+    result = mnemo("list", stream)
+    assert result.exit_code == 0, result.output
+    assert "size=L" in result.stdout
+    assert "favourite_colour=blue" in result.stdout
+    assert "never ship on Fridays" in result.stdout
+
+    constraints = json.loads(mnemo("--json", "list", stream, "--type", "constraint").stdout)
+    assert [m["content"] for m in constraints["memories"]] == ["never ship on Fridays"]
+
+
+def test_remember_supersedes_and_history_keeps_every_version(
+    published: Published, mnemo: Invoke, stream: str
+) -> None:
+    result = mnemo("remember", "记住我的尺码是XL", "--stream", stream)
+    assert result.exit_code == 0, result.output
+    assert "superseded memory" in result.stdout
+    assert "v2" in result.stdout
+
+    history = json.loads(mnemo("--json", "history", stream, "size").stdout)["memories"]
+    assert [(m["value"], m["status"]) for m in history] == [
+        ("L", "superseded"),
+        ("XL", "active"),
+    ]
+    memory_id = history[1]["memory_id"]
+    got = mnemo("--json", "get", memory_id)
+    assert json.loads(got.stdout)["value"] == "XL"
+
+
+def test_declare_registers_a_memory_with_its_options(mnemo: Invoke, stream: str) -> None:
+    result = mnemo(
+        "--json",
+        "declare",
+        "--stream",
+        stream,
+        "--type",
+        "fact",
+        "--key",
+        "city",
+        "--value",
+        "Lyon",
+        "--tag",
+        "geo",
+        "--ttl",
+        "3600",
+        "--weight",
+        "0.8",
+    )
+    assert result.exit_code == 0, result.output
+    outcome = json.loads(result.stdout)["accepted"][0]["outcomes"][0]
+    assert outcome["outcome"] == "registered"
+    memory = json.loads(mnemo("--json", "get", outcome["memory_id"]).stdout)
+    assert (memory["key"], memory["value"], memory["tags"]) == ("city", "Lyon", ["geo"])
+    assert memory["semantic_weight"] == 0.8
+    assert memory["valid_until"] is not None
+
+
+def test_search_finds_the_size_only_in_its_tenant(
+    published: Published, mnemo: Invoke, stream: str
+) -> None:
+    result = mnemo("--json", "search", "size", "--subject", stream)
+    assert result.exit_code == 0, result.output
+    top = json.loads(result.stdout)["hits"][0]["memory"]
+    assert (top["key"], top["value"]) == ("size", "L")
+    assert "size=L" in mnemo("search", "size", "--subject", stream).stdout
+
+    elsewhere = mnemo("--json", "search", "size", tenant_=f"x{uuid.uuid4().hex[:12]}")
+    assert json.loads(elsewhere.stdout)["hits"] == []
+
+
+def test_context_renders_the_protocol_header_constraints_and_memories(
+    published: Published, mnemo: Invoke, stream: str
+) -> None:
+    result = mnemo("context", "what size do I wear", "--subject", stream, "--budget", "1000")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("[MNEMO-CONTEXT v1")
+    assert "## Constraints\n- never ship on Fridays" in result.stdout
+    assert "size: L" in result.stdout
+
+    whole = json.loads(mnemo("--json", "context", "size", "--subject", stream).stdout)
+    assert whole["context"].startswith("[MNEMO-CONTEXT v1")
+    assert 0 < whole["tokens"] <= whole["budget"] == 1000
+
+
+def test_replay_prints_the_stream_gapless_paging_with_all(
+    published: Published, mnemo: Invoke, stream: str
+) -> None:
+    result = mnemo("replay", stream, "--all", "--limit", "2")
+    assert result.exit_code == 0, result.output
+    events = jsonl(result.stdout)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert len(events) >= 4 + 3  # the published events and what registration emitted
+    assert {e["stream"] for e in events} == {stream}
+    assert [e["event_id"] for e in events[:4]] == published.event_ids
+
+    one_page = jsonl(mnemo("replay", stream, "--limit", "2").stdout)
+    assert [e["seq"] for e in one_page] == [1, 2]
+    from_three = jsonl(mnemo("replay", stream, "--from-seq", "3", "--all").stdout)
+    assert from_three == events[2:]
+
+
+def test_tail_prints_the_tenants_events_and_follow_stops_on_ctrl_c(
+    published: Published, mnemo: Invoke, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    everything = jsonl(mnemo("tail", "--limit", "3").stdout)
+    assert [e["event_id"] for e in everything] == [
+        e["event_id"] for e in jsonl(mnemo("replay", stream, "--all").stdout)
+    ]
+    offsets = [e["offset"] for e in everything]
+    assert offsets == sorted(offsets)
+
+    def ctrl_c(_: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "pause", ctrl_c)
+    followed = mnemo("tail", "--follow", "--after-offset", str(offsets[1]))
+    assert followed.exit_code == 0
+    assert jsonl(followed.stdout) == everything[2:]
+
+
+def test_outcome_of_a_published_event(published: Published, mnemo: Invoke) -> None:
+    result = mnemo("outcome", published.event_ids[0])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("registered memory ")
+    ignored = json.loads(mnemo("--json", "outcome", published.event_ids[3]).stdout)
+    assert [o["outcome"] for o in ignored] == ["ignored"]
+
+
+def test_status_json_has_every_consumer(published: Published, mnemo: Invoke) -> None:
+    result = mnemo("--json", "status")
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    assert set(status["lag"]) == set(CONSUMERS)
+    assert status["consumers_running"] is True
+    assert status["log_head"] >= 7
+    assert status["counts"]["memories"] >= 3
+    human = mnemo("status").stdout
+    assert all(name in human for name in CONSUMERS)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+def test_an_error_answer_exits_2_with_its_code(mnemo: Invoke) -> None:
+    result = mnemo("get", "no-such-memory")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("error MEMORY_NOT_FOUND: no memory no-such-memory (memory_id)")
+
+
+def test_connection_refused_exits_3() -> None:
+    url = f"http://127.0.0.1:{unused_port()}"
+    result = CliRunner().invoke(cli, ["--url", url, "status"])
+    assert result.exit_code == 3
+    assert f"cannot reach Mnemo at {url} (is `mnemo serve` running?)" in result.stderr
+
+
+# ---- admin ----------------------------------------------------------------------------------
+
+
+def test_admin_rebuild_offline_restores_the_checksum(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    platform = build_embedded(MnemoSettings(data_dir=data, embedder="hashing"))
+    ctx = RequestContext(tenant="acme", principal="test")
+    events = [
+        observation("记住我的尺码是L", stream="user:U1"),
+        observation("I want to buy coffee today", stream="user:U1"),
+        declared({"type": "constraint", "content": "no nuts"}, stream="user:U2"),
+    ]
+    platform.app.publish(ctx, events, Wait.NONE)
+    platform.runner.drain()
+    before = platform_checksum(platform)
+    head = platform.log.head()
+    platform.store.reset()  # lose every read model
+    platform.index.clear()
+    platform.close()
+
+    runner = CliRunner(env={"MNEMO_EMBEDDER": "hashing"})
+    damaged = runner.invoke(cli, ["admin", "checksum", "--data-dir", str(data)])
+    assert damaged.exit_code == 0, damaged.output
+    assert damaged.stdout.strip() != before
+
+    rebuilt = runner.invoke(cli, ["admin", "rebuild", "--data-dir", str(data)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert f"checksum {before}" in rebuilt.stdout
+    assert f"from {head} events" in rebuilt.stdout
+
+    checked = runner.invoke(cli, ["--json", "admin", "checksum", "--data-dir", str(data)])
+    assert json.loads(checked.stdout) == {"checksum": before}
+
+
+def test_admin_refuses_a_directory_without_data(tmp_path: Path) -> None:
+    result = CliRunner(env={"MNEMO_EMBEDDER": "hashing"}).invoke(
+        cli, ["admin", "rebuild", "--data-dir", str(tmp_path / "nothing")]
+    )
+    assert result.exit_code == 1
+    assert "no Mnemo data in" in result.stderr
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_admin_rebuild_online_answers_the_servers_checksum(
+    published: Published, mnemo: Invoke
+) -> None:
+    first = mnemo("--json", "admin", "rebuild", "--online")
+    assert first.exit_code == 0, first.output
+    second = mnemo("--json", "admin", "rebuild", "--online")
+    assert json.loads(first.stdout)["checksum"] == json.loads(second.stdout)["checksum"]
+    assert len(json.loads(first.stdout)["checksum"]) == 64
+
+
+# ---- serve ----------------------------------------------------------------------------------
+
+
+def start_serve(data: Path, port: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "MNEMO_EMBEDDER": "hashing", "MNEMO_LOG_LEVEL": "WARNING"}
+    command = [sys.executable, "-m", "mnemo.cli", "serve", "--port", str(port)]
+    return subprocess.Popen(
+        [*command, "--data-dir", str(data)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_serve(process: subprocess.Popen[str]) -> tuple[int, str]:
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=60)
+    return process.returncode, out
+
+
+@pytest.mark.slow
+def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: Path) -> None:
+    data, port = tmp_path / "data", unused_port()
+    url = f"http://127.0.0.1:{port}"
+    runner = CliRunner()
+    process = start_serve(data, port)
+    try:
+        wait_until_healthy(url, lambda: process.poll() is None)
+        remembered = runner.invoke(
+            cli, ["--url", url, "remember", "记住我的尺码是L", "--stream", "user:U1"]
+        )
+        assert remembered.exit_code == 0, remembered.output
+    finally:
+        code, out = stop_serve(process)
+    assert code == 0
+    assert out.startswith(f"Mnemo listening on {url} — API docs at {url}/docs — data in ")
+
+    process = start_serve(data, port)
+    try:
+        wait_until_healthy(url, lambda: process.poll() is None)
+        listed = runner.invoke(cli, ["--url", url, "list", "user:U1"])
+        assert "size=L" in listed.stdout
+    finally:
+        assert stop_serve(process)[0] == 0
