@@ -81,6 +81,10 @@ class EventLog(abc.ABC):
     def get(self, event_id: str) -> LoggedEvent | None:
         """One event by id."""
 
+    @abc.abstractmethod
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        """The events whose causation id is `event_id`, in log order."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 

@@ -87,6 +87,15 @@ class EventLogContract:
         assert found.envelope.payload == {"text": "event 2"}
         assert log.get(new_event_id(T0)) is None
 
+    def test_events_are_found_by_their_cause(self, log: EventLog) -> None:
+        [cause] = log.append([ev()])
+        effects = [ev(i=i).model_copy(update={"causation_id": cause.event_id}) for i in (1, 2)]
+        log.append(effects)
+        log.append([ev(tenant="other", i=3).model_copy(update={"causation_id": cause.event_id})])
+        found = log.caused_by("acme", cause.event_id)
+        assert [e.envelope.event_id for e in found] == [e.event_id for e in effects]
+        assert log.caused_by("acme", effects[0].event_id) == []
+
     def test_concurrent_publishers_keep_each_stream_gapless(self, log: EventLog) -> None:
         def publish(worker: int) -> None:
             for i in range(25):

@@ -9,6 +9,7 @@ from typing import Any
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.memory import MemoryStatus
+from mnemo.domain.rules import RuleSet
 from mnemo.handlers import audit
 from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
@@ -135,3 +136,20 @@ def test_the_audit_chain_covers_every_event_and_verifies(platform: Platform) -> 
         trail = platform.store.audit_trail(tenant, 0, 1000)
         assert len(trail) == sum(1 for e in events.values() if e.tenant == tenant)
         assert audit.verify(trail, events) is None
+
+
+def test_a_rebuild_follows_the_recorded_decisions_even_after_the_rules_change(
+    platform: Platform,
+) -> None:
+    app = platform.app
+    app.publish(CTX, [obs("记住我的尺码是L"), obs("I want to buy coffee today"), obs("hello")])
+    platform.runner.drain()
+    live = platform_checksum(platform)
+    before = [m.value for m in app.list_memories(CTX, "user:U1")]
+    platform.runner.rules = RuleSet([])  # nothing would be registered under these rules
+    assert rebuild_read_models(platform) == live
+    assert [m.value for m in app.list_memories(CTX, "user:U1")] == before
+    # a new observation is decided under the new rules
+    app.publish(CTX, [obs("remember my size is XL")])
+    platform.runner.drain()
+    assert [m.value for m in app.list_memories(CTX, "user:U1", key="size")] == ["L"]

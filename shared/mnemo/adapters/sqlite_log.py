@@ -28,10 +28,12 @@ CREATE TABLE IF NOT EXISTS events (
     stream      TEXT NOT NULL,
     seq         INTEGER NOT NULL,
     type        TEXT NOT NULL,
+    causation   TEXT,
     body        BLOB NOT NULL,
     UNIQUE (tenant, stream, seq)
 );
 CREATE INDEX IF NOT EXISTS events_by_tenant ON events (tenant, offset);
+CREATE INDEX IF NOT EXISTS events_by_cause ON events (causation) WHERE causation IS NOT NULL;
 CREATE TABLE IF NOT EXISTS streams (
     tenant TEXT NOT NULL,
     stream TEXT NOT NULL,
@@ -114,9 +116,9 @@ class SqliteEventLog(EventLog):
         stored = event.model_copy(update={"seq": seq})
         body = orjson.dumps(stored.model_dump(mode="json"))
         cur.execute(
-            "INSERT INTO events (event_id, tenant, stream, seq, type, body) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (event.event_id, event.tenant, event.stream, seq, event.type, body),
+            "INSERT INTO events (event_id, tenant, stream, seq, type, causation, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (event.event_id, event.tenant, event.stream, seq, event.type, event.causation_id, body),
         )
         offset = cur.lastrowid
         assert offset is not None
@@ -175,6 +177,13 @@ class SqliteEventLog(EventLog):
             .fetchone()
         )
         return _row(row) if row else None
+
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        rows = self._reader().execute(
+            "SELECT offset, body FROM events WHERE causation = ? AND tenant = ? ORDER BY offset",
+            (event_id, tenant),
+        )
+        return [_row(r) for r in rows]
 
     def close(self) -> None:
         with self._lock:

@@ -248,6 +248,7 @@ class MemoryRegistered(EventPayload):
     VERSION = 1
     PUBLIC = False
     memory: Memory
+    draft_index: int = Field(default=0, ge=0, description="which memory of the cause this is")
 
 
 class MemorySuperseded(EventPayload):
@@ -266,6 +267,7 @@ class MemoryRejected(EventPayload):
     reason_code: str
     detail: str
     rejected_event_id: str
+    draft_index: int = Field(default=0, ge=0, description="which memory of the cause this is")
 
 
 class MemoryExpired(EventPayload):

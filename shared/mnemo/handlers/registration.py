@@ -13,6 +13,7 @@ weight changes) into the memory read model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -92,7 +93,9 @@ def _outcome(
 
 
 def _reject(event: Envelope, index: int, code: str, detail: str) -> Decision:
-    payload = MemoryRejected(reason_code=code, detail=detail, rejected_event_id=event.event_id)
+    payload = MemoryRejected(
+        reason_code=code, detail=detail, rejected_event_id=event.event_id, draft_index=index
+    )
     return Decision(
         events=[emit(event, payload, CONSUMER, str(index))],
         writes=[_outcome(event, index, OutcomeKind.REJECTED, reason_code=code, detail=detail)],
@@ -155,7 +158,9 @@ def _register(
         content_hash=digest,
     )
     decision = Decision()
-    decision.events.append(emit(event, MemoryRegistered(memory=memory), CONSUMER, str(index)))
+    decision.events.append(
+        emit(event, MemoryRegistered(memory=memory, draft_index=index), CONSUMER, str(index))
+    )
     decision.writes.append(PutMemory(memory))
     kind = OutcomeKind.REGISTERED
     if current is not None:
@@ -264,10 +269,71 @@ _HANDLED = {
 }
 
 
-def handle(event: Envelope, state: RegistrationState, rules: RuleSet) -> Decision:
-    """Registration's decision for one event of the log."""
+_COMMANDS = {
+    MemoryDeclared.TYPE,
+    ObservationRecorded.TYPE,
+    ForgetRequested.TYPE,
+}
+
+
+def is_command(event: Envelope) -> bool:
+    """Whether registration decides on this event (and so may have decided before)."""
+    return event.type in _COMMANDS
+
+
+def replay(event: Envelope, prior: Sequence[Envelope], state: RegistrationState) -> Decision:
+    """Project the facts registration recorded for `event` the first time, instead of
+    deciding again: a rebuild then reproduces what the log says, even after the rules
+    changed."""
+    writes: list[Write] = []
+    for fact in prior:
+        payload = decode_payload(fact)
+        if isinstance(payload, MemoryRegistered):
+            memory = payload.memory
+            kind = OutcomeKind.SUPERSEDED if memory.supersedes else OutcomeKind.REGISTERED
+            writes.append(PutMemory(memory))
+            writes.append(
+                _outcome(
+                    event,
+                    payload.draft_index,
+                    kind,
+                    memory_id=memory.memory_id,
+                    version=memory.version,
+                )
+            )
+        elif isinstance(payload, MemorySuperseded):
+            writes.append(SetStatus(event.tenant, payload.memory_id, MemoryStatus.SUPERSEDED))
+        elif isinstance(payload, MemoryRejected):
+            writes.append(
+                _outcome(
+                    event,
+                    payload.draft_index,
+                    OutcomeKind.REJECTED,
+                    reason_code=payload.reason_code,
+                    detail=payload.detail,
+                )
+            )
+        elif isinstance(payload, MemoryForgotten):
+            writes.append(
+                SetStatus(
+                    event.tenant, payload.memory_id, MemoryStatus.FORGOTTEN, erase_content=True
+                )
+            )
+    if event.type == ForgetRequested.TYPE and not any(isinstance(w, PutOutcome) for w in writes):
+        writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
+    return Decision(writes=writes)
+
+
+def handle(
+    event: Envelope, state: RegistrationState, rules: RuleSet, prior: Sequence[Envelope] = ()
+) -> Decision:
+    """Registration's decision for one event of the log. `prior` holds the facts it
+    recorded for this event before (on a redelivery or a rebuild); those are projected
+    again rather than decided anew."""
     if event.type not in _HANDLED:
         return Decision()
+    if prior:
+        return replay(event, prior, state)
     try:
         payload = decode_payload(event)
     except (ValidationError, KeyError, ValueError) as exc:

@@ -90,14 +90,21 @@ class EmbeddedRunner:
         return len(batch)
 
     def _register(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+        env = record.envelope
         try:
-            return registration.handle(record.envelope, tx, self.rules)
+            prior: list[Envelope] = []
+            if registration.is_command(env):
+                prior = [
+                    e.envelope
+                    for e in self.log.caused_by(env.tenant, env.event_id)
+                    if e.envelope.actor.id == registration.CONSUMER
+                ]
+            return registration.handle(env, tx, self.rules, prior)
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
             # the outcome says what happened, so it can be replayed once fixed
             self.errors += 1
-            log.exception("registration failed", extra={"event_id": record.envelope.event_id})
-            env = record.envelope
+            log.exception("registration failed", extra={"event_id": env.event_id})
             return Decision(
                 writes=[
                     PutOutcome(
