@@ -13,9 +13,11 @@ import yaml
 from mnemo.adapters.clocks import SystemClock
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
+from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.ports import Clock, Embedder, EventLog, MemoryStore, Tokenizer, VectorIndex
 from mnemo.service.app import Mnemo
+from mnemo.service.context import ContextAssembler
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner
 from mnemo.settings import MnemoSettings
 
@@ -45,8 +47,6 @@ def make_embedder(settings: MnemoSettings) -> Embedder:
 
 
 def make_tokenizer(settings: MnemoSettings) -> Tokenizer:
-    from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
-
     return tokenizer_for_model(settings.tokenizer)
 
 
@@ -102,5 +102,9 @@ def build_embedded(
         embed_batch=settings.embed_batch,
         consumers=consumers,
     )
-    app = Mnemo(event_log, store, index, query_embedder, make_tokenizer(settings), clock, runner)
+    tokenizer = make_tokenizer(settings)
+    contexts = ContextAssembler(
+        event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
+    )
+    app = Mnemo(event_log, store, index, query_embedder, tokenizer, clock, runner, contexts)
     return Platform(settings, event_log, store, index, runner, app)

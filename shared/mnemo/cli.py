@@ -787,11 +787,38 @@ def render_context(answer: Mapping[str, Any]) -> None:
 @click.argument("query", default="")
 @click.option("--subject", "subjects", multiple=True, required=True, help="Repeatable.")
 @click.option("--budget", type=click.IntRange(16, 200_000), default=1_000, show_default=True)
-@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--template", default="default", show_default=True, help="name of a template")
+@click.option("--template-version", type=click.IntRange(1), default=None, help="latest if absent")
+@click.option("--tokenizer", default=None, help="an encoding or a model name")
+@click.option(
+    "--allow-constraint-drop", is_flag=True, help="else a constraint that does not fit fails"
+)
+@click.option("--include-history", is_flag=True, help="also render superseded versions")
 @pass_state
-def context(state: State, query: str, subjects: tuple[str, ...], budget: int, limit: int) -> None:
+def context(
+    state: State,
+    query: str,
+    subjects: tuple[str, ...],
+    budget: int,
+    template: str,
+    template_version: int | None,
+    tokenizer: str | None,
+    allow_constraint_drop: bool,
+    include_history: bool,
+) -> None:
     """The context for an LLM call within a token budget (--json: the whole answer)."""
-    body = {"subjects": list(subjects), "query": query, "budget": budget, "limit": limit}
+    body: dict[str, Any] = {
+        "subjects": list(subjects),
+        "query": query,
+        "budget": budget,
+        "template": template,
+        "allow_constraint_drop": allow_constraint_drop,
+        "include_history": include_history,
+    }
+    if template_version is not None:
+        body["template_version"] = template_version
+    if tokenizer is not None:
+        body["tokenizer"] = tokenizer
     state.show(state.api.call("POST", "/v1/context", body=body), render_context)
 
 

@@ -78,8 +78,8 @@ class EventLog(abc.ABC):
         """The last sequence number of a stream, 0 when it has none."""
 
     @abc.abstractmethod
-    def get(self, event_id: str) -> LoggedEvent | None:
-        """One event by id."""
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
+        """One event of a tenant by id. Event ids are unique within a tenant."""
 
     @abc.abstractmethod
     def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:

@@ -82,10 +82,11 @@ class EventLogContract:
         assert [e.envelope.seq for e in stream] == [3, 4, 5]
         assert all(e.envelope.tenant == "acme" for e in stream)
         assert [e.envelope.tenant for e in log.read_tenant("other", 0, 100)] == ["other"]
-        found = log.get(appended[2].event_id)
+        found = log.get("acme", appended[2].event_id)
         assert found is not None
         assert found.envelope.payload == {"text": "event 2"}
-        assert log.get(new_event_id(T0)) is None
+        assert log.get("acme", new_event_id(T0)) is None
+        assert log.get("other", appended[2].event_id) is None
 
     def test_events_are_found_by_their_cause(self, log: EventLog) -> None:
         [cause] = log.append([ev()])
@@ -95,6 +96,15 @@ class EventLogContract:
         found = log.caused_by("acme", cause.event_id)
         assert [e.envelope.event_id for e in found] == [e.event_id for e in effects]
         assert log.caused_by("acme", effects[0].event_id) == []
+
+    def test_the_same_event_id_in_two_tenants_is_two_events(self, log: EventLog) -> None:
+        mine = ev()
+        theirs = mine.model_copy(update={"tenant": "other"})
+        [a] = log.append([mine])
+        [b] = log.append([theirs])
+        assert not b.duplicate
+        assert b.offset != a.offset
+        assert [e.envelope.tenant for e in log.read_stream("other", "user:U1", 1, 10)] == ["other"]
 
     def test_concurrent_publishers_keep_each_stream_gapless(self, log: EventLog) -> None:
         def publish(worker: int) -> None:

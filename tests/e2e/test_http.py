@@ -130,11 +130,16 @@ def test_publish_register_search_context_replay(client: TestClient) -> None:
     assert lines[1] == "## Constraints"
     assert "禁止向未成年人推荐信贷产品" in lines[2]
     assert any(line.startswith("- size: L (weight 0.72)") for line in lines)
+    tight_request = {"subjects": ["user:U7892"], "query": "衣服", "budget": 40}
+    refused = client.post("/v1/context", json=tight_request, headers=H)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "CONSTRAINT_DROPPED"
     tight = client.post(
-        "/v1/context", json={"subjects": ["user:U7892"], "query": "衣服", "budget": 40}, headers=H
+        "/v1/context", json=tight_request | {"allow_constraint_drop": True}, headers=H
     ).json()
     assert tight["tokens"] <= 40
-    assert tight["left_out"]
+    assert any(x["reason"] == "budget" for x in tight["left_out"])
+    assert any(w.startswith("CONSTRAINT_DROPPED:") for w in tight["warnings"])
 
     # replay the stream: the published events and what the consumers emitted, gapless
     replay = client.get("/v1/subjects/user:U7892/events", params={"from_seq": 1}, headers=H).json()

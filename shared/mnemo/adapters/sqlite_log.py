@@ -23,14 +23,15 @@ __all__ = ["SqliteEventLog", "connect"]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     offset      INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id    TEXT NOT NULL UNIQUE,
+    event_id    TEXT NOT NULL,
     tenant      TEXT NOT NULL,
     stream      TEXT NOT NULL,
     seq         INTEGER NOT NULL,
     type        TEXT NOT NULL,
     causation   TEXT,
     body        BLOB NOT NULL,
-    UNIQUE (tenant, stream, seq)
+    UNIQUE (tenant, stream, seq),
+    UNIQUE (tenant, event_id)
 );
 CREATE INDEX IF NOT EXISTS events_by_tenant ON events (tenant, offset);
 CREATE INDEX IF NOT EXISTS events_by_cause ON events (causation) WHERE causation IS NOT NULL;
@@ -98,7 +99,8 @@ class SqliteEventLog(EventLog):
     @staticmethod
     def _append_one(cur: sqlite3.Cursor, event: Envelope) -> Appended:
         found = cur.execute(
-            "SELECT offset, seq FROM events WHERE event_id = ?", (event.event_id,)
+            "SELECT offset, seq FROM events WHERE tenant = ? AND event_id = ?",
+            (event.tenant, event.event_id),
         ).fetchone()
         if found is not None:
             return Appended(event.event_id, found[0], found[1], duplicate=True)
@@ -170,10 +172,13 @@ class SqliteEventLog(EventLog):
         )
         return int(row[0]) if row else 0
 
-    def get(self, event_id: str) -> LoggedEvent | None:
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
         row = (
             self._reader()
-            .execute("SELECT offset, body FROM events WHERE event_id = ?", (event_id,))
+            .execute(
+                "SELECT offset, body FROM events WHERE tenant = ? AND event_id = ?",
+                (tenant, event_id),
+            )
             .fetchone()
         )
         return _row(row) if row else None

@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -175,6 +175,7 @@ DEFAULT_TEMPLATE = ContextTemplate(
     sections=(
         SectionSpec(
             name="constraints",
+            heading="## Constraints",
             priority=1,
             budget=512,
             types=(MemoryType.CONSTRAINT,),
@@ -185,15 +186,25 @@ DEFAULT_TEMPLATE = ContextTemplate(
         ),
         SectionSpec(
             name="facts",
+            heading="## Facts and preferences",
             priority=2,
             budget=512,
             types=(MemoryType.PREFERENCE, MemoryType.FACT, MemoryType.EXTERNAL),
         ),
         SectionSpec(
-            name="context", priority=3, budget=1_024, types=(MemoryType.CONTEXT, MemoryType.EPISODE)
+            name="context",
+            heading="## Task context",
+            priority=3,
+            budget=1_024,
+            types=(MemoryType.CONTEXT, MemoryType.EPISODE),
         ),
         SectionSpec(
-            name="history", priority=4, budget=2_048, types=(MemoryType.HISTORY,), neighbours=1
+            name="history",
+            heading="## History",
+            priority=4,
+            budget=2_048,
+            types=(MemoryType.HISTORY,),
+            neighbours=1,
         ),
     ),
 )
@@ -328,7 +339,7 @@ def _drop_order(line: _Line) -> tuple[float, float, str]:
 
 def assemble(
     template: ContextTemplate,
-    sections: dict[str, Sequence[Candidate]],
+    sections: Mapping[str, Sequence[Candidate]],
     budget: int,
     count: Callable[[str], int],
     *,

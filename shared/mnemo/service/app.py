@@ -3,15 +3,16 @@ replay a stream. Every call is scoped to the tenant of the request context."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from mnemo.domain.errors import InvalidInput, NotFound, Unavailable
+from mnemo.domain.context import ContextTemplate
+from mnemo.domain.errors import ConflictError, InvalidInput, NotFound, Unavailable
 from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, LoggedEvent, validate_envelope
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
@@ -30,9 +31,16 @@ from mnemo.ports import (
     VectorFilter,
     VectorIndex,
 )
+from mnemo.service.context import (
+    BUILTIN_TEMPLATES,
+    ContextAssembler,
+    ContextRequest,
+    ContextResponse,
+    Feedback,
+)
 from mnemo.service.runner import EmbeddedRunner
 
-__all__ = ["MAX_BATCH", "ContextResult", "Mnemo", "RequestContext", "SearchHit", "Wait"]
+__all__ = ["MAX_BATCH", "Mnemo", "RequestContext", "SearchHit", "Wait"]
 
 MAX_BATCH = 1_000
 RRF_K = 60
@@ -77,16 +85,6 @@ class SearchHit:
     weight: float
 
 
-@dataclass(frozen=True, slots=True)
-class ContextResult:
-    text: str
-    tokens: int
-    budget: int
-    included: list[SearchHit]
-    left_out: list[tuple[str, str]]  # (memory id, reason)
-    fingerprint: str
-
-
 def _stream_or_error(stream: str) -> str:
     if not valid_stream(stream):
         raise InvalidInput(
@@ -107,6 +105,7 @@ class Mnemo:
         tokenizer: Tokenizer,
         clock: Clock,
         runner: EmbeddedRunner | None,
+        contexts: ContextAssembler,
     ) -> None:
         self.log = log
         self.store = store
@@ -115,6 +114,7 @@ class Mnemo:
         self.tokenizer = tokenizer
         self.clock = clock
         self.runner = runner
+        self.contexts = contexts
 
     # ---- write ----------------------------------------------------------------------
 
@@ -290,72 +290,75 @@ class Mnemo:
         hits.sort(key=lambda h: (-h.score, h.memory.memory_id))
         return hits[:limit]
 
-    def context(
+    # ---- context -----------------------------------------------------------------------
+
+    def context(self, ctx: RequestContext, request: ContextRequest) -> ContextResponse:
+        """Assemble a context under a template, within a token budget (see service.context)."""
+        return self.contexts.assemble(ctx.tenant, ctx.principal, request)
+
+    def report(
         self,
         ctx: RequestContext,
-        streams: Sequence[str],
-        query: str,
-        budget: int,
-        *,
-        limit: int = 20,
-    ) -> ContextResult:
-        """A basic context: live constraints first, then the most relevant memories, rendered
-        compactly, never over the token budget. (The full protocol has its own module.)"""
-        if not streams:
+        request_id: str,
+        response_text: str,
+        correction: str | None = None,
+        corrected_ids: Sequence[str] = (),
+        timeout: float = 5.0,
+    ) -> Feedback:
+        """Record the model's answer to an assembled context (citations, corrections)."""
+        if self.store.context_record(ctx.tenant, request_id) is None and self.runner is not None:
+            found = self.log.get(ctx.tenant, request_id)
+            if found is not None and self.runner.running:
+                self.runner.wait_for(registration.CONSUMER, found.offset, timeout)
+        return self.contexts.report(
+            ctx.tenant, ctx.principal, request_id, response_text, correction, corrected_ids
+        )
+
+    def register_template(
+        self, ctx: RequestContext, template: Mapping[str, Any]
+    ) -> tuple[ContextTemplate, bool]:
+        """Register a template version; (template, created). A taken version with other
+        content is a conflict."""
+        try:
+            parsed = ContextTemplate.model_validate(template)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"])
             raise InvalidInput(
-                "name at least one subject stream", code="NO_SUBJECT", field="streams"
+                f"{field}: {err['msg']}", code="TEMPLATE_INVALID", field=field or None
+            ) from exc
+        existing = self.store.template(ctx.tenant, parsed.name, parsed.version)
+        if existing is not None:
+            if existing == parsed:
+                return existing, False
+            raise ConflictError(
+                f"{parsed.name} version {parsed.version} is taken; register a new version",
+                code="TEMPLATE_VERSION_EXISTS",
+                field="version",
             )
-        if budget < 16 or budget > 200_000:
-            raise InvalidInput(
-                "budget must be between 16 and 200000 tokens", code="INVALID_BUDGET", field="budget"
-            )
-        constraints: list[Memory] = []
-        for stream in streams:
-            constraints.extend(
-                self.list_memories(ctx, stream, types=[MemoryType.CONSTRAINT], limit=200)
-            )
-        constraints.sort(key=lambda m: (-m.provenance.trust, -m.semantic_weight, m.memory_id))
-        hits = [
-            h
-            for h in self.search(ctx, query, streams=streams, limit=limit)
-            if h.memory.type is not MemoryType.CONSTRAINT
+        event = {
+            "type": "TemplateRegistered",
+            "schema_version": 1,
+            "stream": "templates",
+            "payload": {"template": parsed.model_dump(mode="json")},
+        }
+        self.publish(
+            ctx,
+            [event],
+            wait=Wait.REGISTERED if self.runner is not None and self.runner.running else Wait.NONE,
+        )
+        return parsed, True
+
+    def templates(self, ctx: RequestContext) -> list[ContextTemplate]:
+        builtin = [
+            t
+            for (n, _), t in sorted(BUILTIN_TEMPLATES.items())
+            if self.store.template(ctx.tenant, n, None) is None
         ]
-        fingerprint = hashlib.sha256(b"mnemo-basic-context/1").hexdigest()[:16]
-        lines = [f"[MNEMO-CONTEXT {CONTEXT_PROTOCOL} | fp:{fingerprint}]"]
-        included: list[SearchHit] = []
-        left_out: list[tuple[str, str]] = []
+        return builtin + self.store.templates(ctx.tenant)
 
-        def fits(candidate: list[str]) -> bool:
-            return self.tokenizer.count(["\n".join(candidate)])[0] <= budget
-
-        if not fits(lines):
-            raise InvalidInput(
-                "budget too small for the header", code="BUDGET_TOO_SMALL", field="budget"
-            )
-        sections = (
-            (
-                "## Constraints",
-                [SearchHit(m, 0.0, None, None, m.semantic_weight) for m in constraints],
-            ),
-            ("## Memories", hits),
-        )
-        for title, section_hits in sections:
-            if not section_hits:
-                continue
-            added_title = False
-            for hit in section_hits:
-                line = render_line(hit.memory, hit.weight)
-                trial = [*lines, title, line] if not added_title else [*lines, line]
-                if fits(trial):
-                    lines = trial
-                    added_title = True
-                    included.append(hit)
-                else:
-                    left_out.append((hit.memory.memory_id, "budget"))
-        text = "\n".join(lines)
-        return ContextResult(
-            text, self.tokenizer.count([text])[0], budget, included, left_out, fingerprint
-        )
+    def template(self, ctx: RequestContext, name: str, version: int | None) -> ContextTemplate:
+        return self.contexts.template(ctx.tenant, name, version)
 
     # ---- replay ------------------------------------------------------------------------
 
@@ -373,14 +376,3 @@ class Mnemo:
 
     def outcome(self, ctx: RequestContext, event_id: str) -> list[Outcome]:
         return self.store.outcome(ctx.tenant, event_id)
-
-
-def render_line(memory: Memory, weight: float) -> str:
-    """One memory, compactly: `size: L (weight 0.72)` for key/value, else its text."""
-    if memory.key and memory.value:
-        body = f"{memory.key}: {memory.value}"
-        if memory.content and memory.content != body:
-            body += f" — {memory.content}"
-    else:
-        body = " ".join(memory.content.split())
-    return f"- {body} (weight {weight:.2f})"

@@ -1,13 +1,19 @@
-"""A context for an LLM call."""
+"""The context protocol over HTTP: templates, assembly, and feedback on the model's answer."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
+from mnemo.domain.memory import Memory
+from mnemo.service.context import ContextRequest, ContextResponse
 from mnemo_gateway.deps import App, Body, Ctx
-from mnemo_gateway.routes.memories import HitOut
 
 router = APIRouter(tags=["context"])
 
@@ -15,43 +21,215 @@ router = APIRouter(tags=["context"])
 class ContextIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    subjects: list[str] = Field(min_length=1, max_length=32)
-    query: str = Field(default="", max_length=2_000)
-    budget: int = Field(default=1_000, ge=16, le=200_000)
-    limit: int = Field(default=20, ge=1, le=100)
+    subjects: list[str] = Field(
+        min_length=1, max_length=32, description="subject streams to draw on"
+    )
+    query: str = Field(default="", max_length=2_000, description="the current question")
+    budget: int = Field(
+        default=1_000, ge=16, le=200_000, description="total tokens, header included"
+    )
+    template: str = Field(default="default", max_length=64)
+    template_version: int | None = Field(default=None, ge=1, description="latest when absent")
+    tokenizer: str | None = Field(
+        default=None, max_length=64, description="an encoding or a model name"
+    )
+    protocol: str = Field(
+        default=PROTOCOL_VERSIONS[-1], max_length=16, description="the version you speak"
+    )
+    allow_downgrade: bool = False
+    allow_constraint_drop: bool = Field(
+        default=False, description="else a constraint that does not fit is an error"
+    )
+    include_history: bool = Field(default=False, description="also render superseded versions")
+    as_of: datetime | None = Field(
+        default=None, description="the instant to judge freshness at; now when absent"
+    )
 
 
-class LeftOut(BaseModel):
+class ScoreOut(BaseModel):
+    relevance: float
+    vector_rank: int | None
+    keyword_rank: int | None
+    weight: float
+    freshness: float
+    trust: float
+    score: float
+
+
+class IncludedOut(BaseModel):
+    memory: Memory
+    section: str
+    rank: int
+    tokens: int
+    trimmed: bool
+    via: str
+    score: ScoreOut
+
+
+class LeftOutOut(BaseModel):
     memory_id: str
-    reason: str
+    section: str
+    reason: str = Field(description="budget, expired, superseded, low_relevance or conflict")
 
 
 class ContextOut(BaseModel):
+    request_id: str = Field(description="quote it when reporting the model's answer")
+    protocol: str
+    downgraded_from: str | None
+    template: str
+    fingerprint: str
+    tokenizer: str
+    as_of: datetime
     context: str
     tokens: int
     budget: int
-    fingerprint: str
-    included: list[HitOut]
-    left_out: list[LeftOut]
+    section_tokens: dict[str, int]
+    included: list[IncludedOut]
+    left_out: list[LeftOutOut]
+    conflicts: list[dict[str, Any]]
+    warnings: list[str]
+
+    @classmethod
+    def of(cls, r: ContextResponse, budget: int) -> ContextOut:
+        a = r.assembly
+        return cls(
+            request_id=r.request_id,
+            protocol=r.protocol,
+            downgraded_from=r.downgraded_from,
+            template=r.template,
+            fingerprint=r.fingerprint,
+            tokenizer=r.tokenizer,
+            as_of=r.as_of,
+            context=a.text,
+            tokens=a.tokens,
+            budget=budget,
+            section_tokens=a.section_tokens,
+            included=[
+                IncludedOut(
+                    memory=i.candidate.memory,
+                    section=i.section,
+                    rank=i.rank,
+                    tokens=i.tokens,
+                    trimmed=i.trimmed,
+                    via=i.candidate.via,
+                    score=ScoreOut(
+                        relevance=i.candidate.relevance,
+                        vector_rank=i.candidate.vector_rank,
+                        keyword_rank=i.candidate.keyword_rank,
+                        weight=i.candidate.weight,
+                        freshness=i.candidate.freshness,
+                        trust=i.candidate.trust,
+                        score=i.candidate.score,
+                    ),
+                )
+                for i in a.included
+            ],
+            left_out=[
+                LeftOutOut(memory_id=x.memory_id, section=x.section, reason=x.reason)
+                for x in r.left_out
+            ],
+            conflicts=r.conflicts,
+            warnings=a.warnings,
+        )
+
+
+class ResponseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    response: str = Field(
+        min_length=1,
+        max_length=200_000,
+        description='the model\'s answer, with <memory_ref id="..."/> tags',
+    )
+    correction: str | None = Field(
+        default=None, max_length=1_000, description="the user's correction, if any"
+    )
+    corrected_memory_ids: list[str] = Field(
+        default_factory=list, max_length=200, description="default: every memory used"
+    )
+
+
+class FeedbackOut(BaseModel):
+    request_id: str
+    response_hash: str
+    cited: list[dict[str, str]]
+    unknown_refs: list[str]
+    corrected: list[str]
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 @router.post(
-    "/v1/context",
-    summary="A basic context for an LLM call, within a token budget",
-    openapi_extra={
-        "requestBody": {"content": {"application/json": {"schema": ContextIn.model_json_schema()}}}
-    },
+    "/v1/context", summary="Assemble a context for an LLM call", openapi_extra=_schema(ContextIn)
 )
 async def context(ctx: Ctx, mnemo: App, body: Body) -> ContextOut:
     req = ContextIn.model_validate(body)
-    result = await run_in_threadpool(
-        lambda: mnemo.context(ctx, req.subjects, req.query, req.budget, limit=req.limit)
+    request = ContextRequest(
+        subjects=tuple(req.subjects),
+        query=req.query,
+        budget=req.budget,
+        template=req.template,
+        template_version=req.template_version,
+        tokenizer=req.tokenizer,
+        protocol=req.protocol,
+        allow_downgrade=req.allow_downgrade,
+        allow_constraint_drop=req.allow_constraint_drop,
+        include_history=req.include_history,
+        as_of=req.as_of,
     )
-    return ContextOut(
-        context=result.text,
-        tokens=result.tokens,
-        budget=result.budget,
-        fingerprint=result.fingerprint,
-        included=[HitOut.of(h) for h in result.included],
-        left_out=[LeftOut(memory_id=m, reason=r) for m, r in result.left_out],
+    result = await run_in_threadpool(mnemo.context, ctx, request)
+    return ContextOut.of(result, req.budget)
+
+
+@router.post(
+    "/v1/context/{request_id}/response",
+    summary="Report the model's answer: citations, corrections, constraint checks",
+    openapi_extra=_schema(ResponseIn),
+)
+async def report(ctx: Ctx, mnemo: App, body: Body, request_id: str) -> FeedbackOut:
+    req = ResponseIn.model_validate(body)
+    fb = await run_in_threadpool(
+        mnemo.report, ctx, request_id, req.response, req.correction, req.corrected_memory_ids
     )
+    return FeedbackOut(
+        request_id=fb.request_id,
+        response_hash=fb.response_hash,
+        cited=[{"memory_id": m, "position": p} for m, p in fb.cited],
+        unknown_refs=fb.unknown_refs,
+        corrected=fb.corrected,
+    )
+
+
+@router.post(
+    "/v1/templates",
+    summary="Register a context template version",
+    openapi_extra=_schema(ContextTemplate),
+)
+async def register_template(ctx: Ctx, mnemo: App, body: Body) -> JSONResponse:
+    template, created = await run_in_threadpool(mnemo.register_template, ctx, body)
+    return JSONResponse(
+        {
+            "template": template.model_dump(mode="json"),
+            "fingerprint": template.fingerprint(),
+            "created": created,
+        },
+        status_code=201 if created else 200,
+    )
+
+
+@router.get("/v1/templates", summary="The tenant's templates and the built-in ones")
+def list_templates(ctx: Ctx, mnemo: App) -> list[dict[str, Any]]:
+    return [
+        {"template": t.model_dump(mode="json"), "fingerprint": t.fingerprint()}
+        for t in mnemo.templates(ctx)
+    ]
+
+
+@router.get("/v1/templates/{name}", summary="One template (latest version unless one is named)")
+def get_template(
+    ctx: Ctx, mnemo: App, name: str, version: Annotated[int | None, Query(ge=1)] = None
+) -> dict[str, Any]:
+    t = mnemo.template(ctx, name, version)
+    return {"template": t.model_dump(mode="json"), "fingerprint": t.fingerprint()}

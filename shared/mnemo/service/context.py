@@ -1,0 +1,533 @@
+"""Context assembly as a use case: retrieve per section, score, assemble within the budget,
+and record the assembly in the log. Feedback on the model's answer comes back here too."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mnemo.domain.context import (
+    DEFAULT_TEMPLATE,
+    Assembly,
+    Candidate,
+    ContextTemplate,
+    LeftOut,
+    SectionSpec,
+    assemble,
+    negotiate_protocol,
+    score_candidate,
+)
+from mnemo.domain.errors import InvalidInput, MnemoError, NotFound
+from mnemo.domain.events import (
+    Actor,
+    ActorKind,
+    ContextAssembled,
+    ContextResponseReported,
+    Envelope,
+    EventPayload,
+    MemoryCited,
+    MemoryCorrected,
+)
+from mnemo.domain.ids import new_event_id, valid_stream
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
+from mnemo.domain.text import query_terms
+from mnemo.handlers.decay import decayed_weight
+from mnemo.ports import (
+    Clock,
+    Embedder,
+    EventLog,
+    MemoryQuery,
+    MemoryStore,
+    Tokenizer,
+    VectorFilter,
+    VectorIndex,
+)
+
+__all__ = ["BUILTIN_TEMPLATES", "ContextAssembler", "ContextRequest", "ContextResponse", "Feedback"]
+
+BUILTIN_TEMPLATES = {(DEFAULT_TEMPLATE.name, DEFAULT_TEMPLATE.version): DEFAULT_TEMPLATE}
+MEMORY_REF = re.compile(r"<memory_ref\s+id=\"([^\"]{1,64})\"\s*/?>")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRequest:
+    subjects: tuple[str, ...]
+    query: str = ""
+    budget: int = 1_000
+    template: str = "default"
+    template_version: int | None = None
+    tokenizer: str | None = None
+    protocol: str = "v1"
+    allow_downgrade: bool = False
+    allow_constraint_drop: bool = False
+    include_history: bool = False
+    as_of: datetime | None = None
+    vector: list[float] | None = None  # a precomputed query embedding
+
+
+@dataclass
+class ContextResponse:
+    request_id: str
+    protocol: str
+    downgraded_from: str | None
+    template: str
+    fingerprint: str
+    tokenizer: str
+    as_of: datetime
+    assembly: Assembly
+    conflicts: list[dict[str, object]] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    request_id: str
+    response_hash: str
+    cited: list[tuple[str, str]]  # (memory id, position)
+    unknown_refs: list[str]
+    violations: list[str]
+    corrected: list[str]
+
+
+def _position(index: int, length: int) -> str:
+    share = index / max(1, length)
+    return "beginning" if share < 1 / 3 else "middle" if share < 2 / 3 else "end"
+
+
+class ContextAssembler:
+    """Builds contexts for one platform; every call is scoped to the request's tenant."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        store: MemoryStore,
+        index: VectorIndex,
+        query_embedder: Embedder,
+        tokenizer: Tokenizer,
+        tokenizer_for: Callable[[str], Tokenizer],
+        clock: Clock,
+    ) -> None:
+        self.log = log
+        self.store = store
+        self.index = index
+        self.query_embedder = query_embedder
+        self.tokenizer = tokenizer
+        self.tokenizer_for = tokenizer_for
+        self.clock = clock
+        self._tokenizers: dict[str, Tokenizer] = {}
+
+    # ---- templates --------------------------------------------------------------------
+
+    def template(self, tenant: str, name: str, version: int | None) -> ContextTemplate:
+        found = self.store.template(tenant, name, version)
+        if found is None:
+            if version is None:
+                versions = [v for (n, v) in BUILTIN_TEMPLATES if n == name]
+                version = max(versions) if versions else None
+            found = BUILTIN_TEMPLATES.get((name, version or 0))
+        if found is None:
+            raise NotFound(
+                f"no template {name}" + (f" version {version}" if version else ""),
+                code="TEMPLATE_NOT_FOUND",
+                field="template",
+            )
+        return found
+
+    def _tokenizer(self, name: str | None) -> Tokenizer:
+        if name is None:
+            return self.tokenizer
+        if name not in self._tokenizers:
+            self._tokenizers[name] = self.tokenizer_for(name)
+        return self._tokenizers[name]
+
+    # ---- assembly ---------------------------------------------------------------------
+
+    def assemble(self, tenant: str, principal: str, request: ContextRequest) -> ContextResponse:
+        protocol, downgraded_from = negotiate_protocol(request.protocol, request.allow_downgrade)
+        if not request.subjects:
+            raise InvalidInput("name at least one subject", code="NO_SUBJECT", field="subjects")
+        for subject in request.subjects:
+            if not valid_stream(subject):
+                raise InvalidInput(
+                    f"subject {subject!r} is not a stream name",
+                    code="INVALID_STREAM",
+                    field="subjects",
+                )
+        template = self.template(tenant, request.template, request.template_version)
+        tokenizer = self._tokenizer(request.tokenizer)
+        as_of = request.as_of or self.clock.now()
+        fingerprint = template.fingerprint()
+        name = f"{template.name}@{template.version}"
+        header = f"[MNEMO-CONTEXT {protocol} | fp:{fingerprint} | tpl:{name}]"
+
+        claimed: set[str] = set()
+        left_out: list[LeftOut] = []
+        conflicts: list[dict[str, object]] = []
+        sections: dict[str, list[Candidate]] = {}
+        vectors: dict[str, list[float] | None] = {}
+        for spec in template.ordered():
+            text = request.query if spec.query is None else spec.query
+            if text.strip() and text not in vectors:
+                vectors[text] = (
+                    request.vector
+                    if (text == request.query and request.vector)
+                    else self.query_embedder.embed_query(text)
+                )
+            pool = self._retrieve(tenant, request.subjects, spec, text, vectors.get(text), as_of)
+            ranked: list[Candidate] = []
+            for candidate in pool:
+                mid = candidate.memory.memory_id
+                if mid in claimed:
+                    continue
+                if not candidate.memory.is_live(as_of):
+                    left_out.append(LeftOut(mid, spec.name, "expired"))
+                    claimed.add(mid)
+                    continue
+                ranked.append(candidate)
+            ranked.sort(key=lambda c: (-c.score, c.memory.memory_id))
+            ranked = self._resolve_conflicts(spec, ranked, left_out, conflicts)
+            kept, rest = ranked[: spec.limit], ranked[spec.limit :]
+            left_out.extend(
+                LeftOut(c.memory.memory_id, spec.name, "low_relevance") for c in rest[:20]
+            )
+            kept = self._with_neighbours(tenant, spec, kept, claimed, as_of)
+            kept = self._with_history(tenant, spec, kept, left_out, request.include_history, as_of)
+            claimed.update(c.memory.memory_id for c in kept)
+            claimed.update(c.memory.memory_id for c in rest)
+            sections[spec.name] = kept
+
+        assembly = assemble(
+            template,
+            sections,
+            request.budget,
+            lambda s: tokenizer.count([s])[0],
+            header=header,
+            allow_constraint_drop=request.allow_constraint_drop,
+        )
+        response = ContextResponse(
+            request_id=new_event_id(self.clock.now()),
+            protocol=protocol,
+            downgraded_from=downgraded_from,
+            template=name,
+            fingerprint=fingerprint,
+            tokenizer=tokenizer.name,
+            as_of=as_of,
+            assembly=assembly,
+            conflicts=conflicts,
+            left_out=[*assembly.truncations, *left_out],
+        )
+        self._record(tenant, principal, request, response)
+        return response
+
+    def _retrieve(
+        self,
+        tenant: str,
+        subjects: Sequence[str],
+        spec: SectionSpec,
+        text: str,
+        vector: list[float] | None,
+        as_of: datetime,
+    ) -> list[Candidate]:
+        if not text.strip():
+            memories: list[Memory] = []
+            for subject in subjects:
+                memories.extend(
+                    self.store.query(
+                        tenant,
+                        MemoryQuery(
+                            stream=subject,
+                            types=spec.types,
+                            scopes=spec.scopes,
+                            tags=spec.tags,
+                            limit=200,
+                        ),
+                    )
+                )
+            return [
+                score_candidate(
+                    m,
+                    vector_rank=None,
+                    keyword_rank=None,
+                    ranked=False,
+                    weight=decayed_weight(m, as_of),
+                    as_of=as_of,
+                )
+                for m in memories
+            ]
+        depth = max(spec.limit * 4, 40)
+        flt = VectorFilter(
+            streams=tuple(subjects),
+            types=tuple(t.value for t in spec.types),
+            scopes=tuple(s.value for s in spec.scopes),
+            tags=spec.tags,
+        )
+        vec_hits = self.index.search(tenant, vector, depth, flt) if vector is not None else []
+        terms = query_terms(text)
+        kw_hits: list[tuple[str, float]] = []
+        for subject in subjects:
+            query = MemoryQuery(
+                stream=subject, types=spec.types, scopes=spec.scopes, tags=spec.tags, limit=depth
+            )
+            kw_hits.extend(self.store.keyword_search(tenant, terms, query))
+        kw_hits.sort(key=lambda h: (-h[1], h[0]))
+        vec_rank = {mid: r for r, (mid, _) in enumerate(vec_hits, 1)}
+        kw_rank: dict[str, int] = {}
+        for mid, _ in kw_hits:
+            kw_rank.setdefault(mid, len(kw_rank) + 1)
+        ids = sorted(set(vec_rank) | set(kw_rank))
+        return [
+            score_candidate(
+                m,
+                vector_rank=vec_rank.get(m.memory_id),
+                keyword_rank=kw_rank.get(m.memory_id),
+                ranked=True,
+                weight=decayed_weight(m, as_of),
+                as_of=as_of,
+            )
+            for m in self.store.get_many(tenant, ids)
+            if m.status is MemoryStatus.ACTIVE
+        ]
+
+    @staticmethod
+    def _resolve_conflicts(
+        spec: SectionSpec,
+        ranked: list[Candidate],
+        left_out: list[LeftOut],
+        conflicts: list[dict[str, object]],
+    ) -> list[Candidate]:
+        """Constraints that claim the same key: the most trusted wins; the conflict is kept."""
+        best: dict[str, Candidate] = {}
+        for c in ranked:
+            m = c.memory
+            if m.type is not MemoryType.CONSTRAINT or not m.key:
+                continue
+            held = best.get(m.key)
+            if held is None or (m.provenance.trust, m.created_at, m.memory_id) > (
+                held.memory.provenance.trust,
+                held.memory.created_at,
+                held.memory.memory_id,
+            ):
+                best[m.key] = c
+        losers: set[str] = set()
+        for c in ranked:
+            m = c.memory
+            if m.type is MemoryType.CONSTRAINT and m.key and best[m.key] is not c:
+                losers.add(m.memory_id)
+                winner = best[m.key].memory
+                left_out.append(LeftOut(m.memory_id, spec.name, "conflict"))
+                conflicts.append(
+                    {
+                        "key": m.key,
+                        "kept": winner.memory_id,
+                        "kept_trust": winner.provenance.trust,
+                        "dropped": m.memory_id,
+                        "dropped_trust": m.provenance.trust,
+                    }
+                )
+        return [c for c in ranked if c.memory.memory_id not in losers]
+
+    def _with_neighbours(
+        self,
+        tenant: str,
+        spec: SectionSpec,
+        kept: list[Candidate],
+        claimed: set[str],
+        as_of: datetime,
+    ) -> list[Candidate]:
+        """Pull in the turns around each hit that carries an episode tag."""
+        if spec.neighbours == 0:
+            return kept
+        seen = {c.memory.memory_id for c in kept} | claimed
+        extra: list[Candidate] = []
+        for c in kept:
+            episode = next((t for t in c.memory.tags if t.startswith("episode:")), None)
+            if episode is None:
+                continue
+            turns = self.store.query(
+                tenant,
+                MemoryQuery(stream=c.memory.stream, tags=(episode,), live_at=as_of, limit=1_000),
+            )
+            ids = [m.memory_id for m in turns]
+            at = ids.index(c.memory.memory_id) if c.memory.memory_id in ids else -1
+            if at < 0:
+                continue
+            for m in turns[max(0, at - spec.neighbours) : at + spec.neighbours + 1]:
+                if m.memory_id in seen:
+                    continue
+                seen.add(m.memory_id)
+                n = score_candidate(
+                    m,
+                    vector_rank=None,
+                    keyword_rank=None,
+                    ranked=False,
+                    weight=decayed_weight(m, as_of),
+                    as_of=as_of,
+                    via="neighbour",
+                )
+                extra.append(_scaled(n, c.relevance * 0.5))
+        merged = kept + extra
+        merged.sort(key=lambda x: (-x.score, x.memory.memory_id))
+        return merged
+
+    def _with_history(
+        self,
+        tenant: str,
+        spec: SectionSpec,
+        kept: list[Candidate],
+        left_out: list[LeftOut],
+        include: bool,
+        as_of: datetime,
+    ) -> list[Candidate]:
+        """Older versions of the keys shown: listed as superseded, or shown when asked."""
+        extra: list[Candidate] = []
+        for c in kept:
+            m = c.memory
+            if not m.key or m.version == 1:
+                continue
+            for old in self.store.history(tenant, m.stream, m.key):
+                if old.memory_id == m.memory_id or old.status is not MemoryStatus.SUPERSEDED:
+                    continue
+                if include:
+                    h = score_candidate(
+                        old,
+                        vector_rank=None,
+                        keyword_rank=None,
+                        ranked=False,
+                        weight=decayed_weight(old, as_of),
+                        as_of=as_of,
+                        via="history",
+                    )
+                    extra.append(_scaled(h, c.relevance * 0.25))
+                else:
+                    left_out.append(LeftOut(old.memory_id, spec.name, "superseded"))
+        return kept + extra
+
+    def _record(
+        self, tenant: str, principal: str, request: ContextRequest, response: ContextResponse
+    ) -> None:
+        included = response.assembly.included
+        payload = ContextAssembled(
+            request_id=response.request_id,
+            template=response.template,
+            template_fingerprint=response.fingerprint,
+            protocol=response.protocol,
+            subjects=request.subjects,
+            query_hash=hashlib.sha256(request.query.encode()).hexdigest(),
+            memory_ids=tuple(i.candidate.memory.memory_id for i in included),
+            memory_types=tuple(i.candidate.memory.type.value for i in included),
+            sections=tuple(i.section for i in included),
+            rendered_tokens=response.assembly.tokens,
+            budget=request.budget,
+            tokenizer=response.tokenizer,
+            truncated=tuple(t.memory_id for t in response.assembly.truncations),
+            left_out=tuple(
+                f"{x.memory_id}:{x.reason}" for x in response.left_out if x.reason != "budget"
+            ),
+        )
+        self._append(tenant, request.subjects[0], principal, payload, event_id=response.request_id)
+
+    def _append(
+        self,
+        tenant: str,
+        stream: str,
+        principal: str,
+        payload: EventPayload,
+        event_id: str | None = None,
+    ) -> None:
+        now = self.clock.now()
+        self.log.append(
+            [
+                Envelope(
+                    event_id=event_id or new_event_id(now),
+                    type=payload.TYPE,
+                    schema_version=payload.VERSION,
+                    tenant=tenant,
+                    stream=stream,
+                    occurred_at=now,
+                    actor=Actor(kind=ActorKind.AGENT, id=principal),
+                    payload=payload.model_dump(mode="json"),
+                )
+            ]
+        )
+
+    # ---- feedback ----------------------------------------------------------------------
+
+    def report(
+        self,
+        tenant: str,
+        principal: str,
+        request_id: str,
+        response_text: str,
+        correction: str | None = None,
+        corrected_ids: Sequence[str] = (),
+    ) -> Feedback:
+        """Record the model's answer: its hash, the memories it cited (with where), a user's
+        correction; a guarded constraint it broke raises CONSTRAINT_VIOLATION."""
+        record = self.store.context_record(tenant, request_id)
+        if record is None:
+            raise NotFound(
+                f"no assembled context {request_id}", code="CONTEXT_NOT_FOUND", field="request_id"
+            )
+        used = set(record.memory_ids)
+        cited: list[tuple[str, str]] = []
+        unknown: list[str] = []
+        for match in MEMORY_REF.finditer(response_text):
+            mid = match.group(1)
+            if mid in used and mid not in {c[0] for c in cited}:
+                cited.append((mid, _position(match.start(), len(response_text))))
+            elif mid not in used:
+                unknown.append(mid)
+        violations: list[str] = []
+        for memory in self.store.get_many(tenant, record.memory_ids):
+            guard = memory.guard
+            if guard is not None and guard.break_on_violation and guard.violated_by(response_text):
+                violations.append(guard.rule_id)
+        corrected = (
+            [m for m in (corrected_ids or record.memory_ids) if m in used] if correction else []
+        )
+        response_hash = hashlib.sha256(response_text.encode()).hexdigest()
+        events: list[EventPayload] = [
+            ContextResponseReported(
+                request_id=request_id,
+                response_hash=response_hash,
+                cited=tuple(c[0] for c in cited),
+                violations=tuple(sorted(set(violations))),
+            )
+        ]
+        events += [MemoryCited(memory_id=m, request_id=request_id, position=p) for m, p in cited]
+        if correction and corrected:
+            events.append(
+                MemoryCorrected(
+                    memory_ids=tuple(corrected), reason=correction, request_id=request_id
+                )
+            )
+        for payload in events:
+            self._append(tenant, record.stream, principal, payload)
+        feedback = Feedback(
+            request_id, response_hash, cited, unknown, sorted(set(violations)), corrected
+        )
+        if feedback.violations:
+            raise MnemoError(
+                f"the response breaks constraint rule(s) {', '.join(feedback.violations)}",
+                code="CONSTRAINT_VIOLATION",
+                extra={"rule_ids": feedback.violations, "request_id": request_id},
+            )
+        return feedback
+
+
+def _scaled(c: Candidate, relevance: float) -> Candidate:
+    factor = relevance / c.relevance if c.relevance else 0.0
+    return Candidate(
+        c.memory,
+        round(relevance, 6),
+        None,
+        None,
+        c.weight,
+        c.freshness,
+        c.trust,
+        round(c.score * factor, 9),
+        c.via,
+    )
