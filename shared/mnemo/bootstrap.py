@@ -15,6 +15,7 @@ from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.rules import RegistrationRule, RuleSet
+from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import Clock, Embedder, EventLog, MemoryStore, Tokenizer, VectorIndex
 from mnemo.service.app import Mnemo
 from mnemo.service.context import ContextAssembler
@@ -34,6 +35,13 @@ def load_rules(path: Path | None = None) -> RuleSet:
         text = path.read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
     return RuleSet([RegistrationRule.model_validate(r) for r in data.get("rules", [])])
+
+
+def load_decay_policy(path: Path | None = None) -> DecayPolicy:
+    """The decay policy from a YAML file, or Mnemo's defaults."""
+    if path is None:
+        return DecayPolicy()
+    return DecayPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
 def make_embedder(settings: MnemoSettings) -> Embedder:
@@ -101,6 +109,7 @@ def build_embedded(
         batch_size=settings.batch_size,
         embed_batch=settings.embed_batch,
         consumers=consumers,
+        decay_policy=load_decay_policy(settings.decay_policy_file),
     )
     tokenizer = make_tokenizer(settings)
     contexts = ContextAssembler(

@@ -103,6 +103,7 @@ class MemoryQuery:
     key: str | None = None
     statuses: tuple[MemoryStatus, ...] = (MemoryStatus.ACTIVE,)
     live_at: datetime | None = None  # hide memories whose validity ended by then
+    verification_due: bool = False  # only memories waiting for the user to confirm them
     limit: int = 100
     after: str | None = None  # paging cursor: memory id
 
@@ -135,8 +136,8 @@ class StoreTransaction(abc.ABC):
     def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
 
     @abc.abstractmethod
-    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None:
-        """The decay consumer's (weight, trust) of a memory."""
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
+        """The decay consumer's (weight, trust, registered weight) of a memory."""
 
     @abc.abstractmethod
     def apply(self, writes: Sequence[Write]) -> None:

@@ -28,6 +28,9 @@ class MnemoSettings(BaseSettings):
     embed_threads: int = Field(default=2, ge=1, le=64, description="threads for the embedder")
     tokenizer: str = Field(default="cl100k_base", description="encoding or model name")
     rules_file: Path | None = Field(default=None, description="registration rules (YAML)")
+    decay_policy_file: Path | None = Field(
+        default=None, description="verification and archive schedules per memory type (YAML)"
+    )
     sqlite_synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
         default="FULL", description="FULL: every accepted event survives power loss"
     )

@@ -14,7 +14,7 @@ from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import DropTimer, PutTimer, Timer
 from mnemo.domain.rules import end_of_local_day
 from mnemo.handlers import decay, registration
-from mnemo.handlers.decay import decayed_weight
+from mnemo.handlers.decay import DecayPolicy, decayed_weight
 
 RULES = load_rules()
 
@@ -57,12 +57,12 @@ def registered_memory(text: str, at: datetime, zone: str | None) -> tuple[Envelo
 
 class Weights:
     def __init__(self) -> None:
-        self.values: dict[str, tuple[float, float]] = {}
+        self.values: dict[str, tuple[float, float, float]] = {}
 
     def get(self, tenant: str, memory_id: str) -> Memory | None:
         return None
 
-    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None:
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
         return self.values.get(memory_id)
 
 
@@ -96,46 +96,126 @@ def test_end_of_day_honours_a_daylight_saving_change() -> None:
     assert end_of_local_day(morning, "America/New_York") == datetime(2026, 3, 9, 4, 0, tzinfo=UTC)
 
 
-def test_a_timer_is_set_at_registration_and_fires_at_the_exact_instant() -> None:
-    env, memory = registered_memory("I want to buy coffee today", INSTANT, None)
-    _, put = decay.handle(env, Weights()).writes
-    assert isinstance(put, PutTimer)
-    assert put.timer.due_at == INSTANT + timedelta(hours=24)
+class Known(Weights):
+    """A state that knows one memory and its weights."""
 
-    class One(Weights):
-        def get(self, tenant: str, memory_id: str) -> Memory | None:
-            return memory if memory_id == memory.memory_id else None
+    def __init__(self, memory: Memory) -> None:
+        super().__init__()
+        self.memory = memory
+        self.values[memory.memory_id] = (
+            memory.semantic_weight,
+            memory.provenance.trust,
+            memory.semantic_weight,
+        )
 
-    timer = Timer(memory.tenant, memory.memory_id, put.timer.due_at)
-    decision = decay.scan([timer], One())
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        return self.memory if memory_id == self.memory.memory_id else None
+
+
+def timers_of(decision_writes: list[object]) -> dict[str, datetime]:
+    return {w.timer.kind: w.timer.due_at for w in decision_writes if isinstance(w, PutTimer)}
+
+
+def test_registration_sets_the_timers_its_type_calls_for() -> None:
+    env, _ = registered_memory("I want to buy coffee today", INSTANT, None)  # context, 24 h
+    assert timers_of(decay.handle(env, Weights()).writes) == {
+        "expire": INSTANT + timedelta(hours=24),
+        "archive": INSTANT + timedelta(days=30),
+    }
+    env, _ = registered_memory("记住我的尺码是L", INSTANT, None)  # a permanent preference
+    assert timers_of(decay.handle(env, Weights()).writes) == {
+        "verify": INSTANT + timedelta(days=90),
+        "archive": INSTANT + timedelta(days=365),
+    }
+    policy = DecayPolicy(verify_after_days={}, archive_after_days={})
+    assert timers_of(decay.handle(env, Weights(), policy).writes) == {}
+
+
+def test_expiry_fires_at_the_exact_instant_and_only_once() -> None:
+    _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
+    timer = Timer(memory.tenant, memory.memory_id, INSTANT + timedelta(hours=24), "expire")
+    decision = decay.scan([timer], Known(memory))
     [expired] = decision.events
     assert expired.type == "MemoryExpired"
     # event time is the due instant, whenever the scan happened to run
     assert expired.occurred_at == INSTANT + timedelta(hours=24)
-    assert expired.payload["expired_at"] == (INSTANT + timedelta(hours=24)).isoformat().replace(
-        "+00:00", "Z"
-    )
     assert isinstance(decision.writes[0], DropTimer)
     # scanning again derives the same id, so the log drops the copy
-    assert decay.scan([timer], One()).events[0].event_id == expired.event_id
+    assert decay.scan([timer], Known(memory)).events[0].event_id == expired.event_id
 
 
 def test_scan_skips_memories_no_longer_active() -> None:
     _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
-    gone = memory.model_copy(update={"status": MemoryStatus.SUPERSEDED})
-
-    class Gone(Weights):
-        def get(self, tenant: str, memory_id: str) -> Memory | None:
-            return gone
-
-    decision = decay.scan([Timer(memory.tenant, memory.memory_id, INSTANT)], Gone())
-    assert decision.events == []
-    assert len(decision.writes) == 1
+    gone = Known(memory.model_copy(update={"status": MemoryStatus.SUPERSEDED}))
+    for kind in ("expire", "verify", "verify_deadline", "archive"):
+        decision = decay.scan([Timer(memory.tenant, memory.memory_id, INSTANT, kind)], gone)
+        assert decision.events == []
+        assert [type(w) for w in decision.writes] == [DropTimer]
 
 
-def test_permanent_memories_set_no_timer() -> None:
-    env, _ = registered_memory("记住我的尺码是L", INSTANT, None)
-    assert [type(w).__name__ for w in decay.handle(env, Weights()).writes] == ["PutWeight"]
+def test_verification_comes_due_then_an_unanswered_one_drops_to_the_floor() -> None:
+    _, memory = registered_memory("记住我的尺码是L", INSTANT, None)
+    state = Known(memory)
+    due_at = INSTANT + timedelta(days=90)
+    asked = decay.scan([Timer(memory.tenant, memory.memory_id, due_at, "verify")], state)
+    [due] = asked.events
+    assert due.type == "VerificationDue"
+    assert due.payload["deadline"].startswith("2027-03-07")  # 90 + 7 days
+    deadline = timers_of(asked.writes)["verify_deadline"]
+    assert deadline == due_at + timedelta(days=7)
+    lapsed = decay.scan(
+        [Timer(memory.tenant, memory.memory_id, deadline, "verify_deadline")], state
+    )
+    [dropped] = lapsed.events
+    assert dropped.type == "MemoryDecayed"
+    assert (dropped.payload["semantic_weight"], dropped.payload["reason"]) == (0.1, "unverified")
+
+
+def test_verifying_renews_the_schedule_and_restores_the_weight() -> None:
+    _, memory = registered_memory("记住我的尺码是L", INSTANT, None)
+    state = Known(memory)
+    state.values[memory.memory_id] = (0.1, 0.5, 0.72)  # fell for want of an answer
+    at = INSTANT + timedelta(days=100)
+    decision = decay.handle(feedback("MemoryVerified", {"memory_id": memory.memory_id}, at), state)
+    assert timers_of(decision.writes) == {
+        "verify": at + timedelta(days=90),
+        "archive": at + timedelta(days=365),
+    }
+    assert DropTimer(memory.tenant, memory.memory_id, "verify_deadline") in decision.writes
+    [restored] = decision.events
+    assert (restored.payload["semantic_weight"], restored.payload["reason"]) == (0.72, "verified")
+
+
+def test_unused_memories_are_archived_and_use_pushes_the_archive_back() -> None:
+    _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
+    state = Known(memory)
+    used_at = INSTANT + timedelta(days=10)
+    used = decay.handle(
+        feedback("MemoryCited", {"memory_id": memory.memory_id, "position": "middle"}, used_at),
+        state,
+    )
+    assert timers_of(used.writes) == {"archive": used_at + timedelta(days=30)}
+    archive_at = used_at + timedelta(days=30)
+    [archived] = decay.scan(
+        [Timer(memory.tenant, memory.memory_id, archive_at, "archive")], state
+    ).events
+    assert archived.type == "MemoryArchived"
+    assert archived.payload["unused_since"].startswith(used_at.date().isoformat())
+
+
+def test_contradicting_behaviour_lowers_weight_instead_of_deleting() -> None:
+    _, memory = registered_memory("I don't like cilantro", INSTANT, None)
+    decision = decay.handle(
+        feedback(
+            "MemoryContradicted", {"memory_id": memory.memory_id, "reason": "bought cilantro"}
+        ),
+        Known(memory),
+    )
+    [moved] = decision.events
+    assert moved.type == "MemoryDecayed"
+    assert moved.payload["semantic_weight"] == 0.25
+    assert moved.payload["reason"] == "contradicted:bought cilantro"
+    assert not any(e.type in ("MemoryForgotten", "MemoryExpired") for e in decision.events)
 
 
 def test_weight_halves_per_half_life_and_stops_at_the_floor() -> None:
@@ -149,14 +229,14 @@ def test_weight_halves_per_half_life_and_stops_at_the_floor() -> None:
     assert decayed_weight(constraint, INSTANT + timedelta(days=5000)) == 0.72
 
 
-def feedback(event_type: str, payload: dict[str, object]) -> Envelope:
+def feedback(event_type: str, payload: dict[str, object], at: datetime = INSTANT) -> Envelope:
     return Envelope(
-        event_id=new_event_id(INSTANT),
+        event_id=new_event_id(at),
         type=event_type,
         schema_version=1,
         tenant="acme",
         stream="user:U1",
-        occurred_at=INSTANT,
+        occurred_at=at,
         actor=Actor(kind=ActorKind.AGENT, id="a"),
         payload=payload,
     )
@@ -164,7 +244,7 @@ def feedback(event_type: str, payload: dict[str, object]) -> Envelope:
 
 def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
     state = Weights()
-    state.values["m1"] = (0.5, 0.6)
+    state.values["m1"] = (0.5, 0.6, 0.5)
     early = decay.handle(
         feedback("MemoryCited", {"memory_id": "m1", "position": "beginning"}), state
     )
@@ -176,7 +256,7 @@ def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
         0.52,
         0.6,
     )
-    state.values["m1"] = (0.98, 1.0)
+    state.values["m1"] = (0.98, 1.0, 0.5)
     capped = decay.handle(
         feedback("MemoryCited", {"memory_id": "m1", "position": "beginning"}), state
     )
@@ -188,7 +268,7 @@ def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
 
 def test_a_correction_lowers_weight_and_trust_of_each_memory_used() -> None:
     state = Weights()
-    state.values.update({"m1": (0.8, 0.5), "m2": (0.4, 0.05)})
+    state.values.update({"m1": (0.8, 0.5, 0.8), "m2": (0.4, 0.05, 0.4)})
     decision = decay.handle(
         feedback(
             "MemoryCorrected", {"memory_ids": ["m1", "m2", "unknown"], "reason": "wrong size"}

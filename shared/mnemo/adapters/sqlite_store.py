@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS memories (
     key         TEXT,
     status      TEXT NOT NULL,
     valid_until REAL,
+    verify_due  REAL,
     version     INTEGER NOT NULL,
     hash        TEXT NOT NULL,
     body        TEXT NOT NULL,
@@ -96,6 +97,7 @@ CREATE TABLE IF NOT EXISTS context_records (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decay_weights (
     tenant TEXT NOT NULL, memory_id TEXT NOT NULL, weight REAL NOT NULL, trust REAL NOT NULL,
+    base REAL NOT NULL,
     PRIMARY KEY (tenant, memory_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS memory_stats (
@@ -192,12 +194,12 @@ class _Tx(StoreTransaction):
         ).fetchone()
         return _context_record(row[0]) if row else None
 
-    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None:
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
         row = self._cur.execute(
-            "SELECT weight, trust FROM decay_weights WHERE tenant = ? AND memory_id = ?",
+            "SELECT weight, trust, base FROM decay_weights WHERE tenant = ? AND memory_id = ?",
             (tenant, memory_id),
         ).fetchone()
-        return (float(row[0]), float(row[1])) if row else None
+        return (float(row[0]), float(row[1]), float(row[2])) if row else None
 
     def apply(self, writes: Sequence[Write]) -> None:
         for write in writes:
@@ -270,8 +272,8 @@ class _Tx(StoreTransaction):
                 )
             elif isinstance(write, PutWeight):
                 self._cur.execute(
-                    "INSERT OR REPLACE INTO decay_weights VALUES (?, ?, ?, ?)",
-                    (write.tenant, write.memory_id, write.weight, write.trust),
+                    "INSERT OR REPLACE INTO decay_weights VALUES (?, ?, ?, ?, ?)",
+                    (write.tenant, write.memory_id, write.weight, write.trust, write.base),
                 )
             elif isinstance(write, PutAudit):
                 r = write.record
@@ -294,6 +296,7 @@ class _Tx(StoreTransaction):
             memory.key,
             memory.status.value,
             _ts(memory.valid_until),
+            _ts(memory.verification_due_at),
             memory.version,
             memory.content_hash,
             body,
@@ -301,7 +304,8 @@ class _Tx(StoreTransaction):
         if row is None:
             cur.execute(
                 "INSERT INTO memories (tenant, memory_id, stream, type, scope, key, status, "
-                "valid_until, version, hash, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "valid_until, verify_due, version, hash, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (memory.tenant, memory.memory_id, *params),
             )
             rowid = cur.lastrowid
@@ -309,7 +313,7 @@ class _Tx(StoreTransaction):
             rowid = row[0]
             cur.execute(
                 "UPDATE memories SET stream = ?, type = ?, scope = ?, key = ?, status = ?, "
-                "valid_until = ?, version = ?, hash = ?, body = ? WHERE rowid = ?",
+                "valid_until = ?, verify_due = ?, version = ?, hash = ?, body = ? WHERE rowid = ?",
                 (*params, rowid),
             )
             cur.execute("DELETE FROM memory_terms WHERE rowid = ?", (rowid,))
@@ -321,7 +325,7 @@ class _Tx(StoreTransaction):
             "INSERT INTO memory_tags VALUES (?, ?, ?)",
             [(memory.tenant, tag, memory.memory_id) for tag in memory.tags],
         )
-        if memory.status is MemoryStatus.ACTIVE:
+        if memory.status in (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED):
             terms = keyword_terms(f"{memory.key or ''} {memory.value or ''} {memory.content}")
             cur.execute(
                 "INSERT INTO memory_terms (rowid, terms) VALUES (?, ?)", (rowid, " ".join(terms))
@@ -430,6 +434,8 @@ class SqliteMemoryStore(MemoryStore):
         if query.live_at is not None:
             clauses.append(f"({p}valid_until IS NULL OR {p}valid_until > ?)")
             params.append(query.live_at.timestamp())
+        if query.verification_due:
+            clauses.append(f"{p}verify_due IS NOT NULL")
         if query.tags:
             clauses.append(
                 f"{p}memory_id IN (SELECT memory_id FROM memory_tags WHERE tenant = ? "

@@ -2,9 +2,10 @@
 
 A template is a list of sections, each with a priority (1 is the most important), a token
 budget, a render pattern and the filters that feed it. Assembly renders every section,
-then trims: inside a section over its budget, the lowest semantic weight goes first; over
-the total budget, the lowest-priority section gives up its lowest-weight memory first,
-and so on. Memories are whole lines: a line is never cut inside a token or a sentence (a
+then trims: a memory that cannot fit its section even alone goes first; inside a section
+over its budget, the lowest semantic weight goes next (a constraint only once nothing else
+is left in the section); over the total budget, the lowest-priority section gives up its
+lowest-weight memory first, and so on. Memories are whole lines: a line is never cut inside a token or a sentence (a
 memory too long for its section keeps only its leading whole sentences). A constraint is
 never dropped silently: dropping one is an error unless the caller allowed it.
 
@@ -77,19 +78,35 @@ _SAMPLE = {
     "source": "s",
     "verified": "user-claimed",
 }
-_SENTENCE = re.compile(r"[^。！？!?.;；\n]+(?:[。！？!?.;；]+|\n|$)")
+# Where a sentence ends: CJK punctuation anywhere; ASCII punctuation only before whitespace
+# or the end (so "3.5" or "e.g" are not cut); closing quotes and brackets stay with it.
+_SENTENCE_END = re.compile(
+    r"[。！？；]+[\"'”’」』）)]*|[.!?;]+[\"'”’」』）)]*(?=\s|$)|\n"
+)
+# Widths and precisions in render patterns: three digits are plenty for a context line.
+_HUGE_SPEC_NUMBER = re.compile(r"\d{4,}")
 
 
 def _check_pattern(pattern: str) -> str:
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(pattern) if name is not None}
+        fields = [
+            (name, spec or "")
+            for _, name, spec, _ in string.Formatter().parse(pattern)
+            if name is not None
+        ]
     except ValueError as exc:
         raise ValueError(f"render pattern does not parse: {exc}") from exc
-    unknown = {n.split(".")[0].split("[")[0] for n in names} - PLACEHOLDERS
-    if unknown or "" in names:
+    names = {name for name, _ in fields}
+    # plain names only: "{text.__class__}" or "{key[0]}" would reach into the objects
+    unknown = names - PLACEHOLDERS
+    if unknown:
         raise ValueError(
             f"render pattern names unknown fields {sorted(unknown)}; known: {sorted(PLACEHOLDERS)}"
         )
+    if any("{" in spec for _, spec in fields):
+        raise ValueError("render pattern format specs cannot name fields")
+    if any(_HUGE_SPEC_NUMBER.search(spec) for _, spec in fields):
+        raise ValueError("render pattern widths and precisions are at most 999")
     try:
         pattern.format_map(_SAMPLE)
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -328,13 +345,26 @@ class _Line:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s for s in _SENTENCE.findall(text) if s.strip()]
+    """The text cut after each sentence end; joined again they give the text back."""
+    parts: list[str] = []
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        parts.append(text[start : end.end()])
+        start = end.end()
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
 
 
-def _drop_order(line: _Line) -> tuple[float, float, str]:
-    """The line a section gives up first: lowest weight, then lowest score, then newest id."""
+def _drop_order(line: _Line) -> tuple[bool, float, float, str]:
+    """The line a section gives up first: anything before a constraint, then the lowest
+    weight, then the lowest score, then the newest id."""
     c = line.candidate
-    return (c.weight, c.score, "".join(chr(0x10FFFF - ord(ch)) for ch in c.memory.memory_id))
+    return (
+        c.memory.type is MemoryType.CONSTRAINT,
+        c.weight,
+        c.score,
+        "".join(chr(0x10FFFF - ord(ch)) for ch in c.memory.memory_id),
+    )
 
 
 def assemble(
@@ -374,21 +404,27 @@ def assemble(
         parts = [header, *(section_text(s) for s in specs)]
         return "\n".join(p for p in parts if p)
 
+    if count(header) > budget:
+        raise InvalidInput(
+            "the budget does not fit the protocol header", code="BUDGET_TOO_SMALL", field="budget"
+        )
     for spec in specs:
         lines[spec.name] = []
         for candidate in sections.get(spec.name, ()):
             text = render_line(spec, candidate)
             line = _Line(candidate, text)
             if count(f"{spec.title()}\n{text}") > spec.budget:
-                line = _trim(spec, candidate, count) or line
+                trimmed = _trim(spec, candidate, count)
+                if trimmed is None:
+                    # it cannot fit the section even alone: it goes first, and alone
+                    lines[spec.name].append(line)
+                    drop(spec, line)
+                    continue
+                line = trimmed
             lines[spec.name].append(line)
         while lines[spec.name] and count(section_text(spec)) > spec.budget:
             drop(spec, min(lines[spec.name], key=_drop_order))
 
-    if count(header) > budget:
-        raise InvalidInput(
-            "the budget does not fit the protocol header", code="BUDGET_TOO_SMALL", field="budget"
-        )
     while count(full_text()) > budget:
         spec = next(s for s in reversed(specs) if lines[s.name])
         drop(spec, min(lines[spec.name], key=_drop_order))

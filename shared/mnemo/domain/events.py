@@ -183,9 +183,21 @@ class MemoryCorrected(EventPayload):
 
 
 class MemoryVerified(EventPayload):
+    """The user (or a system of record) confirmed a memory: it is renewed."""
+
     TYPE = "MemoryVerified"
     VERSION = 1
     memory_id: str
+
+
+class MemoryContradicted(EventPayload):
+    """Behaviour went against a memory (bought what they said they dislike): its weight
+    drops; the memory is not deleted."""
+
+    TYPE = "MemoryContradicted"
+    VERSION = 1
+    memory_id: str
+    reason: str = Field(min_length=1, max_length=1_000)
 
 
 class ForgetRequested(EventPayload):
@@ -268,6 +280,8 @@ class MemoryRejected(EventPayload):
     detail: str
     rejected_event_id: str
     draft_index: int = Field(default=0, ge=0, description="which memory of the cause this is")
+    current_memory_id: str | None = Field(default=None, description="on a version conflict")
+    current_version: int | None = Field(default=None, description="on a version conflict")
 
 
 class MemoryExpired(EventPayload):
@@ -290,6 +304,27 @@ class MemoryDecayed(EventPayload):
     reason: str = Field(max_length=300)
 
 
+class VerificationDue(EventPayload):
+    """A long-lived memory should be confirmed with the user by `deadline`."""
+
+    TYPE = "VerificationDue"
+    VERSION = 1
+    PUBLIC = False
+    memory_id: str
+    due_at: datetime
+    deadline: datetime
+
+
+class MemoryArchived(EventPayload):
+    """Unused for long: out of default retrieval, still retrievable on request."""
+
+    TYPE = "MemoryArchived"
+    VERSION = 1
+    PUBLIC = False
+    memory_id: str
+    unused_since: datetime
+
+
 class MemoryForgotten(EventPayload):
     TYPE = "MemoryForgotten"
     VERSION = 1
@@ -304,6 +339,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryCited,
     MemoryCorrected,
     MemoryVerified,
+    MemoryContradicted,
     ForgetRequested,
     TemplateRegistered,
     ContextAssembled,
@@ -313,6 +349,8 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryRejected,
     MemoryExpired,
     MemoryDecayed,
+    VerificationDue,
+    MemoryArchived,
     MemoryForgotten,
 )
 

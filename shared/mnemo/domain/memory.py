@@ -51,6 +51,7 @@ class MemoryStatus(StrEnum):
     SUPERSEDED = "superseded"
     EXPIRED = "expired"
     FORGOTTEN = "forgotten"
+    ARCHIVED = "archived"  # unused for long: out of default retrieval, still there on request
 
 
 class Provenance(BaseModel):
@@ -110,6 +111,12 @@ class MemoryDraft(BaseModel):
     semantic_weight: Weight = DEFAULT_SEMANTIC_WEIGHT
     provenance: Provenance = Provenance()
     guard: Guard | None = Field(default=None, description="constraints only: a circuit breaker")
+    expected_version: int | None = Field(
+        default=None,
+        ge=0,
+        description="with a key: the version the writer last saw (0: none); another current "
+        "version is a conflict, reported, never overwritten",
+    )
 
     @field_validator("key")
     @classmethod
@@ -178,6 +185,8 @@ class Memory(BaseModel):
     status: MemoryStatus = MemoryStatus.ACTIVE
     source_event_id: str
     rule_id: str | None = None
+    verified_at: datetime | None = None
+    verification_due_at: datetime | None = None
     content_hash: str
 
     def text(self) -> str:

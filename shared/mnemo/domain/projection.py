@@ -171,6 +171,7 @@ class PutWeight:
     memory_id: str
     weight: float
     trust: float
+    base: float  # the weight it was registered with, which verification restores
 
 
 Write = (

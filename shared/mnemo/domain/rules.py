@@ -7,6 +7,7 @@ them. An utterance that no rule matches is not remembered.
 from __future__ import annotations
 
 import re
+import string
 from datetime import datetime, timedelta, timezone
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -120,6 +121,22 @@ class RuleSet:
         ids = [r.id for r in rules]
         if len(ids) != len(set(ids)):
             raise ValueError("rule ids must be unique")
+        for rule in rules:
+            groups = set(rule.compiled().groupindex)
+            for name, template in (
+                ("key", rule.key),
+                ("value", rule.value),
+                ("content", rule.content),
+            ):
+                if template is None:
+                    continue
+                wanted = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+                allowed = groups | ({"value"} if name == "content" else set())
+                if wanted - allowed:
+                    raise ValueError(
+                        f"rule {rule.id}: {name} names {sorted(wanted - allowed)}, which the "
+                        f"pattern does not capture"
+                    )
         self.rules = rules
         self._compiled = [(r, r.compiled()) for r in rules]
 

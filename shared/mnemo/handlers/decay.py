@@ -1,29 +1,50 @@
-"""Decay: hard TTL expiry by event time, and weight decay over time.
+"""The decay engine: what Mnemo forgets, fades or asks about, and when.
 
-Timers live in a read model built from the log (MemoryRegistered sets one, expiry,
-supersede and forget clear it), so they survive restarts. A scan asks the clock port for
-the time, never the wall clock, and an expiry event's id is derived from the memory, so
-the same expiry is never emitted twice.
+- Hard decay: a memory's validity ends at an exact instant (its TTL or valid_until, in
+  event time); MemoryExpired removes it from every read model and the vector index.
+- Soft decay: a long-lived memory (a preference, a fact) comes due for verification on a
+  schedule per type (VerificationDue). MemoryVerified renews it; no answer by the deadline
+  lowers its weight to a floor (MemoryDecayed, reason "unverified").
+- Feedback: a citation raises weight (and trust when cited at the beginning of the
+  answer); a correction lowers the weight and trust of what was used; behaviour that
+  contradicts a memory (MemoryContradicted) lowers its weight instead of deleting it.
+- Engagement: every use (a context it appeared in, a citation) pushes its archive timer
+  back; a memory unused for its type's period is archived (out of default retrieval).
+- Weight also fades with age by a half-life per type; that is a pure function of the
+  memory and the instant (`decayed_weight`), so it needs no event.
+
+Timers live in a read model built from the log, so they survive restarts. Scans read the
+time from the clock port, and each emitted event's id derives from the memory, the timer
+kind and the due instant: the same decision is never emitted twice. Every decision is an
+event, so replaying the log reproduces the same weights.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from mnemo.domain.events import (
     Actor,
     ActorKind,
+    ContextAssembled,
     Envelope,
+    EventPayload,
+    MemoryArchived,
     MemoryCited,
+    MemoryContradicted,
     MemoryCorrected,
     MemoryDecayed,
     MemoryExpired,
     MemoryForgotten,
     MemoryRegistered,
     MemorySuperseded,
+    MemoryVerified,
+    VerificationDue,
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
@@ -31,9 +52,18 @@ from mnemo.domain.memory import MAX_SEMANTIC_WEIGHT, Memory, MemoryStatus, Memor
 from mnemo.domain.projection import DropTimer, PutTimer, PutWeight, Timer, Write
 from mnemo.handlers import Decision, emit
 
-__all__ = ["CONSUMER", "HALF_LIFE_DAYS", "DecayState", "decayed_weight", "handle", "scan"]
+__all__ = [
+    "CONSUMER",
+    "HALF_LIFE_DAYS",
+    "DecayPolicy",
+    "DecayState",
+    "decayed_weight",
+    "handle",
+    "scan",
+]
 
 CONSUMER = "decay"
+TIMER_KINDS = ("expire", "verify", "verify_deadline", "archive")
 
 # Half-life of semantic weight by memory type, in days; None: the weight does not fade.
 HALF_LIFE_DAYS: dict[MemoryType, float | None] = {
@@ -47,17 +77,41 @@ HALF_LIFE_DAYS: dict[MemoryType, float | None] = {
 }
 WEIGHT_FLOOR = 0.1
 
-
 # How feedback moves a memory: (weight change, trust change)
 CITED = {"beginning": (0.05, 0.02), "middle": (0.03, 0.0), "end": (0.02, 0.0), None: (0.02, 0.0)}
 CORRECTED_WEIGHT_FACTOR = 0.7
 CORRECTED_TRUST_STEP = 0.1
+CONTRADICTED_WEIGHT_FACTOR = 0.5
+CONTRADICTED_TRUST_STEP = 0.05
+
+
+class DecayPolicy(BaseModel):
+    """When memories come due for verification and when unused ones are archived."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    verify_after_days: dict[MemoryType, float] = Field(
+        default_factory=lambda: {MemoryType.PREFERENCE: 90.0, MemoryType.FACT: 180.0},
+        description="types absent here are never asked about",
+    )
+    answer_within_days: float = Field(default=7.0, gt=0)
+    unverified_weight: float = Field(default=WEIGHT_FLOOR, ge=0.0, le=MAX_SEMANTIC_WEIGHT)
+    archive_after_days: dict[MemoryType, float] = Field(
+        default_factory=lambda: {
+            MemoryType.CONTEXT: 30.0,
+            MemoryType.HISTORY: 90.0,
+            MemoryType.EPISODE: 90.0,
+            MemoryType.PREFERENCE: 365.0,
+            MemoryType.FACT: 365.0,
+        },
+        description="types absent here (constraints, external sources) are never archived",
+    )
 
 
 class DecayState(Protocol):
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
 
-    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float] | None: ...
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None: ...
 
 
 def decayed_weight(memory: Memory, now: datetime) -> float:
@@ -83,7 +137,7 @@ def _moved(
     current = state.weight_of(event.tenant, memory_id)
     if current is None:
         return Decision()  # unknown, forgotten or another tenant's: nothing to move
-    weight, trust = current
+    weight, trust, base = current
     new_weight = round(min(MAX_SEMANTIC_WEIGHT, max(0.0, weight * factor + d_weight)), 6)
     new_trust = round(min(1.0, max(0.0, trust + d_trust)), 6)
     payload = MemoryDecayed(
@@ -91,68 +145,185 @@ def _moved(
     )
     return Decision(
         events=[emit(event, payload, CONSUMER, memory_id)],
-        writes=[PutWeight(event.tenant, memory_id, new_weight, new_trust)],
+        writes=[PutWeight(event.tenant, memory_id, new_weight, new_trust, base)],
     )
 
 
-def handle(event: Envelope, state: DecayState) -> Decision:
+def _days(value: float) -> timedelta:
+    return timedelta(days=value)
+
+
+def _registered(memory: Memory, policy: DecayPolicy) -> Decision:
+    writes: list[Write] = [
+        PutWeight(
+            memory.tenant,
+            memory.memory_id,
+            memory.semantic_weight,
+            memory.provenance.trust,
+            memory.semantic_weight,
+        )
+    ]
+    t, m = memory.tenant, memory.memory_id
+    if memory.valid_until is not None:
+        writes.append(PutTimer(Timer(t, m, memory.valid_until, "expire")))
+    verify = policy.verify_after_days.get(memory.type)
+    if verify is not None:
+        writes.append(PutTimer(Timer(t, m, memory.created_at + _days(verify), "verify")))
+    archive = policy.archive_after_days.get(memory.type)
+    if archive is not None:
+        writes.append(PutTimer(Timer(t, m, memory.created_at + _days(archive), "archive")))
+    return Decision(writes=writes)
+
+
+def _used(
+    event: Envelope, memory_ids: Sequence[str], state: DecayState, policy: DecayPolicy
+) -> Decision:
+    """A use pushes the archive timer back by the memory type's period."""
+    writes: list[Write] = []
+    for memory_id in memory_ids:
+        memory = state.get(event.tenant, memory_id)
+        if memory is None or memory.status is not MemoryStatus.ACTIVE:
+            continue
+        archive = policy.archive_after_days.get(memory.type)
+        if archive is not None:
+            due = event.occurred_at + _days(archive)
+            writes.append(PutTimer(Timer(event.tenant, memory_id, due, "archive")))
+    return Decision(writes=writes)
+
+
+def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None) -> Decision:
     """Keep timers and weights in step with the log; turn feedback into decay decisions."""
+    policy = policy or DecayPolicy()
     if event.type == MemoryRegistered.TYPE:
         registered = decode_payload(event)
         assert isinstance(registered, MemoryRegistered)
-        memory = registered.memory
-        writes: list[Write] = [
-            PutWeight(
-                memory.tenant, memory.memory_id, memory.semantic_weight, memory.provenance.trust
-            )
-        ]
-        if memory.valid_until is not None:
-            writes.append(PutTimer(Timer(memory.tenant, memory.memory_id, memory.valid_until)))
-        return Decision(writes=writes)
-    if event.type in (MemorySuperseded.TYPE, MemoryExpired.TYPE, MemoryForgotten.TYPE):
+        return _registered(registered.memory, policy)
+    if event.type in (
+        MemorySuperseded.TYPE,
+        MemoryExpired.TYPE,
+        MemoryForgotten.TYPE,
+        MemoryArchived.TYPE,
+    ):
         memory_id = str(event.payload["memory_id"])
-        return Decision(writes=[DropTimer(event.tenant, memory_id)])
-    if event.type == MemoryCited.TYPE:
-        cited = decode_payload(event)
-        assert isinstance(cited, MemoryCited)
-        d_weight, d_trust = CITED[cited.position]
-        reason = f"cited:{cited.position or 'unknown'}"
-        return _moved(event, state, cited.memory_id, (1.0, d_weight, d_trust), reason)
-    if event.type == MemoryCorrected.TYPE:
-        corrected = decode_payload(event)
-        assert isinstance(corrected, MemoryCorrected)
+        return Decision(writes=[DropTimer(event.tenant, memory_id, kind) for kind in TIMER_KINDS])
+    payload = decode_payload(event) if event.type in _FEEDBACK else None
+    if isinstance(payload, MemoryCited):
+        d_weight, d_trust = CITED[payload.position]
+        reason = f"cited:{payload.position or 'unknown'}"
+        decision = _moved(event, state, payload.memory_id, (1.0, d_weight, d_trust), reason)
+        decision.extend(_used(event, [payload.memory_id], state, policy))
+        return decision
+    if isinstance(payload, MemoryCorrected):
         decision = Decision()
         move = (CORRECTED_WEIGHT_FACTOR, 0.0, -CORRECTED_TRUST_STEP)
-        for memory_id in corrected.memory_ids:
-            decision.extend(_moved(event, state, memory_id, move, f"corrected:{corrected.reason}"))
+        for memory_id in payload.memory_ids:
+            decision.extend(_moved(event, state, memory_id, move, f"corrected:{payload.reason}"))
         return decision
+    if isinstance(payload, MemoryContradicted):
+        move = (CONTRADICTED_WEIGHT_FACTOR, 0.0, -CONTRADICTED_TRUST_STEP)
+        return _moved(event, state, payload.memory_id, move, f"contradicted:{payload.reason}")
+    if isinstance(payload, MemoryVerified):
+        return _verified(event, payload.memory_id, state, policy)
+    if isinstance(payload, ContextAssembled):
+        return _used(event, payload.memory_ids, state, policy)
     return Decision()
 
 
-def scan(due: Sequence[Timer], state: DecayState) -> Decision:
-    """Expire what is due. Event time is the due instant itself, not the scan's time, so a
-    late scan still records the exact moment the memory stopped being valid."""
+_FEEDBACK = {
+    MemoryCited.TYPE,
+    MemoryCorrected.TYPE,
+    MemoryContradicted.TYPE,
+    MemoryVerified.TYPE,
+    ContextAssembled.TYPE,
+}
+
+
+def _verified(event: Envelope, memory_id: str, state: DecayState, policy: DecayPolicy) -> Decision:
+    """Renewal: the deadline is off, the next verification is scheduled, and a weight that
+    fell for want of an answer comes back to what it was registered with."""
+    memory = state.get(event.tenant, memory_id)
+    if memory is None or memory.status is not MemoryStatus.ACTIVE:
+        return Decision()
+    t = event.tenant
+    decision = Decision(writes=[DropTimer(t, memory_id, "verify_deadline")])
+    verify = policy.verify_after_days.get(memory.type)
+    if verify is not None:
+        decision.writes.append(
+            PutTimer(Timer(t, memory_id, event.occurred_at + _days(verify), "verify"))
+        )
+    decision.extend(_used(event, [memory_id], state, policy))
+    current = state.weight_of(t, memory_id)
+    if current is not None and current[0] < current[2]:
+        decision.extend(_moved(event, state, memory_id, (0.0, current[2], 0.0), "verified"))
+    return decision
+
+
+def _decision_event(memory: Memory, timer: Timer, payload: EventPayload) -> Envelope:
+    return Envelope(
+        event_id=derived_id(
+            timer.due_at,
+            CONSUMER,
+            memory.tenant,
+            memory.memory_id,
+            timer.kind,
+            timer.due_at.isoformat(),
+        ),
+        type=payload.TYPE,
+        schema_version=payload.VERSION,
+        tenant=memory.tenant,
+        stream=memory.stream,
+        occurred_at=timer.due_at,
+        actor=Actor(kind=ActorKind.SYSTEM, id=CONSUMER),
+        causation_id=memory.source_event_id,
+        correlation_id=memory.source_event_id,
+        payload=payload.model_dump(mode="json"),
+    )
+
+
+def scan(due: Sequence[Timer], state: DecayState, policy: DecayPolicy | None = None) -> Decision:
+    """Act on the timers that are due. Event time is the due instant itself, not the scan's
+    time, so a late scan still records the exact moment."""
+    policy = policy or DecayPolicy()
     decision = Decision()
     for timer in due:
         memory = state.get(timer.tenant, timer.memory_id)
         decision.writes.append(DropTimer(timer.tenant, timer.memory_id, timer.kind))
         if memory is None or memory.status is not MemoryStatus.ACTIVE:
             continue
-        payload = MemoryExpired(memory_id=memory.memory_id, expired_at=timer.due_at)
-        decision.events.append(
-            Envelope(
-                event_id=derived_id(
-                    timer.due_at, CONSUMER, memory.tenant, memory.memory_id, "expired"
-                ),
-                type=payload.TYPE,
-                schema_version=payload.VERSION,
-                tenant=memory.tenant,
-                stream=memory.stream,
-                occurred_at=timer.due_at,
-                actor=Actor(kind=ActorKind.SYSTEM, id=CONSUMER),
-                causation_id=memory.source_event_id,
-                correlation_id=memory.source_event_id,
-                payload=payload.model_dump(mode="json"),
+        if timer.kind == "expire":
+            payload: EventPayload = MemoryExpired(
+                memory_id=memory.memory_id, expired_at=timer.due_at
             )
-        )
+        elif timer.kind == "verify":
+            deadline = timer.due_at + _days(policy.answer_within_days)
+            payload = VerificationDue(
+                memory_id=memory.memory_id, due_at=timer.due_at, deadline=deadline
+            )
+            decision.writes.append(
+                PutTimer(Timer(memory.tenant, memory.memory_id, deadline, "verify_deadline"))
+            )
+        elif timer.kind == "verify_deadline":
+            current = state.weight_of(memory.tenant, memory.memory_id)
+            if current is None or current[0] <= policy.unverified_weight:
+                continue
+            _, trust, base = current
+            payload = MemoryDecayed(
+                memory_id=memory.memory_id,
+                semantic_weight=policy.unverified_weight,
+                trust=trust,
+                reason="unverified",
+            )
+            decision.writes.append(
+                PutWeight(memory.tenant, memory.memory_id, policy.unverified_weight, trust, base)
+            )
+        elif timer.kind == "archive":
+            period = policy.archive_after_days.get(memory.type)
+            if period is None:
+                continue
+            payload = MemoryArchived(
+                memory_id=memory.memory_id, unused_since=timer.due_at - _days(period)
+            )
+        else:
+            continue
+        decision.events.append(_decision_event(memory, timer, payload))
     return decision

@@ -26,6 +26,7 @@ from mnemo.domain.events import (
     Envelope,
     EventPayload,
     ForgetRequested,
+    MemoryArchived,
     MemoryCited,
     MemoryCorrected,
     MemoryDecayed,
@@ -35,8 +36,10 @@ from mnemo.domain.events import (
     MemoryRegistered,
     MemoryRejected,
     MemorySuperseded,
+    MemoryVerified,
     ObservationRecorded,
     TemplateRegistered,
+    VerificationDue,
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
@@ -92,9 +95,16 @@ def _outcome(
     )
 
 
-def _reject(event: Envelope, index: int, code: str, detail: str) -> Decision:
+def _reject(
+    event: Envelope, index: int, code: str, detail: str, current: Memory | None = None
+) -> Decision:
     payload = MemoryRejected(
-        reason_code=code, detail=detail, rejected_event_id=event.event_id, draft_index=index
+        reason_code=code,
+        detail=detail,
+        rejected_event_id=event.event_id,
+        draft_index=index,
+        current_memory_id=current.memory_id if current else None,
+        current_version=current.version if current else None,
     )
     return Decision(
         events=[emit(event, payload, CONSUMER, str(index))],
@@ -134,6 +144,11 @@ def _register(
             ]
         )
     current = state.current_for_key(event.tenant, event.stream, draft.key) if draft.key else None
+    if draft.expected_version is not None and draft.key:
+        have = current.version if current else 0
+        if have != draft.expected_version:
+            detail = f"{draft.key} is at version {have}, not {draft.expected_version}"
+            return _reject(event, index, "VERSION_CONFLICT", detail, current)
     memory = Memory(
         memory_id=derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index)),
         tenant=event.tenant,
@@ -255,8 +270,29 @@ def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> 
     return Decision()
 
 
+def _verification(
+    event: Envelope, state: RegistrationState, payload: VerificationDue | MemoryVerified
+) -> Decision:
+    memory = state.get(event.tenant, payload.memory_id)
+    if memory is None or memory.status is not MemoryStatus.ACTIVE:
+        if isinstance(payload, MemoryVerified):
+            return _reject(event, 0, "MEMORY_NOT_FOUND", "no active memory with that id")
+        return Decision()
+    if isinstance(payload, VerificationDue):
+        return Decision(
+            writes=[PutMemory(memory.model_copy(update={"verification_due_at": payload.due_at}))]
+        )
+    renewed = memory.model_copy(
+        update={"verified_at": event.occurred_at, "verification_due_at": None}
+    )
+    return Decision(writes=[PutMemory(renewed), _outcome(event, 0, OutcomeKind.APPLIED)])
+
+
 _HANDLED = {
     MemoryDeclared.TYPE,
+    MemoryArchived.TYPE,
+    VerificationDue.TYPE,
+    MemoryVerified.TYPE,
     ObservationRecorded.TYPE,
     ForgetRequested.TYPE,
     MemoryExpired.TYPE,
@@ -361,11 +397,16 @@ def handle(
         return decision
     if isinstance(payload, ForgetRequested):
         return _forget(event, state, payload)
-    if isinstance(payload, MemoryExpired):
+    if isinstance(payload, MemoryExpired | MemoryArchived):
         memory = state.get(event.tenant, payload.memory_id)
         if memory is None or memory.status is not MemoryStatus.ACTIVE:
             return Decision()
-        return Decision(writes=[SetStatus(event.tenant, memory.memory_id, MemoryStatus.EXPIRED)])
+        status = (
+            MemoryStatus.EXPIRED if isinstance(payload, MemoryExpired) else MemoryStatus.ARCHIVED
+        )
+        return Decision(writes=[SetStatus(event.tenant, memory.memory_id, status)])
+    if isinstance(payload, VerificationDue | MemoryVerified):
+        return _verification(event, state, payload)
     if isinstance(payload, MemoryDecayed):
         memory = state.get(event.tenant, payload.memory_id)
         if memory is None:

@@ -204,6 +204,7 @@ class Mnemo:
         key: str | None = None,
         include_expired: bool = False,
         include_superseded: bool = False,
+        include_archived: bool = False,
         limit: int = 100,
         after: str | None = None,
     ) -> list[Memory]:
@@ -213,6 +214,8 @@ class Mnemo:
             statuses.append(MemoryStatus.EXPIRED)
         if include_superseded:
             statuses.append(MemoryStatus.SUPERSEDED)
+        if include_archived:
+            statuses.append(MemoryStatus.ARCHIVED)
         query = MemoryQuery(
             stream=stream,
             types=tuple(types),
@@ -223,6 +226,16 @@ class Mnemo:
             live_at=None if include_expired else self.clock.now(),
             limit=max(1, min(limit, 1_000)),
             after=after,
+        )
+        return self.store.query(ctx.tenant, query)
+
+    def due_verifications(self, ctx: RequestContext, stream: str) -> list[Memory]:
+        """Memories the agent should confirm with the user ("is your size still L?")."""
+        query = MemoryQuery(
+            stream=_stream_or_error(stream),
+            verification_due=True,
+            live_at=self.clock.now(),
+            limit=200,
         )
         return self.store.query(ctx.tenant, query)
 
@@ -239,6 +252,7 @@ class Mnemo:
         scopes: Sequence[Scope] = (),
         tags: Sequence[str] = (),
         limit: int = 10,
+        include_archived: bool = False,
         vector: list[float] | None = None,
     ) -> list[SearchHit]:
         """Hybrid search: vector and BM25 rankings fused by reciprocal rank, weighted by the
@@ -259,8 +273,18 @@ class Mnemo:
         vec_hits: list[tuple[str, float]] = (
             self.index.search(ctx.tenant, vector, depth, flt) if vector is not None else []
         )
+        statuses = (
+            (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED)
+            if include_archived
+            else (MemoryStatus.ACTIVE,)
+        )
         base = MemoryQuery(
-            types=tuple(types), scopes=tuple(scopes), tags=tuple(tags), live_at=now, limit=depth
+            types=tuple(types),
+            scopes=tuple(scopes),
+            tags=tuple(tags),
+            statuses=statuses,
+            live_at=now,
+            limit=depth,
         )
         kw_hits: list[tuple[str, float]] = []
         for stream in streams or (None,):
@@ -279,7 +303,14 @@ class Mnemo:
         hits = []
         for mid in candidates:
             memory = memories.get(mid)
-            if memory is None or not memory.is_live(now):
+            if memory is None:
+                continue
+            usable = memory.is_live(now) or (
+                include_archived
+                and memory.status is MemoryStatus.ARCHIVED
+                and (memory.valid_until is None or now < memory.valid_until)
+            )
+            if not usable:
                 continue
             fused = sum(1.0 / (RRF_K + r) for r in (vec_rank.get(mid), kw_rank.get(mid)) if r)
             weight = decayed_weight(memory, now)

