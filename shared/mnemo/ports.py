@@ -15,7 +15,15 @@ from datetime import datetime
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
-from mnemo.domain.projection import AuditRecord, ContextRecord, MemoryStats, Outcome, Timer, Write
+from mnemo.domain.projection import (
+    AuditRecord,
+    ContextRecord,
+    MemoryStats,
+    Outcome,
+    TimelineEntry,
+    Timer,
+    Write,
+)
 
 __all__ = [
     "Appended",
@@ -206,6 +214,16 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
         """Usage counters of the given memories (absent ones have none yet)."""
+
+    @abc.abstractmethod
+    def context_records(
+        self, tenant: str, limit: int, before: str | None = None
+    ) -> list[ContextRecord]:
+        """The tenant's assembled contexts, newest first (paging: request ids before one)."""
+
+    @abc.abstractmethod
+    def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
+        """The events that touched a memory, oldest first."""
 
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:

@@ -34,9 +34,11 @@ from mnemo.domain.projection import (
     PutMemory,
     PutOutcome,
     PutTemplate,
+    PutTimeline,
     PutTimer,
     PutWeight,
     SetStatus,
+    TimelineEntry,
     Timer,
     Write,
 )
@@ -100,6 +102,12 @@ CREATE TABLE IF NOT EXISTS decay_weights (
     base REAL NOT NULL,
     PRIMARY KEY (tenant, memory_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timeline (
+    tenant TEXT NOT NULL, memory_id TEXT NOT NULL, offset INTEGER NOT NULL, what TEXT NOT NULL,
+    event_id TEXT NOT NULL, event_type TEXT NOT NULL, occurred_at TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    PRIMARY KEY (tenant, memory_id, offset, what)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS memory_stats (
     tenant TEXT NOT NULL, memory_id TEXT NOT NULL,
     included INTEGER NOT NULL DEFAULT 0, truncated INTEGER NOT NULL DEFAULT 0,
@@ -121,6 +129,7 @@ _TABLES = (
     "context_records",
     "memory_stats",
     "decay_weights",
+    "timeline",
 )
 
 
@@ -134,8 +143,8 @@ def _memory(row: tuple[str]) -> Memory:
 
 def _context_record(body: str) -> ContextRecord:
     data = json.loads(body)
-    data["memory_ids"] = tuple(data["memory_ids"])
-    data["truncated"] = tuple(data["truncated"])
+    for name in ("memory_ids", "truncated", "sections", "left_out"):
+        data[name] = tuple(data.get(name, ()))
     return ContextRecord(**data)
 
 
@@ -274,6 +283,21 @@ class _Tx(StoreTransaction):
                 self._cur.execute(
                     "INSERT OR REPLACE INTO decay_weights VALUES (?, ?, ?, ?, ?)",
                     (write.tenant, write.memory_id, write.weight, write.trust, write.base),
+                )
+            elif isinstance(write, PutTimeline):
+                e = write.entry
+                self._cur.execute(
+                    "INSERT OR REPLACE INTO timeline VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        e.tenant,
+                        e.memory_id,
+                        e.offset,
+                        e.what,
+                        e.event_id,
+                        e.event_type,
+                        e.occurred_at,
+                        e.detail,
+                    ),
                 )
             elif isinstance(write, PutAudit):
                 r = write.record
@@ -559,6 +583,24 @@ class SqliteMemoryStore(MemoryStore):
                 found.append(MemoryStats(r[0], r[1], r[2], r[3], r[4], r[5], last))
         return found
 
+    def context_records(
+        self, tenant: str, limit: int, before: str | None = None
+    ) -> list[ContextRecord]:
+        rows = self._reader().execute(
+            "SELECT body FROM context_records WHERE tenant = ? AND request_id < ? "
+            "ORDER BY request_id DESC LIMIT ?",
+            (tenant, before or "~", limit),
+        )
+        return [_context_record(r[0]) for r in rows]
+
+    def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
+        rows = self._reader().execute(
+            "SELECT tenant, memory_id, offset, event_id, event_type, what, occurred_at, detail "
+            "FROM timeline WHERE tenant = ? AND memory_id = ? ORDER BY offset, what LIMIT ?",
+            (tenant, memory_id, limit),
+        )
+        return [TimelineEntry(*r) for r in rows]
+
     def counts(self) -> dict[str, int]:
         conn = self._reader()
         result = {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
@@ -584,6 +626,7 @@ class SqliteMemoryStore(MemoryStore):
             "SELECT * FROM context_records ORDER BY tenant, request_id",
             "SELECT * FROM memory_stats ORDER BY tenant, memory_id",
             "SELECT * FROM decay_weights ORDER BY tenant, memory_id",
+            "SELECT * FROM timeline ORDER BY tenant, memory_id, offset, what",
         )
         for sql in queries:
             for row in conn.execute(sql):

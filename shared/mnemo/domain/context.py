@@ -5,9 +5,10 @@ budget, a render pattern and the filters that feed it. Assembly renders every se
 then trims: a memory that cannot fit its section even alone goes first; inside a section
 over its budget, the lowest semantic weight goes next (a constraint only once nothing else
 is left in the section); over the total budget, the lowest-priority section gives up its
-lowest-weight memory first, and so on. Memories are whole lines: a line is never cut inside a token or a sentence (a
-memory too long for its section keeps only its leading whole sentences). A constraint is
-never dropped silently: dropping one is an error unless the caller allowed it.
+lowest-weight memory first, and so on. Memories are whole lines: a line is never cut inside
+a token or a sentence (a memory too long for its section keeps only its leading whole
+sentences). A constraint is never dropped silently: dropping one is an error unless the
+caller allowed it.
 
 Score of a memory (reported component by component):
     relevance = reciprocal-rank fusion of its vector rank and its BM25 rank, scaled to 0..1
@@ -80,9 +81,7 @@ _SAMPLE = {
 }
 # Where a sentence ends: CJK punctuation anywhere; ASCII punctuation only before whitespace
 # or the end (so "3.5" or "e.g" are not cut); closing quotes and brackets stay with it.
-_SENTENCE_END = re.compile(
-    r"[。！？；]+[\"'”’」』）)]*|[.!?;]+[\"'”’」』）)]*(?=\s|$)|\n"
-)
+_SENTENCE_END = re.compile(r"[。！？；]+[\"'”’」』）)]*|[.!?;]+[\"'”’」』）)]*(?=\s|$)|\n")
 # Widths and precisions in render patterns: three digits are plenty for a context line.
 _HUGE_SPEC_NUMBER = re.compile(r"\d{4,}")
 

@@ -238,6 +238,10 @@ class ContextAssembled(EventPayload):
     truncated: tuple[str, ...] = Field(default=(), description="memory ids cut for the budget")
     left_out: tuple[str, ...] = Field(default=(), description="'memory_id:reason' for the rest")
     response_hash: str | None = None
+    as_of: datetime | None = Field(default=None, description="the instant freshness was judged at")
+    rendered: str | None = Field(
+        default=None, description="the rendered context (at most 64 KiB), for inspection"
+    )
 
 
 class ContextResponseReported(EventPayload):

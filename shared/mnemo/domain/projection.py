@@ -23,7 +23,9 @@ __all__ = [
     "PutOutcome",
     "PutTemplate",
     "PutTimer",
+    "PutTimeline",
     "PutWeight",
+    "TimelineEntry",
     "SetStatus",
     "Timer",
     "Write",
@@ -130,6 +132,11 @@ class ContextRecord:
     truncated: tuple[str, ...]
     tokens: int
     response_hash: str | None = None
+    sections: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
+    budget: int = 0
+    rendered: str | None = None
+    occurred_at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,25 @@ class PutWeight:
     base: float  # the weight it was registered with, which verification restores
 
 
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    """One event in a memory's life."""
+
+    tenant: str
+    memory_id: str
+    offset: int
+    event_id: str
+    event_type: str
+    what: str
+    occurred_at: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PutTimeline:
+    entry: TimelineEntry
+
+
 Write = (
     PutMemory
     | SetStatus
@@ -185,4 +211,5 @@ Write = (
     | PutContextRecord
     | BumpStats
     | PutWeight
+    | PutTimeline
 )

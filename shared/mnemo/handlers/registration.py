@@ -249,6 +249,11 @@ def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> 
             memory_ids=payload.memory_ids,
             truncated=payload.truncated,
             tokens=payload.rendered_tokens,
+            sections=payload.sections,
+            left_out=payload.left_out,
+            budget=payload.budget,
+            rendered=payload.rendered,
+            occurred_at=event.occurred_at.isoformat(),
         )
         writes: list[Write] = [PutContextRecord(record)]
         writes += [BumpStats(event.tenant, m, at, included=1) for m in payload.memory_ids]
