@@ -22,11 +22,11 @@ __all__ = [
     "PutMemory",
     "PutOutcome",
     "PutTemplate",
-    "PutTimer",
     "PutTimeline",
+    "PutTimer",
     "PutWeight",
-    "TimelineEntry",
     "SetStatus",
+    "TimelineEntry",
     "Timer",
     "Write",
 ]
