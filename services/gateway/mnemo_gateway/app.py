@@ -13,9 +13,10 @@ from fastapi import FastAPI
 
 from mnemo import __version__
 from mnemo.bootstrap import Platform
+from mnemo.mcp_server import mount_mcp
 from mnemo.settings import GatewaySettings
 from mnemo_gateway.errors import ErrorResponse, install_error_handlers
-from mnemo_gateway.routes import admin, context, events, health, memories
+from mnemo_gateway.routes import admin, context, events, health, memories, sync
 
 __all__ = ["create_app"]
 
@@ -31,7 +32,8 @@ def create_app(
         if run_consumers:
             platform.runner.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             platform.runner.stop()
 
@@ -50,6 +52,8 @@ def create_app(
     app.state.gateway_settings = settings or GatewaySettings()
     app.state.run_consumers = run_consumers
     install_error_handlers(app)
-    for module in (health, events, memories, context, admin):
+    for module in (health, events, memories, context, sync, admin):
         app.include_router(module.router)
+    # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API
+    mcp = mount_mcp(app, app.state.gateway_settings.host)
     return app

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from mnemo.domain import replica
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import ConflictError, InvalidInput, NotFound, Unavailable
 from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, LoggedEvent, validate_envelope
@@ -401,6 +402,19 @@ class Mnemo:
         return self.log.read_stream(
             ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
         )
+
+    def snapshot(self, ctx: RequestContext, stream: str) -> tuple[int, dict[str, Memory]]:
+        """A stream's memories as of its latest sequence number: (seq, memory id -> memory).
+        A device loads it, then tails from seq + 1."""
+        _stream_or_error(stream)
+        state: dict[str, Memory] = {}
+        seq = 0
+        while True:
+            page = self.log.read_stream(ctx.tenant, stream, seq + 1, 5_000)
+            if not page:
+                return seq, state
+            replica.fold((e.envelope for e in page), state)
+            seq = page[-1].envelope.seq or seq
 
     def tail(self, ctx: RequestContext, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))

@@ -47,6 +47,7 @@ class SearchIn(BaseModel):
     scopes: list[Scope] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list, max_length=32)
     limit: int = Field(default=10, ge=1, le=100)
+    include_archived: bool = Field(default=False, description="also memories archived as unused")
 
 
 class SearchOut(BaseModel):
@@ -69,6 +70,7 @@ def list_memories(
     key: str | None = None,
     include_expired: bool = False,
     include_superseded: bool = False,
+    include_archived: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: str | None = None,
 ) -> MemoriesOut:
@@ -81,6 +83,7 @@ def list_memories(
         key=key,
         include_expired=include_expired,
         include_superseded=include_superseded,
+        include_archived=include_archived,
         limit=limit,
         after=after,
     )
@@ -113,6 +116,7 @@ async def search(ctx: Ctx, mnemo: App, body: Body) -> SearchOut:
             scopes=req.scopes,
             tags=req.tags,
             limit=req.limit,
+            include_archived=req.include_archived,
         )
     )
     return SearchOut(hits=[HitOut.of(h) for h in hits])

@@ -1,0 +1,101 @@
+"""Cross-device sync: snapshots, a live tail by Server-Sent Events, and the verification
+questions an agent should ask."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from mnemo.domain import replica
+from mnemo.domain.memory import Memory
+from mnemo_gateway.deps import App, Ctx
+
+router = APIRouter(tags=["sync"])
+
+POLL_SECONDS = 0.1
+HEARTBEAT_SECONDS = 15.0
+
+
+class SnapshotOut(BaseModel):
+    stream: str
+    seq: int = Field(description="the last sequence number folded in; tail from seq + 1")
+    checksum: str = Field(description="equal on every replica that applied the same events")
+    memories: list[Memory]
+
+
+class DueOut(BaseModel):
+    items: list[Memory]
+
+
+@router.get("/v1/subjects/{stream}/snapshot", summary="A stream's memories at its latest sequence")
+async def snapshot(ctx: Ctx, mnemo: App, stream: str) -> SnapshotOut:
+    seq, state = await run_in_threadpool(mnemo.snapshot, ctx, stream)
+    return SnapshotOut(
+        stream=stream,
+        seq=seq,
+        checksum=replica.checksum(state),
+        memories=[state[k] for k in sorted(state)],
+    )
+
+
+@router.get(
+    "/v1/subjects/{stream}/events/live",
+    summary="Live tail of a stream by Server-Sent Events",
+    description="Each message carries `id: <seq>`, so a client that reconnects with "
+    "Last-Event-ID resumes with no gap and no duplicate. Comments keep idle connections "
+    "open. `max_seconds` bounds the connection (0: until the client leaves).",
+    response_class=StreamingResponse,
+)
+async def live(
+    ctx: Ctx,
+    mnemo: App,
+    stream: str,
+    from_seq: Annotated[int, Query(ge=1)] = 1,
+    max_seconds: Annotated[float, Query(ge=0, le=86_400)] = 0,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    start = from_seq
+    if last_event_id is not None and last_event_id.isdigit():
+        start = int(last_event_id) + 1
+    mnemo.replay(ctx, stream, start, 1)  # validates the stream name before streaming starts
+
+    async def messages() -> AsyncIterator[bytes]:
+        next_seq = start
+        began = time.monotonic()
+        quiet_since = began
+        while max_seconds == 0 or time.monotonic() - began < max_seconds:
+            page = await run_in_threadpool(mnemo.replay, ctx, stream, next_seq, 500)
+            for logged in page:
+                env = logged.envelope
+                data = orjson.dumps(env.model_dump(mode="json")).decode()
+                yield f"id: {env.seq}\nevent: {env.type}\ndata: {data}\n\n".encode()
+                next_seq = (env.seq or next_seq) + 1
+            if page:
+                quiet_since = time.monotonic()
+                continue
+            if time.monotonic() - quiet_since > HEARTBEAT_SECONDS:
+                quiet_since = time.monotonic()
+                yield b": keep-alive\n\n"
+            await asyncio.sleep(POLL_SECONDS)
+
+    return StreamingResponse(
+        messages(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get(
+    "/v1/subjects/{stream}/due-verifications",
+    summary="Memories to confirm with the user (soft decay)",
+)
+def due_verifications(ctx: Ctx, mnemo: App, stream: str) -> DueOut:
+    return DueOut(items=mnemo.due_verifications(ctx, stream))

@@ -1,0 +1,294 @@
+"""A device's local replica of a subject's memories, kept in SQLite and converged with the
+server by replaying the stream's events.
+
+- `pull()` replays from the last sequence number the replica holds, page by page; each
+  page and the new position commit together, so an interrupted pull resumes with no gap
+  and no duplicate (a gap raises SyncGap rather than being skipped).
+- `write()` queues a key/value memory with the version of that key the device last saw.
+  `push()` publishes the queue with fixed event ids, so a retry after a lost answer is
+  deduplicated by the server. A write the server finds stale (someone changed the key
+  meanwhile) comes back as a conflict carrying both versions, never a silent overwrite.
+- `load_snapshot()` starts a replica from a server snapshot, then `pull()` tails on.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from mnemo.domain import replica
+from mnemo.domain.events import Envelope
+from mnemo.domain.ids import new_event_id
+from mnemo.domain.memory import Memory, MemoryStatus
+
+__all__ = ["Conflict", "SyncClient", "SyncError", "SyncGap"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memories (memory_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pending (n INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT UNIQUE,
+                                    body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sent (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS conflicts (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+"""
+
+
+class SyncError(Exception):
+    """The server refused something for a reason other than being unreachable."""
+
+
+class SyncGap(SyncError):
+    """The server skipped a sequence number: the replica refuses to go on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A stale write: what this device proposed and what the server holds."""
+
+    event_id: str
+    key: str
+    proposed: dict[str, Any]
+    current: Memory | None
+    detail: str
+
+
+class Http(Protocol):
+    """What the replica needs of an HTTP client (an httpx.Client with Mnemo's base URL and
+    identity headers fits)."""
+
+    def get(self, url: str, *, params: Any = None) -> Any: ...
+
+    def post(self, url: str, *, json: Any = None) -> Any: ...
+
+
+class SyncClient:
+    """One device's replica of one subject stream."""
+
+    def __init__(self, path: Path, http: Http, stream: str, device_id: str) -> None:
+        self.http = http
+        self.stream = stream
+        self.device_id = device_id
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    # ---- local state ------------------------------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        row = self._db.execute("SELECT v FROM meta WHERE k = 'seq'").fetchone()
+        return int(row[0]) if row else 0
+
+    def memories(self) -> dict[str, Memory]:
+        rows = self._db.execute("SELECT body FROM memories")
+        found = [Memory.model_validate_json(r[0]) for r in rows]
+        return {m.memory_id: m for m in found}
+
+    def current(self, key: str) -> Memory | None:
+        live = [
+            m for m in self.memories().values() if m.key == key and m.status is MemoryStatus.ACTIVE
+        ]
+        return max(live, key=lambda m: m.version, default=None)
+
+    def checksum(self) -> str:
+        return replica.checksum(self.memories())
+
+    def pending(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
+
+    def conflicts(self) -> list[Conflict]:
+        found = []
+        memories = self.memories()
+        for (body,) in self._db.execute("SELECT body FROM conflicts ORDER BY event_id"):
+            data = json.loads(body)
+            current = memories.get(data["current_memory_id"]) if data["current_memory_id"] else None
+            found.append(
+                Conflict(data["event_id"], data["key"], data["proposed"], current, data["detail"])
+            )
+        return found
+
+    # ---- writing offline ----------------------------------------------------------------
+
+    def write(self, key: str, value: str, *, type_: str = "preference", content: str = "") -> str:
+        """Queue a new value for a key, stamped with the version this device last saw."""
+        seen = self.current(key)
+        memory: dict[str, Any] = {
+            "type": type_,
+            "key": key,
+            "value": value,
+            "expected_version": seen.version if seen else 0,
+        }
+        if content:
+            memory["content"] = content
+        event_id = new_event_id(datetime.now(UTC))
+        event = {
+            "event_id": event_id,
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "stream": self.stream,
+            "actor": {"kind": "device", "id": self.device_id},
+            "payload": {"memory": memory},
+        }
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO pending (event_id, body) VALUES (?, ?)", (event_id, json.dumps(event))
+            )
+        return event_id
+
+    def push(self) -> int:
+        """Publish queued writes in order; stops at the first that cannot be sent."""
+        sent = 0
+        rows = self._db.execute("SELECT n, event_id, body FROM pending ORDER BY n").fetchall()
+        for n, event_id, body in rows:
+            try:
+                r = self.http.post("/v1/events", json=json.loads(body))
+            except httpx.TransportError:
+                break
+            if r.status_code >= 500:
+                break
+            if r.status_code >= 400:
+                raise SyncError(f"the server refused {event_id}: {r.text}")
+            with self._tx() as cur:
+                cur.execute("INSERT OR REPLACE INTO sent VALUES (?, ?)", (event_id, body))
+                cur.execute("DELETE FROM pending WHERE n = ?", (n,))
+            sent += 1
+        return sent
+
+    # ---- catching up -----------------------------------------------------------------------
+
+    def pull(self, page_size: int = 1_000) -> int:
+        """Apply every event after the replica's sequence number. Returns how many."""
+        applied = 0
+        while True:
+            try:
+                r = self.http.get(
+                    f"/v1/subjects/{self.stream}/events",
+                    params={"from_seq": self.seq + 1, "limit": page_size},
+                )
+            except httpx.TransportError:
+                return applied
+            if r.status_code >= 400:
+                raise SyncError(f"replay failed: {r.text}")
+            events = [Envelope.model_validate(e) for e in r.json()["events"]]
+            if not events:
+                return applied
+            self._apply_page(events)
+            applied += len(events)
+
+    def _load(self, memory_ids: set[str]) -> dict[str, Memory]:
+        found: dict[str, Memory] = {}
+        ids = sorted(memory_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(
+                f"SELECT body FROM memories WHERE memory_id IN ({marks})", chunk
+            )
+            for (body,) in rows:
+                memory = Memory.model_validate_json(body)
+                found[memory.memory_id] = memory
+        return found
+
+    def _apply_page(self, events: list[Envelope]) -> None:
+        """Fold a page into the replica, touching only the memories the page names."""
+        touched = {
+            str(e.payload["memory_id"])
+            for e in events
+            if isinstance(e.payload.get("memory_id"), str)
+        }
+        state = self._load(touched)
+        expected = self.seq + 1
+        conflicts: list[tuple[str, str]] = []
+        changed: set[str] = set()
+        sent_ids = [
+            str(e.payload.get("rejected_event_id")) for e in events if e.type == "MemoryRejected"
+        ]
+        sent = self._sent(sent_ids)
+        for event in events:
+            if event.seq != expected:
+                raise SyncGap(f"expected sequence {expected}, got {event.seq}")
+            expected += 1
+            before = dict(state)
+            replica.apply(state, event)
+            changed.update(k for k, v in state.items() if before.get(k) is not v)
+            p = event.payload
+            if (
+                event.type == "MemoryRejected"
+                and p.get("reason_code") == "VERSION_CONFLICT"
+                and p.get("rejected_event_id") in sent
+            ):
+                proposed = json.loads(sent[p["rejected_event_id"]])["payload"]["memory"]
+                record = {
+                    "event_id": p["rejected_event_id"],
+                    "key": proposed["key"],
+                    "proposed": proposed,
+                    "current_memory_id": p.get("current_memory_id"),
+                    "detail": p.get("detail", ""),
+                }
+                conflicts.append((p["rejected_event_id"], json.dumps(record)))
+        with self._tx() as cur:
+            cur.executemany(
+                "INSERT OR REPLACE INTO memories VALUES (?, ?)",
+                [(mid, state[mid].model_dump_json()) for mid in sorted(changed)],
+            )
+            cur.executemany("INSERT OR REPLACE INTO conflicts VALUES (?, ?)", conflicts)
+            cur.execute(
+                "INSERT INTO meta VALUES ('seq', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (str(expected - 1),),
+            )
+
+    def _sent(self, event_ids: list[str]) -> dict[str, str]:
+        if not event_ids:
+            return {}
+        marks = ",".join("?" * len(event_ids))
+        rows = self._db.execute(
+            f"SELECT event_id, body FROM sent WHERE event_id IN ({marks})", event_ids
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def load_snapshot(self) -> int:
+        """Replace the replica with the server's snapshot; returns its sequence number."""
+        r = self.http.get(f"/v1/subjects/{self.stream}/snapshot")
+        if r.status_code >= 400:
+            raise SyncError(f"snapshot failed: {r.text}")
+        body = r.json()
+        memories = [Memory.model_validate(m) for m in body["memories"]]
+        if replica.checksum({m.memory_id: m for m in memories}) != body["checksum"]:
+            raise SyncError("the snapshot does not match its checksum")
+        with self._tx() as cur:
+            cur.execute("DELETE FROM memories")
+            cur.executemany(
+                "INSERT INTO memories VALUES (?, ?)",
+                [(m.memory_id, m.model_dump_json()) for m in memories],
+            )
+            cur.execute(
+                "INSERT INTO meta VALUES ('seq', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (str(body["seq"]),),
+            )
+        return int(body["seq"])
+
+    def sync(self) -> tuple[int, int]:
+        """Push what is queued, then pull: (sent, applied)."""
+        return self.push(), self.pull()

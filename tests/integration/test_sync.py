@@ -1,0 +1,256 @@
+"""Cross-device sync: replicas converge with the server by replaying the stream, resume with
+no gap and no duplicate, start from a snapshot, and report stale writes as conflicts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mnemo_gateway.app import create_app
+
+from mnemo.bootstrap import Platform
+from mnemo.domain import replica
+from mnemo.service.app import RequestContext
+from mnemo.sync import SyncClient, SyncGap
+
+H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "device"}
+STREAM = "user:U1"
+
+
+class Switch:
+    """A network a test can cut: requests fail as if the device went offline."""
+
+    def __init__(self, inner: TestClient) -> None:
+        self.inner = inner
+        self.online = True
+        self.budget: int | None = None  # requests left before the link drops
+
+    def _gate(self) -> None:
+        if self.budget is not None:
+            if self.budget <= 0:
+                self.online = False
+            self.budget -= 1
+        if not self.online:
+            raise httpx.ConnectError("offline")
+
+    def get(self, url: str, *, params: Any = None) -> Any:
+        self._gate()
+        return self.inner.get(url, params=params)
+
+    def post(self, url: str, *, json: Any = None) -> Any:
+        self._gate()
+        return self.inner.post(url, json=json)
+
+
+@pytest.fixture
+def server(platform: Platform) -> Iterator[TestClient]:
+    with TestClient(create_app(platform), headers=H) as client:
+        yield client
+
+
+def device(
+    tmp_path: Path, server: TestClient, name: str, stream: str = STREAM
+) -> tuple[SyncClient, Switch]:
+    link = Switch(server)
+    return SyncClient(tmp_path / f"{name}.sqlite3", link, stream, name), link
+
+
+def publish(server: TestClient, events: list[dict[str, Any]]) -> None:
+    r = server.post("/v1/events?wait=indexed", json={"events": events})
+    assert r.status_code == 202, r.text
+
+
+def observe(text: str) -> dict[str, Any]:
+    return {
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "stream": STREAM,
+        "payload": {"text": text},
+    }
+
+
+def settle(platform: Platform) -> None:
+    platform.runner.wait_for("registrar", platform.log.head(), 10)
+    platform.runner.wait_for("registrar", platform.log.head(), 10)
+
+
+def snapshot(server: TestClient, stream: str = STREAM) -> dict[str, Any]:
+    body: dict[str, Any] = server.get(f"/v1/subjects/{stream}/snapshot").json()
+    return body
+
+
+def test_a_replica_catches_up_and_matches_the_snapshot_and_the_read_model(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    publish(
+        server,
+        [observe("记住我的尺码是L"), observe("remember my size is XL"), observe("我今天想买咖啡")],
+    )
+    phone, _ = device(tmp_path, server, "phone")
+    assert phone.pull(page_size=2) == platform.log.stream_head("acme", STREAM)
+    snap = snapshot(server)
+    assert phone.seq == snap["seq"]
+    assert phone.checksum() == snap["checksum"]
+    listed = server.get(
+        f"/v1/subjects/{STREAM}/memories", params={"include_superseded": True}
+    ).json()
+    assert {(m["memory_id"], m["status"], m["value"]) for m in listed["memories"]} == {
+        (m.memory_id, m.status.value, m.value) for m in phone.memories().values()
+    }
+    assert phone.current("size") is not None
+    assert phone.current("size").value == "XL"  # type: ignore[union-attr]
+
+
+def test_an_interrupted_pull_resumes_with_no_gap_and_no_duplicate(
+    tmp_path: Path, server: TestClient
+) -> None:
+    publish(server, [observe(f"remember my item{i} is v{i}") for i in range(12)])
+    laptop, link = device(tmp_path, server, "laptop")
+    link.budget = 3  # the link drops after three pages
+    applied = laptop.pull(page_size=4)
+    assert applied == 12  # three pages of four landed before the drop
+    assert laptop.seq == 12
+    link.online, link.budget = True, None
+    laptop.pull(page_size=4)
+    total = snapshot(server)
+    assert laptop.seq == total["seq"]
+    assert laptop.checksum() == total["checksum"]
+
+
+def test_a_gap_is_refused_rather_than_skipped(tmp_path: Path, server: TestClient) -> None:
+    publish(server, [observe("记住我的尺码是L")])
+    phone, _ = device(tmp_path, server, "phone")
+    event = server.get(f"/v1/subjects/{STREAM}/events").json()["events"][0]
+    from mnemo.domain.events import Envelope
+
+    with pytest.raises(SyncGap):
+        phone._apply_page([Envelope.model_validate(event | {"seq": 2})])
+    assert phone.seq == 0
+
+
+def test_a_device_can_start_from_a_snapshot_and_tail(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    publish(server, [observe("记住我的尺码是L"), observe("我今天想买咖啡")])
+    tablet, _ = device(tmp_path, server, "tablet")
+    seq = tablet.load_snapshot()
+    assert seq == platform.log.stream_head("acme", STREAM)
+    publish(server, [observe("remember my size is M")])
+    tablet.pull()
+    full, _ = device(tmp_path, server, "full")
+    full.pull()
+    assert tablet.checksum() == full.checksum() == snapshot(server)["checksum"]
+
+
+def test_a_stale_offline_write_is_a_conflict_with_both_versions(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    publish(server, [observe("记住我的尺码是L")])
+    phone, _ = device(tmp_path, server, "phone")
+    laptop, laptop_link = device(tmp_path, server, "laptop")
+    phone.pull()
+    laptop.pull()
+    laptop_link.online = False
+    laptop.write("size", "XL")  # offline, based on version 1
+    assert laptop.push() == 0
+    assert laptop.pending() == 1
+    phone.write("size", "M")  # online, also based on version 1
+    phone.push()
+    settle(platform)
+    laptop_link.online = True
+    laptop.sync()
+    settle(platform)
+    laptop.pull()
+    [conflict] = laptop.conflicts()
+    assert conflict.key == "size"
+    assert conflict.proposed["value"] == "XL"
+    assert conflict.current is not None
+    assert (conflict.current.value, conflict.current.version) == ("M", 2)
+    # nothing was overwritten: the server still holds M, and the history shows L then M
+    history = server.get(f"/v1/subjects/{STREAM}/history/size").json()["memories"]
+    assert [m["value"] for m in history] == ["L", "M"]
+
+
+def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
+    publish(server, [observe("记住我的尺码是L"), observe("hello")])
+    with server.stream(
+        "GET", f"/v1/subjects/{STREAM}/events/live", params={"max_seconds": 0.5}
+    ) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        ids = [int(line[4:]) for line in r.iter_lines() if line.startswith("id: ")]
+    assert ids == list(range(1, len(ids) + 1))
+    last = ids[1]
+    with server.stream(
+        "GET",
+        f"/v1/subjects/{STREAM}/events/live",
+        params={"max_seconds": 0.5},
+        headers={"Last-Event-ID": str(last)},
+    ) as r:
+        resumed = [int(line[4:]) for line in r.iter_lines() if line.startswith("id: ")]
+    assert resumed == ids[2:]
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["write", "sync", "offline", "online"]),
+        st.integers(0, 2),  # which device
+        st.sampled_from(["size", "colour", "budget"]),
+        st.sampled_from(["S", "M", "L", "XL", "red", "teal", "500"]),
+    ),
+    min_size=5,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=OPS)
+def test_devices_with_random_interleaved_writes_converge(
+    tmp_path_factory: pytest.TempPathFactory,
+    server: TestClient,
+    platform: Platform,
+    ops: list[tuple[str, int, str, str]],
+) -> None:
+    base = tmp_path_factory.mktemp("devices")
+    stream = f"user:P{platform.log.head()}"  # a fresh stream per example
+    devices = [device(base, server, f"d{i}", stream) for i in range(3)]
+    written: list[tuple[int, str]] = []
+    for op, who, key, value in ops:
+        client, link = devices[who]
+        if op == "write":
+            written.append((who, client.write(key, value)))
+        elif op == "sync":
+            client.sync()
+        elif op == "offline":
+            link.online = False
+        else:
+            link.online = True
+    for client, link in devices:
+        link.online = True
+        client.push()
+    settle(platform)
+    for client, _ in devices:
+        client.pull()
+    snap = snapshot(server, stream)
+    assert {c.checksum() for c, _ in devices} == {snap["checksum"]}
+    seq, state = platform.app.snapshot(RequestContext("acme", "t"), stream)
+    assert (seq, replica.checksum(state)) == (snap["seq"], snap["checksum"])
+    # every write was decided (registered, duplicate or conflict): none vanished
+    for who, event_id in written:
+        [outcome] = platform.store.outcome("acme", event_id)
+        if outcome.reason_code == "VERSION_CONFLICT":
+            assert event_id in {c.event_id for c in devices[who][0].conflicts()}
+        else:
+            assert outcome.kind.value in ("registered", "superseded", "duplicate")
+    for client, _ in devices:
+        client.close()
