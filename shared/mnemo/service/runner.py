@@ -179,11 +179,19 @@ class EmbeddedRunner:
             tx.apply(decision.writes)
         return len(due)
 
+    def _scan_when_caught_up(self) -> int:
+        """Timers are only complete once the decay consumer has read the whole log (after
+        a restart or during a rebuild it may still be behind): scan only then, so no
+        decision is taken on a partial picture."""
+        if self.store.position(decay.CONSUMER) < self.log.head():
+            return 0
+        return self.decay_scan()
+
     def run_once(self) -> int:
         """One step of every consumer; how many events (and timers) they handled."""
         steps = {
             registration.CONSUMER: (self.step_registrar,),
-            decay.CONSUMER: (self.step_decay, self.decay_scan),
+            decay.CONSUMER: (self.step_decay, self._scan_when_caught_up),
             audit.CONSUMER: (self.step_audit,),
             indexing.CONSUMER: (self.step_indexer,),
         }
