@@ -3,6 +3,7 @@ settings or adapters."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from importlib import resources
@@ -14,6 +15,7 @@ from mnemo.adapters.clocks import SystemClock
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import Clock, Embedder, EventLog, MemoryStore, Tokenizer, VectorIndex
@@ -76,6 +78,28 @@ class Platform:
         self.log.close()
 
 
+DATA_DIR_MARK = "mnemo.json"
+
+
+def check_data_dir(data: Path, embedder: Embedder) -> None:
+    """Record which embedder a data directory's vectors come from, and refuse another one:
+    vectors of different models cannot be compared (rebuild the read models to switch)."""
+    mark = data / DATA_DIR_MARK
+    wanted = {"embedder": embedder.name, "dim": embedder.dim}
+    if mark.exists():
+        found = json.loads(mark.read_text(encoding="utf-8"))
+        if {k: found.get(k) for k in wanted} != wanted:
+            raise InvalidInput(
+                f"{data} holds vectors of {found.get('embedder')} ({found.get('dim')} dimensions), "
+                f"not {embedder.name} ({embedder.dim}); set MNEMO_EMBEDDER to match, or rebuild "
+                "into a new data directory",
+                code="EMBEDDER_MISMATCH",
+                field="embedder",
+            )
+        return
+    mark.write_text(json.dumps({**wanted, "format": 1}) + "\n", encoding="utf-8")
+
+
 def build_embedded(
     settings: MnemoSettings | None = None,
     *,
@@ -96,6 +120,7 @@ def build_embedded(
     query_embedder = query_embedder or (
         embedder if settings.embedder == "hashing" else make_embedder(settings)
     )
+    check_data_dir(data, embedder)
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
     index = QdrantEdgeIndex(data / "vectors", embedder.dim)
@@ -117,3 +142,34 @@ def build_embedded(
     )
     app = Mnemo(event_log, store, index, query_embedder, tokenizer, clock, runner, contexts)
     return Platform(settings, event_log, store, index, runner, app)
+
+
+def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
+    """A runner for one consumer as its own process. Only the indexer opens the vector
+    index (one process per index directory); the others need the log and the store."""
+    from mnemo.adapters.memory_index import InMemoryVectorIndex
+    from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
+
+    data = settings.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    indexing = consumer == "indexer"
+    embedder = make_embedder(settings)
+    if indexing:
+        check_data_dir(data, embedder)
+    index: VectorIndex = (
+        QdrantEdgeIndex(data / "vectors", embedder.dim)
+        if indexing
+        else InMemoryVectorIndex(embedder.dim)  # never used: this runner does not index
+    )
+    return EmbeddedRunner(
+        SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous),
+        SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous),
+        index,
+        embedder,
+        SystemClock(),
+        load_rules(settings.rules_file),
+        batch_size=settings.batch_size,
+        embed_batch=settings.embed_batch,
+        consumers=(consumer,),
+        decay_policy=load_decay_policy(settings.decay_policy_file),
+    )

@@ -296,6 +296,13 @@ BAD: list[tuple[str, Any, dict[str, str], int, str]] = [
         400,
         "INVALID_ENVELOPE",
     ),
+    (
+        "occurred in the future",
+        observation("hi") | {"occurred_at": "2099-01-01T00:00:00+00:00"},
+        H,
+        400,
+        "OCCURRED_IN_FUTURE",
+    ),
     ("empty batch", {"events": []}, H, 400, "EMPTY_BATCH"),
     (
         "one bad event in a batch",
@@ -354,6 +361,13 @@ def test_a_bad_event_in_a_batch_is_named_by_index(fast_client: TestClient) -> No
         ("post", "/v1/context", {"subjects": ["user:U1"], "budget": 5}, 422, "VALIDATION_ERROR"),
         ("post", "/v1/context", {"subjects": []}, 422, "VALIDATION_ERROR"),
         ("get", "/v1/nowhere", None, 404, "ROUTE_NOT_FOUND"),
+        (
+            "get",
+            "/v1/events/019ad4f0-8000-7000-8000-000000000099/outcome",
+            None,
+            404,
+            "EVENT_NOT_FOUND",
+        ),
     ],
 )
 def test_bad_reads_get_a_code(

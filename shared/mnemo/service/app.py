@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -44,6 +45,7 @@ from mnemo.service.runner import EmbeddedRunner
 __all__ = ["MAX_BATCH", "Mnemo", "RequestContext", "SearchHit", "Wait"]
 
 MAX_BATCH = 1_000
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 RRF_K = 60
 CONTEXT_PROTOCOL = "v1"
 
@@ -163,10 +165,17 @@ class Mnemo:
                     "seq is assigned by the log", code="INVALID_ENVELOPE", field=f"events[{i}].seq"
                 )
             try:
-                envelopes.append(validate_envelope(event))
+                envelope = validate_envelope(event)
             except InvalidInput as exc:
                 exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
                 raise
+            if envelope.occurred_at > now + MAX_CLOCK_SKEW:
+                raise InvalidInput(
+                    f"occurred_at is more than {MAX_CLOCK_SKEW} ahead of the server's clock",
+                    code="OCCURRED_IN_FUTURE",
+                    field=f"events[{i}].occurred_at",
+                )
+            envelopes.append(envelope)
         accepted = self.log.append(envelopes)
         if self.runner is not None:
             self.runner.wake()
@@ -420,4 +429,7 @@ class Mnemo:
         return self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))
 
     def outcome(self, ctx: RequestContext, event_id: str) -> list[Outcome]:
-        return self.store.outcome(ctx.tenant, event_id)
+        found = self.store.outcome(ctx.tenant, event_id)
+        if not found and self.log.get(ctx.tenant, event_id) is None:
+            raise NotFound(f"no event {event_id}", code="EVENT_NOT_FOUND", field="event_id")
+        return found

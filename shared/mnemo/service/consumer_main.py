@@ -1,8 +1,10 @@
 """Run one consumer as its own process over the embedded storage.
 
 The services' entry points (`python -m mnemo_registrar`, ...) call `main` with their
-consumer's name. `mnemo serve` runs all four in the gateway's process instead, which is
-the embedded default; in distributed mode each consumer runs over Kafka instead.
+consumer's name. `mnemo serve` runs all four in the gateway's process, the embedded
+default. Separate processes share the SQLite files (WAL mode allows it); the vector index
+admits one process, so a separate indexer and a gateway that answers searches cannot run
+on the same data directory at once: on one machine, keep the indexer in the gateway.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import signal
 import threading
 
-from mnemo.bootstrap import build_embedded
+from mnemo.bootstrap import build_consumer
 from mnemo.settings import MnemoSettings
 
 __all__ = ["main"]
@@ -22,13 +24,16 @@ def main(consumer: str) -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    platform = build_embedded(settings, consumers=(consumer,))
+    runner = build_consumer(settings, consumer)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     logging.getLogger("mnemo").info("%s consuming %s", consumer, settings.data_dir)
-    platform.runner.start()
+    runner.start()
     try:
         stop.wait()
     finally:
-        platform.close()
+        runner.stop()
+        runner.index.close()
+        runner.store.close()
+        runner.log.close()

@@ -49,6 +49,7 @@ from mnemo.ports import (
 __all__ = ["BUILTIN_TEMPLATES", "ContextAssembler", "ContextRequest", "ContextResponse", "Feedback"]
 
 BUILTIN_TEMPLATES = {(DEFAULT_TEMPLATE.name, DEFAULT_TEMPLATE.version): DEFAULT_TEMPLATE}
+RENDERED_LIMIT = 64 * 1024  # characters of rendered context kept in the audit record
 MEMORY_REF = re.compile(r"<memory_ref\s+id=\"([^\"]{1,64})\"\s*/?>")
 
 
@@ -93,6 +94,7 @@ class Feedback:
 
 
 def _position(index: int, length: int) -> str:
+    """Beginning, middle or end: the third of the answer's text a citation sits in."""
     share = index / max(1, length)
     return "beginning" if share < 1 / 3 else "middle" if share < 2 / 3 else "end"
 
@@ -156,6 +158,8 @@ class ContextAssembler:
                     code="INVALID_STREAM",
                     field="subjects",
                 )
+        if request.as_of is not None and request.as_of.utcoffset() is None:
+            raise InvalidInput("as_of must carry a UTC offset", code="INVALID_AS_OF", field="as_of")
         template = self.template(tenant, request.template, request.template_version)
         tokenizer = self._tokenizer(request.tokenizer)
         as_of = request.as_of or self.clock.now()
@@ -426,6 +430,8 @@ class ContextAssembler:
             left_out=tuple(
                 f"{x.memory_id}:{x.reason}" for x in response.left_out if x.reason != "budget"
             ),
+            as_of=response.as_of,
+            rendered=response.assembly.text[:RENDERED_LIMIT],
         )
         self._append(tenant, request.subjects[0], principal, payload, event_id=response.request_id)
 
@@ -474,11 +480,17 @@ class ContextAssembler:
         used = set(record.memory_ids)
         cited: list[tuple[str, str]] = []
         unknown: list[str] = []
+        # where a citation sits is judged on the answer's own words, without the tags: a
+        # tag at the very end of a short answer is at its end, whatever the tags' length
+        prose = len(MEMORY_REF.sub("", response_text))
+        tags = 0
         for match in MEMORY_REF.finditer(response_text):
             mid = match.group(1)
+            at = match.start() - tags
+            tags += match.end() - match.start()
             if mid in used and mid not in {c[0] for c in cited}:
-                cited.append((mid, _position(match.start(), len(response_text))))
-            elif mid not in used:
+                cited.append((mid, _position(at, prose)))
+            elif mid not in used and mid not in unknown:
                 unknown.append(mid)
         violations: list[str] = []
         for memory in self.store.get_many(tenant, record.memory_ids):

@@ -1,0 +1,532 @@
+"""What the console shows: read-only use cases over the read models and the log.
+
+- the heat map: every memory of a tenant (or of one subject) with its usage counters,
+  its current weight, freshness and trust, and a heat class (see `heat_of`);
+- a memory's life: its versions, the events that touched it, the contexts it was in;
+- assembled contexts: the rendered text next to what was left out and why;
+- the event stream with filters, registration rejections, dead letters, and the
+  verification of the tenant's audit chain.
+
+Every call is scoped to the tenant of the request context, like every other use case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from mnemo.domain.errors import InvalidInput, NotFound
+from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
+from mnemo.domain.ids import valid_stream
+from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.projection import ContextRecord, MemoryStats, OutcomeKind, TimelineEntry
+from mnemo.handlers import audit
+from mnemo.handlers.decay import decayed_weight
+from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
+from mnemo.service.app import RequestContext
+
+__all__ = [
+    "CITED_SHARE",
+    "HEAT_COLOURS",
+    "HEAT_MEANINGS",
+    "MIN_CITED",
+    "MIN_TRUNCATED",
+    "TRUNCATED_SHARE",
+    "AuditStatus",
+    "ContextUse",
+    "ContextView",
+    "EventPage",
+    "Heat",
+    "HeatCell",
+    "HeatMap",
+    "Insights",
+    "MemoryLife",
+    "Placed",
+    "Rejection",
+    "RejectionPage",
+    "heat_of",
+]
+
+# ---- the heat map's colour rule ---------------------------------------------------------------
+
+MIN_CITED = 2  # a memory is "cited often" when cited at least this many times ...
+CITED_SHARE = 0.5  # ... and in at least this share of the contexts that included it
+MIN_TRUNCATED = 2  # a memory is "cut often" when left out for the budget at least this often ...
+TRUNCATED_SHARE = 0.25  # ... and in at least this share of its appearances (included + cut)
+
+
+class Heat(StrEnum):
+    """A heat-map cell's class. Red hot spots flag a budget too small for what is useful."""
+
+    HOT = "hot"  # cited often AND cut often: useful, yet the budget keeps dropping it
+    WARM = "warm"  # cited often, rarely cut: useful and it fits
+    COOL = "cool"  # cut often, rarely cited: the budget drops it and nobody misses it
+    NEUTRAL = "neutral"  # neither (including memories never used)
+
+
+HEAT_COLOURS: dict[Heat, str] = {
+    Heat.HOT: "#dc2626",
+    Heat.WARM: "#f97316",
+    Heat.COOL: "#2563eb",
+    Heat.NEUTRAL: "#9ca3af",
+}
+
+HEAT_MEANINGS: dict[Heat, str] = {
+    Heat.HOT: "cited often and cut often: the budget is too small",
+    Heat.WARM: "cited often",
+    Heat.COOL: "cut often, rarely cited",
+    Heat.NEUTRAL: "neither cited nor cut often",
+}
+
+
+def heat_of(cited: int, truncated: int, included: int) -> Heat:
+    """The heat class of a memory from its counters.
+
+    `included` counts the contexts that rendered the memory, `truncated` those that left it
+    out for the budget, `cited` the answers that cited it (only an included memory can be
+    cited). Its appearances are included + truncated.
+
+        cited often   = cited >= MIN_CITED (2) and cited >= CITED_SHARE (0.5) * included
+        cut often     = truncated >= MIN_TRUNCATED (2)
+                        and truncated >= TRUNCATED_SHARE (0.25) * appearances
+        hot  (red)    = cited often and cut often
+        warm (orange) = cited often only
+        cool (blue)   = cut often only
+        neutral (grey)= neither
+    """
+    appearances = included + truncated
+    cited_often = cited >= MIN_CITED and cited >= CITED_SHARE * included
+    cut_often = truncated >= MIN_TRUNCATED and truncated >= TRUNCATED_SHARE * appearances
+    if cited_often and cut_often:
+        return Heat.HOT
+    if cited_often:
+        return Heat.WARM
+    if cut_often:
+        return Heat.COOL
+    return Heat.NEUTRAL
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+# ---- what the use cases return ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeatCell:
+    memory: Memory
+    stats: MemoryStats
+    weight: float  # the decayed semantic weight now, as context assembly would score it
+    freshness: float  # the share of its validity left (1.0 for a permanent memory)
+    stale: bool  # past its stale_after instant
+    heat: Heat
+
+    @property
+    def appearances(self) -> int:
+        return self.stats.included + self.stats.truncated
+
+    @property
+    def cited_rate(self) -> float:
+        return _share(self.stats.cited, self.stats.included)
+
+    @property
+    def truncated_rate(self) -> float:
+        return _share(self.stats.truncated, self.appearances)
+
+
+@dataclass(frozen=True, slots=True)
+class HeatMap:
+    subject: str | None
+    as_of: datetime
+    cells: list[HeatCell]
+    next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextUse:
+    """A context a memory appeared in, and how: rendered ("included") or cut ("truncated")."""
+
+    record: ContextRecord
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLife:
+    memory: Memory
+    cell: HeatCell
+    versions: list[Memory]
+    timeline: list[TimelineEntry]
+    contexts: list[ContextUse]
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A memory's place in a context: its section (when rendered) or why it was left out."""
+
+    memory_id: str
+    section: str
+    reason: str | None
+    memory: Memory | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextView:
+    record: ContextRecord
+    included: list[Placed]
+    left_out: list[Placed]
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    events: list[LoggedEvent]
+    next: int  # the after_offset of the next call
+    complete: bool  # false when the scan stopped at its bound before the end of the log
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    event: LoggedEvent
+    index: int
+    reason_code: str
+    detail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RejectionPage:
+    rejections: list[Rejection]
+    scanned_from: int  # the lowest log offset examined
+    complete: bool  # true when the scan reached the start of the log
+
+
+@dataclass(frozen=True, slots=True)
+class AuditStatus:
+    status: str  # intact, broken or empty
+    links: int  # links checked
+    pending: int  # the tenant's events the audit consumer has not linked yet
+    first_broken: int | None = None
+    reason: str | None = None
+    head_hash: str | None = None
+    last_offset: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+# ---- the use cases ----------------------------------------------------------------------------
+
+WINDOW = 2_000  # log offsets read per step of a backwards scan
+MAX_SCAN = 50_000  # log offsets a single call examines at most
+AUDIT_PAGE = 1_000
+
+
+def _blank_none(text: str | None) -> str | None:
+    """None for an absent or blank filter, else the filter without surrounding spaces."""
+    return (text.strip() or None) if text is not None else None
+
+
+class Insights:
+    """Read-only views for the console. Adapters come in through the constructor."""
+
+    def __init__(self, log: EventLog, store: MemoryStore, clock: Clock) -> None:
+        self.log = log
+        self.store = store
+        self.clock = clock
+
+    # ---- heat map -------------------------------------------------------------------------
+
+    def _cells(self, tenant: str, memories: Sequence[Memory], now: datetime) -> list[HeatCell]:
+        stats = {
+            s.memory_id: s for s in self.store.memory_stats(tenant, [m.memory_id for m in memories])
+        }
+        cells = []
+        for m in memories:
+            s = stats.get(m.memory_id) or MemoryStats(tenant, m.memory_id)
+            cells.append(
+                HeatCell(
+                    memory=m,
+                    stats=s,
+                    weight=round(decayed_weight(m, now), 6),
+                    freshness=round(m.remaining_fraction(now), 6),
+                    stale=m.stale_after is not None and m.stale_after <= now,
+                    heat=heat_of(s.cited, s.truncated, s.included),
+                )
+            )
+        return cells
+
+    def heatmap(
+        self,
+        ctx: RequestContext,
+        subject: str | None = None,
+        *,
+        include_inactive: bool = False,
+        limit: int = 500,
+        after: str | None = None,
+    ) -> HeatMap:
+        """The tenant's memories (or one subject's) as heat-map cells, by memory id.
+
+        By default only active memories; with include_inactive also superseded, expired,
+        archived and forgotten ones."""
+        subject = _blank_none(subject)
+        if subject is not None and not valid_stream(subject):
+            raise InvalidInput(
+                "subject must be a stream name such as user:U7892",
+                code="INVALID_STREAM",
+                field="subject",
+            )
+        limit = max(1, min(limit, 2_000))
+        statuses = tuple(MemoryStatus) if include_inactive else (MemoryStatus.ACTIVE,)
+        memories = self.store.query(
+            ctx.tenant, MemoryQuery(stream=subject, statuses=statuses, limit=limit, after=after)
+        )
+        now = self.clock.now()
+        return HeatMap(
+            subject=subject,
+            as_of=now,
+            cells=self._cells(ctx.tenant, memories, now),
+            next_after=memories[-1].memory_id if len(memories) == limit else None,
+        )
+
+    # ---- a memory's life ------------------------------------------------------------------
+
+    def life(self, ctx: RequestContext, memory_id: str) -> MemoryLife:
+        """A memory's versions (oldest first), the events that touched it (in log order) and
+        the contexts it was rendered in or cut from (in log order)."""
+        memory = self.store.get(ctx.tenant, memory_id)
+        if memory is None:
+            raise NotFound(f"no memory {memory_id}", code="MEMORY_NOT_FOUND", field="memory_id")
+        versions = (
+            self.store.history(ctx.tenant, memory.stream, memory.key) if memory.key else [memory]
+        ) or [memory]
+        timeline = self.store.timeline(ctx.tenant, memory_id)
+        contexts: list[ContextUse] = []
+        seen: set[str] = set()
+        for entry in timeline:
+            if entry.what not in ("in_context", "truncated") or entry.detail in seen:
+                continue
+            seen.add(entry.detail)
+            record = self.store.context_record(ctx.tenant, entry.detail)
+            if record is not None:
+                role = "included" if entry.what == "in_context" else "truncated"
+                contexts.append(ContextUse(record, role))
+        cell = self._cells(ctx.tenant, [memory], self.clock.now())[0]
+        return MemoryLife(memory, cell, versions, timeline, contexts)
+
+    # ---- contexts ---------------------------------------------------------------------------
+
+    def contexts(
+        self, ctx: RequestContext, limit: int = 50, before: str | None = None
+    ) -> list[ContextRecord]:
+        """The tenant's assembled contexts, newest first."""
+        return self.store.context_records(ctx.tenant, max(1, min(limit, 500)), before)
+
+    def context(self, ctx: RequestContext, request_id: str) -> ContextView:
+        """One assembled context: what it rendered, in order, and what it left out and why
+        (budget first, then expired, superseded, low_relevance or conflict)."""
+        record = self.store.context_record(ctx.tenant, request_id)
+        if record is None:
+            raise NotFound(
+                f"no assembled context {request_id}", code="CONTEXT_NOT_FOUND", field="request_id"
+            )
+        sections = (
+            record.sections
+            if len(record.sections) == len(record.memory_ids)
+            else ("",) * len(record.memory_ids)
+        )
+        left: list[tuple[str, str]] = [(m, "budget") for m in record.truncated]
+        for item in record.left_out:
+            mid, _, reason = item.rpartition(":")
+            left.append((mid, reason) if mid else (item, "unknown"))
+        ids = [*record.memory_ids, *(m for m, _ in left)]
+        memories = {m.memory_id: m for m in self.store.get_many(ctx.tenant, ids)}
+        return ContextView(
+            record=record,
+            included=[
+                Placed(m, s, None, memories.get(m))
+                for m, s in zip(record.memory_ids, sections, strict=True)
+            ],
+            left_out=[Placed(m, "", r, memories.get(m)) for m, r in left],
+        )
+
+    # ---- the event stream -------------------------------------------------------------------
+
+    def _backwards(
+        self, tenant: str, keep: Callable[[LoggedEvent], bool], limit: int, top: int
+    ) -> tuple[list[LoggedEvent], int]:
+        """The newest `limit` kept events at or below offset `top`, newest first, and the
+        lowest offset examined."""
+        found: list[LoggedEvent] = []
+        high = top
+        floor = max(0, top - MAX_SCAN)
+        while high > floor and len(found) < limit:
+            low = max(floor, high - WINDOW)
+            batch = [e for e in self.log.read_tenant(tenant, low, WINDOW) if e.offset <= high]
+            for event in reversed(batch):
+                if keep(event):
+                    found.append(event)
+                    if len(found) == limit:
+                        return found, event.offset
+            high = low
+        return found, high
+
+    def events(
+        self,
+        ctx: RequestContext,
+        after_offset: int | None = None,
+        limit: int = 100,
+        *,
+        types: Sequence[str] = (),
+        stream: str | None = None,
+        actor: str | None = None,
+    ) -> EventPage:
+        """The tenant's events that match every filter, in log order.
+
+        With after_offset, the first matches after it; without, the latest matches. `next`
+        is the after_offset for the next call: a client that repeats the call with it tails
+        the stream without missing or repeating an event."""
+        limit = max(1, min(limit, 1_000))
+        wanted = set(types)
+        stream = _blank_none(stream)
+        actor = _blank_none(actor)
+
+        def keep(e: LoggedEvent) -> bool:
+            env = e.envelope
+            return (
+                (not wanted or env.type in wanted)
+                and (stream is None or env.stream == stream)
+                and (actor is None or env.actor.id == actor)
+            )
+
+        if after_offset is None:
+            head = self.log.head()
+            found, _ = self._backwards(ctx.tenant, keep, limit, head)
+            return EventPage(list(reversed(found)), head, True)
+        found = []
+        position = max(0, after_offset)
+        scanned = 0
+        while len(found) < limit and scanned < MAX_SCAN:
+            batch = self.log.read_tenant(ctx.tenant, position, WINDOW)
+            if not batch:
+                return EventPage(found, position, True)
+            for event in batch:
+                position = event.offset
+                scanned += 1
+                if keep(event):
+                    found.append(event)
+                    if len(found) == limit:
+                        break
+        return EventPage(found, position, len(found) == limit)
+
+    # ---- rejections and dead letters ------------------------------------------------------------
+
+    def rejections(self, ctx: RequestContext, limit: int = 100) -> RejectionPage:
+        """Published events that registration rejected, newest first, with reason codes.
+
+        Looks at the newest MAX_SCAN offsets of the log; `complete` says whether that
+        reached its start."""
+        limit = max(1, min(limit, 1_000))
+        found: list[Rejection] = []
+
+        def rejected(e: LoggedEvent) -> bool:
+            model = CATALOG.models.get((e.envelope.type, e.envelope.schema_version))
+            if model is None or not model.PUBLIC:
+                return False
+            hits = [
+                Rejection(e, o.index, o.reason_code or "UNKNOWN", o.detail)
+                for o in self.store.outcome(ctx.tenant, e.envelope.event_id)
+                if o.kind is OutcomeKind.REJECTED
+            ]
+            found.extend(hits)
+            return bool(hits)
+
+        _, lowest = self._backwards(ctx.tenant, rejected, limit, self.log.head())
+        return RejectionPage(found[:limit], lowest, lowest == 0)
+
+    def dead_letters(self, ctx: RequestContext) -> list[dict[str, object]]:
+        """Records a consumer gave up on. Embedded mode has no dead-letter topic (a failing
+        registration becomes a rejection with HANDLER_ERROR instead): always empty."""
+        del ctx
+        return []
+
+    # ---- audit ----------------------------------------------------------------------------------
+
+    def audit(self, ctx: RequestContext) -> AuditStatus:
+        """Verify the tenant's whole hash chain against the events the log holds now.
+
+        Broken when a link's hash does not match its event, a link is missing or out of
+        order, an audited event is gone from the log, or the log holds an event older than
+        the last link that has no link."""
+        tenant = ctx.tenant
+        prev = audit.GENESIS
+        after_n = 0
+        covered = 0  # every tenant event at or below this offset has been checked
+        links = 0
+        while True:
+            records = self.store.audit_trail(tenant, after_n, AUDIT_PAGE)
+            if not records:
+                break
+            high = records[-1].offset
+            events: dict[str, Envelope] = {}
+            unlinked: list[LoggedEvent] = []
+            linked = {r.event_id for r in records}
+            position = covered
+            while position < high:
+                batch = self.log.read_tenant(tenant, position, AUDIT_PAGE)
+                if not batch:
+                    break
+                for e in batch:
+                    if e.offset > high:
+                        break
+                    events[e.envelope.event_id] = e.envelope
+                    if e.envelope.event_id not in linked:
+                        unlinked.append(e)
+                position = batch[-1].offset
+            broken = audit.verify(records, events, prev)
+            if broken is not None:
+                record = next(r for r in records if r.n == broken)
+                reason = (
+                    "the linked event is missing from the log"
+                    if record.event_id not in events
+                    else "the link does not match its event or the link before it"
+                )
+                return AuditStatus(
+                    "broken",
+                    links + (broken - records[0].n),
+                    self._pending(tenant, high),
+                    first_broken=broken,
+                    reason=f"link {broken} (event {record.event_id}): {reason}",
+                    head_hash=prev,
+                    last_offset=high,
+                )
+            if unlinked:
+                first = unlinked[0]
+                return AuditStatus(
+                    "broken",
+                    links + len(records),
+                    self._pending(tenant, high),
+                    first_broken=None,
+                    reason=f"event {first.envelope.event_id} at offset {first.offset} has no link",
+                    head_hash=records[-1].hash,
+                    last_offset=high,
+                    problems=[e.envelope.event_id for e in unlinked[:20]],
+                )
+            links += len(records)
+            prev = records[-1].hash
+            after_n = records[-1].n
+            covered = high
+        if links == 0:
+            return AuditStatus("empty", 0, self._pending(tenant, 0))
+        return AuditStatus(
+            "intact", links, self._pending(tenant, covered), head_hash=prev, last_offset=covered
+        )
+
+    def _pending(self, tenant: str, after: int) -> int:
+        count = 0
+        position = after
+        while count < MAX_SCAN:
+            batch = self.log.read_tenant(tenant, position, AUDIT_PAGE)
+            if not batch:
+                break
+            count += len(batch)
+            position = batch[-1].offset
+        return count
