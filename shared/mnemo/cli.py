@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mnemo import __version__
+from mnemo.domain.errors import MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.settings import GatewaySettings, MnemoSettings
 
@@ -908,6 +909,37 @@ def status(state: State) -> None:
     state.show(state.api.call("GET", "/v1/admin/status"), render_status)
 
 
+# ---- mcp ------------------------------------------------------------------------------------
+
+
+@cli.command("mcp")
+@click.pass_context
+def mcp_stdio(ctx: click.Context) -> None:
+    """Serve Mnemo to an MCP client over stdio, as --tenant and --principal (default: mcp).
+
+    A thin adapter: every tool call is a request to the Mnemo at --url. MNEMO_API_KEY, when
+    set, is sent as a bearer token. Logs go to stderr (MNEMO_LOG_LEVEL, default WARNING).
+    """
+    import anyio
+
+    from mnemo.mcp_server import Identity, run_stdio
+
+    api = ctx.ensure_object(State).api
+    group = ctx.parent
+    defaulted = group is not None and group.get_parameter_source("principal") in (
+        click.core.ParameterSource.DEFAULT,
+        None,
+    )
+    key = os.environ.get("MNEMO_API_KEY")
+    identity = Identity(
+        tenant=api.tenant,
+        principal="mcp" if defaulted else api.principal,
+        authorization=f"Bearer {key}" if key else None,
+    )
+    configure_logging(os.environ.get("MNEMO_LOG_LEVEL", "WARNING"))
+    anyio.run(lambda: run_stdio(api.url, identity, timeout=api.timeout))
+
+
 # ---- admin ----------------------------------------------------------------------------------
 
 
@@ -919,7 +951,11 @@ def offline_platform(data_dir: Path | None) -> Iterator[Platform]:
     settings = mnemo_settings(data_dir)
     if not (settings.data_dir / "log.sqlite3").is_file():
         raise CliError(f"no Mnemo data in {settings.data_dir} (see --data-dir, MNEMO_DATA_DIR)")
-    platform = build_embedded(settings)
+    try:
+        platform = build_embedded(settings)
+    except MnemoError as exc:
+        hint = " (is a server running on it?)" if exc.code.endswith("UNAVAILABLE") else ""
+        raise CliError(f"cannot open {settings.data_dir}: {exc.code}: {exc.message}{hint}") from exc
     try:
         yield platform
     finally:
