@@ -3,6 +3,7 @@ replay a stream. Every call is scoped to the tenant of the request context."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -118,6 +119,9 @@ class Mnemo:
         self.clock = clock
         self.runner = runner
         self.contexts = contexts
+        self._changed = threading.Condition()
+        if runner is not None:
+            runner.on_progress.append(self.notify_changed)
 
     # ---- write ----------------------------------------------------------------------
 
@@ -179,6 +183,7 @@ class Mnemo:
         accepted = self.log.append(envelopes)
         if self.runner is not None:
             self.runner.wake()
+        self.notify_changed()
         if wait is Wait.NONE:
             return PublishResult(accepted)
         complete = self._wait(max(a.offset for a in accepted), wait, timeout)
@@ -424,6 +429,19 @@ class Mnemo:
                 return seq, state
             replica.fold((e.envelope for e in page), state)
             seq = page[-1].envelope.seq or seq
+
+    def notify_changed(self) -> None:
+        """Wake whoever waits for new events (live tails)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for_stream(self, ctx: RequestContext, stream: str, seq: int, timeout: float) -> bool:
+        """Block until the stream holds sequence `seq`, or the timeout passes."""
+        with self._changed:
+            found: bool = self._changed.wait_for(
+                lambda: self.log.stream_head(ctx.tenant, stream) >= seq, timeout
+            )
+        return found
 
     def tail(self, ctx: RequestContext, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))

@@ -71,6 +71,7 @@ class EmbeddedRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors = 0
+        self.on_progress: list[Callable[[], None]] = []
 
     # ---- one step of each consumer ----------------------------------------------------
 
@@ -203,6 +204,8 @@ class EmbeddedRunner:
         if done:
             with self._progress:
                 self._progress.notify_all()
+            for callback in self.on_progress:
+                callback()
         return done
 
     def drain(self, max_rounds: int = 1_000_000) -> None:

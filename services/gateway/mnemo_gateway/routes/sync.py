@@ -3,7 +3,6 @@ questions an agent should ask."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -20,7 +19,7 @@ from mnemo_gateway.deps import App, Ctx
 
 router = APIRouter(tags=["sync"])
 
-POLL_SECONDS = 0.1
+WAIT_SECONDS = 1.0  # longest wait for news before checking the connection again
 HEARTBEAT_SECONDS = 15.0
 
 
@@ -84,7 +83,10 @@ async def live(
             if time.monotonic() - quiet_since > HEARTBEAT_SECONDS:
                 quiet_since = time.monotonic()
                 yield b": keep-alive\n\n"
-            await asyncio.sleep(POLL_SECONDS)
+            wait = WAIT_SECONDS
+            if max_seconds:
+                wait = max(0.0, min(wait, max_seconds - (time.monotonic() - began)))
+            await run_in_threadpool(mnemo.wait_for_stream, ctx, stream, next_seq, wait)
 
     return StreamingResponse(
         messages(),
