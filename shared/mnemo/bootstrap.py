@@ -60,6 +60,28 @@ def make_tokenizer(settings: MnemoSettings) -> Tokenizer:
     return tokenizer_for_model(settings.tokenizer)
 
 
+def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
+    """The Qdrant server index when `qdrant_url` is set, else the embedded qdrant-edge shard."""
+    if settings.qdrant_url:
+        from qdrant_client import QdrantClient
+
+        from mnemo.adapters.qdrant_server_index import QdrantServerIndex
+
+        key = settings.qdrant_api_key
+        client = QdrantClient(
+            url=settings.qdrant_url, api_key=key.get_secret_value() if key else None
+        )
+        return QdrantServerIndex(
+            client,
+            dim,
+            settings.qdrant_collection,
+            collection_per_tenant=settings.qdrant_collection_per_tenant,
+        )
+    from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
+
+    return QdrantEdgeIndex(settings.data_dir / "vectors", dim)
+
+
 @dataclass
 class Platform:
     """Everything an embedded Mnemo process runs."""
@@ -108,9 +130,8 @@ def build_embedded(
     query_embedder: Embedder | None = None,
     consumers: tuple[str, ...] = CONSUMERS,
 ) -> Platform:
-    """Embedded Mnemo: SQLite log and store, qdrant-edge vectors, all under data_dir."""
-    from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
-
+    """Embedded Mnemo: SQLite log and store under data_dir; vectors in a qdrant-edge shard
+    there too, or on a Qdrant server when `qdrant_url` is set."""
     settings = settings or MnemoSettings()
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
@@ -123,7 +144,7 @@ def build_embedded(
     check_data_dir(data, embedder)
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
-    index = QdrantEdgeIndex(data / "vectors", embedder.dim)
+    index = make_index(settings, embedder.dim)
     runner = EmbeddedRunner(
         event_log,
         store,

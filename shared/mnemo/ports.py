@@ -74,6 +74,11 @@ class EventLog(abc.ABC):
         """One stream's events with seq >= from_seq, in sequence order."""
 
     @abc.abstractmethod
+    def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        """One stream's events as stored JSON (each an envelope with its seq), in order: what
+        replay and sync send on without parsing."""
+
+    @abc.abstractmethod
     def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
         """One tenant's events after an offset, in log order."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["GatewaySettings", "MnemoSettings"]
@@ -37,6 +37,24 @@ class MnemoSettings(BaseSettings):
     batch_size: int = Field(default=256, ge=1, le=10_000, description="events per consumer step")
     embed_batch: int = Field(default=32, ge=1, le=1_024, description="texts per embedding call")
     log_level: str = Field(default="INFO", description="logging level")
+    qdrant_url: str | None = Field(
+        default=None,
+        description="Qdrant server URL (e.g. https://qdrant:6333); when set, vectors live "
+        "there instead of the embedded qdrant-edge shard under data_dir",
+    )
+    qdrant_api_key: SecretStr | None = Field(
+        default=None, description="API key for the Qdrant server; never logged"
+    )
+    qdrant_collection: str = Field(
+        default="mnemo_memories",
+        pattern=r"^[a-z0-9_-]{1,128}$",
+        description="the Qdrant collection, or the prefix of the per-tenant collections",
+    )
+    qdrant_collection_per_tenant: bool = Field(
+        default=False,
+        description="one Qdrant collection per tenant ({collection}_{tenant}) instead of one "
+        "shared collection partitioned by a tenant payload index",
+    )
 
 
 class GatewaySettings(BaseSettings):

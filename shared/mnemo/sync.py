@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import orjson
 
 from mnemo.domain import replica
-from mnemo.domain.events import Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus
 
@@ -101,10 +101,12 @@ class SyncClient:
         row = self._db.execute("SELECT v FROM meta WHERE k = 'seq'").fetchone()
         return int(row[0]) if row else 0
 
+    def _raw(self) -> dict[str, dict[str, Any]]:
+        rows = self._db.execute("SELECT memory_id, body FROM memories")
+        return {r[0]: orjson.loads(r[1]) for r in rows}
+
     def memories(self) -> dict[str, Memory]:
-        rows = self._db.execute("SELECT body FROM memories")
-        found = [Memory.model_validate_json(r[0]) for r in rows]
-        return {m.memory_id: m for m in found}
+        return {mid: Memory.model_validate(body) for mid, body in self._raw().items()}
 
     def current(self, key: str) -> Memory | None:
         live = [
@@ -113,7 +115,7 @@ class SyncClient:
         return max(live, key=lambda m: m.version, default=None)
 
     def checksum(self) -> str:
-        return replica.checksum(self.memories())
+        return replica.checksum(self._raw())
 
     def pending(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
@@ -178,7 +180,7 @@ class SyncClient:
 
     # ---- catching up -----------------------------------------------------------------------
 
-    def pull(self, page_size: int = 1_000) -> int:
+    def pull(self, page_size: int = 2_000) -> int:
         """Apply every event after the replica's sequence number. Returns how many."""
         applied = 0
         while True:
@@ -191,51 +193,54 @@ class SyncClient:
                 return applied
             if r.status_code >= 400:
                 raise SyncError(f"replay failed: {r.text}")
-            events = [Envelope.model_validate(e) for e in r.json()["events"]]
+            events: list[dict[str, Any]] = orjson.loads(r.content)["events"]
             if not events:
                 return applied
             self._apply_page(events)
             applied += len(events)
 
-    def _load(self, memory_ids: set[str]) -> dict[str, Memory]:
-        found: dict[str, Memory] = {}
+    def _load(self, memory_ids: set[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         ids = sorted(memory_ids)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             rows = self._db.execute(
-                f"SELECT body FROM memories WHERE memory_id IN ({marks})", chunk
+                f"SELECT memory_id, body FROM memories WHERE memory_id IN ({marks})", chunk
             )
-            for (body,) in rows:
-                memory = Memory.model_validate_json(body)
-                found[memory.memory_id] = memory
+            found.update((r[0], orjson.loads(r[1])) for r in rows)
         return found
 
-    def _apply_page(self, events: list[Envelope]) -> None:
+    def _apply_page(self, events: list[dict[str, Any]]) -> None:
         """Fold a page into the replica, touching only the memories the page names."""
         touched = {
-            str(e.payload["memory_id"])
+            str(e["payload"]["memory_id"])
             for e in events
-            if isinstance(e.payload.get("memory_id"), str)
+            if isinstance(e["payload"].get("memory_id"), str)
         }
         state = self._load(touched)
         expected = self.seq + 1
         conflicts: list[tuple[str, str]] = []
         changed: set[str] = set()
-        sent_ids = [
-            str(e.payload.get("rejected_event_id")) for e in events if e.type == "MemoryRejected"
-        ]
-        sent = self._sent(sent_ids)
+        sent = self._sent(
+            [
+                str(e["payload"].get("rejected_event_id"))
+                for e in events
+                if e["type"] == "MemoryRejected"
+            ]
+        )
         for event in events:
-            if event.seq != expected:
-                raise SyncGap(f"expected sequence {expected}, got {event.seq}")
+            if event.get("seq") != expected:
+                raise SyncGap(f"expected sequence {expected}, got {event.get('seq')}")
             expected += 1
-            before = dict(state)
             replica.apply(state, event)
-            changed.update(k for k, v in state.items() if before.get(k) is not v)
-            p = event.payload
+            p = event["payload"]
+            if event["type"] == "MemoryRegistered":
+                changed.add(p["memory"]["memory_id"])
+            elif isinstance(p.get("memory_id"), str):
+                changed.add(p["memory_id"])
             if (
-                event.type == "MemoryRejected"
+                event["type"] == "MemoryRejected"
                 and p.get("reason_code") == "VERSION_CONFLICT"
                 and p.get("rejected_event_id") in sent
             ):
@@ -251,7 +256,7 @@ class SyncClient:
         with self._tx() as cur:
             cur.executemany(
                 "INSERT OR REPLACE INTO memories VALUES (?, ?)",
-                [(mid, state[mid].model_dump_json()) for mid in sorted(changed)],
+                [(mid, orjson.dumps(state[mid])) for mid in sorted(changed) if mid in state],
             )
             cur.executemany("INSERT OR REPLACE INTO conflicts VALUES (?, ?)", conflicts)
             cur.execute(
@@ -273,15 +278,15 @@ class SyncClient:
         r = self.http.get(f"/v1/subjects/{self.stream}/snapshot")
         if r.status_code >= 400:
             raise SyncError(f"snapshot failed: {r.text}")
-        body = r.json()
-        memories = [Memory.model_validate(m) for m in body["memories"]]
-        if replica.checksum({m.memory_id: m for m in memories}) != body["checksum"]:
+        body = orjson.loads(r.content)
+        memories = {m["memory_id"]: m for m in body["memories"]}
+        if replica.checksum(memories) != body["checksum"]:
             raise SyncError("the snapshot does not match its checksum")
         with self._tx() as cur:
             cur.execute("DELETE FROM memories")
             cur.executemany(
                 "INSERT INTO memories VALUES (?, ?)",
-                [(m.memory_id, m.model_dump_json()) for m in memories],
+                [(mid, orjson.dumps(m)) for mid, m in memories.items()],
             )
             cur.execute(
                 "INSERT INTO meta VALUES ('seq', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",

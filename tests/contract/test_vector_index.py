@@ -7,10 +7,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from mnemo.adapters.memory_index import InMemoryVectorIndex
 from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
+from mnemo.adapters.qdrant_server_index import QdrantServerIndex
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.ids import uuid7_at
 from mnemo.ports import VectorFilter, VectorIndex, VectorPoint
@@ -400,3 +404,255 @@ class TestQdrantEdgeIndex(VectorIndexContract):
             index.search("acme", basis(0), 5)
         with pytest.raises(Unavailable):
             index.upsert([point(1, basis(0))])
+
+
+# ---- Qdrant server, through qdrant-client's local mode -------------------------------------
+#
+# No Qdrant server can run here; qdrant-client's local mode answers the same client calls a
+# server receives (collections, payload indexes, upsert/query/scroll/delete with filters), so
+# the adapter's whole request surface is exercised. Local mode ignores payload indexes (and
+# warns about them), so index creation is checked by recording the calls instead.
+
+_LOCAL_MODE_WARNING = "ignore:Payload indexes have no effect:UserWarning"
+
+
+class RecordingClient(QdrantClient):
+    """A local-mode client that records some calls and can be told to fail."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path=path)
+        self.payload_indexes: list[tuple[str, str, object]] = []
+        self.query_filters: list[models.Filter | None] = []
+        self.created: list[str] = []
+        self.hide_existing_once = False  # answer "no" once, as if another creator raced us
+        self.fail_with: Exception | None = None
+
+    def collection_exists(self, collection_name: str, **kwargs: object) -> bool:
+        if self.hide_existing_once:
+            self.hide_existing_once = False
+            return False
+        return super().collection_exists(collection_name)
+
+    def create_collection(self, collection_name: str, *args: object, **kwargs: object) -> bool:
+        self.created.append(collection_name)
+        return super().create_collection(collection_name, *args, **kwargs)  # type: ignore[arg-type]
+
+    def create_payload_index(
+        self, collection_name: str, field_name: str, *args: object, **kwargs: object
+    ) -> models.UpdateResult:
+        self.payload_indexes.append((collection_name, field_name, kwargs.get("field_schema")))
+        return super().create_payload_index(collection_name, field_name, *args, **kwargs)  # type: ignore[arg-type]
+
+    def query_points(
+        self, collection_name: str, *args: object, **kwargs: object
+    ) -> models.QueryResponse:  # type: ignore[override]
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.query_filters.append(kwargs.get("query_filter"))  # type: ignore[arg-type]
+        return super().query_points(collection_name, *args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings(_LOCAL_MODE_WARNING)
+class QdrantServerContract(VectorIndexContract):
+    """The contract plus the server adapter's own behaviour, in one collection layout."""
+
+    per_tenant = False
+
+    def server_index(self, client: QdrantClient, dim: int = DIM) -> QdrantServerIndex:
+        return QdrantServerIndex(client, dim, "mnemo_test", collection_per_tenant=self.per_tenant)
+
+    def make_index(self, tmp_path: Path) -> VectorIndex:
+        # ":memory:" runs the same engine and client calls as path=...; on disk, local mode
+        # commits every point in its own SQLite transaction, which made the 2,500-point
+        # paging test alone take ~40 s. The reopen test below runs on disk.
+        return self.server_index(QdrantClient(":memory:"))
+
+    def disk_index(self, tmp_path: Path) -> QdrantServerIndex:
+        return self.server_index(QdrantClient(path=str(tmp_path / "q")))
+
+    @pytest.fixture
+    def recorded(self, tmp_path: Path) -> Iterator[tuple[QdrantServerIndex, RecordingClient]]:
+        client = RecordingClient(str(tmp_path / "q"))
+        index = self.server_index(client)
+        yield index, client
+        index.close()
+
+    def test_collections_get_the_payload_indexes(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        index.upsert([point(1, basis(0))])
+        name = index.collection_for("acme")
+        assert client.created == [name]
+        fields = {field: schema for coll, field, schema in client.payload_indexes if coll == name}
+        assert set(fields) == {"tenant", "stream", "type", "scope", "tags"}
+        tenant = fields["tenant"]
+        assert isinstance(tenant, models.KeywordIndexParams)
+        assert tenant.is_tenant is True
+        info = client.get_collection(name)
+        vectors = info.config.params.vectors
+        assert isinstance(vectors, models.VectorParams)
+        assert (vectors.size, vectors.distance) == (DIM, models.Distance.COSINE)
+        index.upsert([point(2, basis(0))])  # created and checked once per process
+        assert client.created == [name]
+
+    def test_every_search_filters_by_tenant(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        index.upsert([point(1, basis(0), tags=("a",))])
+        index.search("acme", basis(0), 5)
+        index.search("acme", basis(0), 5, VectorFilter(tags=("a",), streams=("s1",)))
+        assert len(client.query_filters) == 2
+        for flt in client.query_filters:
+            assert flt is not None
+            assert flt.must is not None
+            assert isinstance(flt.must, list)
+            tenant = models.FieldCondition(key="tenant", match=models.MatchValue(value="acme"))
+            assert tenant in flt.must
+
+    def test_a_concurrent_creator_is_tolerated(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        name = index.collection_for("acme")
+        other = self.server_index(client)  # another process that got there first
+        other.upsert([point(1, basis(0))])
+        client.hide_existing_once = True  # so our check misses it and our create fails
+        index.upsert([point(2, basis(0))])
+        assert index.ids("acme") == [mid(1), mid(2)]
+        assert client.created == [name, name]
+
+    def test_a_collection_dropped_elsewhere_is_created_again(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        index.upsert([point(1, basis(0))])
+        client.delete_collection(index.collection_for("acme"))  # e.g. a rebuild elsewhere
+        assert index.search("acme", basis(0), 5) == []
+        assert index.ids("acme") == []
+        index.delete("acme", [mid(1)])
+        index.upsert([point(2, basis(0))])
+        assert index.ids("acme") == [mid(2)]
+
+    def test_reads_create_no_collection(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        assert index.search("acme", basis(0), 5) == []
+        assert index.ids("acme") == []
+        assert index.ids() == []
+        index.delete("acme", [mid(1)])
+        assert client.created == []
+        assert client.get_collections().collections == []
+
+    def test_existing_collection_of_another_dimension_is_invalid_input(
+        self, tmp_path: Path
+    ) -> None:
+        client = QdrantClient(path=str(tmp_path / "q"))
+        self.server_index(client, DIM * 2).upsert([point(1, [1.0] * (DIM * 2))])
+        index = self.server_index(client)
+        try:
+            with pytest.raises(InvalidInput) as raised:
+                index.upsert([point(2, basis(0))])
+            assert raised.value.code == "BAD_VECTOR_DIM"
+            with pytest.raises(InvalidInput):
+                index.search("acme", basis(0), 5)
+        finally:
+            index.close()
+
+    def test_client_errors_are_translated(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        index.upsert([point(1, basis(0))])
+        down = ResponseHandlingException(httpx.ConnectError("connection refused"))
+        client.fail_with = down
+        with pytest.raises(Unavailable) as unavailable:
+            index.search("acme", basis(0), 5)
+        assert unavailable.value.__cause__ is down
+        client.fail_with = UnexpectedResponse(
+            500, "Internal Server Error", b'{"status":{"error":"boom"}}', httpx.Headers()
+        )
+        with pytest.raises(Unavailable):
+            index.search("acme", basis(0), 5)
+        client.fail_with = UnexpectedResponse(
+            400,
+            "Bad Request",
+            b'{"status":{"error":"Wrong input: Vector dimension error: expected dim: 8, got 4"}}',
+            httpx.Headers(),
+        )
+        with pytest.raises(InvalidInput) as bad_dim:
+            index.search("acme", basis(0), 5)
+        assert bad_dim.value.code == "BAD_VECTOR_DIM"
+
+    def test_reopen_keeps_points_and_payload(self, tmp_path: Path) -> None:
+        first = self.disk_index(tmp_path)
+        first.upsert(
+            [
+                point(1, basis(0), tags=("a",)),
+                point(2, basis(0, plus={1: 0.5}), stream="s2"),
+                point(3, basis(0), tenant="globex"),
+            ]
+        )
+        first.delete("acme", [mid(2)])
+        expected = first.search("acme", basis(0), 10)
+        first.close()  # closes the client too, releasing local mode's directory lock
+        second = self.disk_index(tmp_path)
+        try:
+            assert second.ids() == [mid(1), mid(3)]
+            assert_same_hits(second.search("acme", basis(0), 10), expected)
+            tagged = second.search("acme", basis(0), 10, VectorFilter(tags=("a",)))
+            assert ranked_ids(tagged) == [mid(1)]
+        finally:
+            second.close()
+
+    def test_use_after_close_is_unavailable(self, tmp_path: Path) -> None:
+        index = self.make_index(tmp_path)
+        index.close()
+        index.close()  # closing twice is harmless
+        with pytest.raises(Unavailable):
+            index.search("acme", basis(0), 5)
+        with pytest.raises(Unavailable):
+            index.upsert([point(1, basis(0))])
+
+
+class TestQdrantServerIndex(QdrantServerContract):
+    per_tenant = False
+
+    def test_one_shared_collection(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        index.upsert([point(1, basis(0), tenant="acme"), point(2, basis(0), tenant="globex")])
+        assert [c.name for c in client.get_collections().collections] == ["mnemo_test"]
+        index.clear()
+        assert client.get_collections().collections == []
+
+
+class TestQdrantServerIndexPerTenant(QdrantServerContract):
+    per_tenant = True
+
+    def test_one_collection_per_tenant(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, client = recorded
+        client.create_collection(  # not Mnemo's: clear() leaves it alone
+            "unrelated", vectors_config=models.VectorParams(size=2, distance=models.Distance.DOT)
+        )
+        index.upsert([point(1, basis(0), tenant="acme"), point(2, basis(0), tenant="globex")])
+        names = sorted(c.name for c in client.get_collections().collections)
+        assert names == ["mnemo_test_acme", "mnemo_test_globex", "unrelated"]
+        assert index.count() == 2
+        assert index.count("acme") == 1
+        index.clear()
+        assert [c.name for c in client.get_collections().collections] == ["unrelated"]
+
+    def test_malformed_tenant_is_invalid_input(
+        self, recorded: tuple[QdrantServerIndex, RecordingClient]
+    ) -> None:
+        index, _ = recorded
+        with pytest.raises(InvalidInput):
+            index.upsert([point(1, basis(0), tenant="../acme")])
+        with pytest.raises(InvalidInput):
+            index.search("Acme/x", basis(0), 5)

@@ -149,6 +149,9 @@ class SqliteEventLog(EventLog):
         )
         return [(r[0], r[1]) for r in rows]
 
+    def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        return [bytes(body) for _, body in self.read_raw_stream(tenant, stream, from_seq, limit)]
+
     def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
         return [_row(r) for r in self.read_raw_stream(tenant, stream, from_seq, limit)]
 

@@ -35,6 +35,7 @@ __all__ = [
     "SearchResult",
     "Template",
     "TemplateInfo",
+    "Trace",
 ]
 
 
@@ -91,7 +92,9 @@ class Outcome(_Model):
     """What registration made of one published event."""
 
     index: int = 0
-    outcome: str = Field(description="registered, superseded, duplicate, rejected, ignored, applied")
+    outcome: str = Field(
+        description="registered, superseded, duplicate, rejected, ignored, applied"
+    )
     memory_id: str | None = None
     version: int | None = None
     reason_code: str | None = None
@@ -213,6 +216,11 @@ class Actor(_Model):
     id: str
 
 
+class Trace(_Model):
+    traceparent: str
+    tracestate: str | None = None
+
+
 class Event(_Model):
     """An event as the log holds it; `offset` is set when tailing the tenant's log."""
 
@@ -226,7 +234,7 @@ class Event(_Model):
     actor: Actor
     causation_id: str | None = None
     correlation_id: str | None = None
-    trace: dict[str, Any] | None = None
+    trace: Trace | None = None
     payload: dict[str, Any]
     encryption: dict[str, Any] | None = None
     offset: int | None = None

@@ -2,86 +2,78 @@
 
 Devices keep a replica by applying the events they replay; the server's snapshots use the
 same fold, so a device that has applied every event up to a sequence number holds exactly
-the snapshot at that number (same checksum)."""
+the snapshot at that number (same checksum).
+
+The fold works on events and memories as the JSON the log stores and the API sends
+(dicts), not on parsed models: a replica catching up applies tens of thousands of events a
+second, and every value it keeps is the server's own serialisation, so two replicas that
+applied the same events hold the same bytes."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mnemo.domain.events import (
-    Envelope,
-    MemoryArchived,
-    MemoryDecayed,
-    MemoryExpired,
-    MemoryForgotten,
-    MemoryRegistered,
-    MemorySuperseded,
-    MemoryVerified,
-    VerificationDue,
-)
-from mnemo.domain.memory import Memory, MemoryStatus
+import orjson
 
 __all__ = ["apply", "checksum", "fold"]
 
+Json = dict[str, Any]
+
 _STATUS = {
-    MemorySuperseded.TYPE: MemoryStatus.SUPERSEDED,
-    MemoryExpired.TYPE: MemoryStatus.EXPIRED,
-    MemoryArchived.TYPE: MemoryStatus.ARCHIVED,
-    MemoryForgotten.TYPE: MemoryStatus.FORGOTTEN,
+    "MemorySuperseded": "superseded",
+    "MemoryExpired": "expired",
+    "MemoryArchived": "archived",
+    "MemoryForgotten": "forgotten",
 }
 
 
-def apply(state: dict[str, Memory], event: Envelope) -> None:
-    """Apply one event to a replica (memory id -> memory). Unknown types change nothing."""
-    p = event.payload
-    if event.type == MemoryRegistered.TYPE:
-        memory = Memory.model_validate(p["memory"])
-        state[memory.memory_id] = memory
+def apply(state: dict[str, Json], event: Mapping[str, Any]) -> None:
+    """Apply one event (as JSON) to a replica (memory id -> memory as JSON)."""
+    kind = event["type"]
+    p = event["payload"]
+    if kind == "MemoryRegistered":
+        memory = p["memory"]
+        state[memory["memory_id"]] = dict(memory)
         return
     memory_id = p.get("memory_id")
     if not isinstance(memory_id, str) or memory_id not in state:
         return
     current = state[memory_id]
-    update: dict[str, Any] = {}
-    if event.type in _STATUS:
-        if current.status is not MemoryStatus.ACTIVE:
+    active = current.get("status") == "active"
+    if kind in _STATUS:
+        if not active:
             return
-        update["status"] = _STATUS[event.type]
-        if event.type == MemoryForgotten.TYPE:
-            update.update(content="", value=None, content_hash="erased")
-    elif event.type == MemoryDecayed.TYPE:
-        update["semantic_weight"] = p["semantic_weight"]
+        updated = {**current, "status": _STATUS[kind]}
+        if kind == "MemoryForgotten":
+            updated.update(content="", value=None, content_hash="erased")
+    elif kind == "MemoryDecayed":
+        updated = {**current, "semantic_weight": p["semantic_weight"]}
         if p.get("trust") is not None:
-            update["provenance"] = current.provenance.model_copy(update={"trust": p["trust"]})
-    elif event.type == VerificationDue.TYPE:
-        if current.status is not MemoryStatus.ACTIVE:
-            return
-        update["verification_due_at"] = VerificationDue.model_validate(p).due_at
-    elif event.type == MemoryVerified.TYPE:
-        if current.status is not MemoryStatus.ACTIVE:
-            return
-        update.update(verified_at=event.occurred_at, verification_due_at=None)
-    if update:
-        state[memory_id] = current.model_copy(update=update)
+            updated["provenance"] = {**current.get("provenance", {}), "trust": p["trust"]}
+    elif kind == "VerificationDue" and active:
+        updated = {**current, "verification_due_at": p["due_at"]}
+    elif kind == "MemoryVerified" and active:
+        updated = {**current, "verified_at": event["occurred_at"], "verification_due_at": None}
+    else:
+        return
+    state[memory_id] = updated
 
 
-def fold(events: Iterable[Envelope], state: dict[str, Memory] | None = None) -> dict[str, Memory]:
+def fold(
+    events: Iterable[Mapping[str, Any]], state: dict[str, Json] | None = None
+) -> dict[str, Json]:
     state = {} if state is None else state
     for event in events:
         apply(state, event)
     return state
 
 
-def checksum(memories: Mapping[str, Memory]) -> str:
+def checksum(memories: Mapping[str, Mapping[str, Any]]) -> str:
     """A digest of a replica that is the same wherever the same events were applied."""
     digest = hashlib.sha256()
     for memory_id in sorted(memories):
-        body = json.dumps(
-            memories[memory_id].model_dump(mode="json"), sort_keys=True, separators=(",", ":")
-        )
-        digest.update(body.encode())
+        digest.update(orjson.dumps(memories[memory_id], option=orjson.OPT_SORT_KEYS))
         digest.update(b"\n")
     return digest.hexdigest()

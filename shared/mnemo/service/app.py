@@ -417,18 +417,26 @@ class Mnemo:
             ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
         )
 
-    def snapshot(self, ctx: RequestContext, stream: str) -> tuple[int, dict[str, Memory]]:
-        """A stream's memories as of its latest sequence number: (seq, memory id -> memory).
-        A device loads it, then tails from seq + 1."""
-        _stream_or_error(stream)
-        state: dict[str, Memory] = {}
+    def replay_json(
+        self, ctx: RequestContext, stream: str, from_seq: int, limit: int
+    ) -> list[bytes]:
+        """Like replay, as the stored JSON of each event (nothing parsed on the way)."""
+        if from_seq < 1:
+            raise InvalidInput("from_seq starts at 1", code="INVALID_SEQUENCE", field="from_seq")
+        limit = max(1, min(limit, 10_000))
+        return self.log.read_stream_json(ctx.tenant, _stream_or_error(stream), from_seq, limit)
+
+    def snapshot(self, ctx: RequestContext, stream: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        """A stream's memories as of its latest sequence number: (seq, memory id -> memory
+        as JSON). A device loads it, then tails from seq + 1."""
+        state: dict[str, dict[str, Any]] = {}
         seq = 0
         while True:
-            page = self.log.read_stream(ctx.tenant, stream, seq + 1, 5_000)
+            page = [orjson.loads(body) for body in self.replay_json(ctx, stream, seq + 1, 5_000)]
             if not page:
                 return seq, state
-            replica.fold((e.envelope for e in page), state)
-            seq = page[-1].envelope.seq or seq
+            replica.fold(page, state)
+            seq = int(page[-1]["seq"])
 
     def notify_changed(self) -> None:
         """Wake whoever waits for new events (live tails)."""

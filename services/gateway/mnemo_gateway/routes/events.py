@@ -133,9 +133,7 @@ def replay(
     from_seq: Annotated[int, Query(ge=1)] = 1,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1_000,
 ) -> Response:
-    events = mnemo.replay(ctx, stream, from_seq, limit)
-    body = {
-        "events": [e.envelope.model_dump(mode="json") for e in events],
-        "next": (events[-1].envelope.seq or 0) + 1 if events else from_seq,
-    }
-    return Response(orjson.dumps(body), media_type="application/json")
+    events = mnemo.replay_json(ctx, stream, from_seq, limit)
+    following = int(orjson.loads(events[-1])["seq"]) + 1 if events else from_seq
+    body = b'{"events":[' + b",".join(events) + b'],"next":' + str(following).encode() + b"}"
+    return Response(body, media_type="application/json")

@@ -1,0 +1,51 @@
+"""Mnemo's Python SDK: `MnemoClient` (blocking) and `AsyncMnemoClient` (asyncio) over the
+HTTP API, with typed answers, retries and idempotent publishing. docs/sdk.md has the guide;
+`mnemo.client.kafka` publishes the same envelopes straight to a Kafka topic."""
+
+from mnemo.client._async import AsyncMnemoClient
+from mnemo.client._core import RetryPolicy, Wait
+from mnemo.client._sync import MnemoClient
+from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
+from mnemo.client.models import (
+    Accepted,
+    Citation,
+    ContextResponse,
+    Event,
+    EventPage,
+    Feedback,
+    IncludedMemory,
+    LeftOut,
+    Memory,
+    MemoryPage,
+    Outcome,
+    PublishResult,
+    RegisteredTemplate,
+    SearchHit,
+    SearchResult,
+    TemplateInfo,
+)
+
+__all__ = [
+    "Accepted",
+    "AsyncMnemoClient",
+    "Citation",
+    "ContextResponse",
+    "Event",
+    "EventPage",
+    "Feedback",
+    "IncludedMemory",
+    "LeftOut",
+    "Memory",
+    "MemoryPage",
+    "MnemoAPIError",
+    "MnemoClient",
+    "MnemoConnectionError",
+    "Outcome",
+    "PublishResult",
+    "RegisteredTemplate",
+    "RetryPolicy",
+    "SearchHit",
+    "SearchResult",
+    "TemplateInfo",
+    "Wait",
+]

@@ -1,0 +1,237 @@
+"""Publish Mnemo events straight to a Kafka topic, for the distributed mode.
+
+In the distributed mode the event log is a Kafka topic, and a high-volume producer (an
+ingestion pipeline, a device gateway) may append to it directly instead of going
+through the HTTP gateway. `EventPublisher` builds exactly the envelope the gateway would
+accept, checks it with the same validation, and produces one record per event:
+
+- key: ``tenant + ":" + stream`` (ADR 0002), so every event of a stream lands in one
+  partition and keeps its order there;
+- value: the envelope as compact JSON (UTF-8), `seq` left out: the log assigns it;
+- headers: ``mnemo-event-type``, ``mnemo-schema-version``, ``mnemo-event-id``,
+  ``content-type``, and the W3C ``traceparent`` / ``tracestate`` when the event carries
+  a trace, so consumers can route and trace without parsing the value;
+- the producer is idempotent with ``acks="all"``: a record is acknowledged only once
+  every in-sync replica has it, and the broker drops the producer's own retries. The
+  envelope's `event_id` (a UUIDv7 made here when the event has none) stays the
+  end-to-end idempotency key: the log's consumers skip an id they have already seen.
+
+What this does *not* give, compared with `POST /v1/events`: no `expected_seq` check
+against the stream head, no `?wait=` for read-your-writes, no registration outcome in
+the answer (ask `GET /v1/events/{id}/outcome` later). The distributed log adapter that
+reads this topic is being built separately; the record layout above is the contract
+between the two. Needs the `aiokafka` package, imported when the publisher starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, Envelope, validate_envelope
+from mnemo.domain.ids import new_event_id
+
+__all__ = [
+    "DEFAULT_TOPIC",
+    "EventPublisher",
+    "KafkaRecord",
+    "build_envelope",
+    "producer_config",
+    "record_for",
+    "record_headers",
+    "record_key",
+]
+
+DEFAULT_TOPIC = "mnemo.events"
+CONTENT_TYPE = b"application/json"
+
+
+def build_envelope(
+    event: Mapping[str, Any],
+    *,
+    tenant: str,
+    principal: str,
+    now: datetime | None = None,
+) -> Envelope:
+    """The envelope the gateway would accept for `event` from this tenant and principal:
+    event id, occurred_at and actor filled in when absent, the tenant enforced, the whole
+    event validated. Raises InvalidInput with the gateway's codes."""
+    when = now or datetime.now(UTC)
+    raw = dict(event)
+    claimed = raw.get("tenant")
+    if claimed is not None and claimed != tenant:
+        raise InvalidInput(
+            "the event names another tenant than the publisher",
+            code="TENANT_MISMATCH",
+            field="tenant",
+        )
+    if "seq" in raw:
+        raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
+    if "payload" in raw and len(orjson.dumps(raw["payload"])) > MAX_PAYLOAD_BYTES:
+        raise InvalidInput(
+            f"payload over {MAX_PAYLOAD_BYTES} bytes", code="PAYLOAD_TOO_LARGE", field="payload"
+        )
+    raw["tenant"] = tenant
+    raw.setdefault("event_id", new_event_id(when))
+    raw.setdefault("occurred_at", when.isoformat())
+    raw.setdefault("actor", Actor(kind=ActorKind.AGENT, id=principal).model_dump())
+    return validate_envelope(raw)
+
+
+def record_key(envelope: Envelope) -> bytes:
+    """The partition key: tenant + ":" + stream."""
+    return f"{envelope.tenant}:{envelope.stream}".encode()
+
+
+def record_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
+    headers = [
+        ("mnemo-event-type", envelope.type.encode()),
+        ("mnemo-schema-version", str(envelope.schema_version).encode()),
+        ("mnemo-event-id", envelope.event_id.encode()),
+        ("content-type", CONTENT_TYPE),
+    ]
+    if envelope.trace is not None:
+        headers.append(("traceparent", envelope.trace.traceparent.encode()))
+        if envelope.trace.tracestate:
+            headers.append(("tracestate", envelope.trace.tracestate.encode()))
+    return headers
+
+
+def record_value(envelope: Envelope) -> bytes:
+    return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    """One record to produce; `timestamp_ms` is the event's occurred_at."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int
+
+
+def record_for(envelope: Envelope, topic: str = DEFAULT_TOPIC) -> KafkaRecord:
+    return KafkaRecord(
+        topic=topic,
+        key=record_key(envelope),
+        value=record_value(envelope),
+        headers=record_headers(envelope),
+        timestamp_ms=int(envelope.occurred_at.timestamp() * 1000),
+    )
+
+
+def producer_config(bootstrap_servers: str | Sequence[str], **overrides: Any) -> dict[str, Any]:
+    """aiokafka producer settings: idempotent, acks from every in-sync replica."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": bootstrap_servers,
+        "enable_idempotence": True,
+        "acks": "all",
+        "client_id": "mnemo-event-publisher",
+        "linger_ms": 5,
+    }
+    config.update(overrides)
+    if config.get("enable_idempotence") and config.get("acks") not in ("all", -1):
+        raise ValueError("an idempotent producer needs acks='all'")
+    return config
+
+
+ProducerFactory = Callable[..., Any]
+
+
+def _aiokafka_producer(**config: Any) -> Any:
+    module = importlib.import_module("aiokafka")
+    return module.AIOKafkaProducer(**config)
+
+
+class EventPublisher:
+    """Produces Mnemo events to a Kafka topic for one tenant and principal (see the module
+    docstring for the record layout and what this skips compared with the gateway).
+
+        async with EventPublisher("kafka:9092", tenant="acme", principal="ingest") as pub:
+            await pub.publish([{"type": "ObservationRecorded", "schema_version": 2,
+                                "stream": "user:U7892", "payload": {"text": "..."}}])
+
+    `producer_factory` builds the producer from `producer_config(...)`; the default
+    imports aiokafka. Every event of a `publish` call is validated before any is sent.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        tenant: str,
+        principal: str,
+        topic: str = DEFAULT_TOPIC,
+        producer_factory: ProducerFactory | None = None,
+        **producer_overrides: Any,
+    ) -> None:
+        self.tenant = tenant
+        self.principal = principal
+        self.topic = topic
+        self.config = producer_config(bootstrap_servers, **producer_overrides)
+        self._factory = producer_factory or _aiokafka_producer
+        self._producer: Any = None
+
+    async def start(self) -> None:
+        if self._producer is None:
+            producer = self._factory(**self.config)
+            await producer.start()
+            self._producer = producer
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.stop()
+
+    async def __aenter__(self) -> EventPublisher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def records(self, events: Sequence[Mapping[str, Any]]) -> list[KafkaRecord]:
+        """The records for `events`, all validated first; nothing is sent."""
+        now = datetime.now(UTC)
+        out = []
+        for i, event in enumerate(events):
+            try:
+                envelope = build_envelope(
+                    event, tenant=self.tenant, principal=self.principal, now=now
+                )
+            except InvalidInput as exc:
+                exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
+                raise
+            out.append(record_for(envelope, self.topic))
+        return out
+
+    async def publish(self, events: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[str]:
+        """Produce the events and wait for the broker's acknowledgements; their event ids.
+        Records of one stream are sent in order, so they keep it in their partition."""
+        if self._producer is None:
+            raise RuntimeError("start the publisher first (or use `async with`)")
+        batch = [events] if isinstance(events, Mapping) else list(events)
+        records = self.records(batch)
+        pending = [
+            await self._producer.send(
+                r.topic, value=r.value, key=r.key, headers=r.headers, timestamp_ms=r.timestamp_ms
+            )
+            for r in records
+        ]
+        for future in pending:
+            await future
+        return [dict(r.headers)["mnemo-event-id"].decode() for r in records]

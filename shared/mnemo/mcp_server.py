@@ -1,0 +1,746 @@
+"""Mnemo as a Model Context Protocol server, on the official MCP Python SDK (2.x).
+
+The server is a thin adapter over Mnemo's HTTP API: every tool call and resource read is
+one or a few HTTP requests made with `AsyncMnemoClient`, so authentication and tenancy
+have a single path, the gateway's. Who is asking depends on the transport:
+
+- stdio (`mnemo mcp --url ...`): one identity for the process, from MNEMO_TENANT,
+  MNEMO_PRINCIPAL and MNEMO_API_KEY (or the `mnemo` options).
+- streamable HTTP, mounted in the gateway at /mcp: every MCP request forwards its own
+  X-Mnemo-Tenant, X-Mnemo-Principal and Authorization headers to the API. There is no
+  server-wide identity; a request without a tenant is refused as the API refuses it.
+
+A failure the agent can act on comes back as a tool result with `isError` set and a
+structured `{code, field, reason}` taken from Mnemo's error body (or INVALID_ARGUMENTS
+when the arguments break the tool's input schema). docs/mcp.md has the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import httpx
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedToolError,
+)
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mnemo import __version__
+from mnemo.client import AsyncMnemoClient, MnemoAPIError
+from mnemo.client.models import Memory, PublishResult
+from mnemo.domain.ids import STREAM_RE
+from mnemo.domain.memory import KEY_RE, TAG_RE
+
+__all__ = [
+    "MCP_PATH",
+    "Identity",
+    "McpMount",
+    "build_server",
+    "env_identity",
+    "header_identity",
+    "mount_mcp",
+    "run_stdio",
+]
+
+MCP_PATH = "/mcp"
+PAGE_MEMORIES = 50  # memories per resource page
+PAGE_BYTES = 64 * 1024  # and at most about this much JSON per page
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+INSTRUCTIONS = """\
+Mnemo is a shared, durable memory. Memories belong to a subject stream such as
+user:U7892, session:S1 or agent:planner. Use `remember` to store one explicitly,
+`recall` to search, and `get_context` before answering: it returns the memories that
+matter within a token budget, constraints first. Cite the memories you rely on with
+<memory_ref id="MEMORY_ID"/> in your answer, then call `feedback` with the context's
+request_id and your answer (and the user's correction, if any); cited memories gain
+weight, corrected ones lose it. `forget` erases a memory. Errors come back as
+{code, field, reason}."""
+
+# ---- identity ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a call is made for: sent to the API as X-Mnemo-Tenant, X-Mnemo-Principal and
+    Authorization. A missing tenant is left missing: the API answers MISSING_TENANT."""
+
+    tenant: str | None
+    principal: str | None = None
+    authorization: str | None = None
+
+
+IdentityOf = Callable[[Context[Any, Any] | None], Identity]
+
+
+def env_identity(environ: Mapping[str, str] | None = None) -> Identity:
+    """The identity of a stdio server: MNEMO_TENANT, MNEMO_PRINCIPAL, MNEMO_API_KEY."""
+    env = os.environ if environ is None else environ
+    key = env.get("MNEMO_API_KEY")
+    return Identity(
+        tenant=env.get("MNEMO_TENANT", "default"),
+        principal=env.get("MNEMO_PRINCIPAL", "mcp"),
+        authorization=f"Bearer {key}" if key else None,
+    )
+
+
+def header_identity(ctx: Context[Any, Any] | None) -> Identity:
+    """The identity an HTTP caller sent with this very MCP request."""
+    headers = {k.lower(): v for k, v in ((ctx.headers if ctx else None) or {}).items()}
+    return Identity(
+        tenant=headers.get("x-mnemo-tenant"),
+        principal=headers.get("x-mnemo-principal"),
+        authorization=headers.get("authorization"),
+    )
+
+
+def fixed_identity(identity: Identity) -> IdentityOf:
+    return lambda _ctx: identity
+
+
+@dataclass
+class Upstream:
+    """The HTTP client to Mnemo's API, and how to find who each call is for."""
+
+    identity_of: IdentityOf
+    client: AsyncMnemoClient | None = None
+
+    def api(self, ctx: Context[Any, Any] | None) -> AsyncMnemoClient:
+        if self.client is None:
+            raise MnemoAPIError(503, "MCP_NOT_STARTED", "the MCP server is not running")
+        who = self.identity_of(ctx)
+        extra = {"Authorization": who.authorization} if who.authorization else None
+        return self.client.with_identity(tenant=who.tenant, principal=who.principal, headers=extra)
+
+
+# ---- tool results -------------------------------------------------------------------------
+
+
+def error_result(
+    code: str, reason: str, field: str | None = None, **details: Any
+) -> CallToolResult:
+    """A tool error the agent can read: isError, and {code, field, reason} both as
+    structured content and as JSON text (for clients that only show text)."""
+    error: dict[str, Any] = {"code": code, "field": field, "reason": reason}
+    if details:
+        error["details"] = details
+    text = json.dumps({"error": error}, ensure_ascii=False)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=error, is_error=True
+    )
+
+
+def api_error_result(exc: MnemoAPIError) -> CallToolResult:
+    return error_result(exc.code, exc.message, exc.field, **exc.extra)
+
+
+def ok(result: BaseModel) -> CallToolResult:
+    data = result.model_dump(mode="json")
+    text = json.dumps(data, ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _loc(parts: Sequence[int | str]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+class MnemoMCPServer(MCPServer[Any]):
+    """MCPServer whose argument-validation failures are structured errors too."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                err = cause.errors()[0]
+                return error_result("INVALID_ARGUMENTS", str(err["msg"]), _loc(err["loc"]) or None)
+            return error_result("TOOL_ERROR", str(exc))
+
+
+# ---- argument and result shapes -------------------------------------------------------------
+
+MemoryTypeName = Literal[
+    "constraint", "context", "history", "external", "preference", "fact", "episode"
+]
+ScopeName = Literal["session", "user", "agent", "tenant"]
+Subject = Annotated[
+    str,
+    Field(
+        pattern=STREAM_RE.pattern,
+        description="a subject stream: 'user:U7892', 'session:S1', 'agent:planner', ...",
+    ),
+]
+Tag = Annotated[str, Field(pattern=TAG_RE.pattern)]
+MemoryId = Annotated[str, Field(min_length=1, max_length=64, description="a memory's id")]
+
+
+class RememberOut(BaseModel):
+    event_id: str = Field(description="the MemoryDeclared event (the idempotency key)")
+    memory_id: str | None = Field(description="the memory; null while registration is pending")
+    outcome: str = Field(description="registered, superseded, duplicate or pending")
+    version: int | None = Field(description="the key's version (a new value supersedes)")
+    detail: str | None = None
+
+
+class HitOut(BaseModel):
+    memory_id: str
+    subject: str
+    type: str
+    scope: str
+    content: str
+    key: str | None
+    value: str | None
+    tags: list[str]
+    score: float
+    weight: float = Field(description="current semantic weight, after decay")
+    created_at: str
+    valid_until: str | None
+
+
+class RecallOut(BaseModel):
+    hits: list[HitOut]
+
+
+class IncludedOut(BaseModel):
+    memory_id: str
+    section: str
+    type: str
+    text: str = Field(description="what the memory says")
+
+
+class LeftOutOut(BaseModel):
+    memory_id: str
+    section: str
+    reason: str
+
+
+class ContextOut(BaseModel):
+    request_id: str = Field(description="pass it to `feedback` with your answer")
+    context: str = Field(description="the text to put in front of the model")
+    tokens: int
+    budget: int
+    template: str
+    included: list[IncludedOut]
+    left_out: list[LeftOutOut]
+    warnings: list[str]
+
+
+class ForgetOut(BaseModel):
+    memory_id: str
+    subject: str
+    forgotten: bool
+    event_id: str
+
+
+class FeedbackOut(BaseModel):
+    request_id: str | None = Field(description="the context the answer was reported for")
+    cited: list[str] = Field(description="memories recorded as cited")
+    unknown_refs: list[str] = Field(description="memory_ref ids that were not in the context")
+    corrected: list[str]
+    verified: list[str]
+    event_ids: list[str] = Field(description="events published for cite/correct/verify")
+
+
+class DueOut(BaseModel):
+    subject: str
+    items: list[dict[str, Any]] = Field(description="memories due to be verified again")
+
+
+def _hit(m: Memory, score: float, weight: float) -> HitOut:
+    return HitOut(
+        memory_id=m.memory_id,
+        subject=m.stream,
+        type=m.type.value,
+        scope=m.scope.value,
+        content=m.content,
+        key=m.key,
+        value=m.value,
+        tags=list(m.tags),
+        score=score,
+        weight=weight,
+        created_at=m.created_at.isoformat(),
+        valid_until=m.valid_until.isoformat() if m.valid_until else None,
+    )
+
+
+def _first_outcome(result: PublishResult) -> tuple[str, str | None, int | None, str | None]:
+    """(outcome, memory_id, version, detail) of a single-event publish; a rejection raises."""
+    outcomes = result.outcomes
+    if not outcomes:
+        return "pending", None, None, "registration did not finish within the wait"
+    o = outcomes[0]
+    if o.outcome == "rejected":
+        raise MnemoAPIError(
+            422, o.reason_code or "REJECTED", o.detail or "registration rejected it", "memory"
+        )
+    return o.outcome, o.memory_id, o.version, o.detail
+
+
+# ---- the server ------------------------------------------------------------------------------
+
+
+def build_server(upstream: Upstream) -> MnemoMCPServer:
+    """The MCP server: its tools and resources, each a call to Mnemo's HTTP API."""
+    server = MnemoMCPServer(
+        "mnemo",
+        title="Mnemo",
+        description="Durable, governed, shared memory for AI agents.",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+    )
+    _tools(server, upstream)
+    _resources(server, upstream)
+    return server
+
+
+def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
+    @server.tool(
+        title="Remember",
+        description="Store a memory about a subject. Give `content`, or a `key` with a "
+        "`value` (a new value of a key supersedes the old one). Returns the memory's id "
+        "once Mnemo has registered it.",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
+    )
+    async def remember(
+        subject: Subject,
+        type: Annotated[
+            MemoryTypeName,
+            Field(
+                description="constraint (a rule to obey), preference, fact, context (task "
+                "state, usually with a TTL), history, episode or external"
+            ),
+        ],
+        ctx: Context[Any, Any],
+        content: Annotated[str, Field(max_length=8_000, description="what to remember")] = "",
+        key: Annotated[
+            str | None,
+            Field(pattern=KEY_RE.pattern, description="a name for the memory, e.g. 'size'"),
+        ] = None,
+        value: Annotated[
+            str | None, Field(max_length=1_000, description="the key's value, e.g. 'L'")
+        ] = None,
+        scope: Annotated[
+            ScopeName, Field(description="who it applies to; tenant = shared by every agent")
+        ] = "user",
+        ttl_seconds: Annotated[
+            int | None, Field(gt=0, description="seconds until it expires; none = permanent")
+        ] = None,
+        tags: Annotated[Sequence[Tag], Field(max_length=32)] = (),
+        semantic_weight: Annotated[
+            float | None, Field(ge=0, le=0.99, description="importance, default 0.5")
+        ] = None,
+        wait: Annotated[
+            Literal["registered", "indexed"],
+            Field(description="indexed: also searchable when the call returns"),
+        ] = "registered",
+    ) -> Annotated[CallToolResult, RememberOut]:
+        try:
+            result = await upstream.api(ctx).remember(
+                subject,
+                content or None,
+                type=type,
+                key=key,
+                value=value,
+                scope=scope,
+                tags=tags,
+                ttl_seconds=ttl_seconds,
+                semantic_weight=semantic_weight,
+                wait=wait,
+            )
+            outcome, memory_id, version, detail = _first_outcome(result)
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            RememberOut(
+                event_id=result.accepted[0].event_id,
+                memory_id=memory_id,
+                outcome=outcome,
+                version=version,
+                detail=detail,
+            )
+        )
+
+    @server.tool(
+        title="Recall",
+        description="Search memories by meaning and keywords (hybrid search), best first. "
+        "Filter by subjects, memory types and tags.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    async def recall(
+        query: Annotated[str, Field(min_length=1, max_length=2_000, description="what to find")],
+        ctx: Context[Any, Any],
+        subjects: Annotated[
+            Sequence[Subject], Field(max_length=32, description="only these subjects (default all)")
+        ] = (),
+        types: Annotated[Sequence[MemoryTypeName], Field(description="only these types")] = (),
+        tags: Annotated[
+            Sequence[Tag], Field(max_length=32, description="only memories with all")
+        ] = (),
+        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+    ) -> Annotated[CallToolResult, RecallOut]:
+        try:
+            found = await upstream.api(ctx).search(
+                query, subjects=subjects, types=types, tags=tags, limit=limit
+            )
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(RecallOut(hits=[_hit(h.memory, h.score, h.weight) for h in found.hits]))
+
+    @server.tool(
+        title="Get context",
+        description="The memories that matter for a question, rendered within a token budget "
+        '(constraints first). Cite what you use as <memory_ref id="MEMORY_ID"/> and report '
+        "your answer with `feedback` and the returned request_id.",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    )
+    async def get_context(
+        subjects: Annotated[Sequence[Subject], Field(min_length=1, max_length=32)],
+        ctx: Context[Any, Any],
+        query: Annotated[str, Field(max_length=2_000, description="the current question")] = "",
+        budget: Annotated[
+            int, Field(ge=16, le=200_000, description="total tokens, header included")
+        ] = 1_000,
+        template: Annotated[
+            str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$", description="a context template")
+        ] = "default",
+        tokenizer: Annotated[
+            str | None,
+            Field(max_length=64, description="an encoding (cl100k_base) or a model name"),
+        ] = None,
+    ) -> Annotated[CallToolResult, ContextOut]:
+        try:
+            c = await upstream.api(ctx).context(
+                subjects, query, budget=budget, template=template, tokenizer=tokenizer
+            )
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            ContextOut(
+                request_id=c.request_id,
+                context=c.context,
+                tokens=c.tokens,
+                budget=c.budget,
+                template=c.template,
+                included=[
+                    IncludedOut(
+                        memory_id=i.memory.memory_id,
+                        section=i.section,
+                        type=i.memory.type.value,
+                        text=i.memory.text(),
+                    )
+                    for i in c.included
+                ],
+                left_out=[
+                    LeftOutOut(memory_id=x.memory_id, section=x.section, reason=x.reason)
+                    for x in c.left_out
+                ],
+                warnings=c.warnings,
+            )
+        )
+
+    @server.tool(
+        title="Forget",
+        description="Forget a memory of a subject: its content is erased and it is no "
+        "longer found or used.",
+        annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True),
+    )
+    async def forget(
+        memory_id: MemoryId,
+        subject: Subject,
+        ctx: Context[Any, Any],
+        reason: Annotated[str | None, Field(max_length=1_000)] = None,
+    ) -> Annotated[CallToolResult, ForgetOut]:
+        try:
+            result = await upstream.api(ctx).forget(subject, memory_id, reason=reason)
+            outcome = result.outcomes[0] if result.outcomes else None
+            if outcome is not None and outcome.outcome == "rejected":
+                code = outcome.reason_code or "REJECTED"
+                return error_result(code, outcome.detail or "not forgotten", "memory_id")
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            ForgetOut(
+                memory_id=memory_id,
+                subject=subject,
+                forgotten=outcome is not None,
+                event_id=result.accepted[0].event_id,
+            )
+        )
+
+    @server.tool(
+        title="Feedback",
+        description="Report how memories were used. With `request_id` (from get_context) "
+        'and `response` (your answer, citing memories as <memory_ref id="..."/>), the '
+        "cited memories gain weight; a `correction` from the user lowers the weight of the "
+        "memories used (or of `corrected_memory_ids`). Without a context, `cite`, `correct` "
+        "(needs `correction` as the reason) and `verify` act on memory ids directly.",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
+    )
+    async def feedback(
+        ctx: Context[Any, Any],
+        request_id: Annotated[
+            str | None, Field(max_length=64, description="get_context's request_id")
+        ] = None,
+        response: Annotated[
+            str | None, Field(min_length=1, max_length=200_000, description="your answer")
+        ] = None,
+        correction: Annotated[
+            str | None, Field(min_length=1, max_length=1_000, description="what was wrong")
+        ] = None,
+        corrected_memory_ids: Annotated[Sequence[MemoryId], Field(max_length=200)] = (),
+        cite: Annotated[
+            Sequence[MemoryId], Field(max_length=200, description="memories you used")
+        ] = (),
+        correct: Annotated[
+            Sequence[MemoryId], Field(max_length=200, description="memories that were wrong")
+        ] = (),
+        verify: Annotated[
+            Sequence[MemoryId], Field(max_length=200, description="memories confirmed still true")
+        ] = (),
+    ) -> Annotated[CallToolResult, FeedbackOut]:
+        if request_id is None and not (cite or correct or verify):
+            return error_result(
+                "NOTHING_TO_REPORT", "give request_id and response, or cite/correct/verify"
+            )
+        if request_id is not None and response is None:
+            return error_result("MISSING_RESPONSE", "a report needs your answer", "response")
+        if correct and correction is None:
+            return error_result("MISSING_REASON", "`correct` needs `correction`", "correction")
+        out = FeedbackOut(
+            request_id=request_id,
+            cited=[],
+            unknown_refs=[],
+            corrected=[],
+            verified=[],
+            event_ids=[],
+        )
+        try:
+            api = upstream.api(ctx)
+            if request_id is not None and response is not None:
+                fb = await api.report(
+                    request_id,
+                    response,
+                    correction=correction,
+                    corrected_memory_ids=corrected_memory_ids,
+                )
+                out.cited += [c.memory_id for c in fb.cited]
+                out.unknown_refs += fb.unknown_refs
+                out.corrected += fb.corrected
+            events: list[dict[str, Any]] = []
+            streams = {m: (await api.get(m)).stream for m in {*cite, *correct, *verify}}
+            events += [_feedback_event("MemoryCited", streams[m], m, request_id) for m in cite]
+            if correct:
+                by_stream: dict[str, list[str]] = {}
+                for m in correct:
+                    by_stream.setdefault(streams[m], []).append(m)
+                events += [
+                    {
+                        "type": "MemoryCorrected",
+                        "schema_version": 1,
+                        "stream": s,
+                        "payload": {"memory_ids": ids, "reason": correction},
+                    }
+                    for s, ids in by_stream.items()
+                ]
+            events += [_feedback_event("MemoryVerified", streams[m], m, None) for m in verify]
+            if events:
+                published = await api.publish(events)
+                out.event_ids = published.event_ids
+                out.cited += [m for m in cite if m not in out.cited]
+                out.corrected += [m for m in correct if m not in out.corrected]
+                out.verified = list(verify)
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(out)
+
+    @server.tool(
+        title="Due verifications",
+        description="Memories of a subject that are due to be confirmed again (ask the user, "
+        "then call `feedback` with `verify`).",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    async def due_verifications(
+        subject: Subject, ctx: Context[Any, Any]
+    ) -> Annotated[CallToolResult, DueOut]:
+        try:
+            items = await upstream.api(ctx).due_verifications(subject)
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(DueOut(subject=subject, items=items))
+
+
+def _feedback_event(
+    event_type: str, stream: str, memory_id: str, request_id: str | None
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"memory_id": memory_id}
+    if request_id is not None:
+        payload["request_id"] = request_id
+    return {"type": event_type, "schema_version": 1, "stream": stream, "payload": payload}
+
+
+def _resource_error(exc: MnemoAPIError) -> ResourceError:
+    text = json.dumps({"code": exc.code, "field": exc.field, "reason": exc.message})
+    return ResourceNotFoundError(text) if exc.status == 404 else ResourceError(text)
+
+
+def memories_page(subject: str, memories: Sequence[Memory], more: str | None) -> dict[str, Any]:
+    """One resource page: at most PAGE_MEMORIES memories and about PAGE_BYTES of JSON (never
+    fewer than one memory); `next_cursor` continues after the last one shown."""
+    shown: list[dict[str, Any]] = []
+    size = 0
+    for memory in memories[:PAGE_MEMORIES]:
+        item = memory.model_dump(mode="json")
+        item_size = len(json.dumps(item, ensure_ascii=False).encode())
+        if shown and size + item_size > PAGE_BYTES:
+            break
+        shown.append(item)
+        size += item_size
+    cut = len(shown) < len(memories)
+    cursor = shown[-1]["memory_id"] if (cut and shown) else more
+    return {
+        "subject": subject,
+        "memories": shown,
+        "next_cursor": cursor,
+        "next_uri": f"mnemo://subjects/{subject}/memories?cursor={cursor}" if cursor else None,
+    }
+
+
+def _resources(server: MnemoMCPServer, upstream: Upstream) -> None:
+    @server.resource(
+        "mnemo://subjects/{subject}/memories{?cursor}",
+        name="subject-memories",
+        title="A subject's memories",
+        description=f"A subject's live memories, {PAGE_MEMORIES} at most per read (and about "
+        f"{PAGE_BYTES // 1024} KiB). Read `next_uri` (or add ?cursor=next_cursor) for the "
+        "next page; next_cursor is null on the last.",
+        mime_type="application/json",
+    )
+    async def subject_memories(
+        subject: str, ctx: Context[Any, Any], cursor: str | None = None
+    ) -> str:
+        try:
+            page = await upstream.api(ctx).list(subject, limit=PAGE_MEMORIES, after=cursor or None)
+        except MnemoAPIError as exc:
+            raise _resource_error(exc) from exc
+        body = memories_page(subject, page.memories, page.next_after)
+        return json.dumps(body, ensure_ascii=False)
+
+    @server.resource(
+        "mnemo://memories/{memory_id}",
+        name="memory",
+        title="One memory",
+        description="One memory, every field.",
+        mime_type="application/json",
+    )
+    async def memory(memory_id: str, ctx: Context[Any, Any]) -> str:
+        try:
+            found = await upstream.api(ctx).get(memory_id)
+        except MnemoAPIError as exc:
+            raise _resource_error(exc) from exc
+        return found.model_dump_json()
+
+    @server.resource(
+        "mnemo://templates{?name}",
+        name="templates",
+        title="Context templates",
+        description="The tenant's context templates and the built-in ones (or one, by name).",
+        mime_type="application/json",
+    )
+    async def templates(ctx: Context[Any, Any], name: str | None = None) -> str:
+        try:
+            api = upstream.api(ctx)
+            found = [await api.template(name)] if name else await api.templates()
+        except MnemoAPIError as exc:
+            raise _resource_error(exc) from exc
+        return json.dumps({"templates": [t.model_dump(mode="json") for t in found]})
+
+
+# ---- transports ------------------------------------------------------------------------------
+
+
+async def run_stdio(url: str, identity: Identity | None = None, *, timeout: float = 60.0) -> None:
+    """Serve MCP on stdin/stdout for one identity, talking to Mnemo at `url`."""
+    who = identity or env_identity()
+    async with AsyncMnemoClient(url, tenant=None, timeout=timeout) as client:
+        upstream = Upstream(fixed_identity(who), client)
+        await build_server(upstream).run_stdio_async()
+
+
+class _Endpoint:
+    """The /mcp route: hands each request to the session manager of the current run."""
+
+    def __init__(self, mount: McpMount) -> None:
+        self.mount = mount
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.mount.server.session_manager.handle_request(scope, receive, send)
+
+
+class McpMount:
+    """The MCP endpoint of a gateway. `running()` belongs in the gateway's lifespan: it
+    starts the streamable-HTTP session manager and the client that calls the API in
+    process (through the app itself, so every call takes the same path as any other)."""
+
+    def __init__(self, app: ASGIApp, host: str) -> None:
+        self.app = app
+        self.upstream = Upstream(header_identity)
+        self.server = build_server(self.upstream)
+        loopback = host in LOOPBACK
+        self.security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=loopback,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else [],
+            allowed_origins=(
+                ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"] if loopback else []
+            ),
+        )
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        # a session manager runs once, so each run (each lifespan) gets a new one
+        self.server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=self.security,
+        )
+        # an unexpected server error stays a 500 answer (INTERNAL_ERROR), never an exception
+        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+        async with (
+            AsyncMnemoClient("http://mnemo.internal", tenant=None, transport=transport) as client,
+            self.server.session_manager.run(),
+        ):
+            self.upstream.client = client
+            try:
+                yield
+            finally:
+                self.upstream.client = None
+
+
+def mount_mcp(app: Any, host: str = "127.0.0.1") -> McpMount:
+    """Add the streamable-HTTP MCP endpoint at /mcp to a Starlette/FastAPI app. Stateless
+    (every request stands alone, so any gateway replica can answer) and JSON answers."""
+    mount = McpMount(app, host)
+    app.router.routes.append(Route(MCP_PATH, endpoint=_Endpoint(mount)))
+    return mount

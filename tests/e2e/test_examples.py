@@ -1,0 +1,135 @@
+"""The runnable examples in docs/examples, each against a real Mnemo server, checked by
+what they print."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from mnemo_gateway.app import create_app
+
+from mnemo.bootstrap import build_embedded
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def _wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert alive(), "the server stopped before it answered"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        threading.Event().wait(0.02)  # the polling interval
+    raise AssertionError(f"{url} did not become healthy within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("examples-data")
+    platform = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        create_app(platform, GatewaySettings()), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, thread.is_alive)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        platform.close()
+
+
+def run_example(name: str, url: str, tenant: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--url", url, "--tenant", tenant],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_every_example_is_tested() -> None:
+    tested = {"planner_executor.py", "customer_service.py", "citing_agent.py"}
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_planner_and_executor_share_a_tenant(server_url: str) -> None:
+    out = run_example("planner_executor.py", server_url, "ex-launch")
+    assert out[0] == (
+        "planner: shared 3 plan steps and 1 constraint in project:website-launch (scope tenant)"
+    )
+    context = [line for line in out if line.startswith("  | ")]
+    assert context[:2] == ["  | ## Constraints", "  | - Never deploy on a Friday"]
+    assert not any("skipped the load test" in line for line in context)  # the planner's own
+    assert "executor: next step -> Write the release notes for version 2.4" in out
+    assert (
+        "executor: 'load test' among shared memories: step.2: Run the load test against staging"
+        in out
+    )
+    assert "executor: across the whole tenant it also finds a note in agent:planner" in out
+    assert "planner: sees status.1 = done (written by executor)" in out
+    assert out[-1] == "planner: agent:planner holds 1 note, agent:executor holds 1"
+
+
+def test_customer_service_keeps_preferences_across_sessions(server_url: str) -> None:
+    out = run_example("customer_service.py", server_url, "ex-shop")
+    assert out[:4] == [
+        "session 1: '你好，我想买衬衫。记住我的尺码是L' -> remembered size = L",
+        "session 1: '我不要红色，太显眼了' -> remembered dislike = 红色",
+        "session 1: 'Also, remember that my favourite color is navy blue.' "
+        "-> remembered favourite_color = navy blue",
+        "session 1: '谢谢！' -> nothing to remember (NO_RULE_MATCHED)",
+    ]
+    assert "session 2: knows dislike = 红色, favourite_color = navy blue, size = L" in out
+    assert "session 2: size is now XL (superseded, version 2)" in out
+    assert "session 3: 客服: 为您推荐navy blue的外套，尺码XL。" in out
+    assert out[-1] == "session 3: size history: L (superseded) -> XL (active)"
+
+
+def test_citing_agent_moves_weights(server_url: str) -> None:
+    out = run_example("citing_agent.py", server_url, "ex-travel")
+    answer = out[0]
+    assert answer.startswith("answer: You land at 14:05")
+    assert len(re.findall(r'<memory_ref id="[0-9a-f-]+"/>', answer)) == 3
+    cited = {line.split()[1] for line in out if line.startswith("cited: ")}
+    assert cited == {"diet", "flight_arrival", "hotel"}
+    assert "corrected: flight_arrival" in out
+    weights = {}
+    for line in out:
+        found = re.match(r"weight (\w+): ([\d.]+) -> ([\d.]+) \(trust ([\d.]+) -> ([\d.]+)\)", line)
+        if found:
+            key, w0, w1, t0, t1 = found.groups()
+            weights[key] = (float(w0), float(w1), float(t0), float(t1))
+    assert set(weights) == {"diet", "flight_arrival", "hotel"}
+    for key in ("diet", "hotel"):  # cited: more weight
+        assert weights[key][1] > weights[key][0]
+    before, after, trust_before, trust_after = weights["flight_arrival"]
+    assert after < before  # cited, then corrected: less weight and less trust
+    assert trust_after < trust_before
+    assert out[-1] == "remembered flight_arrival = 16:30 at Narita (superseded, v2)"

@@ -1,0 +1,479 @@
+"""Mnemo's MCP server through the official MCP client, over both transports: stdio (a real
+`mnemo mcp` process) and streamable HTTP (the gateway's /mcp endpoint), both against a
+real Mnemo server running in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent, TextResourceContents
+from mnemo_gateway.app import create_app
+
+from mnemo.bootstrap import build_embedded
+from mnemo.client import MnemoClient
+from mnemo.domain.memory import MemoryType
+from mnemo.mcp_server import PAGE_BYTES, PAGE_MEMORIES
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+TENANT = "mcp-test"
+TRANSPORTS = ["stdio", "http"]
+TOOLS = {"remember", "recall", "get_context", "forget", "feedback", "due_verifications"}
+UNKNOWN_ID = "01a22b07-8623-7c5d-b658-fa7a79aa796b"
+
+pytestmark = pytest.mark.asyncio
+
+
+# ---- the server and the clients -----------------------------------------------------------
+
+
+def _wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert alive(), "the server stopped before it answered"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        threading.Event().wait(0.02)  # the polling interval
+    raise AssertionError(f"{url} did not become healthy within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data: Path = tmp_path_factory.mktemp("mcp-data")
+    platform = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        create_app(platform, GatewaySettings()), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, thread.is_alive)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        platform.close()
+
+
+@pytest.fixture
+def sdk(server_url: str) -> Iterator[MnemoClient]:
+    with MnemoClient(server_url, tenant=TENANT, principal="sdk") as client:
+        yield client
+
+
+def mnemo_command() -> list[str]:
+    """The installed `mnemo` console script, else the module."""
+    script = Path(sys.executable).with_name("mnemo")
+    found = script if script.exists() else shutil.which("mnemo")
+    return [str(found)] if found else [sys.executable, "-m", "mnemo.cli"]
+
+
+@asynccontextmanager
+async def connect(
+    server_url: str,
+    transport: str,
+    *,
+    tenant: str | None = TENANT,
+    principal: str = "agent",
+    mode: str = "auto",
+    errlog: Path | None = None,
+) -> AsyncIterator[Client]:
+    """An MCP client session: over stdio to a `mnemo mcp` process (identity from its
+    environment), or over HTTP to /mcp (identity in each request's headers)."""
+    if transport == "http":
+        headers = {"X-Mnemo-Principal": principal}
+        if tenant is not None:
+            headers["X-Mnemo-Tenant"] = tenant
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60.0) as http,
+            Client(streamable_http_client(f"{server_url}/mcp", http_client=http), mode=mode) as c,
+        ):
+            yield c
+        return
+    command, *args = mnemo_command()
+    env = {"MNEMO_PRINCIPAL": principal, "MNEMO_LOG_LEVEL": "WARNING"}
+    if tenant is not None:
+        env["MNEMO_TENANT"] = tenant
+    params = StdioServerParameters(
+        command=command, args=[*args, "--url", server_url, "mcp"], env=env
+    )
+    log_path = errlog or Path("/dev/null")
+    with log_path.open("a", encoding="utf-8") as log:
+        async with Client(stdio_client(params, errlog=log), mode=mode) as c:
+            yield c
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def error(result: CallToolResult) -> dict[str, Any]:
+    assert result.is_error, result.structured_content
+    assert result.structured_content is not None
+    err = result.structured_content
+    assert set(err) >= {"code", "field", "reason"}
+    # the same error, readable as text by clients that only show text
+    text = result.content[0]
+    assert isinstance(text, TextContent)
+    assert json.loads(text.text)["error"]["code"] == err["code"]
+    return err
+
+
+async def read_json(client: Client, uri: str) -> dict[str, Any]:
+    result = await client.read_resource(uri)
+    (content,) = result.contents
+    assert isinstance(content, TextResourceContents)
+    assert content.mime_type == "application/json"
+    body: dict[str, Any] = json.loads(content.text)
+    return body
+
+
+# ---- tools ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_lists_tools_with_precise_schemas(server_url: str, transport: str) -> None:
+    async with connect(server_url, transport) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        templates = (await client.list_resource_templates()).resource_templates
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description
+        assert tool.input_schema["type"] == "object"
+        assert tool.output_schema is not None
+        assert "ctx" not in tool.input_schema["properties"]
+
+    remember = tools["remember"].input_schema
+    assert sorted(remember["required"]) == ["subject", "type"]
+    props = remember["properties"]
+    assert set(props["type"]["enum"]) == {t.value for t in MemoryType}
+    assert props["scope"]["enum"] == ["session", "user", "agent", "tenant"]
+    assert props["subject"]["pattern"].startswith("^[A-Za-z0-9]")
+    assert props["content"]["maxLength"] == 8_000
+    assert props["tags"]["maxItems"] == 32
+    assert {"key", "value", "ttl_seconds", "semantic_weight", "wait"} <= set(props)
+
+    recall = tools["recall"].input_schema
+    assert recall["required"] == ["query"]
+    assert recall["properties"]["limit"]["maximum"] == 100
+    assert {"subjects", "types", "tags"} <= set(recall["properties"])
+
+    context = tools["get_context"].input_schema
+    assert context["required"] == ["subjects"]
+    assert context["properties"]["budget"]["minimum"] == 16
+    assert {"template", "query", "tokenizer"} <= set(context["properties"])
+
+    assert sorted(tools["forget"].input_schema["required"]) == ["memory_id", "subject"]
+    feedback = tools["feedback"].input_schema["properties"]
+    assert {"request_id", "response", "correction", "cite", "correct", "verify"} <= set(feedback)
+    assert tools["due_verifications"].input_schema["required"] == ["subject"]
+
+    assert tools["recall"].annotations is not None
+    assert tools["recall"].annotations.read_only_hint is True
+    assert tools["forget"].annotations is not None
+    assert tools["forget"].annotations.destructive_hint is True
+    assert {t.uri_template for t in templates} == {
+        "mnemo://subjects/{subject}/memories{?cursor}",
+        "mnemo://memories/{memory_id}",
+        "mnemo://templates{?name}",
+    }
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_every_tool(server_url: str, transport: str, sdk: MnemoClient) -> None:
+    subject = f"user:tools-{transport}"
+    async with connect(server_url, transport) as client:
+        tea = data(
+            await client.call_tool(
+                "remember",
+                {
+                    "subject": subject,
+                    "type": "preference",
+                    "content": "Prefers green tea without sugar",
+                    "tags": ["drinks"],
+                    "wait": "indexed",
+                },
+            )
+        )
+        assert tea["outcome"] == "registered"
+        size = data(
+            await client.call_tool(
+                "remember",
+                {"subject": subject, "type": "preference", "key": "size", "value": "M"},
+            )
+        )
+        bigger = data(
+            await client.call_tool(
+                "remember",
+                {"subject": subject, "type": "preference", "key": "size", "value": "L"},
+            )
+        )
+        assert (bigger["outcome"], bigger["version"]) == ("superseded", 2)
+        assert sdk.get(size["memory_id"]).status == "superseded"
+
+        hits = data(
+            await client.call_tool(
+                "recall", {"query": "green tea", "subjects": [subject], "tags": ["drinks"]}
+            )
+        )["hits"]
+        assert hits[0]["memory_id"] == tea["memory_id"]
+        assert hits[0]["subject"] == subject
+
+        ctx = data(
+            await client.call_tool(
+                "get_context", {"subjects": [subject], "query": "what to drink", "budget": 300}
+            )
+        )
+        used = {i["memory_id"] for i in ctx["included"]}
+        assert tea["memory_id"] in used
+        assert ctx["tokens"] <= 300
+        assert ctx["context"].startswith("[MNEMO-CONTEXT")
+
+        answer = f'Green tea, no sugar <memory_ref id="{tea["memory_id"]}"/>'
+        reported = data(
+            await client.call_tool(
+                "feedback",
+                {
+                    "request_id": ctx["request_id"],
+                    "response": answer,
+                    "correction": "the size is L now",
+                    "corrected_memory_ids": [bigger["memory_id"]],
+                },
+            )
+        )
+        assert reported["cited"] == [tea["memory_id"]]
+        assert reported["corrected"] == [bigger["memory_id"]]
+
+        direct = data(
+            await client.call_tool(
+                "feedback", {"cite": [tea["memory_id"]], "verify": [bigger["memory_id"]]}
+            )
+        )
+        assert direct["verified"] == [bigger["memory_id"]]
+        assert len(direct["event_ids"]) == 2
+        types = {e.type for e in sdk.replay(subject).events}
+        assert {"MemoryCited", "MemoryCorrected", "MemoryVerified"} <= types
+
+        due = await client.call_tool("due_verifications", {"subject": subject})
+        if due.is_error:  # an older server without the endpoint
+            assert error(due)["code"] == "ROUTE_NOT_FOUND"
+        else:
+            assert isinstance(data(due)["items"], list)
+
+        gone = data(
+            await client.call_tool(
+                "forget", {"subject": subject, "memory_id": tea["memory_id"], "reason": "asked"}
+            )
+        )
+        assert gone["forgotten"] is True
+        hits = data(await client.call_tool("recall", {"query": "green tea", "subjects": [subject]}))
+        assert tea["memory_id"] not in {h["memory_id"] for h in hits["hits"]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_bad_arguments_are_structured_errors(server_url: str, transport: str) -> None:
+    subject = f"user:bad-{transport}"
+    async with connect(server_url, transport) as client:
+        # the input schema, checked by the MCP server
+        bad_type = error(await client.call_tool("remember", {"subject": subject, "type": "x"}))
+        assert (bad_type["code"], bad_type["field"]) == ("INVALID_ARGUMENTS", "type")
+        missing = error(await client.call_tool("remember", {"type": "fact", "content": "x"}))
+        assert (missing["code"], missing["field"]) == ("INVALID_ARGUMENTS", "subject")
+        bad_tag = error(
+            await client.call_tool(
+                "remember",
+                {"subject": subject, "type": "fact", "content": "x", "tags": ["ok", " "]},
+            )
+        )
+        assert (bad_tag["code"], bad_tag["field"]) == ("INVALID_ARGUMENTS", "tags[1]")
+        bad_subject = error(await client.call_tool("recall", {"query": "x", "subjects": ["a b"]}))
+        assert bad_subject["field"] == "subjects[0]"
+
+        # Mnemo's own answers: codes and fields from the API's error body
+        unknown = error(
+            await client.call_tool("forget", {"subject": subject, "memory_id": UNKNOWN_ID})
+        )
+        assert (unknown["code"], unknown["field"]) == ("MEMORY_NOT_FOUND", "memory_id")
+        no_memory = error(await client.call_tool("feedback", {"verify": [UNKNOWN_ID]}))
+        assert (no_memory["code"], no_memory["field"]) == ("MEMORY_NOT_FOUND", "memory_id")
+        no_context = error(
+            await client.call_tool("feedback", {"request_id": UNKNOWN_ID, "response": "hi"})
+        )
+        assert (no_context["code"], no_context["field"]) == ("CONTEXT_NOT_FOUND", "request_id")
+        no_template = error(
+            await client.call_tool("get_context", {"subjects": [subject], "template": "nope"})
+        )
+        assert no_template["code"] == "TEMPLATE_NOT_FOUND"
+        empty = error(await client.call_tool("remember", {"subject": subject, "type": "fact"}))
+        assert empty["code"] == "EMPTY_CONTENT"
+        assert empty["field"].startswith("events[0].payload.memory")
+        nothing = error(await client.call_tool("feedback", {}))
+        assert nothing["code"] == "NOTHING_TO_REPORT"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_concurrent_calls(server_url: str, transport: str, sdk: MnemoClient) -> None:
+    subject = f"user:busy-{transport}"
+    async with connect(server_url, transport) as client:
+        results = await asyncio.gather(
+            *[
+                client.call_tool(
+                    "remember", {"subject": subject, "type": "fact", "content": f"fact #{i}"}
+                )
+                for i in range(20)
+            ]
+        )
+    ids = {data(r)["memory_id"] for r in results}
+    assert len(ids) == 20
+    stored = {m.memory_id for m in sdk.iter_memories(subject)}
+    assert stored == ids
+    assert {m.content for m in sdk.list(subject).memories} == {f"fact #{i}" for i in range(20)}
+
+
+# ---- resources ----------------------------------------------------------------------------
+
+
+def declare_many(sdk: MnemoClient, subject: str, contents: list[str]) -> set[str]:
+    events = [
+        {
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "stream": subject,
+            "payload": {"memory": {"type": "fact", "content": text}},
+        }
+        for text in contents
+    ]
+    return set(sdk.publish(events, wait="registered").memory_ids)
+
+
+async def read_all_pages(client: Client, subject: str) -> list[dict[str, Any]]:
+    pages = []
+    uri: str | None = f"mnemo://subjects/{subject}/memories"
+    while uri is not None:
+        page = await read_json(client, uri)
+        pages.append(page)
+        uri = page["next_uri"]
+        assert len(pages) < 50, "pagination does not end"
+    return pages
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_paginated_memories_resource(
+    server_url: str, transport: str, sdk: MnemoClient
+) -> None:
+    many = f"user:many-{transport}"
+    ids = declare_many(sdk, many, [f"note number {i}" for i in range(120)])
+    large = f"user:large-{transport}"
+    large_ids = declare_many(sdk, large, [f"{i:02d} " + "x" * 7_000 for i in range(12)])
+    async with connect(server_url, transport) as client:
+        pages = await read_all_pages(client, many)
+        big_pages = await read_all_pages(client, large)
+        one = await read_json(client, f"mnemo://memories/{min(ids)}")
+        templates = await read_json(client, "mnemo://templates")
+        default = await read_json(client, "mnemo://templates?name=default")
+        with pytest.raises(MCPError, match="MEMORY_NOT_FOUND"):
+            await client.read_resource(f"mnemo://memories/{UNKNOWN_ID}")
+
+    assert [len(p["memories"]) for p in pages] == [PAGE_MEMORIES, PAGE_MEMORIES, 20]
+    seen = [m["memory_id"] for p in pages for m in p["memories"]]
+    assert len(seen) == len(set(seen)) == 120
+    assert set(seen) == ids
+    assert pages[-1]["next_cursor"] is None
+    assert pages[0]["next_uri"] == f"mnemo://subjects/{many}/memories?cursor={seen[49]}"
+
+    # the byte cap splits pages of large memories long before 50
+    assert len(big_pages) > 1
+    for page in big_pages:
+        assert 1 <= len(page["memories"]) < 12
+        assert len(json.dumps(page["memories"]).encode()) <= PAGE_BYTES
+    assert {m["memory_id"] for p in big_pages for m in p["memories"]} == large_ids
+
+    assert one["memory_id"] == min(ids)
+    assert "default" in {t["template"]["name"] for t in templates["templates"]}
+    assert [t["template"]["name"] for t in default["templates"]] == ["default"]
+
+
+# ---- identity ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_each_caller_acts_as_itself(
+    server_url: str, transport: str, mode: str, sdk: MnemoClient, tmp_path: Path
+) -> None:
+    subject = f"user:who-{transport}-{mode}"
+    principal = f"{transport}-agent"
+    async with connect(
+        server_url, transport, principal=principal, mode=mode, errlog=tmp_path / "stderr"
+    ) as client:
+        made = data(
+            await client.call_tool(
+                "remember", {"subject": subject, "type": "fact", "content": "likes chess"}
+            )
+        )
+    (declared,) = [e for e in sdk.replay(subject).events if e.type == "MemoryDeclared"]
+    assert declared.actor.id == principal
+    assert declared.tenant == TENANT
+
+    if mode != "auto":
+        return  # isolation does not depend on the protocol version; checked once
+    async with connect(server_url, transport, tenant="someone-else") as other:
+        hits = data(
+            await other.call_tool("recall", {"query": "likes chess", "subjects": [subject]})
+        )
+        assert hits["hits"] == []
+        hidden = error(
+            await other.call_tool("forget", {"subject": subject, "memory_id": made["memory_id"]})
+        )
+        assert hidden["code"] == "MEMORY_NOT_FOUND"
+    assert sdk.get(made["memory_id"]).content == "likes chess"
+
+
+async def test_http_without_a_tenant_is_refused(server_url: str) -> None:
+    async with connect(server_url, "http", tenant=None) as client:
+        refused = error(await client.call_tool("recall", {"query": "anything"}))
+        with pytest.raises(MCPError, match="MISSING_TENANT"):
+            await client.read_resource("mnemo://subjects/user:x/memories")
+    assert (refused["code"], refused["field"]) == ("MISSING_TENANT", "X-Mnemo-Tenant")
+
+
+async def test_one_http_session_cannot_borrow_another_identity(server_url: str) -> None:
+    """Identity is read from every request, not fixed by whoever opened the session."""
+    async with connect(server_url, "http", tenant="tenant-a", principal="a") as a:
+        data(
+            await a.call_tool(
+                "remember", {"subject": "user:iso", "type": "fact", "content": "a's secret"}
+            )
+        )
+    async with connect(server_url, "http", tenant="tenant-b", principal="b") as b:
+        found = data(await b.call_tool("recall", {"query": "secret", "subjects": ["user:iso"]}))
+    assert found["hits"] == []
