@@ -153,3 +153,20 @@ def test_a_rebuild_follows_the_recorded_decisions_even_after_the_rules_change(
     app.publish(CTX, [obs("remember my size is XL")])
     platform.runner.drain()
     assert [m.value for m in app.list_memories(CTX, "user:U1", key="size")] == ["L"]
+
+
+def test_a_memorys_timeline_records_the_events_that_touched_it(platform: Platform) -> None:
+    app = platform.app
+    first = app.publish(CTX, [obs("记住我的尺码是L")])
+    platform.runner.drain()
+    [registered] = app.outcome(CTX, first.accepted[0].event_id)
+    app.publish(CTX, [obs("remember my size is XL")])
+    cited = {"type": "MemoryCited", "schema_version": 1, "stream": "user:U1",
+             "payload": {"memory_id": registered.memory_id, "position": "end"}}  # fmt: skip
+    app.publish(CTX, [cited])
+    platform.runner.drain()
+    whats = [e.what for e in platform.store.timeline("acme", str(registered.memory_id))]
+    assert whats[0] == "registered"
+    assert "superseded" in whats
+    assert "cited" in whats
+    assert platform.store.timeline("globex", str(registered.memory_id)) == []

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
 from mnemo.domain.rules import RuleSet
-from mnemo.handlers import Decision, audit, decay, indexing, registration
+from mnemo.handlers import Decision, audit, decay, indexing, registration, timeline
 from mnemo.ports import (
     Clock,
     Embedder,
@@ -123,8 +123,14 @@ class EmbeddedRunner:
                 ]
             )
 
+    def _register_and_trace(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+        """Registration, plus the timeline entries of the memories the event touched."""
+        decision = self._register(record, tx)
+        decision.writes.extend(timeline.entries(record.envelope, record.offset))
+        return decision
+
     def step_registrar(self) -> int:
-        return self._consume(registration.CONSUMER, self._register)
+        return self._consume(registration.CONSUMER, self._register_and_trace)
 
     def step_decay(self) -> int:
         return self._consume(
