@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS memory_tags (
     tenant TEXT NOT NULL, tag TEXT NOT NULL, memory_id TEXT NOT NULL,
     PRIMARY KEY (tenant, tag, memory_id)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memory_tags_by_memory ON memory_tags (tenant, memory_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_terms USING fts5 (terms, tokenize = 'unicode61');
 CREATE TABLE IF NOT EXISTS outcomes (
     tenant TEXT NOT NULL, event_id TEXT NOT NULL, idx INTEGER NOT NULL,
@@ -351,8 +352,11 @@ class _Tx(StoreTransaction):
         )
         if memory.status in (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED):
             terms = keyword_terms(f"{memory.key or ''} {memory.value or ''} {memory.content}")
+            tokens = _scoped(_tenant_tag(memory.tenant), terms) + _scoped(
+                _stream_tag(memory.tenant, memory.stream), terms
+            )
             cur.execute(
-                "INSERT INTO memory_terms (rowid, terms) VALUES (?, ?)", (rowid, " ".join(terms))
+                "INSERT INTO memory_terms (rowid, terms) VALUES (?, ?)", (rowid, " ".join(tokens))
             )
 
     def set_position(self, consumer: str, offset: int) -> None:
@@ -361,6 +365,21 @@ class _Tx(StoreTransaction):
             "offset = excluded.offset",
             (consumer, offset),
         )
+
+
+def _tenant_tag(tenant: str) -> str:
+    return "t" + hashlib.sha1(tenant.encode(), usedforsecurity=False).hexdigest()[:10]
+
+
+def _stream_tag(tenant: str, stream: str) -> str:
+    key = f"{tenant}\x1f{stream}".encode()
+    return "s" + hashlib.sha1(key, usedforsecurity=False).hexdigest()[:10]
+
+
+def _scoped(tag: str, terms: Sequence[str]) -> list[str]:
+    """Terms made private to a tenant (or a stream): the full-text index then matches, and
+    counts term frequencies for BM25, within that scope only."""
+    return [f"{tag}x{t}" for t in terms]
 
 
 def _fts_query(terms: Sequence[str]) -> str:
@@ -493,11 +512,12 @@ class SqliteMemoryStore(MemoryStore):
         if not terms:
             return []
         where, params = self._filters(tenant, query, alias="m")
+        tag = _tenant_tag(tenant) if query.stream is None else _stream_tag(tenant, query.stream)
         rows = self._reader().execute(
             "SELECT m.memory_id, bm25(memory_terms) AS score FROM memory_terms "
             "JOIN memories m ON m.rowid = memory_terms.rowid "
             f"WHERE memory_terms MATCH ? AND {where} ORDER BY score, m.memory_id LIMIT ?",
-            (_fts_query(terms), *params, query.limit),
+            (_fts_query(_scoped(tag, terms)), *params, query.limit),
         )
         # FTS5's bm25() is lower-is-better; report higher-is-better
         return [(r[0], -float(r[1])) for r in rows]

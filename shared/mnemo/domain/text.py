@@ -29,6 +29,16 @@ def keyword_terms(text: str) -> list[str]:
     return terms[:MAX_TERMS]
 
 
+# Words too common to tell memories apart; dropped from queries that have other terms.
+STOPWORDS = frozenset(
+    ["a", "an", "and", "are", "as", "at", "be", "been", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "up", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "的", "了", "是", "我", "你", "他", "她", "它", "在", "和", "有", "也", "就", "都", "而", "与", "着", "或", "一", "这", "那", "吗", "呢", "吧", "啊", "么", "什"]
+)
+MAX_QUERY_TERMS = 32
+
+
 def query_terms(text: str) -> list[str]:
-    """Distinct terms of a query, first occurrence first."""
-    return list(dict.fromkeys(keyword_terms(text)))
+    """Distinct terms of a query, first occurrence first, without stopwords (unless the
+    query has nothing else), at most MAX_QUERY_TERMS."""
+    terms = list(dict.fromkeys(keyword_terms(text)))
+    content = [t for t in terms if t not in STOPWORDS]
+    return (content or terms)[:MAX_QUERY_TERMS]
