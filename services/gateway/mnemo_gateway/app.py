@@ -16,7 +16,7 @@ from mnemo.bootstrap import Platform
 from mnemo.mcp_server import mount_mcp
 from mnemo.settings import GatewaySettings
 from mnemo_gateway.errors import ErrorResponse, install_error_handlers
-from mnemo_gateway.routes import admin, context, events, health, memories, sync
+from mnemo_gateway.routes import admin, console, context, events, health, memories, sync
 
 __all__ = ["create_app"]
 
@@ -52,7 +52,7 @@ def create_app(
     app.state.gateway_settings = settings or GatewaySettings()
     app.state.run_consumers = run_consumers
     install_error_handlers(app)
-    for module in (health, events, memories, context, sync, admin):
+    for module in (health, events, memories, context, sync, admin, console):
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API
     mcp = mount_mcp(app, app.state.gateway_settings.host)

@@ -22,7 +22,7 @@ from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import ContextRecord, MemoryStats, OutcomeKind, TimelineEntry
-from mnemo.handlers import audit
+from mnemo.handlers import audit, timeline
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
 from mnemo.service.app import RequestContext
@@ -298,10 +298,12 @@ class Insights:
         versions = (
             self.store.history(ctx.tenant, memory.stream, memory.key) if memory.key else [memory]
         ) or [memory]
-        timeline = self.store.timeline(ctx.tenant, memory_id)
+        entries = self.store.timeline(ctx.tenant, memory_id) or self._timeline_from_log(
+            ctx.tenant, memory_id
+        )
         contexts: list[ContextUse] = []
         seen: set[str] = set()
-        for entry in timeline:
+        for entry in entries:
             if entry.what not in ("in_context", "truncated") or entry.detail in seen:
                 continue
             seen.add(entry.detail)
@@ -310,7 +312,28 @@ class Insights:
                 role = "included" if entry.what == "in_context" else "truncated"
                 contexts.append(ContextUse(record, role))
         cell = self._cells(ctx.tenant, [memory], self.clock.now())[0]
-        return MemoryLife(memory, cell, versions, timeline, contexts)
+        return MemoryLife(memory, cell, versions, entries, contexts)
+
+    def _timeline_from_log(self, tenant: str, memory_id: str) -> list[TimelineEntry]:
+        """The timeline read by the pure timeline handler straight from the log: for when
+        the read model holds nothing for the memory (not projected, or not yet). Looks at
+        the tenant's first MAX_SCAN events at most."""
+        found: list[TimelineEntry] = []
+        position = scanned = 0
+        while scanned < MAX_SCAN:
+            batch = self.log.read_tenant(tenant, position, WINDOW)
+            if not batch:
+                break
+            for e in batch:
+                found.extend(
+                    w.entry
+                    for w in timeline.entries(e.envelope, e.offset)
+                    if w.entry.memory_id == memory_id
+                )
+            scanned += len(batch)
+            position = batch[-1].offset
+        found.sort(key=lambda t: (t.offset, t.what))
+        return found[:500]
 
     # ---- contexts ---------------------------------------------------------------------------
 
