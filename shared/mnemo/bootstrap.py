@@ -171,7 +171,6 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     """A runner for one consumer as its own process. Only the indexer opens the vector
     index (one process per index directory); the others need the log and the store."""
     from mnemo.adapters.memory_index import InMemoryVectorIndex
-    from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
 
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
@@ -180,7 +179,7 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     if indexing:
         check_data_dir(data, embedder)
     index: VectorIndex = (
-        QdrantEdgeIndex(data / "vectors", embedder.dim)
+        make_index(settings, embedder.dim)
         if indexing
         else InMemoryVectorIndex(embedder.dim)  # never used: this runner does not index
     )

@@ -370,13 +370,18 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
     settings = mnemo_settings(data_dir)
     gateway = GatewaySettings().model_copy(update=query_params(host=host, port=port))
     configure_logging(settings.log_level)
-    platform = build_embedded(settings)
+    try:
+        platform = build_embedded(settings)
+    except MnemoError as exc:
+        raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
+    except (ValueError, OSError) as exc:  # a bad rules or decay policy file, an unusable dir
+        raise CliError(f"cannot start: {exc}") from exc
     try:
         app = create_app(platform, gateway)
         base = http_base(gateway.host, gateway.port)
         click.echo(
-            f"Mnemo listening on {base} — API docs at {base}/docs — "
-            f"data in {settings.data_dir.resolve()}"
+            f"Mnemo listening on {base} — API docs at {base}/docs — console at "
+            f"{base}/console — data in {settings.data_dir.resolve()}"
         )
         with sigterm_as_interrupt():
             uvicorn.run(

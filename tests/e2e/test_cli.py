@@ -508,7 +508,9 @@ def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: 
     finally:
         code, out = stop_serve(process)
     assert code == 0
-    assert out.startswith(f"Mnemo listening on {url} — API docs at {url}/docs — data in ")
+    assert out.startswith(
+        f"Mnemo listening on {url} — API docs at {url}/docs — console at {url}/console — data in "
+    )
 
     process = start_serve(data, port)
     try:

@@ -11,7 +11,7 @@ from mnemo.bootstrap import load_rules
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
-from mnemo.domain.projection import DropTimer, PutTimer, Timer
+from mnemo.domain.projection import DropTimer, DropWeight, PutTimer, Timer
 from mnemo.domain.rules import end_of_local_day
 from mnemo.handlers import decay, registration
 from mnemo.handlers.decay import DecayPolicy, decayed_weight
@@ -281,3 +281,33 @@ def test_a_correction_lowers_weight_and_trust_of_each_memory_used() -> None:
     }
     assert moved == {"m1": (0.56, 0.4), "m2": (0.28, 0.0)}
     assert all(e.payload["reason"] == "corrected:wrong size" for e in decision.events)
+
+
+def test_a_recorded_decision_sets_the_weight_and_a_gone_memory_moves_no_more() -> None:
+    _, memory = registered_memory("记住我的尺码是L", INSTANT, None)
+    state = Known(memory)
+    recorded = feedback(
+        "MemoryDecayed",
+        {"memory_id": memory.memory_id, "semantic_weight": 0.12, "trust": 0.4, "reason": "x"},
+    )
+    [put] = decay.handle(recorded, state).writes
+    assert (put.weight, put.trust, put.base) == (0.12, 0.4, 0.72)  # type: ignore[union-attr]
+    forgotten = feedback("MemoryForgotten", {"memory_id": memory.memory_id})
+    assert DropWeight("acme", memory.memory_id) in decay.handle(forgotten, state).writes
+    archived = feedback(
+        "MemoryArchived", {"memory_id": memory.memory_id, "unused_since": INSTANT.isoformat()}
+    )
+    assert not any(isinstance(w, DropWeight) for w in decay.handle(archived, state).writes)
+
+
+def test_verification_restarts_the_fading_clock() -> None:
+    _, memory = registered_memory("记住我的尺码是L", INSTANT, None)
+    later = INSTANT + timedelta(days=200)
+    assert decayed_weight(memory, later) < 0.4
+    renewed = memory.model_copy(update={"verified_at": later})
+    assert decayed_weight(renewed, later) == 0.72
+
+
+def test_a_policy_with_non_positive_days_is_refused() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        DecayPolicy(verify_after_days={MemoryType.PREFERENCE: 0})

@@ -250,3 +250,16 @@ def test_forgetting_one_memory_erases_it_from_the_read_model() -> None:
     erase = [w for w in decision.writes if isinstance(w, SetStatus)]
     assert erase[0].status is MemoryStatus.FORGOTTEN
     assert erase[0].erase_content
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(x*y)*", "(loan{2,})+"])
+def test_guards_refuse_patterns_that_can_take_exponential_time(pattern: str) -> None:
+    from pydantic import ValidationError
+
+    from mnemo.domain.memory import Guard
+
+    with pytest.raises(ValidationError, match="nested quantifiers"):
+        Guard(rule_id="r1", patterns=(pattern,))
+    assert Guard(rule_id="r1", patterns=("信贷|loan", "(credit|loan)s?")).violated_by(
+        "a LOAN offer"
+    )

@@ -26,6 +26,7 @@ from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
     DropTimer,
+    DropWeight,
     MemoryStats,
     Outcome,
     OutcomeKind,
@@ -279,6 +280,11 @@ class _Tx(StoreTransaction):
                         b.corrected,
                         b.at.astimezone(UTC).isoformat(),
                     ),
+                )
+            elif isinstance(write, DropWeight):
+                self._cur.execute(
+                    "DELETE FROM decay_weights WHERE tenant = ? AND memory_id = ?",
+                    (write.tenant, write.memory_id),
                 )
             elif isinstance(write, PutWeight):
                 self._cur.execute(

@@ -89,7 +89,7 @@ def encoding_for_model(name: str) -> str:
     if any(key == series or key.startswith(series + "-") for series in _O_SERIES):
         return "o200k_base"
     raise InvalidInput(
-        f"no tokenizer known for model {name!r}", code="UNKNOWN_TOKENIZER", field="model"
+        f"no tokenizer known for model {name!r}", code="UNKNOWN_TOKENIZER", field="tokenizer"
     )
 
 

@@ -3,12 +3,12 @@
 A template is a list of sections, each with a priority (1 is the most important), a token
 budget, a render pattern and the filters that feed it. Assembly renders every section,
 then trims: a memory that cannot fit its section even alone goes first; inside a section
-over its budget, the lowest semantic weight goes next (a constraint only once nothing else
-is left in the section); over the total budget, the lowest-priority section gives up its
-lowest-weight memory first, and so on. Memories are whole lines: a line is never cut inside
-a token or a sentence (a memory too long for its section keeps only its leading whole
-sentences). A constraint is never dropped silently: dropping one is an error unless the
-caller allowed it.
+over its budget, older versions shown as history go next, then the lowest semantic weight
+(a constraint only once nothing else is left in the section); over the total budget, the
+lowest-priority section gives up lines in that same order first, and so on. Memories are
+whole lines: a line is never cut inside a token or a sentence (a memory too long for its
+section keeps only its leading whole sentences). A constraint is never dropped silently:
+dropping one is an error unless the caller allowed it.
 
 Score of a memory (reported component by component):
     relevance = reciprocal-rank fusion of its vector rank and its BM25 rank, scaled to 0..1
@@ -354,12 +354,20 @@ def _sentences(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def _drop_order(line: _Line) -> tuple[bool, float, float, str]:
-    """The line a section gives up first: anything before a constraint, then the lowest
-    weight, then the lowest score, then the newest id."""
+def _binding(candidate: Candidate) -> bool:
+    """A constraint in force (not an older version shown as history) is never dropped
+    silently."""
+    return candidate.memory.type is MemoryType.CONSTRAINT and candidate.via != "history"
+
+
+def _drop_order(line: _Line) -> tuple[bool, bool, float, float, str]:
+    """The line a section gives up first: older versions shown as history (never left
+    without their current version), then anything before a binding constraint; among
+    those the lowest weight, then the lowest score, then the newest id."""
     c = line.candidate
     return (
-        c.memory.type is MemoryType.CONSTRAINT,
+        _binding(c),
+        c.via != "history",
         c.weight,
         c.score,
         "".join(chr(0x10FFFF - ord(ch)) for ch in c.memory.memory_id),
@@ -383,7 +391,7 @@ def assemble(
 
     def drop(spec: SectionSpec, victim: _Line) -> None:
         memory = victim.candidate.memory
-        if memory.type is MemoryType.CONSTRAINT:
+        if _binding(victim.candidate):
             if not allow_constraint_drop:
                 raise MnemoError(
                     f"constraint {memory.memory_id} does not fit in the budget",

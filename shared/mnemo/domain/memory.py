@@ -27,6 +27,8 @@ DEFAULT_SEMANTIC_WEIGHT = 0.5
 TAG_RE = re.compile(r"^[\w][\w:./-]{0,63}$")
 KEY_RE = re.compile(r"^[\w][\w.-]{0,63}$")
 MAX_CONTENT_CHARS = 8_000
+# a group that holds a quantifier and is itself quantified: (a+)+, (x*y)*, (a{2,})+ ...
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)\s*[+*{]")
 
 
 class MemoryType(StrEnum):
@@ -87,6 +89,11 @@ class Guard(BaseModel):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"guard pattern {pattern!r} does not compile: {exc}") from exc
+            if _NESTED_QUANTIFIER.search(pattern):
+                raise ValueError(
+                    f"guard pattern {pattern!r} repeats a repeated group, which can take "
+                    "exponential time; rewrite it without nested quantifiers"
+                )
         return value
 
     def violated_by(self, text: str) -> bool:

@@ -14,6 +14,7 @@ __all__ = [
     "BumpStats",
     "ContextRecord",
     "DropTimer",
+    "DropWeight",
     "MemoryStats",
     "Outcome",
     "OutcomeKind",
@@ -200,6 +201,14 @@ class PutTimeline:
     entry: TimelineEntry
 
 
+@dataclass(frozen=True, slots=True)
+class DropWeight:
+    """The memory left for good (superseded, expired, forgotten): feedback moves it no more."""
+
+    tenant: str
+    memory_id: str
+
+
 Write = (
     PutMemory
     | SetStatus
@@ -211,5 +220,6 @@ Write = (
     | PutContextRecord
     | BumpStats
     | PutWeight
+    | DropWeight
     | PutTimeline
 )

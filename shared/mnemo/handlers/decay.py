@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mnemo.domain.events import (
     Actor,
@@ -49,7 +49,7 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import MAX_SEMANTIC_WEIGHT, Memory, MemoryStatus, MemoryType
-from mnemo.domain.projection import DropTimer, PutTimer, PutWeight, Timer, Write
+from mnemo.domain.projection import DropTimer, DropWeight, PutTimer, PutWeight, Timer, Write
 from mnemo.handlers import Decision, emit
 
 __all__ = [
@@ -95,6 +95,15 @@ class DecayPolicy(BaseModel):
         description="types absent here are never asked about",
     )
     answer_within_days: float = Field(default=7.0, gt=0)
+
+    @field_validator("verify_after_days", "archive_after_days")
+    @classmethod
+    def _positive(cls, value: dict[MemoryType, float]) -> dict[MemoryType, float]:
+        for kind, days in value.items():
+            if days <= 0:
+                raise ValueError(f"{kind.value}: the number of days must be positive")
+        return value
+
     unverified_weight: float = Field(default=WEIGHT_FLOOR, ge=0.0, le=MAX_SEMANTIC_WEIGHT)
     archive_after_days: dict[MemoryType, float] = Field(
         default_factory=lambda: {
@@ -120,7 +129,8 @@ def decayed_weight(memory: Memory, now: datetime) -> float:
     half_life = HALF_LIFE_DAYS.get(memory.type)
     if half_life is None:
         return memory.semantic_weight
-    age_days = max(0.0, (now - memory.created_at).total_seconds() / 86400.0)
+    since = memory.verified_at or memory.created_at  # a verification renews the memory
+    age_days = max(0.0, (now - since).total_seconds() / 86400.0)
     faded = memory.semantic_weight * math.pow(0.5, age_days / half_life)
     return round(max(min(WEIGHT_FLOOR, memory.semantic_weight), faded), 6)
 
@@ -205,7 +215,21 @@ def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None
         MemoryArchived.TYPE,
     ):
         memory_id = str(event.payload["memory_id"])
-        return Decision(writes=[DropTimer(event.tenant, memory_id, kind) for kind in TIMER_KINDS])
+        gone: list[Write] = [DropTimer(event.tenant, memory_id, kind) for kind in TIMER_KINDS]
+        if event.type != MemoryArchived.TYPE:  # an archived memory can still be cited
+            gone.append(DropWeight(event.tenant, memory_id))
+        return Decision(writes=gone)
+    if event.type == MemoryDecayed.TYPE:
+        # the log's decision is the truth: after a rebuild the recorded value wins over any
+        # value recomputed on the way
+        decayed = decode_payload(event)
+        assert isinstance(decayed, MemoryDecayed)
+        current = state.weight_of(event.tenant, decayed.memory_id)
+        if current is None:
+            return Decision()
+        trust = decayed.trust if decayed.trust is not None else current[1]
+        put = PutWeight(event.tenant, decayed.memory_id, decayed.semantic_weight, trust, current[2])
+        return Decision(writes=[put])
     payload = decode_payload(event) if event.type in _FEEDBACK else None
     if isinstance(payload, MemoryCited):
         d_weight, d_trust = CITED[payload.position]

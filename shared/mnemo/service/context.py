@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from mnemo.domain.context import (
@@ -31,7 +31,7 @@ from mnemo.domain.events import (
     MemoryCited,
     MemoryCorrected,
 )
-from mnemo.domain.ids import new_event_id, valid_stream
+from mnemo.domain.ids import derived_id, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.text import query_terms
 from mnemo.handlers.decay import decayed_weight
@@ -49,7 +49,7 @@ from mnemo.ports import (
 __all__ = ["BUILTIN_TEMPLATES", "ContextAssembler", "ContextRequest", "ContextResponse", "Feedback"]
 
 BUILTIN_TEMPLATES = {(DEFAULT_TEMPLATE.name, DEFAULT_TEMPLATE.version): DEFAULT_TEMPLATE}
-RENDERED_LIMIT = 64 * 1024  # characters of rendered context kept in the audit record
+RENDERED_LIMIT = 64 * 1024  # bytes (UTF-8) of rendered context kept in the audit record
 MEMORY_REF = re.compile(r"<memory_ref\s+id=\"([^\"]{1,64})\"\s*/?>")
 
 
@@ -149,6 +149,8 @@ class ContextAssembler:
 
     def assemble(self, tenant: str, principal: str, request: ContextRequest) -> ContextResponse:
         protocol, downgraded_from = negotiate_protocol(request.protocol, request.allow_downgrade)
+        # a subject named twice is one subject (else its memories would be offered twice)
+        request = replace(request, subjects=tuple(dict.fromkeys(request.subjects)))
         if not request.subjects:
             raise InvalidInput("name at least one subject", code="NO_SUBJECT", field="subjects")
         for subject in request.subjects:
@@ -352,7 +354,14 @@ class ContextAssembler:
                 continue
             turns = self.store.query(
                 tenant,
-                MemoryQuery(stream=c.memory.stream, tags=(episode,), live_at=as_of, limit=1_000),
+                MemoryQuery(
+                    stream=c.memory.stream,
+                    tags=(episode,),
+                    types=spec.types,  # a neighbour must belong in this section too
+                    scopes=spec.scopes,
+                    live_at=as_of,
+                    limit=1_000,
+                ),
             )
             ids = [m.memory_id for m in turns]
             at = ids.index(c.memory.memory_id) if c.memory.memory_id in ids else -1
@@ -431,7 +440,7 @@ class ContextAssembler:
                 f"{x.memory_id}:{x.reason}" for x in response.left_out if x.reason != "budget"
             ),
             as_of=response.as_of,
-            rendered=response.assembly.text[:RENDERED_LIMIT],
+            rendered=response.assembly.text.encode()[:RENDERED_LIMIT].decode(errors="ignore"),
         )
         self._append(tenant, request.subjects[0], principal, payload, event_id=response.request_id)
 
@@ -445,18 +454,7 @@ class ContextAssembler:
     ) -> None:
         now = self.clock.now()
         self.log.append(
-            [
-                Envelope(
-                    event_id=event_id or new_event_id(now),
-                    type=payload.TYPE,
-                    schema_version=payload.VERSION,
-                    tenant=tenant,
-                    stream=stream,
-                    occurred_at=now,
-                    actor=Actor(kind=ActorKind.AGENT, id=principal),
-                    payload=payload.model_dump(mode="json"),
-                )
-            ]
+            [_envelope(tenant, stream, principal, payload, event_id or new_event_id(now), now)]
         )
 
     # ---- feedback ----------------------------------------------------------------------
@@ -516,8 +514,30 @@ class ContextAssembler:
                     memory_ids=tuple(corrected), reason=correction, request_id=request_id
                 )
             )
-        for payload in events:
-            self._append(tenant, record.stream, principal, payload)
+        # one append, with ids derived from the context and the answer: the same report
+        # sent twice (a retried call) is recorded, and moves weights, once
+        now = self.clock.now()
+        assembled_at = datetime.fromisoformat(record.occurred_at) if record.occurred_at else now
+        basis = (tenant, request_id, response_hash, correction or "", ",".join(corrected))
+        self.log.append(
+            [
+                _envelope(
+                    tenant,
+                    record.stream,
+                    principal,
+                    payload,
+                    derived_id(
+                        assembled_at,
+                        "feedback",
+                        *basis,
+                        payload.TYPE,
+                        getattr(payload, "memory_id", ""),
+                    ),
+                    now,
+                )
+                for payload in events
+            ]
+        )
         feedback = Feedback(
             request_id, response_hash, cited, unknown, sorted(set(violations)), corrected
         )
@@ -528,6 +548,21 @@ class ContextAssembler:
                 extra={"rule_ids": feedback.violations, "request_id": request_id},
             )
         return feedback
+
+
+def _envelope(
+    tenant: str, stream: str, principal: str, payload: EventPayload, event_id: str, at: datetime
+) -> Envelope:
+    return Envelope(
+        event_id=event_id,
+        type=payload.TYPE,
+        schema_version=payload.VERSION,
+        tenant=tenant,
+        stream=stream,
+        occurred_at=at,
+        actor=Actor(kind=ActorKind.AGENT, id=principal),
+        payload=payload.model_dump(mode="json"),
+    )
 
 
 def _scaled(c: Candidate, relevance: float) -> Candidate:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
@@ -41,8 +41,9 @@ class ContextIn(BaseModel):
         default=False, description="else a constraint that does not fit is an error"
     )
     include_history: bool = Field(default=False, description="also render superseded versions")
-    as_of: datetime | None = Field(
-        default=None, description="the instant to judge freshness at; now when absent"
+    as_of: AwareDatetime | None = Field(
+        default=None,
+        description="the instant to judge freshness at, with a UTC offset; now when absent",
     )
 
 

@@ -1,0 +1,652 @@
+"""The context protocol's pure core: hierarchical truncation, trimming, token accounting,
+protocol negotiation and template validation; plus the service's stable candidate order."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from mnemo.adapters.toktok_tokenizer import ToktokTokenizer
+from mnemo.bootstrap import Platform
+from mnemo.domain.context import (
+    DEFAULT_TEMPLATE,
+    Assembly,
+    Candidate,
+    ContextTemplate,
+    SectionSpec,
+    assemble,
+    negotiate_protocol,
+    score_candidate,
+)
+from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.domain.memory import Memory, MemoryType, Provenance, Scope
+from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+CL100K = ToktokTokenizer("cl100k_base")
+O200K = ToktokTokenizer("o200k_base")
+HEADER = "[MNEMO-CONTEXT v1 | fp:0123456789abcdef | tpl:t@1]"
+
+
+def counter(tokenizer: ToktokTokenizer = CL100K) -> Callable[[str], int]:
+    return lambda text: tokenizer.count([text])[0]
+
+
+COUNT = counter()
+
+
+def mem(
+    mid: str,
+    content: str = "",
+    *,
+    type: MemoryType = MemoryType.FACT,
+    key: str | None = None,
+    value: str | None = None,
+    weight: float = 0.5,
+    trust: float = 0.5,
+) -> Memory:
+    return Memory(
+        memory_id=mid,
+        tenant="acme",
+        stream="user:U1",
+        type=type,
+        scope=Scope.USER,
+        content=content,
+        key=key,
+        value=value,
+        semantic_weight=weight,
+        provenance=Provenance(trust=trust),
+        created_at=T0,
+        source_event_id=f"event-{mid}",
+        content_hash=f"hash-{mid}",
+    )
+
+
+def cand(memory: Memory, *, score: float = 1.0, weight: float | None = None) -> Candidate:
+    return Candidate(
+        memory=memory,
+        relevance=1.0,
+        vector_rank=None,
+        keyword_rank=None,
+        weight=memory.semantic_weight if weight is None else weight,
+        freshness=1.0,
+        trust=memory.provenance.trust,
+        score=score,
+    )
+
+
+def section(name: str, priority: int, budget: int = 10_000, **extra: Any) -> SectionSpec:
+    return SectionSpec(name=name, priority=priority, budget=budget, render="- {text}", **extra)
+
+
+def template(*sections: SectionSpec) -> ContextTemplate:
+    return ContextTemplate(name="t", version=1, sections=sections)
+
+
+THREE = template(
+    section("rules", 1, types=(MemoryType.CONSTRAINT,)),
+    section("facts", 2),
+    section("notes", 3),
+)
+
+# Weight and score disagree on purpose: truncation must follow the weight.
+RULES = [
+    cand(mem("r1", "Never offer credit to minors.", type=MemoryType.CONSTRAINT, weight=0.9)),
+    cand(mem("r2", "Always answer in French.", type=MemoryType.CONSTRAINT, weight=0.4)),
+]
+FACTS = [
+    cand(mem("f1", "The user lives in Lyon.", weight=0.3), score=0.9),
+    cand(mem("f2", "The user has two cats.", weight=0.9), score=0.5),
+    cand(mem("f3", "The user works as a nurse.", weight=0.6), score=0.1),
+]
+NOTES = [
+    cand(mem("n1", "Asked about train times yesterday.", weight=0.2), score=0.9),
+    cand(mem("n2", "Prefers short answers in the evening.", weight=0.8), score=0.1),
+    cand(mem("n3", "Mentioned a trip to Kyoto in March.", weight=0.5), score=0.5),
+]
+SECTIONS = {"rules": RULES, "facts": FACTS, "notes": NOTES}
+# notes by weight, then facts by weight, then the constraints by weight
+DROP_ORDER = ["n1", "n3", "n2", "f1", "f3", "f2", "r2", "r1"]
+
+
+def run(
+    budget: int,
+    sections: dict[str, list[Candidate]] | None = None,
+    tpl: ContextTemplate = THREE,
+    *,
+    count: Callable[[str], int] = COUNT,
+    allow: bool = False,
+) -> Assembly:
+    return assemble(
+        tpl,
+        SECTIONS if sections is None else sections,
+        budget,
+        count,
+        header=HEADER,
+        allow_constraint_drop=allow,
+    )
+
+
+def ids(assembly: Assembly) -> list[str]:
+    return [i.candidate.memory.memory_id for i in assembly.included]
+
+
+def dropped(assembly: Assembly) -> list[str]:
+    return [t.memory_id for t in assembly.truncations]
+
+
+# ---- truncation order ---------------------------------------------------------------------
+
+
+def test_everything_fits_in_template_order_with_headings() -> None:
+    a = run(10_000)
+    assert a.text.splitlines() == [
+        HEADER,
+        "## rules",
+        "- Never offer credit to minors.",
+        "- Always answer in French.",
+        "## facts",
+        "- The user lives in Lyon.",
+        "- The user has two cats.",
+        "- The user works as a nurse.",
+        "## notes",
+        "- Asked about train times yesterday.",
+        "- Prefers short answers in the evening.",
+        "- Mentioned a trip to Kyoto in March.",
+    ]
+    assert a.truncations == []
+    assert a.warnings == []
+    assert [(i.section, i.rank) for i in a.included][:3] == [
+        ("rules", 1),
+        ("rules", 2),
+        ("facts", 1),
+    ]
+
+
+def test_over_the_total_budget_the_lowest_priority_section_gives_up_its_lightest_first() -> None:
+    full = run(10_000).tokens
+    seen_drops: list[str] = []
+    for budget in range(full, COUNT(HEADER) - 1, -1):
+        a = run(budget, allow=True)
+        assert a.tokens <= budget
+        assert a.tokens == COUNT(a.text)
+        order = dropped(a)
+        # always a prefix of the global order: notes (by weight), facts, then constraints
+        assert order == DROP_ORDER[: len(order)], (budget, order)
+        assert len(order) >= len(seen_drops), "a smaller budget never keeps more"
+        seen_drops = order
+        assert sorted(ids(a) + order) == sorted(DROP_ORDER)
+    assert seen_drops == DROP_ORDER
+
+
+def test_exactly_the_lightest_note_goes_when_one_line_too_many() -> None:
+    without_n1 = run(10_000, {**SECTIONS, "notes": NOTES[1:]})
+    a = run(without_n1.tokens)
+    assert dropped(a) == ["n1"]  # weight 0.2 but the best score of its section
+    assert a.text == without_n1.text
+    assert [(x.memory_id, x.section, x.reason) for x in a.left_out] == [("n1", "notes", "budget")]
+    # one token less and the next lightest note goes too
+    assert dropped(run(without_n1.tokens - 1)) == ["n1", "n3"]
+
+
+def test_section_budgets_are_enforced_independently() -> None:
+    two_facts = COUNT("## facts\n- The user has two cats.\n- The user works as a nurse.")
+    tpl = template(
+        section("rules", 1, types=(MemoryType.CONSTRAINT,)),
+        section("facts", 2, budget=two_facts),
+        section("notes", 3),
+    )
+    a = run(10_000, tpl=tpl)
+    assert dropped(a) == ["f1"]  # the lightest fact, although it has the best score
+    assert [i.candidate.memory.memory_id for i in a.included if i.section == "notes"] == [
+        "n1",
+        "n2",
+        "n3",
+    ]
+    assert a.section_tokens["facts"] == two_facts
+    for spec in tpl.sections:
+        assert a.section_tokens[spec.name] <= spec.budget
+    # the section's tokens are those of its own block of the text
+    lines = a.text.splitlines()
+    start = lines.index("## facts")
+    block = "\n".join(lines[start : lines.index("## notes")])
+    assert a.section_tokens["facts"] == COUNT(block)
+    # a section one token short of its content loses one more
+    tighter = template(
+        section("rules", 1, types=(MemoryType.CONSTRAINT,)),
+        section("facts", 2, budget=two_facts - 1),
+        section("notes", 3),
+    )
+    assert dropped(run(10_000, tpl=tighter)) == ["f1", "f3"]
+
+
+def test_per_memory_tokens_and_ranks() -> None:
+    a = run(10_000)
+    for inc in a.included:
+        assert inc.tokens == COUNT(f"- {inc.candidate.memory.content}")
+    facts = [i for i in a.included if i.section == "facts"]
+    assert [(i.candidate.memory.memory_id, i.rank) for i in facts] == [
+        ("f1", 1),
+        ("f2", 2),
+        ("f3", 3),
+    ]
+
+
+# ---- constraints ----------------------------------------------------------------------------
+
+
+def test_a_constraint_that_would_be_dropped_is_an_error_unless_allowed() -> None:
+    one_rule = COUNT("## rules\n- Never offer credit to minors.")
+    tpl = template(
+        section("rules", 1, budget=one_rule, types=(MemoryType.CONSTRAINT,)),
+        section("facts", 2),
+    )
+    sections = {"rules": RULES, "facts": FACTS}
+    with pytest.raises(MnemoError) as caught:
+        run(10_000, sections, tpl)
+    assert caught.value.code == "CONSTRAINT_DROPPED"
+    assert caught.value.extra["memory_ids"] == ["r2"]
+    a = run(10_000, sections, tpl, allow=True)
+    assert dropped(a) == ["r2"]
+    assert a.warnings == ["CONSTRAINT_DROPPED:r2"]
+    assert "r1" in ids(a)
+
+
+def test_the_total_budget_drops_constraints_only_when_nothing_else_is_left() -> None:
+    only_rules = run(10_000, {"rules": RULES})
+    # everything but the constraints fits: facts and notes go, no error
+    a = run(only_rules.tokens, allow=False)
+    assert ids(a) == ["r1", "r2"]
+    assert a.warnings == []
+    with pytest.raises(MnemoError) as caught:
+        run(only_rules.tokens - 1)
+    assert caught.value.code == "CONSTRAINT_DROPPED"
+    assert caught.value.extra["memory_ids"] == ["r2"]
+
+
+def test_in_a_mixed_section_facts_go_before_a_lighter_constraint() -> None:
+    mixed = template(section("all", 1))
+    light_rule = cand(mem("c1", "Never share the address.", type=MemoryType.CONSTRAINT, weight=0.1))
+    heavy_fact = cand(mem("x1", "The user likes jazz music a lot.", weight=0.9))
+    sections = {"all": [light_rule, heavy_fact]}
+    only_rule = run(10_000, {"all": [light_rule]}, mixed)
+    a = run(only_rule.tokens, sections, mixed)
+    assert ids(a) == ["c1"]
+    assert dropped(a) == ["x1"]
+
+
+def history(memory: Memory, *, score: float = 0.1) -> Candidate:
+    return Candidate(memory, 0.25, None, None, memory.semantic_weight, 1.0, 0.5, score, "history")
+
+
+def test_an_old_version_never_stays_without_the_current_one() -> None:
+    new = cand(mem("v2", key="size", value="XL", weight=0.3), score=0.9)
+    old = history(mem("v1", key="size", value="L", weight=0.9))
+    tpl = template(section("facts", 1, kv_render="- {key}: {value} (v{version})"))
+    only_new = run(10_000, {"facts": [new]}, tpl)
+    a = run(only_new.tokens, {"facts": [new, old]}, tpl)
+    assert ids(a) == ["v2"]
+    assert dropped(a) == ["v1"]
+
+
+def test_dropping_an_old_version_of_a_constraint_is_not_dropping_a_constraint() -> None:
+    rule = cand(mem("c2", "Never lend to minors.", type=MemoryType.CONSTRAINT, weight=0.2))
+    old = history(mem("c1", "Never lend money.", type=MemoryType.CONSTRAINT, weight=0.9))
+    tpl = template(section("rules", 1))
+    only_rule = run(10_000, {"rules": [rule]}, tpl)
+    a = run(only_rule.tokens, {"rules": [rule, old]}, tpl)  # no error
+    assert ids(a) == ["c2"]
+    assert dropped(a) == ["c1"]
+    assert a.warnings == []
+
+
+# ---- trimming -------------------------------------------------------------------------------
+
+LONG_EN = (
+    "The user moved to Lyon in 2021. She works night shifts at the hospital. "
+    "Her cats are called Miso and Tofu. She prefers to be contacted by email."
+)
+LONG_ZH = "用户住在上海浦东。她每天早上喝一杯美式咖啡。她对花生过敏！她喜欢周末去爬山。"
+
+
+@pytest.mark.parametrize(("content", "cut"), [(LONG_EN, ". "), (LONG_ZH, "。")])
+def test_a_memory_longer_than_its_section_keeps_whole_leading_sentences(
+    content: str, cut: str
+) -> None:
+    full_line = COUNT(f"## notes\n- {content}")
+    tpl = template(section("notes", 1, budget=full_line - 2))
+    a = run(10_000, {"notes": [cand(mem("m1", content))]}, tpl)
+    assert ids(a) == ["m1"]
+    inc = a.included[0]
+    assert inc.trimmed
+    line = a.text.splitlines()[-1]
+    kept = line.removeprefix("- ")
+    assert kept != content
+    assert content.startswith(kept)
+    assert kept[-1] in ".。！!", f"cut inside a sentence: {kept!r}"
+    rest = content[len(kept) :]
+    assert rest
+    assert rest[0] not in ".。！!？?"
+    if cut == ". ":
+        assert rest[0] == " "
+    assert a.section_tokens["notes"] <= full_line - 2
+    assert inc.tokens == COUNT(line)
+
+
+def test_trimming_keeps_as_many_sentences_as_fit() -> None:
+    sentences = [
+        "The user moved to Lyon in 2021.",
+        " She works night shifts at the hospital.",
+        " Her cats are called Miso and Tofu.",
+        " She prefers to be contacted by email.",
+    ]
+    for keep in (1, 2, 3):
+        budget = COUNT("## notes\n- " + "".join(sentences[:keep]))
+        tpl = template(section("notes", 1, budget=budget))
+        a = run(10_000, {"notes": [cand(mem("m1", LONG_EN))]}, tpl)
+        assert a.text.splitlines()[-1] == "- " + "".join(sentences[:keep])
+        assert a.included[0].trimmed
+
+
+def test_a_decimal_point_is_not_a_sentence_end() -> None:
+    content = "The fee is 3.5 percent of the loan amount for now. It is waived for students."
+    budget = COUNT("## notes\n- The fee is 3.5 percent of the loan amount for now.")
+    tpl = template(section("notes", 1, budget=budget))
+    a = run(10_000, {"notes": [cand(mem("m1", content))]}, tpl)
+    assert a.text.splitlines()[-1] == "- The fee is 3.5 percent of the loan amount for now."
+    # and one token less: nothing whole fits, so the memory goes rather than "The fee is 3."
+    tpl = template(section("notes", 1, budget=budget - 1))
+    a = run(10_000, {"notes": [cand(mem("m1", content))]}, tpl)
+    assert ids(a) == []
+    assert dropped(a) == ["m1"]
+    assert "3." not in a.text
+
+
+def test_a_memory_that_cannot_fit_goes_and_does_not_take_lighter_ones_with_it() -> None:
+    one_sentence = "A single very long sentence about the user's many travel plans " * 3
+    big = cand(mem("big", one_sentence.strip(), weight=0.9))
+    small = cand(mem("small", "Likes tea.", weight=0.1))
+    budget = COUNT("## notes\n- Likes tea.") + 2
+    tpl = template(section("notes", 1, budget=budget))
+    a = run(10_000, {"notes": [big, small]}, tpl)
+    assert ids(a) == ["small"]
+    assert dropped(a) == ["big"]
+    assert not any(i.trimmed for i in a.included)
+
+
+def test_an_untrimmable_constraint_is_refused_by_name() -> None:
+    rule = cand(mem("c1", "Never " + "ever " * 40 + "lend money.", type=MemoryType.CONSTRAINT))
+    other = cand(mem("c2", "Be polite.", type=MemoryType.CONSTRAINT, weight=0.1))
+    tpl = template(section("rules", 1, budget=20))
+    with pytest.raises(MnemoError) as caught:
+        run(10_000, {"rules": [rule, other]}, tpl)
+    assert caught.value.code == "CONSTRAINT_DROPPED"
+    assert caught.value.extra["memory_ids"] == ["c1"]
+
+
+# ---- header and budget ----------------------------------------------------------------------
+
+
+def test_the_header_alone_over_budget_is_budget_too_small() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        run(COUNT(HEADER) - 1)
+    assert caught.value.code == "BUDGET_TOO_SMALL"
+    with pytest.raises(InvalidInput):
+        run(COUNT(HEADER) - 1, {})
+    bare = run(COUNT(HEADER), allow=True)
+    assert bare.text == HEADER
+    assert bare.included == []
+    assert set(dropped(bare)) == set(DROP_ORDER)
+    assert bare.section_tokens == {"rules": 0, "facts": 0, "notes": 0}
+
+
+# ---- determinism and token accounting -------------------------------------------------------
+
+
+def test_the_same_inputs_give_the_same_text() -> None:
+    first = run(90, allow=True)
+    for _ in range(3):
+        again = run(90, allow=True)
+        assert again.text == first.text
+        assert dropped(again) == dropped(first)
+        assert again.section_tokens == first.section_tokens
+
+
+ZH_FACTS = [
+    cand(mem("z1", "用户住在上海浦东，离地铁站很近。", weight=0.7)),
+    cand(mem("z2", "用户每天早上喝一杯美式咖啡。", weight=0.4)),
+    cand(mem("z3", "禁止向未成年人推荐信贷产品。", type=MemoryType.CONSTRAINT, weight=0.9)),
+    cand(mem("z4", "用户对花生过敏，点餐时要提醒。", weight=0.2)),
+]
+EN_FACTS = [*FACTS, *NOTES]
+MIXED = [*ZH_FACTS[:2], *FACTS[:2]]
+
+
+@pytest.mark.parametrize("tokenizer", [CL100K, O200K], ids=["cl100k", "o200k"])
+@pytest.mark.parametrize("content", [ZH_FACTS, EN_FACTS, MIXED], ids=["zh", "en", "mixed"])
+def test_reported_tokens_are_the_tokenizers_own_count(
+    tokenizer: ToktokTokenizer, content: list[Candidate]
+) -> None:
+    count = counter(tokenizer)
+    tpl = template(section("facts", 1), section("more", 2, budget=40))
+    sections = {"facts": content[:2], "more": content[2:]}
+    full = run(100_000, sections, tpl, count=count, allow=True).tokens
+    for budget in range(count(HEADER), full + 2, 3):
+        a = run(budget, sections, tpl, count=count, allow=True)
+        assert a.tokens == tokenizer.count([a.text])[0]
+        assert a.tokens <= budget
+        for inc in a.included:
+            assert not inc.trimmed
+            assert inc.tokens == count(f"- {inc.candidate.memory.content}")
+
+
+def test_the_two_encodings_count_chinese_differently() -> None:
+    # the point of naming the tokenizer: the same text costs a different number of tokens
+    text = run(100_000, {"facts": ZH_FACTS[:2]}, template(section("facts", 1))).text
+    assert CL100K.count([text])[0] != O200K.count([text])[0]
+
+
+# ---- scores ---------------------------------------------------------------------------------
+
+
+def test_score_components() -> None:
+    m = mem("s1", "x", trust=1.0)
+    top = score_candidate(m, vector_rank=1, keyword_rank=1, ranked=True, weight=0.5, as_of=T0)
+    assert top.relevance == 1.0
+    assert top.score == pytest.approx(1.0 * 1.0 * 1.0 * 1.0)
+    one_side = score_candidate(
+        m, vector_rank=1, keyword_rank=None, ranked=True, weight=0.5, as_of=T0
+    )
+    assert one_side.relevance == pytest.approx(0.5)
+    unranked = score_candidate(
+        m, vector_rank=None, keyword_rank=None, ranked=False, weight=0.1, as_of=T0
+    )
+    assert unranked.relevance == 1.0
+    assert unranked.score == pytest.approx(0.6)
+
+
+# ---- protocol negotiation -------------------------------------------------------------------
+
+
+def test_negotiate_protocol() -> None:
+    assert negotiate_protocol("v1", allow_downgrade=False) == ("v1", None)
+    assert negotiate_protocol("v1", allow_downgrade=True) == ("v1", None)
+    with pytest.raises(InvalidInput) as caught:
+        negotiate_protocol("v2", allow_downgrade=False)
+    assert caught.value.code == "PROTOCOL_MISMATCH"
+    assert caught.value.field == "protocol"
+    assert caught.value.extra["supported_versions"] == ["v1"]
+    assert caught.value.as_dict()["supported_versions"] == ["v1"]
+    assert negotiate_protocol("v2", allow_downgrade=True) == ("v1", "v2")
+
+
+# ---- templates ------------------------------------------------------------------------------
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    sec: dict[str, Any] = {
+        "name": "facts",
+        "priority": 1,
+        "budget": 100,
+        "render": "- {text} ({weight:.2f})",
+    }
+    sec.update(changes.pop("section", {}))
+    base: dict[str, Any] = {"name": "support", "version": 1, "sections": [sec]}
+    base.update(changes)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("unknown placeholder", body(section={"render": "- {text} {secret}"})),
+        ("positional placeholder", body(section={"render": "- {}"})),
+        ("attribute access", body(section={"render": "- {text.__class__}"})),
+        ("index access", body(section={"kv_render": "- {key[0]}"})),
+        ("bad format spec", body(section={"render": "- {text:.2f}"})),
+        ("bad spec on an int", body(section={"render": "- {version:s}"})),
+        ("unbalanced brace", body(section={"render": "- {text"})),
+        ("huge width", body(section={"render": "- {text:>99999999}"})),
+        (
+            "duplicate section names",
+            body(sections=[{"name": "a", "priority": 1, "budget": 10}] * 2),
+        ),
+        ("bad protocol", body(protocol="v2")),
+        ("bad section name", body(section={"name": "Facts!"})),
+        ("zero budget", body(section={"budget": 0})),
+        ("no sections", body(sections=[])),
+        ("unknown field", body(colour="blue")),
+        ("unknown memory type", body(section={"types": ["gossip"]})),
+    ],
+)
+def test_invalid_templates_are_refused(name: str, bad: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        ContextTemplate.model_validate(bad)
+
+
+def test_a_valid_template_renders_what_it_names() -> None:
+    tpl = ContextTemplate.model_validate(
+        body(section={"render": "* [{type}/{scope} v{version}] {text} ({weight:.2f}, {verified})"})
+    )
+    a = assemble(tpl, {"facts": [FACTS[0]]}, 1_000, COUNT, header=HEADER)
+    assert (
+        a.text.splitlines()[-1] == "* [fact/user v1] The user lives in Lyon. (0.30, user-claimed)"
+    )
+    kv = cand(mem("k1", key="size", value="L", type=MemoryType.PREFERENCE))
+    a = assemble(DEFAULT_TEMPLATE, {"facts": [kv]}, 1_000, COUNT, header=HEADER)
+    assert "- size: L (weight 0.50)" in a.text.splitlines()
+
+
+FINGERPRINT_CHANGES: list[dict[str, Any]] = [
+    {"name": "support2"},
+    {"version": 2},
+    {"description": "for the help desk"},
+    {"section": {"name": "facts2"}},
+    {"section": {"priority": 2}},
+    {"section": {"budget": 101}},
+    {"section": {"heading": "## Facts"}},
+    {"section": {"render": "- {text}"}},
+    {"section": {"kv_render": "- {key}={value}"}},
+    {"section": {"types": ["fact"]}},
+    {"section": {"scopes": ["user"]}},
+    {"section": {"tags": ["health"]}},
+    {"section": {"query": ""}},
+    {"section": {"limit": 5}},
+    {"section": {"neighbours": 1}},
+    {
+        "sections": [
+            {"name": "facts", "priority": 1, "budget": 100, "render": "- {text} ({weight:.2f})"},
+            {"name": "more", "priority": 2, "budget": 100},
+        ]
+    },
+]
+
+
+def test_the_fingerprint_changes_with_any_field_and_only_then() -> None:
+    base = ContextTemplate.model_validate(body())
+    fp = base.fingerprint()
+    assert len(fp) == 16
+    assert int(fp, 16) >= 0
+    assert ContextTemplate.model_validate(body()).fingerprint() == fp
+    assert ContextTemplate.model_validate_json(base.model_dump_json()).fingerprint() == fp
+    # defaults spelled out are the same template
+    explicit = body(protocol="v1", description="", section={"limit": 20, "neighbours": 0})
+    assert ContextTemplate.model_validate(explicit).fingerprint() == fp
+    seen = {fp}
+    for change in FINGERPRINT_CHANGES:
+        other = ContextTemplate.model_validate(body(**dict(change))).fingerprint()
+        assert other not in seen, change
+        seen.add(other)
+
+
+# ---- the service orders candidates stably -------------------------------------------------
+
+
+def test_the_service_orders_candidates_the_same_whatever_order_they_arrive_in(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assembler = platform.app.contexts
+    tied = [
+        cand(mem(f"m{i:02d}", f"Fact number {i} about the user.", weight=0.5), score=0.5)
+        for i in range(12)
+    ]
+    better = cand(mem("m99", "The most relevant fact.", weight=0.5), score=0.9)
+    pool = [*tied, better]
+    rng = random.Random(7)
+    texts: set[str] = set()
+    orders: set[tuple[str, ...]] = set()
+
+    def shuffled(
+        tenant: str, subjects: Sequence[str], spec: SectionSpec, *_: object
+    ) -> list[Candidate]:
+        if spec.name != "facts":
+            return []
+        out = list(pool)
+        rng.shuffle(out)
+        return out
+
+    monkeypatch.setattr(assembler, "_retrieve", shuffled)
+    for _ in range(6):
+        r = assembler.assemble(
+            "acme", "tester", ContextRequest(subjects=("user:U1",), query="facts", as_of=T0)
+        )
+        texts.add(r.assembly.text)
+        orders.add(tuple(ids(r.assembly)))
+    assert len(texts) == 1
+    (order,) = orders
+    assert order == ("m99", *(f"m{i:02d}" for i in range(12)))
+
+
+def test_a_subject_named_twice_brings_its_memories_once(platform: Platform) -> None:
+    ctx = RequestContext("acme", "writer")
+    memories = [
+        {"type": "constraint", "content": "Never offer credit to minors."},
+        {"type": "fact", "content": "The user lives in Lyon."},
+    ]
+    platform.app.publish(
+        ctx,
+        [
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "stream": "user:U1",
+                "payload": {"memory": m},
+            }
+            for m in memories
+        ],
+    )
+    platform.runner.drain()
+    for query in ("", "where does the user live"):
+        once = platform.app.context(ctx, ContextRequest(subjects=("user:U1",), query=query))
+        twice = platform.app.context(
+            ctx, ContextRequest(subjects=("user:U1", "user:U1"), query=query)
+        )
+        assert len(ids(once.assembly)) == 2
+        assert ids(twice.assembly) == ids(once.assembly)
+        assert twice.assembly.text == once.assembly.text
