@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= var/data
 
 
-.PHONY: browser
+.PHONY: browser services-up services-down
 .PHONY: help install run test lint typecheck unit contract integration e2e schemas bench constraints clean
 
 help:
@@ -39,10 +39,12 @@ unit: install
 	$(BIN)/pytest tests/unit -q
 
 contract: install
-	$(BIN)/pytest tests/contract -q
+	@$(SERVICES) up $(TEST_SERVICES)
+	@status=0; $(BIN)/pytest tests/contract -q || status=$$?; $(SERVICES) down all; exit $$status
 
 integration: install
-	$(BIN)/pytest tests/integration -q
+	@$(SERVICES) up $(TEST_SERVICES)
+	@status=0; $(BIN)/pytest tests/integration -q || status=$$?; $(SERVICES) down all; exit $$status
 
 e2e: install browser
 	$(BIN)/pytest tests/e2e -q
@@ -55,8 +57,20 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is missing: the console's browser tests will be skipped (CI fails them)"; fi
 
+# Real services for the integration tests, on 127.0.0.1, state under var/run (infra/services.py).
+SERVICES := $(BIN)/python infra/services.py
+TEST_SERVICES ?= cassandra
+
+services-up: install
+	$(SERVICES) up $(TEST_SERVICES)
+
+services-down:
+	-$(SERVICES) down all
+
+# Starts the services the tests need, runs every test, and stops them whatever happened.
 test: install browser lint typecheck
-	$(BIN)/pytest -q
+	@$(SERVICES) up $(TEST_SERVICES) || echo "some services did not start: their tests will fail under CI"
+	@status=0; $(BIN)/pytest -q || status=$$?; $(SERVICES) down all; exit $$status
 
 schemas: install
 	$(BIN)/python -m mnemo.schemas schemas

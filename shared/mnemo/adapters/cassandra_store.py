@@ -1,0 +1,1583 @@
+"""The read models on Apache Cassandra: the distributed twin of `sqlite_store`.
+
+It passes the same MemoryStore contract as the embedded store. What differs, and why:
+
+Schema (schemas/cql/, applied by `migrate`)
+    Every tenant-scoped table has the tenant in its partition key; no query uses ALLOW
+    FILTERING. `memories` is partitioned by tenant and clustered by memory id, so a point
+    lookup, `get_many` (IN on the clustering key of one partition) and tenant-wide paging in
+    id order each read one partition. Stream listings read `memories_by_stream` ((tenant,
+    stream), memory_id), which holds only the filter columns; bodies then come from
+    `memories` by id. Other lookups have their own tables: key versions (`memory_keys`),
+    active content hashes (`memory_hashes`), tags (`memory_tags`), outcomes per event, timers
+    by due hour (`timers_by_due` plus the `timer_buckets` list of hours), the audit chain in
+    partitions of 10,000 links ((tenant, n // 10000): links carry no time, so they cannot be
+    cut by day), templates, context records, usage stats, decay weights, and a timeline per
+    memory. Filters a table cannot express (type, scope, status, validity, tags) are applied
+    by the client while it pages through the one partition a query names.
+    Trade-off: a tenant's `memories` (and `context_records`) partition grows with the
+    tenant. That is fine up to a few hundred thousand memories per tenant; beyond that, cut
+    the partition by the month encoded in the (UUIDv7) memory id.
+
+Keyword search without FTS
+    An inverted index, `term_postings` ((tenant, term), memory_id) with the term frequency
+    and the document length, plus `term_stats` (tenant) with the document count and total
+    length, feeds a client-side BM25 with SQLite FTS5's constants (k1 = 1.2, b = 0.75, idf
+    floor 1e-6), over the same terms (`keyword_terms`, with Latin diacritics folded like
+    FTS5's unicode61 tokenizer). Like the SQLite store, the index is kept twice: per tenant
+    and per (tenant, stream) (`stream_postings`, `stream_term_stats`), and a query that names
+    a stream reads only that stream's postings. The document count is the scope's own
+    (FTS5's is the whole table's), so scores can differ from SQLite's when several tenants
+    or streams share a store; the ranking rules (ties by memory id) do not.
+    Candidate cap: each term reads at most `max_postings` postings (10,000 by default). A
+    term with more is common enough that its idf is tiny: its document frequency then comes
+    from a COUNT over its partition, it adds no candidates, and its frequencies are read
+    only for the candidates that rarer terms found. When every term is that common, the
+    first `max_postings` postings of the rarest one are the candidates.
+
+Consistency levels
+    Reads and writes use LOCAL_QUORUM: with a replication factor of 3, a read overlaps the
+    write it follows within the data center (read-your-writes for the consumers and for the
+    gateway's ?wait=). Which memory is current for a key (`memory_key_heads`) only moves by
+    a lightweight transaction (UPDATE ... IF memory_id = <the one the batch saw>) with serial
+    consistency SERIAL by default: a key has one current memory across data centers (pass
+    LOCAL_SERIAL when there is one). Every other write is a plain write at the commit's
+    timestamp; the heads table is never written without Paxos, so the two never mix.
+    Schema changes wait for schema agreement (the driver's default); TRUNCATE (reset) needs
+    every replica up.
+
+Transactions: a sealed redo record, then idempotent writes, then the position
+    Cassandra has no multi-row transactions. A transaction here is an overlay: `apply` only
+    records the final state of each row it touches, and the lookups inside the transaction
+    (`get`, `current_for_key`, `find_by_hash`, `stream_memories`, `last_audit`, `template`,
+    `context_record`, `weight_of`) merge that overlay over the stored rows, so a consumer's
+    batch sees what it has just decided. Nothing is written before commit; an exception
+    inside the block discards the overlay. Commit:
+      1. turns the overlay into row writes (upserts and deletes of index rows, diffed
+         against the stored state; usage stats and corpus statistics become absolute values
+         computed from the stored ones), all with ONE write timestamp (USING TIMESTAMP),
+         strictly above every earlier commit of this process and of the consumer;
+      2. moves the current memory of each key it changes, by compare-and-set (finding the
+         target already there is this same batch repeated; finding another memory means a
+         second writer, and ConflictError is raised before anything else is written);
+      3. writes those row writes, compressed and chunked, into `commit_intents` under the
+         consumer's name and then seals it (one static-column write): the commit point;
+      4. applies the writes concurrently (each one an idempotent upsert or delete at the
+         fixed timestamp), then the consumer's position, then deletes the record.
+    Applying is at-least-once and not atomic: other readers may see part of a batch for a
+    moment. It is safe because (a) every write carries the commit's timestamp, so applying
+    it twice, or late, lands the same cells and never overwrites a later commit, and
+    (b) nobody decides on a half-applied batch: `position(consumer)` first finishes a sealed
+    record it finds for that consumer (after letting a live writer finish: `settle_seconds`),
+    so a restarted consumer re-reads the log only from a fully applied position. Without (b),
+    a redelivered batch would run the handlers against its own partial writes (a memory
+    already there looks like a duplicate, its supersede is skipped) and the read model would
+    drift from a rebuild. With it, a crash anywhere either leaves no sealed record (the batch
+    is redone from the log against untouched rows; the log's derived event ids drop the
+    events it emits again) or a sealed one (it is rolled forward, never redone). Usage
+    counters are why the stats are plain ints: a CQL counter incremented by a redone or
+    rolled-forward batch would count twice; an absolute value written twice does not.
+    Transactions without a position (the decay scan) are sealed under a one-off name; this
+    process finishes its own failed ones before its next transaction, and `recover()` (run
+    by the constructor) finishes any left older than `settle_seconds`.
+    This assumes one writer per consumer name (as the log's consumer positions already do)
+    and clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
+
+Timers
+    A scan reads `timer_buckets` (the hours holding timers, up to now), then each hour's
+    partition in order. A commit adds its hours to the list after its timer rows are
+    written; a scan drops a past hour it found empty using a timestamp taken before it
+    looked, so a timer written meanwhile keeps its hour listed.
+
+Tenants and keyspaces
+    One shared keyspace ("mnemo") by default. `keyspace_for(tenant)` may give a tenant a
+    keyspace of its own (physical isolation): it is created (with the store's replication)
+    and migrated on first use and listed in `keyspaces`. Cross-tenant state (positions,
+    commit records, the timer scan index) stays in the home keyspace.
+
+CQL is never built from values: statements are prepared once per keyspace, and only the
+keyspace name (validated) and the replication map (validated) are formatted in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+import unicodedata
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from cassandra import ConsistencyLevel, OperationTimedOut, RequestExecutionException
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+from cassandra.concurrent import execute_concurrent
+from cassandra.connection import ConnectionException
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import PreparedStatement, tuple_factory
+
+from mnemo.domain.context import ContextTemplate
+from mnemo.domain.errors import ConflictError, Unavailable
+from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.projection import (
+    AuditRecord,
+    BumpStats,
+    ContextRecord,
+    DropTimer,
+    MemoryStats,
+    Outcome,
+    OutcomeKind,
+    PutAudit,
+    PutContextRecord,
+    PutMemory,
+    PutOutcome,
+    PutTemplate,
+    PutTimeline,
+    PutTimer,
+    PutWeight,
+    SetStatus,
+    TimelineEntry,
+    Timer,
+    Write,
+)
+from mnemo.domain.text import keyword_terms
+from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
+
+__all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate"]
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "schemas" / "cql"
+_MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.cql$")
+_KEYSPACE_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_HOUR_US = 3_600_000_000
+_AUDIT_CHUNK = 10_000
+_IN_CHUNK = 100
+_INTENT_CHUNK = 512 * 1024
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+_MAX_KEY_BYTES = 65_535
+_TRUNCATE_TIMEOUT = 120.0
+
+# Driver errors that mean "the cluster cannot serve this now" (not a bug in the request).
+_DRIVER_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    NoHostAvailable,
+    OperationTimedOut,
+    RequestExecutionException,  # Unavailable, ReadTimeout, WriteTimeout, Read/WriteFailure
+    ConnectionException,
+)
+
+Row = tuple[Any, ...]
+Mutation = list[Any]  # [keyspace, table, "put" | "del", [column values...]]
+
+
+def _store_unavailable(exc: BaseException) -> Unavailable:
+    return Unavailable(
+        f"the memory store (Cassandra) is unavailable: {type(exc).__name__}",
+        code="STORE_UNAVAILABLE",
+    )
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except _DRIVER_UNAVAILABLE as exc:
+        raise _store_unavailable(exc) from exc
+
+
+def _valid_keyspace(name: str) -> str:
+    if not _KEYSPACE_RE.fullmatch(name):
+        raise ValueError(f"{name!r} is not a keyspace name Mnemo uses ([a-z][a-z0-9_]{{0,47}})")
+    return name
+
+
+# ---- migrations ----------------------------------------------------------------------------
+
+
+# Only identifiers are ever formatted into CQL: "{ks}" becomes a validated keyspace name.
+_MIGRATIONS_READ = "SELECT version, checksum FROM {ks}.schema_migrations"
+_MIGRATIONS_RECORD = (
+    "INSERT INTO {ks}.schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)"
+)
+
+
+def _statements(text: str) -> list[str]:
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[int]:
+    """Apply the versioned CQL files of `directory` (default schemas/cql) to a keyspace that
+    exists, in version order, skipping the versions `schema_migrations` already records.
+
+    Every statement is idempotent (IF NOT EXISTS), so a run interrupted between a statement
+    and its version's record is simply repeated. Returns the versions applied by this call.
+    Run it from one process at a time (a deploy step): concurrent schema changes can make a
+    cluster disagree on its schema."""
+    ks = _valid_keyspace(keyspace)
+    folder = directory or MIGRATIONS_DIR
+    files = sorted(
+        (int(m.group(1)), path)
+        for path in folder.glob("*.cql")
+        if (m := _MIGRATION_FILE.fullmatch(path.name))
+    )
+    if not files:
+        raise FileNotFoundError(f"no CQL migrations in {folder}")
+    with _translated():
+        session.execute(
+            f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations (version int PRIMARY KEY, "
+            "name text, checksum text, applied_at timestamp)"
+        )
+        applied = {
+            int(row[0]): str(row[1])
+            for row in session.execute(session.prepare(_MIGRATIONS_READ.replace("{ks}", ks)))
+        }
+        record = session.prepare(_MIGRATIONS_RECORD.replace("{ks}", ks))
+        done: list[int] = []
+        for version, path in files:
+            text = path.read_text(encoding="utf-8")
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            if version in applied:
+                if applied[version] != digest:
+                    log.warning("migration %s changed after it was applied to %s", path.name, ks)
+                continue
+            for statement in _statements(text.replace("${keyspace}", ks)):
+                session.execute(statement)
+            session.execute(record, (version, path.name, digest, datetime.now(UTC)))
+            done.append(version)
+    return done
+
+
+def _replication_cql(replication: Mapping[str, object]) -> str:
+    """A keyspace replication map as CQL, from validated parts only."""
+    strategy = str(replication.get("class", "SimpleStrategy")).rsplit(".", 1)[-1]
+    if strategy not in ("SimpleStrategy", "NetworkTopologyStrategy"):
+        raise ValueError(f"unsupported replication strategy {strategy!r}")
+    parts = [f"'class': '{strategy}'"]
+    for name, value in replication.items():
+        if name == "class":
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise ValueError(f"invalid replication option {name!r}")
+        factor = int(str(value))
+        if not 0 < factor < 100:
+            raise ValueError(f"invalid replication factor {value!r}")
+        parts.append(f"'{name}': '{factor}'")
+    return "{" + ", ".join(parts) + "}"
+
+
+# ---- tables and statements ---------------------------------------------------------------------
+
+# table -> (primary key columns, value columns). Row writes are generic over this.
+_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "memories": (
+        ("tenant", "memory_id"),
+        (
+            "stream",
+            "mtype",
+            "scope",
+            "mkey",
+            "status",
+            "valid_until",
+            "verify_due",
+            "version",
+            "chash",
+            "tags",
+            "body",
+        ),
+    ),
+    "memories_by_stream": (
+        ("tenant", "stream", "memory_id"),
+        ("mtype", "scope", "mkey", "status", "valid_until", "verify_due", "tags"),
+    ),
+    "memory_keys": (("tenant", "stream", "mkey", "version", "memory_id"), ("status",)),
+    "memory_hashes": (("tenant", "stream", "chash", "memory_id"), ()),
+    "memory_tags": (("tenant", "tag", "memory_id"), ()),
+    "memory_terms": (("tenant", "memory_id"), ("terms", "length")),
+    "term_postings": (("tenant", "term", "memory_id"), ("tf", "dl")),
+    "term_stats": (("tenant",), ("docs", "total_len")),
+    "stream_postings": (("tenant", "stream", "term", "memory_id"), ("tf", "dl")),
+    "stream_term_stats": (("tenant", "stream"), ("docs", "total_len")),
+    "outcomes": (
+        ("tenant", "event_id", "idx"),
+        ("kind", "memory_id", "version", "reason_code", "detail"),
+    ),
+    "timers": (("tenant", "memory_id", "kind"), ("due_us", "due_iso")),
+    "audit": (
+        ("tenant", "chunk", "n"),
+        ("event_id", "event_type", "log_offset", "prev_hash", "hash"),
+    ),
+    "audit_heads": (
+        ("tenant",),
+        ("n", "event_id", "event_type", "log_offset", "prev_hash", "hash"),
+    ),
+    "templates": (("tenant", "name", "version"), ("body",)),
+    "context_records": (("tenant", "request_id"), ("body",)),
+    "memory_stats": (
+        ("tenant", "memory_id"),
+        ("included", "truncated", "cited", "corrected", "last_used"),
+    ),
+    "decay_weights": (("tenant", "memory_id"), ("weight", "trust", "base")),
+    "timeline": (
+        ("tenant", "memory_id", "log_offset", "what"),
+        ("event_id", "event_type", "occurred_at", "detail"),
+    ),
+    "memory_key_heads": (("tenant", "stream", "mkey"), ("memory_id", "version")),
+    # cross-tenant, in the home keyspace only
+    "timers_by_due": (("bucket", "due_us", "tenant", "memory_id", "kind"), ("due_iso",)),
+    "timer_buckets": (("shard", "bucket"), ()),
+    "positions": (("consumer",), ("log_offset", "ts")),
+    "commit_intents": (("owner", "chunk"), ("txid", "data")),
+}
+_HOME_TABLES = ("timers_by_due", "timer_buckets", "positions", "commit_intents")
+_TENANT_TABLES = tuple(t for t in _TABLES if t not in _HOME_TABLES)
+# what a rebuild must reproduce: everything but bookkeeping (positions, commit records,
+# key heads, the list of timer hours)
+_BOOKKEEPING = ("positions", "commit_intents", "memory_key_heads", "timer_buckets")
+_CONTENT_TABLES = tuple(t for t in _TABLES if t not in _BOOKKEEPING)
+# the row counts SqliteMemoryStore.counts() reports, from the matching tables here
+_COUNTED = {
+    "memories": "memories",
+    "memory_tags": "memory_tags",
+    "memory_terms": "memory_terms",
+    "outcomes": "outcomes",
+    "timers": "timers",
+    "audit": "audit",
+    "positions": "positions",
+    "templates": "templates",
+    "context_records": "context_records",
+    "memory_stats": "memory_stats",
+    "decay_weights": "decay_weights",
+    "timeline": "timeline",
+}
+
+_FILTER_COLS = "memory_id, stream, mtype, scope, mkey, status, valid_until, verify_due, tags"
+
+_QUERIES: dict[str, str] = {
+    "mem_get": "SELECT body FROM {ks}.memories WHERE tenant = ? AND memory_id = ?",
+    "mem_bodies": "SELECT memory_id, body FROM {ks}.memories WHERE tenant = ? AND memory_id IN ?",
+    "mem_filters": "SELECT {cols} FROM {ks}.memories WHERE tenant = ? AND memory_id IN ?",
+    "mem_scan": "SELECT {cols} FROM {ks}.memories WHERE tenant = ? AND memory_id > ?",
+    "stream_scan": "SELECT {cols} FROM {ks}.memories_by_stream "
+    "WHERE tenant = ? AND stream = ? AND memory_id > ?",
+    "key_rows": "SELECT version, memory_id, status FROM {ks}.memory_keys "
+    "WHERE tenant = ? AND stream = ? AND mkey = ?",
+    "hash_ids": "SELECT memory_id FROM {ks}.memory_hashes "
+    "WHERE tenant = ? AND stream = ? AND chash = ?",
+    "tag_ids": "SELECT memory_id FROM {ks}.memory_tags "
+    "WHERE tenant = ? AND tag = ? AND memory_id > ?",
+    "postings": "SELECT memory_id, tf, dl FROM {ks}.term_postings "
+    "WHERE tenant = ? AND term = ? LIMIT ?",
+    "postings_for": "SELECT memory_id, tf, dl FROM {ks}.term_postings "
+    "WHERE tenant = ? AND term = ? AND memory_id IN ?",
+    "postings_count": "SELECT COUNT(*) FROM {ks}.term_postings WHERE tenant = ? AND term = ?",
+    "term_stats": "SELECT docs, total_len FROM {ks}.term_stats WHERE tenant = ?",
+    "stream:postings": "SELECT memory_id, tf, dl FROM {ks}.stream_postings "
+    "WHERE tenant = ? AND stream = ? AND term = ? LIMIT ?",
+    "stream:postings_for": "SELECT memory_id, tf, dl FROM {ks}.stream_postings "
+    "WHERE tenant = ? AND stream = ? AND term = ? AND memory_id IN ?",
+    "stream:postings_count": "SELECT COUNT(*) FROM {ks}.stream_postings "
+    "WHERE tenant = ? AND stream = ? AND term = ?",
+    "stream:term_stats": "SELECT docs, total_len FROM {ks}.stream_term_stats "
+    "WHERE tenant = ? AND stream = ?",
+    "outcomes": "SELECT idx, kind, memory_id, version, reason_code, detail FROM {ks}.outcomes "
+    "WHERE tenant = ? AND event_id = ?",
+    "timers_of": "SELECT memory_id, kind, due_us, due_iso FROM {ks}.timers "
+    "WHERE tenant = ? AND memory_id IN ?",
+    "buckets": "SELECT bucket FROM {ks}.timer_buckets WHERE shard = 0 AND bucket <= ?",
+    "due": "SELECT due_iso, tenant, memory_id, kind FROM {ks}.timers_by_due "
+    "WHERE bucket = ? AND due_us <= ? LIMIT ?",
+    "audit_from": "SELECT n, event_id, event_type, log_offset, prev_hash, hash FROM {ks}.audit "
+    "WHERE tenant = ? AND chunk = ? AND n > ? LIMIT ?",
+    "audit_head": "SELECT n, event_id, event_type, log_offset, prev_hash, hash "
+    "FROM {ks}.audit_heads WHERE tenant = ?",
+    "template": "SELECT body FROM {ks}.templates WHERE tenant = ? AND name = ? AND version = ?",
+    "template_latest": "SELECT body FROM {ks}.templates WHERE tenant = ? AND name = ? "
+    "ORDER BY name DESC, version DESC LIMIT 1",
+    "templates": "SELECT body FROM {ks}.templates WHERE tenant = ?",
+    "record": "SELECT body FROM {ks}.context_records WHERE tenant = ? AND request_id = ?",
+    "records_before": "SELECT body FROM {ks}.context_records "
+    "WHERE tenant = ? AND request_id < ? LIMIT ?",
+    "stats_of": "SELECT memory_id, included, truncated, cited, corrected, last_used "
+    "FROM {ks}.memory_stats WHERE tenant = ? AND memory_id IN ?",
+    "weight": "SELECT weight, trust, base FROM {ks}.decay_weights "
+    "WHERE tenant = ? AND memory_id = ?",
+    "timeline": "SELECT log_offset, event_id, event_type, what, occurred_at, detail "
+    "FROM {ks}.timeline WHERE tenant = ? AND memory_id = ? LIMIT ?",
+    "position": "SELECT log_offset, ts FROM {ks}.positions WHERE consumer = ?",
+    "intent_seal": "UPDATE {ks}.commit_intents USING TIMESTAMP ? "
+    "SET sealed = ?, ts = ?, chunks = ?, writer = ? WHERE owner = ?",
+    "intent_head": "SELECT sealed, ts, chunks, writer FROM {ks}.commit_intents "
+    "WHERE owner = ? LIMIT 1",
+    "intent_chunks": "SELECT chunk, txid, data FROM {ks}.commit_intents WHERE owner = ?",
+    "intent_drop": "DELETE FROM {ks}.commit_intents USING TIMESTAMP ? WHERE owner = ?",
+    "intent_owners": "SELECT DISTINCT owner, sealed, ts FROM {ks}.commit_intents",
+    "head_move": "UPDATE {ks}.memory_key_heads SET memory_id = ?, version = ? "
+    "WHERE tenant = ? AND stream = ? AND mkey = ? IF memory_id = ?",
+    "keyspace_add": "INSERT INTO {ks}.keyspaces (shard, name) VALUES (0, ?)",
+    "keyspace_list": "SELECT name FROM {ks}.keyspaces WHERE shard = 0",
+}
+for _name in ("mem_filters", "mem_scan", "stream_scan"):
+    _QUERIES[_name] = _QUERIES[_name].replace("{cols}", _FILTER_COLS)
+# the generic row statements of every table: the names come from _TABLES, values are bound
+for _table, (_key, _values) in _TABLES.items():
+    _cols = ", ".join((*_key, *_values))
+    _marks = ", ".join("?" * (len(_key) + len(_values)))
+    _where = " AND ".join(f"{c} = ?" for c in _key)
+    _put = f"INSERT INTO {{ks}}.{_table} ({_cols}) VALUES ({_marks}) USING TIMESTAMP ?"  # noqa: S608
+    _del = f"DELETE FROM {{ks}}.{_table} USING TIMESTAMP ? WHERE {_where}"  # noqa: S608
+    _QUERIES[f"{_table}:put"] = _put
+    _QUERIES[f"{_table}:del"] = _del
+    _QUERIES[f"{_table}:scan"] = f"SELECT {_cols} FROM {{ks}}.{_table}"  # noqa: S608
+    _QUERIES[f"{_table}:any"] = f"SELECT {_key[0]} FROM {{ks}}.{_table} LIMIT 1"  # noqa: S608
+
+
+# ---- row helpers ----------------------------------------------------------------------------
+
+
+def _us(value: datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def _us_or_none(value: datetime | None) -> int | None:
+    return _us(value) if value is not None else None
+
+
+def _latin(ch: str) -> bool:
+    code = ord(ch)
+    return code < 0x250 or 0x1E00 <= code <= 0x1EFF
+
+
+def _fold_term(term: str) -> str:
+    """A keyword term as FTS5's unicode61 tokenizer compares it: diacritics of Latin
+    letters removed (é -> e), everything else as is."""
+    if term.isascii():
+        return term
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", term):
+        if unicodedata.combining(ch) and out and _latin(out[-1]):
+            continue
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
+
+
+def _indexed_terms(memory: Memory) -> list[str] | None:
+    """The terms keyword search sees for a memory, or None when it is not searchable."""
+    if memory.status not in (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED):
+        return None
+    text = f"{memory.key or ''} {memory.value or ''} {memory.content}"
+    return [_fold_term(t) for t in keyword_terms(text)]
+
+
+RowSet = dict[tuple[str, str], dict[tuple[Any, ...], tuple[Any, ...]]]
+
+
+def _memory_rows(memory: Memory, ks: str) -> RowSet:
+    """Every row a memory owns, by (keyspace, table): primary key -> values."""
+    t, mid = memory.tenant, memory.memory_id
+    tags = sorted(memory.tags)
+    filters = (
+        memory.type.value,
+        memory.scope.value,
+        memory.key,
+        memory.status.value,
+        _us_or_none(memory.valid_until),
+        _us_or_none(memory.verification_due_at),
+    )
+    rows: RowSet = {
+        (ks, "memories"): {
+            (t, mid): (
+                memory.stream,
+                *filters,
+                memory.version,
+                memory.content_hash,
+                tuple(tags),
+                memory.model_dump_json(),
+            )
+        },
+        (ks, "memories_by_stream"): {(t, memory.stream, mid): (*filters, tuple(tags))},
+        (ks, "memory_tags"): {(t, tag, mid): () for tag in tags},
+    }
+    if memory.key is not None:
+        rows[(ks, "memory_keys")] = {
+            (t, memory.stream, memory.key, memory.version, mid): (memory.status.value,)
+        }
+    if memory.status is MemoryStatus.ACTIVE:
+        rows[(ks, "memory_hashes")] = {(t, memory.stream, memory.content_hash, mid): ()}
+    terms = _indexed_terms(memory)
+    if terms is not None:
+        rows[(ks, "memory_terms")] = {(t, mid): (" ".join(terms), len(terms))}
+        frequencies = [
+            (term, tf)
+            for term, tf in Counter(terms).items()
+            if len(term.encode()) <= _MAX_KEY_BYTES
+        ]
+        rows[(ks, "term_postings")] = {(t, term, mid): (tf, len(terms)) for term, tf in frequencies}
+        rows[(ks, "stream_postings")] = {
+            (t, memory.stream, term, mid): (tf, len(terms)) for term, tf in frequencies
+        }
+    return rows
+
+
+def _timer_rows(timer: Timer, ks: str, home: str) -> RowSet:
+    due = _us(timer.due_at)
+    iso = timer.due_at.isoformat()
+    return {
+        (ks, "timers"): {(timer.tenant, timer.memory_id, timer.kind): (due, iso)},
+        (home, "timers_by_due"): {
+            (due // _HOUR_US, due, timer.tenant, timer.memory_id, timer.kind): (iso,)
+        },
+    }
+
+
+def _diff(before: RowSet, after: RowSet, out: list[Mutation]) -> None:
+    """Row writes that turn `before` into `after`: deletes of rows that went away, upserts
+    of rows that are new or changed. Never both for one row (they share a timestamp, and a
+    delete wins a tie)."""
+    for place in sorted(set(before) | set(after)):
+        old = before.get(place, {})
+        new = after.get(place, {})
+        ks, table = place
+        for key in sorted(old.keys() - new.keys(), key=repr):
+            out.append([ks, table, "del", list(key)])
+        for key in sorted(new, key=repr):
+            if old.get(key) != new[key]:
+                out.append([ks, table, "put", [*key, *new[key]]])
+
+
+def _context_record(body: str) -> ContextRecord:
+    data = json.loads(body)
+    for name in ("memory_ids", "truncated", "sections", "left_out"):
+        data[name] = tuple(data.get(name, ()))
+    return ContextRecord(**data)
+
+
+def _audit(tenant: str, row: Row) -> AuditRecord:
+    return AuditRecord(
+        tenant, int(row[0]), str(row[1]), str(row[2]), int(row[3]), str(row[4]), str(row[5])
+    )
+
+
+def _matches(query: MemoryQuery, row: Row) -> bool:
+    """Whether a row of filter columns (_FILTER_COLS) passes the query's filters."""
+    _, stream, mtype, scope, mkey, status, valid_until, verify_due, tags = row
+    if query.stream is not None and stream != query.stream:
+        return False
+    if query.types and mtype not in {t.value for t in query.types}:
+        return False
+    if query.scopes and scope not in {s.value for s in query.scopes}:
+        return False
+    if query.key is not None and mkey != query.key:
+        return False
+    if query.statuses and status not in {s.value for s in query.statuses}:
+        return False
+    if query.live_at is not None and valid_until is not None and valid_until <= _us(query.live_at):
+        return False
+    if query.verification_due and verify_due is None:
+        return False
+    return not (query.tags and not set(query.tags) & set(tags or ()))
+
+
+def _plain(value: Any) -> Any:
+    """A column value with a stable repr (the driver returns sets as SortedSet)."""
+    if value is None or isinstance(value, str | bytes | int | float | bool):
+        return value
+    return tuple(sorted(value))
+
+
+def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+@dataclass(frozen=True, slots=True)
+class HeadMove:
+    """A key's active memory changes from `old` (an id, None: none) to `new`."""
+
+    tenant: str
+    stream: str
+    key: str
+    old: str | None
+    new: Memory | None
+
+
+def _newest(memory: Memory) -> tuple[int, str]:
+    return memory.version, memory.memory_id
+
+
+def _current_holder(memories: Iterable[Memory | None], stream: str, key: str) -> Memory | None:
+    """The memory current_for_key answers with: active, that key, the highest version."""
+    live = [
+        m
+        for m in memories
+        if m is not None and m.stream == stream and m.key == key and m.status is MemoryStatus.ACTIVE
+    ]
+    return max(live, key=_newest) if live else None
+
+
+class _WriteClock:
+    """Write timestamps (microseconds) that only go up, within the process and past any
+    commit timestamp this store has seen for a consumer."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(time.time_ns() // 1000, self._last + 1)
+            return self._last
+
+    def observe(self, ts: int) -> None:
+        with self._lock:
+            self._last = max(self._last, ts)
+
+
+# ---- the transaction overlay -------------------------------------------------------------------
+
+
+class _Tx(StoreTransaction):
+    def __init__(self, store: CassandraMemoryStore) -> None:
+        self._store = store
+        self.memories: dict[tuple[str, str], Memory] = {}
+        self.stored: dict[tuple[str, str], Memory | None] = {}  # rows as they are in Cassandra
+        self.outcomes: dict[tuple[str, str, int], Outcome] = {}
+        self.timers: dict[tuple[str, str, str], Timer | None] = {}
+        self.audit: dict[tuple[str, int], AuditRecord] = {}
+        self.heads: dict[str, AuditRecord | None] = {}
+        self.templates: dict[tuple[str, str, int], ContextTemplate] = {}
+        self.records: dict[tuple[str, str], ContextRecord] = {}
+        self.stats: dict[tuple[str, str], list[Any]] = {}
+        self.weights: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self.timeline: dict[tuple[str, str, int, str], TimelineEntry] = {}
+        self.position: tuple[str, int] | None = None
+
+    # -- reads: the overlay over the stored rows
+
+    def _load(self, tenant: str, memory_ids: Iterable[str]) -> None:
+        missing = [m for m in dict.fromkeys(memory_ids) if (tenant, m) not in self.stored]
+        if not missing:
+            return
+        found = {m.memory_id: m for m in self._store.get_many(tenant, missing)}
+        for memory_id in missing:
+            self.stored[(tenant, memory_id)] = found.get(memory_id)
+
+    def _current(self, tenant: str, memory_ids: Iterable[str]) -> list[Memory]:
+        ids = list(dict.fromkeys(memory_ids))
+        self._load(tenant, [m for m in ids if (tenant, m) not in self.memories])
+        out: list[Memory] = []
+        for memory_id in ids:
+            key = (tenant, memory_id)
+            memory = self.memories[key] if key in self.memories else self.stored.get(key)
+            if memory is not None:
+                out.append(memory)
+        return out
+
+    def _pending(self, tenant: str) -> Iterator[Memory]:
+        return (m for (t, _), m in self.memories.items() if t == tenant)
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        found = self._current(tenant, [memory_id])
+        return found[0] if found else None
+
+    def current_for_key(self, tenant: str, stream: str, key: str) -> Memory | None:
+        ids = [
+            str(r[1])
+            for r in self._store._rows(tenant, "key_rows", [tenant, stream, key])
+            if r[2] == MemoryStatus.ACTIVE.value
+        ]
+        ids += [m.memory_id for m in self._pending(tenant) if m.stream == stream and m.key == key]
+        return _current_holder(self._current(tenant, ids), stream, key)
+
+    def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
+        ids = [
+            str(r[0]) for r in self._store._rows(tenant, "hash_ids", [tenant, stream, content_hash])
+        ]
+        ids += [
+            m.memory_id
+            for m in self._pending(tenant)
+            if m.stream == stream and m.content_hash == content_hash
+        ]
+        live = [
+            m
+            for m in self._current(tenant, sorted(ids))
+            if m.stream == stream
+            and m.content_hash == content_hash
+            and m.status is MemoryStatus.ACTIVE
+        ]
+        return live[0] if live else None
+
+    def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
+        ids = [str(r[0]) for r in self._store._rows(tenant, "stream_scan", [tenant, stream, ""])]
+        ids += [m.memory_id for m in self._pending(tenant) if m.stream == stream]
+        found = [m for m in self._current(tenant, ids) if m.stream == stream]
+        return sorted(found, key=lambda m: m.memory_id)
+
+    def _stored_head(self, tenant: str) -> AuditRecord | None:
+        if tenant not in self.heads:
+            row = self._store._one(tenant, "audit_head", [tenant])
+            self.heads[tenant] = _audit(tenant, row) if row is not None else None
+        return self.heads[tenant]
+
+    def last_audit(self, tenant: str) -> AuditRecord | None:
+        best = self._stored_head(tenant)
+        for (t, n), record in self.audit.items():
+            if t == tenant and (best is None or n >= best.n):
+                best = record
+        return best
+
+    def template(self, tenant: str, name: str, version: int) -> ContextTemplate | None:
+        pending = self.templates.get((tenant, name, version))
+        return pending if pending is not None else self._store.template(tenant, name, version)
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        pending = self.records.get((tenant, request_id))
+        return pending if pending is not None else self._store.context_record(tenant, request_id)
+
+    def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
+        pending = self.weights.get((tenant, memory_id))
+        if pending is not None:
+            return pending
+        row = self._store._one(tenant, "weight", [tenant, memory_id])
+        return (float(row[0]), float(row[1]), float(row[2])) if row is not None else None
+
+    # -- writes: recorded, applied at commit
+
+    def apply(self, writes: Sequence[Write]) -> None:
+        for write in writes:
+            if isinstance(write, PutMemory):
+                m = write.memory
+                self.memories[(m.tenant, m.memory_id)] = m
+            elif isinstance(write, SetStatus):
+                current = self.get(write.tenant, write.memory_id)
+                if current is None:
+                    continue
+                update: dict[str, object] = {"status": write.status}
+                if write.erase_content:
+                    update.update(content="", value=None, content_hash="erased")
+                self.memories[(write.tenant, write.memory_id)] = current.model_copy(update=update)
+            elif isinstance(write, PutOutcome):
+                o = write.outcome
+                self.outcomes[(o.tenant, o.event_id, o.index)] = o
+            elif isinstance(write, PutTimer):
+                t = write.timer
+                self.timers[(t.tenant, t.memory_id, t.kind)] = t
+            elif isinstance(write, DropTimer):
+                self.timers[(write.tenant, write.memory_id, write.kind)] = None
+            elif isinstance(write, PutTemplate):
+                tpl = write.template
+                self.templates[(write.tenant, tpl.name, tpl.version)] = tpl
+            elif isinstance(write, PutContextRecord):
+                c = write.record
+                self.records[(c.tenant, c.request_id)] = c
+            elif isinstance(write, BumpStats):
+                delta = self.stats.setdefault((write.tenant, write.memory_id), [0, 0, 0, 0, None])
+                delta[0] += write.included
+                delta[1] += write.truncated
+                delta[2] += write.cited
+                delta[3] += write.corrected
+                at = write.at.astimezone(UTC).isoformat()
+                delta[4] = max(delta[4] or "", at)
+            elif isinstance(write, PutWeight):
+                self.weights[(write.tenant, write.memory_id)] = (
+                    write.weight,
+                    write.trust,
+                    write.base,
+                )
+            elif isinstance(write, PutTimeline):
+                e = write.entry
+                self.timeline[(e.tenant, e.memory_id, e.offset, e.what)] = e
+            elif isinstance(write, PutAudit):
+                r = write.record
+                self.audit[(r.tenant, r.n)] = r
+
+    def set_position(self, consumer: str, offset: int) -> None:
+        self.position = (consumer, offset)
+
+    # -- commit planning
+
+    def plan(self) -> tuple[list[Mutation], list[Mutation], list[HeadMove]]:
+        """(row writes at the commit timestamp, row writes after them at a fresh one,
+        the moves of keys' active memory to make first)."""
+        s = self._store
+        muts: list[Mutation] = []
+        post: list[Mutation] = []
+        touched_keys: set[tuple[str, str, str]] = set()
+
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, memory_id in self.memories:
+            by_tenant.setdefault(tenant, []).append(memory_id)
+        corpus: dict[tuple[str, ...], list[int]] = {}  # (tenant,) or (tenant, stream)
+        for tenant, ids in sorted(by_tenant.items()):
+            ks = s._keyspace(tenant)
+            self._load(tenant, ids)
+            for memory_id in sorted(ids):
+                after = self.memories[(tenant, memory_id)]
+                before = self.stored[(tenant, memory_id)]
+                _diff(_memory_rows(before, ks) if before else {}, _memory_rows(after, ks), muts)
+                for m in (before, after):
+                    if m is not None and m.key is not None:
+                        touched_keys.add((tenant, m.stream, m.key))
+                for sign, m in ((-1, before), (1, after)):
+                    terms = _indexed_terms(m) if m is not None else None
+                    if m is None or terms is None:
+                        continue
+                    scopes: tuple[tuple[str, ...], ...] = ((tenant,), (tenant, m.stream))
+                    for scope in scopes:
+                        delta = corpus.setdefault(scope, [0, 0])
+                        delta[0] += sign
+                        delta[1] += sign * len(terms)
+        for scope, (docs, length) in sorted(corpus.items()):
+            if docs == 0 and length == 0:
+                continue
+            table = "term_stats" if len(scope) == 1 else "stream_term_stats"
+            stored = s._one(
+                scope[0], "term_stats" if len(scope) == 1 else "stream:term_stats", scope
+            )
+            have = (int(stored[0] or 0), int(stored[1] or 0)) if stored else (0, 0)
+            total = [max(0, have[0] + docs), max(0, have[1] + length)]
+            muts.append([s._keyspace(scope[0]), table, "put", [*scope, *total]])
+
+        for o in (self.outcomes[k] for k in sorted(self.outcomes)):
+            outcome = [o.tenant, o.event_id, o.index, o.kind.value, o.memory_id, o.version]
+            outcome += [o.reason_code, o.detail]
+            muts.append([s._keyspace(o.tenant), "outcomes", "put", outcome])
+
+        self._plan_timers(muts, post)
+
+        for tenant, n in sorted(self.audit):
+            r = self.audit[(tenant, n)]
+            link = [r.event_id, r.event_type, r.offset, r.prev_hash, r.hash]
+            muts.append(
+                [s._keyspace(tenant), "audit", "put", [tenant, n // _AUDIT_CHUNK, n, *link]]
+            )
+        for tenant in sorted({t for t, _ in self.audit}):
+            top = self.last_audit(tenant)
+            if top is not None and top != self._stored_head(tenant):
+                head = [top.n, top.event_id, top.event_type, top.offset, top.prev_hash, top.hash]
+                muts.append([s._keyspace(tenant), "audit_heads", "put", [tenant, *head]])
+
+        for (tenant, name, version), tpl in sorted(self.templates.items()):
+            tpl_row = [tenant, name, version, tpl.model_dump_json()]
+            muts.append([s._keyspace(tenant), "templates", "put", tpl_row])
+        for (tenant, request_id), c in sorted(self.records.items()):
+            body = json.dumps(asdict(c), sort_keys=True)
+            muts.append([s._keyspace(tenant), "context_records", "put", [tenant, request_id, body]])
+
+        self._plan_stats(muts)
+
+        for (tenant, memory_id), (w, t, b) in sorted(self.weights.items()):
+            muts.append([s._keyspace(tenant), "decay_weights", "put", [tenant, memory_id, w, t, b]])
+        for key in sorted(self.timeline):
+            e = self.timeline[key]
+            entry = [e.tenant, e.memory_id, e.offset, e.what, e.event_id, e.event_type]
+            muts.append(
+                [s._keyspace(e.tenant), "timeline", "put", [*entry, e.occurred_at, e.detail]]
+            )
+        return muts, post, self._head_moves(touched_keys)
+
+    def _head_moves(self, keys: set[tuple[str, str, str]]) -> list[HeadMove]:
+        """For each key the batch touched: its current memory (the active one of highest
+        version, as current_for_key sees it) before the batch and after it."""
+        moves: list[HeadMove] = []
+        for tenant, stream, mkey in sorted(keys):
+            rows = self._store._rows(tenant, "key_rows", [tenant, stream, mkey])
+            ids = [str(r[1]) for r in rows if r[2] == MemoryStatus.ACTIVE.value]
+            ids += [mid for (t, mid), m in self.memories.items() if t == tenant and m.key == mkey]
+            self._load(tenant, ids)
+            stored = [self.stored.get((tenant, mid)) for mid in ids]
+            pending = [
+                self.memories.get((tenant, mid), self.stored.get((tenant, mid))) for mid in ids
+            ]
+            held = _current_holder(stored, stream, mkey)
+            holder = _current_holder(pending, stream, mkey)
+            held_id = held.memory_id if held is not None else None
+            if held_id != (holder.memory_id if holder is not None else None):
+                moves.append(HeadMove(tenant, stream, mkey, held_id, holder))
+        return moves
+
+    def _plan_timers(self, muts: list[Mutation], post: list[Mutation]) -> None:
+        s = self._store
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, memory_id, _ in self.timers:
+            by_tenant.setdefault(tenant, []).append(memory_id)
+        stored: dict[tuple[str, str, str], Timer] = {}
+        for tenant, ids in by_tenant.items():
+            for chunk in _chunks(sorted(set(ids))):
+                for r in s._rows(tenant, "timers_of", [tenant, chunk]):
+                    due = datetime.fromisoformat(str(r[3]))
+                    stored[(tenant, str(r[0]), str(r[1]))] = Timer(
+                        tenant, str(r[0]), due, str(r[1])
+                    )
+        buckets: set[int] = set()
+        for key in sorted(self.timers):
+            tenant = key[0]
+            ks = s._keyspace(tenant)
+            after = self.timers[key]
+            before = stored.get(key)
+            _diff(
+                _timer_rows(before, ks, s.home) if before else {},
+                _timer_rows(after, ks, s.home) if after else {},
+                muts,
+            )
+            if after is not None:
+                buckets.add(_us(after.due_at) // _HOUR_US)
+        post.extend([s.home, "timer_buckets", "put", [0, b]] for b in sorted(buckets))
+
+    def _plan_stats(self, muts: list[Mutation]) -> None:
+        s = self._store
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, memory_id in self.stats:
+            by_tenant.setdefault(tenant, []).append(memory_id)
+        for tenant, ids in sorted(by_tenant.items()):
+            stored: dict[str, Row] = {}
+            for chunk in _chunks(sorted(ids)):
+                stored.update((str(r[0]), r) for r in s._rows(tenant, "stats_of", [tenant, chunk]))
+            for memory_id in sorted(ids):
+                delta = self.stats[(tenant, memory_id)]
+                have = stored.get(memory_id)
+                counts = [int(have[i] or 0) if have else 0 for i in range(1, 5)]
+                last = max(str(have[5] or "") if have else "", delta[4] or "") or None
+                total = [c + d for c, d in zip(counts, delta[:4], strict=True)]
+                row = [tenant, memory_id, *total, last]
+                muts.append([s._keyspace(tenant), "memory_stats", "put", row])
+
+
+# ---- the store ---------------------------------------------------------------------------------
+
+
+class CassandraMemoryStore(MemoryStore):
+    """The MemoryStore port over a Cassandra cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        session: Any,
+        keyspace: str = "mnemo",
+        *,
+        keyspace_for: Callable[[str], str] | None = None,
+        replication: Mapping[str, object] | None = None,
+        create_keyspace: bool = False,
+        migrate_schema: bool = True,
+        serial_consistency: int = ConsistencyLevel.SERIAL,
+        max_postings: int = 10_000,
+        settle_seconds: float = 2.0,
+        owns_cluster: bool = False,
+    ) -> None:
+        self._session = session
+        self.home = _valid_keyspace(keyspace)
+        self._keyspace_for = keyspace_for
+        self._replication = dict(
+            replication or {"class": "SimpleStrategy", "replication_factor": 1}
+        )
+        self._migrate = migrate_schema
+        self._serial = serial_consistency
+        self.max_postings = max_postings
+        self.settle_seconds = settle_seconds
+        self._owns_cluster = owns_cluster
+        self._writer = uuid.uuid4().hex
+        self._clock = _WriteClock()
+        self._lock = threading.RLock()  # one transaction at a time in this process
+        self._meta = threading.Lock()
+        self._prepared: dict[tuple[str, str], PreparedStatement] = {}
+        self._ready: set[str] = set()
+        self._inflight: set[str] = set()  # owners of commits this process is applying
+        self._dirty: set[str] = set()  # owners of sealed commits this process failed to apply
+        if create_keyspace:
+            self._create_keyspace(self.home)
+        if migrate_schema:
+            migrate(session, self.home)
+        self._ready.add(self.home)
+        self.recover()
+
+    @classmethod
+    def connect(
+        cls,
+        hosts: Sequence[str] | str,
+        port: int = 9042,
+        keyspace: str = "mnemo",
+        *,
+        replication: Mapping[str, object] | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        local_dc: str | None = None,
+        request_timeout: float = 10.0,
+        keyspace_for: Callable[[str], str] | None = None,
+        **options: Any,
+    ) -> CassandraMemoryStore:
+        """Connect, create the keyspace if needed, apply the migrations, and finish any
+        commit left half-applied."""
+        contact = [h.strip() for h in hosts.split(",")] if isinstance(hosts, str) else list(hosts)
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=local_dc)),
+            consistency_level=ConsistencyLevel.LOCAL_QUORUM,
+            serial_consistency_level=options.get("serial_consistency", ConsistencyLevel.SERIAL),
+            request_timeout=request_timeout,
+            row_factory=tuple_factory,
+        )
+        auth = (
+            PlainTextAuthProvider(username=username, password=password or "")
+            if username is not None
+            else None
+        )
+        cluster = Cluster(
+            contact_points=contact,
+            port=port,
+            auth_provider=auth,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        )
+        try:
+            with _translated():
+                session = cluster.connect()
+            return cls(
+                session,
+                keyspace,
+                keyspace_for=keyspace_for,
+                replication=replication,
+                create_keyspace=True,
+                owns_cluster=True,
+                **options,
+            )
+        except BaseException:
+            cluster.shutdown()
+            raise
+
+    # -- plumbing
+
+    def _create_keyspace(self, ks: str) -> None:
+        cql = (
+            f"CREATE KEYSPACE IF NOT EXISTS {_valid_keyspace(ks)} "
+            f"WITH replication = {_replication_cql(self._replication)}"
+        )
+        with _translated():
+            self._session.execute(cql)
+
+    def _keyspace(self, tenant: str) -> str:
+        if self._keyspace_for is None:
+            return self.home
+        ks = _valid_keyspace(self._keyspace_for(tenant))
+        if ks not in self._ready:
+            with self._meta:
+                if ks not in self._ready:
+                    self._create_keyspace(ks)
+                    if self._migrate:
+                        migrate(self._session, ks)
+                    self._execute(self.home, "keyspace_add", [ks])
+                    self._ready.add(ks)
+        return ks
+
+    def _keyspaces(self) -> list[str]:
+        """The home keyspace, then every keyspace tenants have been given."""
+        names = [str(r[0]) for r in self._execute(self.home, "keyspace_list", [])]
+        return [self.home, *sorted(set(names) - {self.home})]
+
+    def _prepare(self, ks: str, name: str) -> PreparedStatement:
+        key = (ks, name)
+        stmt = self._prepared.get(key)
+        if stmt is None:
+            with _translated():
+                stmt = self._session.prepare(_QUERIES[name].replace("{ks}", ks))
+            stmt.consistency_level = ConsistencyLevel.LOCAL_QUORUM
+            if name == "head_move":
+                stmt.serial_consistency_level = self._serial
+            self._prepared[key] = stmt
+        return stmt
+
+    def _execute(
+        self, ks: str, name: str, params: Sequence[Any], fetch_size: int | None = None
+    ) -> Any:
+        bound = self._prepare(ks, name).bind(list(params))
+        if fetch_size is not None:
+            bound.fetch_size = fetch_size
+        with _translated():
+            return self._session.execute(bound)
+
+    def _rows(self, tenant: str, name: str, params: Sequence[Any]) -> list[Row]:
+        with _translated():
+            return [tuple(r) for r in self._execute(self._keyspace(tenant), name, params)]
+
+    def _one(self, tenant: str, name: str, params: Sequence[Any]) -> Row | None:
+        rows = self._rows(tenant, name, params)
+        return rows[0] if rows else None
+
+    def _iterate(
+        self, ks: str, name: str, params: Sequence[Any], fetch_size: int = 1000
+    ) -> Iterator[Row]:
+        """Rows of a query, fetching further pages as the caller goes on."""
+        with _translated():
+            for row in self._execute(ks, name, params, fetch_size):
+                yield tuple(row)
+
+    def _concurrently(self, items: Sequence[tuple[str, str, Sequence[Any]]]) -> list[list[Row]]:
+        statements = [(self._prepare(ks, name), list(params)) for ks, name, params in items]
+        with _translated():
+            results = execute_concurrent(self._session, statements, concurrency=64)
+            return [[tuple(r) for r in result] for _, result in results]
+
+    def _write_all(self, mutations: Sequence[Mutation], ts: int) -> None:
+        items: list[tuple[str, str, Sequence[Any]]] = []
+        for ks, table, op, values in mutations:
+            params = [*values, ts] if op == "put" else [ts, *values]
+            items.append((ks, f"{table}:{op}", params))
+        if items:
+            self._concurrently(items)
+
+    # -- commit: seal, apply, position
+
+    @contextmanager
+    def transaction(self) -> Iterator[StoreTransaction]:
+        with self._lock:
+            for owner in sorted(self._dirty):
+                self._roll_forward(owner)
+            tx = _Tx(self)
+            yield tx
+            self._commit(tx)
+
+    def _commit(self, tx: _Tx) -> None:
+        mutations, post, moves = tx.plan()
+        if not mutations and not post:
+            if tx.position is not None:
+                ts = self._clock.next()
+                self._write_all([[self.home, "positions", "put", [*tx.position, ts]]], ts)
+            return
+        if tx.position is not None and self._sealed(tx.position[0]) is not None:
+            # this batch was read from a position whose commit was not finished: finish that
+            # one, and let the consumer read its batch again from the position it reaches
+            self._roll_forward(tx.position[0])
+            raise Unavailable(
+                f"an earlier commit of {tx.position[0]} was unfinished; it is now complete, "
+                "read the batch again from position()",
+                code="STORE_UNAVAILABLE",
+            )
+        for move in moves:
+            self._move_head(move)
+        owner = (
+            tx.position[0] if tx.position is not None else f"tx:{self._writer}:{uuid.uuid4().hex}"
+        )
+        ts = self._clock.next()
+        record = {"ts": ts, "mutations": mutations, "post": post, "position": tx.position}
+        self._inflight.add(owner)
+        try:
+            self._seal(owner, ts, record)
+            self._apply(owner, record)
+        except BaseException:
+            self._dirty.add(owner)  # a sealed record may exist: finish it before going on
+            raise
+        finally:
+            self._inflight.discard(owner)
+        self._dirty.discard(owner)
+
+    def _move_head(self, move: HeadMove) -> None:
+        """Compare-and-set which memory is active for a key (a lightweight transaction):
+        from the one this batch saw to the one it decided on. Finding the target already
+        there is a repeat of this same batch; finding any other memory means another writer
+        decided meanwhile, and nothing of this batch is written."""
+        new_id = move.new.memory_id if move.new is not None else None
+        version = move.new.version if move.new is not None else None
+        params = [new_id, version, move.tenant, move.stream, move.key, move.old]
+        row = next(iter(self._execute(self._keyspace(move.tenant), "head_move", params)))
+        if row[0] or row[-1] == new_id:
+            return
+        raise ConflictError(
+            f"key {move.key} of {move.stream} is held by {row[-1]}, not {move.old}, as this "
+            "batch assumed: is another writer running this consumer?",
+            code="KEY_HELD_ELSEWHERE",
+        )
+
+    def _seal(self, owner: str, ts: int, record: dict[str, Any]) -> None:
+        data = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 6)
+        txid = uuid.uuid4().hex
+        pieces = [data[i : i + _INTENT_CHUNK] for i in range(0, len(data), _INTENT_CHUNK)]
+        self._concurrently(
+            [
+                (self.home, "commit_intents:put", [owner, n, txid, piece, ts])
+                for n, piece in enumerate(pieces)
+            ]
+        )
+        # the commit point: from here on the batch is rolled forward, never redone
+        self._execute(self.home, "intent_seal", [ts, txid, ts, len(pieces), self._writer, owner])
+
+    def _apply(self, owner: str, record: dict[str, Any]) -> None:
+        ts = int(record["ts"])
+        self._write_all(record["mutations"], ts)
+        if record["post"]:
+            # after the rows they point at, with a timestamp taken now (see Timers)
+            self._write_all(record["post"], self._clock.next())
+        if record["position"] is not None:
+            consumer, offset = record["position"]
+            self._write_all([[self.home, "positions", "put", [consumer, offset, ts]]], ts)
+        self._execute(self.home, "intent_drop", [ts, owner])
+
+    def _sealed(self, owner: str) -> tuple[str, int, int] | None:
+        row = next(iter(self._execute(self.home, "intent_head", [owner])), None)
+        if row is None or row[0] is None:
+            return None
+        return str(row[0]), int(row[1]), int(row[2])
+
+    def _roll_forward(self, owner: str) -> None:
+        """Apply a sealed commit record again (its writes are idempotent) and drop it."""
+        head = self._sealed(owner)
+        if head is None:
+            self._dirty.discard(owner)
+            return
+        txid, ts, count = head
+        pieces = {
+            int(r[0]): bytes(r[2])
+            for r in self._execute(self.home, "intent_chunks", [owner])
+            if r[1] == txid and r[0] is not None and int(r[0]) < count
+        }
+        if len(pieces) != count:
+            raise Unavailable(
+                f"the commit record of {owner} is incomplete: a second writer under that "
+                "consumer name, or a reset while it committed?",
+                code="STORE_UNAVAILABLE",
+            )
+        record = json.loads(zlib.decompress(b"".join(pieces[n] for n in range(count))))
+        self._clock.observe(ts)
+        log.info("rolling forward the sealed commit of %s (ts %d)", owner, ts)
+        self._apply(owner, record)
+        self._dirty.discard(owner)
+
+    def _finish_pending(self, owner: str) -> None:
+        """Before a consumer's position is trusted: finish its sealed commit, if any, after
+        giving a live writer `settle_seconds` to finish it itself."""
+        if owner in self._inflight:
+            return
+        head = self._sealed(owner)
+        if head is None:
+            self._dirty.discard(owner)
+            return
+        if owner not in self._dirty:
+            deadline = time.monotonic() + self.settle_seconds
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                now = self._sealed(owner)
+                if now is None or now[0] != head[0]:
+                    return
+        self._roll_forward(owner)
+
+    def recover(self) -> int:
+        """Finish every sealed commit older than `settle_seconds` (left by a crash). Returns
+        how many were finished."""
+        cutoff = (time.time() - self.settle_seconds) * 1_000_000
+        done = 0
+        with self._lock:
+            for owner, sealed, ts in list(self._iterate(self.home, "intent_owners", [])):
+                if sealed is not None and ts is not None and int(ts) <= cutoff:
+                    self._roll_forward(str(owner))
+                    done += 1
+        return done
+
+    def position(self, consumer: str) -> int:
+        self._finish_pending(consumer)
+        row = next(iter(self._execute(self.home, "position", [consumer])), None)
+        if row is None or row[0] is None:
+            return 0
+        if row[1] is not None:
+            self._clock.observe(int(row[1]))
+        return int(row[0])
+
+    # -- memories
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        row = self._one(tenant, "mem_get", [tenant, memory_id])
+        return Memory.model_validate_json(row[0]) if row is not None else None
+
+    def get_many(self, tenant: str, memory_ids: Sequence[str]) -> list[Memory]:
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return []
+        ks = self._keyspace(tenant)
+        found: dict[str, Memory] = {}
+        results = self._concurrently(
+            [(ks, "mem_bodies", [tenant, chunk]) for chunk in _chunks(ids)]
+        )
+        for rows in results:
+            for memory_id, body in rows:
+                found[memory_id] = Memory.model_validate_json(body)
+        return [found[i] for i in ids if i in found]
+
+    def _filtered(
+        self, tenant: str, ids: Sequence[str], query: MemoryQuery, limit: int
+    ) -> list[str]:
+        """The ids (kept in the given order) whose memories pass the query, up to limit."""
+        out: list[str] = []
+        for chunk in _chunks(ids):
+            rows = {str(r[0]): r for r in self._rows(tenant, "mem_filters", [tenant, chunk])}
+            for memory_id in chunk:
+                row = rows.get(memory_id)
+                if row is not None and _matches(query, row):
+                    out.append(memory_id)
+                    if len(out) >= limit:
+                        return out
+        return out
+
+    def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        if query.limit <= 0:
+            return []
+        after = query.after or ""
+        ks = self._keyspace(tenant)
+        if query.tags:
+            results = self._concurrently(
+                [(ks, "tag_ids", [tenant, tag, after]) for tag in dict.fromkeys(query.tags)]
+            )
+            ids = sorted({str(r[0]) for rows in results for r in rows})
+            matched = self._filtered(tenant, ids, query, query.limit)
+        elif query.stream is not None and query.key is not None:
+            rows = self._rows(tenant, "key_rows", [tenant, query.stream, query.key])
+            ids = sorted(str(r[1]) for r in rows if str(r[1]) > after)
+            matched = self._filtered(tenant, ids, query, query.limit)
+        else:
+            if query.stream is not None:
+                name, params = "stream_scan", [tenant, query.stream, after]
+            else:
+                name, params = "mem_scan", [tenant, after]
+            matched = []
+            page = min(max(query.limit * 2, 100), 5_000)
+            for row in self._iterate(ks, name, params, page):
+                if _matches(query, row):
+                    matched.append(str(row[0]))
+                    if len(matched) >= query.limit:
+                        break
+        return self.get_many(tenant, matched)
+
+    def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
+        rows = self._rows(tenant, "key_rows", [tenant, stream, key])
+        return self.get_many(tenant, [str(r[1]) for r in rows])
+
+    def keyword_search(
+        self, tenant: str, terms: Sequence[str], query: MemoryQuery
+    ) -> list[tuple[str, float]]:
+        wanted = [_fold_term(t) for t in terms if t and len(t.encode()) <= _MAX_KEY_BYTES]
+        if not wanted or query.limit <= 0:
+            return []
+        # the narrowest index the query allows: the stream's when it names one
+        scope = [tenant] if query.stream is None else [tenant, query.stream]
+        prefix = "" if query.stream is None else "stream:"
+        stats = self._one(tenant, f"{prefix}term_stats", scope)
+        docs = int(stats[0] or 0) if stats is not None else 0
+        if docs <= 0:
+            return []
+        avgdl = max(int(stats[1] or 0) / docs, 1e-9) if stats is not None else 1.0
+        ks = self._keyspace(tenant)
+        distinct = list(dict.fromkeys(wanted))
+        cap = self.max_postings
+        lists = self._concurrently(
+            [(ks, f"{prefix}postings", [*scope, term, cap + 1]) for term in distinct]
+        )
+        postings: dict[str, dict[str, tuple[int, int]]] = {}
+        common: list[str] = []
+        df: dict[str, int] = {}
+        for term, rows in zip(distinct, lists, strict=True):
+            postings[term] = {str(r[0]): (int(r[1]), int(r[2])) for r in rows[:cap]}
+            if len(rows) > cap:
+                common.append(term)
+            else:
+                df[term] = len(rows)
+        candidates = {mid for t in distinct if t not in common for mid in postings[t]}
+        if common:
+            counts = self._concurrently(
+                [(ks, f"{prefix}postings_count", [*scope, t]) for t in common]
+            )
+            for term, rows in zip(common, counts, strict=True):
+                df[term] = int(rows[0][0])
+            if not candidates:
+                rarest = min(common, key=lambda t: (df[t], t))
+                candidates = set(postings[rarest])
+            ids = sorted(candidates)
+            for term in common:
+                found: dict[str, tuple[int, int]] = {}
+                results = self._concurrently(
+                    [(ks, f"{prefix}postings_for", [*scope, term, chunk]) for chunk in _chunks(ids)]
+                )
+                for rows in results:
+                    found.update((str(r[0]), (int(r[1]), int(r[2]))) for r in rows)
+                postings[term] = found
+        idf = {}
+        for term in distinct:
+            value = math.log((docs - df[term] + 0.5) / (df[term] + 0.5))
+            idf[term] = value if value > 0 else 1e-6
+        scored: list[tuple[float, str]] = []
+        for memory_id in candidates:
+            score = 0.0
+            for term in wanted:
+                hit = postings[term].get(memory_id)
+                if hit is None:
+                    continue
+                tf, dl = hit
+                norm = tf + _BM25_K1 * (1 - _BM25_B + _BM25_B * dl / avgdl)
+                score += idf[term] * tf * (_BM25_K1 + 1) / norm
+            scored.append((-score, memory_id))
+        scored.sort()
+        ranked = [memory_id for _, memory_id in scored]
+        score_of = {memory_id: -neg for neg, memory_id in scored}
+        keep = self._filtered(tenant, ranked, query, query.limit)
+        return [(memory_id, score_of[memory_id]) for memory_id in keep]
+
+    # -- the other read models
+
+    def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
+        rows = self._rows(tenant, "outcomes", [tenant, event_id])
+        return [
+            Outcome(tenant, event_id, int(r[0]), OutcomeKind(r[1]), r[2], r[3], r[4], r[5])
+            for r in rows
+        ]
+
+    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        if limit <= 0:
+            return []
+        now_us = _us(now)
+        current = now_us // _HOUR_US
+        looked_at = self._clock.next()  # a past hour seen empty is dropped as of this instant
+        out: list[Timer] = []
+        for (bucket,) in list(self._iterate(self.home, "buckets", [current])):
+            rows = list(self._iterate(self.home, "due", [bucket, now_us, limit - len(out)]))
+            if not rows and int(bucket) < current:
+                self._execute(self.home, "timer_buckets:del", [looked_at, 0, bucket])
+            out.extend(
+                Timer(str(r[1]), str(r[2]), datetime.fromisoformat(str(r[0])), str(r[3]))
+                for r in rows
+            )
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+    def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]:
+        head = self._one(tenant, "audit_head", [tenant])
+        if head is None or limit <= 0:
+            return []
+        last = int(head[0])
+        out: list[AuditRecord] = []
+        chunk = max(after_n + 1, 0) // _AUDIT_CHUNK
+        while len(out) < limit and chunk <= last // _AUDIT_CHUNK:
+            rows = self._rows(tenant, "audit_from", [tenant, chunk, after_n, limit - len(out)])
+            out.extend(_audit(tenant, r) for r in rows)
+            chunk += 1
+        return out
+
+    def template(
+        self, tenant: str, name: str, version: int | None = None
+    ) -> ContextTemplate | None:
+        if version is None:
+            row = self._one(tenant, "template_latest", [tenant, name])
+        else:
+            row = self._one(tenant, "template", [tenant, name, version])
+        return ContextTemplate.model_validate_json(row[0]) if row is not None else None
+
+    def templates(self, tenant: str) -> list[ContextTemplate]:
+        return [
+            ContextTemplate.model_validate_json(r[0])
+            for r in self._rows(tenant, "templates", [tenant])
+        ]
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        row = self._one(tenant, "record", [tenant, request_id])
+        return _context_record(row[0]) if row is not None else None
+
+    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        ids = sorted(set(memory_ids))
+        out: list[MemoryStats] = []
+        for chunk in _chunks(ids):
+            for r in self._rows(tenant, "stats_of", [tenant, chunk]):
+                last = datetime.fromisoformat(r[5]) if r[5] else None
+                out.append(
+                    MemoryStats(tenant, str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), last)
+                )
+        return out
+
+    def context_records(
+        self, tenant: str, limit: int, before: str | None = None
+    ) -> list[ContextRecord]:
+        if limit <= 0:
+            return []
+        rows = self._rows(tenant, "records_before", [tenant, before or "~", limit])
+        return [_context_record(r[0]) for r in rows]
+
+    def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
+        if limit <= 0:
+            return []
+        rows = self._rows(tenant, "timeline", [tenant, memory_id, limit])
+        return [
+            TimelineEntry(tenant, memory_id, int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows
+        ]
+
+    # -- whole-store operations (admin, rebuild, tests): full scans
+
+    def _tables(self) -> Iterator[tuple[str, str]]:
+        for ks in self._keyspaces():
+            for table in _TABLES if ks == self.home else _TENANT_TABLES:
+                yield ks, table
+
+    def counts(self) -> dict[str, int]:
+        result = dict.fromkeys(_COUNTED, 0)
+        statuses = Counter[str]()
+        for ks, table in self._tables():
+            if table not in _COUNTED.values():
+                continue
+            for row in self._iterate(ks, f"{table}:scan", [], 5_000):
+                if table == "positions" and row[1] is None:
+                    continue
+                result[table] += 1
+                if table == "memories":
+                    statuses[str(row[6])] += 1
+        for status in MemoryStatus:
+            result[f"memories_{status.value}"] = statuses[status.value]
+        return result
+
+    def checksum(self) -> str:
+        """SHA-256 over every read model's rows (not positions, commit records, version
+        claims or the list of timer hours). Row digests are summed modulo 2**256 per table,
+        so the result does not depend on the order a scan returns rows in, nor on how
+        tenants are spread over keyspaces."""
+        sums = dict.fromkeys(_CONTENT_TABLES, 0)
+        rows = dict.fromkeys(_CONTENT_TABLES, 0)
+        for ks, table in self._tables():
+            if table not in sums:
+                continue
+            acc = 0
+            for row in self._iterate(ks, f"{table}:scan", [], 5_000):
+                values = tuple(_plain(v) for v in row)
+                row_digest = hashlib.sha256(repr((table, values)).encode()).digest()
+                acc += int.from_bytes(row_digest, "big")
+                rows[table] += 1
+            sums[table] = (sums[table] + acc) % (1 << 256)
+        digest = hashlib.sha256()
+        for table in _CONTENT_TABLES:
+            digest.update(f"{table}:{rows[table]}:{sums[table]:064x}|".encode())
+        return digest.hexdigest()
+
+    def reset(self) -> None:
+        """Empty every Mnemo table of every keyspace (schema_migrations and the keyspace
+        list stay). Tables that hold nothing are skipped: TRUNCATE is slow."""
+        with self._lock:
+            tables = list(self._tables())
+            probes = self._concurrently([(ks, f"{table}:any", []) for ks, table in tables])
+            with _translated():
+                pending = [
+                    self._session.execute_async(
+                        f"TRUNCATE {_valid_keyspace(ks)}.{table}", timeout=_TRUNCATE_TIMEOUT
+                    )
+                    for (ks, table), rows in zip(tables, probes, strict=True)
+                    if rows
+                ]
+                for future in pending:
+                    future.result()
+            self._dirty.clear()
+
+    def close(self) -> None:
+        if self._owns_cluster:
+            self._session.cluster.shutdown()
