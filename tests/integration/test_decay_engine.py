@@ -135,3 +135,16 @@ def test_replaying_the_log_reproduces_every_weight(platform: Platform, clock: Fi
     weights = {m.memory_id: m.semantic_weight for m in platform.app.list_memories(CTX, S)}
     assert rebuild_read_models(platform) == live
     assert {m.memory_id: m.semantic_weight for m in platform.app.list_memories(CTX, S)} == weights
+
+
+def test_a_context_shows_which_memories_are_due_for_verification(
+    platform: Platform, clock: FixedClock
+) -> None:
+    from mnemo.service.context import ContextRequest
+
+    size = remember(platform, "记住我的尺码是L")
+    request = ContextRequest(subjects=(S,), query="尺码", budget=500)
+    assert platform.app.context(CTX, request).due_verifications == []
+    clock.advance(timedelta(days=91))
+    platform.runner.drain()
+    assert platform.app.context(CTX, request).due_verifications == [size]

@@ -81,6 +81,7 @@ class ContextResponse:
     assembly: Assembly
     conflicts: list[dict[str, object]] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
+    due_verifications: list[str] = field(default_factory=list)  # included, to confirm with the user
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,11 @@ class ContextAssembler:
             assembly=assembly,
             conflicts=conflicts,
             left_out=[*assembly.truncations, *left_out],
+            due_verifications=[
+                i.candidate.memory.memory_id
+                for i in assembly.included
+                if i.candidate.memory.verification_due_at is not None
+            ],
         )
         self._record(tenant, principal, request, response)
         return response

@@ -89,6 +89,10 @@ class ContextOut(BaseModel):
     left_out: list[LeftOutOut]
     conflicts: list[dict[str, Any]]
     warnings: list[str]
+    due_verifications: list[str] = Field(
+        description="included memories the agent should confirm with the user ('is your size "
+        "still L?'); see also GET /v1/subjects/{s}/due-verifications"
+    )
 
     @classmethod
     def of(cls, r: ContextResponse, budget: int) -> ContextOut:
@@ -131,6 +135,7 @@ class ContextOut(BaseModel):
             ],
             conflicts=r.conflicts,
             warnings=a.warnings,
+            due_verifications=r.due_verifications,
         )
 
 
