@@ -697,6 +697,7 @@ def render_memories(answer: Mapping[str, Any]) -> Table | None:
 @click.option("--key", default=None)
 @click.option("--include-expired", is_flag=True)
 @click.option("--include-superseded", is_flag=True)
+@click.option("--include-archived", is_flag=True, help="Also memories archived as unused.")
 @click.option("--limit", type=click.IntRange(1, 1_000), default=100, show_default=True)
 @click.option("--after", default=None, help="Cursor: the last memory id of the previous page.")
 @pass_state
@@ -709,6 +710,7 @@ def list_memories(
     key: str | None,
     include_expired: bool,
     include_superseded: bool,
+    include_archived: bool,
     limit: int,
     after: str | None,
 ) -> None:
@@ -720,6 +722,7 @@ def list_memories(
         key=key,
         include_expired=include_expired,
         include_superseded=include_superseded,
+        include_archived=include_archived,
         limit=limit,
         after=after,
     )
