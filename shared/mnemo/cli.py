@@ -110,11 +110,14 @@ class Api:
     tenant: str
     principal: str
     timeout: float
+    admin_token: str | None = None
     _http: httpx.Client | None = None
 
     def _client(self) -> httpx.Client:
         if self._http is None:
             headers = {"X-Mnemo-Tenant": self.tenant, "X-Mnemo-Principal": self.principal}
+            if self.admin_token:
+                headers["X-Mnemo-Admin-Token"] = self.admin_token
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
         return self._http
 
@@ -294,17 +297,29 @@ def progress_bar(console: Console) -> Progress:
     show_default=True,
     help="Seconds to wait for an answer.",
 )
+@click.option(
+    "--admin-token",
+    envvar="MNEMO_ADMIN_TOKEN",
+    default=None,
+    help="The operator token, for online rebuilds and platform-wide counts.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
 def cli(
-    ctx: click.Context, url: str, tenant: str, principal: str, timeout: float, as_json: bool
+    ctx: click.Context,
+    url: str,
+    tenant: str,
+    principal: str,
+    timeout: float,
+    admin_token: str | None,
+    as_json: bool,
 ) -> None:
     """Mnemo: durable, governed, shared memory for AI agents.
 
     `mnemo serve` runs the server; the other commands talk to it over HTTP (MNEMO_URL).
     Exit codes: 1 local problem, 2 rejected by Mnemo, 3 Mnemo unreachable.
     """
-    api = Api(url.rstrip("/"), tenant, principal, timeout)
+    api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token)
     ctx.call_on_close(api.close)
     ctx.obj = State(api, as_json)
 
@@ -904,6 +919,8 @@ def render_status(status: Mapping[str, Any]) -> Group:
     consumers = table("consumer", "position", "lag")
     for name, lag in sorted(status["lag"].items()):
         add_row(consumers, name, head - int(lag), lag)
+    if "counts" not in status:  # platform-wide counts are for operators (--admin-token)
+        return Group(consumers)
     counts = table("read model", "rows")
     for name, count in sorted(status["counts"].items()):
         add_row(counts, name, count)

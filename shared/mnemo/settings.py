@@ -77,6 +77,11 @@ class GatewaySettings(BaseSettings):
     max_json_depth: int = Field(
         default=32, ge=4, le=512, description="deepest JSON nesting accepted"
     )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="operator token for /v1/admin (rebuilds, platform-wide counts); unset: "
+        "rebuilds over HTTP are off",
+    )
     wait_timeout: float = Field(
         default=10.0, gt=0, le=120, description="longest read-your-writes wait"
     )

@@ -96,6 +96,9 @@ def jsonl(output: str) -> list[dict[str, Any]]:
 # ---- fixtures -------------------------------------------------------------------------------
 
 
+ADMIN_TOKEN = "operator-secret-for-tests"
+
+
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
@@ -105,7 +108,10 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])
     config = uvicorn.Config(
-        create_app(platform, GatewaySettings()), host="127.0.0.1", port=port, log_level="warning"
+        create_app(platform, GatewaySettings(admin_token=ADMIN_TOKEN)),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -398,7 +404,9 @@ def test_status_json_has_every_consumer(published: Published, mnemo: Invoke) -> 
     assert set(status["lag"]) == set(CONSUMERS)
     assert status["consumers_running"] is True
     assert status["log_head"] >= 7
-    assert status["counts"]["memories"] >= 3
+    assert "counts" not in status  # counts span tenants: operators only
+    operator = json.loads(mnemo("--json", "--admin-token", ADMIN_TOKEN, "status").stdout)
+    assert operator["counts"]["memories"] >= 3
     human = mnemo("status").stdout
     assert all(name in human for name in CONSUMERS)
 
@@ -465,9 +473,12 @@ def test_admin_refuses_a_directory_without_data(tmp_path: Path) -> None:
 def test_admin_rebuild_online_answers_the_servers_checksum(
     published: Published, mnemo: Invoke
 ) -> None:
-    first = mnemo("--json", "admin", "rebuild", "--online")
+    refused = mnemo("--json", "admin", "rebuild", "--online")
+    assert refused.exit_code == 2
+    assert "ADMIN_ONLY" in refused.output
+    first = mnemo("--json", "--admin-token", ADMIN_TOKEN, "admin", "rebuild", "--online")
     assert first.exit_code == 0, first.output
-    second = mnemo("--json", "admin", "rebuild", "--online")
+    second = mnemo("--json", "--admin-token", ADMIN_TOKEN, "admin", "rebuild", "--online")
     assert json.loads(first.stdout)["checksum"] == json.loads(second.stdout)["checksum"]
     assert len(json.loads(first.stdout)["checksum"]) == 64
 

@@ -66,6 +66,10 @@ class Weights:
         return self.values.get(memory_id)
 
 
+M1 = "019ad4f0-8000-7000-8000-000000000001"
+M2 = "019ad4f0-8000-7000-8000-000000000002"
+M3 = "019ad4f0-8000-7000-8000-000000000003"
+
 # the same instant: 23:00 in Tokyo, 09:00 in New York, 14:00 UTC
 INSTANT = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 
@@ -244,21 +248,19 @@ def feedback(event_type: str, payload: dict[str, object], at: datetime = INSTANT
 
 def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
     state = Weights()
-    state.values["m1"] = (0.5, 0.6, 0.5)
-    early = decay.handle(
-        feedback("MemoryCited", {"memory_id": "m1", "position": "beginning"}), state
-    )
+    state.values[M1] = (0.5, 0.6, 0.5)
+    early = decay.handle(feedback("MemoryCited", {"memory_id": M1, "position": "beginning"}), state)
     [event] = early.events
     assert event.type == "MemoryDecayed"
     assert (event.payload["semantic_weight"], event.payload["trust"]) == (0.55, 0.62)
-    late = decay.handle(feedback("MemoryCited", {"memory_id": "m1", "position": "end"}), state)
+    late = decay.handle(feedback("MemoryCited", {"memory_id": M1, "position": "end"}), state)
     assert (late.events[0].payload["semantic_weight"], late.events[0].payload["trust"]) == (
         0.52,
         0.6,
     )
-    state.values["m1"] = (0.98, 1.0, 0.5)
+    state.values[M1] = (0.98, 1.0, 0.5)
     capped = decay.handle(
-        feedback("MemoryCited", {"memory_id": "m1", "position": "beginning"}), state
+        feedback("MemoryCited", {"memory_id": M1, "position": "beginning"}), state
     )
     assert (capped.events[0].payload["semantic_weight"], capped.events[0].payload["trust"]) == (
         0.99,
@@ -268,18 +270,16 @@ def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
 
 def test_a_correction_lowers_weight_and_trust_of_each_memory_used() -> None:
     state = Weights()
-    state.values.update({"m1": (0.8, 0.5, 0.8), "m2": (0.4, 0.05, 0.4)})
+    state.values.update({M1: (0.8, 0.5, 0.8), M2: (0.4, 0.05, 0.4)})
     decision = decay.handle(
-        feedback(
-            "MemoryCorrected", {"memory_ids": ["m1", "m2", "unknown"], "reason": "wrong size"}
-        ),
+        feedback("MemoryCorrected", {"memory_ids": [M1, M2, M3], "reason": "wrong size"}),
         state,
     )
     moved = {
         e.payload["memory_id"]: (e.payload["semantic_weight"], e.payload["trust"])
         for e in decision.events
     }
-    assert moved == {"m1": (0.56, 0.4), "m2": (0.28, 0.0)}
+    assert moved == {M1: (0.56, 0.4), M2: (0.28, 0.0)}
     assert all(e.payload["reason"] == "corrected:wrong size" for e in decision.events)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, Header, Request
 
 from mnemo.bootstrap import Platform
-from mnemo.domain.errors import InvalidInput
+from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.service.app import Mnemo, RequestContext
 from mnemo.settings import GatewaySettings
 
@@ -91,3 +92,28 @@ async def json_body(request: Request) -> Any:
 
 
 Body = Annotated[Any, Depends(json_body)]
+
+
+def is_admin(request: Request, token: str | None) -> bool:
+    """Whether the request carries the operator token (compared in constant time)."""
+    wanted = settings_of(request).admin_token
+    if wanted is None or token is None:
+        return False
+    return hmac.compare_digest(token.encode(), wanted.get_secret_value().encode())
+
+
+def require_admin(
+    request: Request,
+    x_mnemo_admin_token: Annotated[str | None, Header(description="operator token")] = None,
+) -> None:
+    """Platform-wide operations belong to operators, not to any tenant."""
+    if settings_of(request).admin_token is None:
+        raise MnemoError(
+            "admin operations over HTTP are off: set MNEMO_GATEWAY_ADMIN_TOKEN",
+            code="ADMIN_DISABLED",
+        )
+    if not is_admin(request, x_mnemo_admin_token):
+        raise MnemoError("this needs the operator token", code="ADMIN_ONLY")
+
+
+Admin = Annotated[None, Depends(require_admin)]

@@ -155,7 +155,7 @@ class ContextTemplate(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=2**31)
     protocol: str = "v1"
     description: str = Field(default="", max_length=1_000)
     sections: tuple[SectionSpec, ...] = Field(min_length=1, max_length=16)

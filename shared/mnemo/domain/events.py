@@ -78,7 +78,7 @@ class Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     event_id: str = Field(
-        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[78][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
     )
     type: str = Field(min_length=1, max_length=64)
     schema_version: int = Field(ge=1)
@@ -113,6 +113,8 @@ class Envelope(BaseModel):
     def _aware(cls, value: datetime) -> datetime:
         if value.utcoffset() is None:
             raise ValueError("occurred_at must carry its UTC offset")
+        if not 1970 <= value.year <= 2200:
+            raise ValueError("occurred_at must fall between the years 1970 and 2200")
         return value
 
 
@@ -166,10 +168,15 @@ class ObservationRecorded(EventPayload):
     language: str | None = Field(default=None, max_length=16)
 
 
+MemoryId = Annotated[
+    str, Field(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+]
+
+
 class MemoryCited(EventPayload):
     TYPE = "MemoryCited"
     VERSION = 1
-    memory_id: str
+    memory_id: MemoryId
     request_id: str | None = None
     position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
 
@@ -177,7 +184,7 @@ class MemoryCited(EventPayload):
 class MemoryCorrected(EventPayload):
     TYPE = "MemoryCorrected"
     VERSION = 1
-    memory_ids: tuple[str, ...] = Field(min_length=1)
+    memory_ids: tuple[MemoryId, ...] = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=1_000)
     request_id: str | None = None
 
@@ -187,7 +194,7 @@ class MemoryVerified(EventPayload):
 
     TYPE = "MemoryVerified"
     VERSION = 1
-    memory_id: str
+    memory_id: MemoryId
 
 
 class MemoryContradicted(EventPayload):
@@ -196,7 +203,7 @@ class MemoryContradicted(EventPayload):
 
     TYPE = "MemoryContradicted"
     VERSION = 1
-    memory_id: str
+    memory_id: MemoryId
     reason: str = Field(min_length=1, max_length=1_000)
 
 
@@ -205,7 +212,7 @@ class ForgetRequested(EventPayload):
 
     TYPE = "ForgetRequested"
     VERSION = 1
-    memory_id: str | None = None
+    memory_id: MemoryId | None = None
     reason: str | None = Field(default=None, max_length=1_000)
 
 
@@ -427,7 +434,11 @@ def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelop
             field="type",
         )
     version = raw.get("schema_version")
-    if not isinstance(version, int) or (event_type, version) not in CATALOG.models:
+    if (
+        not isinstance(version, int)
+        or isinstance(version, bool)
+        or (event_type, version) not in CATALOG.models
+    ):
         raise InvalidInput(
             f"{event_type} has no schema version {version!r}; supported: "
             f"{CATALOG.versions(event_type)}",

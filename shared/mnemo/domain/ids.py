@@ -22,12 +22,13 @@ def valid_stream(value: str) -> bool:
     return bool(STREAM_RE.fullmatch(value))
 
 
-def uuid7_at(ms: int, rand: bytes) -> uuid.UUID:
-    """A UUIDv7 with the given Unix milliseconds and 10 bytes of entropy."""
+def uuid7_at(ms: int, rand: bytes, version: int = 7) -> uuid.UUID:
+    """A UUIDv7 with the given Unix milliseconds and 10 bytes of entropy (or, with
+    version=8, the same time-ordered layout marked as Mnemo's own derived id)."""
     if len(rand) < 10:
         raise ValueError("uuid7 needs 10 bytes of entropy")
     value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
+    value |= version << 76
     value |= (int.from_bytes(rand[0:2], "big") & 0x0FFF) << 64
     value |= 0b10 << 62
     value |= int.from_bytes(rand[2:10], "big") & ((1 << 62) - 1)
@@ -43,7 +44,9 @@ def derived_id(at: datetime, *parts: str) -> str:
     """A time-ordered id that is the same every time for the same parts.
 
     Consumers name the events they emit this way, so a redelivered input emits an
-    event with the same id, and the log's idempotent append drops the copy.
+    event with the same id, and the log's idempotent append drops the copy. Derived ids
+    are UUID version 8 (published events must be version 7), so no publisher can take an
+    id a consumer will derive later.
     """
     digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
-    return str(uuid7_at(int(at.timestamp() * 1000), digest))
+    return str(uuid7_at(int(at.timestamp() * 1000), digest, version=8))

@@ -27,6 +27,8 @@ DEFAULT_SEMANTIC_WEIGHT = 0.5
 TAG_RE = re.compile(r"^[\w][\w:./-]{0,63}$")
 KEY_RE = re.compile(r"^[\w][\w.-]{0,63}$")
 MAX_CONTENT_CHARS = 8_000
+MAX_TTL_SECONDS = 100 * 366 * 86_400  # a century
+MIN_YEAR, MAX_YEAR = 1970, 2200
 # a group that holds a quantifier and is itself quantified: (a+)+, (x*y)*, (a{2,})+ ...
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)\s*[+*{]")
 
@@ -111,7 +113,7 @@ class MemoryDraft(BaseModel):
     key: str | None = None
     value: str | None = Field(default=None, max_length=1_000)
     tags: tuple[str, ...] = ()
-    ttl_seconds: int | None = Field(default=None, gt=0)
+    ttl_seconds: int | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     valid_until: datetime | None = None
     stale_after: datetime | None = None
     timezone: str | None = Field(default=None, max_length=64)
@@ -147,6 +149,8 @@ class MemoryDraft(BaseModel):
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.utcoffset() is None:
             raise ValueError("times must carry a UTC offset")
+        if value is not None and not MIN_YEAR <= value.year <= MAX_YEAR:
+            raise ValueError(f"times must fall between the years {MIN_YEAR} and {MAX_YEAR}")
         return value
 
     @model_validator(mode="after")

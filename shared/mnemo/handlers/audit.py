@@ -53,10 +53,12 @@ def verify(
     `events` maps event ids to the events as the log holds them now.
     """
     prev = start_hash
+    seen: set[str] = set()
     for record in records:
         event = events.get(record.event_id)
-        if event is None or record.prev_hash != prev:
+        if event is None or record.prev_hash != prev or record.event_id in seen:
             return record.n
+        seen.add(record.event_id)
         if link_hash(prev, canonical(event)) != record.hash:
             return record.n
         prev = record.hash

@@ -267,11 +267,12 @@ def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> 
             writes=[PutContextRecord(replace(found, response_hash=payload.response_hash))]
         )
     if isinstance(payload, MemoryCited):
+        if state.get(event.tenant, payload.memory_id) is None:
+            return Decision()  # no such memory in this tenant: nothing to count
         return Decision(writes=[BumpStats(event.tenant, payload.memory_id, at, cited=1)])
     if isinstance(payload, MemoryCorrected):
-        return Decision(
-            writes=[BumpStats(event.tenant, m, at, corrected=1) for m in payload.memory_ids]
-        )
+        known = [m for m in payload.memory_ids if state.get(event.tenant, m) is not None]
+        return Decision(writes=[BumpStats(event.tenant, m, at, corrected=1) for m in known])
     return Decision()
 
 

@@ -3,6 +3,7 @@ replay a stream. Every call is scoped to the tenant of the request context."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,7 @@ __all__ = ["MAX_BATCH", "Mnemo", "RequestContext", "SearchHit", "Wait"]
 
 MAX_BATCH = 1_000
 MAX_CLOCK_SKEW = timedelta(minutes=5)
+_PUBLISHED_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 RRF_K = 60
 CONTEXT_PROTOCOL = "v1"
 
@@ -163,6 +165,20 @@ class Mnemo:
                     f"payload over {MAX_PAYLOAD_BYTES} bytes",
                     code="PAYLOAD_TOO_LARGE",
                     field=f"events[{i}].payload",
+                )
+            actor = event.get("actor")
+            if isinstance(actor, Mapping) and actor.get("kind") == ActorKind.SYSTEM.value:
+                raise InvalidInput(
+                    "system actors are Mnemo's own consumers",
+                    code="ACTOR_NOT_ALLOWED",
+                    field=f"events[{i}].actor",
+                )
+            event_id = event.get("event_id")
+            if isinstance(event_id, str) and not _PUBLISHED_ID.fullmatch(event_id):
+                raise InvalidInput(
+                    "event_id must be a lowercase UUIDv7",
+                    code="INVALID_EVENT_ID",
+                    field=f"events[{i}].event_id",
                 )
             if "seq" in event:
                 raise InvalidInput(

@@ -13,7 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from mnemo.domain.events import Envelope, LoggedEvent
+from mnemo.domain.errors import Unavailable
+from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
 from mnemo.domain.rules import RuleSet
 from mnemo.handlers import Decision, audit, decay, indexing, registration, timeline
@@ -72,6 +73,9 @@ class EmbeddedRunner:
         self._thread: threading.Thread | None = None
         self.errors = 0
         self.on_progress: list[Callable[[], None]] = []
+        self._step_lock = threading.RLock()
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
 
     # ---- one step of each consumer ----------------------------------------------------
 
@@ -100,7 +104,9 @@ class EmbeddedRunner:
                 prior = [
                     e.envelope
                     for e in self.log.caused_by(env.tenant, env.event_id)
-                    if e.envelope.actor.id == registration.CONSUMER
+                    if e.envelope.actor.kind is ActorKind.SYSTEM
+                    and e.envelope.actor.id == registration.CONSUMER
+                    and e.envelope.event_id[14] == "8"  # a derived id: no publisher can hold one
                 ]
             return registration.handle(env, tx, self.rules, prior)
         except Exception:
@@ -203,10 +209,21 @@ class EmbeddedRunner:
             indexing.CONSUMER: (self.step_indexer,),
         }
         done = 0
-        for name in CONSUMERS:
-            if name in self.consumers:
-                for step in steps[name]:
-                    done += step()
+        with self._step_lock:  # one driver at a time: a batch is never taken twice
+            for name in CONSUMERS:
+                if name not in self.consumers or time.monotonic() < self._retry_at.get(name, 0.0):
+                    continue
+                try:
+                    for step in steps[name]:
+                        done += step()
+                    self._failures.pop(name, None)
+                except Exception:
+                    # one consumer's trouble must not hold the others back; it retries later
+                    self.errors += 1
+                    failures = self._failures.get(name, 0) + 1
+                    self._failures[name] = failures
+                    self._retry_at[name] = time.monotonic() + min(30.0, 0.1 * 2**failures)
+                    log.exception("consumer %s failed; retrying", name)
         if done:
             with self._progress:
                 self._progress.notify_all()
@@ -234,6 +251,8 @@ class EmbeddedRunner:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise Unavailable("the consumers did not stop in time", code="RUNNER_BUSY")
             self._thread = None
 
     @property

@@ -1,30 +1,41 @@
-"""Operating the platform: status and rebuilding read models."""
+"""Operating the platform: status and rebuilding read models. Rebuilds, and the counts that
+span tenants, need the operator token; any tenant may see consumer health and lag."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header, Request
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.service.admin import rebuild_read_models
-from mnemo_gateway.deps import Ctx, PlatformDep
+from mnemo_gateway.deps import Admin, Ctx, PlatformDep, is_admin
 
 router = APIRouter(tags=["admin"])
 
 
 @router.post("/v1/admin/rebuild", summary="Drop the read models and rebuild them from the log")
-async def rebuild(_: Ctx, platform: PlatformDep) -> dict[str, Any]:
+async def rebuild(_: Ctx, __: Admin, platform: PlatformDep) -> dict[str, Any]:
     checksum = await run_in_threadpool(rebuild_read_models, platform)
     return {"checksum": checksum, "log_head": platform.log.head()}
 
 
-@router.get("/v1/admin/status", summary="Consumers' positions and lag, read-model counts")
-def status(_: Ctx, platform: PlatformDep) -> dict[str, Any]:
-    return {
+@router.get(
+    "/v1/admin/status",
+    summary="Consumers' positions and lag; read-model counts for operators",
+)
+def status(
+    _: Ctx,
+    platform: PlatformDep,
+    request: Request,
+    x_mnemo_admin_token: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "mode": "embedded",
         "log_head": platform.log.head(),
         "lag": platform.runner.lag(),
         "consumers_running": platform.runner.running,
-        "counts": platform.store.counts(),
     }
+    if is_admin(request, x_mnemo_admin_token):
+        body["counts"] = platform.store.counts()
+    return body

@@ -403,7 +403,7 @@ def context(ctx: Ctx, insights: InsightsDep, request_id: str) -> ContextOut:
 def events(
     ctx: Ctx,
     insights: InsightsDep,
-    after_offset: Annotated[int | None, Query(ge=0)] = None,
+    after_offset: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
     type: Annotated[list[str] | None, Query(description="event types (any of them)")] = None,
     stream: Annotated[str | None, Query(max_length=128)] = None,

@@ -29,7 +29,9 @@ class ContextIn(BaseModel):
         default=1_000, ge=16, le=200_000, description="total tokens, header included"
     )
     template: str = Field(default="default", max_length=64)
-    template_version: int | None = Field(default=None, ge=1, description="latest when absent")
+    template_version: int | None = Field(
+        default=None, ge=1, le=2**31, description="latest when absent"
+    )
     tokenizer: str | None = Field(
         default=None, max_length=64, description="an encoding or a model name"
     )
@@ -235,7 +237,10 @@ def list_templates(ctx: Ctx, mnemo: App) -> list[dict[str, Any]]:
 
 @router.get("/v1/templates/{name}", summary="One template (latest version unless one is named)")
 def get_template(
-    ctx: Ctx, mnemo: App, name: str, version: Annotated[int | None, Query(ge=1)] = None
+    ctx: Ctx,
+    mnemo: App,
+    name: str,
+    version: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
 ) -> dict[str, Any]:
     t = mnemo.template(ctx, name, version)
     return {"template": t.model_dump(mode="json"), "fingerprint": t.fingerprint()}

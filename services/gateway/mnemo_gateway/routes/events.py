@@ -113,7 +113,7 @@ def outcome(ctx: Ctx, mnemo: App, event_id: str) -> list[OutcomeOut]:
 def tail(
     ctx: Ctx,
     mnemo: App,
-    after_offset: Annotated[int, Query(ge=0)] = 0,
+    after_offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventsOut:
     events = mnemo.tail(ctx, after_offset, limit)
@@ -130,7 +130,7 @@ def replay(
     ctx: Ctx,
     mnemo: App,
     stream: str,
-    from_seq: Annotated[int, Query(ge=1)] = 1,
+    from_seq: Annotated[int, Query(ge=1, le=2**63 - 1)] = 1,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1_000,
 ) -> Response:
     events = mnemo.replay_json(ctx, stream, from_seq, limit)

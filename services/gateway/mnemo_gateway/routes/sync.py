@@ -63,12 +63,12 @@ async def live(
     ctx: Ctx,
     mnemo: App,
     stream: str,
-    from_seq: Annotated[int, Query(ge=1)] = 1,
+    from_seq: Annotated[int, Query(ge=1, le=2**63 - 1)] = 1,
     max_seconds: Annotated[float, Query(ge=0, le=86_400)] = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     start = from_seq
-    if last_event_id is not None and last_event_id.isdigit():
+    if last_event_id is not None and last_event_id.isdigit() and len(last_event_id) < 19:
         start = int(last_event_id) + 1
     mnemo.replay(ctx, stream, start, 1)  # validates the stream name before streaming starts
 

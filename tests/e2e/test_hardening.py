@@ -1,0 +1,164 @@
+"""What a hostile or careless publisher must not be able to do."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.conftest import T0
+
+from mnemo.bootstrap import Platform
+from mnemo.domain.errors import ConflictError
+from mnemo.domain.ids import derived_id, new_event_id
+from mnemo.domain.projection import AuditRecord
+from mnemo.handlers import audit
+from mnemo.service.admin import rebuild_read_models
+from mnemo.service.app import RequestContext
+from mnemo.settings import GatewaySettings
+
+H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "agent"}
+OTHER = {"X-Mnemo-Tenant": "mallory", "X-Mnemo-Principal": "eve"}
+BIG = 2**63
+
+
+@pytest.fixture
+def client(platform: Platform) -> Iterator[TestClient]:
+    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as c:
+        yield c
+
+
+def declared(content: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": content}},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        (declared("x", actor={"kind": "system", "id": "registrar"}), "ACTOR_NOT_ALLOWED"),
+        (declared("x", event_id=derived_id(T0, "registrar", "x")), "INVALID_EVENT_ID"),
+        (declared("x", occurred_at="0001-01-01T00:00:00+01:00"), "INVALID_ENVELOPE"),
+        (declared("x", schema_version=True), "UNSUPPORTED_SCHEMA_VERSION"),
+        (
+            {
+                **declared("x"),
+                "payload": {"memory": {"type": "fact", "content": "x", "ttl_seconds": 10**12}},
+            },
+            "INVALID_PAYLOAD",
+        ),
+        (
+            {
+                "type": "MemoryCited",
+                "schema_version": 1,
+                "stream": "user:U1",
+                "payload": {"memory_id": "x" * 60_000},
+            },
+            "INVALID_PAYLOAD",
+        ),
+    ],
+)
+def test_forged_or_out_of_range_events_are_refused(
+    client: TestClient, platform: Platform, event: dict[str, Any], code: str
+) -> None:
+    before = platform.log.head()
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == code
+    assert platform.log.head() == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/v1/events?after_offset={BIG}",
+        f"/v1/subjects/user:U1/events?from_seq={BIG}",
+        f"/v1/templates/default?version={BIG}",
+        f"/v1/subjects/user:U1/events/live?from_seq={BIG}",
+    ],
+)
+def test_huge_integers_are_a_validation_error_not_a_crash(client: TestClient, path: str) -> None:
+    r = client.get(path, headers=H)
+    assert r.status_code == 422
+    assert r.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+def test_admin_operations_need_the_operator_token(client: TestClient, platform: Platform) -> None:
+    status = client.get("/v1/admin/status", headers=OTHER).json()
+    assert "counts" not in status  # platform-wide counts are not a tenant's business
+    assert client.post("/v1/admin/rebuild", headers=OTHER).json()["error"]["code"] == "ADMIN_ONLY"
+    wrong = client.post("/v1/admin/rebuild", headers={**OTHER, "X-Mnemo-Admin-Token": "guess"})
+    assert wrong.status_code == 403
+    ok = client.post("/v1/admin/rebuild", headers={**OTHER, "X-Mnemo-Admin-Token": "op-token"})
+    assert ok.status_code == 200
+    assert (
+        "counts"
+        in client.get("/v1/admin/status", headers={**H, "X-Mnemo-Admin-Token": "op-token"}).json()
+    )
+
+
+def test_without_a_configured_token_admin_rebuilds_are_off(platform: Platform) -> None:
+    with TestClient(create_app(platform)) as c:
+        r = c.post("/v1/admin/rebuild", headers=H)
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "ADMIN_DISABLED")
+
+
+def test_a_second_rebuild_at_the_same_time_is_refused(platform: Platform) -> None:
+    platform.app.publish(
+        __import__("mnemo.service.app", fromlist=["RequestContext"]).RequestContext("acme", "a"),
+        [declared("hello")],
+    )
+    started, release = threading.Event(), threading.Event()
+
+    def slow_progress(done: int, total: int) -> None:
+        started.set()
+        release.wait(10)
+
+    worker = threading.Thread(target=rebuild_read_models, args=(platform, slow_progress))
+    worker.start()
+    assert started.wait(10)
+    with pytest.raises(ConflictError) as caught:
+        rebuild_read_models(platform)
+    assert caught.value.code == "REBUILD_RUNNING"
+    release.set()
+    worker.join(30)
+
+
+def test_citing_an_unknown_memory_counts_nothing(client: TestClient, platform: Platform) -> None:
+    ghost = new_event_id(T0)
+    cited = {
+        "type": "MemoryCited",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory_id": ghost},
+    }
+    assert client.post("/v1/events?wait=registered", json=cited, headers=H).status_code == 202
+    assert platform.store.memory_stats("acme", [ghost]) == []
+
+
+def test_the_audit_check_refuses_an_event_linked_twice(platform: Platform) -> None:
+    platform.app.publish(RequestContext("acme", "a"), [declared("one"), declared("two")])
+    platform.runner.drain()
+    trail = platform.store.audit_trail("acme", 0, 100)
+    events = {e.envelope.event_id: e.envelope for e in platform.log.read(0, 100)}
+    assert audit.verify(trail, events) is None
+    last = trail[-1]
+    # a well-formed link that chains correctly but repeats an event already linked
+    again = AuditRecord(
+        last.tenant,
+        last.n + 1,
+        last.event_id,
+        last.event_type,
+        last.offset,
+        last.hash,
+        audit.link_hash(last.hash, audit.canonical(events[last.event_id])),
+    )
+    assert audit.verify([*trail, again], events) == last.n + 1
