@@ -264,11 +264,14 @@ def score_candidate(
     weight: float,
     as_of: datetime,
     via: str = "retrieval",
+    relevance: float | None = None,
 ) -> Candidate:
-    if ranked:
+    """`relevance` comes from retrieval (1.0 for the best match); without it, it follows
+    from the two ranks by plain reciprocal-rank fusion."""
+    if relevance is None and ranked:
         fused = sum(1.0 / (RRF_K + r) for r in (vector_rank, keyword_rank) if r is not None)
         relevance = fused / (2.0 / (RRF_K + 1))
-    else:
+    elif relevance is None:
         relevance = 1.0
     freshness = memory.remaining_fraction(as_of)
     trust = memory.provenance.trust

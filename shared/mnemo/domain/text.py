@@ -1,16 +1,27 @@
-"""Keyword terms for BM25: lowercase words for alphabetic scripts, character unigrams and
-bigrams for Chinese, Japanese and Korean, which are written without spaces."""
+"""Keyword terms for BM25: lowercase words for alphabetic scripts (English words stemmed),
+character unigrams and bigrams for Chinese, Japanese and Korean, which are written without
+spaces."""
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+
+import snowballstemmer
 
 __all__ = ["keyword_terms"]
 
 _TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+|[^\W_]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 MAX_TERMS = 512
+_ENGLISH = snowballstemmer.stemmer("english")
+
+
+@functools.lru_cache(maxsize=65_536)
+def _stem(word: str) -> str:
+    """English words to their stem (seats, seat -> seat), so a query matches inflections."""
+    return str(_ENGLISH.stemWord(word))
 
 
 def keyword_terms(text: str) -> list[str]:
@@ -22,6 +33,8 @@ def keyword_terms(text: str) -> list[str]:
         if _CJK.match(run):
             terms.extend(run)
             terms.extend(run[i : i + 2] for i in range(len(run) - 1))
+        elif run.isascii() and run.isalpha():
+            terms.append(_stem(run))
         else:
             terms.append(run)
         if len(terms) >= MAX_TERMS:

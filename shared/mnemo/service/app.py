@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -15,13 +15,12 @@ import orjson
 from pydantic import ValidationError
 
 from mnemo.domain import replica
-from mnemo.domain.context import ContextTemplate
+from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.errors import ConflictError, InvalidInput, NotFound, Unavailable
 from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, LoggedEvent, validate_envelope
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import Outcome
-from mnemo.domain.text import query_terms
 from mnemo.handlers import indexing, registration
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
@@ -32,9 +31,9 @@ from mnemo.ports import (
     MemoryQuery,
     MemoryStore,
     Tokenizer,
-    VectorFilter,
     VectorIndex,
 )
+from mnemo.service import retrieval
 from mnemo.service.context import (
     BUILTIN_TEMPLATES,
     ContextAssembler,
@@ -295,60 +294,29 @@ class Mnemo:
         now = self.clock.now()
         if vector is None and query.strip():
             vector = self.query_embedder.embed_query(query)
-        flt = VectorFilter(
-            streams=tuple(streams),
-            types=tuple(t.value for t in types),
-            scopes=tuple(s.value for s in scopes),
-            tags=tuple(tags),
-        )
-        vec_hits: list[tuple[str, float]] = (
-            self.index.search(ctx.tenant, vector, depth, flt) if vector is not None else []
-        )
-        statuses = (
-            (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED)
-            if include_archived
-            else (MemoryStatus.ACTIVE,)
-        )
         base = MemoryQuery(
             types=tuple(types),
             scopes=tuple(scopes),
             tags=tuple(tags),
-            statuses=statuses,
+            statuses=retrieval.live_statuses(include_archived),
             live_at=now,
             limit=depth,
         )
-        kw_hits: list[tuple[str, float]] = []
-        for stream in streams or (None,):
-            kw_hits.extend(
-                self.store.keyword_search(
-                    ctx.tenant, query_terms(query), replace(base, stream=stream)
-                )
-            )
-        kw_hits.sort(key=lambda h: (-h[1], h[0]))
-        vec_rank = {mid: r for r, (mid, _) in enumerate(vec_hits, 1)}
-        kw_rank: dict[str, int] = {}
-        for mid, _ in kw_hits:
-            kw_rank.setdefault(mid, len(kw_rank) + 1)
-        candidates = sorted(set(vec_rank) | set(kw_rank))
-        memories = {m.memory_id: m for m in self.store.get_many(ctx.tenant, candidates)}
+        ranked = retrieval.rank(
+            self.store, self.index, ctx.tenant, query, vector, base, streams, depth
+        )
         hits = []
-        for mid in candidates:
-            memory = memories.get(mid)
-            if memory is None:
-                continue
-            usable = memory.is_live(now) or (
-                include_archived
-                and memory.status is MemoryStatus.ARCHIVED
-                and (memory.valid_until is None or now < memory.valid_until)
+        for r in ranked:
+            c = score_candidate(
+                r.memory,
+                vector_rank=r.vector_rank,
+                keyword_rank=r.keyword_rank,
+                ranked=True,
+                weight=decayed_weight(r.memory, now),
+                as_of=now,
+                relevance=r.relevance,
             )
-            if not usable:
-                continue
-            fused = sum(1.0 / (RRF_K + r) for r in (vec_rank.get(mid), kw_rank.get(mid)) if r)
-            weight = decayed_weight(memory, now)
-            score = fused * (0.5 + weight) * (0.75 + 0.25 * memory.remaining_fraction(now))
-            hits.append(
-                SearchHit(memory, round(score, 9), vec_rank.get(mid), kw_rank.get(mid), weight)
-            )
+            hits.append(SearchHit(r.memory, c.score, r.vector_rank, r.keyword_rank, c.weight))
         hits.sort(key=lambda h: (-h.score, h.memory.memory_id))
         return hits[:limit]
 

@@ -33,7 +33,6 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.ids import derived_id, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
-from mnemo.domain.text import query_terms
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
     Clock,
@@ -42,9 +41,9 @@ from mnemo.ports import (
     MemoryQuery,
     MemoryStore,
     Tokenizer,
-    VectorFilter,
     VectorIndex,
 )
+from mnemo.service import retrieval
 
 __all__ = ["BUILTIN_TEMPLATES", "ContextAssembler", "ContextRequest", "ContextResponse", "Feedback"]
 
@@ -270,37 +269,19 @@ class ContextAssembler:
                 for m in memories
             ]
         depth = max(spec.limit * 4, 40)
-        flt = VectorFilter(
-            streams=tuple(subjects),
-            types=tuple(t.value for t in spec.types),
-            scopes=tuple(s.value for s in spec.scopes),
-            tags=spec.tags,
-        )
-        vec_hits = self.index.search(tenant, vector, depth, flt) if vector is not None else []
-        terms = query_terms(text)
-        kw_hits: list[tuple[str, float]] = []
-        for subject in subjects:
-            query = MemoryQuery(
-                stream=subject, types=spec.types, scopes=spec.scopes, tags=spec.tags, limit=depth
-            )
-            kw_hits.extend(self.store.keyword_search(tenant, terms, query))
-        kw_hits.sort(key=lambda h: (-h[1], h[0]))
-        vec_rank = {mid: r for r, (mid, _) in enumerate(vec_hits, 1)}
-        kw_rank: dict[str, int] = {}
-        for mid, _ in kw_hits:
-            kw_rank.setdefault(mid, len(kw_rank) + 1)
-        ids = sorted(set(vec_rank) | set(kw_rank))
+        base = MemoryQuery(types=spec.types, scopes=spec.scopes, tags=spec.tags, limit=depth)
+        ranked = retrieval.rank(self.store, self.index, tenant, text, vector, base, subjects, depth)
         return [
             score_candidate(
-                m,
-                vector_rank=vec_rank.get(m.memory_id),
-                keyword_rank=kw_rank.get(m.memory_id),
+                r.memory,
+                vector_rank=r.vector_rank,
+                keyword_rank=r.keyword_rank,
                 ranked=True,
-                weight=decayed_weight(m, as_of),
+                weight=decayed_weight(r.memory, as_of),
                 as_of=as_of,
+                relevance=r.relevance,
             )
-            for m in self.store.get_many(tenant, ids)
-            if m.status is MemoryStatus.ACTIVE
+            for r in ranked
         ]
 
     @staticmethod
