@@ -75,8 +75,10 @@ test: install browser lint typecheck
 schemas: install
 	$(BIN)/python -m mnemo.schemas schemas
 
+LOCOMO ?= ../shared/benchmarks/locomo/locomo10.zip
+
 bench: install
-	$(BIN)/python -m bench.run --out bench/results
+	$(BIN)/python -m bench.run --out bench/results --locomo $(LOCOMO)
 
 constraints: install
 	$(BIN)/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt

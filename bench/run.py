@@ -78,6 +78,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="skip the one-thread embedder comparisons",
     )
     ap.add_argument("--keep-data", action="store_true", help="keep the temporary data dir")
+    ap.add_argument(
+        "--locomo",
+        type=Path,
+        metavar="PATH",
+        help="also run the LoCoMo retrieval benchmark on locomo10.zip at PATH "
+        "(writes OUT/locomo.json; skipped with a note when the file is absent)",
+    )
     args = ap.parse_args(argv)
     q = args.quick
     args.sizes = (
@@ -290,6 +297,16 @@ def main(argv: list[str] | None = None) -> int:
             progress("bench", f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    if args.locomo is not None:
+        from bench.locomo import main as locomo_main
+
+        t0 = time.perf_counter()
+        locomo_main(
+            ["--data", str(args.locomo), "--out", str(args.out)]
+            + (["--quick"] if args.quick else [])
+        )
+        elapsed["locomo"] = time.perf_counter() - t0
 
     total = time.perf_counter() - t_start
     report = {
