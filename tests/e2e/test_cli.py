@@ -8,8 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,11 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import uvicorn
 from click.testing import CliRunner, Result
-from mnemo_gateway.app import create_app
+from tests.support import running_server, wait_healthy
 
 from mnemo import cli as cli_module
 from mnemo.bootstrap import build_embedded
@@ -36,20 +32,6 @@ Invoke = Callable[..., Result]
 
 
 # ---- helpers ----------------------------------------------------------------------------
-
-
-def wait_until_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
-    """Poll /healthz until it answers 200; fail early if the server died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert alive(), "the server stopped before it answered"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        threading.Event().wait(0.02)  # the polling interval
-    raise AssertionError(f"{url} did not become healthy within {timeout} s")
 
 
 def unused_port() -> int:
@@ -102,29 +84,10 @@ ADMIN_TOKEN = "operator-secret-for-tests"
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
-    data = tmp_path_factory.mktemp("server-data")
-    platform = build_embedded(MnemoSettings(data_dir=data, embedder="hashing"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = int(sock.getsockname()[1])
-    config = uvicorn.Config(
-        create_app(platform, GatewaySettings(admin_token=ADMIN_TOKEN)),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_healthy(url, thread.is_alive)
+    with running_server(
+        tmp_path_factory.mktemp("server"), GatewaySettings(admin_token=ADMIN_TOKEN)
+    ) as (url, _):
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-        platform.close()
 
 
 @pytest.fixture
@@ -511,7 +474,7 @@ def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: 
     runner = CliRunner()
     process = start_serve(data, port)
     try:
-        wait_until_healthy(url, lambda: process.poll() is None)
+        wait_healthy(url, lambda: process.poll() is None)
         remembered = runner.invoke(
             cli, ["--url", url, "remember", "记住我的尺码是L", "--stream", "user:U1"]
         )
@@ -525,7 +488,7 @@ def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: 
 
     process = start_serve(data, port)
     try:
-        wait_until_healthy(url, lambda: process.poll() is None)
+        wait_healthy(url, lambda: process.poll() is None)
         listed = runner.invoke(cli, ["--url", url, "list", "user:U1"])
         assert "size=L" in listed.stdout
     finally:

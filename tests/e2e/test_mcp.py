@@ -7,30 +7,23 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import sys
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent, TextResourceContents
-from mnemo_gateway.app import create_app
+from tests.support import running_server
 
-from mnemo.bootstrap import build_embedded
 from mnemo.client import MnemoClient
 from mnemo.domain.memory import MemoryType
 from mnemo.mcp_server import PAGE_BYTES, PAGE_MEMORIES
-from mnemo.settings import GatewaySettings, MnemoSettings
 
 TENANT = "mcp-test"
 TRANSPORTS = ["stdio", "http"]
@@ -43,43 +36,11 @@ pytestmark = pytest.mark.asyncio
 # ---- the server and the clients -----------------------------------------------------------
 
 
-def _wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert alive(), "the server stopped before it answered"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        threading.Event().wait(0.02)  # the polling interval
-    raise AssertionError(f"{url} did not become healthy within {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data: Path = tmp_path_factory.mktemp("mcp-data")
-    platform = build_embedded(
-        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
-    )
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = int(sock.getsockname()[1])
-    config = uvicorn.Config(
-        create_app(platform, GatewaySettings()), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, thread.is_alive)
+    """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
+    with running_server(tmp_path_factory.mktemp("server")) as (url, _):
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-        platform.close()
 
 
 @pytest.fixture

@@ -7,20 +7,15 @@ import asyncio
 import json
 import random
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from mnemo_gateway.app import create_app
+from tests.support import running_server
 
-from mnemo.bootstrap import build_embedded
 from mnemo.client import (
     AsyncMnemoClient,
     ContextResponse,
@@ -40,7 +35,6 @@ from mnemo.client.kafka import (
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import MemoryDraft, MemoryStatus, MemoryType, Scope
-from mnemo.settings import GatewaySettings, MnemoSettings
 
 TENANT = "sdk"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -49,43 +43,11 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 # ---- a real server ------------------------------------------------------------------------
 
 
-def _wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert alive(), "the server stopped before it answered"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        threading.Event().wait(0.02)  # the polling interval
-    raise AssertionError(f"{url} did not become healthy within {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data: Path = tmp_path_factory.mktemp("sdk-data")
-    platform = build_embedded(
-        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
-    )
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = int(sock.getsockname()[1])
-    config = uvicorn.Config(
-        create_app(platform, GatewaySettings()), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, thread.is_alive)
+    """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
+    with running_server(tmp_path_factory.mktemp("server")) as (url, _):
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-        platform.close()
 
 
 @pytest.fixture
