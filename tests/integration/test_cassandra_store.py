@@ -442,7 +442,7 @@ def test_a_tenant_can_have_a_keyspace_of_its_own(store: CassandraMemoryStore) ->
     assert store.get("vip", vip.memory_id) is None  # not in the shared keyspace
     rows = store._session.execute(f"SELECT memory_id FROM {own}.memories WHERE tenant = 'vip'")
     assert [r[0] for r in rows] == [vip.memory_id]
-    hits = isolated.keyword_search("vip", ["private"], MemoryQuery())
+    hits = isolated.keyword_search("vip", query_terms("private"), MemoryQuery())
     assert [m for m, _ in hits] == [vip.memory_id]
     assert isolated.counts()["memories"] == 2
     before = isolated.checksum()
