@@ -59,7 +59,7 @@ browser:
 
 # Real services for the integration tests, on 127.0.0.1, state under var/run (infra/services.py).
 SERVICES := $(BIN)/python infra/services.py
-TEST_SERVICES ?= cassandra
+TEST_SERVICES ?= cassandra kafka
 
 services-up: install
 	$(SERVICES) up $(TEST_SERVICES)
