@@ -3,11 +3,15 @@ settings or adapters."""
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -18,11 +22,25 @@ from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.handlers.decay import DecayPolicy
-from mnemo.ports import Clock, Embedder, EventLog, MemoryStore, Tokenizer, VectorIndex
+from mnemo.ports import (
+    Clock,
+    Embedder,
+    EventArchive,
+    EventLog,
+    LogTopic,
+    MemoryStore,
+    Tokenizer,
+    VectorIndex,
+)
 from mnemo.service.app import Mnemo
 from mnemo.service.context import ContextAssembler
+from mnemo.service.distributed import DistributedEventLog, PartitionProgress
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner
 from mnemo.settings import MnemoSettings
+
+if TYPE_CHECKING:
+    from mnemo.adapters.cassandra_store import CassandraMemoryStore
+    from mnemo.adapters.kafka_topic import KafkaConfig
 
 __all__ = ["Platform", "build_embedded", "load_rules"]
 
@@ -92,12 +110,34 @@ class Platform:
     index: VectorIndex
     runner: EmbeddedRunner
     app: Mnemo
+    distributed: Distributed | None = None
+
+    @property
+    def mode(self) -> str:
+        return "embedded" if self.distributed is None else "distributed"
+
+    def lag(self) -> dict[str, int]:
+        """Events each consumer has still to read (summed over partitions)."""
+        if self.distributed is None:
+            return self.runner.lag()
+        return {c: sum(p.values()) for c, p in self.distributed.progress.lag().items()}
 
     def close(self) -> None:
-        self.runner.stop()
+        if self.distributed is None:
+            self.runner.stop()
         self.index.close()
         self.store.close()
         self.log.close()
+
+
+@dataclass
+class Distributed:
+    """The parts only the distributed mode has."""
+
+    topic: LogTopic
+    archive: EventArchive
+    progress: PartitionProgress
+    next_position: Callable[[], int]
 
 
 DATA_DIR_MARK = "mnemo.json"
@@ -194,4 +234,138 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
         embed_batch=settings.embed_batch,
         consumers=(consumer,),
         decay_policy=load_decay_policy(settings.decay_policy_file),
+    )
+
+
+# ---- the distributed mode ---------------------------------------------------------------
+
+
+def kafka_config(settings: MnemoSettings, client_id: str = "mnemo") -> KafkaConfig:
+    from mnemo.adapters.kafka_topic import KafkaConfig
+
+    return KafkaConfig(
+        bootstrap=settings.kafka_bootstrap,
+        security_protocol=settings.kafka_security_protocol,
+        sasl_mechanism=settings.kafka_sasl_mechanism,
+        sasl_username=settings.kafka_sasl_username,
+        sasl_password=(
+            settings.kafka_sasl_password.get_secret_value()
+            if settings.kafka_sasl_password
+            else None
+        ),
+        ssl_cafile=settings.kafka_ssl_cafile,
+        client_id=client_id,
+    )
+
+
+def tenant_keyspaces(settings: MnemoSettings) -> Callable[[str], str] | None:
+    """Which keyspace holds a tenant: its own for the tenants listed in
+    `cassandra_tenant_keyspaces`, the shared one for everyone else."""
+    own = {t.strip() for t in settings.cassandra_tenant_keyspaces.split(",") if t.strip()}
+    if not own:
+        return None
+    home = settings.cassandra_keyspace
+
+    def keyspace_for(tenant: str) -> str:
+        if tenant not in own:
+            return home
+        name = f"{home}_t_{tenant.replace('-', '_')}"
+        if len(name) > 48 or "-" in tenant:
+            name = f"{home}_t_{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
+        return name
+
+    return keyspace_for
+
+
+def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
+    """The Cassandra read models: keyspace created and migrated when missing."""
+    from mnemo.adapters.cassandra_store import CassandraMemoryStore
+
+    replication = ast.literal_eval(settings.cassandra_replication)
+    if not isinstance(replication, dict):
+        raise ValueError("MNEMO_CASSANDRA_REPLICATION must be a map")
+    return CassandraMemoryStore.connect(
+        settings.cassandra_hosts,
+        settings.cassandra_port,
+        settings.cassandra_keyspace,
+        replication=replication,
+        username=settings.cassandra_username,
+        password=(
+            settings.cassandra_password.get_secret_value() if settings.cassandra_password else None
+        ),
+        local_dc=settings.cassandra_local_dc,
+        keyspace_for=tenant_keyspaces(settings),
+    )
+
+
+def dead_letter_topic(settings: MnemoSettings) -> str:
+    return settings.kafka_dead_letter_topic or f"{settings.kafka_topic}.dlq"
+
+
+def build_distributed(
+    settings: MnemoSettings,
+    role: str,
+    *,
+    clock: Clock | None = None,
+    embedder: Embedder | None = None,
+    with_index: bool = True,
+) -> Platform:
+    """A distributed Mnemo process: the log on Kafka (plus its archive), read models on
+    Cassandra, vectors on the Qdrant server at `qdrant_url` or, without one, in a
+    qdrant-edge shard under data_dir (the co-located topology: the indexer and the
+    query path in one process). `role` names the process for Kafka's client id."""
+    from mnemo.adapters.cassandra_archive import CassandraEventArchive
+    from mnemo.adapters.kafka_topic import KafkaTopic
+    from mnemo.adapters.memory_index import InMemoryVectorIndex
+
+    clock = clock or SystemClock()
+    embedder = embedder or make_embedder(settings)
+    store = connect_store(settings)
+    try:
+        topic = KafkaTopic(
+            kafka_config(settings, f"mnemo-{role}"),
+            settings.kafka_topic,
+            dead_letter_topic(settings),
+        )
+        archive = CassandraEventArchive(
+            store.session, store.home, settings.kafka_topic, keyspace_for=store.keyspace_of
+        )
+        event_log = DistributedEventLog(topic, archive)
+        if with_index:
+            if settings.qdrant_url is None:
+                settings.data_dir.mkdir(parents=True, exist_ok=True)
+                check_data_dir(settings.data_dir, embedder)
+            index = make_index(settings, embedder.dim)
+        else:
+            index = InMemoryVectorIndex(embedder.dim)  # never used by this process
+    except BaseException:
+        store.close()
+        raise
+    runner = EmbeddedRunner(
+        event_log,
+        store,
+        index,
+        embedder,
+        clock,
+        load_rules(settings.rules_file),
+        batch_size=settings.batch_size,
+        embed_batch=settings.embed_batch,
+        decay_policy=load_decay_policy(settings.decay_policy_file),
+    )
+    progress = PartitionProgress(store, topic)
+    tokenizer = make_tokenizer(settings)
+    contexts = ContextAssembler(
+        event_log, store, index, embedder, tokenizer, tokenizer_for_model, clock
+    )
+    app = Mnemo(
+        event_log, store, index, embedder, tokenizer, clock, None, contexts, progress=progress
+    )
+    return Platform(
+        settings,
+        event_log,
+        store,
+        index,
+        runner,
+        app,
+        Distributed(topic, archive, progress, archive.next_position),
     )

@@ -385,6 +385,14 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
     settings = mnemo_settings(data_dir)
     gateway = GatewaySettings().model_copy(update=query_params(host=host, port=port))
     configure_logging(settings.log_level)
+    if settings.mode == "distributed":
+        from mnemo.service.workers import run_gateway
+
+        try:
+            run_gateway(settings, gateway)
+        except MnemoError as exc:
+            raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
+        return
     try:
         platform = build_embedded(settings)
     except MnemoError as exc:
@@ -913,6 +921,8 @@ def outcome(state: State, event_id: str) -> None:
 
 
 def render_status(status: Mapping[str, Any]) -> Group:
+    if status["mode"] == "distributed":
+        return render_distributed_status(status)
     head = int(status["log_head"])
     running = "running" if status["consumers_running"] else "STOPPED"
     click.echo(f"Mnemo ({status['mode']}): log head {head}, consumers {running}")
@@ -925,6 +935,25 @@ def render_status(status: Mapping[str, Any]) -> Group:
     for name, count in sorted(status["counts"].items()):
         add_row(counts, name, count)
     return Group(consumers, counts)
+
+
+def render_distributed_status(status: Mapping[str, Any]) -> Group:
+    click.echo(
+        f"Mnemo (distributed): topic {status.get('topic')}, {status['log_head']} records, "
+        f"{status.get('dead_letters')} dead letters"
+    )
+    components = table("component", "health", "lag", "behind partitions")
+    lag = status.get("lag", {})
+    partitions = status.get("partitions", {})
+    for name, health in status.get("components", {}).items():
+        behind = sorted(p for p, n in partitions.get(name, {}).items() if int(n) > 0)
+        add_row(components, name, health, lag.get(name, "-"), ",".join(behind) or "-")
+    if "counts" not in status:
+        return Group(components)
+    counts = table("read model", "rows")
+    for name, count in sorted(status["counts"].items()):
+        add_row(counts, name, count)
+    return Group(components, counts)
 
 
 @cli.command()

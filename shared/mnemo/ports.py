@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import Envelope, LoggedEvent
@@ -27,12 +28,19 @@ from mnemo.domain.projection import (
 
 __all__ = [
     "Appended",
+    "ArchivedEvent",
     "Clock",
+    "Coordinates",
     "Embedder",
+    "EventArchive",
     "EventLog",
     "KeyVault",
+    "LogRecord",
+    "LogTopic",
     "MemoryQuery",
     "MemoryStore",
+    "RecordFate",
+    "RecordStatus",
     "StoreTransaction",
     "Tokenizer",
     "VectorFilter",
@@ -363,3 +371,148 @@ class KeyVault(abc.ABC):
     @abc.abstractmethod
     def destroy(self, key_id: str) -> None:
         """Crypto-shred: afterwards nothing wrapped under this key can be unwrapped."""
+
+
+# ---- the distributed log: a partitioned topic plus its sequenced archive ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One record of a partitioned log topic, as a consumer received it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinates:
+    """Where a produced record landed."""
+
+    partition: int
+    offset: int
+
+
+class LogTopic(abc.ABC):
+    """A partitioned, append-only topic (Kafka in production): produce and read raw records.
+    It assigns no stream sequences; the sequencer does (see EventArchive)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def produce(
+        self, records: Sequence[tuple[bytes, bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        """Append (key, value, headers) records, each acknowledged by every in-sync replica;
+        records with one key keep their order in one partition."""
+
+    @abc.abstractmethod
+    def dead_letter(self, records: Sequence[tuple[LogRecord, str, str]]) -> None:
+        """Copy records that cannot be processed to the dead-letter topic with (code,
+        message) as the reason."""
+
+    @abc.abstractmethod
+    def dead_letter_count(self) -> int:
+        """How many records the dead-letter topic holds."""
+
+    @abc.abstractmethod
+    def fetch_dead_letters(self, limit: int = 10_000) -> list[LogRecord]:
+        """The dead letters, with their reason headers."""
+
+    @abc.abstractmethod
+    def partitions(self) -> list[int]: ...
+
+    @abc.abstractmethod
+    def end_offsets(self) -> dict[int, int]:
+        """The next offset each partition will give (its record count when nothing was
+        deleted)."""
+
+    @abc.abstractmethod
+    def fetch(self, partition: int, from_offset: int, limit: int) -> list[LogRecord]:
+        """Records of one partition from an offset, outside any consumer group."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+class RecordStatus(StrEnum):
+    """What the sequencer made of one topic record."""
+
+    ARCHIVED = "archived"  # a new event: sequenced and archived
+    DUPLICATE = "duplicate"  # an event id archived before, from another record
+    STALE = "stale"  # expected_seq was not the stream's head: refused
+    DEAD = "dead"  # not an event: sent to the dead-letter topic
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFate:
+    """The sequencer's verdict on the record at (partition, offset)."""
+
+    partition: int
+    offset: int
+    status: RecordStatus
+    tenant: str = ""
+    event_id: str = ""
+    stream: str = ""
+    seq: int = 0
+    position: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedEvent:
+    """A sequenced event as the archive keeps it."""
+
+    envelope: Envelope  # with its seq
+    partition: int
+    offset: int
+    position: int  # the archive's own order, for reads across streams (tails)
+
+
+class EventArchive(abc.ABC):
+    """The sequenced copy of a partitioned log (Cassandra in production): per-stream
+    sequences, lookups by id and cause, and each topic record's fate. Written only by the
+    sequencer, which owns a partition at a time."""
+
+    @abc.abstractmethod
+    def fates(self, partition: int, first: int, last: int) -> dict[int, RecordFate]:
+        """The recorded fates of the offsets first..last of a partition."""
+
+    @abc.abstractmethod
+    def locate(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], RecordFate]:
+        """Where (tenant, event id) pairs were archived, for those that were."""
+
+    @abc.abstractmethod
+    def stream_head(self, tenant: str, stream: str) -> int: ...
+
+    @abc.abstractmethod
+    def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
+        """Write archived events and the fates of records, atomically and idempotently."""
+
+    @abc.abstractmethod
+    def read(self, after_position: int, limit: int, tenant: str | None = None) -> list[LoggedEvent]:
+        """Archived events after a position, in position order (every tenant's or one's);
+        only those old enough that no earlier position can still appear."""
+
+    @abc.abstractmethod
+    def head(self) -> int:
+        """The highest archive position written so far (0 when empty)."""
+
+    @abc.abstractmethod
+    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        """One stream's events as stored JSON, from a sequence number, in order."""
+
+    @abc.abstractmethod
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None: ...
+
+    @abc.abstractmethod
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]: ...
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Drop everything (a rebuild into the same tables)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""

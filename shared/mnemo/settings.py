@@ -65,6 +65,56 @@ class MnemoSettings(BaseSettings):
         "shared collection partitioned by a tenant payload index",
     )
 
+    # ---- the distributed mode (Kafka + Cassandra; see docs/distributed.md) --------------
+    mode: Literal["embedded", "distributed"] = Field(
+        default="embedded",
+        description="embedded: SQLite and qdrant-edge in one process; distributed: the log "
+        "on Kafka, read models on Cassandra, consumers as separate services",
+    )
+    kafka_bootstrap: str = Field(default="127.0.0.1:9092", description="Kafka brokers")
+    kafka_topic: str = Field(
+        default="mnemo.events", pattern=r"^[A-Za-z0-9._-]{1,200}$", description="the event log"
+    )
+    kafka_dead_letter_topic: str | None = Field(
+        default=None, description="dead letters (default: the log's name + '.dlq')"
+    )
+    kafka_partitions: int = Field(
+        default=12, ge=1, le=1024, description="partitions of the log, fixed at creation"
+    )
+    kafka_replication: int = Field(default=1, ge=1, le=16, description="replicas per partition")
+    kafka_min_insync: int = Field(
+        default=1, ge=1, le=16, description="replicas that must have a record before it counts"
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="never logged")
+    kafka_ssl_cafile: str | None = None
+    kafka_group_suffix: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9._-]{0,64}$",
+        description="appended to every consumer group (a rebuild runs fresh groups)",
+    )
+    cassandra_hosts: str = Field(default="127.0.0.1", description="contact points")
+    cassandra_port: int = Field(default=9042, ge=1, le=65_535)
+    cassandra_keyspace: str = Field(default="mnemo", pattern=r"^[a-z][a-z0-9_]{0,47}$")
+    cassandra_username: str | None = None
+    cassandra_password: SecretStr | None = Field(default=None, description="never logged")
+    cassandra_local_dc: str | None = None
+    cassandra_replication: str = Field(
+        default="{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        description="replication of keyspaces Mnemo creates",
+    )
+    cassandra_tenant_keyspaces: str = Field(
+        default="",
+        description="comma-separated tenants that get a keyspace of their own "
+        "({keyspace}_t_{tenant}) for physical isolation",
+    )
+    health_port: int = Field(
+        default=8081, ge=0, le=65_535, description="a consumer's /healthz, /readyz, /metrics"
+    )
+    health_host: str = Field(default="127.0.0.1", description="where the health port listens")
+
 
 class GatewaySettings(BaseSettings):
     """The HTTP gateway's own settings."""
@@ -81,6 +131,11 @@ class GatewaySettings(BaseSettings):
         default=None,
         description="operator token for /v1/admin (rebuilds, platform-wide counts); unset: "
         "rebuilds over HTTP are off",
+    )
+    components: str = Field(
+        default="registrar=http://127.0.0.1:8091,indexer=http://127.0.0.1:8092,"
+        "decay=http://127.0.0.1:8093,audit=http://127.0.0.1:8094",
+        description="distributed mode: name=URL of each consumer's health port, for status",
     )
     wait_timeout: float = Field(
         default=10.0, gt=0, le=120, description="longest read-your-writes wait"

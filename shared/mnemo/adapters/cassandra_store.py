@@ -1066,6 +1066,15 @@ class CassandraMemoryStore(MemoryStore):
         with _translated():
             self._session.execute(cql)
 
+    @property
+    def session(self) -> Any:
+        """The driver session (the event archive shares it)."""
+        return self._session
+
+    def keyspace_of(self, tenant: str) -> str:
+        """The keyspace holding a tenant's rows, created and migrated on first use."""
+        return self._keyspace(tenant)
+
     def _keyspace(self, tenant: str) -> str:
         if self._keyspace_for is None:
             return self.home

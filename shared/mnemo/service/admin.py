@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
+from typing import Any
+
+import httpx
 
 from mnemo.bootstrap import Platform
-from mnemo.domain.errors import ConflictError
+from mnemo.domain.errors import ConflictError, MnemoError
 
-__all__ = ["platform_checksum", "rebuild_read_models"]
+__all__ = ["distributed_status", "platform_checksum", "rebuild_read_models"]
 
 _REBUILDING = threading.Lock()
 
@@ -28,6 +31,12 @@ def rebuild_read_models(
     """Drop every read model and replay the whole log into empty ones; returns the new
     checksum. Consumers are paused meanwhile; the log is not touched. One rebuild at a
     time in a process: a second one while the first runs is refused."""
+    if platform.distributed is not None:
+        raise ConflictError(
+            "in the distributed mode, rebuild by running the consumers as fresh groups into a "
+            "fresh keyspace (docs/distributed.md, 'Rebuilding read models')",
+            code="REBUILD_BY_CONSUMER_GROUPS",
+        )
     if not _REBUILDING.acquire(blocking=False):
         raise ConflictError("a rebuild is already running", code="REBUILD_RUNNING")
     try:
@@ -47,3 +56,37 @@ def rebuild_read_models(
                 runner.start()
     finally:
         _REBUILDING.release()
+
+
+def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
+    """What `mnemo status` shows of a distributed deployment: each component's health (its
+    /readyz), each consumer's lag per partition, and the dead-letter count."""
+    assert platform.distributed is not None
+    d = platform.distributed
+    body: dict[str, Any] = {"mode": "distributed", "topic": d.topic.name}
+    try:
+        partitions = d.progress.lag()
+        body["partitions"] = {c: {str(p): n for p, n in v.items()} for c, v in partitions.items()}
+        body["lag"] = {c: sum(v.values()) for c, v in partitions.items()}
+        body["log_head"] = sum(d.topic.end_offsets().values())
+    except MnemoError as exc:
+        body["lag"] = {}
+        body["log_head"] = 0
+        body["error"] = exc.code
+    try:
+        body["dead_letters"] = d.topic.dead_letter_count()
+    except MnemoError:
+        body["dead_letters"] = None
+    health: dict[str, str] = {}
+    for item in components.split(","):
+        name, _, url = item.strip().partition("=")
+        if not name or not url:
+            continue
+        try:
+            answer = httpx.get(f"{url.rstrip('/')}/readyz", timeout=2.0)
+            health[name] = "ready" if answer.status_code == 200 else "not_ready"
+        except httpx.HTTPError:
+            health[name] = "unreachable"
+    body["components"] = {"gateway": "ready", **health}
+    body["consumers_running"] = all(v == "ready" for v in health.values())
+    return body

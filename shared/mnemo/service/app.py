@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from pydantic import ValidationError
@@ -68,6 +68,12 @@ class RequestContext:
             )
 
 
+class Progress(Protocol):
+    """How far the consumers of a distributed deployment are (`?wait=` there)."""
+
+    def wait(self, accepted: Sequence[Appended], indexed: bool, timeout: float) -> bool: ...
+
+
 class Wait(StrEnum):
     NONE = "none"
     REGISTERED = "registered"
@@ -111,6 +117,7 @@ class Mnemo:
         clock: Clock,
         runner: EmbeddedRunner | None,
         contexts: ContextAssembler,
+        progress: Progress | None = None,
     ) -> None:
         self.log = log
         self.store = store
@@ -120,6 +127,7 @@ class Mnemo:
         self.clock = clock
         self.runner = runner
         self.contexts = contexts
+        self.progress = progress
         self._changed = threading.Condition()
         if runner is not None:
             runner.on_progress.append(self.notify_changed)
@@ -201,7 +209,10 @@ class Mnemo:
         self.notify_changed()
         if wait is Wait.NONE:
             return PublishResult(accepted)
-        complete = self._wait(max(a.offset for a in accepted), wait, timeout)
+        if self.progress is not None:
+            complete = self.progress.wait(accepted, wait is Wait.INDEXED, timeout)
+        else:
+            complete = self._wait(max(a.offset for a in accepted), wait, timeout)
         outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
         return PublishResult(accepted, outcomes, complete)
 

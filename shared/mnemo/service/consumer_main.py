@@ -1,4 +1,6 @@
-"""Run one consumer as its own process over the embedded storage.
+"""Run one consumer as its own process: a faust worker on Kafka and Cassandra in the
+distributed mode (MNEMO_MODE=distributed, see mnemo.service.workers), or a runner over the
+embedded storage.
 
 The services' entry points (`python -m mnemo_registrar`, ...) call `main` with their
 consumer's name. `mnemo serve` runs all four in the gateway's process, the embedded
@@ -21,6 +23,11 @@ __all__ = ["main"]
 
 def main(consumer: str) -> None:
     settings = MnemoSettings()
+    if settings.mode == "distributed":
+        from mnemo.service.workers import run_worker
+
+        run_worker(consumer)
+        return
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )

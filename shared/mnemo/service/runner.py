@@ -129,34 +129,40 @@ class EmbeddedRunner:
                 ]
             )
 
-    def _register_and_trace(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+    def decide_registrar(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         """Registration, plus the timeline entries of the memories the event touched."""
         decision = self._register(record, tx)
         decision.writes.extend(timeline.entries(record.envelope, record.offset))
         return decision
 
+    def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+        return decay.handle(record.envelope, tx, self.decay_policy)
+
+    def decide_audit(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+        return audit.handle(record.envelope, record.offset, tx.last_audit(record.envelope.tenant))
+
     def step_registrar(self) -> int:
-        return self._consume(registration.CONSUMER, self._register_and_trace)
+        return self._consume(registration.CONSUMER, self.decide_registrar)
 
     def step_decay(self) -> int:
-        return self._consume(
-            decay.CONSUMER, lambda record, tx: decay.handle(record.envelope, tx, self.decay_policy)
-        )
+        return self._consume(decay.CONSUMER, self.decide_decay)
 
     def step_audit(self) -> int:
-        return self._consume(
-            audit.CONSUMER,
-            lambda record, tx: audit.handle(
-                record.envelope, record.offset, tx.last_audit(record.envelope.tenant)
-            ),
-        )
+        return self._consume(audit.CONSUMER, self.decide_audit)
 
     def step_indexer(self) -> int:
         position = self.store.position(indexing.CONSUMER)
         batch = self.log.read(position, self.batch_size)
         if not batch:
             return 0
-        plan = indexing.plan([r.envelope for r in batch])
+        self.index_events([r.envelope for r in batch])
+        with self.store.transaction() as tx:
+            tx.set_position(indexing.CONSUMER, batch[-1].offset)
+        return len(batch)
+
+    def index_events(self, envelopes: list[Envelope]) -> None:
+        """Embed and upsert what the events registered; drop what they ended."""
+        plan = indexing.plan(envelopes)
         memories = list(plan.upserts.values())
         for start in range(0, len(memories), self.embed_batch):
             chunk = memories[start : start + self.embed_batch]
@@ -176,9 +182,6 @@ class EmbeddedRunner:
             self.index.delete(tenant, sorted(ids))
         if len(plan):
             self.index.flush()
-        with self.store.transaction() as tx:
-            tx.set_position(indexing.CONSUMER, batch[-1].offset)
-        return len(batch)
 
     def decay_scan(self) -> int:
         """Expire every memory whose validity has ended by the clock's now."""

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from starlette.concurrency import run_in_threadpool
 
-from mnemo.service.admin import rebuild_read_models
+from mnemo.service.admin import distributed_status, rebuild_read_models
 from mnemo_gateway.deps import Admin, Ctx, PlatformDep, is_admin
 
 router = APIRouter(tags=["admin"])
@@ -30,12 +30,15 @@ def status(
     request: Request,
     x_mnemo_admin_token: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "mode": "embedded",
-        "log_head": platform.log.head(),
-        "lag": platform.runner.lag(),
-        "consumers_running": platform.runner.running,
-    }
+    if platform.distributed is not None:
+        body = distributed_status(platform, request.app.state.gateway_settings.components)
+    else:
+        body = {
+            "mode": "embedded",
+            "log_head": platform.log.head(),
+            "lag": platform.runner.lag(),
+            "consumers_running": platform.runner.running,
+        }
     if is_admin(request, x_mnemo_admin_token):
         body["counts"] = platform.store.counts()
     return body

@@ -24,11 +24,15 @@ def readyz(platform: PlatformDep, request: Request) -> JSONResponse:
     ok = True
     try:
         checks["log_head"] = platform.log.head()
-        checks["lag"] = platform.runner.lag()
+        checks["lag"] = platform.lag()
     except MnemoError as exc:
         ok = False
         checks["storage"] = exc.code
-    checks["consumers_running"] = platform.runner.running or not request.app.state.run_consumers
+    checks["consumers_running"] = (
+        platform.distributed is not None
+        or platform.runner.running
+        or not request.app.state.run_consumers
+    )
     ok = ok and checks["consumers_running"]
     return JSONResponse(
         {"status": "ready" if ok else "not_ready", "checks": checks},

@@ -1,0 +1,13 @@
+"""The audit's faust-streaming app for the distributed mode (consumer group mnemo-audit).
+
+`python -m mnemo_audit` runs it when MNEMO_MODE=distributed; see mnemo.service.workers.
+"""
+
+from mnemo.service.workers import Worker, make_worker
+
+__all__ = ["worker"]
+
+
+def worker() -> Worker:
+    """Build the worker (connects to Cassandra and Kafka)."""
+    return make_worker("audit")

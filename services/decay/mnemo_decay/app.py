@@ -1,0 +1,13 @@
+"""The decay's faust-streaming app for the distributed mode (consumer group mnemo-decay).
+
+`python -m mnemo_decay` runs it when MNEMO_MODE=distributed; see mnemo.service.workers.
+"""
+
+from mnemo.service.workers import Worker, make_worker
+
+__all__ = ["worker"]
+
+
+def worker() -> Worker:
+    """Build the worker (connects to Cassandra and Kafka)."""
+    return make_worker("decay")

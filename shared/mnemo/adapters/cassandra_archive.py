@@ -1,0 +1,376 @@
+"""The event archive on Apache Cassandra: the sequenced copy of the distributed log.
+
+Tables (schemas/cql/0003_event_archive.cql): `events_by_stream` ((tenant, stream), seq)
+for replay, `events_by_id` ((tenant, event_id)) for duplicates and lookups,
+`events_by_cause` for the registrar's earlier decisions, `events_by_position` ((scope,
+day), position) for tails, and `record_fates` ((topic, part, block), koffset), the verdict
+on every topic record, which the other consumers follow.
+
+Writing order (no multi-partition transactions, and batches would break the size limits
+with large bodies): first `events_by_id`, then the other event rows, then the fates. A
+sequencer that crashes half-way reads its partition again from its last position and finds
+the ids it had already placed, with their sequence numbers, so it writes the same rows
+again instead of placing an event twice. A record counts as processed only once its fate
+exists, and fates are written last.
+
+Only one sequencer writes a partition at a time (Kafka's group assignment); the archive
+does not arbitrate between two.
+
+Archive positions order events across streams for tails. They are microseconds of the
+sequencer's clock, kept strictly increasing within a process; reads only return positions
+older than `settle_seconds`, so an event a slower sequencer archives a moment later with
+an earlier position is not skipped by a reader that already passed it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+from cassandra import ConsistencyLevel
+from cassandra.concurrent import execute_concurrent
+from cassandra.query import PreparedStatement
+
+from mnemo.adapters.cassandra_store import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.domain.errors import Unavailable
+from mnemo.domain.events import Envelope, LoggedEvent
+from mnemo.ports import ArchivedEvent, EventArchive, RecordFate, RecordStatus
+
+__all__ = ["CassandraEventArchive"]
+
+_BLOCK = 100_000
+_DAY_US = 86_400_000_000
+_ALL = "*"
+
+# Only identifiers are formatted into CQL: "{ks}" becomes a validated keyspace name.
+_Q = {
+    "by_id:put": "INSERT INTO {ks}.events_by_id (tenant, event_id, stream, seq, part, koffset, "
+    "position) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    "by_id:get": "SELECT stream, seq, part, koffset, position FROM {ks}.events_by_id "
+    "WHERE tenant = ? AND event_id = ?",
+    "stream:put": "INSERT INTO {ks}.events_by_stream (tenant, stream, seq, event_id, part, "
+    "koffset, position, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    "stream:head": "SELECT seq FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
+    "ORDER BY seq DESC LIMIT 1",
+    "stream:read": "SELECT body FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
+    "AND seq >= ? LIMIT ?",
+    "stream:one": "SELECT body, position FROM {ks}.events_by_stream WHERE tenant = ? "
+    "AND stream = ? AND seq = ?",
+    "cause:put": "INSERT INTO {ks}.events_by_cause (tenant, causation_id, event_id, stream, seq) "
+    "VALUES (?, ?, ?, ?, ?)",
+    "cause:get": "SELECT stream, seq FROM {ks}.events_by_cause WHERE tenant = ? "
+    "AND causation_id = ?",
+    "pos:put": "INSERT INTO {ks}.events_by_position (scope, day, position, tenant, event_id, "
+    "stream, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    "pos:read": "SELECT position, tenant, stream, seq FROM {ks}.events_by_position "
+    "WHERE scope = ? AND day = ? AND position > ? AND position <= ? LIMIT ?",
+    "pos:last": "SELECT position FROM {ks}.events_by_position WHERE scope = ? AND day = ? "
+    "ORDER BY position DESC LIMIT 1",
+    "days:put": "INSERT INTO {ks}.archive_days (scope, day) VALUES (?, ?)",
+    "days:from": "SELECT day FROM {ks}.archive_days WHERE scope = ? AND day >= ?",
+    "days:last": "SELECT day FROM {ks}.archive_days WHERE scope = ? ORDER BY day DESC LIMIT 1",
+    "fate:put": "INSERT INTO {ks}.record_fates (topic, part, block, koffset, status, tenant, "
+    "event_id, stream, seq, position, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "fate:range": "SELECT koffset, status, tenant, event_id, stream, seq, position, reason "
+    "FROM {ks}.record_fates WHERE topic = ? AND part = ? AND block = ? AND koffset >= ? "
+    "AND koffset <= ?",
+}
+_TRUNCATE = (
+    "events_by_stream",
+    "events_by_id",
+    "events_by_cause",
+    "events_by_position",
+    "archive_days",
+    "record_fates",
+)
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except _DRIVER_UNAVAILABLE as exc:
+        raise Unavailable(
+            f"the event archive (Cassandra) is unavailable: {type(exc).__name__}",
+            code="STORE_UNAVAILABLE",
+        ) from exc
+
+
+class CassandraEventArchive(EventArchive):
+    """The EventArchive port over the keyspaces of a CassandraMemoryStore.
+
+    `keyspace_for(tenant)` gives the keyspace holding a tenant's rows (and makes sure it
+    exists and is migrated); record fates and the all-tenant tail live in `home`.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        home: str,
+        topic: str,
+        *,
+        keyspace_for: Callable[[str], str] | None = None,
+        settle_seconds: float = 1.0,
+        clock_us: Callable[[], int] | None = None,
+    ) -> None:
+        self._session = session
+        self.home = _valid_keyspace(home)
+        self.topic = topic
+        self._keyspace_for = keyspace_for
+        self.settle_us = int(settle_seconds * 1_000_000)
+        self._clock_us = clock_us or (lambda: time.time_ns() // 1_000)
+        self._prepared: dict[tuple[str, str], PreparedStatement] = {}
+        self._last_position = 0
+        self._lock = threading.Lock()
+
+    # -- plumbing
+
+    def _ks(self, tenant: str) -> str:
+        if self._keyspace_for is None or tenant == _ALL:
+            return self.home
+        return _valid_keyspace(self._keyspace_for(tenant))
+
+    def _stmt(self, ks: str, name: str) -> PreparedStatement:
+        key = (ks, name)
+        stmt = self._prepared.get(key)
+        if stmt is None:
+            with _translated():
+                stmt = self._session.prepare(_Q[name].replace("{ks}", ks))
+            stmt.consistency_level = ConsistencyLevel.LOCAL_QUORUM
+            self._prepared[key] = stmt
+        return stmt
+
+    def _rows(self, ks: str, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with _translated():
+            return [tuple(r) for r in self._session.execute(self._stmt(ks, name), list(params))]
+
+    def _many(self, items: Sequence[tuple[str, str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        if not items:
+            return []
+        statements = [(self._stmt(ks, name), list(params)) for ks, name, params in items]
+        with _translated():
+            results = execute_concurrent(self._session, statements, concurrency=64)
+            out = []
+            for ok, result in results:
+                if not ok:
+                    raise result
+                out.append([tuple(r) for r in result])
+            return out
+
+    def next_position(self) -> int:
+        """A new archive position: this process's clock in microseconds, strictly rising."""
+        with self._lock:
+            self._last_position = max(self._clock_us(), self._last_position + 1)
+            return self._last_position
+
+    # -- the sequencer's side
+
+    def fates(self, partition: int, first: int, last: int) -> dict[int, RecordFate]:
+        if last < first:
+            return {}
+        items = [
+            (
+                self.home,
+                "fate:range",
+                [
+                    self.topic,
+                    partition,
+                    block,
+                    max(first, block * _BLOCK),
+                    min(last, (block + 1) * _BLOCK - 1),
+                ],
+            )
+            for block in range(first // _BLOCK, last // _BLOCK + 1)
+        ]
+        found: dict[int, RecordFate] = {}
+        for rows in self._many(items):
+            for offset, status, tenant, event_id, stream, seq, position, reason in rows:
+                found[int(offset)] = RecordFate(
+                    partition,
+                    int(offset),
+                    RecordStatus(status),
+                    tenant or "",
+                    event_id or "",
+                    stream or "",
+                    int(seq or 0),
+                    int(position or 0),
+                    reason or "",
+                )
+        return found
+
+    def locate(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], RecordFate]:
+        unique = list(dict.fromkeys(keys))
+        results = self._many([(self._ks(t), "by_id:get", [t, e]) for t, e in unique])
+        found: dict[tuple[str, str], RecordFate] = {}
+        for (tenant, event_id), rows in zip(unique, results, strict=True):
+            if rows:
+                stream, seq, part, offset, position = rows[0]
+                found[(tenant, event_id)] = RecordFate(
+                    int(part),
+                    int(offset),
+                    RecordStatus.ARCHIVED,
+                    tenant,
+                    event_id,
+                    str(stream),
+                    int(seq),
+                    int(position),
+                )
+        return found
+
+    def stream_head(self, tenant: str, stream: str) -> int:
+        rows = self._rows(self._ks(tenant), "stream:head", [tenant, stream])
+        return int(rows[0][0]) if rows else 0
+
+    def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
+        # 1. where each id went: a redo finds these and reuses their sequence numbers
+        self._many(
+            [
+                (
+                    self._ks(e.envelope.tenant),
+                    "by_id:put",
+                    [
+                        e.envelope.tenant,
+                        e.envelope.event_id,
+                        e.envelope.stream,
+                        e.envelope.seq,
+                        e.partition,
+                        e.offset,
+                        e.position,
+                    ],
+                )
+                for e in events
+            ]
+        )
+        # 2. the event rows
+        rows: list[tuple[str, str, Sequence[Any]]] = []
+        days: set[tuple[str, str, int]] = set()
+        for e in events:
+            env = e.envelope
+            ks = self._ks(env.tenant)
+            body = orjson.dumps(env.model_dump(mode="json", exclude_none=True)).decode()
+            rows.append(
+                (
+                    ks,
+                    "stream:put",
+                    [
+                        env.tenant,
+                        env.stream,
+                        env.seq,
+                        env.event_id,
+                        e.partition,
+                        e.offset,
+                        e.position,
+                        body,
+                    ],
+                )
+            )
+            if env.causation_id:
+                rows.append(
+                    (
+                        ks,
+                        "cause:put",
+                        [env.tenant, env.causation_id, env.event_id, env.stream, env.seq],
+                    )
+                )
+            day = e.position // _DAY_US
+            for scope, scope_ks in ((env.tenant, ks), (_ALL, self.home)):
+                rows.append(
+                    (
+                        scope_ks,
+                        "pos:put",
+                        [scope, day, e.position, env.tenant, env.event_id, env.stream, env.seq],
+                    )
+                )
+                days.add((scope_ks, scope, day))
+        rows.extend((ks, "days:put", [scope, day]) for ks, scope, day in sorted(days))
+        self._many(rows)
+        # 3. the fates, last: a record is processed once its fate is there
+        self._many(
+            [
+                (
+                    self.home,
+                    "fate:put",
+                    [
+                        self.topic,
+                        f.partition,
+                        f.offset // _BLOCK,
+                        f.offset,
+                        f.status.value,
+                        f.tenant,
+                        f.event_id,
+                        f.stream,
+                        f.seq,
+                        f.position,
+                        f.reason,
+                    ],
+                )
+                for f in fates
+            ]
+        )
+
+    # -- reads
+
+    def _logged(self, tenant: str, stream: str, seq: int) -> LoggedEvent | None:
+        rows = self._rows(self._ks(tenant), "stream:one", [tenant, stream, seq])
+        if not rows:
+            return None
+        body, position = rows[0]
+        return LoggedEvent(offset=int(position), envelope=Envelope.model_validate_json(body))
+
+    def read(self, after_position: int, limit: int, tenant: str | None = None) -> list[LoggedEvent]:
+        scope = tenant if tenant is not None else _ALL
+        ks = self._ks(scope)
+        ceiling = self._clock_us() - self.settle_us
+        out: list[tuple[int, str, str, int]] = []
+        days = [int(r[0]) for r in self._rows(ks, "days:from", [scope, after_position // _DAY_US])]
+        for day in days:
+            if len(out) >= limit or day * _DAY_US > ceiling:
+                break
+            for position, owner, stream, seq in self._rows(
+                ks, "pos:read", [scope, day, after_position, ceiling, limit - len(out)]
+            ):
+                out.append((int(position), str(owner), str(stream), int(seq)))
+        events = []
+        for position, owner, stream, seq in out:
+            found = self._logged(owner, stream, seq)
+            if found is not None:
+                events.append(LoggedEvent(offset=position, envelope=found.envelope))
+        return events
+
+    def head(self) -> int:
+        days = self._rows(self.home, "days:last", [_ALL])
+        if not days:
+            return 0
+        rows = self._rows(self.home, "pos:last", [_ALL, int(days[0][0])])
+        return int(rows[0][0]) if rows else 0
+
+    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        rows = self._rows(self._ks(tenant), "stream:read", [tenant, stream, from_seq, limit])
+        return [str(r[0]).encode() for r in rows]
+
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
+        rows = self._rows(self._ks(tenant), "by_id:get", [tenant, event_id])
+        if not rows:
+            return None
+        stream, seq = str(rows[0][0]), int(rows[0][1])
+        return self._logged(tenant, stream, seq)
+
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        rows = self._rows(self._ks(tenant), "cause:get", [tenant, event_id])
+        found = [self._logged(tenant, str(stream), int(seq)) for stream, seq in rows]
+        return sorted((e for e in found if e is not None), key=lambda e: e.offset)
+
+    def reset(self) -> None:
+        keyspaces = {self.home}
+        with _translated():
+            for row in self._session.execute(
+                f"SELECT name FROM {self.home}.keyspaces WHERE shard = 0"  # noqa: S608 - validated
+            ):
+                keyspaces.add(_valid_keyspace(str(row[0])))
+            for ks in sorted(keyspaces):
+                for table in _TRUNCATE:
+                    self._session.execute(f"TRUNCATE {ks}.{table}")

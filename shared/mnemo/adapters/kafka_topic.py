@@ -1,0 +1,346 @@
+"""The distributed log's topic on Apache Kafka, through aiokafka.
+
+`KafkaTopic` is a blocking facade for the gateway and the consumers' worker threads: its
+aiokafka clients live on one event loop in a background thread of their own.
+
+- Producing: an idempotent producer with acks=all (a record counts once every in-sync
+  replica has it, and the broker drops the producer's own retries), key = tenant + ":" +
+  stream, the event type, schema version and W3C trace context in headers (the record
+  layout of mnemo.client.kafka, shared by every publisher).
+- Topics: `ensure_topics` creates the log and its dead-letter topic with explicit
+  partitions and settings: the log is kept forever (retention.ms = retention.bytes = -1,
+  never compacted), and both refuse a write unless `min.insync.replicas` replicas have it.
+  A topic that exists with another partition count is an error, never silently accepted:
+  the partition of a stream would change under its feet.
+- Dead letters: the original key, value and headers, plus `mnemo-dlq-reason`,
+  `mnemo-dlq-message` and the source topic, partition and offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from mnemo.domain.errors import Unavailable
+from mnemo.ports import Coordinates, LogRecord, LogTopic
+
+__all__ = ["KafkaConfig", "KafkaTopic", "ensure_topics"]
+
+log = logging.getLogger("mnemo.kafka")
+
+T = TypeVar("T")
+
+MAX_RECORD_BYTES = 1_048_576
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """How to reach the brokers. Secrets come from settings, never from code."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    client_id: str = "mnemo"
+    request_timeout_ms: int = 15_000
+
+    def client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "security_protocol": self.security_protocol,
+            "client_id": self.client_id,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.sasl_mechanism:
+            options.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.ssl_cafile:
+            import ssl
+
+            options["ssl_context"] = ssl.create_default_context(cafile=self.ssl_cafile)
+        return options
+
+
+class _Loop:
+    """One asyncio loop on a daemon thread; blocking callers submit coroutines to it."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+def _unavailable(exc: BaseException) -> Unavailable:
+    return Unavailable(
+        f"the event log (Kafka) is unavailable: {type(exc).__name__}", code="LOG_UNAVAILABLE"
+    )
+
+
+async def _ensure(
+    config: KafkaConfig,
+    topic: str,
+    partitions: int,
+    dead_letters: str,
+    replication: int,
+    min_insync: int,
+) -> list[str]:
+    admin = AIOKafkaAdminClient(**config.client_options())
+    await admin.start()
+    try:
+        common = {"min.insync.replicas": str(min_insync), "cleanup.policy": "delete"}
+        wanted = {
+            topic: NewTopic(
+                topic,
+                partitions,
+                replication,
+                topic_configs={
+                    **common,
+                    "retention.ms": "-1",
+                    "retention.bytes": "-1",
+                    "max.message.bytes": str(MAX_RECORD_BYTES + 65_536),
+                },
+            ),
+            dead_letters: NewTopic(
+                dead_letters,
+                max(1, min(partitions, 3)),
+                replication,
+                topic_configs={
+                    **common,
+                    "retention.ms": "-1",
+                    "max.message.bytes": str(2 * MAX_RECORD_BYTES),
+                },
+            ),
+        }
+        created = []
+        for name, new in wanted.items():
+            try:
+                result = await admin.create_topics([new])
+                for _, code, *_rest in getattr(result, "topic_errors", []):
+                    if code == TopicAlreadyExistsError.errno:
+                        break
+                    if code:
+                        raise RuntimeError(f"creating topic {name} failed with error {code}")
+                else:
+                    created.append(name)
+            except TopicAlreadyExistsError:
+                pass
+        described = await admin.describe_topics([topic])
+        found = len(described[0]["partitions"]) if described else 0
+        if found != partitions:
+            raise RuntimeError(
+                f"topic {topic} has {found} partitions, not the {partitions} configured; "
+                "a stream's partition would change: configure the count the topic has"
+            )
+        return created
+    finally:
+        await admin.close()
+
+
+def ensure_topics(
+    config: KafkaConfig,
+    topic: str,
+    partitions: int,
+    dead_letters: str,
+    *,
+    replication: int = 1,
+    min_insync: int = 1,
+) -> list[str]:
+    """Create the log and dead-letter topics when missing; returns the names created."""
+    try:
+        return asyncio.run(
+            _ensure(config, topic, partitions, dead_letters, replication, min_insync)
+        )
+    except KafkaError as exc:
+        raise _unavailable(exc) from exc
+
+
+class KafkaTopic(LogTopic):
+    """The LogTopic port over one Kafka topic and its dead-letter topic."""
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        name: str = "mnemo.events",
+        dead_letters: str | None = None,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.dead_letters = dead_letters or f"{name}.dlq"
+        self.config = config
+        self.timeout = timeout
+        self._loop = _Loop(f"kafka-{name}")
+        self._producer: AIOKafkaProducer | None = None
+        self._reader: AIOKafkaConsumer | None = None
+        self._lock = threading.Lock()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            return self._loop.run(coro, self.timeout)
+        except KafkaError as exc:
+            raise _unavailable(exc) from exc
+        except TimeoutError as exc:
+            raise _unavailable(exc) from exc
+
+    async def _get_producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                **self.config.client_options(),
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=2,
+                max_request_size=2 * MAX_RECORD_BYTES,
+            )
+            await producer.start()
+            self._producer = producer
+        return self._producer
+
+    async def _get_reader(self) -> AIOKafkaConsumer:
+        if self._reader is None:
+            reader = AIOKafkaConsumer(
+                **self.config.client_options(),
+                enable_auto_commit=False,
+                group_id=None,
+                isolation_level="read_committed",
+                fetch_max_wait_ms=10,
+                fetch_max_bytes=8 * MAX_RECORD_BYTES,
+                max_partition_fetch_bytes=2 * MAX_RECORD_BYTES,
+            )
+            await reader.start()
+            self._reader = reader
+        return self._reader
+
+    async def _produce(
+        self,
+        topic: str,
+        records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]]]],
+    ) -> list[Coordinates]:
+        producer = await self._get_producer()
+        futures = [
+            await producer.send(topic, value=value, key=key, headers=list(headers))
+            for key, value, headers in records
+        ]
+        done = [await f for f in futures]
+        return [Coordinates(m.partition, m.offset) for m in done]
+
+    def produce(
+        self, records: Sequence[tuple[bytes, bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        if not records:
+            return []
+        return self._call(self._produce(self.name, records))
+
+    def dead_letter(self, records: Sequence[tuple[LogRecord, str, str]]) -> None:
+        out = []
+        for record, code, message in records:
+            headers = [
+                *record.headers,
+                ("mnemo-dlq-reason", code.encode()),
+                ("mnemo-dlq-message", message[:1000].encode("utf-8", "replace")),
+                ("mnemo-dlq-source", f"{self.name}/{record.partition}/{record.offset}".encode()),
+            ]
+            out.append((record.key, record.value, headers))
+        if out:
+            self._call(self._produce(self.dead_letters, out))
+
+    async def _partitions(self) -> list[int]:
+        producer = await self._get_producer()
+        return sorted(await producer.partitions_for(self.name))
+
+    def partitions(self) -> list[int]:
+        return self._call(self._partitions())
+
+    async def _end_offsets(self) -> dict[int, int]:
+        reader = await self._get_reader()
+        parts = [TopicPartition(self.name, p) for p in await self._partitions()]
+        ends = await reader.end_offsets(parts)
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
+
+    def end_offsets(self) -> dict[int, int]:
+        return self._call(self._end_offsets())
+
+    async def _fetch(self, partition: int, from_offset: int, limit: int) -> list[LogRecord]:
+        reader = await self._get_reader()
+        tp = TopicPartition(self.name, partition)
+        end = (await reader.end_offsets([tp]))[tp]
+        if from_offset >= end:
+            return []
+        reader.assign([tp])
+        reader.seek(tp, from_offset)
+        out: list[LogRecord] = []
+        while len(out) < limit:
+            batch = await reader.getmany(tp, timeout_ms=1000, max_records=limit - len(out))
+            got = batch.get(tp, [])
+            if not got:
+                break
+            for m in got:
+                out.append(
+                    LogRecord(
+                        m.partition,
+                        m.offset,
+                        m.key,
+                        m.value,
+                        tuple((k, bytes(v)) for k, v in (m.headers or ())),
+                    )
+                )
+            if out[-1].offset + 1 >= end:
+                break
+        return out
+
+    def fetch(self, partition: int, from_offset: int, limit: int) -> list[LogRecord]:
+        with self._lock:
+            return self._call(self._fetch(partition, from_offset, limit))
+
+    def dead_letter_count(self) -> int:
+        """Records in the dead-letter topic (its end offsets summed)."""
+        other = KafkaTopic(self.config, self.dead_letters, dead_letters=self.dead_letters)
+        try:
+            return sum(other.end_offsets().values())
+        finally:
+            other.close()
+
+    def fetch_dead_letters(self, limit: int = 10_000) -> list[LogRecord]:
+        """Every dead letter (for operators and tests), oldest first per partition."""
+        other = KafkaTopic(self.config, self.dead_letters, dead_letters=self.dead_letters)
+        try:
+            out: list[LogRecord] = []
+            for partition in other.partitions():
+                out.extend(other.fetch(partition, 0, limit))
+            return out
+        finally:
+            other.close()
+
+    async def _close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._close(), 10)
+        except Exception:
+            log.debug("closing the Kafka clients failed", exc_info=True)
+        self._loop.stop()

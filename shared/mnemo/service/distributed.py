@@ -1,0 +1,535 @@
+"""The distributed mode's log and consumers: the same handlers over a partitioned topic.
+
+The topic (Kafka) is the log: the gateway, the SDK and any Kafka client produce to it,
+keyed by tenant + ":" + stream, so a stream keeps its order in one partition. Kafka has
+no per-stream sequence, so the registrar is the log's sequencer (ADR 0008): reading each
+partition in order, it checks every record, gives each new event the next gapless number
+of its stream, and records it in the archive (Cassandra) together with the record's fate:
+
+- archived: a new event, sequenced;
+- duplicate: an event id already archived (a publisher's retry);
+- stale: `expected_seq` was not the stream's head; refused with an outcome, as the
+  embedded log refuses the append;
+- dead: not an event (not JSON, wrong schema, unknown type, oversized, a key that does
+  not name its tenant and stream): copied to the dead-letter topic with its reason.
+
+The indexer, decay and audit consumers follow the fates: they handle exactly the archived
+records, in partition order, and wait for the registrar where it has not decided yet.
+
+Positions: every consumer keeps, per partition, the next offset to read, committed in the
+same store commit as its projection writes (`<consumer>/<partition>`). Kafka's committed
+group offsets only say where to start fetching; a redelivered record below the stored
+position is skipped, so redelivery changes nothing. Emitted events are produced before the
+commit that records their cause as done; a crash in between emits them again with the
+same derived ids, and the sequencer finds them duplicates.
+
+Offsets handed to the handlers (`LoggedEvent.offset`, kept by the audit chain and the
+timeline) are the record's Kafka coordinates, `offset * 1024 + partition`: the same on
+every replay of the topic, which keeps a rebuild's checksum equal to the live one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import orjson
+
+from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
+from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
+from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.ports import (
+    Appended,
+    ArchivedEvent,
+    Clock,
+    EventArchive,
+    EventLog,
+    LogRecord,
+    LogTopic,
+    MemoryStore,
+    RecordFate,
+    RecordStatus,
+)
+from mnemo.service.runner import EmbeddedRunner
+
+__all__ = [
+    "MAX_PARTITIONS",
+    "DistributedEventLog",
+    "Follower",
+    "NotReady",
+    "PartitionProgress",
+    "Sequencer",
+    "decode_offset",
+    "encode_offset",
+    "parse_record",
+    "position_name",
+]
+
+log = logging.getLogger("mnemo.distributed")
+
+MAX_PARTITIONS = 1024
+MAX_RECORD_BYTES = 1_048_576
+_PUBLISHED_VERSION = "7"  # the version nibble of a published (UUIDv7) event id
+_DERIVED_VERSION = "8"  # consumers' derived ids (UUIDv8)
+
+
+def encode_offset(partition: int, offset: int) -> int:
+    return offset * MAX_PARTITIONS + partition
+
+
+def decode_offset(value: int) -> tuple[int, int]:
+    return value % MAX_PARTITIONS, value // MAX_PARTITIONS
+
+
+def position_name(consumer: str, partition: int) -> str:
+    return f"{consumer}/{partition}"
+
+
+def record_key(envelope: Envelope) -> bytes:
+    return f"{envelope.tenant}:{envelope.stream}".encode()
+
+
+def record_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
+    headers = [
+        ("mnemo-event-type", envelope.type.encode()),
+        ("mnemo-schema-version", str(envelope.schema_version).encode()),
+        ("mnemo-event-id", envelope.event_id.encode()),
+        ("content-type", b"application/json"),
+    ]
+    if envelope.trace is not None:
+        headers.append(("traceparent", envelope.trace.traceparent.encode()))
+        if envelope.trace.tracestate:
+            headers.append(("tracestate", envelope.trace.tracestate.encode()))
+    return headers
+
+
+def parse_record(record: LogRecord, now: datetime, max_skew_seconds: float = 300.0) -> Envelope:
+    """Check one topic record as the gateway checks a published event; raises InvalidInput
+    with the reason code a dead letter carries."""
+    value = record.value
+    if value is None or not value:
+        raise InvalidInput("the record has no value", code="EMPTY_RECORD")
+    if len(value) > MAX_RECORD_BYTES:
+        raise InvalidInput(f"the record is over {MAX_RECORD_BYTES} bytes", code="RECORD_TOO_LARGE")
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput("the record is not UTF-8 JSON", code="NOT_JSON") from exc
+    if not isinstance(raw, dict):
+        raise InvalidInput("an event must be a JSON object", code="INVALID_ENVELOPE")
+    if "seq" in raw:
+        raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
+    actor = raw.get("actor")
+    system = isinstance(actor, dict) and actor.get("kind") == ActorKind.SYSTEM.value
+    envelope = validate_envelope(raw, public=not system)
+    version = envelope.event_id[14]
+    if version != (_DERIVED_VERSION if system else _PUBLISHED_VERSION):
+        raise InvalidInput(
+            "event_id must be a UUIDv7 (UUIDv8 only for Mnemo's own consumers)",
+            code="INVALID_EVENT_ID",
+            field="event_id",
+        )
+    if not system and (envelope.occurred_at - now).total_seconds() > max_skew_seconds:
+        raise InvalidInput("occurred_at is too far ahead", code="OCCURRED_IN_FUTURE")
+    if record.key != record_key(envelope):
+        raise InvalidInput(
+            "the record key must be tenant + ':' + stream of its event",
+            code="KEY_MISMATCH",
+            field="key",
+        )
+    return envelope
+
+
+class NotReady(Exception):
+    """A follower reached records the sequencer has not decided on yet; retry shortly."""
+
+
+# ---- the log port over topic + archive ----------------------------------------------------
+
+
+class DistributedEventLog(EventLog):
+    """EventLog over a LogTopic (appends) and an EventArchive (reads).
+
+    `append` produces and returns once every in-sync replica has the records. The events
+    get their stream sequences when the sequencer reaches them, so `Appended.seq` is 0,
+    and `expected_seq` is checked then: a stale one ends as a rejected outcome
+    (STALE_SEQUENCE), not as an error of the append. Duplicates are dropped the same way.
+    """
+
+    def __init__(self, topic: LogTopic, archive: EventArchive) -> None:
+        self.topic = topic
+        self.archive = archive
+
+    def append(self, events: Sequence[Envelope]) -> list[Appended]:
+        records = [
+            (
+                record_key(e),
+                orjson.dumps(e.model_dump(mode="json", exclude_none=True)),
+                record_headers(e),
+            )
+            for e in events
+        ]
+        placed = self.topic.produce(records)
+        return [
+            Appended(e.event_id, encode_offset(c.partition, c.offset), 0, False)
+            for e, c in zip(events, placed, strict=True)
+        ]
+
+    def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self.archive.read(after_offset, limit)
+
+    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
+        out = []
+        for body in self.archive.read_stream(tenant, stream, from_seq, limit):
+            env = Envelope.model_validate_json(body)
+            out.append(LoggedEvent(offset=env.seq or 0, envelope=env))
+        return out
+
+    def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        return self.archive.read_stream(tenant, stream, from_seq, limit)
+
+    def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self.archive.read(after_offset, limit, tenant)
+
+    def head(self) -> int:
+        return self.archive.head()
+
+    def stream_head(self, tenant: str, stream: str) -> int:
+        return self.archive.stream_head(tenant, stream)
+
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
+        return self.archive.get(tenant, event_id)
+
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        return self.archive.caused_by(tenant, event_id)
+
+    def close(self) -> None:
+        self.topic.close()
+        self.archive.close()
+
+
+# ---- the consumers --------------------------------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """What a partition processor has done, for /metrics and `mnemo status`."""
+
+    records: int = 0
+    archived: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    dead_letters: int = 0
+    skipped: int = 0
+    batches: int = 0
+    last_batch_at: float = 0.0
+    by_type: dict[str, int] = field(default_factory=dict)
+
+
+class _Processor:
+    consumer: str
+
+    def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
+        self.runner = runner
+        self.store = store
+        self.counters = Counters()
+
+    def _unread(self, records: Sequence[LogRecord]) -> dict[int, list[LogRecord]]:
+        """The records past this consumer's stored position, by partition, in order."""
+        by_partition: dict[int, list[LogRecord]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r)
+        out = {}
+        for partition, items in sorted(by_partition.items()):
+            start = self.store.position(position_name(self.consumer, partition))
+            fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
+            self.counters.skipped += len(items) - len(fresh)
+            if fresh:
+                out[partition] = fresh
+        return out
+
+    def process(self, records: Sequence[LogRecord]) -> int:
+        done = 0
+        for partition, items in self._unread(records).items():
+            done += self._partition(partition, items)
+        self.counters.records += done
+        self.counters.batches += 1
+        self.counters.last_batch_at = time.time()
+        return done
+
+    def _partition(self, partition: int, records: list[LogRecord]) -> int:
+        raise NotImplementedError
+
+
+class Sequencer(_Processor):
+    """The registrar: sequences and archives each partition's records, then registers."""
+
+    consumer = registration.CONSUMER
+
+    def __init__(
+        self,
+        runner: EmbeddedRunner,
+        store: MemoryStore,
+        topic: LogTopic,
+        archive: EventArchive,
+        clock: Clock,
+        next_position: Callable[[], int],
+    ) -> None:
+        super().__init__(runner, store)
+        self.topic = topic
+        self.archive = archive
+        self.clock = clock
+        self.next_position = next_position
+
+    def _partition(self, partition: int, records: list[LogRecord]) -> int:
+        known = self.archive.fates(partition, records[0].offset, records[-1].offset)
+        now = self.clock.now()
+        parsed: list[tuple[LogRecord, Envelope | InvalidInput]] = []
+        for r in records:
+            try:
+                parsed.append((r, parse_record(r, now)))
+            except InvalidInput as exc:
+                parsed.append((r, exc))
+        located = self.archive.locate(
+            [(e.tenant, e.event_id) for _, e in parsed if isinstance(e, Envelope)]
+        )
+        heads: dict[tuple[str, str], int] = {}
+        seen: set[tuple[str, str]] = set()
+        fates: list[RecordFate] = []
+        archived: list[ArchivedEvent] = []
+        letters: list[tuple[LogRecord, str, str]] = []
+        stale: list[Envelope] = []
+        for r, item in parsed:
+            if isinstance(item, InvalidInput):
+                if r.offset not in known:
+                    letters.append((r, item.code, str(item)))
+                fates.append(RecordFate(partition, r.offset, RecordStatus.DEAD, reason=item.code))
+                continue
+            env = item
+            ident = (env.tenant, env.event_id)
+            where = located.get(ident)
+            if ident in seen or (
+                where is not None and (where.partition, where.offset) != (partition, r.offset)
+            ):
+                fates.append(
+                    RecordFate(
+                        partition,
+                        r.offset,
+                        RecordStatus.DUPLICATE,
+                        env.tenant,
+                        env.event_id,
+                        env.stream,
+                        where.seq if where else 0,
+                        reason="DUPLICATE_EVENT_ID",
+                    )
+                )
+                continue
+            seen.add(ident)
+            key = (env.tenant, env.stream)
+            head = heads.get(key)
+            if head is None:
+                head = self.archive.stream_head(*key)
+            if where is not None:  # placed before a crash: the same number again
+                seq, position = where.seq, where.position
+            elif env.expected_seq is not None and env.expected_seq != head:
+                heads[key] = head
+                stale.append(env)
+                fates.append(
+                    RecordFate(
+                        partition,
+                        r.offset,
+                        RecordStatus.STALE,
+                        env.tenant,
+                        env.event_id,
+                        env.stream,
+                        reason="STALE_SEQUENCE",
+                    )
+                )
+                continue
+            else:
+                seq, position = head + 1, self.next_position()
+            heads[key] = max(head, seq)
+            sequenced = env.model_copy(update={"seq": seq})
+            archived.append(ArchivedEvent(sequenced, partition, r.offset, position))
+            fates.append(
+                RecordFate(
+                    partition,
+                    r.offset,
+                    RecordStatus.ARCHIVED,
+                    env.tenant,
+                    env.event_id,
+                    env.stream,
+                    seq,
+                    position,
+                )
+            )
+        if letters:
+            self.topic.dead_letter(letters)
+            for r, code, _ in letters:
+                log.warning(
+                    "record %s/%d/%d sent to the dead-letter topic: %s",
+                    self.topic.name,
+                    r.partition,
+                    r.offset,
+                    code,
+                )
+        self.archive.record(archived, fates)
+        self._count(fates, archived, letters)
+        with self.store.transaction() as tx:
+            emitted: list[Envelope] = []
+            for event in archived:
+                record = LoggedEvent(
+                    offset=encode_offset(partition, event.offset), envelope=event.envelope
+                )
+                decision = self.runner.decide_registrar(record, tx)
+                tx.apply(decision.writes)
+                emitted.extend(decision.events)
+            for env in stale:
+                tx.apply(
+                    [
+                        PutOutcome(
+                            Outcome(
+                                env.tenant,
+                                env.event_id,
+                                0,
+                                OutcomeKind.REJECTED,
+                                reason_code="STALE_SEQUENCE",
+                                detail=f"expected_seq {env.expected_seq} is not the head of "
+                                f"{env.stream}",
+                            )
+                        )
+                    ]
+                )
+            if emitted:
+                self.runner.log.append(emitted)
+            tx.set_position(position_name(self.consumer, partition), records[-1].offset + 1)
+        return len(records)
+
+    def _count(
+        self,
+        fates: list[RecordFate],
+        archived: list[ArchivedEvent],
+        letters: list[tuple[LogRecord, str, str]],
+    ) -> None:
+        c = self.counters
+        c.archived += len(archived)
+        c.duplicates += sum(f.status is RecordStatus.DUPLICATE for f in fates)
+        c.stale += sum(f.status is RecordStatus.STALE for f in fates)
+        c.dead_letters += len(letters)
+        for e in archived:
+            c.by_type[e.envelope.type] = c.by_type.get(e.envelope.type, 0) + 1
+
+
+class Follower(_Processor):
+    """The indexer, decay or audit consumer: handles the records the sequencer archived."""
+
+    def __init__(
+        self, runner: EmbeddedRunner, store: MemoryStore, archive: EventArchive, consumer: str
+    ) -> None:
+        super().__init__(runner, store)
+        if consumer not in (indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
+            raise ValueError(f"{consumer} is not a following consumer")
+        self.consumer = consumer
+        self.archive = archive
+
+    def _partition(self, partition: int, records: list[LogRecord]) -> int:
+        fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
+        ready = []
+        for r in records:
+            if r.offset not in fates:
+                break
+            ready.append(r)
+        if not ready:
+            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
+        events: list[LoggedEvent] = []
+        for r in ready:
+            fate = fates[r.offset]
+            if fate.status is not RecordStatus.ARCHIVED:
+                continue
+            assert r.value is not None  # an archived record had a value
+            env = Envelope.model_validate_json(r.value).model_copy(update={"seq": fate.seq})
+            events.append(LoggedEvent(offset=encode_offset(partition, r.offset), envelope=env))
+            self.counters.by_type[env.type] = self.counters.by_type.get(env.type, 0) + 1
+        name = position_name(self.consumer, partition)
+        if self.consumer == indexing.CONSUMER:
+            if events:
+                self.runner.index_events([e.envelope for e in events])
+            with self.store.transaction() as tx:
+                tx.set_position(name, ready[-1].offset + 1)
+        else:
+            decide = (
+                self.runner.decide_decay
+                if self.consumer == decay.CONSUMER
+                else self.runner.decide_audit
+            )
+            with self.store.transaction() as tx:
+                emitted: list[Envelope] = []
+                for record in events:
+                    decision = decide(record, tx)
+                    tx.apply(decision.writes)
+                    emitted.extend(decision.events)
+                if emitted:
+                    self.runner.log.append(emitted)
+                tx.set_position(name, ready[-1].offset + 1)
+        if len(ready) < len(records):
+            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
+        return len(ready)
+
+
+# ---- read-your-writes ---------------------------------------------------------------------
+
+
+class PartitionProgress:
+    """`?wait=` in the distributed mode: how far each consumer is, per partition."""
+
+    def __init__(self, store: MemoryStore, topic: LogTopic, poll_seconds: float = 0.02) -> None:
+        self.store = store
+        self.topic = topic
+        self.poll_seconds = poll_seconds
+
+    def _until(self, targets: dict[str, int], deadline: float) -> bool:
+        pending = dict(targets)
+        while pending:
+            pending = {n: o for n, o in pending.items() if self.store.position(n) < o}
+            if not pending:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.poll_seconds)
+        return True
+
+    def wait(self, accepted: Sequence[Appended], indexed: bool, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        needed: dict[int, int] = {}
+        for a in accepted:
+            partition, offset = decode_offset(a.offset)
+            needed[partition] = max(needed.get(partition, 0), offset + 1)
+        if not self._until(
+            {position_name(registration.CONSUMER, p): o for p, o in needed.items()}, deadline
+        ):
+            return False
+        if not indexed:
+            return True
+        # the registrar produced what it emitted before it committed its position
+        try:
+            ends = self.topic.end_offsets()
+        except Unavailable:
+            return False
+        return self._until(
+            {position_name(indexing.CONSUMER, p): ends.get(p, 0) for p in needed}, deadline
+        )
+
+    def lag(self) -> dict[str, dict[int, int]]:
+        """Records each consumer still has to read, per partition."""
+        ends = self.topic.end_offsets()
+        out: dict[str, dict[int, int]] = {}
+        for consumer in (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
+            out[consumer] = {
+                p: max(0, end - self.store.position(position_name(consumer, p)))
+                for p, end in sorted(ends.items())
+            }
+        return out

@@ -1,0 +1,405 @@
+"""The distributed consumers as faust-streaming workers.
+
+Each consumer (registrar, indexer, decay, audit) is a faust app of its own, in its own
+service folder, with its own consumer group (`mnemo-<consumer>` plus an optional suffix: a
+rebuild runs fresh groups). Its one agent takes batches of records from the log topic and
+hands them to the partition processor of mnemo.service.distributed on a worker thread, so
+the event loop keeps heartbeating while a batch embeds or writes. A batch that cannot be
+written (Cassandra or Kafka away) is retried with backoff until it is; faust's offsets are
+only committed for batches the processor returned from, and the processor's own
+positions (committed with its writes) make every retry harmless.
+
+Every worker serves `/healthz` (the process runs), `/readyz` (Cassandra and Kafka answer)
+and `/metrics` (Prometheus text) on `MNEMO_HEALTH_PORT`.
+
+The co-located topology: with no Qdrant server configured, the vectors live in a
+qdrant-edge shard that one process may open; the gateway process then runs the indexer
+worker itself and serves HTTP from the same event loop (`run_gateway`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
+from mnemo.domain.errors import MnemoError
+from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.ports import LogRecord
+from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+__all__ = ["Worker", "make_worker", "run_gateway", "run_worker"]
+
+log = logging.getLogger("mnemo.worker")
+
+CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+
+
+def _broker_url(settings: MnemoSettings) -> str:
+    return ";".join(f"kafka://{h.strip()}" for h in settings.kafka_bootstrap.split(","))
+
+
+def _credentials(settings: MnemoSettings) -> Any:
+    import ssl
+
+    import faust
+
+    context = (
+        ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+        if settings.kafka_ssl_cafile or "SSL" in settings.kafka_security_protocol
+        else None
+    )
+    if settings.kafka_sasl_mechanism:
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=(
+                settings.kafka_sasl_password.get_secret_value()
+                if settings.kafka_sasl_password
+                else None
+            ),
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+class Worker:
+    """One consumer's faust app over a distributed platform."""
+
+    def __init__(
+        self,
+        consumer: str,
+        settings: MnemoSettings,
+        platform: Platform | None = None,
+        *,
+        with_http: GatewaySettings | None = None,
+    ) -> None:
+        import faust
+
+        if consumer not in CONSUMERS:
+            raise ValueError(f"unknown consumer {consumer!r}; one of {CONSUMERS}")
+        self.consumer = consumer
+        self.settings = settings
+        self.platform = platform or build_distributed(
+            settings, consumer, with_index=consumer == indexing.CONSUMER
+        )
+        d = self.platform.distributed
+        assert d is not None, "workers run on a distributed platform"
+        self.distributed = d
+        self.processor: Sequencer | Follower = (
+            Sequencer(
+                self.platform.runner,
+                self.platform.store,
+                d.topic,
+                d.archive,
+                self.platform.runner.clock,
+                d.next_position,
+            )
+            if consumer == registration.CONSUMER
+            else Follower(self.platform.runner, self.platform.store, d.archive, consumer)
+        )
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"mnemo-{consumer}")
+        self.failures = 0
+        self.last_error = ""
+        self.app = faust.App(
+            f"mnemo-{consumer}{settings.kafka_group_suffix}",
+            broker=_broker_url(settings),
+            broker_credentials=_credentials(settings),
+            value_serializer="raw",
+            key_serializer="raw",
+            topic_allow_declare=False,
+            topic_disable_leader=True,
+            consumer_auto_offset_reset="earliest",
+            web_enabled=settings.health_port > 0,
+            web_port=settings.health_port or 6066,
+            web_bind=settings.health_host,
+            web_in_thread=False,
+            stream_wait_empty=False,
+            store="memory://",
+        )
+        self.topic = self.app.topic(
+            settings.kafka_topic,
+            value_type=bytes,
+            key_type=bytes,
+            value_serializer="raw",
+            key_serializer="raw",
+        )
+        self._install(with_http)
+
+    # -- the agent
+
+    async def _process(self, records: list[LogRecord]) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = 0.05
+        while True:
+            try:
+                await loop.run_in_executor(self.executor, self.processor.process, records)
+                self.failures = 0
+                return
+            except NotReady:
+                await asyncio.sleep(0.02)  # the registrar is a step behind
+            except MnemoError as exc:
+                self.failures += 1
+                self.last_error = exc.code
+                log.warning("%s: batch not written (%s); retrying", self.consumer, exc.code)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception as exc:
+                self.failures += 1
+                self.last_error = type(exc).__name__
+                log.exception("%s: batch failed; retrying", self.consumer)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _install(self, with_http: GatewaySettings | None) -> None:
+        app = self.app
+        batch_size = self.settings.batch_size
+
+        @app.agent(self.topic, name=f"mnemo.{self.consumer}")
+        async def consume(stream: Any) -> None:
+            async for events in stream.take_events(batch_size, within=0.05):
+                records = [
+                    LogRecord(
+                        e.message.partition,
+                        e.message.offset,
+                        e.message.key,
+                        e.message.value,
+                        _headers(e.message.headers),
+                    )
+                    for e in events
+                ]
+                await self._process(records)
+
+        if self.consumer == decay.CONSUMER:
+
+            @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
+            async def scan() -> None:
+                loop = asyncio.get_running_loop()
+                try:
+                    await loop.run_in_executor(self.executor, self._scan_when_caught_up)
+                except MnemoError as exc:
+                    log.warning("decay scan skipped (%s)", exc.code)
+
+        @app.page("/healthz")
+        async def healthz(web: Any, request: Any) -> Any:
+            return web.json({"status": "ok", "consumer": self.consumer})
+
+        @app.page("/readyz")
+        async def readyz(web: Any, request: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            checks = await loop.run_in_executor(None, self.readiness)
+            ok = all(v == "ok" for k, v in checks.items() if k in ("cassandra", "kafka"))
+            return web.json(
+                {"status": "ready" if ok else "not_ready", "checks": checks},
+                status=200 if ok else 503,
+            )
+
+        @app.page("/metrics")
+        async def metrics(web: Any, request: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(None, self.metrics_text)
+            return web.text(body, content_type="text/plain; version=0.0.4")
+
+        if with_http is not None:
+            gateway = with_http
+
+            @app.task  # type: ignore[untyped-decorator]
+            async def serve_http() -> None:
+                import uvicorn
+                from mnemo_gateway.app import create_app
+
+                config = uvicorn.Config(
+                    create_app(self.platform, gateway, run_consumers=False),
+                    host=gateway.host,
+                    port=gateway.port,
+                    log_level=self.settings.log_level.lower(),
+                )
+                server = _EmbeddedServer(config)
+                await server.serve()
+
+    def _scan_when_caught_up(self) -> int:
+        """Timers are complete only once the decay consumer has read every partition to
+        its end; scan only then (a restarted or rebuilding consumer waits)."""
+        ends = self.distributed.topic.end_offsets()
+        store = self.platform.store
+        for partition, end in ends.items():
+            if store.position(position_name(decay.CONSUMER, partition)) < end:
+                return 0
+        return self.platform.runner.decay_scan()
+
+    # -- health and metrics
+
+    def readiness(self) -> dict[str, Any]:
+        checks: dict[str, Any] = {}
+        try:
+            self.platform.store.position(position_name(self.consumer, 0))
+            checks["cassandra"] = "ok"
+        except MnemoError as exc:
+            checks["cassandra"] = exc.code
+        try:
+            self.distributed.topic.partitions()
+            checks["kafka"] = "ok"
+        except MnemoError as exc:
+            checks["kafka"] = exc.code
+        checks["failing_batches"] = self.failures
+        if self.last_error:
+            checks["last_error"] = self.last_error
+        return checks
+
+    def metrics_text(self) -> str:
+        c = self.processor.counters
+        name = self.consumer
+        lines = [
+            "# TYPE mnemo_consumer_records_total counter",
+            f'mnemo_consumer_records_total{{consumer="{name}"}} {c.records}',
+            "# TYPE mnemo_consumer_batches_total counter",
+            f'mnemo_consumer_batches_total{{consumer="{name}"}} {c.batches}',
+            "# TYPE mnemo_events_in_total counter",
+        ]
+        lines += [
+            f'mnemo_events_in_total{{consumer="{name}",type="{t}"}} {n}'
+            for t, n in sorted(c.by_type.items())
+        ]
+        if isinstance(self.processor, Sequencer):
+            lines += [
+                "# TYPE mnemo_records_archived_total counter",
+                f"mnemo_records_archived_total {c.archived}",
+                "# TYPE mnemo_records_duplicate_total counter",
+                f"mnemo_records_duplicate_total {c.duplicates}",
+                "# TYPE mnemo_records_stale_total counter",
+                f"mnemo_records_stale_total {c.stale}",
+                "# TYPE mnemo_dead_letters_total counter",
+                f"mnemo_dead_letters_total {c.dead_letters}",
+            ]
+        try:
+            ends = self.distributed.topic.end_offsets()
+            lines.append("# TYPE mnemo_consumer_lag gauge")
+            for partition, end in sorted(ends.items()):
+                at = self.platform.store.position(position_name(name, partition))
+                lines.append(
+                    f'mnemo_consumer_lag{{consumer="{name}",partition="{partition}"}} '
+                    f"{max(0, end - at)}"
+                )
+        except MnemoError:
+            pass
+        lines.append("# TYPE mnemo_consumer_failing_batches gauge")
+        lines.append(f'mnemo_consumer_failing_batches{{consumer="{name}"}} {self.failures}')
+        lines.append(f"# mnemo_consumer_last_batch_at {c.last_batch_at or time.time():.0f}")
+        return "\n".join(lines) + "\n"
+
+    # -- running
+
+    def run(self) -> None:
+        """Run until SIGTERM or SIGINT; faust handles both."""
+        from faust.worker import Worker as FaustWorker
+
+        log.info(
+            "%s consuming %s as group %s",
+            self.consumer,
+            self.settings.kafka_topic,
+            self.app.conf.id,
+        )
+        try:
+            FaustWorker(
+                self.app, loglevel=self.settings.log_level.lower(), quiet=True
+            ).execute_from_commandline()
+        finally:
+            self.executor.shutdown(wait=True)
+            self.platform.close()
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    if not raw:
+        return ()
+    items = raw.items() if isinstance(raw, dict) else raw
+    return tuple((str(k), bytes(v) if v is not None else b"") for k, v in items)
+
+
+class _EmbeddedServer:
+    """uvicorn inside another program's event loop: the worker owns the signals."""
+
+    def __init__(self, config: Any) -> None:
+        import uvicorn
+
+        class Quiet(uvicorn.Server):
+            def install_signal_handlers(self) -> None:
+                return None
+
+        self._server = Quiet(config)
+        self._server.capture_signals = _no_signals  # type: ignore[method-assign]
+
+    async def serve(self) -> None:
+        await self._server.serve()
+
+
+def _no_signals() -> Any:
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+def make_worker(consumer: str, settings: MnemoSettings | None = None) -> Worker:
+    return Worker(consumer, settings or MnemoSettings())
+
+
+def run_worker(consumer: str) -> None:
+    """`python -m mnemo_<consumer>` in the distributed mode."""
+    settings = MnemoSettings()
+    _configure_logging(settings.log_level)
+    ensure_topics_from(settings)
+    make_worker(consumer, settings).run()
+
+
+def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
+    """The gateway in the distributed mode. With a Qdrant server, it is only the HTTP API;
+    without one, it also runs the indexer (the co-located topology)."""
+    _configure_logging(settings.log_level)
+    ensure_topics_from(settings)
+    if settings.qdrant_url is None:
+        worker = Worker(
+            indexing.CONSUMER,
+            settings,
+            build_distributed(settings, "gateway"),
+            with_http=gateway,
+        )
+        log.info("gateway with the co-located indexer on %s:%d", gateway.host, gateway.port)
+        worker.run()
+        return
+    import uvicorn
+    from mnemo_gateway.app import create_app
+
+    platform = build_distributed(settings, "gateway")
+    try:
+        uvicorn.run(
+            create_app(platform, gateway, run_consumers=False),
+            host=gateway.host,
+            port=gateway.port,
+            log_level=settings.log_level.lower(),
+        )
+    finally:
+        platform.close()
+
+
+def ensure_topics_from(settings: MnemoSettings) -> list[str]:
+    """Create the log and dead-letter topics when they are missing (idempotent)."""
+    from mnemo.adapters.kafka_topic import ensure_topics
+
+    return ensure_topics(
+        kafka_config(settings, "mnemo-admin"),
+        settings.kafka_topic,
+        settings.kafka_partitions,
+        dead_letter_topic(settings),
+        replication=settings.kafka_replication,
+        min_insync=settings.kafka_min_insync,
+    )
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("cassandra").setLevel(logging.ERROR)

@@ -1,0 +1,155 @@
+"""Test support for the distributed mode: real Kafka and Cassandra on 127.0.0.1 (make test
+starts them), a fresh topic and keyspace per test, and a pump that drives the four
+consumers' partition processors in-process, the way the faust workers do, so that a test
+can run them step by step."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+
+from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
+from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
+from mnemo.settings import MnemoSettings
+
+__all__ = [
+    "KAFKA",
+    "Pump",
+    "distributed_settings",
+    "drop_keyspace",
+    "require_services",
+    "running_distributed",
+]
+
+KAFKA = os.environ.get("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+CASSANDRA_HOSTS = os.environ.get("MNEMO_CASSANDRA_HOSTS", "127.0.0.1")
+CASSANDRA_PORT = int(os.environ.get("MNEMO_CASSANDRA_PORT", "9042"))
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_services() -> None:
+    """Skip on a developer machine without Kafka or Cassandra; under CI, fail."""
+    host, _, port = KAFKA.split(",")[0].partition(":")
+    missing = []
+    if not _reachable(host, int(port)):
+        missing.append(f"Kafka at {KAFKA}")
+    if not _reachable(CASSANDRA_HOSTS.split(",")[0], CASSANDRA_PORT):
+        missing.append(f"Cassandra at {CASSANDRA_HOSTS}:{CASSANDRA_PORT}")
+    if missing:
+        reason = " and ".join(missing) + " not reachable"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}: make test starts them")
+        pytest.skip(f"{reason}; start them: infra/services.py up kafka cassandra")
+
+
+def distributed_settings(data: Path, partitions: int = 4, **overrides: object) -> MnemoSettings:
+    """Settings for a distributed platform on its own topic and keyspace."""
+    tag = uuid.uuid4().hex[:10]
+    values: dict[str, object] = {
+        "mode": "distributed",
+        "data_dir": data,
+        "embedder": "hashing",
+        "kafka_bootstrap": KAFKA,
+        "kafka_topic": f"test.{tag}",
+        "kafka_partitions": partitions,
+        "cassandra_hosts": CASSANDRA_HOSTS,
+        "cassandra_port": CASSANDRA_PORT,
+        "cassandra_keyspace": f"mnemo_d_{tag}",
+    }
+    values.update(overrides)
+    return MnemoSettings(**values)  # type: ignore[arg-type]
+
+
+def drop_keyspace(platform: Platform) -> None:
+    store = platform.store
+    for ks in {platform.settings.cassandra_keyspace, *store._keyspaces()}:  # type: ignore[attr-defined]
+        store.session.execute(f"DROP KEYSPACE IF EXISTS {ks}")  # type: ignore[attr-defined]
+
+
+def create_topics(settings: MnemoSettings) -> None:
+    from mnemo.adapters.kafka_topic import ensure_topics
+
+    ensure_topics(
+        kafka_config(settings),
+        settings.kafka_topic,
+        settings.kafka_partitions,
+        dead_letter_topic(settings),
+    )
+
+
+@contextmanager
+def running_distributed(settings: MnemoSettings, role: str = "test") -> Iterator[Platform]:
+    """A distributed platform (gateway side) on fresh topics and a fresh keyspace."""
+    require_services()
+    create_topics(settings)
+    platform = build_distributed(settings, role)
+    try:
+        yield platform
+    finally:
+        drop_keyspace(platform)
+        platform.close()
+
+
+class Pump:
+    """Drives the registrar (sequencer) and the three followers over the topic, outside
+    any consumer group: fetch each partition from the stored position, process, repeat."""
+
+    def __init__(self, platform: Platform, consumers: tuple[str, ...] | None = None) -> None:
+        assert platform.distributed is not None
+        self.platform = platform
+        d = platform.distributed
+        self.processors = {
+            "registrar": Sequencer(
+                platform.runner, platform.store, d.topic, d.archive,
+                platform.runner.clock, d.next_position,
+            ),
+            **{
+                name: Follower(platform.runner, platform.store, d.archive, name)
+                for name in ("indexer", "decay", "audit")
+            },
+        }  # fmt: skip
+        if consumers is not None:
+            self.processors = {k: v for k, v in self.processors.items() if k in consumers}
+
+    def step(self, limit: int = 256) -> int:
+        topic = self.platform.distributed.topic  # type: ignore[union-attr]
+        done = 0
+        for name, processor in self.processors.items():
+            for partition in topic.partitions():
+                start = self.platform.store.position(position_name(name, partition))
+                records = topic.fetch(partition, start, limit)
+                if records:
+                    with suppress(NotReady):
+                        done += processor.process(records)
+        return done
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Until every consumer has read every partition to its end."""
+        deadline = time.monotonic() + timeout
+        topic = self.platform.distributed.topic  # type: ignore[union-attr]
+        while time.monotonic() < deadline:
+            self.step()
+            ends = topic.end_offsets()
+            behind = [
+                (name, p)
+                for name in self.processors
+                for p, end in ends.items()
+                if self.platform.store.position(position_name(name, p)) < end
+            ]
+            if not behind:
+                return
+        raise AssertionError(f"the consumers did not catch up within {timeout} s")
