@@ -73,6 +73,16 @@ def test_lint_fails_on_a_bad_values_file(helm: Helm, tmp_path: Path) -> None:
             id="tenant-that-cannot-name-a-keyspace",
         ),
         pytest.param(
+            {"cassandra": {"tenantKeyspaces": ["blue-team"]}},
+            "/cassandra/tenantKeyspaces/0",
+            id="tenant-with-a-hyphen",
+        ),
+        pytest.param(
+            {"cassandra": {"keyspace": "Mnemo"}},
+            "/cassandra/keyspace",
+            id="keyspace-in-upper-case",
+        ),
+        pytest.param(
             {"image": {"digest": "latest"}},
             "/image/digest",
             id="digest-that-is-not-one",
