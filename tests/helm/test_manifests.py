@@ -20,7 +20,7 @@ from tests.helm.chart import (
 
 COMPONENTS = ("gateway", "registrar", "indexer", "decay", "audit")
 CONSUMERS = COMPONENTS[1:]
-SECRET_NAMED = re.compile(r"(PASSWORD|TOKEN|API_KEY|USERNAME|SECRET)$")
+SECRET_NAMED = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
 
 
 def deployments(manifests: list[Manifest]) -> dict[str, Manifest]:
@@ -313,6 +313,20 @@ def test_production_secret_references(render: Render) -> None:
         assert refs == want, name
         # the Vault token comes from Vault Agent, not from a Secret
         assert "MNEMO_VAULT_TOKEN" not in env, name
+
+
+def test_kafka_user_name_can_be_plain_when_the_secret_holds_only_the_password(
+    render: Render,
+) -> None:
+    manifests = render("production", overrides={"kafka.sasl.username": "mnemo"})
+    for name, spec in pod_templates(manifests):
+        env = env_of(spec["containers"][0])
+        assert env["MNEMO_KAFKA_SASL_USERNAME"] == {
+            "name": "MNEMO_KAFKA_SASL_USERNAME",
+            "value": "mnemo",
+        }
+        password = env["MNEMO_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert password == {"name": "mnemo-kafka-user", "key": "password"}, name
 
 
 def test_vault_agent_writes_the_token_file(render: Render) -> None:

@@ -168,7 +168,12 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- define "mnemo.secretEnv" -}}
 {{- $v := .Values -}}
 {{- if $v.kafka.sasl.existingSecret }}
+{{- if $v.kafka.sasl.username }}
+- name: MNEMO_KAFKA_SASL_USERNAME
+  value: {{ $v.kafka.sasl.username | quote }}
+{{- else }}
 {{ include "mnemo.secretRef" (dict "env" "MNEMO_KAFKA_SASL_USERNAME" "secret" $v.kafka.sasl.existingSecret "key" $v.kafka.sasl.usernameKey) }}
+{{- end }}
 {{ include "mnemo.secretRef" (dict "env" "MNEMO_KAFKA_SASL_PASSWORD" "secret" $v.kafka.sasl.existingSecret "key" $v.kafka.sasl.passwordKey) }}
 {{- end }}
 {{- if $v.cassandra.auth.existingSecret }}
