@@ -339,6 +339,8 @@ def test_vault_agent_writes_the_token_file(render: Render) -> None:
         assert annotations["vault.hashicorp.com/agent-inject"] == "true"
         assert annotations["vault.hashicorp.com/agent-inject-token"] == "true"
         assert annotations["vault.hashicorp.com/role"] == "mnemo"
+        # the token file must be readable by uid 10001, the user the agent then runs as
+        assert annotations["vault.hashicorp.com/agent-run-as-same-user"] == "true"
         assert "vault.hashicorp.com/agent-pre-populate-only" not in annotations
     for job in of_kind(manifests, "Job").values():
         # a Job with a long-lived agent sidecar would never complete

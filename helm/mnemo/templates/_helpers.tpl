@@ -260,6 +260,8 @@ seccompProfile:
 {{- if .enabled }}
 vault.hashicorp.com/agent-inject: "true"
 vault.hashicorp.com/agent-inject-token: "true"
+{{- /* the agent runs as the component's uid, so the token file it writes is readable */}}
+vault.hashicorp.com/agent-run-as-same-user: "true"
 vault.hashicorp.com/role: {{ .role | quote }}
 {{- if .authPath }}
 vault.hashicorp.com/auth-path: {{ .authPath | quote }}
