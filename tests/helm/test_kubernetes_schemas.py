@@ -4,14 +4,25 @@ fields are errors), with kubernetes-validate's bundled schemas."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import kubernetes_validate
 import pytest
-from tests.helm.chart import VALUES_FILES, Manifest, Render
+import yaml
+from tests.helm.chart import CHART, VALUES_FILES, Manifest, Render
 
-# helm 4.1's client targets 1.35; the chart's floor (Chart.yaml kubeVersion) is 1.27
-KUBERNETES_VERSIONS = ("1.35.0", "1.29.0")
+
+def _chart_floor() -> str:
+    """The oldest Kubernetes the chart claims (Chart.yaml kubeVersion: ">=X.Y.Z-0")."""
+    constraint = str(yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"])
+    found = re.fullmatch(r">=(\d+\.\d+\.\d+)(-0)?", constraint)
+    assert found, constraint
+    return found.group(1)
+
+
+# the chart's floor, and the Kubernetes the pinned helm's client targets
+KUBERNETES_VERSIONS = (_chart_floor(), "1.35.0")
 # custom resources: no bundled schema, checked field by field in test_manifests.py
 CUSTOM_KINDS = {("keda.sh/v1alpha1", "ScaledObject")}
 
@@ -87,11 +98,11 @@ def test_the_validator_catches_a_misspelt_field(render: Render) -> None:
     broken = copy.deepcopy(deployment)
     broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFS"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[0], strict=True)
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
     wrong_type = copy.deepcopy(deployment)
     wrong_type["spec"]["replicas"] = "2"
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(wrong_type, KUBERNETES_VERSIONS[0], strict=True)
+        kubernetes_validate.validate(wrong_type, KUBERNETES_VERSIONS[-1], strict=True)
 
 
 def test_custom_resources_have_the_fields_keda_requires(render: Render) -> None:

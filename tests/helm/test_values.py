@@ -153,3 +153,12 @@ def test_chart_refuses_incomplete_or_contradictory_values(
     helm: Helm, tmp_path: Path, values: dict[str, Any], message: str
 ) -> None:
     assert message in fail_render(helm, [write_values(tmp_path, with_base(**values))])
+
+
+def test_chart_refuses_a_cluster_older_than_it_supports(helm: Helm) -> None:
+    minimal = str(VALUES_FILES["minimal"])
+    old = helm.run("template", "x", str(CHART), "-f", minimal, "--kube-version", "1.26.0")
+    assert old.returncode != 0
+    assert "kubeVersion" in old.stderr
+    supported = helm.run("template", "x", str(CHART), "-f", minimal, "--kube-version", "1.27.0")
+    assert supported.returncode == 0, supported.stderr
