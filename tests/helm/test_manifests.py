@@ -1,0 +1,607 @@
+"""The rendered manifests' key fields, for the values files in helm/mnemo/ci and overrides."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from tests.helm.chart import (
+    NAMESPACE,
+    RELEASE,
+    VALUES_FILES,
+    Manifest,
+    Render,
+    component_of,
+    env_of,
+    of_kind,
+    pod_spec,
+)
+
+COMPONENTS = ("gateway", "registrar", "indexer", "decay", "audit")
+CONSUMERS = COMPONENTS[1:]
+SECRET_NAMED = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
+
+
+def deployments(manifests: list[Manifest]) -> dict[str, Manifest]:
+    """Deployments by component."""
+    return {component_of(m): m for m in of_kind(manifests, "Deployment").values()}
+
+
+def pod_templates(manifests: list[Manifest]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{m['kind']}/{m['metadata']['name']}", pod_spec(m))
+        for m in manifests
+        if m["kind"] in ("Deployment", "Job")
+    ]
+
+
+def config(manifests: list[Manifest]) -> dict[str, str]:
+    data: dict[str, str] = of_kind(manifests, "ConfigMap")[RELEASE]["data"]
+    return data
+
+
+def checksum(manifests: list[Manifest], component: str) -> str:
+    annotations = deployments(manifests)[component]["spec"]["template"]["metadata"]["annotations"]
+    return str(annotations["checksum/config"])
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+def test_one_deployment_per_component_running_its_module(render: Render) -> None:
+    found = deployments(render("minimal"))
+    assert sorted(found) == sorted(COMPONENTS)
+    for name, deployment in found.items():
+        assert deployment["metadata"]["name"] == f"{RELEASE}-{name}"
+        (container,) = pod_spec(deployment)["containers"]
+        assert container["command"] == ["python", "-m", f"mnemo_{name}"]
+        assert container["image"] == "mnemo:0.1.0"
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector["app.kubernetes.io/component"] == name
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items()
+
+
+def test_production_pulls_the_image_by_digest(render: Render) -> None:
+    for name, spec in pod_templates(render("production")):
+        image = spec["containers"][0]["image"]
+        assert re.fullmatch(r"registry\.example\.com/platform/mnemo@sha256:[0-9a-f]{64}", image), (
+            name
+        )
+
+
+@pytest.mark.parametrize("values", sorted(VALUES_FILES))
+def test_every_pod_is_locked_down(render: Render, values: str) -> None:
+    for name, spec in pod_templates(render(values)):
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, name
+        assert pod["runAsUser"] != 0, name
+        assert pod["seccompProfile"]["type"] == "RuntimeDefault", name
+        for container in spec["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["runAsNonRoot"] is True, name
+            assert ctx["readOnlyRootFilesystem"] is True, name
+            assert ctx["allowPrivilegeEscalation"] is False, name
+            assert ctx["privileged"] is False, name
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, name
+            assert "resources" in container, name
+            assert container["resources"]["limits"]["memory"], name
+
+
+@pytest.mark.parametrize("values", sorted(VALUES_FILES))
+def test_writable_paths_are_empty_dirs(render: Render, values: str) -> None:
+    """With a read-only root, only /var/lib/mnemo (MNEMO_DATA_DIR) and /tmp are writable."""
+    manifests = render(values)
+    assert config(manifests)["MNEMO_DATA_DIR"] == "/var/lib/mnemo"
+    for name, spec in pod_templates(manifests):
+        volumes = {volume["name"]: volume for volume in spec["volumes"]}
+        mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
+        for path, volume in (("/var/lib/mnemo", "data"), ("/tmp", "tmp")):
+            assert mounts[path]["name"] == volume, name
+            assert "emptyDir" in volumes[volume], name
+        writable = {path for path, mount in mounts.items() if not mount.get("readOnly")}
+        assert writable == {"/var/lib/mnemo", "/tmp"}, name
+
+
+def test_probes_hit_the_health_endpoints_on_the_right_port(render: Render) -> None:
+    for name, deployment in deployments(render("minimal")).items():
+        (container,) = pod_spec(deployment)["containers"]
+        ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+        expected = {"http": 8080} if name == "gateway" else {"health": 8081}
+        assert ports == expected, name
+        (port_name,) = expected
+        probes = {
+            kind: container[f"{kind}Probe"]["httpGet"]
+            for kind in ("startup", "liveness", "readiness")
+        }
+        assert probes["liveness"] == {"path": "/healthz", "port": port_name}, name
+        assert probes["startup"] == {"path": "/healthz", "port": port_name}, name
+        assert probes["readiness"] == {"path": "/readyz", "port": port_name}, name
+
+
+def test_gateway_listens_on_all_interfaces_and_is_served(render: Render) -> None:
+    manifests = render("minimal")
+    env = env_of(pod_spec(deployments(manifests)["gateway"])["containers"][0])
+    assert env["MNEMO_GATEWAY_HOST"]["value"] == "0.0.0.0"
+    assert env["MNEMO_GATEWAY_PORT"]["value"] == "8080"
+    service = of_kind(manifests, "Service")[f"{RELEASE}-gateway"]
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert len(of_kind(manifests, "Service")) == 1
+
+
+def test_consumers_are_scraped_on_the_health_port(render: Render) -> None:
+    for name, deployment in deployments(render("minimal")).items():
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        if name == "gateway":
+            assert "prometheus.io/scrape" not in annotations
+        else:
+            assert annotations["prometheus.io/port"] == "8081"
+            assert annotations["prometheus.io/path"] == "/metrics"
+    quiet = render("minimal", overrides={"metrics.podAnnotations": False})
+    for deployment in deployments(quiet).values():
+        assert (
+            "prometheus.io/scrape" not in deployment["spec"]["template"]["metadata"]["annotations"]
+        )
+
+
+def test_pods_get_settings_from_the_configmap_and_their_own_service_name(render: Render) -> None:
+    manifests = render("minimal")
+    data = config(manifests)
+    assert data["MNEMO_MODE"] == "distributed"
+    assert data["MNEMO_KAFKA_BOOTSTRAP"] == "kafka.kafka.svc:9092"
+    assert data["MNEMO_KAFKA_TOPIC"] == "mnemo.events"
+    assert data["MNEMO_KAFKA_PARTITIONS"] == "12"
+    assert data["MNEMO_CASSANDRA_HOSTS"] == "cassandra.cassandra.svc"
+    assert data["MNEMO_QDRANT_URL"] == "http://qdrant.qdrant.svc:6333"
+    assert data["MNEMO_VAULT_ADDR"] == "http://vault.vault.svc:8200"
+    assert data["MNEMO_HEALTH_PORT"] == "8081"
+    for name, deployment in deployments(manifests).items():
+        (container,) = pod_spec(deployment)["containers"]
+        assert container["envFrom"] == [{"configMapRef": {"name": RELEASE}}]
+        env = env_of(container)
+        assert env["OTEL_SERVICE_NAME"]["value"] == f"mnemo-{name}"
+        attributes = env["OTEL_RESOURCE_ATTRIBUTES"]["value"]
+        assert f"k8s.deployment.name={RELEASE}-{name}" in attributes
+        # the kubelet expands $(POD_NAME) only from variables defined before it
+        names = [entry["name"] for entry in container["env"]]
+        assert names.index("POD_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES")
+
+
+def test_indexer_keeps_blas_to_one_thread(render: Render) -> None:
+    env = env_of(pod_spec(deployments(render("minimal"))["indexer"])["containers"][0])
+    assert env["OPENBLAS_NUM_THREADS"]["value"] == "1"
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def test_replicas_are_overridden_per_component(render: Render) -> None:
+    found = deployments(render("minimal", overrides={"components.indexer.replicas": 5}))
+    replicas = {name: d["spec"]["replicas"] for name, d in found.items()}
+    assert replicas == {"gateway": 2, "registrar": 1, "indexer": 5, "decay": 1, "audit": 1}
+
+
+def test_zero_and_false_overrides_are_kept(render: Render) -> None:
+    """An override to 0 or false must win over a non-zero default."""
+    manifests = render(
+        "minimal",
+        overrides={
+            "components.decay.replicas": 0,
+            "components.audit.pdb.enabled": False,
+            "defaults.replicas": 3,
+        },
+    )
+    replicas = {name: d["spec"]["replicas"] for name, d in deployments(manifests).items()}
+    assert replicas == {"gateway": 2, "registrar": 3, "indexer": 3, "decay": 0, "audit": 3}
+    pdbs = {component_of(p) for p in of_kind(manifests, "PodDisruptionBudget").values()}
+    assert pdbs == set(COMPONENTS) - {"audit"}
+
+
+def test_resources_merge_key_by_key(render: Render) -> None:
+    found = deployments(
+        render("minimal", overrides={"components.decay.resources.limits.memory": "3Gi"})
+    )
+    decay = pod_spec(found["decay"])["containers"][0]["resources"]
+    assert decay == {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "3Gi"}}
+    audit = pod_spec(found["audit"])["containers"][0]["resources"]
+    assert audit["limits"] == {"memory": "1Gi"}
+
+
+def test_component_env_is_added_to_that_component_only(render: Render) -> None:
+    found = deployments(
+        render(
+            "minimal",
+            values={
+                "components": {"audit": {"env": [{"name": "MNEMO_BATCH_SIZE", "value": "64"}]}}
+            },
+        )
+    )
+    for name, deployment in found.items():
+        env = env_of(pod_spec(deployment)["containers"][0])
+        assert ("MNEMO_BATCH_SIZE" in env) is (name == "audit")
+
+
+def test_a_disabled_component_leaves_nothing_behind(render: Render) -> None:
+    manifests = render("production", overrides={"components.registrar.enabled": False})
+    assert "registrar" not in deployments(manifests)
+    leftovers = [
+        f"{m['kind']}/{m['metadata']['name']}"
+        for m in manifests
+        if m["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "registrar"
+    ]
+    assert leftovers == []
+
+
+# ----------------------------------------------------------------------------- config rollout
+
+
+def test_config_checksum_is_shared_and_follows_the_config(render: Render) -> None:
+    base = render("minimal")
+    sums = {checksum(base, name) for name in COMPONENTS}
+    assert len(sums) == 1
+    (original,) = sums
+    assert re.fullmatch(r"[0-9a-f]{64}", original)
+    changes: list[dict[str, Any]] = [
+        {"config.logLevel": "DEBUG"},
+        {"kafka.partitions": 24},
+        {"cassandra.keyspace": "memories"},
+        {"config.registrationRules": "rules: []"},
+    ]
+    for change in changes:
+        changed = render("minimal", overrides=change)
+        for name in COMPONENTS:
+            assert checksum(changed, name) != original, (change, name)
+    # scaling is not a config change: pods must not roll for it
+    scaled = render("minimal", overrides={"components.indexer.replicas": 4})
+    assert checksum(scaled, "indexer") == original
+
+
+def test_rules_and_policy_are_mounted_from_a_configmap(render: Render) -> None:
+    manifests = render("production")
+    files = of_kind(manifests, "ConfigMap")[f"{RELEASE}-files"]["data"]
+    assert files == {"registration-rules.yaml": "rules: []\n"}
+    assert config(manifests)["MNEMO_RULES_FILE"] == "/etc/mnemo/config/registration-rules.yaml"
+    assert "MNEMO_DECAY_POLICY_FILE" not in config(manifests)
+    for deployment in deployments(manifests).values():
+        mounts = {m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]}
+        assert mounts["config-files"]["mountPath"] == "/etc/mnemo/config"
+    assert f"{RELEASE}-files" not in of_kind(render("minimal"), "ConfigMap")
+
+
+# ----------------------------------------------------------------------------- secrets
+
+
+@pytest.mark.parametrize("values", sorted(VALUES_FILES))
+def test_credentials_only_by_reference_to_existing_secrets(render: Render, values: str) -> None:
+    manifests = render(values)
+    assert of_kind(manifests, "Secret") == {}
+    for key in config(manifests):
+        assert not SECRET_NAMED.search(key), key
+    for name, spec in pod_templates(manifests):
+        for entry in spec["containers"][0]["env"]:
+            if SECRET_NAMED.search(entry["name"]):
+                assert "value" not in entry, (name, entry["name"])
+                assert set(entry["valueFrom"]) == {"secretKeyRef"}, (name, entry["name"])
+
+
+def test_production_secret_references(render: Render) -> None:
+    manifests = render("production")
+    expected = {
+        "MNEMO_KAFKA_SASL_USERNAME": ("mnemo-kafka-user", "username"),
+        "MNEMO_KAFKA_SASL_PASSWORD": ("mnemo-kafka-user", "password"),
+        "MNEMO_CASSANDRA_USERNAME": ("mnemo-cassandra-superuser", "username"),
+        "MNEMO_CASSANDRA_PASSWORD": ("mnemo-cassandra-superuser", "password"),
+        "MNEMO_QDRANT_API_KEY": ("mnemo-qdrant", "api-key"),
+    }
+    for name, spec in pod_templates(manifests):
+        env = env_of(spec["containers"][0])
+        refs = {
+            key: (
+                entry["valueFrom"]["secretKeyRef"]["name"],
+                entry["valueFrom"]["secretKeyRef"]["key"],
+            )
+            for key, entry in env.items()
+            if "valueFrom" in entry and "secretKeyRef" in entry["valueFrom"]
+        }
+        want = dict(expected)
+        if name == f"Deployment/{RELEASE}-gateway":
+            want["MNEMO_GATEWAY_ADMIN_TOKEN"] = ("mnemo-gateway-admin", "admin-token")
+        assert refs == want, name
+        # the Vault token comes from Vault Agent, not from a Secret
+        assert "MNEMO_VAULT_TOKEN" not in env, name
+
+
+def test_kafka_user_name_can_be_plain_when_the_secret_holds_only_the_password(
+    render: Render,
+) -> None:
+    manifests = render("production", overrides={"kafka.sasl.username": "mnemo"})
+    for name, spec in pod_templates(manifests):
+        env = env_of(spec["containers"][0])
+        assert env["MNEMO_KAFKA_SASL_USERNAME"] == {
+            "name": "MNEMO_KAFKA_SASL_USERNAME",
+            "value": "mnemo",
+        }
+        password = env["MNEMO_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert password == {"name": "mnemo-kafka-user", "key": "password"}, name
+
+
+def test_vault_agent_writes_the_token_file(render: Render) -> None:
+    manifests = render("production")
+    assert config(manifests)["MNEMO_VAULT_TOKEN_FILE"] == "/vault/secrets/token"
+    for name, spec in pod_templates(manifests):
+        assert spec["automountServiceAccountToken"] is True, name
+    for deployment in deployments(manifests).values():
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["vault.hashicorp.com/agent-inject"] == "true"
+        assert annotations["vault.hashicorp.com/agent-inject-token"] == "true"
+        assert annotations["vault.hashicorp.com/role"] == "mnemo"
+        # the token file must be readable by uid 10001, the user the agent then runs as
+        assert annotations["vault.hashicorp.com/agent-run-as-same-user"] == "true"
+        assert "vault.hashicorp.com/agent-pre-populate-only" not in annotations
+    for job in of_kind(manifests, "Job").values():
+        # a Job with a long-lived agent sidecar would never complete
+        annotations = job["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["vault.hashicorp.com/agent-pre-populate-only"] == "true"
+
+
+def test_without_vault_agent_no_token_is_mounted(render: Render) -> None:
+    manifests = render("minimal")
+    assert "MNEMO_VAULT_TOKEN_FILE" not in config(manifests)
+    for name, spec in pod_templates(manifests):
+        assert spec["automountServiceAccountToken"] is False, name
+        env = env_of(spec["containers"][0])
+        assert env["MNEMO_VAULT_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": "mnemo-vault-token",
+            "key": "token",
+        }
+    for account in of_kind(manifests, "ServiceAccount").values():
+        assert account["automountServiceAccountToken"] is False
+
+
+def test_tls_cas_are_mounted_and_named_in_the_settings(render: Render) -> None:
+    manifests = render("production")
+    data = config(manifests)
+    expected = {
+        "MNEMO_KAFKA_SSL_CAFILE": ("kafka", "mnemo-kafka-cluster-ca-cert"),
+        "MNEMO_CASSANDRA_SSL_CAFILE": ("cassandra", "mnemo-cassandra-ca"),
+        "VAULT_CACERT": ("vault", "mnemo-vault-ca"),
+    }
+    assert data["MNEMO_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert data["MNEMO_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    for name, spec in pod_templates(manifests):
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        for key, (dependency, secret) in expected.items():
+            assert data[key] == f"/etc/mnemo/tls/{dependency}/ca.crt"
+            volume = volumes[f"tls-{dependency}"]["secret"]
+            assert volume["secretName"] == secret, name
+            mount = mounts[f"tls-{dependency}"]
+            assert mount == {
+                "name": f"tls-{dependency}",
+                "mountPath": f"/etc/mnemo/tls/{dependency}",
+                "readOnly": True,
+            }, name
+    assert not any(k.endswith("CAFILE") for k in config(render("minimal")))
+
+
+# ----------------------------------------------------------------------------- tenants
+
+
+def test_tenants_with_their_own_keyspace(render: Render) -> None:
+    manifests = render("tenant-keyspace")
+    data = config(manifests)
+    assert data["MNEMO_CASSANDRA_TENANT_KEYSPACES"] == "acme,globex"
+    assert data["MNEMO_CASSANDRA_HOSTS"] == "cassandra-0.cassandra.svc,cassandra-1.cassandra.svc"
+    assert data["MNEMO_KAFKA_BOOTSTRAP"] == "kafka-0.kafka.svc:9092,kafka-1.kafka.svc:9092"
+    # the migrations hook creates those keyspaces, so it must see the list too
+    migrate = of_kind(manifests, "Job")[f"{RELEASE}-migrate"]
+    env = env_of(pod_spec(migrate)["containers"][0])
+    assert env["MNEMO_CASSANDRA_TENANT_KEYSPACES"]["value"] == "acme,globex"
+    assert "MNEMO_CASSANDRA_TENANT_KEYSPACES" not in config(render("minimal"))
+    assert checksum(manifests, "registrar") != checksum(render("minimal"), "registrar")
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+def test_topics_then_migrations_run_as_hooks(render: Render) -> None:
+    manifests = render("minimal")
+    jobs = of_kind(manifests, "Job")
+    assert sorted(jobs) == [f"{RELEASE}-create-topics", f"{RELEASE}-migrate"]
+    weights = {}
+    for name, job in jobs.items():
+        annotations = job["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade", name
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        weights[name] = int(annotations["helm.sh/hook-weight"])
+        spec = pod_spec(job)
+        assert spec["restartPolicy"] == "Never"
+        assert spec["serviceAccountName"] == f"{RELEASE}-hooks"
+        assert job["spec"]["backoffLimit"] >= 1
+        assert job["spec"]["activeDeadlineSeconds"] > 0
+    assert weights[f"{RELEASE}-create-topics"] < weights[f"{RELEASE}-migrate"]
+    topics = pod_spec(jobs[f"{RELEASE}-create-topics"])["containers"][0]
+    migrate = pod_spec(jobs[f"{RELEASE}-migrate"])["containers"][0]
+    assert [*topics["command"], *topics["args"]] == ["mnemo", "admin", "create-topics"]
+    assert [*migrate["command"], *migrate["args"]] == ["mnemo", "admin", "migrate"]
+    # the hooks run before the ConfigMap exists: their settings are inline and the same
+    for container in (topics, migrate):
+        assert "envFrom" not in container
+        env = env_of(container)
+        inline = {k: v["value"] for k, v in env.items() if "value" in v and k.startswith("MNEMO_")}
+        assert inline == config(manifests)
+    # and so does their service account, created as an earlier hook
+    account = of_kind(manifests, "ServiceAccount")[f"{RELEASE}-hooks"]
+    hook = account["metadata"]["annotations"]
+    assert hook["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert int(hook["helm.sh/hook-weight"]) < min(weights.values())
+    assert "hook-succeeded" not in hook["helm.sh/hook-delete-policy"]
+
+
+def test_hooks_can_be_switched_off(render: Render) -> None:
+    manifests = render(
+        "minimal", overrides={"hooks.createTopics.enabled": False, "hooks.migrate.enabled": False}
+    )
+    assert of_kind(manifests, "Job") == {}
+    assert f"{RELEASE}-hooks" not in of_kind(manifests, "ServiceAccount")
+    only = of_kind(render("minimal", overrides={"hooks.createTopics.enabled": False}), "Job")
+    assert list(only) == [f"{RELEASE}-migrate"]
+
+
+def test_an_existing_service_account_is_used_everywhere(render: Render) -> None:
+    manifests = render(
+        "minimal", overrides={"serviceAccount.create": False, "serviceAccount.name": "platform"}
+    )
+    assert of_kind(manifests, "ServiceAccount") == {}
+    for name, spec in pod_templates(manifests):
+        assert spec["serviceAccountName"] == "platform", name
+
+
+# ----------------------------------------------------------------------------- scaling
+
+
+def test_minimal_has_fixed_replicas_and_no_autoscalers(render: Render) -> None:
+    manifests = render("minimal")
+    assert of_kind(manifests, "HorizontalPodAutoscaler") == {}
+    assert of_kind(manifests, "ScaledObject") == {}
+    assert all("replicas" in d["spec"] for d in deployments(manifests).values())
+
+
+def test_production_autoscales_on_cpu_and_on_lag(render: Render) -> None:
+    manifests = render("production")
+    found = deployments(manifests)
+    hpas = {component_of(h): h for h in of_kind(manifests, "HorizontalPodAutoscaler").values()}
+    scaled = {component_of(s): s for s in of_kind(manifests, "ScaledObject").values()}
+    assert set(hpas) == {"gateway"}
+    assert set(scaled) == {"registrar", "indexer"}
+    # a Deployment that an autoscaler owns carries no replica count to fight it
+    for name, deployment in found.items():
+        assert ("replicas" in deployment["spec"]) is (name not in hpas and name not in scaled)
+    hpa = hpas["gateway"]["spec"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": f"{RELEASE}-gateway",
+    }
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 10)
+    assert hpa["metrics"][0]["resource"]["name"] == "cpu"
+    assert hpa["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
+    registrar = scaled["registrar"]
+    assert registrar["apiVersion"] == "keda.sh/v1alpha1"
+    assert registrar["spec"]["scaleTargetRef"] == {"name": f"{RELEASE}-registrar"}
+    assert (registrar["spec"]["minReplicaCount"], registrar["spec"]["maxReplicaCount"]) == (2, 12)
+    (trigger,) = registrar["spec"]["triggers"]
+    assert trigger["type"] == "kafka"
+    assert trigger["metadata"] == {
+        "bootstrapServers": "mnemo-kafka-bootstrap.kafka.svc:9093",
+        "consumerGroup": "mnemo-registrar",
+        "topic": "mnemo.events",
+        "lagThreshold": "500",
+        "allowIdleConsumers": "false",
+    }
+    assert trigger["authenticationRef"] == {"name": "mnemo-kafka-keda"}
+    (indexer_trigger,) = scaled["indexer"]["spec"]["triggers"]
+    assert indexer_trigger["metadata"]["lagThreshold"] == "1000"
+
+
+def test_keda_replaces_the_cpu_autoscaler_of_a_consumer(render: Render) -> None:
+    manifests = render(
+        "minimal",
+        overrides={
+            "components.decay.autoscaling.enabled": True,
+            "components.audit.autoscaling.enabled": True,
+            "components.audit.autoscaling.keda.enabled": True,
+        },
+    )
+    hpas = {component_of(h) for h in of_kind(manifests, "HorizontalPodAutoscaler").values()}
+    scaled = {component_of(s) for s in of_kind(manifests, "ScaledObject").values()}
+    assert (hpas, scaled) == ({"decay"}, {"audit"})
+
+
+def test_every_component_has_a_disruption_budget(render: Render) -> None:
+    minimal = {
+        component_of(p): p for p in of_kind(render("minimal"), "PodDisruptionBudget").values()
+    }
+    assert sorted(minimal) == sorted(COMPONENTS)
+    for name, pdb in minimal.items():
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert "minAvailable" not in pdb["spec"]
+        assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name
+    production = of_kind(render("production"), "PodDisruptionBudget")
+    assert production[f"{RELEASE}-audit"]["spec"] == {
+        "minAvailable": 1,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "mnemo",
+                "app.kubernetes.io/instance": RELEASE,
+                "app.kubernetes.io/component": "audit",
+            }
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- network
+
+
+def _ports(rule: dict[str, Any]) -> set[tuple[int, str]]:
+    return {(p["port"], p["protocol"]) for p in rule["ports"]}
+
+
+def test_network_policy_defaults(render: Render) -> None:
+    manifests = render("minimal")
+    policies = of_kind(manifests, "NetworkPolicy")
+    base = policies[RELEASE]["spec"]
+    assert base["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "mnemo",
+        "app.kubernetes.io/instance": RELEASE,
+    }
+    assert base["policyTypes"] == ["Ingress", "Egress"]
+    assert [_ports(rule) for rule in base["ingress"]] == [{(8081, "TCP")}]
+    egress = [_ports(rule) for rule in base["egress"]]
+    assert egress[0] == {(53, "UDP"), (53, "TCP")}
+    allowed = set().union(*egress)
+    assert {(9092, "TCP"), (9042, "TCP"), (6333, "TCP"), (8200, "TCP")} <= allowed
+    # no collector configured: no egress for it
+    assert (4317, "TCP") not in allowed
+    gateway = policies[f"{RELEASE}-gateway"]["spec"]
+    assert gateway["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    assert gateway["policyTypes"] == ["Ingress"]
+    assert [_ports(rule) for rule in gateway["ingress"]] == [{(8080, "TCP")}]
+    # every pod of the release, hooks included, is under the base policy
+    selector = base["podSelector"]["matchLabels"]
+    for name, manifest in [(n, m) for n, m in of_kind(manifests, "Deployment").items()] + list(
+        of_kind(manifests, "Job").items()
+    ):
+        labels = manifest["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), name
+
+
+def test_network_policy_restricts_peers_in_production(render: Render) -> None:
+    policies = of_kind(render("production"), "NetworkPolicy")
+    gateway = policies[f"{RELEASE}-gateway"]["spec"]["ingress"][0]
+    assert gateway["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agents"}}}
+    ]
+    base = policies[RELEASE]["spec"]
+    assert base["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    kafka = next(rule for rule in base["egress"] if _ports(rule) == {(9093, "TCP")})
+    assert kafka["to"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kafka"}}}
+    ]
+    assert any(_ports(rule) == {(4317, "TCP"), (4318, "TCP")} for rule in base["egress"])
+
+
+def test_network_policies_can_be_left_to_the_cluster(render: Render) -> None:
+    manifests = render("minimal", overrides={"networkPolicy.enabled": False})
+    assert of_kind(manifests, "NetworkPolicy") == {}
+
+
+def test_everything_lands_in_the_release_namespace(render: Render) -> None:
+    for manifest in render("production"):
+        assert manifest["metadata"]["namespace"] == NAMESPACE
