@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed
 DATA   ?= var/data
 
 
-.PHONY: browser services-up services-down helm-tools helm
+.PHONY: browser services-up services-down up down helm-tools helm
 .PHONY: help install run test lint typecheck unit contract integration e2e schemas bench constraints clean
 
 help:
 	@echo "make run        install and start Mnemo on 127.0.0.1:8080 (embedded storage in $(DATA))"
 	@echo "make test       install, lint, type-check and run every test"
+	@echo "make up|down    start|stop the distributed mode: Kafka, Cassandra and Mnemo's services"
 	@echo "make bench      run the benchmarks (JSON results in bench/results/)"
 	@echo "make schemas    regenerate schemas/ from the event models"
 	@echo "make unit|contract|integration|e2e|helm   one test layer"
@@ -72,6 +73,16 @@ services-up: install
 	$(SERVICES) up $(TEST_SERVICES)
 
 services-down:
+	-$(SERVICES) down all
+
+# The distributed mode on this machine: Kafka, Cassandra, then Mnemo's own processes
+# (gateway with the co-located indexer, registrar, decay, audit; infra/stack.py).
+up: install
+	$(SERVICES) up cassandra kafka
+	$(BIN)/python infra/stack.py up
+
+down:
+	-$(BIN)/python infra/stack.py down
 	-$(SERVICES) down all
 
 # Starts the services the tests need, runs every test, and stops them whatever happened.

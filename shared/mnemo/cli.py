@@ -1060,6 +1060,61 @@ def admin_rebuild(state: State, data_dir: Path | None, online: bool) -> None:
     click.echo(f"checksum {checksum}")
 
 
+@admin.command("migrate")
+@pass_state
+def admin_migrate(state: State) -> None:
+    """Distributed mode: create the Cassandra keyspace when missing and apply the versioned
+    CQL migrations of schemas/cql (idempotent; run it from one process, before the rest)."""
+    from mnemo.adapters.cassandra_store import migrate
+    from mnemo.bootstrap import connect_store, tenant_keyspaces
+
+    settings = MnemoSettings()
+    configure_logging(settings.log_level)
+    try:
+        store = connect_store(settings)
+    except MnemoError as exc:
+        raise CliError(f"cannot migrate: {exc.code}: {exc.message}") from exc
+    try:
+        keyspaces = [store.home]
+        own = tenant_keyspaces(settings)
+        for tenant in filter(
+            None, (t.strip() for t in settings.cassandra_tenant_keyspaces.split(","))
+        ):
+            if own is not None:
+                keyspaces.append(store.keyspace_of(tenant))
+        applied = {ks: migrate(store.session, ks) for ks in dict.fromkeys(keyspaces)}
+    finally:
+        store.close()
+    if state.as_json:
+        state.emit_json({"keyspaces": applied})
+    else:
+        for ks, versions in applied.items():
+            click.echo(f"{ks}: {'applied ' + str(versions) if versions else 'up to date'}")
+
+
+@admin.command("create-topics")
+@pass_state
+def admin_create_topics(state: State) -> None:
+    """Distributed mode: create the event log topic (kept forever) and its dead-letter
+    topic with the configured partitions, when missing (idempotent)."""
+    from mnemo.bootstrap import dead_letter_topic
+    from mnemo.service.workers import ensure_topics_from
+
+    settings = MnemoSettings()
+    try:
+        created = ensure_topics_from(settings)
+    except MnemoError as exc:
+        raise CliError(f"cannot create the topics: {exc.code}: {exc.message}") from exc
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from exc
+    names = [settings.kafka_topic, dead_letter_topic(settings)]
+    if state.as_json:
+        state.emit_json({"topics": names, "created": created})
+    else:
+        for name in names:
+            click.echo(f"{name}: {'created' if name in created else 'exists'}")
+
+
 @admin.command("checksum")
 @DATA_DIR_OPTION
 @pass_state

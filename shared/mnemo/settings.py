@@ -95,6 +95,13 @@ class MnemoSettings(BaseSettings):
         pattern=r"^[A-Za-z0-9._-]{0,64}$",
         description="appended to every consumer group (a rebuild runs fresh groups)",
     )
+    kafka_session_timeout: float = Field(
+        default=10.0,
+        ge=6.0,
+        le=300.0,
+        description="seconds before a consumer that stopped heartbeating (a crash) loses its "
+        "partitions to the others",
+    )
     cassandra_hosts: str = Field(default="127.0.0.1", description="contact points")
     cassandra_port: int = Field(default=9042, ge=1, le=65_535)
     cassandra_keyspace: str = Field(default="mnemo", pattern=r"^[a-z][a-z0-9_]{0,47}$")

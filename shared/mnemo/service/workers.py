@@ -116,6 +116,8 @@ class Worker:
             topic_allow_declare=False,
             topic_disable_leader=True,
             consumer_auto_offset_reset="earliest",
+            broker_session_timeout=settings.kafka_session_timeout,
+            broker_heartbeat_interval=min(3.0, settings.kafka_session_timeout / 3),
             web_enabled=settings.health_port > 0,
             web_port=settings.health_port or 6066,
             web_bind=settings.health_host,

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Start and stop Mnemo's own services, distributed mode, on 127.0.0.1 (`make up`/`make down`).
+
+    python infra/stack.py up      # Kafka and Cassandra must run (infra/services.py up)
+    python infra/stack.py down
+    python infra/stack.py status
+
+`up` applies the CQL migrations and creates the topics once (`mnemo admin migrate`,
+`mnemo admin create-topics`), then starts each component as its own process:
+
+    gateway    HTTP on MNEMO_GATEWAY_PORT (8080); with no MNEMO_QDRANT_URL it also runs the
+               indexer (the co-located topology: qdrant-edge admits one process), whose
+               health port is 8092
+    registrar  faust worker, health on 8091
+    decay      faust worker, health on 8093
+    audit      faust worker, health on 8094
+
+and waits until each answers /readyz. Logs and PID files go to var/run/mnemo/. Addresses of
+Kafka and Cassandra come from var/run/services.env (written by infra/services.py) or from
+the environment. Standard library only; tests import `Stack` to run their own copy on
+other ports, topics and keyspaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TAG = "MNEMO_STACK_COMPONENT"
+
+
+@dataclass
+class Component:
+    name: str
+    module: str
+    health_port: int
+    http_port: int | None = None
+
+    def ready_url(self) -> str:
+        port = self.http_port if self.http_port is not None else self.health_port
+        return f"http://127.0.0.1:{port}/readyz"
+
+
+@dataclass
+class Stack:
+    """One distributed deployment on this machine."""
+
+    run_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    gateway_port: int = 8080
+    ports: dict[str, int] = field(
+        default_factory=lambda: {"registrar": 8091, "indexer": 8092, "decay": 8093, "audit": 8094}
+    )
+    python: str = sys.executable
+
+    def components(self) -> list[Component]:
+        return [
+            Component("registrar", "mnemo_registrar", self.ports["registrar"]),
+            Component("decay", "mnemo_decay", self.ports["decay"]),
+            Component("audit", "mnemo_audit", self.ports["audit"]),
+            Component("gateway", "mnemo_gateway", self.ports["indexer"], self.gateway_port),
+        ]
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components() if c.name == name)
+
+    def child_env(self, component: Component) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.env)
+        env.setdefault("MNEMO_MODE", "distributed")
+        env["MNEMO_HEALTH_PORT"] = str(component.health_port)
+        env["MNEMO_GATEWAY_PORT"] = str(self.gateway_port)
+        env["MNEMO_GATEWAY_COMPONENTS"] = ",".join(
+            f"{n}=http://127.0.0.1:{p}" for n, p in sorted(self.ports.items())
+        )
+        env[TAG] = component.name
+        return env
+
+    def pid_file(self, name: str) -> Path:
+        return self.run_dir / f"{name}.pid"
+
+    def log_file(self, name: str) -> Path:
+        return self.run_dir / f"{name}.log"
+
+    def pid(self, name: str) -> int | None:
+        try:
+            pid = int(self.pid_file(name).read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return None
+        return pid if f"{TAG}={name}".encode() in environ.split(b"\0") else None
+
+    def admin(self, *args: str) -> None:
+        """Run a `mnemo admin` command with the stack's settings, once."""
+        env = self.child_env(Component("admin", "", 0))
+        subprocess.run(
+            [self.python, "-m", "mnemo.cli", "admin", *args], env=env, check=True, cwd=REPO
+        )
+
+    def start(self, name: str) -> int:
+        component = self.component(name)
+        running = self.pid(name)
+        if running is not None:
+            return running
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_file(name).open("ab") as out:
+            proc = subprocess.Popen(
+                [self.python, "-m", component.module],
+                env=self.child_env(component),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
+            )
+        self.pid_file(name).write_text(str(proc.pid))
+        return proc.pid
+
+    def wait_ready(self, names: list[str], timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(names)
+        while pending:
+            for name in list(pending):
+                if self.pid(name) is None:
+                    raise RuntimeError(f"{name} exited; see {self.log_file(name)}")
+                try:
+                    with urllib.request.urlopen(self.component(name).ready_url(), timeout=2) as r:
+                        if r.status == 200:
+                            pending.remove(name)
+                except (urllib.error.URLError, OSError):
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"not ready after {timeout:.0f} s: {', '.join(pending)}")
+            if pending:
+                time.sleep(0.25)
+
+    def up(self, timeout: float = 180.0) -> None:
+        self.admin("migrate")
+        self.admin("create-topics")
+        names = [c.name for c in self.components()]
+        for name in names:
+            self.start(name)
+        self.wait_ready(names, timeout)
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        pid = self.pid(name)
+        if pid is not None:
+            os.kill(pid, sig)
+
+    def stop(self, name: str, timeout: float = 30.0) -> None:
+        pid = self.pid(name)
+        if pid is None:
+            self.pid_file(name).unlink(missing_ok=True)
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.pid(name) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.pid(name) is not None:
+            os.kill(pid, signal.SIGKILL)
+            while self.pid(name) is not None:
+                time.sleep(0.05)
+        self.pid_file(name).unlink(missing_ok=True)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL, no goodbye: what a crash looks like."""
+        pid = self.pid(name)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL)
+        while self.pid(name) is not None:
+            time.sleep(0.05)
+
+    def down(self) -> None:
+        for component in reversed(self.components()):
+            self.stop(component.name)
+
+    def status(self) -> dict[str, str]:
+        out = {}
+        for c in self.components():
+            if self.pid(c.name) is None:
+                out[c.name] = "stopped"
+                continue
+            try:
+                with urllib.request.urlopen(c.ready_url(), timeout=2) as r:
+                    out[c.name] = "ready" if r.status == 200 else "not ready"
+            except urllib.error.HTTPError:
+                out[c.name] = "not ready"
+            except (urllib.error.URLError, OSError):
+                out[c.name] = "starting"
+        return out
+
+
+def services_env(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of infra/services.py's address file."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.startswith("MNEMO_") and not key.startswith("MNEMO_VAULT_TOKEN"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status"))
+    args = parser.parse_args(argv)
+    env = services_env(REPO / "var" / "run" / "services.env")
+    env.setdefault("MNEMO_DATA_DIR", str(REPO / "var" / "data-distributed"))
+    stack = Stack(
+        REPO / "var" / "run" / "mnemo",
+        env,
+        gateway_port=int(os.environ.get("MNEMO_GATEWAY_PORT", "8080")),
+        python=os.environ.get("MNEMO_PYTHON", sys.executable),
+    )
+    if args.command == "up":
+        try:
+            stack.up()
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"[stack] {exc}", file=sys.stderr)
+            return 1
+        print(f"[stack] Mnemo (distributed) on http://127.0.0.1:{stack.gateway_port}")
+        print(json.dumps(stack.status()))
+        print(f"[stack] logs in {stack.run_dir}; `make down` stops it")
+    elif args.command == "down":
+        stack.down()
+        print("[stack] stopped")
+    else:
+        print(json.dumps(stack.status(), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

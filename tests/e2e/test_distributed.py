@@ -1,0 +1,336 @@
+"""The distributed mode end to end, as separate processes on a real Kafka broker and a real
+Cassandra node: the gateway (with the co-located indexer), and the registrar, decay and
+audit faust workers, started by infra/stack.py on ports, a topic and a keyspace of this
+test's own.
+
+- publish through the gateway -> registered -> searchable -> context -> replay;
+- publish straight to the topic with a Kafka client -> the same read models;
+- SIGKILL a consumer while events keep coming, restart it: every accepted event is
+  projected exactly once (outcomes, memories, vectors, audit links, sequences);
+- the broker and Cassandra restarted under load: the gateway answers 503 with a code or
+  accepts; whatever it accepted is projected exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.distributed_support import (
+    CASSANDRA_HOSTS,
+    CASSANDRA_PORT,
+    KAFKA,
+    drop_keyspace,
+    require_services,
+)
+
+from mnemo.bootstrap import Platform, build_distributed
+from mnemo.handlers import audit
+from mnemo.ports import MemoryQuery
+from mnemo.settings import MnemoSettings
+
+REPO = Path(__file__).resolve().parents[2]
+H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "planner"}
+
+_spec = importlib.util.spec_from_file_location("mnemo_stack", REPO / "infra" / "stack.py")
+assert _spec is not None
+assert _spec.loader is not None
+stack_module = importlib.util.module_from_spec(_spec)
+sys.modules["mnemo_stack"] = stack_module
+_spec.loader.exec_module(stack_module)
+Stack = stack_module.Stack
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def declared(content: str, stream: str = "user:U1", **memory: Any) -> dict[str, Any]:
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory": {"type": "fact", "content": content, **memory}},
+    }
+
+
+class Deployment:
+    def __init__(self, root: Path) -> None:
+        tag = uuid.uuid4().hex[:10]
+        self.topic = f"e2e.{tag}"
+        self.keyspace = f"mnemo_e2e_{tag}"
+        self.data = root / "data"
+        self.env = {
+            "MNEMO_MODE": "distributed",
+            "MNEMO_EMBEDDER": "hashing",
+            "MNEMO_DATA_DIR": str(self.data),
+            "MNEMO_KAFKA_BOOTSTRAP": KAFKA,
+            "MNEMO_KAFKA_TOPIC": self.topic,
+            "MNEMO_KAFKA_PARTITIONS": "6",
+            "MNEMO_KAFKA_GROUP_SUFFIX": f".{tag}",
+            "MNEMO_CASSANDRA_HOSTS": CASSANDRA_HOSTS,
+            "MNEMO_CASSANDRA_PORT": str(CASSANDRA_PORT),
+            "MNEMO_CASSANDRA_KEYSPACE": self.keyspace,
+            "MNEMO_LOG_LEVEL": "WARNING",
+        }
+        self.stack = Stack(
+            root / "run",
+            self.env,
+            gateway_port=free_port(),
+            ports={n: free_port() for n in ("registrar", "indexer", "decay", "audit")},
+        )
+        self.url = f"http://127.0.0.1:{self.stack.gateway_port}"
+        self.http = httpx.Client(base_url=self.url, headers=H, timeout=60)
+
+    def settings(self) -> MnemoSettings:
+        values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items()}
+        values["data_dir"] = str(self.data.parent / "inspect")
+        return MnemoSettings(**values)  # type: ignore[arg-type]
+
+    def inspect(self) -> Platform:
+        """A platform in the test process to look at the store and the archive."""
+        return build_distributed(self.settings(), "inspect", with_index=False)
+
+    def wait_caught_up(self, timeout: float = 120.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            try:
+                status = self.http.get("/v1/admin/status").json()
+            except httpx.HTTPError:
+                time.sleep(0.5)
+                continue
+            lag = status.get("lag", {})
+            if lag and not any(lag.values()) and status.get("consumers_running"):
+                return status
+            time.sleep(0.3)
+        raise AssertionError(f"the consumers did not catch up: {status}")
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    require_services()
+    d = Deployment(tmp_path)
+    try:
+        d.stack.up(timeout=180)
+    except Exception:
+        for name in ("gateway", "registrar", "decay", "audit"):
+            log = d.stack.log_file(name)
+            if log.exists():
+                print(f"--- {name}\n{log.read_text()[-3000:]}")
+        d.stack.down()
+        raise
+    try:
+        yield d
+    finally:
+        d.http.close()
+        d.stack.down()
+        inspect = d.inspect()
+        drop_keyspace(inspect)
+        inspect.close()
+
+
+def publish(d: Deployment, events: list[dict[str, Any]], wait: str = "none") -> httpx.Response:
+    return d.http.post("/v1/events", params={"wait": wait}, json={"events": events})
+
+
+def assert_projected_exactly_once(d: Deployment, accepted: list[str]) -> None:
+    """Every accepted event: one outcome, its memory once; vectors = memories; one audit
+    link per archived event; gapless streams."""
+    platform = d.inspect()
+    try:
+        for event_id in accepted:
+            outcomes = platform.store.outcome("acme", event_id)
+            assert len(outcomes) == 1, (event_id, outcomes)
+            assert outcomes[0].kind.value == "registered"
+        memories = platform.store.query("acme", MemoryQuery(limit=100_000))
+        assert len(memories) == len(accepted)
+        assert len({m.source_event_id for m in memories}) == len(accepted)
+        streams = {m.stream for m in memories}
+        archived = 0
+        for stream in streams:
+            events = platform.log.read_stream("acme", stream, 1, 100_000)
+            assert [e.envelope.seq for e in events] == list(range(1, len(events) + 1))
+            ids = [e.envelope.event_id for e in events]
+            assert len(ids) == len(set(ids))
+            archived += len(events)
+        trail = platform.store.audit_trail("acme", 0, 1_000_000)
+        assert len(trail) == archived
+        logged = {r.event_id: platform.log.get("acme", r.event_id) for r in trail}
+        assert audit.verify(trail, {k: v.envelope for k, v in logged.items() if v}) is None
+    finally:
+        platform.close()
+    # the vectors, read by the gateway (the process that owns the shard)
+    counts = d.http.get("/v1/admin/status").json()
+    assert counts["lag"]["indexer"] == 0
+
+
+def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Deployment) -> None:
+    d = deployment
+    answer = publish(
+        d,
+        [
+            {"type": "ObservationRecorded", "schema_version": 2, "stream": "user:U1",
+             "payload": {"text": "记住我的尺码是L"}},
+            declared("the user is allergic to peanuts"),
+        ],
+        wait="indexed",
+    )  # fmt: skip
+    assert answer.status_code == 202, answer.text
+    body = answer.json()
+    assert body["complete"] is True
+    assert [a["outcomes"][0]["outcome"] for a in body["accepted"]] == ["registered"] * 2
+
+    hits = d.http.post("/v1/search", json={"query": "peanuts", "subjects": ["user:U1"]}).json()
+    assert "peanuts" in hits["hits"][0]["memory"]["content"]
+    context = d.http.post(
+        "/v1/context", json={"query": "what size do I wear", "subjects": ["user:U1"]}
+    ).json()
+    assert "size: L" in context["context"]
+
+    # straight to the topic, as any Kafka client could (the SDK's publisher here)
+    from mnemo.client.kafka import EventPublisher
+
+    async def produce() -> list[str]:
+        async with EventPublisher(KAFKA, tenant="acme", principal="ingest", topic=d.topic) as pub:
+            return await pub.publish([declared("the office is on floor 7", stream="user:U2")])
+
+    [raw_id] = asyncio.run(produce())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = d.http.get(f"/v1/events/{raw_id}/outcome")
+        if got.status_code == 200 and got.json():
+            break
+        time.sleep(0.2)
+    assert got.json()[0]["outcome"] == "registered"
+    d.wait_caught_up()
+    hits = d.http.post("/v1/search", json={"query": "office floor", "subjects": ["user:U2"]}).json()
+    assert "floor 7" in hits["hits"][0]["memory"]["content"]
+
+    replay = d.http.get("/v1/subjects/user:U1/events", params={"from_seq": 1}).json()["events"]
+    assert [e["seq"] for e in replay] == list(range(1, len(replay) + 1))
+    assert [e["type"] for e in replay] == [
+        "ObservationRecorded",
+        "MemoryDeclared",
+        "MemoryRegistered",
+        "MemoryRegistered",
+    ]
+    status = d.http.get("/v1/admin/status").json()
+    assert status["mode"] == "distributed"
+    assert set(status["components"]) == {"gateway", "registrar", "indexer", "decay", "audit"}
+    assert all(v == "ready" for v in status["components"].values())
+    # the CLI's status is the same answer, rendered
+    cli = subprocess.run(
+        [sys.executable, "-m", "mnemo.cli", "--url", d.url, "--tenant", "acme", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "registrar" in cli.stdout
+    assert "ready" in cli.stdout
+
+
+class Publisher:
+    """Publishes batches on a thread until stopped; keeps the ids the gateway accepted and
+    counts the 503s it answered instead."""
+
+    def __init__(self, d: Deployment, streams: int = 8) -> None:
+        self.d = d
+        self.streams = streams
+        self.accepted: list[str] = []
+        self.refused: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.n = 0
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.d.url, headers=H, timeout=60) as http:
+            while not self.stop.is_set():
+                batch = [
+                    declared(f"fact {self.n + i}", stream=f"user:U{(self.n + i) % self.streams}")
+                    for i in range(5)
+                ]
+                self.n += 5
+                try:
+                    answer = http.post("/v1/events", json={"events": batch})
+                except httpx.HTTPError:
+                    self.refused.append("transport")
+                    time.sleep(0.2)
+                    continue
+                if answer.status_code == 202:
+                    self.accepted.extend(a["event_id"] for a in answer.json()["accepted"])
+                else:
+                    assert answer.status_code == 503, answer.text
+                    self.refused.append(answer.json()["error"]["code"])
+                    time.sleep(0.2)
+                time.sleep(0.1)  # a steady load, not a flood
+
+    def __enter__(self) -> Publisher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+
+
+def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
+    deployment: Deployment,
+) -> None:
+    d = deployment
+    with Publisher(d) as pub:
+        time.sleep(3)
+        for name in ("registrar", "audit"):
+            d.stack.kill(name)
+            time.sleep(1.5)
+            d.stack.start(name)
+            d.stack.wait_ready([name], timeout=120)
+            time.sleep(1.0)
+    assert len(pub.accepted) >= 100
+    assert pub.refused == []
+    d.wait_caught_up(timeout=180)
+    assert_projected_exactly_once(d, pub.accepted)
+
+
+def _services(*args: str) -> None:
+    subprocess.run(
+        [sys.executable, str(REPO / "infra" / "services.py"), *args],
+        check=True,
+        cwd=REPO,
+        env={**os.environ},
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("service", ["kafka", "cassandra"])
+def test_a_restarted_broker_or_cassandra_loses_and_doubles_nothing(
+    deployment: Deployment, service: str
+) -> None:
+    d = deployment
+    with Publisher(d) as pub:
+        time.sleep(2)
+        _services("down", service)
+        time.sleep(3)
+        _services("up", service)
+        time.sleep(3)
+    assert len(pub.accepted) >= 20
+    if service == "cassandra":
+        assert pub.refused == []  # publishing needs Kafka only
+    d.wait_caught_up(timeout=240)
+    assert_projected_exactly_once(d, pub.accepted)
