@@ -1,4 +1,9 @@
-"""Contract of the EventLog port; every adapter runs these cases."""
+"""Contract of the EventLog port for logs that sequence at append time (the embedded SQLite
+log). The distributed log (a Kafka topic sequenced by the registrar, ADR 0008) numbers
+events after the append, so `Appended.seq` is 0 there and a stale `expected_seq` ends as
+an outcome instead of a ConflictError; tests/integration/test_distributed_log.py holds it
+to the same properties (gapless streams, one event per id, reads by stream, tenant, id
+and cause, concurrent publishers) on a real broker and Cassandra node."""
 
 from __future__ import annotations
 
