@@ -196,7 +196,8 @@ def test_zero_and_false_overrides_are_kept(render: Render) -> None:
         },
     )
     replicas = {name: d["spec"]["replicas"] for name, d in deployments(manifests).items()}
-    assert replicas == {"gateway": 2, "registrar": 3, "indexer": 3, "decay": 0, "audit": 3}
+    # the audit consumer names its one replica itself: defaults.replicas does not reach it
+    assert replicas == {"gateway": 2, "registrar": 3, "indexer": 3, "decay": 0, "audit": 1}
     pdbs = {component_of(p) for p in of_kind(manifests, "PodDisruptionBudget").values()}
     assert pdbs == set(COMPONENTS) - {"audit"}
 
@@ -513,13 +514,13 @@ def test_keda_replaces_the_cpu_autoscaler_of_a_consumer(render: Render) -> None:
         "minimal",
         overrides={
             "components.decay.autoscaling.enabled": True,
-            "components.audit.autoscaling.enabled": True,
-            "components.audit.autoscaling.keda.enabled": True,
+            "components.registrar.autoscaling.enabled": True,
+            "components.registrar.autoscaling.keda.enabled": True,
         },
     )
     hpas = {component_of(h) for h in of_kind(manifests, "HorizontalPodAutoscaler").values()}
     scaled = {component_of(s) for s in of_kind(manifests, "ScaledObject").values()}
-    assert (hpas, scaled) == ({"decay"}, {"audit"})
+    assert (hpas, scaled) == ({"decay"}, {"registrar"})
 
 
 def test_every_component_has_a_disruption_budget(render: Render) -> None:
@@ -533,7 +534,7 @@ def test_every_component_has_a_disruption_budget(render: Render) -> None:
         assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name
     production = of_kind(render("production"), "PodDisruptionBudget")
     assert production[f"{RELEASE}-audit"]["spec"] == {
-        "minAvailable": 1,
+        "maxUnavailable": 1,
         "selector": {
             "matchLabels": {
                 "app.kubernetes.io/name": "mnemo",
