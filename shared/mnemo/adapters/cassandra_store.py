@@ -219,6 +219,9 @@ def _statements(text: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
+_DDL_TIMEOUT = 120.0  # schema changes wait for agreement, slower than queries under load
+
+
 def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[int]:
     """Apply the versioned CQL files of `directory` (default schemas/cql) to a keyspace that
     exists, in version order, skipping the versions `schema_migrations` already records.
@@ -239,7 +242,8 @@ def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[
     with _translated():
         session.execute(
             f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations (version int PRIMARY KEY, "
-            "name text, checksum text, applied_at timestamp)"
+            "name text, checksum text, applied_at timestamp)",
+            timeout=_DDL_TIMEOUT,
         )
         applied = {
             int(row[0]): str(row[1])
@@ -255,7 +259,7 @@ def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[
                     log.warning("migration %s changed after it was applied to %s", path.name, ks)
                 continue
             for statement in _statements(text.replace("${keyspace}", ks)):
-                session.execute(statement)
+                session.execute(statement, timeout=_DDL_TIMEOUT)
             session.execute(record, (version, path.name, digest, datetime.now(UTC)))
             done.append(version)
     return done
@@ -1064,7 +1068,7 @@ class CassandraMemoryStore(MemoryStore):
             f"WITH replication = {_replication_cql(self._replication)}"
         )
         with _translated():
-            self._session.execute(cql)
+            self._session.execute(cql, timeout=_DDL_TIMEOUT)
 
     @property
     def session(self) -> Any:

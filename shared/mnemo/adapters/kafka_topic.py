@@ -236,12 +236,30 @@ class KafkaTopic(LogTopic):
         records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]]]],
     ) -> list[Coordinates]:
         producer = await self._get_producer()
-        futures = [
-            await producer.send(topic, value=value, key=key, headers=list(headers))
-            for key, value, headers in records
-        ]
-        done = [await f for f in futures]
-        return [Coordinates(m.partition, m.offset) for m in done]
+        try:
+            futures = [
+                await producer.send(topic, value=value, key=key, headers=list(headers))
+                for key, value, headers in records
+            ]
+            done = await asyncio.gather(*futures, return_exceptions=True)
+        except Exception:
+            await self._drop_producer()
+            raise
+        failed = [d for d in done if isinstance(d, BaseException)]
+        if failed:
+            # an idempotent producer whose sequence the broker no longer knows (a broker
+            # restart, an expired producer id) stays broken: start a new one next time
+            await self._drop_producer()
+            raise failed[0]
+        return [Coordinates(m.partition, m.offset) for m in done]  # type: ignore[union-attr]
+
+    async def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await producer.stop()
+            except Exception:
+                log.debug("stopping a failed producer failed", exc_info=True)
 
     def produce(
         self, records: Sequence[tuple[bytes, bytes, Sequence[tuple[str, bytes]]]]

@@ -125,14 +125,19 @@ def parse_record(record: LogRecord, now: datetime, max_skew_seconds: float = 300
         raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
     actor = raw.get("actor")
     system = isinstance(actor, dict) and actor.get("kind") == ActorKind.SYSTEM.value
-    envelope = validate_envelope(raw, public=not system)
+    # Whoever may write to the topic is trusted like the gateway (Kafka ACLs decide who
+    # may): the gateway itself records contexts and feedback (types agents cannot publish
+    # over HTTP) through it. The schema of every type still holds.
+    envelope = validate_envelope(raw, public=False)
     version = envelope.event_id[14]
-    if version != (_DERIVED_VERSION if system else _PUBLISHED_VERSION):
+    if system and version != _DERIVED_VERSION:
         raise InvalidInput(
-            "event_id must be a UUIDv7 (UUIDv8 only for Mnemo's own consumers)",
+            "events of Mnemo's consumers carry derived (UUIDv8) ids",
             code="INVALID_EVENT_ID",
             field="event_id",
         )
+    if version not in (_PUBLISHED_VERSION, _DERIVED_VERSION):
+        raise InvalidInput("event_id must be a UUIDv7", code="INVALID_EVENT_ID", field="event_id")
     if not system and (envelope.occurred_at - now).total_seconds() > max_skew_seconds:
         raise InvalidInput("occurred_at is too far ahead", code="OCCURRED_IN_FUTURE")
     if record.key != record_key(envelope):

@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
 from mnemo.domain.errors import MnemoError
@@ -35,6 +36,8 @@ from mnemo.settings import GatewaySettings, MnemoSettings
 __all__ = ["Worker", "make_worker", "run_gateway", "run_worker"]
 
 log = logging.getLogger("mnemo.worker")
+
+T = TypeVar("T")
 
 CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
 
@@ -350,25 +353,45 @@ def make_worker(consumer: str, settings: MnemoSettings | None = None) -> Worker:
     return Worker(consumer, settings or MnemoSettings())
 
 
+def _starting(what: str, build: Callable[[], T], attempts: int = 20) -> T:
+    """Build something that needs Kafka or Cassandra, retrying while they are not there
+    yet (a deploy that starts everything at once, a node that is still booting)."""
+    delay = 1.0
+    for attempt in range(1, attempts + 1):
+        try:
+            return build()
+        except Exception as exc:
+            if attempt == attempts:
+                raise
+            code = getattr(exc, "code", type(exc).__name__)
+            log.warning("%s failed (%s), attempt %d of %d; retrying", what, code, attempt, attempts)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 10.0)
+    raise AssertionError("unreachable")
+
+
 def run_worker(consumer: str) -> None:
     """`python -m mnemo_<consumer>` in the distributed mode."""
     settings = MnemoSettings()
     _configure_logging(settings.log_level)
-    ensure_topics_from(settings)
-    make_worker(consumer, settings).run()
+    _starting("creating the topics", lambda: ensure_topics_from(settings))
+    _starting("starting the worker", lambda: make_worker(consumer, settings)).run()
 
 
 def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
     """The gateway in the distributed mode. With a Qdrant server, it is only the HTTP API;
     without one, it also runs the indexer (the co-located topology)."""
     _configure_logging(settings.log_level)
-    ensure_topics_from(settings)
+    _starting("creating the topics", lambda: ensure_topics_from(settings))
     if settings.qdrant_url is None:
-        worker = Worker(
-            indexing.CONSUMER,
-            settings,
-            build_distributed(settings, "gateway"),
-            with_http=gateway,
+        worker = _starting(
+            "starting the gateway",
+            lambda: Worker(
+                indexing.CONSUMER,
+                settings,
+                build_distributed(settings, "gateway"),
+                with_http=gateway,
+            ),
         )
         log.info("gateway with the co-located indexer on %s:%d", gateway.host, gateway.port)
         worker.run()
@@ -376,7 +399,7 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
     import uvicorn
     from mnemo_gateway.app import create_app
 
-    platform = build_distributed(settings, "gateway")
+    platform = _starting("connecting", lambda: build_distributed(settings, "gateway"))
     try:
         uvicorn.run(
             create_app(platform, gateway, run_consumers=False),
