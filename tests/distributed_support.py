@@ -77,7 +77,7 @@ def distributed_settings(data: Path, partitions: int = 4, **overrides: object) -
 def drop_keyspace(platform: Platform) -> None:
     store = platform.store
     for ks in {platform.settings.cassandra_keyspace, *store._keyspaces()}:  # type: ignore[attr-defined]
-        store.session.execute(f"DROP KEYSPACE IF EXISTS {ks}")  # type: ignore[attr-defined]
+        store.session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)  # type: ignore[attr-defined]
 
 
 def create_topics(settings: MnemoSettings) -> None:

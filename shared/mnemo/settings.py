@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["GatewaySettings", "MnemoSettings"]
+__all__ = ["GatewaySettings", "MnemoSettings", "WorkerSettings", "worker_settings"]
 
 
 class MnemoSettings(BaseSettings):
@@ -147,3 +147,25 @@ class GatewaySettings(BaseSettings):
     wait_timeout: float = Field(
         default=10.0, gt=0, le=120, description="longest read-your-writes wait"
     )
+
+
+class WorkerSettings(BaseSettings):
+    """A consumer service's own settings, under its own prefix (`MNEMO_REGISTRAR_`,
+    `MNEMO_INDEXER_`, `MNEMO_DECAY_`, `MNEMO_AUDIT_`); each overrides the shared value."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    batch_size: int | None = Field(default=None, ge=1, le=10_000)
+    embed_batch: int | None = Field(default=None, ge=1, le=1_024)
+    embed_threads: int | None = Field(default=None, ge=1, le=64)
+    health_port: int | None = Field(default=None, ge=0, le=65_535)
+    health_host: str | None = None
+    log_level: str | None = None
+    kafka_session_timeout: float | None = Field(default=None, ge=6.0, le=300.0)
+
+
+def worker_settings(consumer: str, shared: MnemoSettings | None = None) -> MnemoSettings:
+    """The shared settings with the consumer's own (`MNEMO_<CONSUMER>_...`) laid over."""
+    base = shared or MnemoSettings()
+    own = WorkerSettings(_env_prefix=f"MNEMO_{consumer.upper()}_")
+    return base.model_copy(update={k: v for k, v in own.model_dump().items() if v is not None})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -440,6 +441,14 @@ class Mnemo:
 
     def wait_for_stream(self, ctx: RequestContext, stream: str, seq: int, timeout: float) -> bool:
         """Block until the stream holds sequence `seq`, or the timeout passes."""
+        if self.progress is not None:
+            # distributed: other processes sequence the log; nothing here is notified
+            deadline = time.monotonic() + timeout
+            while self.log.stream_head(ctx.tenant, stream) < seq:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+            return True
         with self._changed:
             found: bool = self._changed.wait_for(
                 lambda: self.log.stream_head(ctx.tenant, stream) >= seq, timeout

@@ -31,7 +31,7 @@ from mnemo.domain.errors import MnemoError
 from mnemo.handlers import audit, decay, indexing, registration
 from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
-from mnemo.settings import GatewaySettings, MnemoSettings
+from mnemo.settings import GatewaySettings, MnemoSettings, worker_settings
 
 __all__ = ["Worker", "make_worker", "run_gateway", "run_worker"]
 
@@ -372,7 +372,7 @@ def _starting(what: str, build: Callable[[], T], attempts: int = 20) -> T:
 
 def run_worker(consumer: str) -> None:
     """`python -m mnemo_<consumer>` in the distributed mode."""
-    settings = MnemoSettings()
+    settings = worker_settings(consumer)
     _configure_logging(settings.log_level)
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     _starting("starting the worker", lambda: make_worker(consumer, settings)).run()
