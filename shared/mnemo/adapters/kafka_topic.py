@@ -144,8 +144,13 @@ async def _ensure(
                     created.append(name)
             except TopicAlreadyExistsError:
                 pass
-        described = await admin.describe_topics([topic])
-        found = len(described[0]["partitions"]) if described else 0
+        found = 0
+        for _ in range(50):  # a topic just created may not be in the metadata yet
+            described = await admin.describe_topics([topic])
+            found = len(described[0]["partitions"]) if described else 0
+            if found:
+                break
+            await asyncio.sleep(0.2)
         if found != partitions:
             raise RuntimeError(
                 f"topic {topic} has {found} partitions, not the {partitions} configured; "
