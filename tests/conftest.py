@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from tests.support import TEST_TENANTS, install_keys
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
@@ -27,5 +28,6 @@ def platform(tmp_path: Path, clock: FixedClock) -> Iterator[Platform]:
         MnemoSettings(data_dir=tmp_path / "data", embedder="hashing", sqlite_synchronous="NORMAL"),
         clock=clock,
     )
+    install_keys(built, *TEST_TENANTS)
     yield built
     built.close()

@@ -1,23 +1,107 @@
 """Test support: a real Mnemo server (embedded platform, gateway, uvicorn) on a free
-loopback port, in a thread, for tests that talk to it over real HTTP."""
+loopback port, in a thread, for tests that talk to it over real HTTP; and API keys.
+
+`fixed_key(tenant)` is a fixed, well-formed key for a tenant, so a test module can name its
+headers at import time; `install_keys(platform, ...)` makes those keys valid on a platform
+(creating the tenants), with the platform's own pepper. `grant()` issues a real key."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import uvicorn
 from mnemo_gateway.app import create_app
 
-from mnemo.bootstrap import Platform, build_embedded
+from mnemo.bootstrap import Platform, build_embedded, key_pepper
+from mnemo.domain.access import ALL_SCOPES, ApiKey, Scope, format_key, key_digest, parse_key
+from mnemo.domain.errors import ConflictError
 from mnemo.settings import GatewaySettings, MnemoSettings
 
-__all__ = ["running_server", "wait_healthy"]
+__all__ = [
+    "TEST_TENANTS",
+    "auth",
+    "fixed_key",
+    "grant",
+    "headers_for",
+    "install_keys",
+    "running_server",
+    "wait_healthy",
+]
+
+ALL = tuple(s.value for s in ALL_SCOPES)
+# tenants whose fixed keys the shared fixtures (the `platform` fixture, running_server) install
+TEST_TENANTS = ("acme", "globex", "mallory", "crash", "default")
+
+
+def fixed_key(tenant: str, label: str = "all") -> str:
+    """A fixed key for a tenant (and a label, for several keys of one tenant)."""
+    seed = f"{tenant}\x1f{label}".encode()
+    key_id = hashlib.sha256(b"id:" + seed).hexdigest()[:16]
+    secret = base64.urlsafe_b64encode(hashlib.sha256(b"secret:" + seed).digest())
+    return format_key(key_id, secret.rstrip(b"=").decode())
+
+
+def auth(key: str, principal: str | None = None) -> dict[str, str]:
+    """The headers that present a key (and a principal, when given)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    if principal is not None:
+        headers["X-Mnemo-Principal"] = principal
+    return headers
+
+
+def headers_for(tenant: str, principal: str | None = None, label: str = "all") -> dict[str, str]:
+    return auth(fixed_key(tenant, label), principal)
+
+
+def install_keys(
+    platform: Platform,
+    *tenants: str,
+    label: str = "all",
+    scopes: tuple[str, ...] = ALL,
+    expires_at: datetime | None = None,
+) -> None:
+    """Make fixed_key(tenant, label) valid on the platform for each tenant (created when
+    missing), with the given scopes. Installing the same key again changes nothing."""
+    pepper = key_pepper(platform.settings)
+    now = platform.access.clock.now()
+    for tenant in tenants:
+        with suppress(ConflictError):
+            platform.access.create_tenant(tenant, by="test")
+        parsed = parse_key(fixed_key(tenant, label))
+        assert parsed is not None
+        key_id, secret = parsed
+        salt = hashlib.sha256(key_id.encode()).hexdigest()[:32]
+        record = ApiKey(
+            key_id=key_id,
+            tenant=tenant,
+            name=f"test-{label}",
+            scopes=tuple(Scope(s) for s in scopes),
+            salt=salt,
+            digest=key_digest(pepper, salt, secret),
+            created_at=now,
+            created_by="test",
+            expires_at=expires_at,
+        )
+        with suppress(ConflictError):
+            platform.access.store.add_key(record)
+
+
+def grant(
+    platform: Platform, tenant: str, scopes: tuple[str, ...] = ALL, name: str = "test"
+) -> str:
+    """A freshly issued key of a tenant (created when missing)."""
+    with suppress(ConflictError):
+        platform.access.create_tenant(tenant, by="test")
+    return platform.access.issue_key(tenant, name, scopes, by="test").key
 
 
 def wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -55,6 +139,7 @@ def running_server(
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
+    install_keys(platform, *TEST_TENANTS)
     try:
         wait_healthy(url, thread.is_alive)
         yield url, platform

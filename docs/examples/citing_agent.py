@@ -62,9 +62,16 @@ def wait_for_weights(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("MNEMO_URL", "http://127.0.0.1:8080"))
-    parser.add_argument("--tenant", default="demo-travel")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("MNEMO_API_KEY"),
+        help="an API key with memory:read, memory:write and context (default: MNEMO_API_KEY)",
+    )
+    parser.add_argument("--tenant", default=None, help="must be the key's tenant, if given")
     args = parser.parse_args(argv)
-    with MnemoClient(args.url, tenant=args.tenant, principal="travel-agent") as mnemo:
+    with MnemoClient(
+        args.url, tenant=args.tenant, principal="travel-agent", api_key=args.api_key
+    ) as mnemo:
         ids = {}
         for key, value in FACTS.items():
             result = mnemo.remember(TRAVELLER, type="fact", key=key, value=value, wait="indexed")

@@ -73,10 +73,17 @@ def session_three(mnemo: MnemoClient) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("MNEMO_URL", "http://127.0.0.1:8080"))
-    parser.add_argument("--tenant", default="demo-shop")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("MNEMO_API_KEY"),
+        help="an API key with memory:read, memory:write and context (default: MNEMO_API_KEY)",
+    )
+    parser.add_argument("--tenant", default=None, help="must be the key's tenant, if given")
     args = parser.parse_args(argv)
     for session in (session_one, session_two, session_three):
-        with MnemoClient(args.url, tenant=args.tenant, principal="service-agent") as mnemo:
+        with MnemoClient(
+            args.url, tenant=args.tenant, principal="service-agent", api_key=args.api_key
+        ) as mnemo:
             session(mnemo)
     return 0
 

@@ -91,11 +91,20 @@ def review(planner: MnemoClient) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("MNEMO_URL", "http://127.0.0.1:8080"))
-    parser.add_argument("--tenant", default="demo-launch")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("MNEMO_API_KEY"),
+        help="an API key with memory:read, memory:write and context (default: MNEMO_API_KEY)",
+    )
+    parser.add_argument("--tenant", default=None, help="must be the key's tenant, if given")
     args = parser.parse_args(argv)
     with (
-        MnemoClient(args.url, tenant=args.tenant, principal="planner") as planner,
-        MnemoClient(args.url, tenant=args.tenant, principal="executor") as executor,
+        MnemoClient(
+            args.url, tenant=args.tenant, principal="planner", api_key=args.api_key
+        ) as planner,
+        MnemoClient(
+            args.url, tenant=args.tenant, principal="executor", api_key=args.api_key
+        ) as executor,
     ):
         plan(planner)
         execute(executor)

@@ -7,6 +7,7 @@ import ast
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from mnemo.adapters.clocks import SystemClock
+from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
@@ -32,6 +34,7 @@ from mnemo.ports import (
     Tokenizer,
     VectorIndex,
 )
+from mnemo.service.access import Access
 from mnemo.service.app import Mnemo
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import DistributedEventLog, PartitionProgress
@@ -110,6 +113,7 @@ class Platform:
     index: VectorIndex
     runner: EmbeddedRunner
     app: Mnemo
+    access: Access
     distributed: Distributed | None = None
 
     @property
@@ -128,6 +132,7 @@ class Platform:
         self.index.close()
         self.store.close()
         self.log.close()
+        self.access.store.close()
 
 
 @dataclass
@@ -141,6 +146,30 @@ class Distributed:
 
 
 DATA_DIR_MARK = "mnemo.json"
+PEPPER_FILE = "access.pepper"
+
+
+def key_pepper(settings: MnemoSettings) -> bytes:
+    """The secret every API key digest is keyed with: MNEMO_KEY_PEPPER, or a random one made
+    on first use and kept (owner-only) in the data directory."""
+    if settings.key_pepper is not None:
+        value = settings.key_pepper.get_secret_value().encode()
+        if len(value) < 16:
+            raise InvalidInput(
+                "MNEMO_KEY_PEPPER must be at least 16 characters",
+                code="INVALID_SETTING",
+                field="key_pepper",
+            )
+        return value
+    path = settings.data_dir / PEPPER_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text(encoding="ascii").strip().encode()
+    made = os.urandom(32).hex()
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(made + "\n")
+    return made.encode()
 
 
 def check_data_dir(data: Path, embedder: Embedder) -> None:
@@ -160,6 +189,15 @@ def check_data_dir(data: Path, embedder: Embedder) -> None:
             )
         return
     mark.write_text(json.dumps({**wanted, "format": 1}) + "\n", encoding="utf-8")
+
+
+def open_access(settings: MnemoSettings, clock: Clock | None = None) -> Access:
+    """Only the tenants and keys of a data directory (for `mnemo admin tenant create`)."""
+    return Access(
+        SqliteAccessStore(settings.data_dir / "access.sqlite3", settings.sqlite_synchronous),
+        clock or SystemClock(),
+        key_pepper(settings),
+    )
 
 
 def build_embedded(
@@ -204,7 +242,8 @@ def build_embedded(
         event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
     )
     app = Mnemo(event_log, store, index, query_embedder, tokenizer, clock, runner, contexts)
-    return Platform(settings, event_log, store, index, runner, app)
+    access = open_access(settings, clock)
+    return Platform(settings, event_log, store, index, runner, app, access)
 
 
 def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
@@ -298,6 +337,25 @@ def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
     )
 
 
+def cassandra_access(settings: MnemoSettings, store: CassandraMemoryStore, clock: Clock) -> Access:
+    """Tenants and keys in the store's home keyspace (tables of 0002_access.cql, which the
+    store's migrations applied). Every replica must share the pepper: set MNEMO_KEY_PEPPER."""
+    from mnemo.adapters.cassandra_access import CassandraAccessStore
+
+    if settings.key_pepper is None:
+        log.warning(
+            "MNEMO_KEY_PEPPER is not set: API key hashes use a pepper kept in %s, which "
+            "other replicas do not share",
+            settings.data_dir,
+        )
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return Access(
+        CassandraAccessStore(store.session, store.home, migrate_schema=False),
+        clock,
+        key_pepper(settings),
+    )
+
+
 def dead_letter_topic(settings: MnemoSettings) -> str:
     return settings.kafka_dead_letter_topic or f"{settings.kafka_topic}.dlq"
 
@@ -367,5 +425,6 @@ def build_distributed(
         index,
         runner,
         app,
+        cassandra_access(settings, store, clock),
         Distributed(topic, archive, progress, archive.next_position),
     )

@@ -107,15 +107,22 @@ class Api:
     """Mnemo's HTTP API as one tenant and principal see it."""
 
     url: str
-    tenant: str
-    principal: str
+    tenant: str | None
+    principal: str | None
     timeout: float
     admin_token: str | None = None
+    api_key: str | None = None
     _http: httpx.Client | None = None
 
     def _client(self) -> httpx.Client:
         if self._http is None:
-            headers = {"X-Mnemo-Tenant": self.tenant, "X-Mnemo-Principal": self.principal}
+            headers: dict[str, str] = {}
+            if self.tenant:
+                headers["X-Mnemo-Tenant"] = self.tenant
+            if self.principal:
+                headers["X-Mnemo-Principal"] = self.principal
+            if self.api_key:
+                headers["Authorization"] = f"Bearer {self.api_key}"
             if self.admin_token:
                 headers["X-Mnemo-Admin-Token"] = self.admin_token
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
@@ -284,10 +291,22 @@ def progress_bar(console: Console) -> Progress:
     "--url", envvar="MNEMO_URL", default=DEFAULT_URL, show_default=True, help="Mnemo's address."
 )
 @click.option(
-    "--tenant", envvar="MNEMO_TENANT", default="default", show_default=True, help="Whose data."
+    "--api-key",
+    envvar="MNEMO_API_KEY",
+    default=None,
+    help="The API key to send (Authorization: Bearer); it decides the tenant.",
 )
 @click.option(
-    "--principal", envvar="MNEMO_PRINCIPAL", default="cli", show_default=True, help="Who asks."
+    "--tenant",
+    envvar="MNEMO_TENANT",
+    default=None,
+    help="Whose data; must be the API key's tenant (checked by the server) [default: the key's].",
+)
+@click.option(
+    "--principal",
+    envvar="MNEMO_PRINCIPAL",
+    default=None,
+    help="Who asks [default: the key's name].",
 )
 @click.option(
     "--timeout",
@@ -308,8 +327,9 @@ def progress_bar(console: Console) -> Progress:
 def cli(
     ctx: click.Context,
     url: str,
-    tenant: str,
-    principal: str,
+    api_key: str | None,
+    tenant: str | None,
+    principal: str | None,
     timeout: float,
     admin_token: str | None,
     as_json: bool,
@@ -319,7 +339,7 @@ def cli(
     `mnemo serve` runs the server; the other commands talk to it over HTTP (MNEMO_URL).
     Exit codes: 1 local problem, 2 rejected by Mnemo, 3 Mnemo unreachable.
     """
-    api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token)
+    api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token, api_key)
     ctx.call_on_close(api.close)
     ctx.obj = State(api, as_json)
 
@@ -400,6 +420,18 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
     except (ValueError, OSError) as exc:  # a bad rules or decay policy file, an unusable dir
         raise CliError(f"cannot start: {exc}") from exc
     try:
+        try:
+            issued = platform.access.first_start()
+        except MnemoError as exc:
+            raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
+        if issued is not None:
+            # to the terminal only, never to a logger: the one time this key is shown
+            click.echo(
+                f"First start: created tenant {issued.record.tenant!r} and its admin API key "
+                "(shown once, stored only hashed):\n\n"
+                f"    {issued.key}\n\n"
+                "Send it as `Authorization: Bearer <key>` (the CLI and SDK read MNEMO_API_KEY)."
+            )
         app = create_app(platform, gateway)
         base = http_base(gateway.host, gateway.port)
         click.echo(
@@ -984,7 +1016,7 @@ def mcp_stdio(ctx: click.Context) -> None:
         click.core.ParameterSource.DEFAULT,
         None,
     )
-    key = os.environ.get("MNEMO_API_KEY")
+    key = api.api_key
     identity = Identity(
         tenant=api.tenant,
         principal="mcp" if defaulted else api.principal,
@@ -1113,6 +1145,138 @@ def admin_create_topics(state: State) -> None:
     else:
         for name in names:
             click.echo(f"{name}: {'created' if name in created else 'exists'}")
+
+
+@admin.group("tenant")
+def admin_tenant() -> None:
+    """Tenants: created by an operator, each with its first admin key."""
+
+
+def show_issued(state: State, answer: Mapping[str, Any]) -> None:
+    """A key just made: its secret is in this output and nowhere else."""
+    if state.as_json:
+        state.emit_json(answer)
+        return
+    click.echo(f"key {answer['key']}")
+    click.echo(
+        f"  id {answer['key_id']} of tenant {answer['tenant']}, name {answer['name']}, "
+        f"scopes {' '.join(answer['scopes'])}, expires {answer['expires_at'] or 'never'}"
+    )
+    click.echo("  shown once: Mnemo keeps only a hash of it")
+
+
+@admin_tenant.command("create")
+@click.argument("tenant")
+@click.option("--key-name", default="admin", show_default=True, help="Name of its admin key.")
+@click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds the key is valid.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Create it in this data directory instead of over HTTP (no operator token needed).",
+)
+@pass_state
+def admin_tenant_create(
+    state: State, tenant: str, key_name: str, ttl: int | None, data_dir: Path | None
+) -> None:
+    """Create TENANT and its first admin key (every scope).
+
+    Over HTTP this needs the operator token (--admin-token); with --data-dir it writes to
+    the embedded data directory directly (a running server sees it at once)."""
+    if data_dir is None:
+        body: dict[str, Any] = {"tenant": tenant, "admin_key_name": key_name}
+        if ttl is not None:
+            body["ttl_seconds"] = ttl
+        show_issued(state, state.api.call("POST", "/v1/admin/tenants", body=body))
+        return
+    from datetime import timedelta
+
+    from mnemo.bootstrap import open_access
+    from mnemo.domain.access import ALL_SCOPES
+
+    if not data_dir.is_dir():
+        raise CliError(f"no Mnemo data in {data_dir} (see --data-dir)")
+    access = open_access(mnemo_settings(data_dir))
+    try:
+        access.create_tenant(tenant, by="cli")
+        expires = access.clock.now() + timedelta(seconds=ttl) if ttl else None
+        issued = access.issue_key(
+            tenant, key_name, [s.value for s in ALL_SCOPES], by="cli", expires_at=expires
+        )
+    except MnemoError as exc:
+        raise ApiError(exc.code, exc.message, exc.field) from exc
+    finally:
+        access.store.close()
+    show_issued(state, {**issued.record.public(), "key": issued.key})
+
+
+@admin.group("key")
+def admin_key() -> None:
+    """A tenant's API keys, managed with an admin key (--api-key)."""
+
+
+def key_tenant(state: State) -> str:
+    """--tenant, or the tenant of the API key in use."""
+    if state.api.tenant:
+        return state.api.tenant
+    return str(state.api.call("GET", "/v1/whoami")["tenant"])
+
+
+def render_keys(answer: Mapping[str, Any]) -> Table:
+    t = table("key id", "name", "scopes", "created", "expires", "revoked")
+    for k in answer["keys"]:
+        add_row(
+            t,
+            k["key_id"],
+            k["name"],
+            " ".join(k["scopes"]),
+            k["created_at"],
+            k["expires_at"] or "never",
+            k["revoked_at"] or "",
+        )
+    return t
+
+
+@admin_key.command("create")
+@click.option("--name", required=True, help="Who will use it; the default actor of its events.")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    required=True,
+    type=click.Choice(["memory:write", "memory:read", "context", "audit:read", "admin"]),
+    help="A scope (repeatable).",
+)
+@click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds it is valid.")
+@pass_state
+def admin_key_create(state: State, name: str, scopes: tuple[str, ...], ttl: int | None) -> None:
+    """Issue a key of the tenant; it is printed once."""
+    body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
+    if ttl is not None:
+        body["ttl_seconds"] = ttl
+    tenant = key_tenant(state)
+    show_issued(state, state.api.call("POST", f"/v1/tenants/{seg(tenant)}/keys", body=body))
+
+
+@admin_key.command("list")
+@pass_state
+def admin_key_list(state: State) -> None:
+    """The tenant's keys (ids, names, scopes, expiry, revocation; never a secret)."""
+    tenant = key_tenant(state)
+    state.show(state.api.call("GET", f"/v1/tenants/{seg(tenant)}/keys"), render_keys)
+
+
+@admin_key.command("revoke")
+@click.argument("key_id")
+@pass_state
+def admin_key_revoke(state: State, key_id: str) -> None:
+    """Revoke a key of the tenant, at once."""
+    tenant = key_tenant(state)
+    answer = state.api.call("DELETE", f"/v1/tenants/{seg(tenant)}/keys/{seg(key_id)}")
+    if state.as_json:
+        state.emit_json(answer)
+    else:
+        click.echo(f"revoked key {answer['key_id']} ({answer['name']}) at {answer['revoked_at']}")
 
 
 @admin.command("checksum")

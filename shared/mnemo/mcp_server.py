@@ -91,7 +91,7 @@ def env_identity(environ: Mapping[str, str] | None = None) -> Identity:
     env = os.environ if environ is None else environ
     key = env.get("MNEMO_API_KEY")
     return Identity(
-        tenant=env.get("MNEMO_TENANT", "default"),
+        tenant=env.get("MNEMO_TENANT"),
         principal=env.get("MNEMO_PRINCIPAL", "mcp"),
         authorization=f"Bearer {key}" if key else None,
     )
@@ -100,10 +100,11 @@ def env_identity(environ: Mapping[str, str] | None = None) -> Identity:
 def header_identity(ctx: Context[Any, Any] | None) -> Identity:
     """The identity an HTTP caller sent with this very MCP request."""
     headers = {k.lower(): v for k, v in ((ctx.headers if ctx else None) or {}).items()}
+    key = headers.get("x-mnemo-key")
     return Identity(
         tenant=headers.get("x-mnemo-tenant"),
         principal=headers.get("x-mnemo-principal"),
-        authorization=headers.get("authorization"),
+        authorization=headers.get("authorization") or (f"Bearer {key}" if key else None),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
@@ -27,6 +28,7 @@ from mnemo.domain.projection import (
 )
 
 __all__ = [
+    "AccessStore",
     "Appended",
     "ArchivedEvent",
     "Clock",
@@ -513,6 +515,45 @@ class EventArchive(abc.ABC):
     @abc.abstractmethod
     def reset(self) -> None:
         """Drop everything (a rebuild into the same tables)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+# ---- tenants and API keys ---------------------------------------------------------------------
+
+
+class AccessStore(abc.ABC):
+    """Tenants and their API keys (digests only, never a secret). Not a read model: it is
+    not derived from the log, and a rebuild leaves it alone."""
+
+    @abc.abstractmethod
+    def create_tenant(self, tenant: Tenant) -> bool:
+        """Record a tenant; False (and nothing changed) when the id is taken."""
+
+    @abc.abstractmethod
+    def tenant(self, tenant: str) -> Tenant | None: ...
+
+    @abc.abstractmethod
+    def tenants(self, limit: int = 1_000) -> list[Tenant]:
+        """Tenants by id."""
+
+    @abc.abstractmethod
+    def add_key(self, key: ApiKey) -> None:
+        """Store a new key. Raises ConflictError when its id is taken (never overwrites)."""
+
+    @abc.abstractmethod
+    def key(self, key_id: str) -> ApiKey | None:
+        """One key by id, whatever its tenant: how a presented key is found."""
+
+    @abc.abstractmethod
+    def keys(self, tenant: str) -> list[ApiKey]:
+        """A tenant's keys, revoked and expired ones included, by key id."""
+
+    @abc.abstractmethod
+    def revoke_key(self, tenant: str, key_id: str, at: datetime) -> ApiKey | None:
+        """Mark a key of that tenant revoked from `at` (an earlier revocation stands).
+        None when the tenant has no such key."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

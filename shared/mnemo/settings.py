@@ -59,6 +59,12 @@ class MnemoSettings(BaseSettings):
         pattern=r"^[a-z0-9_-]{1,128}$",
         description="the Qdrant collection, or the prefix of the per-tenant collections",
     )
+    key_pepper: SecretStr | None = Field(
+        default=None,
+        description="server-wide secret that API key digests are keyed with (at least 16 "
+        "characters); unset: a random one kept in data_dir/access.pepper. Every gateway "
+        "replica of a platform needs the same one",
+    )
     qdrant_collection_per_tenant: bool = Field(
         default=False,
         description="one Qdrant collection per tenant ({collection}_{tenant}) instead of one "
@@ -146,6 +152,18 @@ class GatewaySettings(BaseSettings):
     )
     wait_timeout: float = Field(
         default=10.0, gt=0, le=120, description="longest read-your-writes wait"
+    )
+    rate_tenant_per_second: float = Field(
+        default=500.0, ge=0, description="requests a tenant may make per second (0: no limit)"
+    )
+    rate_tenant_burst: int = Field(
+        default=1_000, ge=1, description="requests a tenant may make at once after a pause"
+    )
+    rate_key_per_second: float = Field(
+        default=200.0, ge=0, description="requests one API key may make per second (0: no limit)"
+    )
+    rate_key_burst: int = Field(
+        default=400, ge=1, description="requests one API key may make at once after a pause"
     )
 
 

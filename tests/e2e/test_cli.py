@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from tests.support import running_server, wait_healthy
+from tests.support import fixed_key, install_keys, running_server, wait_healthy
 
 from mnemo import cli as cli_module
-from mnemo.bootstrap import build_embedded
+from mnemo.bootstrap import Platform, build_embedded
 from mnemo.cli import cli
 from mnemo.domain.ids import new_event_id
 from mnemo.service.admin import platform_checksum
@@ -82,12 +82,17 @@ ADMIN_TOKEN = "operator-secret-for-tests"
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Platform]]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
     with running_server(
         tmp_path_factory.mktemp("server"), GatewaySettings(admin_token=ADMIN_TOKEN)
-    ) as (url, _):
-        yield url
+    ) as (url, platform):
+        yield url, platform
+
+
+@pytest.fixture(scope="module")
+def server_url(server: tuple[str, Platform]) -> str:
+    return server[0]
 
 
 @pytest.fixture
@@ -101,12 +106,15 @@ def stream() -> str:
 
 
 @pytest.fixture
-def mnemo(server_url: str, tenant: str) -> Invoke:
-    """`mnemo --url SERVER --tenant TENANT ARGS...` in this process."""
+def mnemo(server: tuple[str, Platform], tenant: str) -> Invoke:
+    """`mnemo --url SERVER --api-key KEY ARGS...` in this process, KEY a key of TENANT."""
     runner = CliRunner()
+    server_url, platform = server
 
     def invoke(*args: str, input: str | None = None, tenant_: str = tenant) -> Result:
-        return runner.invoke(cli, ["--url", server_url, "--tenant", tenant_, *args], input=input)
+        install_keys(platform, tenant_)
+        key = fixed_key(tenant_)
+        return runner.invoke(cli, ["--url", server_url, "--api-key", key, *args], input=input)
 
     return invoke
 
@@ -467,6 +475,19 @@ def stop_serve(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, out
 
 
+def first_key(process: subprocess.Popen[str]) -> tuple[str, list[str]]:
+    """The admin key a first start prints (read line by line until the listening line)."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("Mnemo listening"):
+            break
+    keys = [w for line in lines for w in line.split() if w.startswith("mnemo_")]
+    assert len(keys) == 1, lines
+    return keys[0], lines
+
+
 @pytest.mark.slow
 def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: Path) -> None:
     data, port = tmp_path / "data", unused_port()
@@ -474,22 +495,34 @@ def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: 
     runner = CliRunner()
     process = start_serve(data, port)
     try:
+        key, shown = first_key(process)
+        assert "tenant 'default'" in shown[0]
         wait_healthy(url, lambda: process.poll() is None)
-        remembered = runner.invoke(
+        keyless = runner.invoke(
             cli, ["--url", url, "remember", "记住我的尺码是L", "--stream", "user:U1"]
+        )
+        assert keyless.exit_code == 2
+        assert "UNAUTHENTICATED" in keyless.stderr
+        remembered = runner.invoke(
+            cli,
+            ["--url", url, "--api-key", key, "remember", "记住我的尺码是L", "--stream", "user:U1"],
         )
         assert remembered.exit_code == 0, remembered.output
     finally:
         code, out = stop_serve(process)
     assert code == 0
-    assert out.startswith(
+    assert shown[-1].startswith(
         f"Mnemo listening on {url} — API docs at {url}/docs — console at {url}/console — data in "
     )
+    assert key not in (data / "access.sqlite3").read_bytes().decode("latin-1")  # only a hash
 
     process = start_serve(data, port)
     try:
         wait_healthy(url, lambda: process.poll() is None)
-        listed = runner.invoke(cli, ["--url", url, "list", "user:U1"])
+        listed = runner.invoke(cli, ["--url", url, "--api-key", key, "list", "user:U1"])
         assert "size=L" in listed.stdout
     finally:
-        assert stop_serve(process)[0] == 0
+        code, out = stop_serve(process)
+    assert code == 0
+    assert out.startswith("Mnemo listening")  # no second key on a later start
+    assert "mnemo_" not in out

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from mnemo_gateway.app import create_app
+from tests.support import TEST_TENANTS, headers_for, install_keys
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
@@ -28,8 +29,8 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 ACME = RequestContext("acme", "seeder")
 GLOBEX = RequestContext("globex", "seeder")
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "console-test"}
-OTHER = {"X-Mnemo-Tenant": "globex", "X-Mnemo-Principal": "intruder"}
+H = headers_for("acme", "console-test")
+OTHER = headers_for("globex", "intruder")
 CONSOLE_DIR = Path(__file__).parents[2] / "services/gateway/mnemo_gateway/console"
 
 # Two templates make the counters exact: "roomy" renders every memory of the subject;
@@ -233,10 +234,12 @@ def seed(platform: Platform, clock: FixedClock) -> Seeded:
 
 
 def open_platform(data: Path, clock: FixedClock) -> Platform:
-    return build_embedded(
+    built = build_embedded(
         MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL"),
         clock=clock,
     )
+    install_keys(built, *TEST_TENANTS)
+    return built
 
 
 @dataclass(frozen=True)
@@ -564,7 +567,7 @@ def test_another_tenant_sees_nothing(world: World) -> None:
     audit = get(client, "/v1/insights/audit", headers=OTHER)
     assert audit["status"] == "intact"
     assert audit["links"] == len(their_events)
-    assert client.get("/v1/insights/heatmap").status_code == 400  # no tenant header
+    assert client.get("/v1/insights/heatmap").status_code == 401  # no API key
 
 
 # ---- the page and the API description ------------------------------------------------------------

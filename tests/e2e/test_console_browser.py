@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from typing import Any
 import pytest
 import uvicorn
 from mnemo_gateway.app import create_app
+from tests.support import fixed_key
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
@@ -107,7 +109,7 @@ class Served:
 
     def api(self, path: str, tenant: str = "acme") -> Any:
         request = urllib.request.Request(
-            self.base + path, headers={"X-Mnemo-Tenant": tenant, "X-Mnemo-Principal": "test"}
+            self.base + path, headers={"Authorization": f"Bearer {fixed_key(tenant)}"}
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
@@ -296,12 +298,21 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
         log.close()
 
 
+_opened = itertools.count()
+
+
+def console_url(served: Served) -> str:
+    """The console for tenant acme: its key in the fragment (which the page drops from the
+    address bar); a fresh query each time, so every open is a full load."""
+    return f"{served.base}/console?principal=browser-test&n={next(_opened)}#key={fixed_key('acme')}"
+
+
 @pytest.fixture
 def page(browser: Page, served: Served) -> Iterator[Page]:
     """The console on a laptop screen, loaded for tenant acme; no script error allowed."""
     browser.errors.clear()
     browser.viewport(LAPTOP)
-    browser.open(f"{served.base}/console?tenant=acme&principal=browser-test")
+    browser.open(console_url(served))
     yield browser
     assert browser.errors == [], browser.errors
 
@@ -435,7 +446,7 @@ def test_audit_rejections_and_dead_letters(page: Page) -> None:
 
 def test_the_phone_layout_has_no_horizontal_scroll(page: Page, served: Served) -> None:
     page.viewport(PHONE)
-    page.open(f"{served.base}/console?tenant=acme&principal=browser-test")
+    page.open(console_url(served))
     assert page.eval("window.innerWidth") == 390
     hot = served.seeded.ids["hot"]
     assert page.eval("document.querySelectorAll('#heatmap .cell').length") == 6

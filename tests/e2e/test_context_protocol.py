@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from mnemo_gateway.app import create_app
+from tests.support import TEST_TENANTS, headers_for, install_keys
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.adapters.toktok_tokenizer import ToktokTokenizer, encoding_for_model
@@ -21,8 +22,8 @@ from mnemo.service.runner import CONSUMERS
 from mnemo.settings import MnemoSettings
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "planner"}
-OTHER = {"X-Mnemo-Tenant": "globex", "X-Mnemo-Principal": "intruder"}
+H = headers_for("acme", "planner")
+OTHER = headers_for("globex", "intruder")
 
 SUPPORT: dict[str, Any] = {
     "name": "support",
@@ -107,10 +108,12 @@ def replay(client: TestClient, stream: str, headers: dict[str, str] = H) -> list
 
 
 def open_platform(data: Path) -> Platform:
-    return build_embedded(
+    built = build_embedded(
         MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL"),
         clock=FixedClock(T0),
     )
+    install_keys(built, *TEST_TENANTS)
+    return built
 
 
 @pytest.fixture

@@ -10,21 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support import running_server
+from tests.support import fixed_key, install_keys, running_server
 
+TENANTS = ("ex-launch", "ex-shop", "ex-travel")
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
-    with running_server(tmp_path_factory.mktemp("server")) as (url, _):
+    with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
+        install_keys(platform, *TENANTS)
         yield url
 
 
 def run_example(name: str, url: str, tenant: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), "--url", url, "--tenant", tenant],
+        [sys.executable, str(EXAMPLES / name), "--url", url, "--api-key", fixed_key(tenant)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from mnemo_gateway.app import create_app
 from tests.conftest import T0
+from tests.support import headers_for
 
 from mnemo.bootstrap import Platform
 from mnemo.domain.errors import ConflictError
@@ -20,8 +21,8 @@ from mnemo.service.admin import rebuild_read_models
 from mnemo.service.app import RequestContext
 from mnemo.settings import GatewaySettings
 
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "agent"}
-OTHER = {"X-Mnemo-Tenant": "mallory", "X-Mnemo-Principal": "eve"}
+H = headers_for("acme", "agent")
+OTHER = headers_for("mallory", "eve")
 BIG = 2**63
 
 

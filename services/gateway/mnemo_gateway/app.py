@@ -16,7 +16,9 @@ from mnemo.bootstrap import Platform
 from mnemo.mcp_server import mount_mcp
 from mnemo.settings import GatewaySettings
 from mnemo_gateway.errors import ErrorResponse, install_error_handlers
-from mnemo_gateway.routes import admin, console, context, events, health, memories, sync
+from mnemo_gateway.guard import McpGuard, install_log_redaction
+from mnemo_gateway.ratelimit import RateLimiter
+from mnemo_gateway.routes import access, admin, console, context, events, health, memories, sync
 
 __all__ = ["create_app"]
 
@@ -44,15 +46,26 @@ def create_app(
         lifespan=lifespan,
         responses={
             400: {"model": ErrorResponse},
+            401: {"model": ErrorResponse},
+            403: {"model": ErrorResponse},
             404: {"model": ErrorResponse},
+            429: {"model": ErrorResponse},
             503: {"model": ErrorResponse},
         },
     )
     app.state.platform = platform
-    app.state.gateway_settings = settings or GatewaySettings()
+    app.state.gateway_settings = gateway = settings or GatewaySettings()
+    app.state.rate_limiter = RateLimiter(
+        gateway.rate_tenant_per_second,
+        gateway.rate_tenant_burst,
+        gateway.rate_key_per_second,
+        gateway.rate_key_burst,
+    )
     app.state.run_consumers = run_consumers
     install_error_handlers(app)
-    for module in (health, events, memories, context, sync, admin, console):
+    install_log_redaction()
+    app.add_middleware(McpGuard)
+    for module in (health, access, events, memories, context, sync, admin, console):
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API
     mcp = mount_mcp(app, app.state.gateway_settings.host)

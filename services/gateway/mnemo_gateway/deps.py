@@ -3,35 +3,124 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, Header, Request
 
 from mnemo.bootstrap import Platform
+from mnemo.domain.access import Caller, Scope, Unauthenticated, looks_like_key, require_scope
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.service.app import Mnemo, RequestContext
 from mnemo.settings import GatewaySettings
+from mnemo_gateway.ratelimit import RateLimiter
 
-__all__ = ["App", "Body", "Ctx", "PlatformDep", "json_body", "platform_of", "request_context"]
+__all__ = [
+    "AdminCtx",
+    "App",
+    "AuditCtx",
+    "Body",
+    "CallerDep",
+    "ContextCtx",
+    "Ctx",
+    "PlatformDep",
+    "ReadCtx",
+    "WriteCtx",
+    "authenticate",
+    "json_body",
+    "needs",
+    "platform_of",
+]
 
 
-def request_context(
-    x_mnemo_tenant: Annotated[str | None, Header(description="the tenant of the request")] = None,
-    x_mnemo_principal: Annotated[str | None, Header(description="who is asking")] = None,
-) -> RequestContext:
-    """The tenant and principal of a request; no route runs without them."""
-    if x_mnemo_tenant is None:
-        raise InvalidInput(
-            "the X-Mnemo-Tenant header is required",
-            code="MISSING_TENANT",
+KEY_HEADER = "X-Mnemo-Key"
+# query parameters that would put a credential into URLs (and so into access logs)
+_CREDENTIAL_PARAMS = frozenset(
+    {"api_key", "apikey", "access_token", "admin_token", "authorization", "x-mnemo-key"}
+)
+
+
+def presented_key(request: Request) -> str | None:
+    """The API key a request carries: `Authorization: Bearer <key>` or `X-Mnemo-Key`.
+    A credential in the query string is refused (URLs end up in logs)."""
+    for name, value in request.query_params.multi_items():
+        if name.lower() in _CREDENTIAL_PARAMS or looks_like_key(value):
+            raise InvalidInput(
+                "send credentials in the Authorization header, never in the URL",
+                code="CREDENTIAL_IN_URL",
+                field=name[:40],
+            )
+    auth = request.headers.get("authorization")
+    direct = request.headers.get(KEY_HEADER.lower())
+    if auth is not None:
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise Unauthenticated(
+                "use Authorization: Bearer <API key>", code="UNAUTHENTICATED", field="Authorization"
+            )
+        return value.strip()
+    if direct is not None:
+        return direct.strip()
+    return None
+
+
+def authenticate(request: Request) -> Caller:
+    """The caller of a request, from its API key (cached on the request); 401 otherwise."""
+    cached: Caller | None = getattr(request.state, "caller", None)
+    if cached is not None:
+        return cached
+    key = presented_key(request)
+    if key is None:
+        raise Unauthenticated(
+            "this needs an API key: Authorization: Bearer <key>",
+            code="UNAUTHENTICATED",
+            field="Authorization",
+        )
+    caller = platform_of(request).access.authenticate(key)
+    claimed = request.headers.get("x-mnemo-tenant")
+    if claimed is not None and claimed != caller.tenant:
+        raise MnemoError(
+            "X-Mnemo-Tenant names another tenant than the API key's",
+            code="TENANT_MISMATCH",
             field="X-Mnemo-Tenant",
         )
-    principal = (x_mnemo_principal or "anonymous")[:128]
-    return RequestContext(tenant=x_mnemo_tenant, principal=principal)
+    limiter: RateLimiter = request.app.state.rate_limiter
+    limiter.check(caller.tenant, caller.key_id)
+    request.state.caller = caller
+    return caller
 
 
-Ctx = Annotated[RequestContext, Depends(request_context)]
+def needs(scope: Scope | None) -> Callable[..., RequestContext]:
+    """A dependency giving the request context of a caller holding `scope` (any
+    authenticated caller when None)."""
+
+    def dependency(
+        request: Request,
+        x_mnemo_principal: Annotated[
+            str | None, Header(description="who is asking (default: the key's name)")
+        ] = None,
+    ) -> RequestContext:
+        caller = authenticate(request)
+        if scope is not None:
+            require_scope(caller, scope)
+        principal = (x_mnemo_principal or caller.name)[:128]
+        return RequestContext(tenant=caller.tenant, principal=principal)
+
+    return dependency
+
+
+def caller_of(request: Request) -> Caller:
+    return authenticate(request)
+
+
+CallerDep = Annotated[Caller, Depends(caller_of)]
+Ctx = Annotated[RequestContext, Depends(needs(None))]
+ReadCtx = Annotated[RequestContext, Depends(needs(Scope.MEMORY_READ))]
+WriteCtx = Annotated[RequestContext, Depends(needs(Scope.MEMORY_WRITE))]
+ContextCtx = Annotated[RequestContext, Depends(needs(Scope.CONTEXT))]
+AuditCtx = Annotated[RequestContext, Depends(needs(Scope.AUDIT_READ))]
+AdminCtx = Annotated[RequestContext, Depends(needs(Scope.ADMIN))]
 
 
 def platform_of(request: Request) -> Platform:

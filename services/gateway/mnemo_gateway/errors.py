@@ -24,6 +24,12 @@ _STATUS_BY_CODE = {
     "CONSTRAINT_VIOLATION": 422,
     "ADMIN_DISABLED": 403,
     "ADMIN_ONLY": 403,
+    "UNAUTHENTICATED": 401,
+    "KEY_REVOKED": 401,
+    "KEY_EXPIRED": 401,
+    "SCOPE_MISSING": 403,
+    "FORBIDDEN": 403,
+    "RATE_LIMITED": 429,
 }
 
 
@@ -56,7 +62,13 @@ def error_response(
     if field is not None:
         body["field"] = field
     body.update(extra)
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers: dict[str, str] | None = None
+    if status == 503:
+        headers = {"Retry-After": "1"}
+    elif status == 429:
+        headers = {"Retry-After": str(extra.get("retry_after", 1))}
+    elif status == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="mnemo"'}
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 

@@ -51,7 +51,7 @@ class MnemoClient:
         self,
         url: str = "http://127.0.0.1:8080",
         *,
-        tenant: str | None = "default",
+        tenant: str | None = None,
         principal: str | None = None,
         api_key: str | None = None,
         headers: Mapping[str, str] | None = None,

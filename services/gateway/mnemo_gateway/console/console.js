@@ -1,6 +1,8 @@
 // Mnemo console: vanilla JavaScript, no build step, no dependency.
-// Every number it shows comes from the documented /v1/insights endpoints, called with the
-// same identity headers as any other client (X-Mnemo-Tenant, X-Mnemo-Principal).
+// Every number it shows comes from the documented /v1/insights endpoints, called like any
+// other client: the API key as a bearer token (its tenant is whose data this is). The key is
+// typed into the page, or handed over in the URL's fragment (#key=…, never sent to the
+// server and removed from the address bar at once); it is kept in sessionStorage only.
 "use strict";
 
 (() => {
@@ -10,6 +12,7 @@
   const TAIL_MS = 2000;
 
   const state = {
+    key: "",
     tenant: "",
     principal: "",
     subject: "",
@@ -75,7 +78,7 @@
       if (Array.isArray(v)) v.forEach((x) => url.searchParams.append(k, x));
       else url.searchParams.set(k, String(v));
     }
-    const headers = { Accept: "application/json", "X-Mnemo-Tenant": state.tenant };
+    const headers = { Accept: "application/json", Authorization: `Bearer ${state.key}` };
     if (state.principal) headers["X-Mnemo-Principal"] = state.principal;
     const response = await fetch(url, { headers, cache: "no-store" });
     const body = await response.json().catch(() => null);
@@ -101,17 +104,43 @@
         return "";
       }
     };
-    state.tenant = params.get("tenant") || stored("tenant");
+    const fragment = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    state.key = fragment.get("key") || sessionKey();
+    if (fragment.has("key")) {
+      fragment.delete("key");
+      const rest = fragment.toString();
+      const url = `${window.location.pathname}${window.location.search}${rest ? `#${rest}` : ""}`;
+      window.history.replaceState(null, "", url);
+      keepKey(state.key);
+    }
     state.principal = params.get("principal") || stored("principal") || "console";
     state.subject = params.get("subject") || "";
-    $("#tenant").value = state.tenant;
+    $("#key").value = state.key;
     $("#principal").value = state.principal;
     $("#subject").value = state.subject;
   }
 
+  function sessionKey() {
+    try {
+      return window.sessionStorage.getItem("mnemo.console.key") || "";
+    } catch (_) {
+      return "";
+    }
+  }
+
+  function keepKey(key) {
+    try {
+      window.sessionStorage.setItem("mnemo.console.key", key);
+    } catch (_) {
+      /* storage may be off: the key then lives as long as the page */
+    }
+  }
+
   function writeIdentity() {
+    keepKey(state.key);
     const params = new URLSearchParams(window.location.search);
-    for (const k of ["tenant", "principal", "subject"]) {
+    params.delete("tenant");
+    for (const k of ["principal", "subject"]) {
       if (state[k]) params.set(k, state[k]);
       else params.delete(k);
       try {
@@ -136,7 +165,7 @@
     for (const panel of document.querySelectorAll(".tab")) {
       panel.hidden = panel.id !== `tab-${name}`;
     }
-    if (!state.tenant) return;
+    if (!state.key || !state.tenant) return;
     if (name === "contexts" && !state.loaded.contexts) loadContexts().catch(failed);
     if (name === "health" && !state.loaded.health) loadHealth().catch(failed);
     if (name === "events") startTail();
@@ -427,7 +456,7 @@
   }
 
   async function tailOnce() {
-    if (state.tailBusy || !state.tenant) return;
+    if (state.tailBusy || !state.key || !state.tenant) return;
     state.tailBusy = true;
     try {
       const first = state.tailNext === null;
@@ -523,10 +552,13 @@
   // ---- wiring -----------------------------------------------------------------------------------
 
   async function loadAll() {
-    if (!state.tenant) {
-      setStatus("Name a tenant to start.");
+    if (!state.key) {
+      setStatus("Enter an API key (memory:read and audit:read) to start.");
       return;
     }
+    state.tenant = "";
+    const me = await api("/v1/whoami");
+    state.tenant = me.tenant;
     state.loaded = {};
     state.tailNext = null;
     clear($("#events tbody"));
@@ -542,7 +574,7 @@
     readIdentity();
     $("#identity").addEventListener("submit", (ev) => {
       ev.preventDefault();
-      state.tenant = $("#tenant").value.trim();
+      state.key = $("#key").value.trim();
       state.principal = $("#principal").value.trim();
       state.subject = $("#subject").value.trim();
       writeIdentity();

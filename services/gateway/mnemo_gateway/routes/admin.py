@@ -1,5 +1,6 @@
 """Operating the platform: status and rebuilding read models. Rebuilds, and the counts that
-span tenants, need the operator token; any tenant may see consumer health and lag."""
+span tenants, need the operator token; a key with the admin scope sees consumer health and
+lag."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from fastapi import APIRouter, Header, Request
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.service.admin import distributed_status, rebuild_read_models
-from mnemo_gateway.deps import Admin, Ctx, PlatformDep, is_admin
+from mnemo_gateway.deps import Admin, AdminCtx, PlatformDep, is_admin
 
 router = APIRouter(tags=["admin"])
 
 
 @router.post("/v1/admin/rebuild", summary="Drop the read models and rebuild them from the log")
-async def rebuild(_: Ctx, __: Admin, platform: PlatformDep) -> dict[str, Any]:
+async def rebuild(_: Admin, platform: PlatformDep) -> dict[str, Any]:
     checksum = await run_in_threadpool(rebuild_read_models, platform)
     return {"checksum": checksum, "log_head": platform.log.head()}
 
@@ -25,7 +26,7 @@ async def rebuild(_: Ctx, __: Admin, platform: PlatformDep) -> dict[str, Any]:
     summary="Consumers' positions and lag; read-model counts for operators",
 )
 def status(
-    _: Ctx,
+    _: AdminCtx,
     platform: PlatformDep,
     request: Request,
     x_mnemo_admin_token: Annotated[str | None, Header()] = None,

@@ -31,7 +31,7 @@ from mnemo.service.insights import (
     Insights,
     Placed,
 )
-from mnemo_gateway.deps import Ctx, PlatformDep
+from mnemo_gateway.deps import AuditCtx, PlatformDep, ReadCtx
 
 __all__ = ["router"]
 
@@ -325,7 +325,7 @@ class AuditOut(BaseModel):
     "cells flag a budget too small.",
 )
 def heatmap(
-    ctx: Ctx,
+    ctx: ReadCtx,
     insights: InsightsDep,
     subject: Annotated[str | None, Query(max_length=128)] = None,
     include_inactive: bool = False,
@@ -350,7 +350,7 @@ def heatmap(
     tags=[TAG],
     summary="A memory's life: versions, events that touched it, contexts it appeared in",
 )
-def life(ctx: Ctx, insights: InsightsDep, memory_id: str) -> LifeOut:
+def life(ctx: ReadCtx, insights: InsightsDep, memory_id: str) -> LifeOut:
     lf = insights.life(ctx, memory_id)
     return LifeOut(
         memory=lf.memory,
@@ -365,7 +365,7 @@ def life(ctx: Ctx, insights: InsightsDep, memory_id: str) -> LifeOut:
 
 @router.get("/v1/insights/contexts", tags=[TAG], summary="Assembled contexts, newest first")
 def contexts(
-    ctx: Ctx,
+    ctx: ReadCtx,
     insights: InsightsDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[str | None, Query(description="a request_id: page on from there")] = None,
@@ -382,7 +382,7 @@ def contexts(
     tags=[TAG],
     summary="One assembled context: the rendered text, and what was left out and why",
 )
-def context(ctx: Ctx, insights: InsightsDep, request_id: str) -> ContextOut:
+def context(ctx: ReadCtx, insights: InsightsDep, request_id: str) -> ContextOut:
     view = insights.context(ctx, request_id)
     return ContextOut(
         summary=ContextSummaryOut.of(view.record),
@@ -401,7 +401,7 @@ def context(ctx: Ctx, insights: InsightsDep, request_id: str) -> ContextOut:
     "matching events after it. Repeat the call with `next` as after_offset to tail.",
 )
 def events(
-    ctx: Ctx,
+    ctx: AuditCtx,
     insights: InsightsDep,
     after_offset: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
@@ -421,7 +421,7 @@ def events(
     summary="Published events that registration rejected, with reason codes, newest first",
 )
 def rejections(
-    ctx: Ctx, insights: InsightsDep, limit: Annotated[int, Query(ge=1, le=1_000)] = 100
+    ctx: AuditCtx, insights: InsightsDep, limit: Annotated[int, Query(ge=1, le=1_000)] = 100
 ) -> RejectionsOut:
     page = insights.rejections(ctx, limit)
     return RejectionsOut(
@@ -452,7 +452,7 @@ def rejections(
     "becomes a rejection with HANDLER_ERROR (see /v1/insights/rejections). Distributed "
     "mode will list here what its consumers gave up on.",
 )
-def dead_letters(ctx: Ctx, insights: InsightsDep) -> list[DeadLetterOut]:
+def dead_letters(ctx: AuditCtx, insights: InsightsDep) -> list[DeadLetterOut]:
     return [DeadLetterOut.model_validate(d) for d in insights.dead_letters(ctx)]
 
 
@@ -461,7 +461,7 @@ def dead_letters(ctx: Ctx, insights: InsightsDep) -> list[DeadLetterOut]:
     tags=[TAG],
     summary="Verify the tenant's audit hash chain against the log",
 )
-def audit_status(ctx: Ctx, insights: InsightsDep) -> AuditOut:
+def audit_status(ctx: AuditCtx, insights: InsightsDep) -> AuditOut:
     s = insights.audit(ctx)
     return AuditOut(
         status=s.status,

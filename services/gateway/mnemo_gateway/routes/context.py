@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
 from mnemo.domain.memory import Memory
 from mnemo.service.context import ContextRequest, ContextResponse
-from mnemo_gateway.deps import App, Body, Ctx
+from mnemo_gateway.deps import App, Body, ContextCtx
 
 router = APIRouter(tags=["context"])
 
@@ -172,7 +172,7 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 @router.post(
     "/v1/context", summary="Assemble a context for an LLM call", openapi_extra=_schema(ContextIn)
 )
-async def context(ctx: Ctx, mnemo: App, body: Body) -> ContextOut:
+async def context(ctx: ContextCtx, mnemo: App, body: Body) -> ContextOut:
     req = ContextIn.model_validate(body)
     request = ContextRequest(
         subjects=tuple(req.subjects),
@@ -196,7 +196,7 @@ async def context(ctx: Ctx, mnemo: App, body: Body) -> ContextOut:
     summary="Report the model's answer: citations, corrections, constraint checks",
     openapi_extra=_schema(ResponseIn),
 )
-async def report(ctx: Ctx, mnemo: App, body: Body, request_id: str) -> FeedbackOut:
+async def report(ctx: ContextCtx, mnemo: App, body: Body, request_id: str) -> FeedbackOut:
     req = ResponseIn.model_validate(body)
     fb = await run_in_threadpool(
         mnemo.report, ctx, request_id, req.response, req.correction, req.corrected_memory_ids
@@ -215,7 +215,7 @@ async def report(ctx: Ctx, mnemo: App, body: Body, request_id: str) -> FeedbackO
     summary="Register a context template version",
     openapi_extra=_schema(ContextTemplate),
 )
-async def register_template(ctx: Ctx, mnemo: App, body: Body) -> JSONResponse:
+async def register_template(ctx: ContextCtx, mnemo: App, body: Body) -> JSONResponse:
     template, created = await run_in_threadpool(mnemo.register_template, ctx, body)
     return JSONResponse(
         {
@@ -228,7 +228,7 @@ async def register_template(ctx: Ctx, mnemo: App, body: Body) -> JSONResponse:
 
 
 @router.get("/v1/templates", summary="The tenant's templates and the built-in ones")
-def list_templates(ctx: Ctx, mnemo: App) -> list[dict[str, Any]]:
+def list_templates(ctx: ContextCtx, mnemo: App) -> list[dict[str, Any]]:
     return [
         {"template": t.model_dump(mode="json"), "fingerprint": t.fingerprint()}
         for t in mnemo.templates(ctx)
@@ -237,7 +237,7 @@ def list_templates(ctx: Ctx, mnemo: App) -> list[dict[str, Any]]:
 
 @router.get("/v1/templates/{name}", summary="One template (latest version unless one is named)")
 def get_template(
-    ctx: Ctx,
+    ctx: ContextCtx,
     mnemo: App,
     name: str,
     version: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.projection import Outcome
 from mnemo.service.app import Wait
-from mnemo_gateway.deps import App, Body, Ctx, settings_of
+from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, settings_of
 
 router = APIRouter(tags=["events"])
 
@@ -79,7 +79,7 @@ def _events_of(body: Any) -> list[Any]:
     status_code=202,
 )
 async def publish(
-    ctx: Ctx,
+    ctx: WriteCtx,
     mnemo: App,
     body: Body,
     request: Request,
@@ -105,13 +105,13 @@ async def publish(
 
 
 @router.get("/v1/events/{event_id}/outcome", summary="What registration made of an event")
-def outcome(ctx: Ctx, mnemo: App, event_id: str) -> list[OutcomeOut]:
+def outcome(ctx: ReadCtx, mnemo: App, event_id: str) -> list[OutcomeOut]:
     return [OutcomeOut.of(o) for o in mnemo.outcome(ctx, event_id)]
 
 
 @router.get("/v1/events", summary="The tenant's events after an offset (for tailing)")
 def tail(
-    ctx: Ctx,
+    ctx: ReadCtx,
     mnemo: App,
     after_offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -127,7 +127,7 @@ def tail(
     "/v1/subjects/{stream}/events", summary="Replay a subject stream from a sequence number"
 )
 def replay(
-    ctx: Ctx,
+    ctx: ReadCtx,
     mnemo: App,
     stream: str,
     from_seq: Annotated[int, Query(ge=1, le=2**63 - 1)] = 1,

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.memory import Memory, MemoryType, Scope
 from mnemo.service.app import SearchHit
-from mnemo_gateway.deps import App, Body, Ctx
+from mnemo_gateway.deps import App, Body, ReadCtx
 
 router = APIRouter(tags=["memories"])
 
@@ -55,13 +55,13 @@ class SearchOut(BaseModel):
 
 
 @router.get("/v1/memories/{memory_id}", summary="One memory")
-def get_memory(ctx: Ctx, mnemo: App, memory_id: str) -> Memory:
+def get_memory(ctx: ReadCtx, mnemo: App, memory_id: str) -> Memory:
     return mnemo.get(ctx, memory_id)
 
 
 @router.get("/v1/subjects/{stream}/memories", summary="A subject's memories, filtered")
 def list_memories(
-    ctx: Ctx,
+    ctx: ReadCtx,
     mnemo: App,
     stream: str,
     type: Annotated[list[MemoryType] | None, Query()] = None,
@@ -94,7 +94,7 @@ def list_memories(
 
 
 @router.get("/v1/subjects/{stream}/history/{key}", summary="Every version of a key")
-def history(ctx: Ctx, mnemo: App, stream: str, key: str) -> MemoriesOut:
+def history(ctx: ReadCtx, mnemo: App, stream: str, key: str) -> MemoriesOut:
     return MemoriesOut(memories=mnemo.history(ctx, stream, key))
 
 
@@ -105,7 +105,7 @@ def history(ctx: Ctx, mnemo: App, stream: str, key: str) -> MemoriesOut:
         "requestBody": {"content": {"application/json": {"schema": SearchIn.model_json_schema()}}}
     },
 )
-async def search(ctx: Ctx, mnemo: App, body: Body) -> SearchOut:
+async def search(ctx: ReadCtx, mnemo: App, body: Body) -> SearchOut:
     req = SearchIn.model_validate(body)
     hits = await run_in_threadpool(
         lambda: mnemo.search(

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain import replica
 from mnemo.domain.memory import Memory
-from mnemo_gateway.deps import App, Ctx
+from mnemo_gateway.deps import App, ReadCtx
 
 router = APIRouter(tags=["sync"])
 
@@ -39,7 +39,7 @@ class DueOut(BaseModel):
     summary="A stream's memories at its latest sequence",
     response_model=SnapshotOut,
 )
-async def snapshot(ctx: Ctx, mnemo: App, stream: str) -> Response:
+async def snapshot(ctx: ReadCtx, mnemo: App, stream: str) -> Response:
     seq, state = await run_in_threadpool(mnemo.snapshot, ctx, stream)
     body = {
         "stream": stream,
@@ -60,7 +60,7 @@ async def snapshot(ctx: Ctx, mnemo: App, stream: str) -> Response:
     response_class=StreamingResponse,
 )
 async def live(
-    ctx: Ctx,
+    ctx: ReadCtx,
     mnemo: App,
     stream: str,
     from_seq: Annotated[int, Query(ge=1, le=2**63 - 1)] = 1,
@@ -105,5 +105,5 @@ async def live(
     "/v1/subjects/{stream}/due-verifications",
     summary="Memories to confirm with the user (soft decay)",
 )
-def due_verifications(ctx: Ctx, mnemo: App, stream: str) -> DueOut:
+def due_verifications(ctx: ReadCtx, mnemo: App, stream: str) -> DueOut:
     return DueOut(items=mnemo.due_verifications(ctx, stream))

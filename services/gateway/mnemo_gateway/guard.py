@@ -1,0 +1,74 @@
+"""Guards around the whole gateway: the MCP endpoint admits only callers with a valid API
+key, and access logs never carry a credential."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mnemo.domain.access import redact
+from mnemo.domain.errors import MnemoError
+from mnemo.mcp_server import MCP_PATH
+from mnemo_gateway.deps import authenticate
+from mnemo_gateway.errors import error_response, status_of
+
+__all__ = ["McpGuard", "RedactCredentials", "install_log_redaction"]
+
+# a credential-named query parameter's value, in a logged URL
+_CREDENTIAL_QUERY = re.compile(
+    r"((?:api_?key|access_token|admin_token|authorization|x-mnemo-key)=)[^&\s\"]*", re.IGNORECASE
+)
+
+
+class McpGuard:
+    """Requests to /mcp need a valid API key before the MCP server sees them (each tool call
+    is then authorised again, with its scope, by the API it calls)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
+            try:
+                authenticate(Request(scope))
+            except MnemoError as exc:
+                extra = getattr(exc, "extra", None) or {}
+                response = error_response(status_of(exc), exc.code, exc.message, exc.field, **extra)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return _CREDENTIAL_QUERY.sub(r"\1[redacted]", redact(value))
+    return value
+
+
+class RedactCredentials(logging.Filter):
+    """Cuts API keys, and the values of credential-named query parameters, out of a log
+    record's message and arguments."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = _clean(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_clean(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: _clean(v) for k, v in record.args.items()}
+        return True
+
+
+_FILTER = RedactCredentials()
+
+
+def install_log_redaction() -> None:
+    """On the loggers that print request lines (uvicorn's), once per process."""
+    for name in ("uvicorn.access", "uvicorn.error", "mnemo", "mnemo.gateway"):
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)

@@ -1,0 +1,183 @@
+"""Tenants and API keys over HTTP.
+
+Operators (the operator token) create tenants, each with its first admin key. A tenant's
+admin key (scope `admin`) issues, lists and revokes the tenant's keys under
+/v1/tenants/{tenant}/keys; naming another tenant there is 403 FORBIDDEN. A key's secret is
+in exactly one answer: the one that made it (sent with Cache-Control: no-store)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from mnemo.domain.access import ALL_SCOPES, ApiKey, Scope
+from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.service.access import IssuedKey
+from mnemo.service.app import RequestContext
+from mnemo_gateway.deps import Admin, AdminCtx, Body, CallerDep, PlatformDep
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["access"])
+
+TenantPath = Annotated[str, Path(max_length=63, description="the tenant id")]
+KeyIdPath = Annotated[str, Path(max_length=16, description="the key id (16 hex digits)")]
+
+
+class KeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        min_length=1, max_length=64, description="who will use it; the default actor of events"
+    )
+    scopes: list[Scope] = Field(min_length=1, max_length=len(ALL_SCOPES))
+    expires_at: AwareDatetime | None = Field(default=None, description="with a UTC offset")
+    ttl_seconds: int | None = Field(
+        default=None, ge=60, le=10 * 365 * 86_400, description="instead of expires_at"
+    )
+
+
+class TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    admin_key_name: str = Field(default="admin", min_length=1, max_length=64)
+    ttl_seconds: int | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
+
+
+class KeyOut(BaseModel):
+    key_id: str
+    tenant: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    created_by: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyOut:
+        return cls.model_validate(key.public())
+
+
+class IssuedOut(KeyOut):
+    key: str = Field(description="the API key itself: shown this once, stored only hashed")
+
+
+class KeysOut(BaseModel):
+    keys: list[KeyOut]
+
+
+class WhoAmIOut(BaseModel):
+    tenant: str
+    key_id: str
+    name: str
+    scopes: list[str]
+
+
+def _issued(issued: IssuedKey, status: int) -> JSONResponse:
+    body = IssuedOut(**KeyOut.of(issued.record).model_dump(), key=issued.key)
+    return JSONResponse(
+        body.model_dump(mode="json"), status_code=status, headers={"Cache-Control": "no-store"}
+    )
+
+
+def _own_tenant(ctx: RequestContext, tenant: str) -> None:
+    if tenant != ctx.tenant:
+        raise MnemoError("that is another tenant's", code="FORBIDDEN", field="tenant")
+
+
+def _expiry(now: datetime, expires_at: datetime | None, ttl: int | None) -> datetime | None:
+    if expires_at is not None and ttl is not None:
+        raise InvalidInput(
+            "give expires_at or ttl_seconds, not both", code="INVALID_EXPIRY", field="ttl_seconds"
+        )
+    return now + timedelta(seconds=ttl) if ttl is not None else expires_at
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+@router.get("/v1/whoami", summary="The tenant, name and scopes of the calling API key")
+def whoami(caller: CallerDep) -> WhoAmIOut:
+    return WhoAmIOut(
+        tenant=caller.tenant,
+        key_id=caller.key_id,
+        name=caller.name,
+        scopes=sorted(s.value for s in caller.scopes),
+    )
+
+
+@router.post(
+    "/v1/admin/tenants",
+    summary="Create a tenant and its first admin key (operator token)",
+    status_code=201,
+    response_model=IssuedOut,
+    openapi_extra=_schema(TenantIn),
+)
+async def create_tenant(_: Admin, platform: PlatformDep, body: Body) -> JSONResponse:
+    req = TenantIn.model_validate(body)
+    access = platform.access
+
+    def run() -> IssuedKey:
+        access.create_tenant(req.tenant, by="operator")
+        return access.issue_key(
+            req.tenant,
+            req.admin_key_name,
+            [s.value for s in ALL_SCOPES],
+            by="operator",
+            expires_at=_expiry(access.clock.now(), None, req.ttl_seconds),
+        )
+
+    return _issued(await run_in_threadpool(run), 201)
+
+
+@router.get("/v1/admin/tenants", summary="Every tenant (operator token)")
+def list_tenants(_: Admin, platform: PlatformDep) -> dict[str, list[dict[str, Any]]]:
+    return {"tenants": [t.model_dump(mode="json") for t in platform.access.store.tenants()]}
+
+
+@router.post(
+    "/v1/tenants/{tenant}/keys",
+    summary="Issue an API key of your tenant (admin scope); the answer holds it once",
+    status_code=201,
+    response_model=IssuedOut,
+    openapi_extra=_schema(KeyIn),
+)
+async def issue_key(
+    ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath, body: Body, request: Request
+) -> JSONResponse:
+    _own_tenant(ctx, tenant)
+    req = KeyIn.model_validate(body)
+    access = platform.access
+    caller = request.state.caller
+    issued = await run_in_threadpool(
+        lambda: access.issue_key(
+            tenant,
+            req.name,
+            [s.value for s in req.scopes],
+            by=f"key:{caller.key_id}",
+            expires_at=_expiry(access.clock.now(), req.expires_at, req.ttl_seconds),
+        )
+    )
+    return _issued(issued, 201)
+
+
+@router.get("/v1/tenants/{tenant}/keys", summary="Your tenant's keys, never their secrets")
+def list_keys(ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath) -> KeysOut:
+    _own_tenant(ctx, tenant)
+    return KeysOut(keys=[KeyOut.of(k) for k in platform.access.keys(tenant)])
+
+
+@router.delete("/v1/tenants/{tenant}/keys/{key_id}", summary="Revoke a key of your tenant")
+def revoke_key(
+    ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath, key_id: KeyIdPath
+) -> KeyOut:
+    _own_tenant(ctx, tenant)
+    return KeyOut.of(platform.access.revoke(tenant, key_id))

@@ -1,0 +1,186 @@
+"""Use cases of tenants and API keys: create a tenant, issue, list and revoke keys, and
+authenticate a presented key. The secret of a key leaves this module once, as the return
+value of `issue_key`; nothing here logs it."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from mnemo.domain.access import (
+    ALL_SCOPES,
+    NAME_RE,
+    ApiKey,
+    Caller,
+    Scope,
+    Tenant,
+    Unauthenticated,
+    check_key,
+    format_key,
+    key_digest,
+    parse_key,
+)
+from mnemo.domain.errors import ConflictError, InvalidInput, NotFound
+from mnemo.domain.ids import valid_tenant
+from mnemo.ports import AccessStore, Clock
+
+__all__ = ["DEFAULT_TENANT", "Access", "IssuedKey"]
+
+DEFAULT_TENANT = "default"
+MAX_KEYS_PER_TENANT = 1_000
+
+
+class IssuedKey:
+    """A key just made: its record, and the one copy of its plaintext."""
+
+    __slots__ = ("key", "record")
+
+    def __init__(self, record: ApiKey, key: str) -> None:
+        self.record = record
+        self.key = key
+
+    def __repr__(self) -> str:  # never the secret, even in a debugger or a traceback
+        return f"IssuedKey(key_id={self.record.key_id!r}, tenant={self.record.tenant!r})"
+
+
+def parse_scopes(values: Iterable[str]) -> tuple[Scope, ...]:
+    scopes: list[Scope] = []
+    for value in values:
+        try:
+            scope = Scope(value)
+        except ValueError as exc:
+            raise InvalidInput(
+                f"unknown scope {value[:40]!r}; scopes: {', '.join(s.value for s in Scope)}",
+                code="INVALID_SCOPE",
+                field="scopes",
+            ) from exc
+        if scope not in scopes:
+            scopes.append(scope)
+    if not scopes:
+        raise InvalidInput("a key needs at least one scope", code="INVALID_SCOPE", field="scopes")
+    return tuple(sorted(scopes, key=ALL_SCOPES.index))
+
+
+class Access:
+    """Tenants and keys over an AccessStore. `pepper` is the server-wide secret every key
+    digest is keyed with; `entropy` gives random bytes (os.urandom; tests may pass their
+    own)."""
+
+    def __init__(
+        self,
+        store: AccessStore,
+        clock: Clock,
+        pepper: bytes,
+        entropy: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        if len(pepper) < 16:
+            raise ValueError("the key pepper must be at least 16 bytes")
+        self.store = store
+        self.clock = clock
+        self._pepper = pepper
+        self._entropy = entropy
+
+    def __repr__(self) -> str:
+        return "Access(<pepper hidden>)"
+
+    # -- tenants
+
+    def create_tenant(self, tenant: str, by: str) -> Tenant:
+        if not valid_tenant(tenant):
+            raise InvalidInput(
+                "tenant must be 1-63 lowercase letters, digits, '_' or '-'",
+                code="INVALID_TENANT",
+                field="tenant",
+            )
+        record = Tenant(tenant=tenant, created_at=self.clock.now(), created_by=by[:128])
+        if not self.store.create_tenant(record):
+            raise ConflictError(f"tenant {tenant} exists", code="TENANT_EXISTS", field="tenant")
+        return record
+
+    def tenant(self, tenant: str) -> Tenant:
+        found = self.store.tenant(tenant) if valid_tenant(tenant) else None
+        if found is None:
+            raise NotFound("no such tenant", code="TENANT_NOT_FOUND", field="tenant")
+        return found
+
+    # -- keys
+
+    def issue_key(
+        self,
+        tenant: str,
+        name: str,
+        scopes: Iterable[str],
+        *,
+        by: str,
+        expires_at: datetime | None = None,
+    ) -> IssuedKey:
+        """Make a key; its plaintext is in the result and nowhere else."""
+        self.tenant(tenant)
+        if not NAME_RE.fullmatch(name):
+            raise InvalidInput(
+                "a key name is 1-64 letters, digits or _.:@- (starting with a letter or digit)",
+                code="INVALID_KEY_NAME",
+                field="name",
+            )
+        chosen = parse_scopes(scopes)
+        now = self.clock.now()
+        if expires_at is not None and expires_at <= now:
+            raise InvalidInput(
+                "expires_at must be in the future", code="INVALID_EXPIRY", field="expires_at"
+            )
+        if len(self.store.keys(tenant)) >= MAX_KEYS_PER_TENANT:
+            raise ConflictError(
+                f"a tenant holds at most {MAX_KEYS_PER_TENANT} keys; revoke some",
+                code="TOO_MANY_KEYS",
+            )
+        key_id = self._entropy(8).hex()
+        secret = base64.urlsafe_b64encode(self._entropy(32)).rstrip(b"=").decode()
+        salt = self._entropy(16).hex()
+        record = ApiKey(
+            key_id=key_id,
+            tenant=tenant,
+            name=name,
+            scopes=chosen,
+            salt=salt,
+            digest=key_digest(self._pepper, salt, secret),
+            created_at=now,
+            created_by=by[:128],
+            expires_at=expires_at,
+        )
+        self.store.add_key(record)
+        return IssuedKey(record, format_key(key_id, secret))
+
+    def keys(self, tenant: str) -> list[ApiKey]:
+        self.tenant(tenant)
+        return self.store.keys(tenant)
+
+    def revoke(self, tenant: str, key_id: str) -> ApiKey:
+        revoked = self.store.revoke_key(tenant, key_id, self.clock.now())
+        if revoked is None:
+            raise NotFound("the tenant has no such key", code="KEY_NOT_FOUND", field="key_id")
+        return revoked
+
+    def authenticate(self, presented: str) -> Caller:
+        """The caller a presented key stands for; Unauthenticated for anything else."""
+        parsed = parse_key(presented)
+        if parsed is None:
+            raise Unauthenticated("the API key is not valid", code="UNAUTHENTICATED")
+        key_id, secret = parsed
+        return check_key(self.store.key(key_id), self._pepper, secret, self.clock.now())
+
+    # -- first start
+
+    def first_start(self) -> IssuedKey | None:
+        """On a store with no tenant at all: create `default` and one admin key holding
+        every scope, and return it (to be shown once). None when tenants exist."""
+        if self.store.tenants(limit=1):
+            return None
+        try:
+            self.create_tenant(DEFAULT_TENANT, by="first-start")
+        except ConflictError:
+            return None  # another process got there first
+        return self.issue_key(
+            DEFAULT_TENANT, "admin", [s.value for s in ALL_SCOPES], by="first-start"
+        )

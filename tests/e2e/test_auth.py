@@ -1,0 +1,358 @@
+"""API keys at the gateway: every endpoint refuses a missing, revoked, expired, wrong-scope
+or other tenant's key; key management over HTTP; the operator's routes; rate limits."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from mnemo_gateway.ratelimit import RateLimited, RateLimiter
+from tests.conftest import T0
+from tests.support import ALL, auth, fixed_key, headers_for, install_keys
+
+from mnemo.adapters.clocks import FixedClock
+from mnemo.bootstrap import Platform, build_embedded
+from mnemo.domain.access import Scope
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+OPERATOR = "operator-token-for-auth-tests"
+MARKER = "acme-private-marker"
+
+
+@dataclass
+class Seeded:
+    memory_id: str
+    event_id: str
+    request_id: str
+
+
+def _publish(client: TestClient, headers: dict[str, str], content: str) -> tuple[str, str]:
+    r = client.post(
+        "/v1/events?wait=registered",
+        json={
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "stream": "user:U1",
+            "payload": {"memory": {"type": "fact", "content": content, "tags": ["t1"]}},
+        },
+        headers=headers,
+    )
+    assert r.status_code == 202, r.text
+    accepted = r.json()["accepted"][0]
+    return accepted["outcomes"][0]["memory_id"], accepted["event_id"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Seeded]]:
+    """acme and globex with keys of every kind (all scopes, each scope missing, revoked,
+    expired), and acme's data: a memory, its event, a context and a template."""
+    clock = FixedClock(T0)
+    platform = build_embedded(
+        MnemoSettings(
+            data_dir=tmp_path_factory.mktemp("auth") / "data",
+            embedder="hashing",
+            sqlite_synchronous="NORMAL",
+        ),
+        clock=clock,
+    )
+    install_keys(platform, "acme", "globex")
+    for scope in Scope:
+        install_keys(
+            platform, "acme", label=f"no-{scope.value}", scopes=tuple(s for s in ALL if s != scope)
+        )
+    install_keys(platform, "acme", label="revoked")
+    platform.access.revoke("acme", _key_id(fixed_key("acme", "revoked")))
+    install_keys(platform, "acme", label="expired", expires_at=clock.now() + timedelta(hours=1))
+    app = create_app(platform, GatewaySettings(admin_token=OPERATOR))
+    with TestClient(app) as client:
+        acme = headers_for("acme")
+        memory_id, event_id = _publish(client, acme, MARKER)
+        ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=acme)
+        assert ctx.status_code == 200, ctx.text
+        tpl = {
+            "name": "acme-tpl",
+            "version": 1,
+            "sections": [{"name": "facts", "priority": 1, "types": ["fact"], "budget": 200}],
+        }
+        assert client.post("/v1/templates", json=tpl, headers=acme).status_code in (200, 201)
+        clock.advance(timedelta(hours=2))  # the "expired" key is now past its expiry
+        yield client, Seeded(memory_id, event_id, ctx.json()["request_id"])
+    platform.close()
+
+
+def _key_id(key: str) -> str:
+    return key.split("_")[1]
+
+
+# Every tenant route: (method, path template, body, the scope it needs, what another
+# tenant's key gets: "404" (the resource is not theirs to see), "403" (the path names
+# another tenant), or "empty" (an answer of their own tenant, without acme's data)).
+ROUTES: list[tuple[str, str, Any, Scope | None, str]] = [
+    ("GET", "/v1/whoami", None, None, "empty"),
+    ("POST", "/v1/events", {"events": []}, Scope.MEMORY_WRITE, "empty"),
+    ("GET", "/v1/events/{event_id}/outcome", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/events", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/events", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/events/live", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/snapshot", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/memories", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/history/{key}", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/due-verifications", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/memories/{memory_id}", None, Scope.MEMORY_READ, "404"),
+    ("POST", "/v1/search", {"query": MARKER}, Scope.MEMORY_READ, "empty"),
+    ("POST", "/v1/context", {"subjects": ["user:U1"], "query": MARKER}, Scope.CONTEXT, "empty"),
+    (
+        "POST",
+        "/v1/context/{request_id}/response",
+        {"response": "ok"},
+        Scope.CONTEXT,
+        "404",
+    ),
+    ("POST", "/v1/templates", {}, Scope.CONTEXT, "empty"),
+    ("GET", "/v1/templates", None, Scope.CONTEXT, "empty"),
+    ("GET", "/v1/templates/{name}", None, Scope.CONTEXT, "404"),
+    ("GET", "/v1/insights/heatmap", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/insights/memories/{memory_id}/life", None, Scope.MEMORY_READ, "404"),
+    ("GET", "/v1/insights/contexts", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/insights/contexts/{request_id}", None, Scope.MEMORY_READ, "404"),
+    ("GET", "/v1/insights/events", None, Scope.AUDIT_READ, "empty"),
+    ("GET", "/v1/insights/rejections", None, Scope.AUDIT_READ, "empty"),
+    ("GET", "/v1/insights/dead-letters", None, Scope.AUDIT_READ, "empty"),
+    ("GET", "/v1/insights/audit", None, Scope.AUDIT_READ, "empty"),
+    ("GET", "/v1/admin/status", None, Scope.ADMIN, "empty"),
+    ("POST", "/v1/tenants/{tenant}/keys", {"name": "x", "scopes": ["context"]}, Scope.ADMIN, "403"),
+    ("GET", "/v1/tenants/{tenant}/keys", None, Scope.ADMIN, "403"),
+    ("DELETE", "/v1/tenants/{tenant}/keys/{key_id}", None, Scope.ADMIN, "403"),
+]
+OPERATOR_ROUTES = {
+    ("POST", "/v1/admin/rebuild"),
+    ("POST", "/v1/admin/tenants"),
+    ("GET", "/v1/admin/tenants"),
+}
+PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
+
+
+def _path(template: str, seeded: Seeded) -> str:
+    values = {
+        "event_id": seeded.event_id,
+        "stream": "user:U1",
+        "key": "size",
+        "memory_id": seeded.memory_id,
+        "request_id": seeded.request_id,
+        "name": "acme-tpl",
+        "tenant": "acme",
+        "key_id": _key_id(fixed_key("acme", f"no-{Scope.CONTEXT.value}")),
+    }
+    path = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], template)
+    return path + ("?max_seconds=0.2" if path.endswith("/live") else "")
+
+
+def _call(
+    client: TestClient, method: str, template: str, body: Any, seeded: Seeded, headers: Any
+) -> Any:
+    return client.request(
+        method, _path(template, seeded), json=body, headers={**headers, "Accept": "*/*"}
+    )
+
+
+def test_the_table_covers_every_route(platform: Platform) -> None:
+    paths = create_app(platform).openapi()["paths"]
+    routes = {(method.upper(), path) for path, ops in paths.items() for method in ops}
+    listed = {(m, p) for m, p, *_ in ROUTES} | OPERATOR_ROUTES | PUBLIC_ROUTES
+    assert routes == listed
+
+
+@pytest.mark.parametrize(
+    ("method", "template", "body", "scope", "other"),
+    ROUTES,
+    ids=[f"{m} {p}" for m, p, *_ in ROUTES],
+)
+def test_every_route_refuses_bad_keys(
+    world: tuple[TestClient, Seeded],
+    method: str,
+    template: str,
+    body: Any,
+    scope: Scope | None,
+    other: str,
+) -> None:
+    client, seeded = world
+
+    def code(headers: dict[str, str]) -> tuple[int, str | None]:
+        r = _call(client, method, template, body, seeded, headers)
+        answer = r.json() if r.headers["content-type"].startswith("application/json") else None
+        error = answer.get("error") if isinstance(answer, dict) else None
+        return r.status_code, (error or {}).get("code")
+
+    assert code({}) == (401, "UNAUTHENTICATED")
+    assert code({"Authorization": "Bearer not-a-key"}) == (401, "UNAUTHENTICATED")
+    assert code({"Authorization": "Basic YTpi"}) == (401, "UNAUTHENTICATED")
+    forged = fixed_key("acme")[:-4] + "AAAA"
+    assert code(auth(forged)) == (401, "UNAUTHENTICATED")
+    assert code(headers_for("acme", label="revoked")) == (401, "KEY_REVOKED")
+    assert code(headers_for("acme", label="expired")) == (401, "KEY_EXPIRED")
+    # the same key is refused in the URL (where logs would keep it)
+    path = _path(template, seeded)
+    r = client.request(method, f"{path}{'&' if '?' in path else '?'}api_key={fixed_key('acme')}")
+    assert r.status_code in (400, 401)
+    assert r.status_code != 200
+    if scope is not None:
+        assert code(headers_for("acme", label=f"no-{scope.value}")) == (403, "SCOPE_MISSING")
+    # the right key passes every check (the answer is the route's own business)
+    assert code(headers_for("acme"))[0] not in (401, 403, 429)
+    # the X-Mnemo-Tenant header cannot choose another tenant
+    assert code({**headers_for("globex"), "X-Mnemo-Tenant": "acme"}) == (403, "TENANT_MISMATCH")
+    # another tenant's key
+    r = _call(client, method, template, body, seeded, headers_for("globex"))
+    if other == "404":
+        assert r.status_code == 404, r.text
+    elif other == "403":
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "FORBIDDEN")
+    else:
+        assert r.status_code < 500
+    text = r.text
+    asked = _path(template, seeded)  # an error may echo what the caller sent
+    for secret in (MARKER, seeded.memory_id, seeded.request_id, seeded.event_id, "acme-tpl"):
+        if secret in asked:
+            continue
+        assert secret not in text, f"{method} {template} showed {secret} to globex"
+
+
+def test_operator_routes_need_the_operator_token(world: tuple[TestClient, Seeded]) -> None:
+    client, _ = world
+    admin_key = headers_for("acme")  # every scope, admin included: still not an operator
+    for method, path in OPERATOR_ROUTES:
+        body = {"tenant": "newco"} if path.endswith("tenants") and method == "POST" else None
+        for headers in ({}, admin_key, {"X-Mnemo-Admin-Token": "guess"}):
+            r = client.request(method, path, json=body, headers=headers)
+            assert (r.status_code, r.json()["error"]["code"]) == (403, "ADMIN_ONLY"), path
+
+
+def test_tenant_and_key_lifecycle_over_http(world: tuple[TestClient, Seeded]) -> None:
+    client, _ = world
+    op = {"X-Mnemo-Admin-Token": OPERATOR}
+    made = client.post("/v1/admin/tenants", json={"tenant": "newco"}, headers=op)
+    assert made.status_code == 201, made.text
+    assert made.headers["cache-control"] == "no-store"
+    admin = made.json()
+    assert admin["tenant"] == "newco"
+    assert sorted(admin["scopes"]) == sorted(ALL)
+    again = client.post("/v1/admin/tenants", json={"tenant": "newco"}, headers=op)
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "TENANT_EXISTS")
+    bad = client.post("/v1/admin/tenants", json={"tenant": "New Co'--"}, headers=op)
+    assert bad.status_code == 422
+    listed = client.get("/v1/admin/tenants", headers=op).json()["tenants"]
+    assert "newco" in [t["tenant"] for t in listed]
+
+    boss = auth(admin["key"])
+    assert client.get("/v1/whoami", headers=boss).json()["tenant"] == "newco"
+    reader = client.post(
+        "/v1/tenants/newco/keys",
+        json={"name": "reader", "scopes": ["memory:read"], "ttl_seconds": 3600},
+        headers=boss,
+    )
+    assert reader.status_code == 201, reader.text
+    reader_key = reader.json()["key"]
+    assert reader.json()["expires_at"] is not None
+    keys = client.get("/v1/tenants/newco/keys", headers=boss).json()["keys"]
+    assert {k["name"] for k in keys} == {"admin", "reader"}
+    assert reader_key not in str(keys)
+    assert all("digest" not in k and "salt" not in k and "key" not in k for k in keys)
+
+    r = client.get("/v1/subjects/user:U1/memories", headers=auth(reader_key))
+    assert r.status_code == 200
+    refused = client.post("/v1/events", json={}, headers=auth(reader_key))
+    assert (refused.status_code, refused.json()["error"]["code"]) == (403, "SCOPE_MISSING")
+    # a reader cannot make itself an admin key
+    escalate = client.post(
+        "/v1/tenants/newco/keys", json={"name": "x", "scopes": ["admin"]}, headers=auth(reader_key)
+    )
+    assert escalate.status_code == 403
+    # acme's admin cannot touch newco's keys
+    theirs = client.delete(
+        f"/v1/tenants/newco/keys/{reader.json()['key_id']}", headers=headers_for("acme")
+    )
+    assert (theirs.status_code, theirs.json()["error"]["code"]) == (403, "FORBIDDEN")
+    missing = client.delete("/v1/tenants/newco/keys/0000000000000000", headers=boss)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "KEY_NOT_FOUND")
+    revoked = client.delete(f"/v1/tenants/newco/keys/{reader.json()['key_id']}", headers=boss)
+    assert revoked.status_code == 200
+    assert revoked.json()["revoked_at"] is not None
+    gone = client.get("/v1/subjects/user:U1/memories", headers=auth(reader_key))
+    assert (gone.status_code, gone.json()["error"]["code"]) == (401, "KEY_REVOKED")
+    unknown_scope = client.post(
+        "/v1/tenants/newco/keys", json={"name": "x", "scopes": ["root"]}, headers=boss
+    )
+    assert unknown_scope.status_code == 422
+
+
+def test_the_tenant_comes_from_the_key_not_the_payload(world: tuple[TestClient, Seeded]) -> None:
+    client, _ = world
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U9",
+        "tenant": "acme",
+        "payload": {"memory": {"type": "fact", "content": "globex writing as acme"}},
+    }
+    r = client.post("/v1/events", json=event, headers=headers_for("globex"))
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "TENANT_MISMATCH")
+    listed = client.get("/v1/subjects/user:U9/memories", headers=headers_for("acme")).json()
+    assert listed["memories"] == []
+
+
+# ---- rate limits -------------------------------------------------------------------------------
+
+
+def test_token_buckets_refuse_then_refill() -> None:
+    now = [0.0]
+    limiter = RateLimiter(10.0, 3, 5.0, 2, clock=lambda: now[0])
+    limiter.check("acme", "k1")
+    limiter.check("acme", "k1")
+    with pytest.raises(RateLimited) as caught:  # the key's bucket (2) is empty
+        limiter.check("acme", "k1")
+    assert caught.value.limited == "key"
+    assert caught.value.retry_after == 1
+    limiter.check("acme", "k2")  # the tenant's bucket still has one
+    with pytest.raises(RateLimited) as tenant_caught:
+        limiter.check("acme", "k3")
+    assert tenant_caught.value.limited == "tenant"
+    limiter.check("globex", "k9")  # another tenant has its own bucket
+    now[0] += 0.2  # the key refills 1 token (5/s), the tenant 2 (10/s)
+    limiter.check("acme", "k1")
+    off = RateLimiter(0, 1, 0, 1, clock=lambda: now[0])
+    for _ in range(100):
+        off.check("acme", "k1")
+
+
+def test_rate_limits_answer_429_with_retry_after(platform: Platform) -> None:
+    install_keys(platform, "acme", "globex")
+    install_keys(platform, "acme", label="second")
+    settings = GatewaySettings(
+        rate_tenant_per_second=0.5,
+        rate_tenant_burst=4,
+        rate_key_per_second=0.5,
+        rate_key_burst=3,
+    )
+    with TestClient(create_app(platform, settings)) as client:
+        one = headers_for("acme")
+        statuses = [client.get("/v1/whoami", headers=one).status_code for _ in range(3)]
+        assert statuses == [200, 200, 200]
+        limited = client.get("/v1/whoami", headers=one)
+        assert limited.status_code == 429
+        assert limited.json()["error"]["code"] == "RATE_LIMITED"
+        assert int(limited.headers["retry-after"]) >= 1
+        second = headers_for("acme", label="second")
+        assert client.get("/v1/whoami", headers=second).status_code == 200  # tenant: 4th token
+        tenant_limited = client.get("/v1/whoami", headers=second)
+        assert tenant_limited.status_code == 429
+        assert "tenant" in tenant_limited.json()["error"]["message"]
+        # another tenant is not slowed down by acme
+        assert client.get("/v1/whoami", headers=headers_for("globex")).status_code == 200
+        # unauthenticated requests never reach (or drain) a bucket
+        assert client.get("/v1/whoami").status_code == 401
