@@ -120,7 +120,7 @@ def wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> 
 
 @contextmanager
 def running_server(
-    data: Path, gateway: GatewaySettings | None = None
+    data: Path, gateway: GatewaySettings | None = None, *, log_level: str = "warning"
 ) -> Iterator[tuple[str, Platform]]:
     """A server on its own data directory; yields (base URL, platform) and stops it after."""
     platform = build_embedded(
@@ -133,7 +133,8 @@ def running_server(
         create_app(platform, gateway or GatewaySettings()),
         host="127.0.0.1",
         port=port,
-        log_level="warning",
+        log_level=log_level,
+        log_config=None,  # uvicorn's records go to the root logger, where tests can see them
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -1,0 +1,173 @@
+"""No secret reaches a log line: a realistic session (a tenant made by the operator, keys
+issued and revoked, publishing, reading, searching, contexts, MCP, and failures of every
+kind) runs with every logger at DEBUG, and each captured line is scanned for the API keys,
+the operator token and a secret planted in a memory. `mnemo serve` is checked the same way
+on its log stream (stderr): its first-start key goes to the terminal only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.support import auth, running_server, wait_healthy
+
+from mnemo.settings import GatewaySettings
+
+OPERATOR = "operator-token-9f8e7d6c5b4a"
+SERVE = [sys.executable, "-m", "mnemo.cli", "serve"]
+PLANTED = "PLANTED-SECRET 4111-1111-1111-1111 cvv 737"
+
+
+class Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def captured() -> Iterator[Capture]:
+    """Every logger at DEBUG, every record into one handler on the root logger."""
+    handler = Capture()
+    root = logging.getLogger()
+    levels = {name: logging.getLogger(name).level for name in list(root.manager.loggerDict)}
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    for name in levels:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def observe(content: str) -> dict[str, object]:
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": content, "tags": ["card"]}},
+    }
+
+
+def test_a_session_logs_no_secret(tmp_path: Path, captured: Capture) -> None:
+    secrets: list[str] = [OPERATOR, PLANTED, "4111-1111-1111-1111"]
+    gateway = GatewaySettings(admin_token=OPERATOR, rate_key_burst=40, rate_key_per_second=1)
+    with (
+        running_server(tmp_path / "data", gateway, log_level="debug") as (url, _),
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        op = {"X-Mnemo-Admin-Token": OPERATOR}
+        admin = http.post("/v1/admin/tenants", json={"tenant": "logco"}, headers=op).json()["key"]
+        secrets.append(admin)
+        made = http.post(
+            "/v1/tenants/logco/keys",
+            json={"name": "agent", "scopes": ["memory:write", "memory:read", "context"]},
+            headers=auth(admin),
+        ).json()
+        agent = made["key"]
+        secrets.append(agent)
+        me = auth(agent)
+        assert http.post("/v1/events?wait=indexed", json=observe(PLANTED), headers=me).is_success
+        assert http.get("/v1/subjects/user:U1/memories", headers=me).is_success
+        assert http.post("/v1/search", json={"query": "card"}, headers=me).is_success
+        assert http.post("/v1/context", json={"subjects": ["user:U1"]}, headers=me).is_success
+        mcp = http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={**me, "Accept": "application/json, text/event-stream"},
+        )
+        assert mcp.status_code < 500
+        # failures: a wrong secret, keys in the URL, a key in a bad body, the wrong scope
+        wrong = agent[:-6] + "ABCDEF"
+        secrets.append(wrong)
+        assert http.get("/v1/whoami", headers=auth(wrong)).status_code == 401
+        assert http.get(f"/v1/whoami?api_key={agent}", headers=me).status_code == 400
+        assert http.get(f"/healthz?token={agent}").status_code == 200
+        assert http.get(f"/v1/whoami?admin_token={OPERATOR}").status_code in (400, 401)
+        assert http.get("/v1/whoami", headers={"Authorization": agent}).status_code == 401
+        bad = http.post(
+            "/v1/events",
+            content=f'{{"type": "{agent}", "payload": {{"text": "{PLANTED}"'.encode(),
+            headers={**me, "Content-Type": "application/json"},
+        )
+        assert bad.status_code == 400
+        assert agent not in bad.text
+        assert http.get("/v1/admin/status", headers=me).status_code == 403
+        assert http.post("/v1/admin/rebuild", headers={"X-Mnemo-Admin-Token": agent}).is_error
+        # revoke, then use the revoked key
+        revoked = http.delete(f"/v1/tenants/logco/keys/{made['key_id']}", headers=auth(admin))
+        assert revoked.is_success
+        assert http.get("/v1/whoami", headers=me).status_code == 401
+        # rate limited answers
+        statuses = {http.get("/v1/whoami", headers=auth(admin)).status_code for _ in range(60)}
+        assert 429 in statuses
+    # the test's own HTTP client logs the URLs it sends, the bad ones on purpose: those
+    # lines are the client's, not Mnemo's (the SDK never puts a key in a URL)
+    lines = [
+        line
+        for line in captured.lines
+        if not (
+            line.startswith("httpx ")
+            and any(q in line for q in ("?api_key=", "?token=", "?admin_token="))
+        )
+    ]
+    assert any("GET /v1/whoami" in line for line in lines), "access logs were not captured"
+    assert len(lines) > 20
+    for secret in secrets:
+        for part in {secret, secret.rsplit("_", 1)[-1] if secret.startswith("mnemo_") else secret}:
+            leaked = [line for line in lines if part in line]
+            assert leaked == [], f"a secret is in {len(leaked)} log lines: {leaked[:2]}"
+
+
+def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {**os.environ, "MNEMO_EMBEDDER": "hashing", "MNEMO_LOG_LEVEL": "DEBUG"}
+    process = subprocess.Popen(
+        [*SERVE, "--port", str(port), "--data-dir", str(tmp_path / "data")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert process.stdout is not None
+        shown: list[str] = []
+        for line in process.stdout:
+            shown.append(line)
+            if line.startswith("Mnemo listening"):
+                break
+        keys = [w for line in shown for w in line.split() if w.startswith("mnemo_")]
+        assert len(keys) == 1, shown
+        key = keys[0]
+        wait_healthy(url, lambda: process.poll() is None)
+        assert httpx.get(f"{url}/v1/whoami", headers=auth(key)).json()["tenant"] == "default"
+        assert httpx.get(f"{url}/v1/whoami?api_key={key}").status_code == 400
+        assert httpx.get(f"{url}/v1/whoami", headers=auth(key[:-1] + "x")).status_code == 401
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, errors = process.communicate(timeout=60)
+    # uvicorn writes access lines to stdout, everything else to stderr: both are log streams
+    logged = rest + errors
+    assert "GET /v1/whoami" in logged  # the access log was on
+    assert "whoami?api_key=[redacted]" in logged  # the refused request, logged without the key
+    assert key not in logged
+    assert key.rsplit("_", 1)[-1] not in logged
