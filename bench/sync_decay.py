@@ -28,20 +28,30 @@ from mnemo_gateway.app import create_app
 
 from bench.common import Aim, Results, progress
 from mnemo.adapters.clocks import FixedClock
-from mnemo.bootstrap import build_embedded
+from mnemo.bootstrap import Platform, build_embedded
 from mnemo.domain import replica
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryType, Scope
 from mnemo.domain.projection import PutMemory, PutTimer, Timer
 from mnemo.service.app import RequestContext
-from mnemo.settings import MnemoSettings
+from mnemo.settings import GatewaySettings, MnemoSettings
 from mnemo.sync import SyncClient
 
 __all__ = ["run_sync_decay"]
 
-H = {"X-Mnemo-Tenant": "bench-sync", "X-Mnemo-Principal": "bench"}
+TENANT = "bench-sync"
+# the benchmarks measure Mnemo, not the rate limiter
+UNLIMITED = GatewaySettings(rate_tenant_per_second=0, rate_key_per_second=0)
 CATCH_UP_AIM = Aim(">", 20_000.0, "a replica catches up faster than 20,000 events/s")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _headers(platform: Platform) -> dict[str, str]:
+    """A fresh API key of the benchmark tenant (made on first use)."""
+    if platform.access.store.tenant(TENANT) is None:
+        platform.access.create_tenant(TENANT, by="bench")
+    issued = platform.access.issue_key(TENANT, "bench", ["memory:read", "memory:write"], by="bench")
+    return {"Authorization": f"Bearer {issued.key}", "X-Mnemo-Principal": "bench"}
 
 
 def _settings(root: Path, name: str) -> MnemoSettings:
@@ -70,7 +80,8 @@ def _catch_up(results: Results, root: Path, declared: int) -> None:
         platform.app.publish(ctx, batch)
         platform.runner.drain()
     head = platform.log.stream_head("bench-sync", stream)
-    with TestClient(create_app(platform, run_consumers=False), headers=H) as client:
+    app = create_app(platform, UNLIMITED, run_consumers=False)
+    with TestClient(app, headers=_headers(platform)) as client:
         for page in (1_000, 5_000):
             device = SyncClient(root / f"device-{page}.sqlite3", client, stream, "bench")
             t0 = time.perf_counter()
@@ -111,11 +122,14 @@ def _live_tail(results: Results, root: Path, events: int) -> None:
     platform = build_embedded(_settings(root, "live"))
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(platform), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(platform, UNLIMITED), host="127.0.0.1", port=port, log_level="warning"
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
+    headers = _headers(platform)
     while True:
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
@@ -128,7 +142,7 @@ def _live_tail(results: Results, root: Path, events: int) -> None:
 
     def read() -> None:
         with (
-            httpx.Client(base_url=url, headers=H, timeout=60) as c,
+            httpx.Client(base_url=url, headers=headers, timeout=60) as c,
             c.stream("GET", f"/v1/subjects/{stream}/events/live", params={"max_seconds": 120}) as r,
         ):
             ready.set()
@@ -142,7 +156,7 @@ def _live_tail(results: Results, root: Path, events: int) -> None:
     reader.start()
     ready.wait(10)
     sent: dict[int, float] = {}
-    with httpx.Client(base_url=url, headers=H, timeout=30) as c:
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
         for i in range(events):
             body = {
                 "type": "ObservationRecorded",

@@ -4,11 +4,12 @@ The server is a thin adapter over Mnemo's HTTP API: every tool call and resource
 one or a few HTTP requests made with `AsyncMnemoClient`, so authentication and tenancy
 have a single path, the gateway's. Who is asking depends on the transport:
 
-- stdio (`mnemo mcp --url ...`): one identity for the process, from MNEMO_TENANT,
-  MNEMO_PRINCIPAL and MNEMO_API_KEY (or the `mnemo` options).
+- stdio (`mnemo mcp --url ...`): one identity for the process, from MNEMO_API_KEY,
+  MNEMO_PRINCIPAL and (optionally) MNEMO_TENANT, or the `mnemo` options.
 - streamable HTTP, mounted in the gateway at /mcp: every MCP request forwards its own
-  X-Mnemo-Tenant, X-Mnemo-Principal and Authorization headers to the API. There is no
-  server-wide identity; a request without a tenant is refused as the API refuses it.
+  API key (Authorization, or X-Mnemo-Key) and X-Mnemo-Principal (and X-Mnemo-Tenant, if
+  sent) to the API. There is no server-wide identity; the gateway refuses a request
+  without a valid key before it reaches this server.
 
 A failure the agent can act on comes back as a tool result with `isError` set and a
 structured `{code, field, reason}` taken from Mnemo's error body (or INVALID_ARGUMENTS
@@ -75,8 +76,8 @@ weight, corrected ones lose it. `forget` erases a memory. Errors come back as
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who a call is made for: sent to the API as X-Mnemo-Tenant, X-Mnemo-Principal and
-    Authorization. A missing tenant is left missing: the API answers MISSING_TENANT."""
+    """Who a call is made for: sent to the API as Authorization (the API key, which decides
+    the tenant), X-Mnemo-Principal and, when set, X-Mnemo-Tenant (which must match)."""
 
     tenant: str | None
     principal: str | None = None

@@ -1,8 +1,10 @@
 """The console: read-only insight endpoints under /v1/insights, and the static page at
 /console that draws them (plain HTML, CSS and JavaScript shipped with the gateway).
 
-The page sends the same identity headers as any other client (X-Mnemo-Tenant,
-X-Mnemo-Principal); it takes them from its form or from ?tenant=&principal= in its URL.
+The page calls the API like any other client, with an API key as a bearer token (typed
+into its form, or handed over in the URL's fragment, and kept in sessionStorage). The
+heat map, lives and contexts need memory:read; events, rejections, dead letters and the
+audit chain need audit:read.
 """
 
 from __future__ import annotations
