@@ -231,7 +231,7 @@ def access_keyspace() -> Iterator[tuple[Any, str]]:
         migrate(session, keyspace)
         yield session, keyspace
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         cluster.shutdown()
 
 
@@ -244,5 +244,5 @@ class TestCassandraAccessStore(AccessStoreContract):
         from mnemo.adapters.cassandra_access import CassandraAccessStore
 
         for table in ("tenants", "api_keys", "api_keys_by_tenant"):
-            self.session.execute(f"TRUNCATE {self.keyspace}.{table}")
+            self.session.execute(f"TRUNCATE {self.keyspace}.{table}", timeout=120)
         return CassandraAccessStore(self.session, self.keyspace, migrate_schema=False)

@@ -526,3 +526,73 @@ def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: 
     assert code == 0
     assert out.startswith("Mnemo listening")  # no second key on a later start
     assert "mnemo_" not in out
+
+
+# ---- tenants and keys -------------------------------------------------------------------------
+
+
+def _printed_key(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    keys = [w for w in result.stdout.split() if w.startswith("mnemo_")]
+    assert len(keys) == 1, result.stdout
+    return keys[0]
+
+
+def test_admin_tenant_and_key_commands_over_http(server_url: str, tenant: str) -> None:
+    runner = CliRunner()
+    base = ["--url", server_url]
+    refused = runner.invoke(cli, [*base, "admin", "tenant", "create", tenant])
+    assert refused.exit_code == 2
+    assert "ADMIN_ONLY" in refused.stderr
+    created = runner.invoke(
+        cli, [*base, "--admin-token", ADMIN_TOKEN, "admin", "tenant", "create", tenant]
+    )
+    admin_key = _printed_key(created)
+    assert "shown once" in created.stdout
+    as_admin = [*base, "--api-key", admin_key]
+    create = ["admin", "key", "create", "--name", "reader", "--scope", "memory:read"]
+    made = runner.invoke(cli, [*as_admin, *create, "--ttl", "3600"])
+    reader = _printed_key(made)
+    listed = runner.invoke(cli, [*as_admin, "--json", "admin", "key", "list"])
+    assert listed.exit_code == 0, listed.output
+    keys = json.loads(listed.stdout)["keys"]
+    assert sorted(k["name"] for k in keys) == ["admin", "reader"]
+    assert reader not in listed.stdout
+    assert admin_key not in listed.stdout
+    as_reader = [*base, "--api-key", reader]
+    assert runner.invoke(cli, [*as_reader, "list", "user:U1"]).exit_code == 0
+    write = runner.invoke(cli, [*as_reader, "remember", "hello", "--stream", "user:U1"])
+    assert write.exit_code == 2
+    assert "SCOPE_MISSING" in write.stderr
+    reader_id = next(k["key_id"] for k in keys if k["name"] == "reader")
+    revoked = runner.invoke(cli, [*as_admin, "admin", "key", "revoke", reader_id])
+    assert revoked.exit_code == 0, revoked.output
+    assert f"revoked key {reader_id}" in revoked.stdout
+    gone = runner.invoke(cli, [*as_reader, "list", "user:U1"])
+    assert gone.exit_code == 2
+    assert "KEY_REVOKED" in gone.stderr
+    other = runner.invoke(cli, [*as_admin, "--tenant", "acme", "admin", "key", "list"])
+    assert other.exit_code == 2
+    assert "TENANT_MISMATCH" in other.stderr
+
+
+def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None:
+    from mnemo.bootstrap import open_access
+
+    data = tmp_path / "data"
+    data.mkdir()
+    runner = CliRunner()
+    made = runner.invoke(cli, ["admin", "tenant", "create", "offco", "--data-dir", str(data)])
+    key = _printed_key(made)
+    again = runner.invoke(cli, ["admin", "tenant", "create", "offco", "--data-dir", str(data)])
+    assert again.exit_code == 2
+    assert "TENANT_EXISTS" in again.stderr
+    access = open_access(MnemoSettings(data_dir=data))
+    try:
+        assert access.authenticate(key).tenant == "offco"
+    finally:
+        access.store.close()
+    missing = runner.invoke(
+        cli, ["admin", "tenant", "create", "x", "--data-dir", str(tmp_path / "nothing")]
+    )
+    assert missing.exit_code == 1

@@ -41,6 +41,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
     with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
         install_keys(platform, TENANT, "someone-else", "tenant-a", "tenant-b")
+        install_keys(platform, TENANT, label="reader", scopes=("memory:read",))
         yield url
 
 
@@ -68,6 +69,7 @@ async def connect(
     principal: str = "agent",
     mode: str = "auto",
     errlog: Path | None = None,
+    label: str = "all",
 ) -> AsyncIterator[Client]:
     """An MCP client session: over stdio to a `mnemo mcp` process (identity from its
     environment), or over HTTP to /mcp (identity in each request's headers)."""
@@ -75,7 +77,7 @@ async def connect(
         headers = {"X-Mnemo-Principal": principal}
         if tenant is not None:
             headers["X-Mnemo-Tenant"] = tenant
-            headers["Authorization"] = f"Bearer {fixed_key(tenant)}"
+            headers["Authorization"] = f"Bearer {fixed_key(tenant, label)}"
         async with (
             httpx2.AsyncClient(headers=headers, timeout=60.0) as http,
             Client(streamable_http_client(f"{server_url}/mcp", http_client=http), mode=mode) as c,
@@ -86,7 +88,7 @@ async def connect(
     env = {"MNEMO_PRINCIPAL": principal, "MNEMO_LOG_LEVEL": "WARNING"}
     if tenant is not None:
         env["MNEMO_TENANT"] = tenant
-        env["MNEMO_API_KEY"] = fixed_key(tenant)
+        env["MNEMO_API_KEY"] = fixed_key(tenant, label)
     params = StdioServerParameters(
         command=command, args=[*args, "--url", server_url, "mcp"], env=env
     )
@@ -461,6 +463,19 @@ async def test_http_without_a_valid_key_is_refused_before_mcp(server_url: str) -
     assert (forged.status_code, forged.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
     assert (mismatched.status_code, mismatched.json()["error"]["code"]) == (403, "TENANT_MISMATCH")
     assert admitted.status_code == 200
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_tool_needs_its_scope(server_url: str, transport: str) -> None:
+    async with connect(server_url, transport, label="reader") as reader:
+        refused = error(
+            await reader.call_tool(
+                "remember", {"subject": "user:scoped", "type": "fact", "content": "no"}
+            )
+        )
+        found = data(await reader.call_tool("recall", {"query": "anything"}))
+    assert refused["code"] == "SCOPE_MISSING"
+    assert isinstance(found["hits"], list)  # data() checked that reading was allowed
 
 
 async def test_one_http_session_cannot_borrow_another_identity(server_url: str) -> None:

@@ -38,22 +38,30 @@ class Capture(logging.Handler):
 
 @pytest.fixture
 def captured() -> Iterator[Capture]:
-    """Every logger at DEBUG, every record into one handler on the root logger."""
+    """Every logger at DEBUG, every record into one handler: on the root logger, and on
+    each logger that does not pass its records up (uvicorn's own logging set-up, made by
+    an earlier server in this process, stops its loggers from propagating)."""
     handler = Capture()
     root = logging.getLogger()
-    levels = {name: logging.getLogger(name).level for name in list(root.manager.loggerDict)}
+    for name in ("uvicorn", "uvicorn.access", "uvicorn.error", "mnemo", "mnemo.gateway"):
+        logging.getLogger(name)  # exists from here on, so it is set to DEBUG below too
+    loggers = [logging.getLogger(name) for name in list(root.manager.loggerDict)]
+    levels = [(logger, logger.level) for logger in loggers]
+    apart = [logger for logger in loggers if not logger.propagate]
     previous = root.level
-    root.addHandler(handler)
+    for target in (root, *apart):
+        target.addHandler(handler)
     root.setLevel(logging.DEBUG)
-    for name in levels:
-        logging.getLogger(name).setLevel(logging.DEBUG)
+    for logger in loggers:
+        logger.setLevel(logging.DEBUG)
     try:
         yield handler
     finally:
-        root.removeHandler(handler)
+        for target in (root, *apart):
+            target.removeHandler(handler)
         root.setLevel(previous)
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
+        for logger, level in levels:
+            logger.setLevel(level)
 
 
 def observe(content: str) -> dict[str, object]:

@@ -3,6 +3,7 @@ no gap and no duplicate, start from a snapshot, and report stale writes as confl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mnemo_gateway.app import create_app
-from tests.support import headers_for
+from tests.support import auth, grant, headers_for
 
 from mnemo.bootstrap import Platform
 from mnemo.domain import replica
@@ -193,6 +194,27 @@ def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: Tes
     ) as r:
         resumed = [int(line[4:]) for line in r.iter_lines() if line.startswith("id: ")]
     assert resumed == ids[2:]
+
+
+def test_a_live_tail_ends_soon_after_its_key_is_revoked(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemo_gateway.routes import sync as sync_routes
+
+    monkeypatch.setattr(sync_routes, "KEY_RECHECK_SECONDS", 0.2)
+    key = grant(platform, "acme", ("memory:read",), name="phone")
+    key_id = key.split("_")[1]
+    with TestClient(create_app(platform), headers=auth(key)) as client:
+        started = time.monotonic()
+        with client.stream(
+            "GET", f"/v1/subjects/{STREAM}/events/live", params={"max_seconds": 30}
+        ) as r:
+            assert r.status_code == 200
+            platform.access.revoke("acme", key_id)
+            lines = list(r.iter_lines())
+        assert time.monotonic() - started < 10
+    assert "event: error" in lines
+    assert any('"KEY_REVOKED"' in line for line in lines)
 
 
 OPS = st.lists(

@@ -8,19 +8,21 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain import replica
+from mnemo.domain.errors import MnemoError
 from mnemo.domain.memory import Memory
-from mnemo_gateway.deps import App, ReadCtx
+from mnemo_gateway.deps import App, ReadCtx, platform_of, presented_key
 
 router = APIRouter(tags=["sync"])
 
 WAIT_SECONDS = 1.0  # longest wait for news before checking the connection again
 HEARTBEAT_SECONDS = 15.0
+KEY_RECHECK_SECONDS = 5.0  # a tail ends this soon after its key is revoked or expires
 
 
 class SnapshotOut(BaseModel):
@@ -60,6 +62,7 @@ async def snapshot(ctx: ReadCtx, mnemo: App, stream: str) -> Response:
     response_class=StreamingResponse,
 )
 async def live(
+    request: Request,
     ctx: ReadCtx,
     mnemo: App,
     stream: str,
@@ -71,12 +74,22 @@ async def live(
     if last_event_id is not None and last_event_id.isdigit() and len(last_event_id) < 19:
         start = int(last_event_id) + 1
     mnemo.replay(ctx, stream, start, 1)  # validates the stream name before streaming starts
+    key = presented_key(request) or ""
+    access = platform_of(request).access
 
     async def messages() -> AsyncIterator[bytes]:
         next_seq = start
         began = time.monotonic()
-        quiet_since = began
+        quiet_since = checked = began
         while max_seconds == 0 or time.monotonic() - began < max_seconds:
+            if time.monotonic() - checked >= KEY_RECHECK_SECONDS:
+                checked = time.monotonic()
+                try:
+                    await run_in_threadpool(access.authenticate, key)
+                except MnemoError as exc:
+                    error = {"code": exc.code, "message": exc.message}
+                    yield f"event: error\ndata: {orjson.dumps(error).decode()}\n\n".encode()
+                    return
             page = await run_in_threadpool(mnemo.replay, ctx, stream, next_seq, 500)
             for logged in page:
                 env = logged.envelope
