@@ -285,6 +285,21 @@ def test_tenant_and_key_lifecycle_over_http(world: tuple[TestClient, Seeded]) ->
     assert revoked.json()["revoked_at"] is not None
     gone = client.get("/v1/subjects/user:U1/memories", headers=auth(reader_key))
     assert (gone.status_code, gone.json()["error"]["code"]) == (401, "KEY_REVOKED")
+    # an admin key without memory:write cannot hand memory:write on
+    limited = client.post(
+        "/v1/tenants/newco/keys", json={"name": "ops", "scopes": ["admin"]}, headers=boss
+    ).json()["key"]
+    handed = client.post(
+        "/v1/tenants/newco/keys",
+        json={"name": "x", "scopes": ["admin", "memory:write"]},
+        headers=auth(limited),
+    )
+    assert (handed.status_code, handed.json()["error"]["code"]) == (403, "SCOPE_MISSING")
+    assert handed.json()["error"]["scope"] == "memory:write"
+    same = client.post(
+        "/v1/tenants/newco/keys", json={"name": "y", "scopes": ["admin"]}, headers=auth(limited)
+    )
+    assert same.status_code == 201
     unknown_scope = client.post(
         "/v1/tenants/newco/keys", json={"name": "x", "scopes": ["root"]}, headers=boss
     )

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from mnemo.domain.access import ALL_SCOPES, ApiKey, Scope
+from mnemo.domain.access import ALL_SCOPES, ApiKey, Caller, Scope
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.service.access import IssuedKey
 from mnemo.service.app import RequestContext
@@ -156,7 +156,15 @@ async def issue_key(
     _own_tenant(ctx, tenant)
     req = KeyIn.model_validate(body)
     access = platform.access
-    caller = request.state.caller
+    caller: Caller = request.state.caller
+    beyond = sorted(s.value for s in set(req.scopes) - caller.scopes)
+    if beyond:  # a key hands on only what it holds
+        raise MnemoError(
+            f"a key cannot issue scopes it does not hold: {', '.join(beyond)}",
+            code="SCOPE_MISSING",
+            field="scopes",
+            extra={"scope": beyond[0]},
+        )
     issued = await run_in_threadpool(
         lambda: access.issue_key(
             tenant,
