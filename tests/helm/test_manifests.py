@@ -311,6 +311,7 @@ def test_production_secret_references(render: Render) -> None:
         want = dict(expected)
         if name == f"Deployment/{RELEASE}-gateway":
             want["MNEMO_GATEWAY_ADMIN_TOKEN"] = ("mnemo-gateway-admin", "admin-token")
+            want["MNEMO_KEY_PEPPER"] = ("mnemo-key-pepper", "key-pepper")
         assert refs == want, name
         # the Vault token comes from Vault Agent, not from a Secret
         assert "MNEMO_VAULT_TOKEN" not in env, name

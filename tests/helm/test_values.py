@@ -110,6 +110,7 @@ def test_schema_refuses_bad_values(
         pytest.param({"qdrant": {"apiKey": {"value": "hunter2"}}}, id="qdrant-api-key"),
         pytest.param({"vault": {"token": {"value": "hvs.hunter2"}}}, id="vault-token"),
         pytest.param({"gateway": {"adminToken": {"token": "hunter2"}}}, id="admin-token"),
+        pytest.param({"gateway": {"keyPepper": {"value": "hunter2"}}}, id="key-pepper"),
     ],
 )
 def test_there_is_no_place_for_a_literal_secret(
