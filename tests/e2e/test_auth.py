@@ -231,6 +231,8 @@ def test_operator_routes_need_the_operator_token(world: tuple[TestClient, Seeded
         for headers in ({}, admin_key, {"X-Mnemo-Admin-Token": "guess"}):
             r = client.request(method, path, json=body, headers=headers)
             assert (r.status_code, r.json()["error"]["code"]) == (403, "ADMIN_ONLY"), path
+        in_url = client.request(method, f"{path}?admin_token={OPERATOR}", json=body)
+        assert (in_url.status_code, in_url.json()["error"]["code"]) == (400, "CREDENTIAL_IN_URL")
 
 
 def test_tenant_and_key_lifecycle_over_http(world: tuple[TestClient, Seeded]) -> None:

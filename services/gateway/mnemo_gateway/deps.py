@@ -41,16 +41,20 @@ _CREDENTIAL_PARAMS = frozenset(
 )
 
 
-def presented_key(request: Request) -> str | None:
-    """The API key a request carries: `Authorization: Bearer <key>` or `X-Mnemo-Key`.
-    A credential in the query string is refused (URLs end up in logs)."""
+def refuse_credentials_in_url(request: Request) -> None:
+    """A credential in the query string is refused: URLs end up in logs and histories."""
     for name, value in request.query_params.multi_items():
         if name.lower() in _CREDENTIAL_PARAMS or looks_like_key(value):
             raise InvalidInput(
-                "send credentials in the Authorization header, never in the URL",
+                "send credentials in headers, never in the URL",
                 code="CREDENTIAL_IN_URL",
                 field=name[:40],
             )
+
+
+def presented_key(request: Request) -> str | None:
+    """The API key a request carries: `Authorization: Bearer <key>` or `X-Mnemo-Key`."""
+    refuse_credentials_in_url(request)
     auth = request.headers.get("authorization")
     direct = request.headers.get(KEY_HEADER.lower())
     if auth is not None:
@@ -196,6 +200,7 @@ def require_admin(
     x_mnemo_admin_token: Annotated[str | None, Header(description="operator token")] = None,
 ) -> None:
     """Platform-wide operations belong to operators, not to any tenant."""
+    refuse_credentials_in_url(request)
     if settings_of(request).admin_token is None:
         raise MnemoError(
             "admin operations over HTTP are off: set MNEMO_GATEWAY_ADMIN_TOKEN",

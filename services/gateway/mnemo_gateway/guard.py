@@ -7,6 +7,7 @@ import logging
 import re
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -34,7 +35,7 @@ class McpGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
             try:
-                authenticate(Request(scope))
+                await run_in_threadpool(authenticate, Request(scope))  # reads the store
             except MnemoError as exc:
                 extra = getattr(exc, "extra", None) or {}
                 response = error_response(status_of(exc), exc.code, exc.message, exc.field, **extra)
