@@ -42,7 +42,8 @@ from mnemo.ports import MemoryQuery
 from mnemo.settings import MnemoSettings
 
 REPO = Path(__file__).resolve().parents[2]
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "planner"}
+H = {"X-Mnemo-Principal": "planner"}
+OPERATOR = "e2e-operator-token"
 
 _spec = importlib.util.spec_from_file_location("mnemo_stack", REPO / "infra" / "stack.py")
 assert _spec is not None
@@ -86,6 +87,8 @@ class Deployment:
             "MNEMO_CASSANDRA_PORT": str(CASSANDRA_PORT),
             "MNEMO_CASSANDRA_KEYSPACE": self.keyspace,
             "MNEMO_LOG_LEVEL": "WARNING",
+            "MNEMO_GATEWAY_ADMIN_TOKEN": OPERATOR,
+            "MNEMO_KEY_PEPPER": f"e2e-pepper-{tag}-0123456789",
         }
         self.stack = Stack(
             root / "run",
@@ -95,6 +98,17 @@ class Deployment:
         )
         self.url = f"http://127.0.0.1:{self.stack.gateway_port}"
         self.http = httpx.Client(base_url=self.url, headers=H, timeout=60)
+        self.key = ""
+
+    def create_tenant(self) -> None:
+        """Tenant acme and its admin key, made with the operator token; every later
+        request of the test sends that key."""
+        made = self.http.post(
+            "/v1/admin/tenants", json={"tenant": "acme"}, headers={"X-Mnemo-Admin-Token": OPERATOR}
+        )
+        assert made.status_code == 201, made.text
+        self.key = made.json()["key"]
+        self.http.headers["Authorization"] = f"Bearer {self.key}"
 
     def settings(self) -> MnemoSettings:
         values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items()}
@@ -135,6 +149,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         d.stack.down()
         raise
     try:
+        d.create_tenant()
         yield d
     finally:
         d.http.close()
@@ -237,7 +252,7 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
     assert all(v == "ready" for v in status["components"].values())
     # the CLI's status is the same answer, rendered
     cli = subprocess.run(
-        [sys.executable, "-m", "mnemo.cli", "--url", d.url, "--tenant", "acme", "status"],
+        [sys.executable, "-m", "mnemo.cli", "--url", d.url, "--api-key", d.key, "status"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -261,7 +276,9 @@ class Publisher:
         self.n = 0
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.d.url, headers=H, timeout=60) as http:
+        with httpx.Client(
+            base_url=self.d.url, headers={**H, "Authorization": f"Bearer {self.d.key}"}, timeout=60
+        ) as http:
             while not self.stop.is_set():
                 batch = [
                     declared(f"fact {self.n + i}", stream=f"user:U{(self.n + i) % self.streams}")
