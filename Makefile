@@ -67,7 +67,7 @@ helm: install helm-tools
 
 # Real services for the integration tests, on 127.0.0.1, state under var/run (infra/services.py).
 SERVICES := $(BIN)/python infra/services.py
-TEST_SERVICES ?= cassandra kafka
+TEST_SERVICES ?= cassandra kafka openbao
 
 services-up: install
 	$(SERVICES) up $(TEST_SERVICES)

@@ -355,7 +355,8 @@ class Clock(abc.ABC):
 
 
 class KeyVault(abc.ABC):
-    """Per-tenant data keys for envelope encryption (used by the security work)."""
+    """Master keys by key_id (a tenant, or a user within a tenant) for envelope encryption:
+    payload values are sealed with data keys that the vault wraps."""
 
     @abc.abstractmethod
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
@@ -367,8 +368,19 @@ class KeyVault(abc.ABC):
         """The plaintext of a wrapped data key. Raises KeyDestroyed when the key is gone."""
 
     @abc.abstractmethod
+    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+        """The same data key wrapped under the key's current version (rotation without
+        downtime: old versions keep unwrapping meanwhile). Raises KeyDestroyed."""
+
+    @abc.abstractmethod
     def rotate(self, key_id: str) -> int:
         """Start a new key version; returns it. Old wrapped keys still unwrap."""
+
+    @abc.abstractmethod
+    def search_key(self, key_id: str) -> bytes:
+        """A stable 32-byte secret for keyed hashes of values sealed under key_id: the same
+        across rotations, unrecoverable once the key is destroyed (KeyDestroyed). Creates
+        the key on first use."""
 
     @abc.abstractmethod
     def destroy(self, key_id: str) -> None:

@@ -6,14 +6,17 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import stat
+import uuid
 from pathlib import Path
 
 import pytest
+from tests.vault_support import vault_settings
 
 from mnemo.adapters.local_key_vault import LocalKeyFileVault
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
-from mnemo.domain.errors import InvalidInput, KeyDestroyed
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
 from mnemo.ports import KeyVault
 
 
@@ -105,11 +108,105 @@ class KeyVaultContract:
         with pytest.raises(InvalidInput):
             vault.data_key("")
 
+    def test_rewrap_moves_to_the_current_version(self, vault: KeyVault) -> None:
+        plaintext, wrapped, v1 = vault.data_key("tenant-a")
+        v2 = vault.rotate("tenant-a")
+        rewrapped = vault.rewrap("tenant-a", wrapped)
+        assert rewrapped != wrapped
+        assert vault.unwrap("tenant-a", rewrapped) == plaintext
+        assert vault.unwrap("tenant-a", wrapped) == plaintext  # the old version still works
+        assert v2 == v1 + 1
+        vault.destroy("tenant-a")
+        with pytest.raises(KeyDestroyed):
+            vault.rewrap("tenant-a", rewrapped)
+
+    def test_search_key_is_stable_and_shredded(self, vault: KeyVault) -> None:
+        first = vault.search_key("tenant-a")
+        assert len(first) == 32
+        vault.rotate("tenant-a")
+        assert vault.search_key("tenant-a") == first
+        assert vault.search_key("tenant-b") != first
+        vault.destroy("tenant-a")
+        with pytest.raises(KeyDestroyed):
+            vault.search_key("tenant-a")
+
 
 class TestInMemoryKeyVault(KeyVaultContract):
     @pytest.fixture
     def vault(self) -> KeyVault:
         return InMemoryKeyVault()
+
+
+def _openbao_missing(reason: str) -> None:
+    """Skip on a developer machine without OpenBao; under CI a missing service fails."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"OpenBao is required under CI: {reason}")
+    pytest.skip(f"OpenBao is not reachable ({reason}); start it: infra/services.py up openbao")
+
+
+class TestVaultKeyVault(KeyVaultContract):
+    """The transit adapter on a real OpenBao; every test gets its own key prefix."""
+
+    @pytest.fixture
+    def vault(self) -> KeyVault:
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+        url, token = vault_settings()
+        if token is None:
+            _openbao_missing("no MNEMO_VAULT_TOKEN and no var/run/services.env")
+        vault = VaultKeyVault(url, token, prefix=f"t{uuid.uuid4().hex[:12]}", timeout=3)
+        try:
+            vault.rotate("probe")
+        except Unavailable as exc:
+            _openbao_missing(f"{url}: {exc.message}")
+        return vault
+
+    def test_wrapped_is_transit_ciphertext(self, vault: KeyVault) -> None:
+        _, wrapped, _ = vault.data_key("tenant-a")
+        assert wrapped.startswith(b"vault:v1:")
+
+    def test_destroy_deletes_the_transit_key(self, vault: KeyVault) -> None:
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+        assert isinstance(vault, VaultKeyVault)
+        vault.data_key("tenant-a")
+        name = vault.name_of("tenant-a")
+        transit = vault._client.secrets.transit
+        assert transit.read_key(name=name, mount_point=vault.mount)["data"]["name"] == name
+        vault.destroy("tenant-a")
+        import hvac.exceptions
+
+        with pytest.raises(hvac.exceptions.InvalidPath):
+            transit.read_key(name=name, mount_point=vault.mount)
+
+    def test_unreachable_vault_is_unavailable_without_the_token(self) -> None:
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+        token = "s.never-shown-" + uuid.uuid4().hex
+        vault = VaultKeyVault("http://127.0.0.1:9", token, timeout=0.5)
+        for call in (
+            lambda: vault.data_key("tenant-a"),
+            lambda: vault.unwrap("tenant-a", b"vault:v1:AAAA"),
+            lambda: vault.destroy("tenant-a"),
+        ):
+            with pytest.raises(Unavailable) as info:
+                call()
+            assert info.value.code == "VAULT_UNAVAILABLE"
+            assert token not in str(info.value)
+            assert info.value.__cause__ is None
+        assert token not in repr(vault)
+
+    def test_wrong_token_is_unavailable(self) -> None:
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+        url, token = vault_settings()
+        if token is None:
+            _openbao_missing("no token")
+        bad = "s.wrong-" + uuid.uuid4().hex
+        vault = VaultKeyVault(url, bad, prefix=f"t{uuid.uuid4().hex[:12]}", timeout=3)
+        with pytest.raises(Unavailable) as info:
+            vault.data_key("tenant-a")
+        assert bad not in str(info.value)
 
 
 class TestLocalKeyFileVault(KeyVaultContract):

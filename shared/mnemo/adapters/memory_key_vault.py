@@ -13,6 +13,8 @@ Semantics:
   and version are bound in as associated data, so a wrapped key only unwraps under the
   key_id and version it was made for.
 * `rotate` adds a version; keys wrapped under older versions still unwrap.
+* `rewrap` re-wraps a data key under the current version; `search_key` derives (HKDF) a
+  stable secret from the first version, for keyed hashes.
 * `destroy` forgets every version and leaves a tombstone: afterwards `unwrap`,
   `data_key` and `rotate` for that key_id raise KeyDestroyed, so nothing new is ever
   encrypted for an erased key_id. `unwrap` of a key_id never created also raises it.
@@ -31,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mnemo.domain.errors import InvalidInput, KeyDestroyed
 from mnemo.ports import KeyVault
@@ -108,6 +112,29 @@ class VersionedKeyVault(KeyVault):
                 f"wrapped key does not belong to key {key_id!r} (or was altered)",
                 code="BAD_WRAPPED_KEY",
             ) from None
+
+    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+        plaintext = self.unwrap(key_id, wrapped)
+        with self._lock:
+            self._refuse_destroyed(key_id)
+            versions = self._state.keys[key_id]
+            version = max(versions)
+            master = bytes(versions[version])
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = AESGCM(master).encrypt(nonce, plaintext, _aad(key_id, version))
+        return b"v%d:" % version + nonce + sealed
+
+    def search_key(self, key_id: str) -> bytes:
+        _check_key_id(key_id)
+        with self._lock:
+            versions = self._state.keys.get(key_id)
+            if versions is None:
+                self._refuse_destroyed(key_id)
+                self._mutate(lambda state: _add_version(state, key_id))
+                versions = self._state.keys[key_id]
+            first = bytes(versions[min(versions)])
+        info = b"mnemo-search-key\x00" + key_id.encode()
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(first)
 
     def rotate(self, key_id: str) -> int:
         _check_key_id(key_id)

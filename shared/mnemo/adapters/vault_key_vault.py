@@ -1,0 +1,295 @@
+"""A key vault on Vault's (or OpenBao's) transit engine, through hvac.
+
+Every key_id is one named transit key (type aes256-gcm96). The master keys never leave
+Vault:
+
+* `data_key` asks transit's datakey endpoint for a fresh 256-bit key: the plaintext comes
+  back once, with its copy wrapped by the named key (``vault:v<N>:...``). Callers keep the
+  wrapped copy and drop the plaintext as soon as they can.
+* `unwrap` is transit decrypt; `rewrap` is transit rewrap (the plaintext never leaves
+  Vault), so stored wrapped keys move to the newest version while every old version still
+  decrypts: rotation needs no downtime.
+* `search_key` is transit HMAC of a fixed label under version 1 of the named key: stable
+  across rotations, and gone with the key.
+* `destroy` first leaves a tombstone (a second, empty named key ``<name>.shredded``), then
+  allows deletion and deletes the key: its material is gone from Vault, nothing wrapped
+  under it can be unwrapped again, and the tombstone stops the name being re-created.
+
+Connection failures and timeouts raise Unavailable (code VAULT_UNAVAILABLE); a missing key
+raises KeyDestroyed. Error messages name the key and the HTTP status, never the token,
+the ciphertext or Vault's own message text.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import hvac
+import requests
+from hvac import exceptions as vault_errors
+
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
+from mnemo.ports import KeyVault
+
+__all__ = ["VaultKeyVault"]
+
+log = logging.getLogger("mnemo.keyvault")
+
+KEY_TYPE = "aes256-gcm96"
+TOMBSTONE = ".shredded"
+SEARCH_LABEL = b"mnemo-search-key\x00"
+_WRAPPED = re.compile(r"^vault:v([1-9][0-9]{0,8}):[A-Za-z0-9+/]+=*$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_T = TypeVar("_T")
+
+
+class VaultKeyVault(KeyVault):
+    """Per-key_id named keys in a transit mount; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        mount: str = "transit",
+        prefix: str = "mnemo",
+        timeout: float = 3.0,
+        client: hvac.Client | None = None,
+    ) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", prefix):
+            raise InvalidInput("vault key prefix must be 1-64 letters, digits, '_' or '-'")
+        self.url = url
+        self.mount = mount.strip("/")
+        self.prefix = prefix
+        self._client = client or hvac.Client(url=url, token=token, timeout=timeout)
+        self._lock = threading.Lock()
+        self._mount_ready = False
+
+    # ---- the port -----------------------------------------------------------------------
+
+    def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
+        name = self.name_of(key_id)
+        data = self._with_key(
+            key_id,
+            lambda: self._transit.generate_data_key(
+                name=name, key_type="plaintext", bits=256, mount_point=self.mount
+            ),
+        )["data"]
+        plaintext = base64.b64decode(data["plaintext"])
+        wrapped = str(data["ciphertext"]).encode("ascii")
+        return plaintext, wrapped, int(data["key_version"])
+
+    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
+        name = self.name_of(key_id)
+        ciphertext = _wrapped_text(wrapped)
+        try:
+            data = self._call(
+                key_id,
+                lambda: self._transit.decrypt_data(
+                    name=name, ciphertext=ciphertext, mount_point=self.mount
+                ),
+            )["data"]
+        except _Missing:
+            raise KeyDestroyed(f"key {key_id!r} was destroyed or never existed") from None
+        except _Refused:
+            raise InvalidInput(
+                f"wrapped key does not belong to key {key_id!r} (or was altered)",
+                code="BAD_WRAPPED_KEY",
+            ) from None
+        plaintext = base64.b64decode(data["plaintext"])
+        if len(plaintext) != 32:
+            raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
+        return plaintext
+
+    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+        name = self.name_of(key_id)
+        ciphertext = _wrapped_text(wrapped)
+        try:
+            data = self._call(
+                key_id,
+                lambda: self._transit.rewrap_data(
+                    name=name, ciphertext=ciphertext, mount_point=self.mount
+                ),
+            )["data"]
+        except _Missing:
+            raise KeyDestroyed(f"key {key_id!r} was destroyed or never existed") from None
+        except _Refused:
+            raise InvalidInput(
+                f"wrapped key does not belong to key {key_id!r} (or was altered)",
+                code="BAD_WRAPPED_KEY",
+            ) from None
+        return str(data["ciphertext"]).encode("ascii")
+
+    def rotate(self, key_id: str) -> int:
+        name = self.name_of(key_id)
+        try:
+            self._call(key_id, lambda: self._transit.rotate_key(name=name, mount_point=self.mount))
+        except _Missing:
+            self._create(key_id)
+            return 1
+        return self._latest_version(key_id)
+
+    def search_key(self, key_id: str) -> bytes:
+        name = self.name_of(key_id)
+        label = base64.b64encode(SEARCH_LABEL + key_id.encode()).decode("ascii")
+        data = self._with_key(
+            key_id,
+            lambda: self._transit.generate_hmac(
+                name=name, hash_input=label, key_version=1, mount_point=self.mount
+            ),
+        )["data"]
+        return hashlib.sha256(str(data["hmac"]).encode("ascii")).digest()
+
+    def destroy(self, key_id: str) -> None:
+        name = self.name_of(key_id)
+        self._ensure_mount()
+        # the tombstone first: a crash between the two steps leaves the key refused anyway
+        self._call(
+            key_id,
+            lambda: self._transit.create_key(
+                name=name + TOMBSTONE, key_type=KEY_TYPE, mount_point=self.mount
+            ),
+        )
+        try:
+            self._call(
+                key_id,
+                lambda: self._transit.update_key_configuration(
+                    name=name, deletion_allowed=True, mount_point=self.mount
+                ),
+            )
+            self._call(key_id, lambda: self._transit.delete_key(name=name, mount_point=self.mount))
+        except _Missing:
+            pass  # never created, or already destroyed
+        log.info("key %s destroyed (crypto-shredded)", key_id)
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def name_of(self, key_id: str) -> str:
+        """The transit key name of a key_id: readable, and unique through a short hash."""
+        if not isinstance(key_id, str) or not key_id:
+            raise InvalidInput("key_id must be a non-empty string", field="key_id")
+        readable = _UNSAFE.sub("_", key_id)[:80]
+        digest = hashlib.sha256(key_id.encode()).hexdigest()[:10]
+        return f"{self.prefix}-{readable}-{digest}"
+
+    @property
+    def _transit(self) -> Any:
+        return self._client.secrets.transit
+
+    def _ensure_mount(self) -> None:
+        if self._mount_ready:
+            return
+        with self._lock:
+            if self._mount_ready:
+                return
+            mounts = _guard("the mount list", self._client.sys.list_mounted_secrets_engines)
+            listed = mounts.get("data", mounts)
+            if f"{self.mount}/" not in listed:
+                # _Refused: someone else enabled it meanwhile ("path is already in use")
+                with contextlib.suppress(_Refused):
+                    _guard(
+                        "the transit mount",
+                        lambda: self._client.sys.enable_secrets_engine("transit", path=self.mount),
+                    )
+            self._mount_ready = True
+
+    def _call(self, key_id: str, call: Callable[[], _T]) -> _T:
+        self._ensure_mount()
+        return _guard(f"key {key_id!r}", call)
+
+    def _with_key(self, key_id: str, call: Callable[[], _T]) -> _T:
+        """Run a call that needs the key, creating the key on first use (never after it was
+        destroyed)."""
+        try:
+            return self._call(key_id, call)
+        except _Missing:
+            self._create(key_id)
+        try:
+            return self._call(key_id, call)
+        except _Missing:
+            raise KeyDestroyed(f"key {key_id!r} was destroyed") from None
+
+    def _create(self, key_id: str) -> None:
+        name = self.name_of(key_id)
+        if self._exists(key_id, name + TOMBSTONE):
+            raise KeyDestroyed(f"key {key_id!r} was destroyed")
+        self._call(
+            key_id,
+            lambda: self._transit.create_key(name=name, key_type=KEY_TYPE, mount_point=self.mount),
+        )
+
+    def _exists(self, key_id: str, name: str) -> bool:
+        try:
+            self._call(key_id, lambda: self._transit.read_key(name=name, mount_point=self.mount))
+        except _Missing:
+            return False
+        return True
+
+    def _latest_version(self, key_id: str) -> int:
+        name = self.name_of(key_id)
+        try:
+            data = self._call(
+                key_id, lambda: self._transit.read_key(name=name, mount_point=self.mount)
+            )["data"]
+        except _Missing:
+            raise KeyDestroyed(f"key {key_id!r} was destroyed") from None
+        return int(data["latest_version"])
+
+    def __repr__(self) -> str:
+        return f"VaultKeyVault({self.url!r}, mount={self.mount!r}, prefix={self.prefix!r})"
+
+
+class _Missing(Exception):
+    """Vault says the key (or path) does not exist."""
+
+
+class _Refused(Exception):
+    """Vault refused the request (bad ciphertext, wrong key, a taken path)."""
+
+
+def _guard(what: str, call: Callable[[], _T]) -> _T:
+    """Run one Vault call, translating hvac and transport errors. Messages carry the
+    status only: Vault's text can echo request details."""
+    try:
+        return call()
+    except (requests.ConnectionError, requests.Timeout, vault_errors.VaultDown) as exc:
+        raise Unavailable(
+            f"Vault is unreachable ({type(exc).__name__}) for {what}", code="VAULT_UNAVAILABLE"
+        ) from None
+    except vault_errors.InvalidPath:
+        raise _Missing() from None
+    except vault_errors.InvalidRequest as exc:
+        text = " ".join(str(e) for e in (exc.errors or [])).lower()
+        if "not found" in text or "could be found" in text:
+            raise _Missing() from None
+        raise _Refused() from None
+    except (vault_errors.Unauthorized, vault_errors.Forbidden) as exc:
+        raise Unavailable(
+            f"Vault refused Mnemo's token for {what} ({type(exc).__name__})",
+            code="VAULT_UNAVAILABLE",
+        ) from None
+    except vault_errors.VaultError as exc:
+        raise Unavailable(
+            f"Vault failed on {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"
+        ) from None
+    except requests.RequestException as exc:
+        raise Unavailable(
+            f"Vault call failed for {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"
+        ) from None
+
+
+def _wrapped_text(wrapped: bytes) -> str:
+    try:
+        text = wrapped.decode("ascii")
+    except UnicodeDecodeError:
+        raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY") from None
+    if not _WRAPPED.fullmatch(text):
+        raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
+    return text
