@@ -1,0 +1,284 @@
+"""Sensitive values in free text, and what each tenant does with them.
+
+`detect` finds, without any I/O:
+
+* mainland China resident ID numbers (18 characters, a valid birth date, and the ISO 7064
+  MOD 11-2 check character),
+* bank card numbers (13-19 digits, optionally grouped by spaces or dashes, passing Luhn),
+* phone numbers (mainland mobile numbers with or without +86, and E.164-style
+  international numbers starting with '+'),
+* e-mail addresses,
+* passwords and API tokens, by context ("password: ...", "密码是...", "api key ...") or by
+  their well-known shapes (sk-..., ghp_..., AKIA...).
+
+A tenant's `PiiPolicy` says per kind whether a value is encrypted (the default), masked,
+or makes the whole event rejected. Encrypted values are replaced in the text by a
+placeholder ``⟦<kind>:h<16 hex>⟧``; the hex is a keyed hash of the value, so the same
+value gives the same placeholder and exact matches stay searchable (see docs/security.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "PLACEHOLDER",
+    "REDACTED",
+    "Action",
+    "Finding",
+    "PiiKind",
+    "PiiPolicy",
+    "SecurityPolicy",
+    "cn_id_valid",
+    "detect",
+    "luhn_valid",
+    "mask",
+    "normalize",
+    "placeholder",
+    "placeholder_refs",
+]
+
+
+class PiiKind(StrEnum):
+    ID_NUMBER = "id_number"
+    BANK_CARD = "bank_card"
+    PHONE = "phone"
+    EMAIL = "email"
+    PASSWORD = "password"
+    API_TOKEN = "api_token"
+    SENSITIVE = "sensitive"  # a whole field its schema (or the publisher) marks sensitive
+
+
+class Action(StrEnum):
+    ENCRYPT = "encrypt"
+    MASK = "mask"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: PiiKind
+    start: int
+    end: int
+    value: str
+
+
+# ---- validators -----------------------------------------------------------------------
+
+_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
+_ID_CHECK = "10X98765432"
+
+
+def cn_id_check_char(first17: str) -> str:
+    """The check character of a resident ID's first 17 digits (ISO 7064 MOD 11-2)."""
+    total = sum(int(d) * w for d, w in zip(first17, _ID_WEIGHTS, strict=True))
+    return _ID_CHECK[total % 11]
+
+
+def cn_id_valid(value: str) -> bool:
+    """An 18-character mainland resident ID: region, a real birth date, and the right
+    check character."""
+    value = value.upper()
+    if len(value) != 18 or not value[:17].isdigit() or value[17] not in "0123456789X":
+        return False
+    if value[0] == "0":
+        return False
+    try:
+        born = date(int(value[6:10]), int(value[10:12]), int(value[12:14]))
+    except ValueError:
+        return False
+    if not 1900 <= born.year <= 2100:
+        return False
+    return cn_id_check_char(value[:17]) == value[17]
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn checksum (card numbers) over a string of digits."""
+    if not digits.isdigit() or len(digits) < 2:
+        return False
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2 == 1:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+# ---- detection ------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"⟦([a-z_]+):(h[0-9a-f]{16})⟧")
+REDACTED = "⟦redacted⟧"
+
+_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}")
+_ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{16}[\dXx](?![0-9A-Za-z])")
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d])")
+_CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?!\d)")
+_E164 = re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ -]?\d){6,13}(?!\d)")
+_SECRET_CONTEXT = re.compile(
+    r"(?i)(?P<label>password|passwd|pwd|passcode|passphrase|密码|口令)"
+    r"(?:\s*(?:is|was|[:：=]|是|为)\s*|\s+)(?P<value>[^\s，,。；;]{4,128})"
+)
+_TOKEN_CONTEXT = re.compile(
+    r"(?i)(?P<label>api[ _-]?key|api[ _-]?token|access[ _-]?token|secret[ _-]?key|"
+    r"auth[ _-]?token|bearer|token|密钥)"
+    r"(?:\s*(?:is|was|[:：=]|是|为)\s*|\s+)(?P<value>[A-Za-z0-9_\-\.~+/=]{8,256})"
+)
+_TOKEN_SHAPES = re.compile(
+    r"(?<![\w-])(?:sk-[A-Za-z0-9_-]{16,}|(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}|"
+    r"AKIA[0-9A-Z]{16}|xox[abpors]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+    r"\.[A-Za-z0-9_-]{10,})"
+)
+_WORDS = frozenset({"is", "was", "the", "my", "of", "for", "是", "为"})
+
+
+def _digits(value: str) -> str:
+    return "".join(ch for ch in value if ch.isdigit())
+
+
+def _candidates(text: str) -> list[Finding]:
+    found: list[Finding] = []
+    for m in _TOKEN_SHAPES.finditer(text):
+        found.append(Finding(PiiKind.API_TOKEN, m.start(), m.end(), m.group()))
+    for m in _TOKEN_CONTEXT.finditer(text):
+        value = m.group("value")
+        if value.lower() in _WORDS or not any(ch.isdigit() for ch in value):
+            continue  # "token based auth", "bearer tokens": words, not secrets
+        found.append(Finding(PiiKind.API_TOKEN, m.start("value"), m.end("value"), value))
+    for m in _SECRET_CONTEXT.finditer(text):
+        value = m.group("value")
+        said = text[m.end("label") : m.start("value")].strip()
+        if value.lower() in _WORDS or (not said and value.isalpha()):
+            continue  # "password reset link": no "is" or ":" and a plain word
+        found.append(Finding(PiiKind.PASSWORD, m.start("value"), m.end("value"), value))
+    for m in _EMAIL.finditer(text):
+        found.append(Finding(PiiKind.EMAIL, m.start(), m.end(), m.group()))
+    for m in _ID.finditer(text):
+        if cn_id_valid(m.group()):
+            found.append(Finding(PiiKind.ID_NUMBER, m.start(), m.end(), m.group()))
+    for m in _CARD.finditer(text):
+        digits = _digits(m.group())
+        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+            found.append(Finding(PiiKind.BANK_CARD, m.start(), m.end(), m.group()))
+    for m in _CN_MOBILE.finditer(text):
+        found.append(Finding(PiiKind.PHONE, m.start(), m.end(), m.group()))
+    for m in _E164.finditer(text):
+        digits = _digits(m.group())
+        if 8 <= len(digits) <= 15:
+            found.append(Finding(PiiKind.PHONE, m.start(), m.end(), m.group()))
+    return found
+
+
+_PRIORITY = {
+    PiiKind.API_TOKEN: 0,
+    PiiKind.PASSWORD: 1,
+    PiiKind.EMAIL: 2,
+    PiiKind.ID_NUMBER: 3,
+    PiiKind.BANK_CARD: 4,
+    PiiKind.PHONE: 5,
+    PiiKind.SENSITIVE: 6,
+}
+
+
+def detect(text: str) -> list[Finding]:
+    """Every sensitive value in `text`, in text order, none overlapping another; existing
+    placeholders are never detected again. Earlier kinds in the priority list win a
+    contested span (a password that looks like a phone number stays a password)."""
+    taken = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)]
+    chosen: list[Finding] = []
+    for f in sorted(_candidates(text), key=lambda f: (_PRIORITY[f.kind], f.start, -f.end)):
+        if any(f.start < end and start < f.end for start, end in taken):
+            continue
+        taken.append((f.start, f.end))
+        chosen.append(f)
+    return sorted(chosen, key=lambda f: f.start)
+
+
+def normalize(kind: PiiKind, value: str) -> str:
+    """The canonical form exact-match hashes are taken over: "+86 138-0013-8000" and
+    "13800138000" are the same phone, "A@Example.com" and "a@example.com" the same mail."""
+    if kind is PiiKind.PHONE:
+        digits = _digits(value)
+        if value.lstrip().startswith(("+", "00")):
+            digits = digits[2:] if value.lstrip().startswith("00") else digits
+            if digits.startswith("86") and len(digits) == 13:
+                return digits[2:]
+            return "+" + digits
+        if digits.startswith("86") and len(digits) == 13:
+            return digits[2:]
+        return digits
+    if kind is PiiKind.BANK_CARD:
+        return _digits(value)
+    if kind is PiiKind.ID_NUMBER:
+        return value.upper()
+    if kind is PiiKind.EMAIL:
+        return value.lower()
+    return value
+
+
+def mask(kind: PiiKind, value: str) -> str:
+    """A masked form that keeps just enough to recognise the value, never to recover it."""
+    if kind is PiiKind.PHONE:
+        digits = _digits(value)
+        return digits[:3] + "*" * max(0, len(digits) - 7) + digits[-4:]
+    if kind is PiiKind.BANK_CARD:
+        digits = _digits(value)
+        return "*" * (len(digits) - 4) + digits[-4:]
+    if kind is PiiKind.ID_NUMBER:
+        return value[:2] + "*" * 12 + value[-4:]
+    if kind is PiiKind.EMAIL:
+        local, _, domain = value.partition("@")
+        return local[:1] + "***@" + domain
+    return "******"
+
+
+def placeholder(kind: PiiKind, token: str) -> str:
+    """The text that stands in for an encrypted value: ⟦kind:token⟧."""
+    return f"⟦{kind.value}:{token}⟧"
+
+
+def placeholder_refs(text: str) -> set[str]:
+    """The refs (kind:token) of every placeholder in a text."""
+    return {f"{m.group(1)}:{m.group(2)}" for m in PLACEHOLDER.finditer(text)}
+
+
+# ---- policy -------------------------------------------------------------------------------
+
+
+class PiiPolicy(BaseModel):
+    """One tenant's rules: an action per kind (encrypt unless said otherwise), and whether
+    each user stream (`user:...`) gets a key of its own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default: Action = Action.ENCRYPT
+    actions: dict[PiiKind, Action] = Field(default_factory=dict)
+    user_keys: bool = Field(
+        default=True,
+        description="user:<id> streams are sealed under their own key, so forgetting that "
+        "user destroys it; other streams use the tenant's key",
+    )
+
+    def action(self, kind: PiiKind) -> Action:
+        if kind is PiiKind.SENSITIVE:
+            return Action.ENCRYPT  # a field marked sensitive is always sealed whole
+        return self.actions.get(kind, self.default)
+
+
+class SecurityPolicy(BaseModel):
+    """Every tenant's PII policy: a default and per-tenant overrides (loaded from YAML)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default: PiiPolicy = PiiPolicy()
+    tenants: dict[str, PiiPolicy] = Field(default_factory=dict)
+
+    def for_tenant(self, tenant: str) -> PiiPolicy:
+        return self.tenants.get(tenant, self.default)
