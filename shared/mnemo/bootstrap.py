@@ -22,6 +22,7 @@ from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.errors import InvalidInput
+from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
@@ -29,6 +30,7 @@ from mnemo.ports import (
     Embedder,
     EventArchive,
     EventLog,
+    KeyVault,
     LogTopic,
     MemoryStore,
     Tokenizer,
@@ -39,6 +41,7 @@ from mnemo.service.app import Mnemo
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import DistributedEventLog, PartitionProgress
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner
+from mnemo.service.sealing import KeyCache, Sealer
 from mnemo.settings import MnemoSettings
 
 if TYPE_CHECKING:
@@ -65,6 +68,36 @@ def load_decay_policy(path: Path | None = None) -> DecayPolicy:
     if path is None:
         return DecayPolicy()
     return DecayPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+
+
+def load_security_policy(path: Path | None = None) -> SecurityPolicy:
+    """The per-tenant PII policy from a YAML file, or the default: encrypt what is found."""
+    if path is None:
+        return SecurityPolicy()
+    return SecurityPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+
+
+def make_key_vault(settings: MnemoSettings) -> KeyVault:
+    """Vault's transit engine when `vault_addr` is set, else the development key file."""
+    if settings.vault_addr:
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+        token = settings.vault_token.get_secret_value() if settings.vault_token else ""
+        return VaultKeyVault(
+            settings.vault_addr,
+            token,
+            mount=settings.vault_transit_mount,
+            prefix=settings.vault_key_prefix,
+            timeout=settings.vault_timeout,
+        )
+    from mnemo.adapters.local_key_vault import LocalKeyFileVault
+
+    return LocalKeyFileVault(settings.key_file or settings.data_dir / "keys" / "vault.json")
+
+
+def make_sealer(settings: MnemoSettings, vault: KeyVault | None = None) -> Sealer:
+    keys = KeyCache(vault or make_key_vault(settings), settings.data_key_ttl)
+    return Sealer(keys, load_security_policy(settings.pii_policy_file))
 
 
 def make_embedder(settings: MnemoSettings, threads: int | None = None) -> Embedder:
@@ -115,6 +148,7 @@ class Platform:
     app: Mnemo
     access: Access
     distributed: Distributed | None = None
+    sealer: Sealer | None = None
 
     @property
     def mode(self) -> str:
@@ -207,6 +241,7 @@ def build_embedded(
     embedder: Embedder | None = None,
     query_embedder: Embedder | None = None,
     consumers: tuple[str, ...] = CONSUMERS,
+    vault: KeyVault | None = None,
 ) -> Platform:
     """Embedded Mnemo: SQLite log and store under data_dir; vectors in a qdrant-edge shard
     there too, or on a Qdrant server when `qdrant_url` is set."""
@@ -241,9 +276,12 @@ def build_embedded(
     contexts = ContextAssembler(
         event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
     )
-    app = Mnemo(event_log, store, index, query_embedder, tokenizer, clock, runner, contexts)
+    sealer = make_sealer(settings, vault)
+    app = Mnemo(
+        event_log, store, index, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
+    )
     access = open_access(settings, clock)
-    return Platform(settings, event_log, store, index, runner, app, access)
+    return Platform(settings, event_log, store, index, runner, app, access, sealer=sealer)
 
 
 def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
@@ -415,8 +453,18 @@ def build_distributed(
     contexts = ContextAssembler(
         event_log, store, index, embedder, tokenizer, tokenizer_for_model, clock
     )
+    sealer = make_sealer(settings)
     app = Mnemo(
-        event_log, store, index, embedder, tokenizer, clock, None, contexts, progress=progress
+        event_log,
+        store,
+        index,
+        embedder,
+        tokenizer,
+        clock,
+        None,
+        contexts,
+        progress=progress,
+        sealer=sealer,
     )
     return Platform(
         settings,
@@ -427,4 +475,5 @@ def build_distributed(
         app,
         cassandra_access(settings, store, clock),
         Distributed(topic, archive, progress, archive.next_position),
+        sealer=sealer,
     )

@@ -44,6 +44,7 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 EXIT_LOCAL = 1
 EXIT_REJECTED = 2
 EXIT_UNREACHABLE = 3
+EXIT_AUDIT_BROKEN = 4
 MAX_BATCH_BYTES = 512 * 1024  # keeps a batch well under the gateway's default body limit
 TYPES = [t.value for t in MemoryType]
 SCOPES = [s.value for s in Scope]
@@ -337,7 +338,8 @@ def cli(
     """Mnemo: durable, governed, shared memory for AI agents.
 
     `mnemo serve` runs the server; the other commands talk to it over HTTP (MNEMO_URL).
-    Exit codes: 1 local problem, 2 rejected by Mnemo, 3 Mnemo unreachable.
+    Exit codes: 1 local problem, 2 rejected by Mnemo, 3 Mnemo unreachable, 4 audit chain
+    broken.
     """
     api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token, api_key)
     ctx.call_on_close(api.close)
@@ -1292,6 +1294,61 @@ def admin_checksum(state: State, data_dir: Path | None) -> None:
         state.emit_json({"checksum": checksum})
     else:
         click.echo(checksum)
+
+
+# ---- audit ----------------------------------------------------------------------------------
+
+
+class AuditBroken(CliError):
+    """The audit hash chain is broken: exit 4."""
+
+    exit_code = EXIT_AUDIT_BROKEN
+
+
+@cli.group()
+def audit() -> None:
+    """The tenant's hash-chained audit trail."""
+
+
+@audit.command("verify")
+@DATA_DIR_OPTION
+@pass_state
+def audit_verify(state: State, data_dir: Path | None) -> None:
+    """Check the tenant's audit chain against the log; print OK, or the first broken link.
+
+    With --data-dir, offline on a data directory no server runs on; else the running
+    server (--url) checks it. Exit code 4 when the chain is broken.
+    """
+    if data_dir is not None:
+        from mnemo.service.app import RequestContext
+        from mnemo.service.insights import Insights
+
+        with offline_platform(data_dir) as platform:
+            status = Insights(platform.log, platform.store, platform.app.clock).audit(
+                RequestContext(state.api.tenant, state.api.principal)
+            )
+            answer: dict[str, Any] = {
+                "status": status.status,
+                "links": status.links,
+                "pending": status.pending,
+                "first_broken": status.first_broken,
+                "reason": status.reason,
+                "head_hash": status.head_hash,
+            }
+    else:
+        answer = state.api.call("GET", "/v1/insights/audit")
+    if state.as_json:
+        state.emit_json(answer)
+    elif answer["status"] != "broken":
+        links = int(answer["links"])
+        head = answer.get("head_hash") or "-"
+        click.echo(f"OK: {links} links intact for tenant {state.api.tenant} (head {head})")
+    if answer["status"] == "broken":
+        where = answer.get("first_broken")
+        raise AuditBroken(
+            f"BROKEN: first broken link {where if where is not None else '?'}: "
+            f"{answer.get('reason')}"
+        )
 
 
 if __name__ == "__main__":

@@ -150,6 +150,10 @@ class StoreTransaction(abc.ABC):
         """Every memory of a stream whatever its status, by memory id."""
 
     @abc.abstractmethod
+    def tenant_memories(self, tenant: str) -> list[Memory]:
+        """Every memory of a tenant whatever its status, by memory id (forgetting a tenant)."""
+
+    @abc.abstractmethod
     def last_audit(self, tenant: str) -> AuditRecord | None: ...
 
     @abc.abstractmethod

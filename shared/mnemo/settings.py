@@ -70,6 +70,36 @@ class MnemoSettings(BaseSettings):
         description="one Qdrant collection per tenant ({collection}_{tenant}) instead of one "
         "shared collection partitioned by a tenant payload index",
     )
+    vault_addr: str | None = Field(
+        default=None,
+        description="Vault or OpenBao address (e.g. https://vault:8200); unset: a local key "
+        "file under data_dir, for development only",
+    )
+    vault_token: SecretStr | None = Field(default=None, description="Vault token; never logged")
+    vault_transit_mount: str = Field(
+        default="transit", pattern=r"^[A-Za-z0-9][A-Za-z0-9_/-]{0,63}$", description="transit mount"
+    )
+    vault_key_prefix: str = Field(
+        default="mnemo",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
+        description="prefix of Mnemo's transit key names",
+    )
+    vault_timeout: float = Field(default=3.0, gt=0, le=60, description="seconds per Vault call")
+    key_file: Path | None = Field(
+        default=None, description="the development key file (default: data_dir/keys/vault.json)"
+    )
+    data_key_ttl: float = Field(
+        default=30.0,
+        ge=0,
+        le=3_600,
+        description="seconds a plaintext data key (or search key) stays cached in memory; "
+        "while Vault is down, sealing and opening work from the cache for at most this long",
+    )
+    pii_policy_file: Path | None = Field(
+        default=None,
+        description="per-tenant PII policy (YAML: default and tenants, each with actions "
+        "per kind: encrypt, mask or reject); unset: encrypt everything detected",
+    )
 
     # ---- the distributed mode (Kafka + Cassandra; see docs/distributed.md) --------------
     mode: Literal["embedded", "distributed"] = Field(

@@ -48,6 +48,9 @@ class NoMemories:
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
         return []
 
+    def tenant_memories(self, tenant: str) -> list[Memory]:
+        return []
+
 
 def registered_memory(text: str, at: datetime, zone: str | None) -> tuple[Envelope, Memory]:
     decision = registration.handle(observation(text, at, zone), NoMemories(), RULES)

@@ -53,6 +53,11 @@ class DictState:
             key=lambda m: m.memory_id,
         )
 
+    def tenant_memories(self, tenant: str) -> list[Memory]:
+        return sorted(
+            (m for m in self.memories.values() if m.tenant == tenant), key=lambda m: m.memory_id
+        )
+
     def apply(self, decision: Decision) -> None:
         for w in decision.writes:
             if isinstance(w, PutMemory):

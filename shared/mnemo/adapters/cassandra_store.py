@@ -138,6 +138,7 @@ from mnemo.domain.projection import (
     MemoryStats,
     Outcome,
     OutcomeKind,
+    PurgeTenant,
     PutAudit,
     PutContextRecord,
     PutMemory,
@@ -732,6 +733,11 @@ class _Tx(StoreTransaction):
         found = [m for m in self._current(tenant, ids) if m.stream == stream]
         return sorted(found, key=lambda m: m.memory_id)
 
+    def tenant_memories(self, tenant: str) -> list[Memory]:
+        ids = [m.memory_id for m in self._store.all_memories(tenant)]
+        ids += [m.memory_id for m in self._pending(tenant)]
+        return sorted(self._current(tenant, ids), key=lambda m: m.memory_id)
+
     def _stored_head(self, tenant: str) -> AuditRecord | None:
         if tenant not in self.heads:
             row = self._store._one(tenant, "audit_head", [tenant])
@@ -773,8 +779,17 @@ class _Tx(StoreTransaction):
                     continue
                 update: dict[str, object] = {"status": write.status}
                 if write.erase_content:
-                    update.update(content="", value=None, content_hash="erased")
+                    update.update(content="", value=None, content_hash="erased", sealed=None)
                 self.memories[(write.tenant, write.memory_id)] = current.model_copy(update=update)
+            elif isinstance(write, PurgeTenant):
+                # every memory of the tenant forgotten and erased (terms and vectors go with
+                # the status); dropping the rows themselves is left to the distributed mode
+                self.apply(
+                    [
+                        SetStatus(m.tenant, m.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)
+                        for m in self._store.all_memories(write.tenant)
+                    ]
+                )
             elif isinstance(write, PutOutcome):
                 o = write.outcome
                 self.outcomes[(o.tenant, o.event_id, o.index)] = o
@@ -1338,6 +1353,19 @@ class CassandraMemoryStore(MemoryStore):
                     if len(out) >= limit:
                         return out
         return out
+
+    def all_memories(self, tenant: str) -> list[Memory]:
+        """Every memory of a tenant whatever its status (for forgetting the tenant)."""
+        found: list[Memory] = []
+        after: str | None = None
+        while True:
+            page = self.query(
+                tenant, MemoryQuery(statuses=tuple(MemoryStatus), limit=1_000, after=after)
+            )
+            found += page
+            if len(page) < 1_000:
+                return found
+            after = page[-1].memory_id
 
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
         if query.limit <= 0:

@@ -30,6 +30,7 @@ from mnemo.domain.projection import (
     MemoryStats,
     Outcome,
     OutcomeKind,
+    PurgeTenant,
     PutAudit,
     PutContextRecord,
     PutMemory,
@@ -183,6 +184,12 @@ class _Tx(StoreTransaction):
         )
         return [_memory(r) for r in rows]
 
+    def tenant_memories(self, tenant: str) -> list[Memory]:
+        rows = self._cur.execute(
+            "SELECT body FROM memories WHERE tenant = ? ORDER BY memory_id", (tenant,)
+        )
+        return [_memory(r) for r in rows]
+
     def last_audit(self, tenant: str) -> AuditRecord | None:
         row = self._cur.execute(
             "SELECT tenant, n, event_id, event_type, offset, prev_hash, hash FROM audit "
@@ -222,8 +229,10 @@ class _Tx(StoreTransaction):
                     continue
                 update: dict[str, object] = {"status": write.status}
                 if write.erase_content:
-                    update.update(content="", value=None, content_hash="erased")
+                    update.update(content="", value=None, content_hash="erased", sealed=None)
                 self._put_memory(current.model_copy(update=update))
+            elif isinstance(write, PurgeTenant):
+                self._purge_tenant(write.tenant)
             elif isinstance(write, PutOutcome):
                 o = write.outcome
                 self._cur.execute(
@@ -312,6 +321,24 @@ class _Tx(StoreTransaction):
                     "INSERT OR REPLACE INTO audit VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (r.tenant, r.n, r.event_id, r.event_type, r.offset, r.prev_hash, r.hash),
                 )
+
+    def _purge_tenant(self, tenant: str) -> None:
+        cur = self._cur
+        cur.execute(
+            "DELETE FROM memory_terms WHERE rowid IN (SELECT rowid FROM memories WHERE tenant = ?)",
+            (tenant,),
+        )
+        for table in (
+            "memories",
+            "memory_tags",
+            "outcomes",
+            "timers",
+            "context_records",
+            "decay_weights",
+            "timeline",
+            "memory_stats",
+        ):
+            cur.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
 
     def _put_memory(self, memory: Memory) -> None:
         cur = self._cur

@@ -14,12 +14,20 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryDraft
+from mnemo.domain.sealed import EncryptionBlock
 
 __all__ = [
     "CATALOG",
@@ -58,18 +66,6 @@ class TraceContext(BaseModel):
 
     traceparent: str = Field(pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
     tracestate: str | None = Field(default=None, max_length=512)
-
-
-class EncryptionBlock(BaseModel):
-    """Reserved for envelope encryption: which key sealed which payload fields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    key_id: str
-    key_version: int = Field(ge=1)
-    algorithm: str = "AES-256-GCM"
-    fields: tuple[str, ...] = ()
-    wrapped_key: str | None = None
 
 
 class Envelope(BaseModel):
@@ -135,6 +131,8 @@ class EventPayload(BaseModel):
     TYPE: ClassVar[str]
     VERSION: ClassVar[int]
     PUBLIC: ClassVar[bool] = True  # may agents publish it, or only consumers emit it
+    # free-text payload paths (dotted) the PII detector reads before the event is logged
+    SCANNED: ClassVar[tuple[str, ...]] = ()
 
 
 # ---- published by agents -------------------------------------------------------------
@@ -145,6 +143,7 @@ class MemoryDeclared(EventPayload):
 
     TYPE = "MemoryDeclared"
     VERSION = 1
+    SCANNED = ("memory.content", "memory.value", "memory.provenance.source_location")
     memory: MemoryDraft
 
 
@@ -153,6 +152,7 @@ class ObservationRecordedV1(EventPayload):
 
     TYPE = "ObservationRecorded"
     VERSION = 1
+    SCANNED = ("utterance",)
     utterance: str = Field(min_length=1, max_length=8_000)
     kind: str = "utterance"
 
@@ -162,6 +162,7 @@ class ObservationRecorded(EventPayload):
 
     TYPE = "ObservationRecorded"
     VERSION = 2
+    SCANNED = ("text",)
     text: str = Field(min_length=1, max_length=8_000)
     kind: Annotated[str, Field(pattern=r"^(utterance|action)$")] = "utterance"
     timezone: str | None = Field(default=None, max_length=64)
@@ -184,6 +185,7 @@ class MemoryCited(EventPayload):
 class MemoryCorrected(EventPayload):
     TYPE = "MemoryCorrected"
     VERSION = 1
+    SCANNED = ("reason",)
     memory_ids: tuple[MemoryId, ...] = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=1_000)
     request_id: str | None = None
@@ -203,17 +205,31 @@ class MemoryContradicted(EventPayload):
 
     TYPE = "MemoryContradicted"
     VERSION = 1
+    SCANNED = ("reason",)
     memory_id: MemoryId
     reason: str = Field(min_length=1, max_length=1_000)
 
 
 class ForgetRequested(EventPayload):
-    """Forget one memory, or every memory of the stream (`memory_id` absent)."""
+    """Forget one memory, every memory of the stream (`memory_id` absent; for a user stream
+    with its own key, that key is destroyed too), or the whole tenant (`tenant`: every
+    stream, every key)."""
 
     TYPE = "ForgetRequested"
     VERSION = 1
+    SCANNED = ("reason",)
     memory_id: MemoryId | None = None
     reason: str | None = Field(default=None, max_length=1_000)
+    tenant: bool = Field(
+        default=False,
+        description="forget the whole tenant: destroy its keys and purge its read models",
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ForgetRequested:
+        if self.tenant and self.memory_id is not None:
+            raise ValueError("forget either one memory or the whole tenant, not both")
+        return self
 
 
 class TemplateRegistered(EventPayload):

@@ -10,6 +10,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mnemo.domain.sealed import EncryptionBlock
+
 __all__ = [
     "MAX_SEMANTIC_WEIGHT",
     "Guard",
@@ -126,6 +128,11 @@ class MemoryDraft(BaseModel):
         description="with a key: the version the writer last saw (0: none); another current "
         "version is a conflict, reported, never overwritten",
     )
+    sensitive: bool = Field(
+        default=False,
+        description="x-mnemo-sensitive: the content and value are sealed whole, whatever the "
+        "PII detector finds in them",
+    )
 
     @field_validator("key")
     @classmethod
@@ -199,6 +206,10 @@ class Memory(BaseModel):
     verified_at: datetime | None = None
     verification_due_at: datetime | None = None
     content_hash: str
+    sealed: EncryptionBlock | None = Field(
+        default=None,
+        description="ciphertexts of the sensitive values whose placeholders the content holds",
+    )
 
     def text(self) -> str:
         if self.content.strip():

@@ -49,8 +49,8 @@ class PiiKind(StrEnum):
     BANK_CARD = "bank_card"
     PHONE = "phone"
     EMAIL = "email"
-    PASSWORD = "password"
-    API_TOKEN = "api_token"
+    PASSWORD = "password"  # noqa: S105 - the name of a kind, not a secret
+    API_TOKEN = "api_token"  # noqa: S105 - the name of a kind, not a secret
     SENSITIVE = "sensitive"  # a whole field its schema (or the publisher) marks sensitive
 
 
@@ -117,7 +117,9 @@ def luhn_valid(digits: str) -> bool:
 PLACEHOLDER = re.compile(r"⟦([a-z_]+):(h[0-9a-f]{16})⟧")
 REDACTED = "⟦redacted⟧"
 
-_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}")
+_EMAIL = re.compile(
+    r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
+)
 _ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{16}[\dXx](?![0-9A-Za-z])")
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d])")
 _CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?!\d)")

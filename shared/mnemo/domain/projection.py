@@ -209,8 +209,18 @@ class DropWeight:
     memory_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class PurgeTenant:
+    """Forget a whole tenant: drop its memories, keyword terms, tags, outcomes, timers,
+    weights, timeline, usage counters and context records. The audit trail and templates
+    stay (they hold no user content)."""
+
+    tenant: str
+
+
 Write = (
-    PutMemory
+    PurgeTenant
+    | PutMemory
     | SetStatus
     | PutOutcome
     | PutTimer

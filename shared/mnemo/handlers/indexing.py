@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from mnemo.domain.events import (
     Envelope,
+    ForgetRequested,
     MemoryExpired,
     MemoryForgotten,
     MemoryRegistered,
@@ -28,9 +29,10 @@ CONSUMER = "indexer"
 class IndexPlan:
     upserts: dict[str, Memory] = field(default_factory=dict)
     deletes: dict[str, str] = field(default_factory=dict)  # memory id -> tenant
+    purges: set[str] = field(default_factory=set)  # tenants forgotten: every vector goes first
 
     def __len__(self) -> int:
-        return len(self.upserts) + len(self.deletes)
+        return len(self.upserts) + len(self.deletes) + len(self.purges)
 
 
 def plan(events: Sequence[Envelope]) -> IndexPlan:
@@ -42,6 +44,14 @@ def plan(events: Sequence[Envelope]) -> IndexPlan:
             memory = registered.memory
             result.deletes.pop(memory.memory_id, None)
             result.upserts[memory.memory_id] = memory
+        elif event.type == ForgetRequested.TYPE and event.payload.get("tenant") is True:
+            result.purges.add(event.tenant)
+            for memory_id, memory in list(result.upserts.items()):
+                if memory.tenant == event.tenant:
+                    del result.upserts[memory_id]
+            for memory_id, tenant in list(result.deletes.items()):
+                if tenant == event.tenant:
+                    del result.deletes[memory_id]
         elif event.type in (MemorySuperseded.TYPE, MemoryExpired.TYPE, MemoryForgotten.TYPE):
             memory_id = str(event.payload["memory_id"])
             result.upserts.pop(memory_id, None)

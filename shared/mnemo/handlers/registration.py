@@ -44,11 +44,13 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryDraft, MemoryStatus, content_hash, expiry
+from mnemo.domain.pii import placeholder_refs
 from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
     Outcome,
     OutcomeKind,
+    PurgeTenant,
     PutContextRecord,
     PutMemory,
     PutOutcome,
@@ -57,6 +59,7 @@ from mnemo.domain.projection import (
     Write,
 )
 from mnemo.domain.rules import RuleSet, zone_of
+from mnemo.domain.sealed import EncryptionBlock
 from mnemo.handlers import Decision, emit
 
 __all__ = ["CONSUMER", "RegistrationState", "handle"]
@@ -78,6 +81,8 @@ class RegistrationState(Protocol):
     def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None: ...
 
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]: ...
+
+    def tenant_memories(self, tenant: str) -> list[Memory]: ...
 
 
 def _outcome(
@@ -171,6 +176,7 @@ def _register(
         source_event_id=event.event_id,
         rule_id=rule_id,
         content_hash=digest,
+        sealed=_sealed_for(event, draft),
     )
     decision = Decision()
     decision.events.append(
@@ -198,12 +204,24 @@ def _register(
     return decision
 
 
+def _sealed_for(event: Envelope, draft: MemoryDraft) -> EncryptionBlock | None:
+    """The ciphertexts of the placeholders this memory's content and value hold."""
+    block = event.encryption
+    if block is None or not block.values:
+        return None
+    refs = placeholder_refs(draft.content) | placeholder_refs(draft.value or "")
+    values = {ref: sealed for ref, sealed in block.values.items() if ref in refs}
+    return block.model_copy(update={"values": values}) if values else None
+
+
 def _forget(event: Envelope, state: RegistrationState, request: ForgetRequested) -> Decision:
     if request.memory_id is not None:
         found = state.get(event.tenant, request.memory_id)
         targets = [found] if found is not None and found.stream == event.stream else []
         if not targets:
             return _reject(event, 0, "MEMORY_NOT_FOUND", "no such memory in this stream")
+    elif request.tenant:
+        targets = state.tenant_memories(event.tenant)
     else:
         targets = state.stream_memories(event.tenant, event.stream)
     decision = Decision()
@@ -216,6 +234,8 @@ def _forget(event: Envelope, state: RegistrationState, request: ForgetRequested)
         decision.writes.append(
             SetStatus(event.tenant, memory.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)
         )
+    if request.tenant:  # after the per-memory events, so every read model drops the lot
+        decision.writes.append(PurgeTenant(event.tenant))
     decision.writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
     return decision
 
@@ -361,6 +381,8 @@ def replay(event: Envelope, prior: Sequence[Envelope], state: RegistrationState)
                     event.tenant, payload.memory_id, MemoryStatus.FORGOTTEN, erase_content=True
                 )
             )
+    if event.type == ForgetRequested.TYPE and event.payload.get("tenant") is True:
+        writes.append(PurgeTenant(event.tenant))
     if event.type == ForgetRequested.TYPE and not any(isinstance(w, PutOutcome) for w in writes):
         writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
     return Decision(writes=writes)

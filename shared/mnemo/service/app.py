@@ -3,6 +3,7 @@ replay a stream. Every call is scoped to the tenant of the request context."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -18,7 +19,16 @@ from pydantic import ValidationError
 from mnemo.domain import replica
 from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.errors import ConflictError, InvalidInput, NotFound, Unavailable
-from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, LoggedEvent, validate_envelope
+from mnemo.domain.events import (
+    MAX_PAYLOAD_BYTES,
+    Actor,
+    ActorKind,
+    Envelope,
+    ForgetRequested,
+    LoggedEvent,
+    decode_payload,
+    validate_envelope,
+)
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import Outcome
@@ -43,6 +53,7 @@ from mnemo.service.context import (
     Feedback,
 )
 from mnemo.service.runner import EmbeddedRunner
+from mnemo.service.sealing import Sealer
 
 __all__ = ["MAX_BATCH", "Mnemo", "RequestContext", "SearchHit", "Wait"]
 
@@ -119,6 +130,7 @@ class Mnemo:
         runner: EmbeddedRunner | None,
         contexts: ContextAssembler,
         progress: Progress | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.log = log
         self.store = store
@@ -129,6 +141,7 @@ class Mnemo:
         self.runner = runner
         self.contexts = contexts
         self.progress = progress
+        self.sealer = sealer
         self._changed = threading.Condition()
         if runner is not None:
             runner.on_progress.append(self.notify_changed)
@@ -204,6 +217,9 @@ class Mnemo:
                     field=f"events[{i}].occurred_at",
                 )
             envelopes.append(envelope)
+        if self.sealer is not None:
+            envelopes = [self._seal(i, e) for i, e in enumerate(envelopes)]
+            self._shred_forgotten(ctx, envelopes)
         accepted = self.log.append(envelopes)
         if self.runner is not None:
             self.runner.wake()
@@ -216,6 +232,63 @@ class Mnemo:
             complete = self._wait(max(a.offset for a in accepted), wait, timeout)
         outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
         return PublishResult(accepted, outcomes, complete)
+
+    def _seal(self, i: int, envelope: Envelope) -> Envelope:
+        """Seal an event's sensitive values before the log sees them (Unavailable when the
+        vault cannot be reached: then nothing is appended)."""
+        assert self.sealer is not None
+        try:
+            sealed = self.sealer.seal(envelope)
+        except InvalidInput as exc:
+            exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
+            raise
+        if sealed is envelope:
+            return envelope
+        try:  # placeholders are longer than some values: the result must still be valid
+            return validate_envelope(sealed.model_dump(mode="json"))
+        except InvalidInput as exc:
+            exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
+            raise
+
+    def _shred_forgotten(self, ctx: RequestContext, envelopes: Sequence[Envelope]) -> None:
+        """Crypto-shred before the log records the request: forgetting a user stream that has
+        its own key destroys that key; forgetting the tenant destroys every key its events
+        were sealed under. A vault that is down fails the request (nothing appended)."""
+        assert self.sealer is not None
+        for envelope in envelopes:
+            if envelope.type != ForgetRequested.TYPE:
+                continue
+            request = decode_payload(envelope)
+            assert isinstance(request, ForgetRequested)
+            if request.tenant:
+                for key_id in sorted(self._tenant_key_ids(ctx.tenant)):
+                    self.sealer.keys.destroy(key_id)
+            elif request.memory_id is None and self.sealer.owns_key(ctx.tenant, envelope.stream):
+                self.sealer.keys.destroy(self.sealer.key_id(ctx.tenant, envelope.stream))
+
+    def _tenant_key_ids(self, tenant: str) -> set[str]:
+        assert self.sealer is not None
+        key_ids = {tenant}
+        after = 0
+        while True:
+            page = self.log.read_tenant(tenant, after, 1_000)
+            if not page:
+                return key_ids
+            for logged in page:
+                if logged.envelope.encryption is not None:
+                    key_ids.add(logged.envelope.encryption.key_id)
+            after = page[-1].offset
+
+    def _open(self, memory: Memory) -> Memory:
+        return memory if self.sealer is None else self.sealer.open_memory(memory)
+
+    def _open_all(self, memories: Sequence[Memory]) -> list[Memory]:
+        return [self._open(m) for m in memories]
+
+    def _open_events(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
+        if self.sealer is None:
+            return list(events)
+        return [self.sealer.open_event(e) for e in events]
 
     def _wait(self, offset: int, wait: Wait, timeout: float) -> bool:
         if self.runner is None or not self.runner.running:
@@ -233,7 +306,7 @@ class Mnemo:
         memory = self.store.get(ctx.tenant, memory_id)
         if memory is None:
             raise NotFound(f"no memory {memory_id}", code="MEMORY_NOT_FOUND", field="memory_id")
-        return memory
+        return self._open(memory)
 
     def list_memories(
         self,
@@ -269,7 +342,7 @@ class Mnemo:
             limit=max(1, min(limit, 1_000)),
             after=after,
         )
-        return self.store.query(ctx.tenant, query)
+        return self._open_all(self.store.query(ctx.tenant, query))
 
     def due_verifications(self, ctx: RequestContext, stream: str) -> list[Memory]:
         """Memories the agent should confirm with the user ("is your size still L?")."""
@@ -279,10 +352,10 @@ class Mnemo:
             live_at=self.clock.now(),
             limit=200,
         )
-        return self.store.query(ctx.tenant, query)
+        return self._open_all(self.store.query(ctx.tenant, query))
 
     def history(self, ctx: RequestContext, stream: str, key: str) -> list[Memory]:
-        return self.store.history(ctx.tenant, _stream_or_error(stream), key)
+        return self._open_all(self.store.history(ctx.tenant, _stream_or_error(stream), key))
 
     def search(
         self,
@@ -304,6 +377,8 @@ class Mnemo:
         limit = max(1, min(limit, 100))
         depth = max(limit * 4, 40)
         now = self.clock.now()
+        if self.sealer is not None:  # sealed values match by keyed hash, never as plaintext
+            query = self.sealer.query_text(ctx.tenant, streams, query)
         if vector is None and query.strip():
             vector = self.query_embedder.embed_query(query)
         base = MemoryQuery(
@@ -328,7 +403,9 @@ class Mnemo:
                 as_of=now,
                 relevance=r.relevance,
             )
-            hits.append(SearchHit(r.memory, c.score, r.vector_rank, r.keyword_rank, c.weight))
+            hits.append(
+                SearchHit(self._open(r.memory), c.score, r.vector_rank, r.keyword_rank, c.weight)
+            )
         hits.sort(key=lambda h: (-h.score, h.memory.memory_id))
         return hits[:limit]
 
@@ -336,7 +413,13 @@ class Mnemo:
 
     def context(self, ctx: RequestContext, request: ContextRequest) -> ContextResponse:
         """Assemble a context under a template, within a token budget (see service.context)."""
-        return self.contexts.assemble(ctx.tenant, ctx.principal, request)
+        if self.sealer is None:
+            return self.contexts.assemble(ctx.tenant, ctx.principal, request)
+        if request.query:
+            query = self.sealer.query_text(ctx.tenant, request.subjects, request.query)
+            request = dataclasses.replace(request, query=query)
+        response = self.contexts.assemble(ctx.tenant, ctx.principal, request)
+        return self.sealer.open_context(response)
 
     def report(
         self,
@@ -409,8 +492,10 @@ class Mnemo:
     ) -> list[LoggedEvent]:
         if from_seq < 1:
             raise InvalidInput("from_seq starts at 1", code="INVALID_SEQUENCE", field="from_seq")
-        return self.log.read_stream(
-            ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
+        return self._open_events(
+            self.log.read_stream(
+                ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
+            )
         )
 
     def replay_json(
@@ -420,7 +505,16 @@ class Mnemo:
         if from_seq < 1:
             raise InvalidInput("from_seq starts at 1", code="INVALID_SEQUENCE", field="from_seq")
         limit = max(1, min(limit, 10_000))
-        return self.log.read_stream_json(ctx.tenant, _stream_or_error(stream), from_seq, limit)
+        bodies = self.log.read_stream_json(ctx.tenant, _stream_or_error(stream), from_seq, limit)
+        if self.sealer is None:
+            return bodies
+        sealer = self.sealer
+        return [
+            orjson.dumps(sealer.open_json(orjson.loads(b)))
+            if b'"encryption":{' in b or b'"sealed":{' in b
+            else b
+            for b in bodies
+        ]
 
     def snapshot(self, ctx: RequestContext, stream: str) -> tuple[int, dict[str, dict[str, Any]]]:
         """A stream's memories as of its latest sequence number: (seq, memory id -> memory
@@ -456,7 +550,9 @@ class Mnemo:
         return found
 
     def tail(self, ctx: RequestContext, after_offset: int, limit: int) -> list[LoggedEvent]:
-        return self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))
+        return self._open_events(
+            self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))
+        )
 
     def outcome(self, ctx: RequestContext, event_id: str) -> list[Outcome]:
         found = self.store.outcome(ctx.tenant, event_id)

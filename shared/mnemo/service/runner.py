@@ -163,6 +163,8 @@ class EmbeddedRunner:
     def index_events(self, envelopes: list[Envelope]) -> None:
         """Embed and upsert what the events registered; drop what they ended."""
         plan = indexing.plan(envelopes)
+        for tenant in sorted(plan.purges):  # a forgotten tenant: before these upserts
+            self.index.delete(tenant, self.index.ids(tenant))
         memories = list(plan.upserts.values())
         for start in range(0, len(memories), self.embed_batch):
             chunk = memories[start : start + self.embed_batch]

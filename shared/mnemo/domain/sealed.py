@@ -1,0 +1,32 @@
+"""The encryption block: which key sealed which values of an event (or of a memory)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["EncryptionBlock"]
+
+
+class EncryptionBlock(BaseModel):
+    """Envelope encryption of an event's sensitive values.
+
+    Each sensitive value was replaced in the payload by a placeholder ``⟦kind:token⟧``; its
+    AES-256-GCM ciphertext sits in `values` under the placeholder's ref (``kind:token``).
+    The data key that sealed them travels wrapped by the vault key `key_id` at
+    `key_version`; destroying that key makes every value here unreadable.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key_id: str = Field(min_length=1, max_length=256)
+    key_version: int = Field(ge=1)
+    algorithm: str = "AES-256-GCM"
+    fields: tuple[str, ...] = Field(default=(), description="payload paths holding placeholders")
+    wrapped_key: str | None = Field(
+        default=None, max_length=4_096, description="the data key, wrapped by the vault (base64)"
+    )
+    values: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=512,
+        description="placeholder ref -> base64(nonce + ciphertext + tag); empty once opened",
+    )

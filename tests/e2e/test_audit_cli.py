@@ -1,0 +1,89 @@
+"""`mnemo audit verify`: OK on an intact chain, the first broken link (exit 4) after a
+stored audit row is tampered with; offline on a data directory and through the server."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tests.support import running_server
+
+from mnemo.bootstrap import build_embedded
+from mnemo.cli import cli
+from mnemo.domain.ids import new_event_id
+from mnemo.service.app import RequestContext, Wait
+from mnemo.settings import MnemoSettings
+
+
+def fill(data: Path, count: int = 4) -> None:
+    platform = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+    )
+    try:
+        platform.runner.start()
+        events = [
+            {
+                "event_id": new_event_id(datetime.now(UTC)),
+                "type": "ObservationRecorded",
+                "schema_version": 2,
+                "stream": "user:U1",
+                "payload": {"text": f"remember my size is {size}"},
+            }
+            for size in ("S", "M", "L", "XL")[:count]
+        ]
+        platform.app.publish(RequestContext("acme", "t"), events, wait=Wait.INDEXED)
+        assert platform.runner.wait_for("audit", platform.log.head(), 10)
+    finally:
+        platform.close()
+
+
+def tamper(data: Path, n: int) -> None:
+    with sqlite3.connect(data / "store.sqlite3") as db:
+        changed = db.execute(
+            "UPDATE audit SET hash = ? WHERE tenant = 'acme' AND n = ?", ("0" * 64, n)
+        ).rowcount
+    assert changed == 1
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("MNEMO_EMBEDDER", "hashing")
+    return CliRunner()
+
+
+def test_offline_verify_then_tamper(tmp_path: Path, runner: CliRunner) -> None:
+    data = tmp_path / "data"
+    fill(data)
+    ok = runner.invoke(cli, ["--tenant", "acme", "audit", "verify", "--data-dir", str(data)])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.startswith("OK: ")
+    assert "links intact for tenant acme" in ok.output
+
+    tamper(data, 3)
+    broken = runner.invoke(cli, ["--tenant", "acme", "audit", "verify", "--data-dir", str(data)])
+    assert broken.exit_code == 4, broken.output
+    assert "BROKEN: first broken link 3" in broken.output
+
+    as_json = runner.invoke(
+        cli, ["--tenant", "acme", "--json", "audit", "verify", "--data-dir", str(data)]
+    )
+    assert as_json.exit_code == 4
+    assert '"first_broken": 3' in as_json.output
+
+
+def test_online_verify(tmp_path: Path, runner: CliRunner) -> None:
+    data = tmp_path / "data"
+    fill(data, 2)
+    with running_server(data) as (url, platform):
+        assert platform.runner.wait_for("audit", platform.log.head(), 10)
+        ok = runner.invoke(cli, ["--url", url, "--tenant", "acme", "audit", "verify"])
+        assert ok.exit_code == 0, ok.output
+        assert ok.output.startswith("OK: ")
+    tamper(data, 1)
+    with running_server(data) as (url, _):
+        broken = runner.invoke(cli, ["--url", url, "--tenant", "acme", "audit", "verify"])
+        assert broken.exit_code == 4, broken.output
+        assert "first broken link 1" in broken.output

@@ -1,0 +1,248 @@
+"""Envelope encryption in the service layer: sealing, opening, policies, the data-key
+cache and its TTL while the vault is down."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from mnemo.adapters.memory_key_vault import InMemoryKeyVault
+from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.domain.events import Envelope, validate_envelope
+from mnemo.domain.ids import new_event_id
+from mnemo.domain.pii import REDACTED, SecurityPolicy
+from mnemo.ports import KeyVault
+from mnemo.service.sealing import KeyCache, Sealer
+
+ID = "11010519491231002X"
+PHONE = "13800138000"
+
+
+class SwitchableVault(KeyVault):
+    """A real in-memory vault that can be switched off, and counts its calls."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryKeyVault()
+        self.down = False
+        self.calls = 0
+
+    def _gate(self) -> None:
+        self.calls += 1
+        if self.down:
+            raise Unavailable("vault down", code="VAULT_UNAVAILABLE")
+
+    def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
+        self._gate()
+        return self.inner.data_key(key_id)
+
+    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
+        self._gate()
+        return self.inner.unwrap(key_id, wrapped)
+
+    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+        self._gate()
+        return self.inner.rewrap(key_id, wrapped)
+
+    def rotate(self, key_id: str) -> int:
+        self._gate()
+        return self.inner.rotate(key_id)
+
+    def search_key(self, key_id: str) -> bytes:
+        self._gate()
+        return self.inner.search_key(key_id)
+
+    def destroy(self, key_id: str) -> None:
+        self._gate()
+        self.inner.destroy(key_id)
+
+
+class Ticker:
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def observation(text: str, stream: str = "user:U1", tenant: str = "acme") -> Envelope:
+    return validate_envelope(
+        {
+            "event_id": new_event_id(datetime.now(UTC)),
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "tenant": tenant,
+            "stream": stream,
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": {"kind": "agent", "id": "a1"},
+            "payload": {"text": text},
+        }
+    )
+
+
+def declared(memory: dict[str, Any], stream: str = "user:U1") -> Envelope:
+    return validate_envelope(
+        {
+            "event_id": new_event_id(datetime.now(UTC)),
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "tenant": "acme",
+            "stream": stream,
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": {"kind": "agent", "id": "a1"},
+            "payload": {"memory": memory},
+        }
+    )
+
+
+@pytest.fixture
+def vault() -> SwitchableVault:
+    return SwitchableVault()
+
+
+@pytest.fixture
+def ticker() -> Ticker:
+    return Ticker()
+
+
+@pytest.fixture
+def sealer(vault: SwitchableVault, ticker: Ticker) -> Sealer:
+    return Sealer(KeyCache(vault, ttl=30.0, now=ticker))
+
+
+def test_sealed_event_holds_no_plaintext_and_opens(sealer: Sealer) -> None:
+    event = observation(f"remember my id is {ID} and my phone is {PHONE}")
+    sealed = sealer.seal(event)
+    raw = sealed.model_dump_json()
+    assert ID not in raw
+    assert PHONE not in raw
+    block = sealed.encryption
+    assert block is not None
+    assert block.key_id == "acme/user:U1"  # users get their own key by default
+    assert block.key_version == 1
+    assert block.fields == ("text",)
+    assert len(block.values) == 2
+    text = sealed.payload["text"]
+    assert text.startswith("remember my id is ⟦id_number:h")
+    opened = sealer.open_json(sealed.model_dump(mode="json"))
+    assert opened["payload"]["text"] == event.payload["text"]
+    assert opened["encryption"]["values"] == {}
+    assert opened["encryption"]["key_version"] == 1
+
+
+def test_placeholders_are_stable_per_key_and_differ_across_keys(sealer: Sealer) -> None:
+    a = sealer.seal(observation(f"call {PHONE}")).payload["text"]
+    b = sealer.seal(observation("call +86 138-0013-8000")).payload["text"]
+    other_user = sealer.seal(observation(f"call {PHONE}", stream="user:U2")).payload["text"]
+    assert a == b  # the same number, normalised
+    assert a != other_user  # another key, another keyed hash
+
+
+def test_nothing_sensitive_leaves_the_event_untouched(
+    sealer: Sealer, vault: SwitchableVault
+) -> None:
+    event = observation("remember my size is L")
+    assert sealer.seal(event) is event
+    assert vault.calls == 0
+
+
+def test_policy_mask_and_reject(vault: SwitchableVault, ticker: Ticker) -> None:
+    policy = SecurityPolicy.model_validate(
+        {"default": {"actions": {"phone": "mask", "bank_card": "reject"}}}
+    )
+    sealer = Sealer(KeyCache(vault, 30.0, now=ticker), policy)
+    masked = sealer.seal(observation(f"call {PHONE}"))
+    assert masked.payload["text"] == "call 138****8000"
+    assert masked.encryption is None
+    with pytest.raises(InvalidInput) as info:
+        sealer.seal(observation("card 4111 1111 1111 1111"))
+    assert info.value.code == "SENSITIVE_VALUE_REJECTED"
+    assert "4111" not in info.value.message
+
+
+def test_sensitive_draft_is_sealed_whole(sealer: Sealer) -> None:
+    sealed = sealer.seal(
+        declared(
+            {"type": "fact", "key": "locker_code", "value": "left 12, right 7", "sensitive": True}
+        )
+    )
+    assert "left 12" not in sealed.model_dump_json()
+    assert sealed.payload["memory"]["value"].startswith("⟦sensitive:h")
+
+
+def test_destroyed_key_reads_redacted(sealer: Sealer) -> None:
+    sealed = sealer.seal(observation(f"my id is {ID}"))
+    sealer.keys.destroy("acme/user:U1")
+    opened = sealer.open_json(sealed.model_dump(mode="json"))
+    assert opened["payload"]["text"] == f"my id is {REDACTED}"
+
+
+def test_tampered_ciphertext_reads_redacted(sealer: Sealer) -> None:
+    sealed = sealer.seal(observation(f"my id is {ID}"))
+    assert sealed.encryption is not None
+    ((ref, ct),) = sealed.encryption.values.items()
+    raw = bytearray(base64.b64decode(ct))
+    raw[-1] ^= 1
+    bad = sealed.model_dump(mode="json")
+    bad["encryption"]["values"][ref] = base64.b64encode(bytes(raw)).decode()
+    assert sealer.open_json(bad)["payload"]["text"] == f"my id is {REDACTED}"
+
+
+def test_vault_down_fails_closed(sealer: Sealer, vault: SwitchableVault) -> None:
+    vault.down = True
+    with pytest.raises(Unavailable) as info:
+        sealer.seal(observation(f"my id is {ID}"))
+    assert info.value.code == "VAULT_UNAVAILABLE"
+
+
+def test_cached_keys_work_only_for_their_ttl(
+    sealer: Sealer, vault: SwitchableVault, ticker: Ticker
+) -> None:
+    first = sealer.seal(observation(f"my id is {ID}"))
+    sealer.open_json(first.model_dump(mode="json"))  # caches the unwrapped key too
+    vault.down = True
+    ticker.t += 29.0  # within the TTL: sealing and opening work from the cache
+    second = sealer.seal(observation(f"call {PHONE}"))
+    assert second.encryption is not None
+    assert first.encryption is not None
+    assert second.encryption.wrapped_key == first.encryption.wrapped_key
+    assert sealer.open_json(first.model_dump(mode="json"))["payload"]["text"].endswith(ID)
+    ticker.t += 2.0  # past the TTL: nothing works without the vault
+    with pytest.raises(Unavailable):
+        sealer.seal(observation(f"call {PHONE}"))
+    with pytest.raises(Unavailable):
+        sealer.open_json(first.model_dump(mode="json"))
+    vault.down = False  # back: everything works again, nothing was lost
+    third = sealer.seal(observation(f"call {PHONE}"))
+    assert sealer.open_json(third.model_dump(mode="json"))["payload"]["text"] == f"call {PHONE}"
+
+
+def test_rotation_seals_with_the_new_version_and_opens_the_old(sealer: Sealer) -> None:
+    old = sealer.seal(observation(f"my id is {ID}"))
+    assert sealer.keys.rotate("acme/user:U1") == 2
+    new = sealer.seal(observation(f"my id is {ID}"))
+    assert new.encryption is not None
+    assert new.encryption.key_version == 2
+    assert new.payload["text"] == old.payload["text"]  # search tokens survive rotation
+    for event in (old, new):
+        assert sealer.open_json(event.model_dump(mode="json"))["payload"]["text"].endswith(ID)
+
+
+def test_query_text_matches_the_placeholder(sealer: Sealer) -> None:
+    sealed = sealer.seal(observation(f"call {PHONE}")).payload["text"]
+    query = sealer.query_text("acme", ["user:U1"], f"who has +86 {PHONE}?")
+    assert PHONE not in query
+    assert sealed.split()[-1] in query
+
+
+def test_tenant_policy_without_user_keys(vault: SwitchableVault, ticker: Ticker) -> None:
+    sealer = Sealer(
+        KeyCache(vault, 30.0, now=ticker),
+        SecurityPolicy.model_validate({"default": {"user_keys": False}}),
+    )
+    sealed = sealer.seal(observation(f"my id is {ID}"))
+    assert sealed.encryption is not None
+    assert sealed.encryption.key_id == "acme"
+    assert not sealer.owns_key("acme", "user:U1")
