@@ -24,6 +24,7 @@ from mnemo_gateway.app import create_app
 from mnemo.bootstrap import Platform, build_embedded, key_pepper
 from mnemo.domain.access import ALL_SCOPES, ApiKey, Scope, format_key, key_digest, parse_key
 from mnemo.domain.errors import ConflictError
+from mnemo.ports import KeyVault
 from mnemo.settings import GatewaySettings, MnemoSettings
 
 __all__ = [
@@ -120,11 +121,17 @@ def wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> 
 
 @contextmanager
 def running_server(
-    data: Path, gateway: GatewaySettings | None = None, *, log_level: str = "warning"
+    data: Path,
+    gateway: GatewaySettings | None = None,
+    *,
+    log_level: str = "warning",
+    vault: KeyVault | None = None,
 ) -> Iterator[tuple[str, Platform]]:
-    """A server on its own data directory; yields (base URL, platform) and stops it after."""
+    """A server on its own data directory; yields (base URL, platform) and stops it after.
+    `vault` replaces the development key file (e.g. a Vault transit adapter)."""
     platform = build_embedded(
-        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL"),
+        vault=vault,
     )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -119,6 +119,14 @@ def test_card_is_not_also_a_phone_and_placeholders_are_not_detected() -> None:
     assert placeholder_refs(sealed) == {"phone:h13800138000abcde"}
 
 
+def test_international_prefix_is_a_phone_even_when_it_passes_luhn() -> None:
+    number = next(
+        f"13{n:09d}" for n in range(10_000) if luhn_valid(f"8613{n:09d}")
+    )  # "86" + the mobile number passes Luhn: still a phone
+    assert kinds(f"call +86 {number}") == [("phone", f"+86 {number}")]
+    assert kinds(f"call +86{number}") == [("phone", f"+86{number}")]
+
+
 def test_normalize_and_mask() -> None:
     assert normalize(PiiKind.PHONE, "+86 138-0013-8000") == "13800138000"
     assert normalize(PiiKind.PHONE, "13800138000") == "13800138000"

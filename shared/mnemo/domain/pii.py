@@ -121,7 +121,7 @@ _EMAIL = re.compile(
     r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
 )
 _ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{16}[\dXx](?![0-9A-Za-z])")
-_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d])")
+_CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){12,18}(?![\d])")
 _CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?!\d)")
 _E164 = re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ -]?\d){6,13}(?!\d)")
 _SECRET_CONTEXT = re.compile(

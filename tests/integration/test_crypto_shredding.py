@@ -1,0 +1,190 @@
+"""Crypto-shredding end to end, on a real server with the OpenBao transit adapter.
+
+Plaintext markers (a resident ID, a card, a phone, an e-mail, a password) are published
+over HTTP. Authorized reads return them; no file of the data directory and no captured
+log line holds them. Forgetting the user, and then a whole tenant, destroys the keys:
+afterwards reads show the redaction marker, the read models and vectors are purged, and
+the raw scan still finds nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.shred_support import Markers, plant_markers, scan
+from tests.support import running_server
+from tests.vault_support import vault_settings
+
+from mnemo.domain.errors import Unavailable
+from mnemo.domain.ids import new_event_id
+from mnemo.domain.pii import REDACTED
+from mnemo.ports import KeyVault
+
+
+def _openbao_missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"OpenBao is required under CI: {reason}")
+    pytest.skip(f"OpenBao is not reachable ({reason}); start it: infra/services.py up openbao")
+
+
+@pytest.fixture
+def vault() -> KeyVault:
+    from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+    url, token = vault_settings()
+    if token is None:
+        _openbao_missing("no MNEMO_VAULT_TOKEN and no var/run/services.env")
+    built = VaultKeyVault(url, token, prefix=f"shred{uuid.uuid4().hex[:10]}", timeout=3)
+    try:
+        built.rotate("probe")
+    except Unavailable as exc:
+        _openbao_missing(f"{url}: {exc.message}")
+    return built
+
+
+def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event_id": new_event_id(datetime.now(UTC)),
+        "type": event_type,
+        "schema_version": 2 if event_type == "ObservationRecorded" else 1,
+        "stream": stream,
+        "payload": payload,
+    }
+
+
+def plant(client: httpx.Client, tenant: str, user: str, m: Markers) -> list[str]:
+    """Publish the markers for one user; the ids of the memories registered."""
+    batch = [
+        event("ObservationRecorded", user, {"text": f"remember my phone is {m.phone}"}),
+        event(
+            "MemoryDeclared",
+            user,
+            {
+                "memory": {
+                    "type": "fact",
+                    "content": f"ID {m.id_number}, card {m.card}, mail {m.email}, "
+                    f"password: {m.password}",
+                    "tags": ["kyc"],
+                }
+            },
+        ),
+        event(
+            "MemoryDeclared",
+            user,
+            {"memory": {"type": "fact", "key": "locker", "value": m.card, "sensitive": True}},
+        ),
+    ]
+    r = client.post(
+        "/v1/events?wait=indexed", json={"events": batch}, headers={"X-Mnemo-Tenant": tenant}
+    )
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["complete"] is True
+    ids = [o["memory_id"] for a in body["accepted"] for o in a["outcomes"]]
+    assert len(ids) == 3
+    return ids
+
+
+def test_forgetting_shreds_users_and_tenants(
+    tmp_path: Path, vault: KeyVault, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    data = tmp_path / "data"
+    alice, bob, other = plant_markers(), plant_markers(), plant_markers()
+    markers = alice.all() + bob.all() + other.all()
+    with running_server(data, vault=vault) as (url, platform):
+        client = httpx.Client(base_url=url, timeout=30, headers={"X-Mnemo-Principal": "agent-1"})
+        acme = {"X-Mnemo-Tenant": "acme"}
+        alice_ids = plant(client, "acme", "user:alice", alice)
+        plant(client, "acme", "user:bob", bob)
+        other_ids = plant(client, "globex", "user:carol", other)
+
+        # authorized reads give the plaintext back: the markers are really there
+        phone = client.get(f"/v1/memories/{alice_ids[0]}", headers=acme).json()
+        assert (phone["key"], phone["value"]) == ("phone", alice.phone)
+        kyc = client.get(f"/v1/memories/{alice_ids[1]}", headers=acme).json()
+        for value in (alice.id_number, alice.card, alice.email, alice.password):
+            assert value in kyc["content"]
+        assert client.get(f"/v1/memories/{alice_ids[2]}", headers=acme).json()["value"] == (
+            alice.card
+        )
+        hits = client.post(
+            "/v1/search",
+            json={"query": f"+86 {alice.phone}", "subjects": ["user:alice"]},
+            headers=acme,
+        ).json()["hits"]
+        assert hits[0]["memory"]["memory_id"] == alice_ids[0]  # exact match by keyed hash
+        ctx = client.post(
+            "/v1/context", json={"subjects": ["user:alice"], "budget": 400}, headers=acme
+        ).json()
+        assert alice.id_number in ctx["context"]
+        replayed = client.get("/v1/subjects/user:alice/events", headers=acme)
+        assert alice.phone in replayed.text
+
+        # ...and yet no file holds them: they were sealed before the log
+        platform.index.flush()
+        assert scan(markers, [data]) == []
+
+        # forget alice: her key is destroyed, her read models purged
+        r = client.post(
+            "/v1/events?wait=indexed",
+            json=event("ForgetRequested", "user:alice", {"reason": "user asked"}),
+            headers=acme,
+        )
+        assert r.status_code == 202, r.text
+        assert r.json()["accepted"][0]["outcomes"][0]["outcome"] == "applied"
+        for memory_id in alice_ids:
+            gone = client.get(f"/v1/memories/{memory_id}", headers=acme).json()
+            assert gone["status"] == "forgotten"
+            assert gone["content"] == ""
+            assert gone["value"] is None
+        assert not set(alice_ids) & set(platform.index.ids("acme"))
+        replayed = client.get("/v1/subjects/user:alice/events", headers=acme)
+        assert REDACTED in replayed.text
+        assert alice.phone not in replayed.text
+        # bob, in the same tenant, is untouched
+        bob_list = client.get("/v1/subjects/user:bob/memories", headers=acme).json()
+        assert any(bob.email in m["content"] for m in bob_list["memories"])
+
+        # a new sensitive write for a forgotten user is refused, never stored in plaintext
+        again = client.post(
+            "/v1/events",
+            json=event(
+                "ObservationRecorded", "user:alice", {"text": f"my id is {alice.id_number}"}
+            ),
+            headers=acme,
+        )
+        assert again.status_code == 410
+        assert again.json()["error"]["code"] == "KEY_DESTROYED"
+
+        # forget the whole of tenant globex
+        r = client.post(
+            "/v1/events?wait=indexed",
+            json=event("ForgetRequested", "tenant", {"tenant": True}),
+            headers={"X-Mnemo-Tenant": "globex"},
+        )
+        assert r.status_code == 202, r.text
+        listed = client.get(
+            "/v1/subjects/user:carol/memories", headers={"X-Mnemo-Tenant": "globex"}
+        ).json()
+        assert listed["memories"] == []
+        assert platform.index.ids("globex") == []
+        assert (
+            client.get(
+                f"/v1/memories/{other_ids[1]}", headers={"X-Mnemo-Tenant": "globex"}
+            ).status_code
+            == 404
+        )
+        platform.index.flush()
+        client.close()
+
+    logs = [r.getMessage() for r in caplog.records] + [caplog.text]
+    assert logs
+    assert scan(markers, [data], logs) == []

@@ -1,0 +1,85 @@
+"""Planted plaintext markers and a raw scan for them: the crypto-shredding check.
+
+The scan reads every byte of every file under the given paths (SQLite databases with their
+WAL and journal files, vector shards, key files, log files; Kafka log segments and
+Cassandra SSTables when pointed at their data directories) and reports which markers
+appear, in UTF-8 and in the digits-only form a normaliser could produce.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mnemo.domain.pii import cn_id_check_char, luhn_valid
+
+__all__ = ["Markers", "plant_markers", "scan"]
+
+
+@dataclass(frozen=True)
+class Markers:
+    id_number: str
+    card: str
+    phone: str
+    email: str
+    password: str
+
+    def all(self) -> list[str]:
+        return [self.id_number, self.card, self.phone, self.email, self.password]
+
+
+def plant_markers(seed: int | None = None) -> Markers:
+    """Fresh values no test data or library holds: a valid resident ID, a Luhn card, a
+    mobile number, an e-mail address and a password."""
+    rng = random.Random(seed if seed is not None else uuid.uuid4().int)
+    body = (
+        str(rng.randint(110000, 659999))
+        + f"{rng.randint(1950, 2005)}{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}"
+        + f"{rng.randint(0, 999):03d}"
+    )
+    card_body = "62" + "".join(str(rng.randint(0, 9)) for _ in range(15))
+    check = next(d for d in "0123456789" if luhn_valid(card_body + d))
+    tag = uuid.uuid4().hex[:10]
+    return Markers(
+        id_number=body + cn_id_check_char(body),
+        card=card_body + check,
+        phone="1" + str(rng.choice([3, 5, 7, 8, 9])) + f"{rng.randint(0, 999_999_999):09d}",
+        email=f"shred.{tag}@example.org",
+        password=f"Pw{tag}x9",
+    )
+
+
+def _forms(marker: str) -> set[bytes]:
+    forms = {marker.encode("utf-8"), marker.encode("utf-16-le")}
+    digits = "".join(ch for ch in marker if ch.isdigit())
+    if len(digits) >= 11:
+        forms.add(digits.encode())
+    return forms
+
+
+def scan(markers: Iterable[str], paths: Iterable[Path], texts: Iterable[str] = ()) -> list[str]:
+    """'marker in place' for every marker found in the files under `paths` (recursively)
+    or in the given texts (captured log lines); empty when none is anywhere."""
+    wanted = {m: _forms(m) for m in markers}
+    owner = {form: m for m, forms in wanted.items() for form in forms}
+    pattern = re.compile(b"|".join(re.escape(f) for f in sorted(owner, key=len, reverse=True)))
+    found: list[str] = []
+    files: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(p for p in sorted(path.rglob("*")) if p.is_file())
+
+    def hits(data: bytes) -> list[str]:  # one pass over the bytes for every marker
+        return sorted({owner[m.group()] for m in pattern.finditer(data)}) if owner else []
+
+    for file in files:
+        found += [f"{marker} in {file}" for marker in hits(file.read_bytes())]
+    for i, text in enumerate(texts):
+        found += [f"{marker} in log text {i}" for marker in hits(text.encode("utf-8"))]
+    return found
