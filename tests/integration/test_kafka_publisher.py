@@ -7,12 +7,18 @@ import asyncio
 import os
 import socket
 import uuid
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from tests.shred_support import plant_markers, scan
 
+from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.client.kafka import EventPublisher
 from mnemo.domain.events import validate_envelope
+from mnemo.domain.pii import REDACTED
+from mnemo.service.sealing import KeyCache, Sealer
 
 BOOTSTRAP = os.environ.get("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -90,3 +96,110 @@ def test_published_records_are_keyed_ordered_and_valid(broker: str) -> None:
         assert headers["mnemo-event-id"].decode() == envelope.event_id
         assert envelope.tenant == "acme"
     assert sorted(ids) == sorted(dict(r.headers)["mnemo-event-id"].decode() for r in records)  # type: ignore[attr-defined]
+
+
+def _kafka_data_dir() -> Path | None:
+    """The broker's log.dirs when infra/services.py runs it (MNEMO_RUN_DIR or var/run)."""
+    default = Path(__file__).resolve().parents[2] / "var" / "run"
+    data = Path(os.environ.get("MNEMO_RUN_DIR", default)) / "kafka" / "data"
+    return data if data.is_dir() else None
+
+
+async def _publish_and_read(
+    bootstrap: str, topic: str, batches: list[tuple[EventPublisher, list[dict[str, Any]]]]
+) -> list[Any]:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        await admin.close()
+    count = 0
+    for publisher, events in batches:
+        async with publisher as pub:
+            count += len(await pub.publish(events))
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    got: list[Any] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(got) < count:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(records)
+    finally:
+        await consumer.stop()
+    return got
+
+
+def test_sealed_records_keep_plaintext_out_of_the_segments(broker: str) -> None:
+    """With a vault, the publisher seals before producing: the raw log segment holds no
+    marker, while a control marker sent without sealing is found there (the scan works);
+    forgetting the user through the publisher shreds the key."""
+    data_dir = _kafka_data_dir()
+    topic = f"mnemo-seal-{uuid.uuid4().hex[:10]}"
+    secret, control = plant_markers(), plant_markers()
+    vault = InMemoryKeyVault()
+
+    def publisher(with_vault: bool) -> EventPublisher:
+        return EventPublisher(
+            broker,
+            tenant="acme",
+            principal="ingest",
+            topic=topic,
+            vault=vault if with_vault else None,
+        )
+
+    def observation(text: str) -> dict[str, Any]:
+        return {
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "stream": "user:kafka1",
+            "payload": {"text": text},
+        }
+
+    sealed_events = [
+        observation(f"my id is {secret.id_number}, card {secret.card}"),
+        observation(f"phone {secret.phone}, mail {secret.email}, password: {secret.password}"),
+    ]
+    forget = {"type": "ForgetRequested", "schema_version": 1, "stream": "user:kafka1",
+              "payload": {}}  # fmt: skip
+    records = asyncio.run(
+        _publish_and_read(
+            broker,
+            topic,
+            [
+                (publisher(True), sealed_events),
+                (publisher(False), [observation(f"control {control.email}")]),
+            ],
+        )
+    )
+    assert len(records) == 3
+    opener = Sealer(KeyCache(vault, 0.0))
+    for record, original in zip(records[:2], sealed_events, strict=True):
+        body = orjson.loads(record.value)
+        assert body["encryption"]["key_id"] == "acme/user:kafka1"
+        assert body["encryption"]["key_version"] == 1
+        for marker in secret.all():
+            assert marker not in record.value.decode()
+        assert opener.open_json(body)["payload"]["text"] == original["payload"]["text"]
+
+    if data_dir is not None:
+        segments = sorted(data_dir.glob(f"{topic}-*"))
+        assert segments
+        assert scan(secret.all(), segments) == []
+        assert scan([control.email], segments) != []  # the scan does see the segment
+    elif os.environ.get("CI") == "true":
+        pytest.fail("the Kafka data directory (var/run/kafka/data) is missing under CI")
+
+    async def forget_user() -> None:
+        async with publisher(True) as pub:
+            await pub.publish(forget)
+
+    asyncio.run(forget_user())
+    body = orjson.loads(records[0].value)
+    assert opener.open_json(body)["payload"]["text"] == f"my id is {REDACTED}, card {REDACTED}"

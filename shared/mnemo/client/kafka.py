@@ -16,6 +16,13 @@ accept, checks it with the same validation, and produces one record per event:
   envelope's `event_id` (a UUIDv7 made here when the event has none) stays the
   end-to-end idempotency key: the log's consumers skip an id they have already seen.
 
+Given a `vault` (a KeyVault, e.g. the Vault transit adapter), the publisher seals
+sensitive values exactly as the gateway does before anything is produced (PII detector,
+the tenant's policy, AES-256-GCM under a vault-wrapped data key; see docs/security.md):
+a Kafka segment never holds them in plaintext. A `ForgetRequested` for a user stream with
+a key of its own destroys that key before the record is produced. Without a vault, events
+go out as they are: only publish events without sensitive values that way.
+
 What this does *not* give, compared with `POST /v1/events`: no `expected_seq` check
 against the stream head, no `?wait=` for read-your-writes, no registration outcome in
 the answer (ask `GET /v1/events/{id}/outcome` later). The distributed log adapter that
@@ -35,8 +42,19 @@ from typing import Any
 import orjson
 
 from mnemo.domain.errors import InvalidInput
-from mnemo.domain.events import MAX_PAYLOAD_BYTES, Actor, ActorKind, Envelope, validate_envelope
+from mnemo.domain.events import (
+    MAX_PAYLOAD_BYTES,
+    Actor,
+    ActorKind,
+    Envelope,
+    ForgetRequested,
+    decode_payload,
+    validate_envelope,
+)
 from mnemo.domain.ids import new_event_id
+from mnemo.domain.pii import SecurityPolicy
+from mnemo.ports import KeyVault
+from mnemo.service.sealing import KeyCache, Sealer
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -172,8 +190,12 @@ class EventPublisher:
         principal: str,
         topic: str = DEFAULT_TOPIC,
         producer_factory: ProducerFactory | None = None,
+        vault: KeyVault | None = None,
+        policy: SecurityPolicy | None = None,
+        data_key_ttl: float = 30.0,
         **producer_overrides: Any,
     ) -> None:
+        self.sealer = Sealer(KeyCache(vault, data_key_ttl), policy) if vault is not None else None
         self.tenant = tenant
         self.principal = principal
         self.topic = topic
@@ -213,6 +235,10 @@ class EventPublisher:
                 envelope = build_envelope(
                     event, tenant=self.tenant, principal=self.principal, now=now
                 )
+                if self.sealer is not None:
+                    sealed = self.sealer.seal(envelope)
+                    if sealed is not envelope:
+                        envelope = validate_envelope(sealed.model_dump(mode="json"))
             except InvalidInput as exc:
                 exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
                 raise
@@ -226,6 +252,8 @@ class EventPublisher:
             raise RuntimeError("start the publisher first (or use `async with`)")
         batch = [events] if isinstance(events, Mapping) else list(events)
         records = self.records(batch)
+        if self.sealer is not None:
+            self._shred(records)
         pending = [
             await self._producer.send(
                 r.topic, value=r.value, key=r.key, headers=r.headers, timestamp_ms=r.timestamp_ms
@@ -235,3 +263,15 @@ class EventPublisher:
         for future in pending:
             await future
         return [dict(r.headers)["mnemo-event-id"].decode() for r in records]
+
+    def _shred(self, records: Sequence[KafkaRecord]) -> None:
+        """Destroy a user's own key before the request to forget that user is produced."""
+        assert self.sealer is not None
+        for record in records:
+            if dict(record.headers)["mnemo-event-type"] != ForgetRequested.TYPE.encode():
+                continue
+            envelope = Envelope.model_validate_json(record.value)
+            request = decode_payload(envelope)
+            assert isinstance(request, ForgetRequested)
+            if request.memory_id is None and self.sealer.owns_key(self.tenant, envelope.stream):
+                self.sealer.keys.destroy(self.sealer.key_id(self.tenant, envelope.stream))
