@@ -6,7 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["vault_settings"]
+from mnemo.adapters.memory_key_vault import InMemoryKeyVault
+from mnemo.domain.errors import Unavailable
+from mnemo.ports import KeyVault
+
+__all__ = ["SwitchableVault", "vault_settings"]
 
 SERVICES_ENV = Path(__file__).resolve().parent.parent / "var" / "run" / "services.env"
 
@@ -23,3 +27,41 @@ def vault_settings() -> tuple[str, str | None]:
             elif name.strip() == "MNEMO_VAULT_ADDR" and value.strip():
                 url = os.environ.get("MNEMO_VAULT_ADDR", value.strip())
     return url, token
+
+
+class SwitchableVault(KeyVault):
+    """A real in-memory vault that can be switched off, and counts its calls."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryKeyVault()
+        self.down = False
+        self.calls = 0
+
+    def _gate(self) -> None:
+        self.calls += 1
+        if self.down:
+            raise Unavailable("vault down", code="VAULT_UNAVAILABLE")
+
+    def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
+        self._gate()
+        return self.inner.data_key(key_id)
+
+    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
+        self._gate()
+        return self.inner.unwrap(key_id, wrapped)
+
+    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+        self._gate()
+        return self.inner.rewrap(key_id, wrapped)
+
+    def rotate(self, key_id: str) -> int:
+        self._gate()
+        return self.inner.rotate(key_id)
+
+    def search_key(self, key_id: str) -> bytes:
+        self._gate()
+        return self.inner.search_key(key_id)
+
+    def destroy(self, key_id: str) -> None:
+        self._gate()
+        self.inner.destroy(key_id)

@@ -8,55 +8,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tests.vault_support import SwitchableVault
 
-from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.events import Envelope, validate_envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED, SecurityPolicy
-from mnemo.ports import KeyVault
 from mnemo.service.sealing import KeyCache, Sealer
 
 ID = "11010519491231002X"
 PHONE = "13800138000"
-
-
-class SwitchableVault(KeyVault):
-    """A real in-memory vault that can be switched off, and counts its calls."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryKeyVault()
-        self.down = False
-        self.calls = 0
-
-    def _gate(self) -> None:
-        self.calls += 1
-        if self.down:
-            raise Unavailable("vault down", code="VAULT_UNAVAILABLE")
-
-    def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
-        self._gate()
-        return self.inner.data_key(key_id)
-
-    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
-        self._gate()
-        return self.inner.unwrap(key_id, wrapped)
-
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
-        self._gate()
-        return self.inner.rewrap(key_id, wrapped)
-
-    def rotate(self, key_id: str) -> int:
-        self._gate()
-        return self.inner.rotate(key_id)
-
-    def search_key(self, key_id: str) -> bytes:
-        self._gate()
-        return self.inner.search_key(key_id)
-
-    def destroy(self, key_id: str) -> None:
-        self._gate()
-        self.inner.destroy(key_id)
 
 
 class Ticker:

@@ -53,7 +53,7 @@ from mnemo.service.context import (
     Feedback,
 )
 from mnemo.service.runner import EmbeddedRunner
-from mnemo.service.sealing import Sealer
+from mnemo.service.sealing import Sealer, is_sealed
 
 __all__ = ["MAX_BATCH", "Mnemo", "RequestContext", "SearchHit", "Wait"]
 
@@ -288,7 +288,31 @@ class Mnemo:
     def _open_events(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
         if self.sealer is None:
             return list(events)
-        return [self.sealer.open_event(e) for e in events]
+        sealer = self.sealer
+        return [
+            sealer.open_event(e, redact=self._forgotten(e.envelope.tenant, e.envelope))
+            if is_sealed(e.envelope)
+            else e
+            for e in events
+        ]
+
+    def _forgotten(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
+        """Whether a sealed event is about memories that were all forgotten: its values then
+        read as redacted, even while the key that sealed them lives on (one forgotten
+        memory does not shred a key; see docs/security.md)."""
+        if isinstance(envelope, Envelope):
+            event_id, payload = envelope.event_id, envelope.payload
+        else:
+            event_id, payload = str(envelope.get("event_id")), envelope.get("payload") or {}
+        memory = payload.get("memory") if isinstance(payload, Mapping) else None
+        if isinstance(memory, Mapping) and "memory_id" in memory:
+            ids = [str(memory["memory_id"])]
+        else:
+            ids = [o.memory_id for o in self.store.outcome(tenant, event_id) if o.memory_id]
+        if not ids:
+            return False
+        found = self.store.get_many(tenant, ids)
+        return len(found) == len(ids) and all(m.status is MemoryStatus.FORGOTTEN for m in found)
 
     def _wait(self, offset: int, wait: Wait, timeout: float) -> bool:
         if self.runner is None or not self.runner.running:
@@ -508,13 +532,15 @@ class Mnemo:
         bodies = self.log.read_stream_json(ctx.tenant, _stream_or_error(stream), from_seq, limit)
         if self.sealer is None:
             return bodies
-        sealer = self.sealer
-        return [
-            orjson.dumps(sealer.open_json(orjson.loads(b)))
-            if b'"encryption":{' in b or b'"sealed":{' in b
-            else b
-            for b in bodies
-        ]
+        opened = []
+        for body in bodies:
+            if b'"encryption":{' not in body and b'"sealed":{' not in body:
+                opened.append(body)
+                continue
+            event = orjson.loads(body)
+            redact = self._forgotten(ctx.tenant, event)
+            opened.append(orjson.dumps(self.sealer.open_json(event, redact=redact)))
+        return opened
 
     def snapshot(self, ctx: RequestContext, stream: str) -> tuple[int, dict[str, dict[str, Any]]]:
         """A stream's memories as of its latest sequence number: (seq, memory id -> memory

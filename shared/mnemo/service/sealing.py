@@ -52,7 +52,7 @@ from mnemo.domain.sealed import EncryptionBlock
 from mnemo.ports import KeyVault
 from mnemo.service.context import ContextResponse
 
-__all__ = ["KeyCache", "Sealer", "replace_envelope"]
+__all__ = ["KeyCache", "Sealer", "is_sealed", "replace_envelope"]
 
 NONCE_BYTES = 12
 _T = TypeVar("_T")
@@ -365,20 +365,28 @@ class Sealer:
             }
         )
 
-    def open_json(self, event: dict[str, Any]) -> dict[str, Any]:
-        """An event as JSON (a dict) with its values opened; the encryption block keeps its
-        key id and version but no ciphertext."""
+    def open_json(self, event: dict[str, Any], *, redact: bool = False) -> dict[str, Any]:
+        """An event as JSON (a dict) with its values opened (or, with `redact`, replaced by
+        the redaction marker); the encryption block keeps its key id and version but no
+        ciphertext."""
         tenant = str(event.get("tenant", ""))
         block_raw = event.get("encryption")
         payload = event.get("payload")
         if isinstance(block_raw, dict) and block_raw.get("values") and isinstance(payload, dict):
             block = EncryptionBlock.model_validate(block_raw)
-            opened = self.open_block(tenant, block)
+            opened = (
+                dict.fromkeys(block.values, REDACTED) if redact else self.open_block(tenant, block)
+            )
             payload = _map_strings(payload, lambda s: self.open_text(s, opened))
             event = {**event, "encryption": {**block_raw, "values": {}, "wrapped_key": None}}
         memory = payload.get("memory") if isinstance(payload, dict) else None
         if isinstance(memory, dict) and isinstance(memory.get("sealed"), dict):
-            opened = self.open_block(tenant, EncryptionBlock.model_validate(memory["sealed"]))
+            sealed = EncryptionBlock.model_validate(memory["sealed"])
+            opened = (
+                dict.fromkeys(sealed.values, REDACTED)
+                if redact
+                else self.open_block(tenant, sealed)
+            )
             memory = {
                 **memory,
                 "content": self.open_text(str(memory.get("content", "")), opened),
@@ -392,13 +400,11 @@ class Sealer:
             event = {**event, "payload": payload}
         return event
 
-    def open_event(self, logged: LoggedEvent) -> LoggedEvent:
+    def open_event(self, logged: LoggedEvent, *, redact: bool = False) -> LoggedEvent:
         env = logged.envelope
-        if env.encryption is None and not (
-            isinstance(env.payload.get("memory"), dict) and env.payload["memory"].get("sealed")
-        ):
+        if not is_sealed(env):
             return logged
-        opened = self.open_json(env.model_dump(mode="json"))
+        opened = self.open_json(env.model_dump(mode="json"), redact=redact)
         return replace_envelope(logged, Envelope.model_validate(opened))
 
     def open_context(self, response: ContextResponse) -> ContextResponse:
@@ -424,3 +430,11 @@ class Sealer:
 
 def replace_envelope(logged: LoggedEvent, envelope: Envelope) -> LoggedEvent:
     return LoggedEvent(offset=logged.offset, envelope=envelope)
+
+
+def is_sealed(envelope: Envelope) -> bool:
+    """Whether an event carries sealed values (its own, or its memory's)."""
+    memory = envelope.payload.get("memory")
+    return (envelope.encryption is not None and bool(envelope.encryption.values)) or (
+        isinstance(memory, dict) and bool(memory.get("sealed"))
+    )
