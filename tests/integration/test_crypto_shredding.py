@@ -9,6 +9,7 @@ the raw scan still finds nothing.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import uuid
@@ -34,19 +35,58 @@ def _openbao_missing(reason: str) -> None:
     pytest.skip(f"OpenBao is not reachable ({reason}); start it: infra/services.py up openbao")
 
 
+class Recording(KeyVault):
+    """The real vault, remembering every plaintext data key it hands out (to look for them
+    in the logs afterwards)."""
+
+    def __init__(self, inner: KeyVault) -> None:
+        self.inner = inner
+        self.secrets: list[bytes] = []
+
+    def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
+        plaintext, wrapped, version = self.inner.data_key(key_id)
+        self.secrets.append(plaintext)
+        return plaintext, wrapped, version
+
+    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
+        plaintext = self.inner.unwrap(key_id, wrapped)
+        self.secrets.append(plaintext)
+        return plaintext
+
+    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+        return self.inner.rewrap(key_id, wrapped)
+
+    def rotate(self, key_id: str) -> int:
+        return self.inner.rotate(key_id)
+
+    def search_key(self, key_id: str) -> bytes:
+        secret = self.inner.search_key(key_id)
+        self.secrets.append(secret)
+        return secret
+
+    def destroy(self, key_id: str) -> None:
+        self.inner.destroy(key_id)
+
+
 @pytest.fixture
-def vault() -> KeyVault:
+def token() -> str:
+    _, found = vault_settings()
+    if found is None:
+        _openbao_missing("no MNEMO_VAULT_TOKEN and no var/run/services.env")
+    return found
+
+
+@pytest.fixture
+def vault(token: str) -> Recording:
     from mnemo.adapters.vault_key_vault import VaultKeyVault
 
-    url, token = vault_settings()
-    if token is None:
-        _openbao_missing("no MNEMO_VAULT_TOKEN and no var/run/services.env")
+    url, _ = vault_settings()
     built = VaultKeyVault(url, token, prefix=f"shred{uuid.uuid4().hex[:10]}", timeout=3)
     try:
         built.rotate("probe")
     except Unavailable as exc:
         _openbao_missing(f"{url}: {exc.message}")
-    return built
+    return Recording(built)
 
 
 def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +133,7 @@ def plant(client: httpx.Client, tenant: str, user: str, m: Markers) -> list[str]
 
 
 def test_forgetting_shreds_users_and_tenants(
-    tmp_path: Path, vault: KeyVault, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, vault: Recording, token: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     data = tmp_path / "data"
@@ -186,5 +226,11 @@ def test_forgetting_shreds_users_and_tenants(
         client.close()
 
     logs = [r.getMessage() for r in caplog.records] + [caplog.text]
-    assert logs
+    assert any("destroyed (crypto-shredded)" in line for line in logs)  # the logs were captured
     assert scan(markers, [data], logs) == []
+    # no secret in any log line: the Vault token, any data key or search key in any encoding
+    assert vault.secrets
+    secrets = [token]
+    for raw in vault.secrets:
+        secrets += [raw.hex(), base64.b64encode(raw).decode(), raw.decode("latin-1")]
+    assert scan(secrets, [], logs) == []
