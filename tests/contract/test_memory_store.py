@@ -19,6 +19,7 @@ from mnemo.domain.projection import (
     DropTimer,
     Outcome,
     OutcomeKind,
+    PurgeTenant,
     PutAudit,
     PutMemory,
     PutOutcome,
@@ -26,6 +27,7 @@ from mnemo.domain.projection import (
     SetStatus,
     Timer,
 )
+from mnemo.domain.sealed import EncryptionBlock
 from mnemo.domain.text import query_terms
 from mnemo.ports import MemoryQuery, MemoryStore
 
@@ -166,6 +168,45 @@ class MemoryStoreContract:
         assert forgotten is not None
         assert forgotten.content == ""
         assert forgotten.status is MemoryStatus.FORGOTTEN
+
+    def test_erasing_drops_the_sealed_values(self, store: MemoryStore) -> None:
+        block = EncryptionBlock(
+            key_id="acme/user:U1", key_version=1, wrapped_key="d3JhcHBlZA==", values={"x:h1": "c"}
+        )
+        a = mem(1, content="card ⟦bank_card:h0123456789abcdef⟧").model_copy(
+            update={"sealed": block}
+        )
+        self.put(store, a)
+        stored = store.get("acme", a.memory_id)
+        assert stored is not None
+        assert stored.sealed == block
+        with store.transaction() as tx:
+            tx.apply([SetStatus("acme", a.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)])
+        erased = store.get("acme", a.memory_id)
+        assert erased is not None
+        assert erased.sealed is None
+
+    def test_tenant_memories_and_purging_a_tenant(self, store: MemoryStore) -> None:
+        a = mem(1, content="alpha plans", stream="user:U1")
+        b = mem(2, content="beta plans", stream="user:U2")
+        other = mem(3, tenant="globex", content="gamma plans")
+        self.put(store, a, b, other)
+        with store.transaction() as tx:
+            assert [m.memory_id for m in tx.tenant_memories("acme")] == sorted(
+                [a.memory_id, b.memory_id]
+            )
+            tx.apply([PurgeTenant("acme")])
+        everything = MemoryQuery(statuses=tuple(MemoryStatus))
+        for m in store.query("acme", everything):
+            assert m.status is MemoryStatus.FORGOTTEN
+            assert (m.content, m.value, m.sealed) == ("", None, None)
+        assert store.query("acme", MemoryQuery()) == []
+        assert store.keyword_search("acme", query_terms("plans"), MemoryQuery(statuses=())) == []
+        assert [m.memory_id for m in store.query("globex", MemoryQuery())] == [other.memory_id]
+        assert (
+            store.keyword_search("globex", query_terms("plans"), MemoryQuery())[0][0]
+            == other.memory_id
+        )
 
     def test_outcomes_timers_audit_and_positions(self, store: MemoryStore) -> None:
         o = Outcome("acme", "e1", 0, OutcomeKind.REJECTED, reason_code="X", detail="d")
