@@ -82,7 +82,13 @@ def make_key_vault(settings: MnemoSettings) -> KeyVault:
     if settings.vault_addr:
         from mnemo.adapters.vault_key_vault import VaultKeyVault
 
-        token = settings.vault_token.get_secret_value() if settings.vault_token else ""
+        if settings.vault_token is None:
+            raise InvalidInput(
+                "MNEMO_VAULT_ADDR is set but MNEMO_VAULT_TOKEN is not",
+                code="VAULT_TOKEN_MISSING",
+                field="vault_token",
+            )
+        token = settings.vault_token.get_secret_value()
         return VaultKeyVault(
             settings.vault_addr,
             token,
