@@ -1351,5 +1351,45 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
         )
 
 
+# ---- keys -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def keys() -> None:
+    """The tenant's encryption keys in the vault."""
+
+
+@keys.command("rotate")
+@click.option("--stream", default=None, help="A user stream with a key of its own (user:<id>).")
+@DATA_DIR_OPTION
+@pass_state
+def keys_rotate(state: State, stream: str | None, data_dir: Path | None) -> None:
+    """Start a new version of the tenant's key (or a user's): new values are sealed with it,
+    everything sealed before still opens, so nothing stops. Servers pick it up when their
+    cached data key expires (MNEMO_DATA_KEY_TTL).
+
+    Uses MNEMO_VAULT_ADDR and MNEMO_VAULT_TOKEN; without them, the development key file of
+    the data directory, which no server may be running on.
+    """
+    from mnemo.bootstrap import load_security_policy, make_key_vault
+    from mnemo.service.sealing import KeyCache, Sealer
+
+    settings = mnemo_settings(data_dir)
+    try:
+        vault = make_key_vault(settings)
+        sealer = Sealer(KeyCache(vault, 0.0), load_security_policy(settings.pii_policy_file))
+        tenant = state.api.tenant
+        key_id = sealer.key_id(tenant, stream) if stream else tenant
+        if stream and key_id == tenant:
+            raise CliError(f"{stream} has no key of its own: rotate the tenant's key instead")
+        version = sealer.keys.rotate(key_id)
+    except MnemoError as exc:
+        raise CliError(f"cannot rotate: {exc.code}: {exc.message}") from exc
+    if state.as_json:
+        state.emit_json({"key_id": key_id, "key_version": version})
+    else:
+        click.echo(f"key {key_id} is now at version {version}")
+
+
 if __name__ == "__main__":
     main()

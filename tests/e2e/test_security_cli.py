@@ -1,5 +1,6 @@
 """`mnemo audit verify`: OK on an intact chain, the first broken link (exit 4) after a
-stored audit row is tampered with; offline on a data directory and through the server."""
+stored audit row is tampered with; offline on a data directory and through the server.
+`mnemo keys rotate`: new values are sealed under the new version, old ones still open."""
 
 from __future__ import annotations
 
@@ -87,3 +88,60 @@ def test_online_verify(tmp_path: Path, runner: CliRunner) -> None:
         broken = runner.invoke(cli, ["--url", url, "--tenant", "acme", "audit", "verify"])
         assert broken.exit_code == 4, broken.output
         assert "first broken link 1" in broken.output
+
+
+def test_keys_rotate_then_new_values_use_the_new_version(tmp_path: Path, runner: CliRunner) -> None:
+    data = tmp_path / "data"
+    fill(data, 1)
+    tenant = runner.invoke(cli, ["--tenant", "acme", "keys", "rotate", "--data-dir", str(data)])
+    assert tenant.exit_code == 0, tenant.output
+    assert tenant.output.strip() == "key acme is now at version 1"  # created by the rotation
+    user = runner.invoke(
+        cli,
+        ["--tenant", "acme", "keys", "rotate", "--stream", "user:U1", "--data-dir", str(data)],
+    )
+    assert user.exit_code == 0, user.output
+    assert user.output.strip() == "key acme/user:U1 is now at version 1"
+    platform = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+    )
+    try:
+        ctx = RequestContext("acme", "t")
+        sensitive = {
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "stream": "user:U1",
+            "payload": {"text": "my mail is a.b@example.com"},
+        }
+        before = platform.app.publish(ctx, [sensitive]).accepted[0]
+        first = platform.log.get("acme", before.event_id)
+        assert first is not None
+        assert first.envelope.encryption is not None
+        version = first.envelope.encryption.key_version
+    finally:
+        platform.close()
+    again = runner.invoke(
+        cli,
+        ["--tenant", "acme", "keys", "rotate", "--stream", "user:U1", "--data-dir", str(data)],
+    )
+    assert again.output.strip() == f"key acme/user:U1 is now at version {version + 1}"
+    platform = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+    )
+    try:
+        after = platform.app.publish(ctx, [sensitive]).accepted[0]
+        second = platform.log.get("acme", after.event_id)
+        assert second is not None
+        assert second.envelope.encryption is not None
+        assert second.envelope.encryption.key_version == version + 1
+        opened = platform.app.replay(ctx, "user:U1", 1, 100)
+        texts = [e.envelope.payload.get("text") for e in opened]
+        assert texts.count("my mail is a.b@example.com") == 2  # both versions open
+    finally:
+        platform.close()
+    not_own = runner.invoke(
+        cli,
+        ["--tenant", "acme", "keys", "rotate", "--stream", "session:S1", "--data-dir", str(data)],
+    )
+    assert not_own.exit_code == 1
+    assert "no key of its own" in not_own.output
