@@ -459,6 +459,11 @@ def build_distributed(
     contexts = ContextAssembler(
         event_log, store, index, embedder, tokenizer, tokenizer_for_model, clock
     )
+    if not settings.vault_addr:
+        log.warning(
+            "distributed mode without MNEMO_VAULT_ADDR: this process seals with its own "
+            "development key file; values it seals cannot be opened by other processes"
+        )
     sealer = make_sealer(settings)
     app = Mnemo(
         event_log,
