@@ -11,7 +11,8 @@ from mnemo.bootstrap import load_rules
 from mnemo.domain.events import Actor, ActorKind, Envelope, MemoryRegistered, MemorySuperseded
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
-from mnemo.domain.projection import OutcomeKind, PutMemory, PutOutcome, SetStatus
+from mnemo.domain.projection import OutcomeKind, PurgeTenant, PutMemory, PutOutcome, SetStatus
+from mnemo.domain.sealed import EncryptionBlock
 from mnemo.handlers import Decision, registration
 
 T0 = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
@@ -268,3 +269,43 @@ def test_guards_refuse_patterns_that_can_take_exponential_time(pattern: str) -> 
     assert Guard(rule_id="r1", patterns=("信贷|loan", "(credit|loan)s?")).violated_by(
         "a LOAN offer"
     )
+
+
+def test_sealed_placeholders_carry_their_ciphertexts_into_each_memory() -> None:
+    """An observation with two sealed values registers memories that keep the placeholders
+    and only the ciphertexts their own text needs; no plaintext is involved."""
+    phone, mail = "⟦phone:h0123456789abcdef⟧", "⟦email:hfedcba9876543210⟧"
+    block = EncryptionBlock(
+        key_id="acme/user:U7892",
+        key_version=3,
+        fields=("text",),
+        wrapped_key="d3JhcHBlZA==",
+        values={
+            "phone:h0123456789abcdef": "c2VhbGVkMQ==",
+            "email:hfedcba9876543210": "c2VhbGVkMg==",
+        },
+    )
+    env = observe(f"remember my phone is {phone}").model_copy(update={"encryption": block})
+    (memory,) = registered(run(DictState(), env))
+    assert (memory.key, memory.value) == ("phone", phone)
+    assert memory.sealed is not None
+    assert memory.sealed.values == {"phone:h0123456789abcdef": "c2VhbGVkMQ=="}
+    assert (memory.sealed.key_id, memory.sealed.key_version) == ("acme/user:U7892", 3)
+    plain = registered(run(DictState(), observe("remember my phone is unknown")))
+    assert plain[0].sealed is None
+    unsealed_text = observe(f"remember my mail is {mail}")  # no block: nothing to carry
+    assert registered(run(DictState(), unsealed_text))[0].sealed is None
+
+
+def test_forgetting_a_tenant_forgets_every_memory_and_purges() -> None:
+    state = DictState()
+    run(state, observe("remember my size is M"))
+    run(
+        state,
+        event("MemoryDeclared", {"memory": {"type": "fact", "content": "x"}}, stream="user:B"),
+    )
+    decision = run(state, event("ForgetRequested", {"tenant": True}, stream="tenant"))
+    forgotten = [e.payload["memory_id"] for e in decision.events if e.type == "MemoryForgotten"]
+    assert sorted(forgotten) == sorted(state.memories)
+    assert any(isinstance(w, PurgeTenant) and w.tenant == "acme" for w in decision.writes)
+    assert outcomes(decision) == [(OutcomeKind.APPLIED, None)]
