@@ -207,3 +207,11 @@ def test_tenant_policy_without_user_keys(vault: SwitchableVault, ticker: Ticker)
     assert sealed.encryption is not None
     assert sealed.encryption.key_id == "acme"
     assert not sealer.owns_key("acme", "user:U1")
+
+
+def test_too_many_sensitive_values_are_refused_not_crashed(sealer: Sealer) -> None:
+    mails = " ".join(f"u{i}@x.io" for i in range(520))
+    with pytest.raises(InvalidInput) as info:
+        sealer.seal(observation(mails))
+    assert info.value.code == "TOO_MANY_SENSITIVE_VALUES"
+    assert "u1@x.io" not in info.value.message

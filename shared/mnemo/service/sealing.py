@@ -55,6 +55,7 @@ from mnemo.service.context import ContextResponse
 __all__ = ["KeyCache", "Sealer", "is_sealed", "replace_envelope"]
 
 NONCE_BYTES = 12
+MAX_SEALED_VALUES = 512  # EncryptionBlock.values holds at most this many
 _T = TypeVar("_T")
 
 
@@ -279,6 +280,12 @@ class Sealer:
             fields = (*prior.fields, *fields)
         else:
             data_key, wrapped, version = self.keys.data_key(key_id)
+        if len(values) + len(plan) > MAX_SEALED_VALUES:
+            raise InvalidInput(
+                f"an event may hold at most {MAX_SEALED_VALUES} distinct sensitive values",
+                code="TOO_MANY_SENSITIVE_VALUES",
+                field="payload",
+            )
         aead = AESGCM(data_key)
         for ref, value in plan.items():
             nonce = os.urandom(NONCE_BYTES)
