@@ -79,7 +79,11 @@ def scan(markers: Iterable[str], paths: Iterable[Path], texts: Iterable[str] = (
         return sorted({owner[m.group()] for m in pattern.finditer(data)}) if owner else []
 
     for file in files:
-        found += [f"{marker} in {file}" for marker in hits(file.read_bytes())]
+        try:
+            data = file.read_bytes()
+        except FileNotFoundError:  # a live service removed it meanwhile (a recycled segment)
+            continue
+        found += [f"{marker} in {file}" for marker in hits(data)]
     for i, text in enumerate(texts):
         found += [f"{marker} in log text {i}" for marker in hits(text.encode("utf-8"))]
     return found
