@@ -200,10 +200,10 @@ def _summary(results: Results, elapsed: dict[str, float], total: float) -> str:
             f"{crypto[0].params['vault']})"
         )
         for m in crypto:
-            if m.name == "encryption.ingest_rate":
-                label = f"ingest rate, {m.params['side']} sensitive".replace(
-                    "off sensitive", "sealing off"
-                )
+            if m.name in ("encryption.ingest_rate", "encryption.publish_rate"):
+                what = "ingest rate" if m.name.endswith("ingest_rate") else "publish calls only"
+                side = m.params["side"]
+                label = f"{what}, {'sealing off' if side == 'off' else side + ' sensitive'}"
                 lines.append(f"  {label:<42} {m.value:>11,.1f} {m.unit}")
             elif m.name in ("encryption.context.p50", "encryption.context.p99"):
                 label = f"context {m.name.rsplit('.', 1)[1]}, {m.params['side']}"

@@ -139,6 +139,11 @@ _TOKEN_SHAPES = re.compile(
     r"\.[A-Za-z0-9_-]{10,})"
 )
 _WORDS = frozenset({"is", "was", "the", "my", "of", "for", "是", "为"})
+# cheap checks that let most texts skip the costlier patterns
+_HAS_DIGIT = re.compile(r"\d")
+_SHAPE_HINT = re.compile(r"sk-|gh[pos]_|github_pat_|AKIA|xox|eyJ")
+_TOKEN_HINT = re.compile(r"(?i)key|token|bearer|secret|密钥")
+_SECRET_HINT = re.compile(r"(?i)pass|pwd|密码|口令")
 
 
 def _digits(value: str) -> str:
@@ -147,21 +152,27 @@ def _digits(value: str) -> str:
 
 def _candidates(text: str) -> list[Finding]:
     found: list[Finding] = []
-    for m in _TOKEN_SHAPES.finditer(text):
+    has_digits = _HAS_DIGIT.search(text) is not None
+    shapes = _TOKEN_SHAPES.finditer(text) if _SHAPE_HINT.search(text) else ()
+    for m in shapes:
         found.append(Finding(PiiKind.API_TOKEN, m.start(), m.end(), m.group()))
-    for m in _TOKEN_CONTEXT.finditer(text):
+    tokens = _TOKEN_CONTEXT.finditer(text) if has_digits and _TOKEN_HINT.search(text) else ()
+    for m in tokens:
         value = m.group("value")
         if value.lower() in _WORDS or not any(ch.isdigit() for ch in value):
             continue  # "token based auth", "bearer tokens": words, not secrets
         found.append(Finding(PiiKind.API_TOKEN, m.start("value"), m.end("value"), value))
-    for m in _SECRET_CONTEXT.finditer(text):
+    secrets = _SECRET_CONTEXT.finditer(text) if _SECRET_HINT.search(text) else ()
+    for m in secrets:
         value = m.group("value")
         said = text[m.end("label") : m.start("value")].strip()
         if value.lower() in _WORDS or (not said and value.isalpha()):
             continue  # "password reset link": no "is" or ":" and a plain word
         found.append(Finding(PiiKind.PASSWORD, m.start("value"), m.end("value"), value))
-    for m in _EMAIL.finditer(text):
+    for m in _EMAIL.finditer(text) if "@" in text else ():
         found.append(Finding(PiiKind.EMAIL, m.start(), m.end(), m.group()))
+    if not has_digits:
+        return found
     for m in _ID.finditer(text):
         if cn_id_valid(m.group()):
             found.append(Finding(PiiKind.ID_NUMBER, m.start(), m.end(), m.group()))

@@ -205,27 +205,32 @@ class Sealer:
         paths = model.SCANNED if model is not None else ()
         if not paths:
             return envelope
-        payload = copy.deepcopy(envelope.payload)
-        memory = payload.get("memory")
+        memory = envelope.payload.get("memory")
         whole = isinstance(memory, dict) and memory.get("sensitive") is True
-        policy = self.policy.for_tenant(envelope.tenant)
-        key_id = self.key_id(envelope.tenant, envelope.stream)
-        plan: dict[str, str] = {}
-        fields: list[str] = []
+        found_in: list[tuple[str, list[Finding]]] = []  # read-only first: most events hold none
         for path in paths:
-            spot = _locate(payload, path)
-            if spot is None:
-                continue
-            parent, leaf = spot
-            text = parent.get(leaf)
+            spot = _locate(envelope.payload, path)
+            text = spot[0].get(spot[1]) if spot is not None else None
             if not isinstance(text, str) or not text:
                 continue
             if whole and path in ("memory.content", "memory.value"):
                 findings = [Finding(PiiKind.SENSITIVE, 0, len(text), text)]
             else:
                 findings = detect(text)
-            if not findings:
-                continue
+            if findings:
+                found_in.append((path, findings))
+        if not found_in:
+            return envelope
+        payload = copy.deepcopy(envelope.payload)
+        policy = self.policy.for_tenant(envelope.tenant)
+        key_id = self.key_id(envelope.tenant, envelope.stream)
+        plan: dict[str, str] = {}
+        fields: list[str] = []
+        for path, findings in found_in:
+            spot = _locate(payload, path)
+            assert spot is not None
+            parent, leaf = spot
+            text = parent[leaf]
             out: list[str] = []
             pos = 0
             for found in findings:
