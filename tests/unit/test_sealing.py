@@ -215,3 +215,11 @@ def test_too_many_sensitive_values_are_refused_not_crashed(sealer: Sealer) -> No
         sealer.seal(observation(mails))
     assert info.value.code == "TOO_MANY_SENSITIVE_VALUES"
     assert "u1@x.io" not in info.value.message
+
+
+def test_mask_text_leaves_nothing_to_open() -> None:
+    text = f"no, my phone is {PHONE} and my id {ID}"
+    masked = Sealer.mask_text(text)
+    assert PHONE not in masked
+    assert ID not in masked
+    assert masked == "no, my phone is 138****8000 and my id 11************002X"

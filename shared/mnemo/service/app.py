@@ -459,6 +459,8 @@ class Mnemo:
             found = self.log.get(ctx.tenant, request_id)
             if found is not None and self.runner.running:
                 self.runner.wait_for(registration.CONSUMER, found.offset, timeout)
+        if self.sealer is not None and correction:  # the correction becomes a logged reason
+            correction = self.sealer.mask_text(correction)
         return self.contexts.report(
             ctx.tenant, ctx.principal, request_id, response_text, correction, corrected_ids
         )

@@ -313,6 +313,18 @@ class Sealer:
                 "encryption.wrapped_key is not base64", code="INVALID_ENCRYPTION"
             ) from None
 
+    @staticmethod
+    def mask_text(text: str) -> str:
+        """Every sensitive value of a text replaced by its mask (for texts Mnemo logs on its
+        own, such as a reported correction: nothing there can be opened again)."""
+        out: list[str] = []
+        pos = 0
+        for found in detect(text):
+            out += [text[pos : found.start], mask(found.kind, found.value)]
+            pos = found.end
+        out.append(text[pos:])
+        return "".join(out)
+
     def query_text(self, tenant: str, streams: Iterable[str], text: str) -> str:
         """A search text with its sensitive values swapped for their placeholders (under the
         tenant's key and each named stream's key), so queries match sealed values exactly
