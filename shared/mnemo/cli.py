@@ -1323,9 +1323,11 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
         from mnemo.service.app import RequestContext
         from mnemo.service.insights import Insights
 
+        if state.api.tenant is None:
+            raise CliError("--tenant (or MNEMO_TENANT) names whose audit trail to verify")
         with offline_platform(data_dir) as platform:
             status = Insights(platform.log, platform.store, platform.app.clock).audit(
-                RequestContext(state.api.tenant, state.api.principal)
+                RequestContext(state.api.tenant, state.api.principal or "cli")
             )
             answer: dict[str, Any] = {
                 "status": status.status,
@@ -1375,10 +1377,12 @@ def keys_rotate(state: State, stream: str | None, data_dir: Path | None) -> None
     from mnemo.service.sealing import KeyCache, Sealer
 
     settings = mnemo_settings(data_dir)
+    tenant = state.api.tenant
+    if tenant is None:
+        raise CliError("--tenant (or MNEMO_TENANT) names whose key to rotate")
     try:
         vault = make_key_vault(settings)
         sealer = Sealer(KeyCache(vault, 0.0), load_security_policy(settings.pii_policy_file))
-        tenant = state.api.tenant
         key_id = sealer.key_id(tenant, stream) if stream else tenant
         if stream and key_id == tenant:
             raise CliError(f"{stream} has no key of its own: rotate the tenant's key instead")

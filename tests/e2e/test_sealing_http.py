@@ -10,13 +10,13 @@ from typing import Any
 
 import httpx
 from tests.shred_support import plant_markers, scan
-from tests.support import running_server
+from tests.support import headers_for, running_server
 from tests.vault_support import SwitchableVault
 
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED
 
-H = {"X-Mnemo-Tenant": "acme", "X-Mnemo-Principal": "agent-1"}
+H = headers_for("acme", "agent-1")
 
 
 def event(event_type: str, payload: dict[str, Any], stream: str = "user:U1") -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.shred_support import Markers, plant_markers, scan
-from tests.support import running_server
+from tests.support import headers_for, running_server
 from tests.vault_support import vault_settings
 
 from mnemo.domain.errors import Unavailable
@@ -121,9 +121,7 @@ def plant(client: httpx.Client, tenant: str, user: str, m: Markers) -> list[str]
             {"memory": {"type": "fact", "key": "locker", "value": m.card, "sensitive": True}},
         ),
     ]
-    r = client.post(
-        "/v1/events?wait=indexed", json={"events": batch}, headers={"X-Mnemo-Tenant": tenant}
-    )
+    r = client.post("/v1/events?wait=indexed", json={"events": batch}, headers=headers_for(tenant))
     assert r.status_code == 202, r.text
     body = r.json()
     assert body["complete"] is True
@@ -141,7 +139,7 @@ def test_forgetting_shreds_users_and_tenants(
     markers = alice.all() + bob.all() + other.all()
     with running_server(data, vault=vault) as (url, platform):
         client = httpx.Client(base_url=url, timeout=30, headers={"X-Mnemo-Principal": "agent-1"})
-        acme = {"X-Mnemo-Tenant": "acme"}
+        acme = headers_for("acme", "agent-1")
         alice_ids = plant(client, "acme", "user:alice", alice)
         plant(client, "acme", "user:bob", bob)
         other_ids = plant(client, "globex", "user:carol", other)
@@ -208,18 +206,16 @@ def test_forgetting_shreds_users_and_tenants(
         r = client.post(
             "/v1/events?wait=indexed",
             json=event("ForgetRequested", "tenant", {"tenant": True}),
-            headers={"X-Mnemo-Tenant": "globex"},
+            headers=headers_for("globex"),
         )
         assert r.status_code == 202, r.text
         listed = client.get(
-            "/v1/subjects/user:carol/memories", headers={"X-Mnemo-Tenant": "globex"}
+            "/v1/subjects/user:carol/memories", headers=headers_for("globex")
         ).json()
         assert listed["memories"] == []
         assert platform.index.ids("globex") == []
         assert (
-            client.get(
-                f"/v1/memories/{other_ids[1]}", headers={"X-Mnemo-Tenant": "globex"}
-            ).status_code
+            client.get(f"/v1/memories/{other_ids[1]}", headers=headers_for("globex")).status_code
             == 404
         )
         platform.index.flush()
