@@ -46,6 +46,18 @@ class MnemoSettings(BaseSettings):
     batch_size: int = Field(default=256, ge=1, le=10_000, description="events per consumer step")
     embed_batch: int = Field(default=32, ge=1, le=1_024, description="texts per embedding call")
     log_level: str = Field(default="INFO", description="logging level")
+    log_format: Literal["json", "text"] = Field(
+        default="json",
+        description="json: one object per line with the current trace and span ids; text: "
+        "plain lines",
+    )
+    prometheus_port: int = Field(
+        default=0,
+        ge=0,
+        le=65_535,
+        description="serve the OpenTelemetry metrics for Prometheus on this port (0: off; "
+        "OTLP export is set by the standard OTEL_EXPORTER_OTLP_* variables)",
+    )
     qdrant_url: str | None = Field(
         default=None,
         description="Qdrant server URL (e.g. https://qdrant:6333); when set, vectors live "
