@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from mnemo import telemetry
 from mnemo.adapters.clocks import SystemClock
 from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.adapters.sqlite_log import SqliteEventLog
@@ -131,15 +132,19 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
         client = QdrantClient(
             url=settings.qdrant_url, api_key=key.get_secret_value() if key else None
         )
-        return QdrantServerIndex(
+        server = QdrantServerIndex(
             client,
             dim,
             settings.qdrant_collection,
             collection_per_tenant=settings.qdrant_collection_per_tenant,
         )
+        return telemetry.TracedVectorIndex(
+            server, collection=settings.qdrant_collection, remote=True
+        )
     from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
 
-    return QdrantEdgeIndex(settings.data_dir / "vectors", dim)
+    edge = QdrantEdgeIndex(settings.data_dir / "vectors", dim)
+    return telemetry.TracedVectorIndex(edge, collection="vectors", remote=False)
 
 
 @dataclass
@@ -367,7 +372,7 @@ def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
     replication = ast.literal_eval(settings.cassandra_replication)
     if not isinstance(replication, dict):
         raise ValueError("MNEMO_CASSANDRA_REPLICATION must be a map")
-    return CassandraMemoryStore.connect(
+    store = CassandraMemoryStore.connect(
         settings.cassandra_hosts,
         settings.cassandra_port,
         settings.cassandra_keyspace,
@@ -379,6 +384,8 @@ def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
         local_dc=settings.cassandra_local_dc,
         keyspace_for=tenant_keyspaces(settings),
     )
+    telemetry.instrument_cassandra(store.session)  # the event archive shares this session
+    return store
 
 
 def cassandra_access(settings: MnemoSettings, store: CassandraMemoryStore, clock: Clock) -> Access:

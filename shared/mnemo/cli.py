@@ -9,7 +9,6 @@ command line was wrong); 3 Mnemo could not be reached.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -359,11 +358,11 @@ def mnemo_settings(data_dir: Path | None) -> MnemoSettings:
     return MnemoSettings() if data_dir is None else MnemoSettings(data_dir=data_dir)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, fmt: str = "text") -> None:
+    from mnemo import telemetry
+
     try:
-        logging.basicConfig(
-            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        telemetry.configure_logging(level, fmt)
     except ValueError as exc:
         raise CliError(f"invalid log level {level!r} (MNEMO_LOG_LEVEL)") from exc
 
@@ -402,11 +401,12 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
     import uvicorn
     from mnemo_gateway.app import create_app
 
+    from mnemo import telemetry
     from mnemo.bootstrap import build_embedded
 
     settings = mnemo_settings(data_dir)
     gateway = GatewaySettings().model_copy(update=query_params(host=host, port=port))
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     if settings.mode == "distributed":
         from mnemo.service.workers import run_gateway
 
@@ -434,6 +434,10 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
                 f"    {issued.key}\n\n"
                 "Send it as `Authorization: Bearer <key>` (the CLI and SDK read MNEMO_API_KEY)."
             )
+        telemetry.configure(
+            "gateway", prometheus_port=settings.prometheus_port, prometheus_host=gateway.host
+        )
+        telemetry.watch_lag(lambda: {c: {0: n} for c, n in platform.runner.lag().items()})
         app = create_app(platform, gateway)
         base = http_base(gateway.host, gateway.port)
         click.echo(
@@ -442,9 +446,14 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
         )
         with sigterm_as_interrupt():
             uvicorn.run(
-                app, host=gateway.host, port=gateway.port, log_level=settings.log_level.lower()
+                app,
+                host=gateway.host,
+                port=gateway.port,
+                log_level=settings.log_level.lower(),
+                log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
             )
     finally:
+        telemetry.shutdown()
         platform.close()
 
 

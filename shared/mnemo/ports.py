@@ -403,6 +403,7 @@ class LogRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: float | None = None  # when the log accepted it (seconds since the epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,6 +494,8 @@ class EventArchive(abc.ABC):
     """The sequenced copy of a partitioned log (Cassandra in production): per-stream
     sequences, lookups by id and cause, and each topic record's fate. Written only by the
     sequencer, which owns a partition at a time."""
+
+    topic: str  # the name of the topic it archives
 
     @abc.abstractmethod
     def fates(self, partition: int, first: int, last: int) -> dict[int, RecordFate]:

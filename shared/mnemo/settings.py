@@ -221,6 +221,7 @@ class WorkerSettings(BaseSettings):
     health_port: int | None = Field(default=None, ge=0, le=65_535)
     health_host: str | None = None
     log_level: str | None = None
+    prometheus_port: int | None = Field(default=None, ge=0, le=65_535)
     kafka_session_timeout: float | None = Field(default=None, ge=6.0, le=300.0)
 
 

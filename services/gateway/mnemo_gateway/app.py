@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from mnemo import __version__
+from mnemo import __version__, telemetry
 from mnemo.bootstrap import Platform
 from mnemo.mcp_server import mount_mcp
 from mnemo.settings import GatewaySettings
@@ -44,6 +44,7 @@ def create_app(
         version=__version__,
         summary="Durable, governed, shared memory for AI agents.",
         lifespan=lifespan,
+        telemetry=telemetry.fastapi_config(),  # Mnemo's providers (tests install their own)
         responses={
             400: {"model": ErrorResponse},
             401: {"model": ErrorResponse},

@@ -324,6 +324,7 @@ class KafkaTopic(LogTopic):
                         m.key,
                         m.value,
                         tuple((k, bytes(v)) for k, v in (m.headers or ())),
+                        m.timestamp / 1000 if m.timestamp is not None else None,
                     )
                 )
             if out[-1].offset + 1 >= end:

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import orjson
 
+from mnemo import telemetry
 from mnemo.domain.errors import ConflictError, Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.ports import Appended, EventLog
 
 __all__ = ["SqliteEventLog", "connect"]
+
+DESTINATION = "log.sqlite3"  # how traces name the embedded log
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -79,11 +82,14 @@ class SqliteEventLog(EventLog):
     def append(self, events: Sequence[Envelope]) -> list[Appended]:
         if not events:
             return []
-        with self._lock:
+        with (
+            telemetry.sending(events, system="sqlite", destination=DESTINATION) as stamped,
+            self._lock,
+        ):
             cur = self._write.cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                result = [self._append_one(cur, event) for event in events]
+                result = [self._append_one(cur, event) for event in stamped]
                 cur.execute("COMMIT")
             except ConflictError:
                 cur.execute("ROLLBACK")

@@ -15,6 +15,7 @@ import logging
 import signal
 import threading
 
+from mnemo import telemetry
 from mnemo.bootstrap import build_consumer
 from mnemo.settings import MnemoSettings
 
@@ -28,10 +29,10 @@ def main(consumer: str) -> None:
 
         run_worker(consumer)
         return
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    telemetry.configure_logging(settings.log_level, settings.log_format)
+    telemetry.configure(consumer, prometheus_port=settings.prometheus_port)
     runner = build_consumer(settings, consumer)
+    telemetry.watch_lag(lambda: {consumer: {0: runner.lag()[consumer]}})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -44,3 +45,4 @@ def main(consumer: str) -> None:
         runner.index.close()
         runner.store.close()
         runner.log.close()
+        telemetry.shutdown()

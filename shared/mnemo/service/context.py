@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from mnemo import telemetry
 from mnemo.domain.context import (
     DEFAULT_TEMPLATE,
     Assembly,
@@ -148,6 +149,13 @@ class ContextAssembler:
     # ---- assembly ---------------------------------------------------------------------
 
     def assemble(self, tenant: str, principal: str, request: ContextRequest) -> ContextResponse:
+        with telemetry.context_assembly() as done:
+            response = self._assemble(tenant, principal, request)
+            assembly = response.assembly
+            done(assembly.tokens, len(assembly.truncations))
+            return response
+
+    def _assemble(self, tenant: str, principal: str, request: ContextRequest) -> ContextResponse:
         protocol, downgraded_from = negotiate_protocol(request.protocol, request.allow_downgrade)
         # a subject named twice is one subject (else its memories would be offered twice)
         request = replace(request, subjects=tuple(dict.fromkeys(request.subjects)))

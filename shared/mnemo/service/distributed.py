@@ -35,9 +35,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import orjson
 
+from mnemo import telemetry
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -170,15 +172,16 @@ class DistributedEventLog(EventLog):
         self.archive = archive
 
     def append(self, events: Sequence[Envelope]) -> list[Appended]:
-        records = [
-            (
-                record_key(e),
-                orjson.dumps(e.model_dump(mode="json", exclude_none=True)),
-                record_headers(e),
-            )
-            for e in events
-        ]
-        placed = self.topic.produce(records)
+        with telemetry.sending(events, system="kafka", destination=self.topic.name) as stamped:
+            records = [
+                (
+                    record_key(e),
+                    orjson.dumps(e.model_dump(mode="json", exclude_none=True)),
+                    record_headers(e),
+                )
+                for e in stamped
+            ]
+            placed = self.topic.produce(records)
         return [
             Appended(e.event_id, encode_offset(c.partition, c.offset), 0, False)
             for e, c in zip(events, placed, strict=True)
@@ -237,6 +240,7 @@ class Counters:
 
 class _Processor:
     consumer: str
+    archive: EventArchive
 
     def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
         self.runner = runner
@@ -260,13 +264,23 @@ class _Processor:
     def process(self, records: Sequence[LogRecord]) -> int:
         done = 0
         for partition, items in self._unread(records).items():
-            done += self._partition(partition, items)
+            with telemetry.consuming(
+                self.consumer,
+                [telemetry.parent_of(headers=r.headers) for r in items],
+                system="kafka",
+                destination=self.archive.topic,
+                partition=partition,
+                group=f"mnemo-{self.consumer}",
+            ) as batch:
+                done += self._partition(partition, items, batch)
         self.counters.records += done
         self.counters.batches += 1
         self.counters.last_batch_at = time.time()
         return done
 
-    def _partition(self, partition: int, records: list[LogRecord]) -> int:
+    def _partition(
+        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+    ) -> int:
         raise NotImplementedError
 
 
@@ -290,7 +304,9 @@ class Sequencer(_Processor):
         self.clock = clock
         self.next_position = next_position
 
-    def _partition(self, partition: int, records: list[LogRecord]) -> int:
+    def _partition(
+        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+    ) -> int:
         known = self.archive.fates(partition, records[0].offset, records[-1].offset)
         now = self.clock.now()
         parsed: list[tuple[LogRecord, Envelope | InvalidInput]] = []
@@ -306,6 +322,8 @@ class Sequencer(_Processor):
         seen: set[tuple[str, str]] = set()
         fates: list[RecordFate] = []
         archived: list[ArchivedEvent] = []
+        accepted_at: dict[int, float | None] = {r.offset: r.timestamp for r in records}
+        parents = {r.offset: telemetry.parent_of(headers=r.headers) for r in records}
         letters: list[tuple[LogRecord, str, str]] = []
         stale: list[Envelope] = []
         for r, item in parsed:
@@ -374,6 +392,7 @@ class Sequencer(_Processor):
             )
         if letters:
             self.topic.dead_letter(letters)
+            telemetry.dead_lettered([code for _, code, _ in letters], self.topic.name)
             for r, code, _ in letters:
                 log.warning(
                     "record %s/%d/%d sent to the dead-letter topic: %s",
@@ -390,7 +409,10 @@ class Sequencer(_Processor):
                 record = LoggedEvent(
                     offset=encode_offset(partition, event.offset), envelope=event.envelope
                 )
-                decision = self.runner.decide_registrar(record, tx)
+                with telemetry.handling(
+                    batch, event.envelope, parents[event.offset], offset=event.offset
+                ):
+                    decision = self.runner.decide_registrar(record, tx)
                 tx.apply(decision.writes)
                 emitted.extend(decision.events)
             for env in stale:
@@ -412,6 +434,11 @@ class Sequencer(_Processor):
             if emitted:
                 self.runner.log.append(emitted)
             tx.set_position(position_name(self.consumer, partition), records[-1].offset + 1)
+        telemetry.committed(
+            self.consumer,
+            [e.envelope for e in archived],
+            [accepted_at[e.offset] for e in archived],
+        )
         return len(records)
 
     def _count(
@@ -441,7 +468,9 @@ class Follower(_Processor):
         self.consumer = consumer
         self.archive = archive
 
-    def _partition(self, partition: int, records: list[LogRecord]) -> int:
+    def _partition(
+        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+    ) -> int:
         fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
         ready = []
         for r in records:
@@ -451,6 +480,8 @@ class Follower(_Processor):
         if not ready:
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         events: list[LoggedEvent] = []
+        accepted_at: list[float | None] = []
+        parents: dict[int, Any] = {}
         for r in ready:
             fate = fates[r.offset]
             if fate.status is not RecordStatus.ARCHIVED:
@@ -458,6 +489,8 @@ class Follower(_Processor):
             assert r.value is not None  # an archived record had a value
             env = Envelope.model_validate_json(r.value).model_copy(update={"seq": fate.seq})
             events.append(LoggedEvent(offset=encode_offset(partition, r.offset), envelope=env))
+            accepted_at.append(r.timestamp)
+            parents[r.offset] = telemetry.parent_of(env.trace, r.headers)
             self.counters.by_type[env.type] = self.counters.by_type.get(env.type, 0) + 1
         name = position_name(self.consumer, partition)
         if self.consumer == indexing.CONSUMER:
@@ -474,12 +507,15 @@ class Follower(_Processor):
             with self.store.transaction() as tx:
                 emitted: list[Envelope] = []
                 for record in events:
-                    decision = decide(record, tx)
+                    offset = decode_offset(record.offset)[1]
+                    with telemetry.handling(batch, record.envelope, parents[offset], offset=offset):
+                        decision = decide(record, tx)
                     tx.apply(decision.writes)
                     emitted.extend(decision.events)
                 if emitted:
                     self.runner.log.append(emitted)
                 tx.set_position(name, ready[-1].offset + 1)
+        telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
         if len(ready) < len(records):
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         return len(ready)

@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from mnemo import telemetry
+from mnemo.adapters.sqlite_log import DESTINATION
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -85,15 +87,21 @@ class EmbeddedRunner:
         batch = self.log.read(self.store.position(consumer), self.batch_size)
         if not batch:
             return 0
-        with self.store.transaction() as tx:
+        parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
+        with (
+            telemetry.consuming(consumer, parents, system="sqlite", destination=DESTINATION) as t,
+            self.store.transaction() as tx,
+        ):
             emitted: list[Envelope] = []
-            for record in batch:
-                decision = decide(record, tx)
+            for record, parent in zip(batch, parents, strict=True):
+                with telemetry.handling(t, record.envelope, parent):
+                    decision = decide(record, tx)
                 tx.apply(decision.writes)
                 emitted.extend(decision.events)
             if emitted:
                 self.log.append(emitted)
             tx.set_position(consumer, batch[-1].offset)
+        telemetry.committed(consumer, [r.envelope for r in batch])
         return len(batch)
 
     def _register(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
@@ -155,9 +163,14 @@ class EmbeddedRunner:
         batch = self.log.read(position, self.batch_size)
         if not batch:
             return 0
-        self.index_events([r.envelope for r in batch])
-        with self.store.transaction() as tx:
-            tx.set_position(indexing.CONSUMER, batch[-1].offset)
+        parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
+        with telemetry.consuming(
+            indexing.CONSUMER, parents, system="sqlite", destination=DESTINATION
+        ):
+            self.index_events([r.envelope for r in batch])
+            with self.store.transaction() as tx:
+                tx.set_position(indexing.CONSUMER, batch[-1].offset)
+        telemetry.committed(indexing.CONSUMER, [r.envelope for r in batch])
         return len(batch)
 
     def index_events(self, envelopes: list[Envelope]) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from mnemo import telemetry
 from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
 from mnemo.domain.errors import MnemoError
 from mnemo.handlers import audit, decay, indexing, registration
@@ -108,6 +109,7 @@ class Worker:
             else Follower(self.platform.runner, self.platform.store, d.archive, consumer)
         )
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"mnemo-{consumer}")
+        self._unwatch = telemetry.watch_lag(self.lag)
         self.failures = 0
         self.last_error = ""
         self.app = faust.App(
@@ -176,6 +178,7 @@ class Worker:
                         e.message.key,
                         e.message.value,
                         _headers(e.message.headers),
+                        e.message.timestamp,
                     )
                     for e in events
                 ]
@@ -224,6 +227,7 @@ class Worker:
                     host=gateway.host,
                     port=gateway.port,
                     log_level=self.settings.log_level.lower(),
+                    log_config=_uvicorn_logging(self.settings),
                 )
                 server = _EmbeddedServer(config)
                 await server.serve()
@@ -239,6 +243,17 @@ class Worker:
         return self.platform.runner.decay_scan()
 
     # -- health and metrics
+
+    def lag(self) -> dict[str, dict[int, int]]:
+        """Records this consumer still has to read, per partition (mnemo.consumer.lag)."""
+        ends = self.distributed.topic.end_offsets()
+        store = self.platform.store
+        return {
+            self.consumer: {
+                p: max(0, end - store.position(position_name(self.consumer, p)))
+                for p, end in sorted(ends.items())
+            }
+        }
 
     def readiness(self) -> dict[str, Any]:
         checks: dict[str, Any] = {}
@@ -315,8 +330,10 @@ class Worker:
                 self.app, loglevel=self.settings.log_level.lower(), quiet=True
             ).execute_from_commandline()
         finally:
+            self._unwatch()
             self.executor.shutdown(wait=True)
             self.platform.close()
+            telemetry.shutdown()
 
 
 def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
@@ -349,6 +366,14 @@ def _no_signals() -> Any:
     return nullcontext()
 
 
+def _uvicorn_logging(settings: MnemoSettings) -> Any:
+    """uvicorn's own log set-up for text logs; none for JSON (its loggers then reach the
+    root logger's JSON handler)."""
+    import uvicorn.config
+
+    return None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
+
+
 def make_worker(consumer: str, settings: MnemoSettings | None = None) -> Worker:
     return Worker(consumer, settings or MnemoSettings())
 
@@ -373,7 +398,10 @@ def _starting(what: str, build: Callable[[], T], attempts: int = 20) -> T:
 def run_worker(consumer: str) -> None:
     """`python -m mnemo_<consumer>` in the distributed mode."""
     settings = worker_settings(consumer)
-    _configure_logging(settings.log_level)
+    telemetry.configure_logging(settings.log_level, settings.log_format)
+    telemetry.configure(
+        consumer, prometheus_port=settings.prometheus_port, prometheus_host=settings.health_host
+    )
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     _starting("starting the worker", lambda: make_worker(consumer, settings)).run()
 
@@ -381,7 +409,10 @@ def run_worker(consumer: str) -> None:
 def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
     """The gateway in the distributed mode. With a Qdrant server, it is only the HTTP API;
     without one, it also runs the indexer (the co-located topology)."""
-    _configure_logging(settings.log_level)
+    telemetry.configure_logging(settings.log_level, settings.log_format)
+    telemetry.configure(
+        "gateway", prometheus_port=settings.prometheus_port, prometheus_host=gateway.host
+    )
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     if settings.qdrant_url is None:
         worker = _starting(
@@ -406,6 +437,7 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
             host=gateway.host,
             port=gateway.port,
             log_level=settings.log_level.lower(),
+            log_config=_uvicorn_logging(settings),
         )
     finally:
         platform.close()
@@ -423,8 +455,3 @@ def ensure_topics_from(settings: MnemoSettings) -> list[str]:
         replication=settings.kafka_replication,
         min_insync=settings.kafka_min_insync,
     )
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("cassandra").setLevel(logging.ERROR)
