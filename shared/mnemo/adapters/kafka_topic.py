@@ -36,6 +36,20 @@ __all__ = ["KafkaConfig", "KafkaTopic", "ensure_topics"]
 
 log = logging.getLogger("mnemo.kafka")
 
+
+class _NoRecordContents(logging.Filter):
+    """aiokafka's producer logs every record's key and value at DEBUG: payloads and stream
+    names (user ids) must not reach the logs, so those lines keep only their topic."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Sending (key="):
+            record.msg = "Sending a record to %s"
+            record.args = (record.args[-1],) if isinstance(record.args, tuple) else ()
+        return True
+
+
+logging.getLogger("aiokafka.producer.producer").addFilter(_NoRecordContents())
+
 T = TypeVar("T")
 
 MAX_RECORD_BYTES = 1_048_576
