@@ -61,6 +61,7 @@ __all__ = [
     "install",
     "instrument_cassandra",
     "instruments",
+    "logging_config",
     "reset",
     "sending",
     "traced_vault",
@@ -382,16 +383,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+def logging_config(level: str, fmt: str = "json") -> dict[str, Any]:
+    """A `logging.config.dictConfig` for the root logger at `level`, on stderr, as JSON
+    lines (fmt="json") or plain text; faust's worker takes it too."""
+    formatter: dict[str, Any] = (
+        {"()": JsonFormatter}
+        if fmt == "json"
+        else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    )
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"mnemo": formatter},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "mnemo"}},
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        "loggers": {"cassandra": {"level": "ERROR"}},
+    }
+
+
 def configure_logging(level: str, fmt: str = "json") -> None:
     """The root logger at `level`, JSON lines (fmt="json") or plain text, on stderr."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter()
-        if fmt == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    logging.getLogger("cassandra").setLevel(logging.ERROR)
+    import logging.config
+
+    logging.config.dictConfig(logging_config(level, fmt))
 
 
 # ---- the producer side ----------------------------------------------------------------------

@@ -327,7 +327,12 @@ class Worker:
         )
         try:
             FaustWorker(
-                self.app, loglevel=self.settings.log_level.lower(), quiet=True
+                self.app,
+                loglevel=self.settings.log_level.lower(),
+                quiet=True,
+                logging_config=telemetry.logging_config(
+                    self.settings.log_level, self.settings.log_format
+                ),
             ).execute_from_commandline()
         finally:
             self._unwatch()
