@@ -47,7 +47,9 @@ if TYPE_CHECKING:
     from fastapi.telemetry import TelemetryConfig
 
 __all__ = [
+    "EMBEDDED_LOG",
     "JsonFormatter",
+    "Parent",
     "TracedVectorIndex",
     "committed",
     "configure",
@@ -70,6 +72,8 @@ __all__ = [
 ]
 
 SCOPE = "mnemo"
+EMBEDDED_LOG = "log.sqlite3"  # how spans name the embedded mode's log
+Parent = otel_context.Context  # a record's producer context, as `parent_of` gives it
 _PROPAGATOR = TraceContextTextMapPropagator()
 _MAX_LINKS = 128
 _EVERYTHING = VectorFilter()

@@ -21,8 +21,6 @@ from mnemo.ports import Appended, EventLog
 
 __all__ = ["SqliteEventLog", "connect"]
 
-DESTINATION = "log.sqlite3"  # how traces name the embedded log
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     offset      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -83,7 +81,9 @@ class SqliteEventLog(EventLog):
         if not events:
             return []
         with (
-            telemetry.sending(events, system="sqlite", destination=DESTINATION) as stamped,
+            telemetry.sending(
+                events, system="sqlite", destination=telemetry.EMBEDDED_LOG
+            ) as stamped,
             self._lock,
         ):
             cur = self._write.cursor()

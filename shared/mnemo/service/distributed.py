@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import orjson
 
@@ -481,7 +480,7 @@ class Follower(_Processor):
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         events: list[LoggedEvent] = []
         accepted_at: list[float | None] = []
-        parents: dict[int, Any] = {}
+        parents: dict[int, telemetry.Parent | None] = {}
         for r in ready:
             fate = fates[r.offset]
             if fate.status is not RecordStatus.ARCHIVED:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from mnemo import telemetry
-from mnemo.adapters.sqlite_log import DESTINATION
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -89,7 +88,9 @@ class EmbeddedRunner:
             return 0
         parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
         with (
-            telemetry.consuming(consumer, parents, system="sqlite", destination=DESTINATION) as t,
+            telemetry.consuming(
+                consumer, parents, system="sqlite", destination=telemetry.EMBEDDED_LOG
+            ) as t,
             self.store.transaction() as tx,
         ):
             emitted: list[Envelope] = []
@@ -165,7 +166,7 @@ class EmbeddedRunner:
             return 0
         parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
         with telemetry.consuming(
-            indexing.CONSUMER, parents, system="sqlite", destination=DESTINATION
+            indexing.CONSUMER, parents, system="sqlite", destination=telemetry.EMBEDDED_LOG
         ):
             self.index_events([r.envelope for r in batch])
             with self.store.transaction() as tx:
