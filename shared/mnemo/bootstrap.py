@@ -89,13 +89,17 @@ def make_key_vault(settings: MnemoSettings) -> KeyVault:
                 code="VAULT_TOKEN_MISSING",
                 field="vault_token",
             )
+        from mnemo.telemetry import traced_vault
+
         token = settings.vault_token.get_secret_value()
-        return VaultKeyVault(
-            settings.vault_addr,
-            token,
-            mount=settings.vault_transit_mount,
-            prefix=settings.vault_key_prefix,
-            timeout=settings.vault_timeout,
+        return traced_vault(
+            VaultKeyVault(
+                settings.vault_addr,
+                token,
+                mount=settings.vault_transit_mount,
+                prefix=settings.vault_key_prefix,
+                timeout=settings.vault_timeout,
+            )
         )
     from mnemo.adapters.local_key_vault import LocalKeyFileVault
 
