@@ -85,7 +85,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated subset of {SECTIONS}",
     )
     dist = ap.add_argument_group("distributed section (bench/distributed.py)")
-    dist.add_argument("--dist-events", type=int, help="ingest events per mode (10000)")
+    dist.add_argument("--dist-events", type=int, help="ingest events per mode (4000)")
     dist.add_argument("--dist-rounds", type=int, help="alternating ingest rounds (5)")
     dist.add_argument(
         "--freshness-seconds", type=float, help="steady load per mode for freshness (60)"
@@ -96,8 +96,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     dist.add_argument(
         "--context-load-limit",
         type=float,
-        default=2_400.0,
-        help="seconds of loading per mode before measuring at the size reached (2400)",
+        help="seconds of loading per mode before measuring at the size reached (2400; "
+        "600 with --quick)",
     )
     dist.add_argument(
         "--dist-embedder",
@@ -135,11 +135,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.anchors = max(args.anchors or (500 if q else 2_000), args.ingest_texts)
     args.queries = args.queries or (100 if q else 300)
     args.replay_events = args.replay_events or (20_000 if q else 100_000)
-    args.dist_events = args.dist_events or (2_000 if q else 10_000)
+    args.dist_events = args.dist_events or (1_000 if q else 4_000)
     args.dist_rounds = args.dist_rounds or (4 if q else 5)
     args.freshness_seconds = args.freshness_seconds or (30.0 if q else 60.0)
     args.context_size = int(str(args.context_size or (20_000 if q else 100_000)))
     args.context_queries = args.context_queries or (100 if q else 300)
+    args.context_load_limit = args.context_load_limit or (600.0 if q else 2_400.0)
     args.dist_parts = [p.strip() for p in args.dist_parts.split(",") if p.strip()]
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(args.sections) - set(SECTIONS)
