@@ -64,6 +64,14 @@ __all__ = [
 ]
 
 PARTS = ("ingest", "freshness", "outage", "context")
+# the operator token of this run's two servers: it creates the tenants and their keys
+OPERATOR_TOKEN = uuid.uuid4().hex
+GATEWAY_ENV = {
+    "MNEMO_GATEWAY_ADMIN_TOKEN": OPERATOR_TOKEN,
+    # the benchmark measures Mnemo, not the rate limiter
+    "MNEMO_GATEWAY_RATE_TENANT_PER_SECOND": "0",
+    "MNEMO_GATEWAY_RATE_KEY_PER_SECOND": "0",
+}
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("embedded", "distributed")
 PRINCIPAL = "bench"
@@ -171,6 +179,26 @@ class Server:
     mode: str
     url: str
     http: httpx.Client = field(init=False)
+    keys: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def headers(self, tenant: str) -> dict[str, str]:
+        """An API key of `tenant` (the tenant and its key made on first use)."""
+        with self._lock:
+            key = self.keys.get(tenant)
+            if key is None:
+                answer = self.http.post(
+                    "/v1/admin/tenants",
+                    json={"tenant": tenant, "admin_key_name": "bench"},
+                    headers={"X-Mnemo-Admin-Token": OPERATOR_TOKEN},
+                )
+                if answer.status_code != 201:
+                    raise RuntimeError(
+                        f"{self.mode}: creating tenant {tenant} answered "
+                        f"{answer.status_code}: {answer.text}"
+                    )
+                key = self.keys[tenant] = str(answer.json()["key"])
+        return {"Authorization": f"Bearer {key}", "X-Mnemo-Principal": PRINCIPAL}
 
     def __post_init__(self) -> None:
         self.http = httpx.Client(
@@ -180,12 +208,12 @@ class Server:
         )
 
     def publish(self, tenant: str, events: list[dict[str, Any]]) -> None:
-        answer = self.http.post("/v1/events", json={"events": events}, headers=_headers(tenant))
+        answer = self.http.post("/v1/events", json={"events": events}, headers=self.headers(tenant))
         if answer.status_code != 202:
             raise RuntimeError(f"{self.mode}: publish answered {answer.status_code}: {answer.text}")
 
     def status(self) -> dict[str, Any]:
-        answer = self.http.get("/v1/admin/status", headers=_headers("bench-admin"))
+        answer = self.http.get("/v1/admin/status", headers=self.headers("bench-admin"))
         answer.raise_for_status()
         body: dict[str, Any] = answer.json()
         return body
@@ -212,17 +240,13 @@ class Server:
         self.http.close()
 
 
-def _headers(tenant: str) -> dict[str, str]:
-    return {"X-Mnemo-Tenant": tenant, "X-Mnemo-Principal": PRINCIPAL}
-
-
 def _wait_answering(server: Server, alive: Callable[[], bool], timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive():
             raise RuntimeError(f"{server.mode} server exited while starting")
         with suppress(httpx.HTTPError):
-            if server.http.get("/v1/admin/status", headers=_headers("bench")).status_code == 200:
+            if server.http.get("/healthz").status_code == 200:
                 return
         time.sleep(0.25)
     raise RuntimeError(f"{server.mode} server did not answer within {timeout:.0f}s")
@@ -239,6 +263,7 @@ def embedded_server(root: Path, embedder: str) -> Iterator[Server]:
             "MNEMO_EMBEDDER": embedder,
             "MNEMO_DATA_DIR": str(root / "embedded"),
             "MNEMO_LOG_LEVEL": "WARNING",
+            **GATEWAY_ENV,
         }
     )
     root.mkdir(parents=True, exist_ok=True)
@@ -289,6 +314,7 @@ class DistributedDeployment:
             "MNEMO_CASSANDRA_PORT": str(port),
             "MNEMO_CASSANDRA_KEYSPACE": f"mnemo_bench_{self.tag}",
             "MNEMO_LOG_LEVEL": "WARNING",
+            **GATEWAY_ENV,
         }
         stack_cls = _stack_module().Stack
         self.root.mkdir(parents=True, exist_ok=True)
@@ -537,7 +563,7 @@ class Prober:
             t0 = time.monotonic()
             try:
                 answer = self.server.http.post(
-                    "/v1/search", json=body, headers=_headers(self.tenant)
+                    "/v1/search", json=body, headers=self.server.headers(self.tenant)
                 )
                 hits = answer.json().get("hits", []) if answer.status_code == 200 else []
             except httpx.HTTPError:
@@ -884,7 +910,9 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
         body = {"query": q, "subjects": [f"user:C{i % streams:04d}"], "budget": 1_000}
         for mode in modes[i % 2 :] + modes[: i % 2]:
             t0 = time.perf_counter()
-            answer = servers[mode].http.post("/v1/context", json=body, headers=_headers(tenant))
+            answer = servers[mode].http.post(
+                "/v1/context", json=body, headers=servers[mode].headers(tenant)
+            )
             dt = time.perf_counter() - t0
             if answer.status_code != 200:
                 raise RuntimeError(f"{mode}: context answered {answer.status_code}: {answer.text}")
