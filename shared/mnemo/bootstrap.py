@@ -275,7 +275,31 @@ def build_embedded(
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
     index = make_index(settings, embedder.dim)
-    runner = EmbeddedRunner(
+    runner = make_runner(settings, event_log, store, index, embedder, clock, consumers)
+    tokenizer = make_tokenizer(settings)
+    contexts = ContextAssembler(
+        event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
+    )
+    sealer = make_sealer(settings, vault)
+    app = Mnemo(
+        event_log, store, index, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
+    )
+    access = open_access(settings, clock)
+    return Platform(settings, event_log, store, index, runner, app, access, sealer=sealer)
+
+
+def make_runner(
+    settings: MnemoSettings,
+    event_log: EventLog,
+    store: MemoryStore,
+    index: VectorIndex,
+    embedder: Embedder,
+    clock: Clock,
+    consumers: tuple[str, ...] = CONSUMERS,
+) -> EmbeddedRunner:
+    """The consumers' handlers over given adapters, with the settings' rules and policy.
+    The embedded mode drives it; the distributed workers call its steps."""
+    return EmbeddedRunner(
         event_log,
         store,
         index,
@@ -287,16 +311,6 @@ def build_embedded(
         consumers=consumers,
         decay_policy=load_decay_policy(settings.decay_policy_file),
     )
-    tokenizer = make_tokenizer(settings)
-    contexts = ContextAssembler(
-        event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
-    )
-    sealer = make_sealer(settings, vault)
-    app = Mnemo(
-        event_log, store, index, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
-    )
-    access = open_access(settings, clock)
-    return Platform(settings, event_log, store, index, runner, app, access, sealer=sealer)
 
 
 def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
@@ -315,17 +329,14 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
         if indexing
         else InMemoryVectorIndex(embedder.dim)  # never used: this runner does not index
     )
-    return EmbeddedRunner(
+    return make_runner(
+        settings,
         SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous),
         SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous),
         index,
         embedder,
         SystemClock(),
-        load_rules(settings.rules_file),
-        batch_size=settings.batch_size,
-        embed_batch=settings.embed_batch,
-        consumers=(consumer,),
-        decay_policy=load_decay_policy(settings.decay_policy_file),
+        (consumer,),
     )
 
 
@@ -454,17 +465,7 @@ def build_distributed(
     except BaseException:
         store.close()
         raise
-    runner = EmbeddedRunner(
-        event_log,
-        store,
-        index,
-        embedder,
-        clock,
-        load_rules(settings.rules_file),
-        batch_size=settings.batch_size,
-        embed_batch=settings.embed_batch,
-        decay_policy=load_decay_policy(settings.decay_policy_file),
-    )
+    runner = make_runner(settings, event_log, store, index, embedder, clock)
     progress = PartitionProgress(store, topic)
     tokenizer = make_tokenizer(settings)
     contexts = ContextAssembler(

@@ -39,6 +39,7 @@ from datetime import datetime
 import orjson
 
 from mnemo import telemetry
+from mnemo.client.kafka import record_headers, record_key
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -88,24 +89,6 @@ def decode_offset(value: int) -> tuple[int, int]:
 
 def position_name(consumer: str, partition: int) -> str:
     return f"{consumer}/{partition}"
-
-
-def record_key(envelope: Envelope) -> bytes:
-    return f"{envelope.tenant}:{envelope.stream}".encode()
-
-
-def record_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
-    headers = [
-        ("mnemo-event-type", envelope.type.encode()),
-        ("mnemo-schema-version", str(envelope.schema_version).encode()),
-        ("mnemo-event-id", envelope.event_id.encode()),
-        ("content-type", b"application/json"),
-    ]
-    if envelope.trace is not None:
-        headers.append(("traceparent", envelope.trace.traceparent.encode()))
-        if envelope.trace.tracestate:
-            headers.append(("tracestate", envelope.trace.tracestate.encode()))
-    return headers
 
 
 def parse_record(record: LogRecord, now: datetime, max_skew_seconds: float = 300.0) -> Envelope:
