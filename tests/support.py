@@ -24,17 +24,22 @@ from mnemo_gateway.app import create_app
 from mnemo.bootstrap import Platform, build_embedded, key_pepper
 from mnemo.domain.access import ALL_SCOPES, ApiKey, Scope, format_key, key_digest, parse_key
 from mnemo.domain.errors import ConflictError
-from mnemo.ports import KeyVault
+from mnemo.domain.events import Envelope
+from mnemo.domain.projection import AuditRecord
+from mnemo.handlers import audit
+from mnemo.ports import KeyVault, MemoryStore
 from mnemo.settings import GatewaySettings, MnemoSettings
 
 __all__ = [
     "TEST_TENANTS",
+    "audit_trails",
     "auth",
     "fixed_key",
     "grant",
     "headers_for",
     "install_keys",
     "running_server",
+    "verify_trails",
     "wait_healthy",
 ]
 
@@ -156,3 +161,19 @@ def running_server(
         thread.join(timeout=30)
         sock.close()
         platform.close()
+
+
+def audit_trails(store: MemoryStore, tenant: str) -> dict[str, list[AuditRecord]]:
+    """Every audit chain of a tenant, by stream, each link in order."""
+    return {
+        head.stream: store.audit_trail(tenant, head.stream, 0, head.n)
+        for head in store.audit_heads(tenant)
+    }
+
+
+def verify_trails(
+    trails: dict[str, list[AuditRecord]], events: dict[str, Envelope]
+) -> dict[str, int]:
+    """The streams whose chain is broken, with the first broken link (empty: all hold)."""
+    broken = {stream: audit.verify(trail, events) for stream, trail in trails.items()}
+    return {stream: n for stream, n in broken.items() if n is not None}

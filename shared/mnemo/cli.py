@@ -1323,7 +1323,8 @@ def audit() -> None:
 @DATA_DIR_OPTION
 @pass_state
 def audit_verify(state: State, data_dir: Path | None) -> None:
-    """Check the tenant's audit chain against the log; print OK, or the first broken link.
+    """Check the tenant's audit chains (one per stream) against the log; print OK, or the
+    first broken link.
 
     With --data-dir, offline on a data directory no server runs on; else the running
     server (--url) checks it. Exit code 4 when the chain is broken.
@@ -1343,6 +1344,8 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
                 "links": status.links,
                 "pending": status.pending,
                 "first_broken": status.first_broken,
+                "stream": status.stream,
+                "streams": status.streams,
                 "reason": status.reason,
                 "head_hash": status.head_hash,
             }
@@ -1353,7 +1356,11 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
     elif answer["status"] != "broken":
         links = int(answer["links"])
         head = answer.get("head_hash") or "-"
-        click.echo(f"OK: {links} links intact for tenant {state.api.tenant} (head {head})")
+        streams = int(answer.get("streams") or 0)
+        click.echo(
+            f"OK: {links} links in {streams} stream chains intact for tenant "
+            f"{state.api.tenant} (heads digest {head})"
+        )
     if answer["status"] == "broken":
         where = answer.get("first_broken")
         raise AuditBroken(

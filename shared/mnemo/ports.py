@@ -154,7 +154,8 @@ class StoreTransaction(abc.ABC):
         """Every memory of a tenant whatever its status, by memory id (forgetting a tenant)."""
 
     @abc.abstractmethod
-    def last_audit(self, tenant: str) -> AuditRecord | None: ...
+    def last_audit(self, tenant: str, stream: str) -> AuditRecord | None:
+        """The last link of a stream's audit chain, if any."""
 
     @abc.abstractmethod
     def template(self, tenant: str, name: str, version: int) -> ContextTemplate | None: ...
@@ -215,7 +216,12 @@ class MemoryStore(abc.ABC):
         """Timers due at `now`, earliest first, across tenants."""
 
     @abc.abstractmethod
-    def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]: ...
+    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
+        """A stream's audit links with n > after_n, in order."""
+
+    @abc.abstractmethod
+    def audit_heads(self, tenant: str) -> list[AuditRecord]:
+        """The last link of each of the tenant's audited streams, by stream."""
 
     @abc.abstractmethod
     def template(

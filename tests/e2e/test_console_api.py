@@ -534,14 +534,24 @@ def test_audit_chain_verification_and_tampering(fresh: World, tmp_path: Path) ->
     platform.runner.drain()
     assert get(client, "/v1/insights/audit")["status"] == "intact"
 
+    assert audit["streams"] == len({e.envelope.stream for e in events})
+
+    # break link 3 of the first stream that has one: the streams before it verify whole
+    heads = platform.store.audit_heads("acme")
+    target = next(h for h in heads if h.n >= 3)
+    before = sum(h.n for h in heads if h.stream < target.stream)
     store = tmp_path / "data" / "store.sqlite3"
     with sqlite3.connect(store) as db:
-        db.execute("UPDATE audit SET hash = ? WHERE tenant = 'acme' AND n = 3", ("f" * 64,))
+        db.execute(
+            "UPDATE audit_links SET hash = ? WHERE tenant = 'acme' AND stream = ? AND n = 3",
+            ("f" * 64, target.stream),
+        )
     broken = get(client, "/v1/insights/audit")
     assert broken["status"] == "broken"
     assert broken["first_broken"] == 3
-    assert broken["links"] == 2
-    assert "link 3" in broken["reason"]
+    assert broken["stream"] == target.stream
+    assert broken["links"] == before + 2
+    assert f"{target.stream} link 3" in broken["reason"]
     assert get(client, "/v1/insights/audit", headers=OTHER)["status"] == "intact"
 
 

@@ -36,10 +36,10 @@ from tests.distributed_support import (
     drop_keyspace,
     require_services,
 )
+from tests.support import audit_trails, verify_trails
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.ids import new_event_id
-from mnemo.handlers import audit
 from mnemo.ports import MemoryQuery
 from mnemo.settings import MnemoSettings
 
@@ -185,10 +185,13 @@ def assert_projected_exactly_once(d: Deployment, accepted: list[str]) -> None:
             ids = [e.envelope.event_id for e in events]
             assert len(ids) == len(set(ids))
             archived += len(events)
-        trail = platform.store.audit_trail("acme", 0, 1_000_000)
-        assert len(trail) == archived
-        logged = {r.event_id: platform.log.get("acme", r.event_id) for r in trail}
-        assert audit.verify(trail, {k: v.envelope for k, v in logged.items() if v}) is None
+        trails = audit_trails(platform.store, "acme")
+        assert set(trails) == streams
+        assert sum(len(t) for t in trails.values()) == archived
+        logged = {
+            r.event_id: platform.log.get("acme", r.event_id) for t in trails.values() for r in t
+        }
+        assert verify_trails(trails, {k: v.envelope for k, v in logged.items() if v}) == {}
     finally:
         platform.close()
     # the vectors, read by the gateway (the process that owns the shard)

@@ -148,13 +148,15 @@ def test_citing_an_unknown_memory_counts_nothing(client: TestClient, platform: P
 def test_the_audit_check_refuses_an_event_linked_twice(platform: Platform) -> None:
     platform.app.publish(RequestContext("acme", "a"), [declared("one"), declared("two")])
     platform.runner.drain()
-    trail = platform.store.audit_trail("acme", 0, 100)
+    [stream] = [h.stream for h in platform.store.audit_heads("acme")]
+    trail = platform.store.audit_trail("acme", stream, 0, 100)
     events = {e.envelope.event_id: e.envelope for e in platform.log.read(0, 100)}
     assert audit.verify(trail, events) is None
     last = trail[-1]
     # a well-formed link that chains correctly but repeats an event already linked
     again = AuditRecord(
         last.tenant,
+        last.stream,
         last.n + 1,
         last.event_id,
         last.event_type,

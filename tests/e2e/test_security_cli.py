@@ -43,12 +43,18 @@ def fill(data: Path, count: int = 4) -> None:
         platform.close()
 
 
-def tamper(data: Path, n: int) -> None:
+def tamper(data: Path, n: int) -> str:
+    """Overwrite link n of the first of acme's streams that has one; that stream's name."""
     with sqlite3.connect(data / "store.sqlite3") as db:
+        [stream] = db.execute(
+            "SELECT MIN(stream) FROM audit_links WHERE tenant = 'acme' AND n = ?", (n,)
+        ).fetchone()
         changed = db.execute(
-            "UPDATE audit SET hash = ? WHERE tenant = 'acme' AND n = ?", ("0" * 64, n)
+            "UPDATE audit_links SET hash = ? WHERE tenant = 'acme' AND stream = ? AND n = ?",
+            ("0" * 64, stream, n),
         ).rowcount
     assert changed == 1
+    return str(stream)
 
 
 @pytest.fixture
@@ -63,12 +69,13 @@ def test_offline_verify_then_tamper(tmp_path: Path, runner: CliRunner) -> None:
     ok = runner.invoke(cli, ["--tenant", "acme", "audit", "verify", "--data-dir", str(data)])
     assert ok.exit_code == 0, ok.output
     assert ok.output.startswith("OK: ")
-    assert "links intact for tenant acme" in ok.output
+    assert "stream chains intact for tenant acme" in ok.output
 
-    tamper(data, 3)
+    stream = tamper(data, 3)
     broken = runner.invoke(cli, ["--tenant", "acme", "audit", "verify", "--data-dir", str(data)])
     assert broken.exit_code == 4, broken.output
     assert "BROKEN: first broken link 3" in broken.output
+    assert f"{stream} link 3" in broken.output
 
     as_json = runner.invoke(
         cli, ["--tenant", "acme", "--json", "audit", "verify", "--data-dir", str(data)]

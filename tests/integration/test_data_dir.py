@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,43 @@ def test_a_registrar_process_works_beside_the_gateway(tmp_path: Path) -> None:
         registrar.store.close()
         registrar.log.close()
         gateway.close()
+
+
+def test_a_data_dir_with_the_per_tenant_audit_chain_is_linked_again_per_stream(
+    tmp_path: Path,
+) -> None:
+    settings = MnemoSettings(data_dir=tmp_path / "d", embedder="hashing")
+    platform = build_embedded(settings)
+    ctx = RequestContext("acme", "a")
+    for stream in ("user:U1", "user:U2"):
+        platform.app.publish(
+            ctx, [{"type": "ObservationRecorded", "schema_version": 2, "stream": stream,
+                   "payload": {"text": "remember my size is L"}}]
+        )  # fmt: skip
+    platform.runner.drain()
+    linked = {h.stream: h.n for h in platform.store.audit_heads("acme")}
+    assert set(linked) == {"user:U1", "user:U2"}
+    platform.close()
+    # what an older data directory holds: one chain per tenant, and the audit consumer's
+    # position at the end of the log
+    db = sqlite3.connect(tmp_path / "d" / "store.sqlite3")
+    with db:
+        db.execute("DROP TABLE audit_links")
+        db.execute(
+            "CREATE TABLE audit (tenant TEXT NOT NULL, n INTEGER NOT NULL, event_id TEXT "
+            "NOT NULL, event_type TEXT NOT NULL, offset INTEGER NOT NULL, prev_hash TEXT "
+            "NOT NULL, hash TEXT NOT NULL, PRIMARY KEY (tenant, n)) WITHOUT ROWID"
+        )
+    db.close()
+    reopened = build_embedded(settings)
+    try:
+        assert reopened.store.position("audit") == 0
+        assert reopened.store.audit_heads("acme") == []
+        reopened.runner.drain()
+        heads = {h.stream: h.n for h in reopened.store.audit_heads("acme")}
+        assert heads == linked
+    finally:
+        reopened.close()
+    with sqlite3.connect(tmp_path / "d" / "store.sqlite3") as check:
+        tables = {r[0] for r in check.execute("SELECT name FROM sqlite_master")}
+    assert "audit" not in tables

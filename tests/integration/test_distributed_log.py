@@ -16,12 +16,12 @@ from typing import Any
 import orjson
 import pytest
 from tests.distributed_support import Pump, distributed_settings, running_distributed
+from tests.support import audit_trails, verify_trails
 
 from mnemo.bootstrap import Platform
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import OutcomeKind
-from mnemo.handlers import audit
 from mnemo.ports import LogRecord, MemoryQuery, RecordStatus
 from mnemo.service.app import RequestContext
 from mnemo.service.distributed import record_key
@@ -92,9 +92,10 @@ def test_published_events_are_sequenced_registered_searchable_and_replayable(
     assert found.envelope.seq == 1
     assert platform.log.get("other", first) is None
     # the audit chain holds one link per archived event
-    trail = platform.store.audit_trail("acme", 0, 1000)
-    archived = sum(len(seqs(platform, s)) for s in ("user:U1", "user:U2"))
-    assert len(trail) == archived
+    trails = audit_trails(platform.store, "acme")
+    assert {s: len(t) for s, t in trails.items()} == {
+        s: len(seqs(platform, s)) for s in ("user:U1", "user:U2")
+    }
 
 
 def test_a_repeated_event_id_is_archived_and_registered_once(platform: Platform) -> None:
@@ -108,7 +109,7 @@ def test_a_repeated_event_id_is_archived_and_registered_once(platform: Platform)
         "MemoryRegistered",
     ]
     assert len(platform.app.outcome(CTX, event["event_id"])) == 1
-    assert len(platform.store.audit_trail("acme", 0, 100)) == 2
+    assert len(platform.store.audit_trail("acme", "user:U1", 0, 100)) == 2
 
 
 def test_a_stale_expected_sequence_is_refused_with_an_outcome(platform: Platform) -> None:
@@ -253,17 +254,17 @@ def test_redelivery_and_a_crash_between_archive_and_commit_change_nothing(
     memories = platform.store.query("acme", MemoryQuery(limit=1000))
     assert len(memories) == 9
     assert sorted(platform.index.ids("acme")) == sorted(m.memory_id for m in memories)
-    assert len(platform.store.audit_trail("acme", 0, 1000)) == 18
+    assert sum(len(t) for t in audit_trails(platform.store, "acme").values()) == 18
 
 
 def table_digests(platform: Platform) -> dict[str, str]:
-    """A digest per content table, the audit chain aside (see the test below)."""
+    """A digest per content table: where a rebuild differs, if it does."""
     from mnemo.adapters import cassandra_store as cs
 
     store = platform.store
     out: dict[str, str] = {}
     for ks, table in store._tables():  # type: ignore[attr-defined]
-        if table not in cs._CONTENT_TABLES or table.startswith("audit"):
+        if table not in cs._CONTENT_TABLES:
             continue
         rows = sorted(
             repr(tuple(cs._plain(v) for v in r))
@@ -306,20 +307,24 @@ def test_a_fresh_consumer_group_rebuilds_identical_read_models(tmp_path: Path) -
         with running_distributed(rebuild_settings) as rebuilt:
             Pump(rebuilt).drain()
             live_tables, rebuilt_tables = table_digests(live), table_digests(rebuilt)
+            # every read model, the audit chains included, table by table and as one
+            # checksum
             assert rebuilt_tables == live_tables
+            assert {"audit_links", "audit_stream_heads", "memories"} <= set(live_tables)
+            assert rebuilt.store.checksum() == live.store.checksum()
             assert rebuilt.store.counts() == live.store.counts()
             assert sorted(rebuilt.index.ids("acme")) == sorted(live.index.ids("acme"))
-            # the tenant's audit chain links the same events; the order of links from
-            # different partitions follows consumption, so each chain is checked whole
-            live_trail = live.store.audit_trail("acme", 0, 10_000)
-            rebuilt_trail = rebuilt.store.audit_trail("acme", 0, 10_000)
-            assert sorted(r.event_id for r in rebuilt_trail) == sorted(
-                r.event_id for r in live_trail
-            )
-            for built, trail in ((live, live_trail), (rebuilt, rebuilt_trail)):
-                logged = {r.event_id: built.log.get("acme", r.event_id) for r in trail}
+            live_trails = audit_trails(live.store, "acme")
+            assert audit_trails(rebuilt.store, "acme") == live_trails
+            assert len(live_trails) == 4
+            for built in (live, rebuilt):
+                logged = {
+                    r.event_id: built.log.get("acme", r.event_id)
+                    for trail in live_trails.values()
+                    for r in trail
+                }
                 events = {k: v.envelope for k, v in logged.items() if v is not None}
-                assert audit.verify(trail, events) is None
+                assert verify_trails(live_trails, events) == {}
             for s in ("user:U0", "user:U1", "user:U2", "user:U3"):
                 assert rebuilt.log.read_stream_json(
                     "acme", s, 1, 1000

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from tests.support import audit_trails, verify_trails
+
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.memory import MemoryStatus
 from mnemo.domain.rules import RuleSet
-from mnemo.handlers import audit
 from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
 
@@ -133,9 +134,15 @@ def test_the_audit_chain_covers_every_event_and_verifies(platform: Platform) -> 
     platform.runner.drain()
     events = {e.envelope.event_id: e.envelope for e in platform.log.read(0, 1000)}
     for tenant in ("acme", "globex"):
-        trail = platform.store.audit_trail(tenant, 0, 1000)
-        assert len(trail) == sum(1 for e in events.values() if e.tenant == tenant)
-        assert audit.verify(trail, events) is None
+        trails = audit_trails(platform.store, tenant)
+        mine = [e for e in events.values() if e.tenant == tenant]
+        assert sum(len(t) for t in trails.values()) == len(mine)
+        assert set(trails) == {e.stream for e in mine}
+        assert verify_trails(trails, events) == {}
+        # link n of a stream holds the stream's event n
+        for stream, trail in trails.items():
+            assert [events[r.event_id].seq for r in trail] == list(range(1, len(trail) + 1))
+            assert {events[r.event_id].stream for r in trail} == {stream}
 
 
 def test_a_rebuild_follows_the_recorded_decisions_even_after_the_rules_change(

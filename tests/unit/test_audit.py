@@ -1,4 +1,5 @@
-"""The audit chain detects any change, removal or reordering."""
+"""The audit chain detects any change, removal or reordering, and is the same on every
+replay of the log, whatever the order in which streams interleave."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from mnemo.handlers import audit
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
-def events(n: int) -> list[Envelope]:
+def events(n: int, stream: str = "user:U1") -> list[Envelope]:
     return [
         Envelope(
             event_id=new_event_id(T0 + timedelta(seconds=i)),
             type="ObservationRecorded",
             schema_version=2,
             tenant="acme",
-            stream="user:U1",
+            stream=stream,
             seq=i + 1,
             occurred_at=T0 + timedelta(seconds=i),
             actor=Actor(kind=ActorKind.USER, id="U1"),
@@ -65,3 +66,52 @@ def test_reordered_records_break_the_chain() -> None:
     records = chain(evs)
     swapped = [records[0], records[2], records[1], records[3]]
     assert audit.verify(swapped, {e.event_id: e for e in evs}) == 3
+
+
+def chain_log(log: list[Envelope]) -> dict[str, list[AuditRecord]]:
+    """Audit a log the way the consumer does: each event linked to its stream's last link."""
+    trails: dict[str, list[AuditRecord]] = {}
+    for offset, e in enumerate(log, 1):
+        trail = trails.setdefault(e.stream, [])
+        [write] = audit.handle(e, offset, trail[-1] if trail else None).writes
+        assert isinstance(write, PutAudit)
+        trail.append(write.record)
+    return trails
+
+
+def test_chains_do_not_depend_on_how_streams_interleave() -> None:
+    a, b = events(4, "user:U1"), events(3, "user:U2")
+    one = chain_log([a[0], b[0], a[1], a[2], b[1], b[2], a[3]])
+    other = chain_log([b[0], b[1], a[0], b[2], a[1], a[2], a[3]])
+
+    def links(trails: dict[str, list[AuditRecord]]) -> dict[str, list[tuple[int, str, str]]]:
+        return {s: [(r.n, r.event_id, r.hash) for r in t] for s, t in trails.items()}
+
+    # the log offsets differ with the interleaving; the links themselves do not
+    assert links(one) == links(other)
+    assert audit.heads_digest([t[-1] for t in one.values()]) == audit.heads_digest(
+        [t[-1] for t in other.values()]
+    )
+    assert [r.n for r in one["user:U2"]] == [1, 2, 3]
+
+
+def test_the_heads_digest_follows_every_stream_head() -> None:
+    trails = chain_log(events(3, "user:U1") + events(2, "user:U2"))
+    heads = [t[-1] for t in trails.values()]
+    digest = audit.heads_digest(heads)
+    assert audit.heads_digest(list(reversed(heads))) == digest
+    assert audit.heads_digest(heads[:1]) != digest
+    assert audit.heads_digest([heads[0], trails["user:U2"][0]]) != digest
+
+
+def test_a_link_must_hold_its_streams_event_of_the_same_number() -> None:
+    evs = events(3)
+    records = chain(evs)
+    # the same chain over events numbered otherwise: link 2 no longer holds event 2
+    renumbered = {e.event_id: e for e in evs}
+    renumbered[evs[1].event_id] = evs[1].model_copy(update={"seq": 5})
+    assert audit.verify(records, renumbered) == 2
+    # an event of another stream under this stream's link
+    moved = {e.event_id: e for e in evs}
+    moved[evs[0].event_id] = evs[0].model_copy(update={"stream": "user:U9"})
+    assert audit.verify(records, moved) == 1

@@ -10,9 +10,10 @@ Schema (schemas/cql/, applied by `migrate`)
     stream), memory_id), which holds only the filter columns; bodies then come from
     `memories` by id. Other lookups have their own tables: key versions (`memory_keys`),
     active content hashes (`memory_hashes`), tags (`memory_tags`), outcomes per event, timers
-    by due hour (`timers_by_due` plus the `timer_buckets` list of hours), the audit chain in
-    partitions of 10,000 links ((tenant, n // 10000): links carry no time, so they cannot be
-    cut by day), templates, context records, usage stats, decay weights, and a timeline per
+    by due hour (`timers_by_due` plus the `timer_buckets` list of hours), the audit chain of
+    each stream in partitions of 10,000 links ((tenant, stream, n // 10000): links carry no
+    time, so they cannot be cut by day) with each stream's last link in `audit_stream_heads`
+    (tenant), templates, context records, usage stats, decay weights, and a timeline per
     memory. Filters a table cannot express (type, scope, status, validity, tags) are applied
     by the client while it pages through the one partition a query names.
     Trade-off: a tenant's `memories` (and `context_records`) partition grows with the
@@ -321,12 +322,12 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("kind", "memory_id", "version", "reason_code", "detail"),
     ),
     "timers": (("tenant", "memory_id", "kind"), ("due_us", "due_iso")),
-    "audit": (
-        ("tenant", "chunk", "n"),
+    "audit_links": (
+        ("tenant", "stream", "chunk", "n"),
         ("event_id", "event_type", "log_offset", "prev_hash", "hash"),
     ),
-    "audit_heads": (
-        ("tenant",),
+    "audit_stream_heads": (
+        ("tenant", "stream"),
         ("n", "event_id", "event_type", "log_offset", "prev_hash", "hash"),
     ),
     "templates": (("tenant", "name", "version"), ("body",)),
@@ -360,7 +361,7 @@ _COUNTED = {
     "memory_terms": "memory_terms",
     "outcomes": "outcomes",
     "timers": "timers",
-    "audit": "audit",
+    "audit_links": "audit_links",
     "positions": "positions",
     "templates": "templates",
     "context_records": "context_records",
@@ -405,10 +406,12 @@ _QUERIES: dict[str, str] = {
     "buckets": "SELECT bucket FROM {ks}.timer_buckets WHERE shard = 0 AND bucket <= ?",
     "due": "SELECT due_iso, tenant, memory_id, kind FROM {ks}.timers_by_due "
     "WHERE bucket = ? AND due_us <= ? LIMIT ?",
-    "audit_from": "SELECT n, event_id, event_type, log_offset, prev_hash, hash FROM {ks}.audit "
-    "WHERE tenant = ? AND chunk = ? AND n > ? LIMIT ?",
+    "audit_from": "SELECT n, event_id, event_type, log_offset, prev_hash, hash "
+    "FROM {ks}.audit_links WHERE tenant = ? AND stream = ? AND chunk = ? AND n > ? LIMIT ?",
     "audit_head": "SELECT n, event_id, event_type, log_offset, prev_hash, hash "
-    "FROM {ks}.audit_heads WHERE tenant = ?",
+    "FROM {ks}.audit_stream_heads WHERE tenant = ? AND stream = ?",
+    "audit_heads": "SELECT stream, n, event_id, event_type, log_offset, prev_hash, hash "
+    "FROM {ks}.audit_stream_heads WHERE tenant = ?",
     "template": "SELECT body FROM {ks}.templates WHERE tenant = ? AND name = ? AND version = ?",
     "template_latest": "SELECT body FROM {ks}.templates WHERE tenant = ? AND name = ? "
     "ORDER BY name DESC, version DESC LIMIT 1",
@@ -572,9 +575,17 @@ def _context_record(body: str) -> ContextRecord:
     return ContextRecord(**data)
 
 
-def _audit(tenant: str, row: Row) -> AuditRecord:
+def _audit(tenant: str, stream: str, row: Row) -> AuditRecord:
+    n, event_id, event_type, offset, prev_hash, hash_ = row
     return AuditRecord(
-        tenant, int(row[0]), str(row[1]), str(row[2]), int(row[3]), str(row[4]), str(row[5])
+        tenant,
+        stream,
+        int(n),
+        str(event_id),
+        str(event_type),
+        int(offset),
+        str(prev_hash),
+        str(hash_),
     )
 
 
@@ -663,8 +674,8 @@ class _Tx(StoreTransaction):
         self.stored: dict[tuple[str, str], Memory | None] = {}  # rows as they are in Cassandra
         self.outcomes: dict[tuple[str, str, int], Outcome] = {}
         self.timers: dict[tuple[str, str, str], Timer | None] = {}
-        self.audit: dict[tuple[str, int], AuditRecord] = {}
-        self.heads: dict[str, AuditRecord | None] = {}
+        self.audit: dict[tuple[str, str, int], AuditRecord] = {}
+        self.heads: dict[tuple[str, str], AuditRecord | None] = {}
         self.templates: dict[tuple[str, str, int], ContextTemplate] = {}
         self.records: dict[tuple[str, str], ContextRecord] = {}
         self.stats: dict[tuple[str, str], list[Any]] = {}
@@ -738,16 +749,17 @@ class _Tx(StoreTransaction):
         ids += [m.memory_id for m in self._pending(tenant)]
         return sorted(self._current(tenant, ids), key=lambda m: m.memory_id)
 
-    def _stored_head(self, tenant: str) -> AuditRecord | None:
-        if tenant not in self.heads:
-            row = self._store._one(tenant, "audit_head", [tenant])
-            self.heads[tenant] = _audit(tenant, row) if row is not None else None
-        return self.heads[tenant]
+    def _stored_head(self, tenant: str, stream: str) -> AuditRecord | None:
+        if (tenant, stream) not in self.heads:
+            row = self._store._one(tenant, "audit_head", [tenant, stream])
+            head = _audit(tenant, stream, row) if row is not None else None
+            self.heads[(tenant, stream)] = head
+        return self.heads[(tenant, stream)]
 
-    def last_audit(self, tenant: str) -> AuditRecord | None:
-        best = self._stored_head(tenant)
-        for (t, n), record in self.audit.items():
-            if t == tenant and (best is None or n >= best.n):
+    def last_audit(self, tenant: str, stream: str) -> AuditRecord | None:
+        best = self._stored_head(tenant, stream)
+        for (t, st, n), record in self.audit.items():
+            if (t, st) == (tenant, stream) and (best is None or n >= best.n):
                 best = record
         return best
 
@@ -823,7 +835,7 @@ class _Tx(StoreTransaction):
                 self.timeline[(e.tenant, e.memory_id, e.offset, e.what)] = e
             elif isinstance(write, PutAudit):
                 r = write.record
-                self.audit[(r.tenant, r.n)] = r
+                self.audit[(r.tenant, r.stream, r.n)] = r
 
     def set_position(self, consumer: str, offset: int) -> None:
         self.position = (consumer, offset)
@@ -879,17 +891,17 @@ class _Tx(StoreTransaction):
 
         self._plan_timers(muts, post)
 
-        for tenant, n in sorted(self.audit):
-            r = self.audit[(tenant, n)]
+        for tenant, stream, n in sorted(self.audit):
+            r = self.audit[(tenant, stream, n)]
             link = [r.event_id, r.event_type, r.offset, r.prev_hash, r.hash]
-            muts.append(
-                [s._keyspace(tenant), "audit", "put", [tenant, n // _AUDIT_CHUNK, n, *link]]
-            )
-        for tenant in sorted({t for t, _ in self.audit}):
-            top = self.last_audit(tenant)
-            if top is not None and top != self._stored_head(tenant):
+            place = [tenant, stream, n // _AUDIT_CHUNK, n]
+            muts.append([s._keyspace(tenant), "audit_links", "put", [*place, *link]])
+        for tenant, stream in sorted({(t, st) for t, st, _ in self.audit}):
+            top = self.last_audit(tenant, stream)
+            if top is not None and top != self._stored_head(tenant, stream):
                 head = [top.n, top.event_id, top.event_type, top.offset, top.prev_hash, top.hash]
-                muts.append([s._keyspace(tenant), "audit_heads", "put", [tenant, *head]])
+                row = [tenant, stream, *head]
+                muts.append([s._keyspace(tenant), "audit_stream_heads", "put", row])
 
         for (tenant, name, version), tpl in sorted(self.templates.items()):
             tpl_row = [tenant, name, version, tpl.model_dump_json()]
@@ -1497,18 +1509,22 @@ class CassandraMemoryStore(MemoryStore):
                 break
         return out[:limit]
 
-    def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]:
-        head = self._one(tenant, "audit_head", [tenant])
+    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
+        head = self._one(tenant, "audit_head", [tenant, stream])
         if head is None or limit <= 0:
             return []
         last = int(head[0])
         out: list[AuditRecord] = []
         chunk = max(after_n + 1, 0) // _AUDIT_CHUNK
         while len(out) < limit and chunk <= last // _AUDIT_CHUNK:
-            rows = self._rows(tenant, "audit_from", [tenant, chunk, after_n, limit - len(out)])
-            out.extend(_audit(tenant, r) for r in rows)
+            params = [tenant, stream, chunk, after_n, limit - len(out)]
+            out.extend(_audit(tenant, stream, r) for r in self._rows(tenant, "audit_from", params))
             chunk += 1
         return out
+
+    def audit_heads(self, tenant: str) -> list[AuditRecord]:
+        rows = self._rows(tenant, "audit_heads", [tenant])
+        return [_audit(tenant, str(r[0]), r[1:]) for r in rows]
 
     def template(
         self, tenant: str, name: str, version: int | None = None

@@ -86,10 +86,11 @@ CREATE TABLE IF NOT EXISTS timers (
     PRIMARY KEY (tenant, memory_id, kind)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS timers_due ON timers (due);
-CREATE TABLE IF NOT EXISTS audit (
-    tenant TEXT NOT NULL, n INTEGER NOT NULL, event_id TEXT NOT NULL, event_type TEXT NOT NULL,
-    offset INTEGER NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
-    PRIMARY KEY (tenant, n)
+CREATE TABLE IF NOT EXISTS audit_links (
+    tenant TEXT NOT NULL, stream TEXT NOT NULL, n INTEGER NOT NULL, event_id TEXT NOT NULL,
+    event_type TEXT NOT NULL, offset INTEGER NOT NULL, prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY (tenant, stream, n)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS positions (consumer TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (
@@ -126,7 +127,7 @@ _TABLES = (
     "memory_terms",
     "outcomes",
     "timers",
-    "audit",
+    "audit_links",
     "positions",
     "templates",
     "context_records",
@@ -190,11 +191,11 @@ class _Tx(StoreTransaction):
         )
         return [_memory(r) for r in rows]
 
-    def last_audit(self, tenant: str) -> AuditRecord | None:
+    def last_audit(self, tenant: str, stream: str) -> AuditRecord | None:
         row = self._cur.execute(
-            "SELECT tenant, n, event_id, event_type, offset, prev_hash, hash FROM audit "
-            "WHERE tenant = ? ORDER BY n DESC LIMIT 1",
-            (tenant,),
+            f"SELECT {_AUDIT_COLS} FROM audit_links "
+            "WHERE tenant = ? AND stream = ? ORDER BY n DESC LIMIT 1",
+            (tenant, stream),
         ).fetchone()
         return AuditRecord(*row) if row else None
 
@@ -318,8 +319,17 @@ class _Tx(StoreTransaction):
             elif isinstance(write, PutAudit):
                 r = write.record
                 self._cur.execute(
-                    "INSERT OR REPLACE INTO audit VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (r.tenant, r.n, r.event_id, r.event_type, r.offset, r.prev_hash, r.hash),
+                    "INSERT OR REPLACE INTO audit_links VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        r.tenant,
+                        r.stream,
+                        r.n,
+                        r.event_id,
+                        r.event_type,
+                        r.offset,
+                        r.prev_hash,
+                        r.hash,
+                    ),
                 )
 
     def _purge_tenant(self, tenant: str) -> None:
@@ -419,11 +429,27 @@ def _fts_query(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+_AUDIT_COLS = "tenant, stream, n, event_id, event_type, offset, prev_hash, hash"
+
+
+def _retire_tenant_audit_chain(conn: sqlite3.Connection) -> None:
+    """Data directories from before the per-stream audit chain kept one chain per tenant
+    (table `audit`). The chain is a read model: drop it and move the audit consumer back
+    to the start of the log, which links every event again, per stream."""
+    old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'")
+    if old.fetchone() is None:
+        return
+    with conn:
+        conn.execute("DROP TABLE audit")
+        conn.execute("DELETE FROM positions WHERE consumer = ?", ("audit",))
+
+
 class SqliteMemoryStore(MemoryStore):
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         self._path = path
         self._synchronous = synchronous
         self._write = connect(path, synchronous)
+        _retire_tenant_audit_chain(self._write)
         self._write.executescript(_SCHEMA)
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -571,11 +597,20 @@ class SqliteMemoryStore(MemoryStore):
         )
         return [Timer(r[0], r[1], datetime.fromisoformat(r[2]), r[3]) for r in rows]
 
-    def audit_trail(self, tenant: str, after_n: int, limit: int) -> list[AuditRecord]:
+    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
         rows = self._reader().execute(
-            "SELECT tenant, n, event_id, event_type, offset, prev_hash, hash FROM audit "
-            "WHERE tenant = ? AND n > ? ORDER BY n LIMIT ?",
-            (tenant, after_n, limit),
+            f"SELECT {_AUDIT_COLS} FROM audit_links "
+            "WHERE tenant = ? AND stream = ? AND n > ? ORDER BY n LIMIT ?",
+            (tenant, stream, after_n, limit),
+        )
+        return [AuditRecord(*r) for r in rows]
+
+    def audit_heads(self, tenant: str) -> list[AuditRecord]:
+        rows = self._reader().execute(
+            f"SELECT {_AUDIT_COLS} FROM audit_links WHERE tenant = ? AND (stream, n) IN "
+            "(SELECT stream, MAX(n) FROM audit_links WHERE tenant = ? GROUP BY stream) "
+            "ORDER BY stream",
+            (tenant, tenant),
         )
         return [AuditRecord(*r) for r in rows]
 
@@ -674,7 +709,7 @@ class SqliteMemoryStore(MemoryStore):
             "ON m.rowid = t.rowid ORDER BY m.tenant, m.memory_id",
             "SELECT * FROM outcomes ORDER BY tenant, event_id, idx",
             "SELECT tenant, memory_id, kind, due_iso FROM timers ORDER BY tenant, memory_id, kind",
-            "SELECT * FROM audit ORDER BY tenant, n",
+            "SELECT * FROM audit_links ORDER BY tenant, stream, n",
             "SELECT * FROM templates ORDER BY tenant, name, version",
             "SELECT * FROM context_records ORDER BY tenant, request_id",
             "SELECT * FROM memory_stats ORDER BY tenant, memory_id",

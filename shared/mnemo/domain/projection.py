@@ -68,9 +68,10 @@ class Timer:
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
-    """One link of a tenant's hash chain."""
+    """One link of a stream's hash chain: link n holds the stream's event n (its seq)."""
 
     tenant: str
+    stream: str
     n: int
     event_id: str
     event_type: str

@@ -1,7 +1,14 @@
-"""Audit: an append-only record of every event, hash-chained per tenant.
+"""Audit: an append-only record of every event, hash-chained per (tenant, stream).
 
 Each link's hash covers the previous link's hash and the event's canonical JSON, so
-changing, removing or reordering any record breaks every link after it.
+changing, removing or reordering any record breaks every link after it in its stream.
+
+A chain per stream, not per tenant, because a stream is the unit the log orders: its
+events have gapless sequence numbers and, in the distributed mode, sit in one partition
+consumed in order. Link n therefore holds the stream's event n on every replay, however
+the partitions of a tenant interleave, and a rebuilt chain is identical to the live one
+(a tenant-wide chain would follow the interleaving instead). It also lets audit consumers
+share a tenant's partitions, since each stream's chain has one writer.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from mnemo.domain.events import Envelope
 from mnemo.domain.projection import AuditRecord, PutAudit
 from mnemo.handlers import Decision
 
-__all__ = ["CONSUMER", "GENESIS", "canonical", "handle", "link_hash", "verify"]
+__all__ = ["CONSUMER", "GENESIS", "canonical", "handle", "heads_digest", "link_hash", "verify"]
 
 CONSUMER = "audit"
 GENESIS = "0" * 64
@@ -32,9 +39,11 @@ def link_hash(prev_hash: str, event_json: str) -> str:
 
 
 def handle(event: Envelope, offset: int, last: AuditRecord | None) -> Decision:
+    """The next link of the event's stream; `last` is that stream's last link, if any."""
     prev_hash = last.hash if last else GENESIS
     record = AuditRecord(
         tenant=event.tenant,
+        stream=event.stream,
         n=(last.n + 1) if last else 1,
         event_id=event.event_id,
         event_type=event.type,
@@ -48,18 +57,35 @@ def handle(event: Envelope, offset: int, last: AuditRecord | None) -> Decision:
 def verify(
     records: Sequence[AuditRecord], events: dict[str, Envelope], start_hash: str = GENESIS
 ) -> int | None:
-    """The number n of the first broken link, or None when the chain holds.
+    """The number n of the first broken link of one stream's chain, or None when it holds.
 
-    `events` maps event ids to the events as the log holds them now.
+    `events` maps event ids to the events as the log holds them now. A link is broken when
+    its event is missing or changed, when it does not follow the link before it, when its
+    event appears twice, or when its event is not the stream's event n.
     """
     prev = start_hash
     seen: set[str] = set()
     for record in records:
         event = events.get(record.event_id)
-        if event is None or record.prev_hash != prev or record.event_id in seen:
+        if (
+            event is None
+            or record.prev_hash != prev
+            or record.event_id in seen
+            or (event.seq is not None and event.seq != record.n)
+            or event.stream != record.stream
+        ):
             return record.n
         seen.add(record.event_id)
         if link_hash(prev, canonical(event)) != record.hash:
             return record.n
         prev = record.hash
     return None
+
+
+def heads_digest(heads: Sequence[AuditRecord]) -> str:
+    """One hash over every stream's last link: the tenant's whole trail in 64 hex digits,
+    the same for the live read models and a rebuild."""
+    digest = hashlib.sha256()
+    for head in sorted(heads, key=lambda h: h.stream):
+        digest.update(f"{head.stream}\t{head.n}\t{head.hash}\n".encode())
+    return digest.hexdigest()

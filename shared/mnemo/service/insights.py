@@ -13,15 +13,21 @@ Every call is scoped to the tenant of the request context, like every other use 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
 from mnemo.domain.errors import InvalidInput, NotFound
-from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
+from mnemo.domain.events import CATALOG, LoggedEvent
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus
-from mnemo.domain.projection import ContextRecord, MemoryStats, OutcomeKind, TimelineEntry
+from mnemo.domain.projection import (
+    AuditRecord,
+    ContextRecord,
+    MemoryStats,
+    OutcomeKind,
+    TimelineEntry,
+)
 from mnemo.handlers import audit, timeline
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
@@ -208,9 +214,10 @@ class AuditStatus:
     pending: int  # the tenant's events the audit consumer has not linked yet
     first_broken: int | None = None
     reason: str | None = None
-    head_hash: str | None = None
+    head_hash: str | None = None  # one digest over every stream's last link
     last_offset: int = 0
-    problems: list[str] = field(default_factory=list)
+    stream: str | None = None  # the stream whose chain is broken
+    streams: int = 0  # streams with a chain
 
 
 # ---- the use cases ----------------------------------------------------------------------------
@@ -474,82 +481,71 @@ class Insights:
     # ---- audit ----------------------------------------------------------------------------------
 
     def audit(self, ctx: RequestContext) -> AuditStatus:
-        """Verify the tenant's whole hash chain against the events the log holds now.
+        """Verify the tenant's hash chains, one per stream, against the events the log holds
+        now.
 
         Broken when a link's hash does not match its event, a link is missing or out of
-        order, an audited event is gone from the log, or the log holds an event older than
-        the last link that has no link."""
+        order, an audited event is gone from the log, or a link does not hold its stream's
+        event of the same number. `pending` counts the tenant's events that have no link yet
+        (past the head of their stream's chain)."""
         tenant = ctx.tenant
-        prev = audit.GENESIS
-        after_n = 0
-        covered = 0  # every tenant event at or below this offset has been checked
+        heads = self.store.audit_heads(tenant)
         links = 0
-        while True:
-            records = self.store.audit_trail(tenant, after_n, AUDIT_PAGE)
-            if not records:
-                break
-            high = records[-1].offset
-            events: dict[str, Envelope] = {}
-            unlinked: list[LoggedEvent] = []
-            linked = {r.event_id for r in records}
-            position = covered
-            while position < high:
-                batch = self.log.read_tenant(tenant, position, AUDIT_PAGE)
-                if not batch:
+        for head in heads:
+            prev = audit.GENESIS
+            after_n = 0
+            while after_n < head.n:
+                records = self.store.audit_trail(tenant, head.stream, after_n, AUDIT_PAGE)
+                if not records:
                     break
-                for e in batch:
-                    if e.offset > high:
-                        break
-                    events[e.envelope.event_id] = e.envelope
-                    if e.envelope.event_id not in linked:
-                        unlinked.append(e)
-                position = batch[-1].offset
-            broken = audit.verify(records, events, prev)
-            if broken is not None:
-                record = next(r for r in records if r.n == broken)
-                reason = (
-                    "the linked event is missing from the log"
-                    if record.event_id not in events
-                    else "the link does not match its event or the link before it"
-                )
-                return AuditStatus(
-                    "broken",
-                    links + (broken - records[0].n),
-                    self._pending(tenant, high),
-                    first_broken=broken,
-                    reason=f"link {broken} (event {record.event_id}): {reason}",
-                    head_hash=prev,
-                    last_offset=high,
-                )
-            if unlinked:
-                first = unlinked[0]
-                return AuditStatus(
-                    "broken",
-                    links + len(records),
-                    self._pending(tenant, high),
-                    first_broken=None,
-                    reason=f"event {first.envelope.event_id} at offset {first.offset} has no link",
-                    head_hash=records[-1].hash,
-                    last_offset=high,
-                    problems=[e.envelope.event_id for e in unlinked[:20]],
-                )
-            links += len(records)
-            prev = records[-1].hash
-            after_n = records[-1].n
-            covered = high
+                events = {
+                    e.envelope.event_id: e.envelope
+                    for e in self.log.read_stream(tenant, head.stream, after_n + 1, len(records))
+                }
+                broken = audit.verify(records, events, prev)
+                if broken is not None:
+                    record = next(r for r in records if r.n == broken)
+                    if record.event_id in events:
+                        reason = "the link does not match its event or the link before it"
+                    elif self.log.get(tenant, record.event_id) is None:
+                        reason = "the linked event is missing from the log"
+                    else:
+                        reason = f"the link does not hold event {broken} of its stream"
+                    return AuditStatus(
+                        "broken",
+                        links + (broken - records[0].n),
+                        self._pending(tenant, heads),
+                        first_broken=broken,
+                        reason=f"{head.stream} link {broken} (event {record.event_id}): {reason}",
+                        stream=head.stream,
+                        streams=len(heads),
+                    )
+                links += len(records)
+                prev = records[-1].hash
+                after_n = records[-1].n
         if links == 0:
-            return AuditStatus("empty", 0, self._pending(tenant, 0))
+            return AuditStatus("empty", 0, self._pending(tenant, heads))
         return AuditStatus(
-            "intact", links, self._pending(tenant, covered), head_hash=prev, last_offset=covered
+            "intact",
+            links,
+            self._pending(tenant, heads),
+            head_hash=audit.heads_digest(heads),
+            last_offset=max(h.offset for h in heads),
+            streams=len(heads),
         )
 
-    def _pending(self, tenant: str, after: int) -> int:
+    def _pending(self, tenant: str, heads: Sequence[AuditRecord]) -> int:
+        """The tenant's events past the head of their stream's chain (scans at most
+        MAX_SCAN events)."""
+        linked = {h.stream: h.n for h in heads}
         count = 0
-        position = after
-        while count < MAX_SCAN:
+        scanned = 0
+        position = 0
+        while scanned < MAX_SCAN:
             batch = self.log.read_tenant(tenant, position, AUDIT_PAGE)
             if not batch:
                 break
-            count += len(batch)
+            scanned += len(batch)
+            count += sum((e.envelope.seq or 0) > linked.get(e.envelope.stream, 0) for e in batch)
             position = batch[-1].offset
         return count

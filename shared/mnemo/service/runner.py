@@ -148,7 +148,8 @@ class EmbeddedRunner:
         return decay.handle(record.envelope, tx, self.decay_policy)
 
     def decide_audit(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
-        return audit.handle(record.envelope, record.offset, tx.last_audit(record.envelope.tenant))
+        env = record.envelope
+        return audit.handle(env, record.offset, tx.last_audit(env.tenant, env.stream))
 
     def step_registrar(self) -> int:
         return self._consume(registration.CONSUMER, self.decide_registrar)

@@ -308,9 +308,11 @@ class AuditOut(BaseModel):
     status: str = Field(description="intact, broken or empty")
     links: int = Field(description="links verified")
     pending: int = Field(description="events the audit consumer has not linked yet")
-    first_broken: int | None
+    first_broken: int | None = Field(description="the first broken link's number in its stream")
+    stream: str | None = Field(description="the stream whose chain is broken")
+    streams: int = Field(description="streams with a chain (one chain per stream)")
     reason: str | None
-    head_hash: str | None
+    head_hash: str | None = Field(description="one digest over every stream's last link")
     last_offset: int
 
 
@@ -470,6 +472,8 @@ def audit_status(ctx: AuditCtx, insights: InsightsDep) -> AuditOut:
         links=s.links,
         pending=s.pending,
         first_broken=s.first_broken,
+        stream=s.stream,
+        streams=s.streams,
         reason=s.reason,
         head_hash=s.head_hash,
         last_offset=s.last_offset,
