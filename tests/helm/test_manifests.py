@@ -196,8 +196,7 @@ def test_zero_and_false_overrides_are_kept(render: Render) -> None:
         },
     )
     replicas = {name: d["spec"]["replicas"] for name, d in deployments(manifests).items()}
-    # the audit consumer names its one replica itself: defaults.replicas does not reach it
-    assert replicas == {"gateway": 2, "registrar": 3, "indexer": 3, "decay": 0, "audit": 1}
+    assert replicas == {"gateway": 2, "registrar": 3, "indexer": 3, "decay": 0, "audit": 3}
     pdbs = {component_of(p) for p in of_kind(manifests, "PodDisruptionBudget").values()}
     assert pdbs == set(COMPONENTS) - {"audit"}
 
@@ -522,6 +521,23 @@ def test_keda_replaces_the_cpu_autoscaler_of_a_consumer(render: Render) -> None:
     hpas = {component_of(h) for h in of_kind(manifests, "HorizontalPodAutoscaler").values()}
     scaled = {component_of(s) for s in of_kind(manifests, "ScaledObject").values()}
     assert (hpas, scaled) == ({"decay"}, {"registrar"})
+
+
+def test_the_audit_consumer_scales_like_the_others(render: Render) -> None:
+    """Each stream's audit chain has one writer, the owner of its partition, so replicas
+    and lag scaling are allowed for audit too."""
+    found = deployments(render("minimal", overrides={"components.audit.replicas": 4}))
+    assert found["audit"]["spec"]["replicas"] == 4
+    manifests = render(
+        "minimal",
+        overrides={
+            "components.audit.autoscaling.enabled": True,
+            "components.audit.autoscaling.keda.enabled": True,
+        },
+    )
+    scaled = {component_of(s) for s in of_kind(manifests, "ScaledObject").values()}
+    assert scaled == {"audit"}
+    assert "replicas" not in deployments(manifests)["audit"]["spec"]
 
 
 def test_every_component_has_a_disruption_budget(render: Render) -> None:

@@ -148,16 +148,6 @@ def test_there_is_no_place_for_a_literal_secret(
             "gateway has no consumer lag",
             id="keda-on-the-gateway",
         ),
-        pytest.param(
-            {"components": {"audit": {"replicas": 2}}},
-            "components.audit: one replica only",
-            id="audit-replicas",
-        ),
-        pytest.param(
-            {"components": {"audit": {"autoscaling": {"enabled": True}}}},
-            "components.audit: one replica only",
-            id="audit-autoscaled",
-        ),
     ],
 )
 def test_chart_refuses_incomplete_or_contradictory_values(

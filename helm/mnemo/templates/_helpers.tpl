@@ -204,10 +204,6 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- if $gateway.autoscaling.keda.enabled -}}
 {{- fail "components.gateway.autoscaling.keda: the gateway has no consumer lag; use the CPU autoscaler" -}}
 {{- end -}}
-{{- $audit := include "mnemo.component" (dict "root" . "name" "audit") | fromJson -}}
-{{- if and $audit.enabled (or (gt (int $audit.replicas) 1) $audit.autoscaling.enabled $audit.autoscaling.keda.enabled) -}}
-{{- fail "components.audit: one replica only; each tenant's audit chain has one writer (docs/adr/0008-distributed-sequencing.md)" -}}
-{{- end -}}
 {{- end -}}
 
 {{/* TLS CA files from existing Secrets, one directory per dependency. */}}
