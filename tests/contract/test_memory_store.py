@@ -308,13 +308,14 @@ def cassandra_keyspace() -> Iterator[tuple[Any, str]]:
     keyspace = f"mnemo_contract_{uuid.uuid4().hex[:12]}"
     session.execute(
         f"CREATE KEYSPACE {keyspace} WITH replication = "
-        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        timeout=120,  # schema changes wait for agreement, slow on a busy node
     )
     try:
         migrate(session, keyspace)
         yield session, keyspace
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         cluster.shutdown()
 
 

@@ -555,6 +555,30 @@ def test_audit_chain_verification_and_tampering(fresh: World, tmp_path: Path) ->
     assert get(client, "/v1/insights/audit", headers=OTHER)["status"] == "intact"
 
 
+@pytest.mark.parametrize("cut", ["tail", "whole"])
+def test_links_deleted_from_the_end_of_a_chain_are_found(
+    fresh: World, tmp_path: Path, cut: str
+) -> None:
+    """Removing a stream's last links (or its whole chain) leaves a chain that verifies on
+    its own; the events the audit consumer had passed without a link give it away."""
+    client, platform = fresh.client, fresh.platform
+    assert get(client, "/v1/insights/audit")["status"] == "intact"
+    heads = platform.store.audit_heads("acme")
+    target = max(heads, key=lambda h: h.n)
+    keep = target.n - 1 if cut == "tail" else 0
+    with sqlite3.connect(tmp_path / "data" / "store.sqlite3") as db:
+        db.execute(
+            "DELETE FROM audit_links WHERE tenant = 'acme' AND stream = ? AND n > ?",
+            (target.stream, keep),
+        )
+    broken = get(client, "/v1/insights/audit")
+    assert broken["status"] == "broken"
+    assert broken["stream"] == target.stream
+    assert broken["first_broken"] == keep + 1
+    assert "has no link" in broken["reason"]
+    assert broken["pending"] == 0
+
+
 # ---- tenant isolation --------------------------------------------------------------------------
 
 

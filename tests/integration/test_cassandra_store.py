@@ -185,6 +185,32 @@ def test_migrations_are_recorded_and_a_second_run_is_a_no_op(
     assert recorded == {**shipped, 999: "0999_probe.cql"}
 
 
+def test_the_per_stream_audit_version_relinks_a_keyspace_that_held_data(
+    cassandra: tuple[Any, str, list[int]], tmp_path: Path
+) -> None:
+    session, home, _ = cassandra
+    keyspace = f"{home}_v3"
+    _create(session, keyspace)
+    older = tmp_path / "cql"
+    older.mkdir()
+    for path in cassandra_store.MIGRATIONS_DIR.glob("000[123]_*.cql"):
+        shutil.copy(path, older / path.name)
+    assert cassandra_store.migrate(session, keyspace, older) == [1, 2, 3]
+    put = session.prepare(f"INSERT INTO {keyspace}.positions (consumer, log_offset) VALUES (?, ?)")
+    for consumer in ("audit/0", "audit/5", "registrar/0", "indexer/5"):
+        session.execute(put, (consumer, 42))
+    assert cassandra_store.migrate(session, keyspace) == [4]
+    left = {str(r[0]) for r in session.execute(f"SELECT consumer FROM {keyspace}.positions")}
+    assert left == {"registrar/0", "indexer/5"}  # the audit consumer starts again at 0
+    tables = {
+        str(r[0])
+        for r in session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,)
+        )
+    }
+    assert {"audit_links", "audit_stream_heads", "audit", "audit_heads"} <= tables
+
+
 def test_keyspace_names_are_validated(cassandra: tuple[Any, str, list[int]]) -> None:
     session, _, _ = cassandra
     with pytest.raises(ValueError, match="keyspace"):

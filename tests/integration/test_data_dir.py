@@ -83,3 +83,4 @@ def test_a_data_dir_with_the_per_tenant_audit_chain_is_linked_again_per_stream(
     with sqlite3.connect(tmp_path / "d" / "store.sqlite3") as check:
         tables = {r[0] for r in check.execute("SELECT name FROM sqlite_master")}
     assert "audit" not in tables
+    assert "audit_per_tenant_legacy" in tables  # the old chain is kept aside

@@ -98,6 +98,26 @@ def test_published_events_are_sequenced_registered_searchable_and_replayable(
     }
 
 
+def test_the_audit_check_finds_a_chain_cut_short_of_its_head(platform: Platform) -> None:
+    from mnemo.service.insights import Insights
+
+    platform.app.publish(CTX, [declare(f"fact {i}") for i in range(3)])
+    Pump(platform).drain()
+    insights = Insights(platform.log, platform.store, platform.runner.clock)
+    intact = insights.audit(CTX)
+    assert (intact.status, intact.links, intact.streams, intact.pending) == ("intact", 6, 1, 0)
+    # Cassandra keeps each stream's head in a row of its own: removing the last link (as a
+    # tampered table would) leaves a shorter chain that verifies on its own
+    ks = platform.settings.cassandra_keyspace
+    platform.store.session.execute(  # type: ignore[attr-defined]
+        f"DELETE FROM {ks}.audit_links WHERE tenant = %s AND stream = %s AND chunk = 0 AND n = 6",
+        ("acme", "user:U1"),
+    )
+    broken = insights.audit(CTX)
+    assert (broken.status, broken.stream, broken.first_broken) == ("broken", "user:U1", 6)
+    assert "stops before its head link" in (broken.reason or "")
+
+
 def test_a_repeated_event_id_is_archived_and_registered_once(platform: Platform) -> None:
     event = obs("remember my shoe size is 42")
     event["event_id"] = new_event_id(platform.runner.clock.now())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import AuditRecord, PutAudit
@@ -104,14 +106,48 @@ def test_the_heads_digest_follows_every_stream_head() -> None:
     assert audit.heads_digest([heads[0], trails["user:U2"][0]]) != digest
 
 
-def test_a_link_must_hold_its_streams_event_of_the_same_number() -> None:
+def test_a_chain_that_skips_an_event_is_broken_where_the_gap_is() -> None:
+    evs = events(4)
+    [first] = chain(evs[:1])
+    # the consumer never linked event 2: event 3 chains to link 1
+    [write] = audit.handle(evs[2], 3, first).writes
+    assert isinstance(write, PutAudit)
+    assert write.record.n == 3
+    assert write.record.prev_hash == first.hash
+    assert audit.verify([first, write.record], {e.event_id: e for e in evs}) == 3
+
+
+def test_a_link_holds_its_streams_event_of_the_same_number() -> None:
     evs = events(3)
     records = chain(evs)
-    # the same chain over events numbered otherwise: link 2 no longer holds event 2
-    renumbered = {e.event_id: e for e in evs}
-    renumbered[evs[1].event_id] = evs[1].model_copy(update={"seq": 5})
-    assert audit.verify(records, renumbered) == 2
-    # an event of another stream under this stream's link
-    moved = {e.event_id: e for e in evs}
-    moved[evs[0].event_id] = evs[0].model_copy(update={"stream": "user:U9"})
-    assert audit.verify(records, moved) == 1
+    # a well-formed chain over the same events that claims other numbers
+    shifted = [
+        AuditRecord(r.tenant, r.stream, r.n + 1, r.event_id, r.event_type, r.offset, r.prev_hash,
+                    r.hash)
+        for r in records
+    ]  # fmt: skip
+    assert audit.verify(shifted, {e.event_id: e for e in evs}, start_n=1) == 2
+    # and a link whose event belongs to another stream
+    foreign = events(1, "user:U9")[0].model_copy(update={"seq": 1})
+    other = AuditRecord(
+        "acme", "user:U1", 1, foreign.event_id, foreign.type, 1, audit.GENESIS,
+        audit.link_hash(audit.GENESIS, audit.canonical(foreign)),
+    )  # fmt: skip
+    assert audit.verify([other], {foreign.event_id: foreign}) == 1
+
+
+def test_linking_an_event_again_changes_nothing() -> None:
+    evs = events(3)
+    records = chain(evs)
+    # a redelivered event, or a second consumer a step behind: its link exists already
+    assert audit.handle(evs[1], 2, records[-1]).writes == []
+    assert audit.handle(evs[2], 3, records[-1]).writes == []
+    # written twice from the same chain, a link is the same row
+    again = audit.handle(evs[2], 3, records[1]).writes
+    assert again == [PutAudit(records[2])]
+
+
+def test_only_sequenced_events_are_linked() -> None:
+    unsequenced = events(1)[0].model_copy(update={"seq": None})
+    with pytest.raises(ValueError, match="sequenced"):
+        audit.handle(unsequenced, 1, None)

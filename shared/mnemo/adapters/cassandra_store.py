@@ -224,6 +224,22 @@ def _statements(text: str) -> list[str]:
 _DDL_TIMEOUT = 120.0  # schema changes wait for agreement, slower than queries under load
 
 
+def _relink_audit(session: Any, ks: str) -> None:
+    """Version 4 keeps the audit chain per stream: the audit consumer reads the log again
+    from its start (its positions dropped) and links every event into the new tables. The
+    per-tenant tables of version 1 stay, unread, for comparison; drop them when done."""
+    drop = session.prepare(f"DELETE FROM {ks}.positions WHERE consumer = ?")  # noqa: S608
+    for row in session.execute(f"SELECT consumer FROM {ks}.positions"):  # noqa: S608
+        consumer = str(row[0])
+        if consumer == "audit" or consumer.startswith("audit/"):
+            session.execute(drop, (consumer,))
+    log.warning("%s: the audit consumer links the log again, one chain per stream", ks)
+
+
+# steps beyond DDL that a version needs on a keyspace that already held data
+_DATA_STEPS: dict[int, Callable[[Any, str], None]] = {4: _relink_audit}
+
+
 def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[int]:
     """Apply the versioned CQL files of `directory` (default schemas/cql) to a keyspace that
     exists, in version order, skipping the versions `schema_migrations` already records.
@@ -262,6 +278,9 @@ def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[
                 continue
             for statement in _statements(text.replace("${keyspace}", ks)):
                 session.execute(statement, timeout=_DDL_TIMEOUT)
+            step = _DATA_STEPS.get(version)
+            if step is not None and applied:  # a keyspace that already held data
+                step(session, ks)
             session.execute(record, (version, path.name, digest, datetime.now(UTC)))
             done.append(version)
     return done

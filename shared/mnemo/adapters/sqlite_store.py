@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -429,19 +430,37 @@ def _fts_query(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+log = logging.getLogger(__name__)
+
 _AUDIT_COLS = "tenant, stream, n, event_id, event_type, offset, prev_hash, hash"
 
 
 def _retire_tenant_audit_chain(conn: sqlite3.Connection) -> None:
     """Data directories from before the per-stream audit chain kept one chain per tenant
-    (table `audit`). The chain is a read model: drop it and move the audit consumer back
-    to the start of the log, which links every event again, per stream."""
-    old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'")
-    if old.fetchone() is None:
-        return
-    with conn:
-        conn.execute("DROP TABLE audit")
-        conn.execute("DELETE FROM positions WHERE consumer = ?", ("audit",))
+    (table `audit`). The chain is a read model: keep the old one aside, as
+    `audit_per_tenant_legacy`, for whoever wants to compare it, and move the audit
+    consumer back to the start of the log, which links every event again, per stream.
+    One transaction; a second process opening the directory finds it done."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'")
+        if old.fetchone() is not None:
+            conn.execute("DROP TABLE IF EXISTS audit_links")
+            conn.execute("ALTER TABLE audit RENAME TO audit_per_tenant_legacy")
+            has_positions = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'positions'"
+            ).fetchone()
+            if has_positions is not None:
+                conn.execute("DELETE FROM positions WHERE consumer = ?", ("audit",))
+            log.warning(
+                "the audit chain is now kept per stream: the audit consumer links the log "
+                "again from its start; the per-tenant chain is kept as "
+                "audit_per_tenant_legacy"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 class SqliteMemoryStore(MemoryStore):

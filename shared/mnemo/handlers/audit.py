@@ -7,8 +7,9 @@ A chain per stream, not per tenant, because a stream is the unit the log orders:
 events have gapless sequence numbers and, in the distributed mode, sit in one partition
 consumed in order. Link n therefore holds the stream's event n on every replay, however
 the partitions of a tenant interleave, and a rebuilt chain is identical to the live one
-(a tenant-wide chain would follow the interleaving instead). It also lets audit consumers
-share a tenant's partitions, since each stream's chain has one writer.
+(a tenant-wide chain would follow the interleaving instead). Several audit consumers can
+share a tenant's partitions: a stream's links are written by whoever owns its partition,
+and two writers of the same link write the same row.
 """
 
 from __future__ import annotations
@@ -39,12 +40,24 @@ def link_hash(prev_hash: str, event_json: str) -> str:
 
 
 def handle(event: Envelope, offset: int, last: AuditRecord | None) -> Decision:
-    """The next link of the event's stream; `last` is that stream's last link, if any."""
-    prev_hash = last.hash if last else GENESIS
+    """The link of a sequenced event: number n = the event's seq in its stream; `last` is
+    that stream's last link, if any.
+
+    A link is a pure function of the chain before it, so writing it twice (a redelivered
+    batch, or a consumer that lost its partition and has not noticed yet) writes the same
+    row. An event at or below the stream's last link is linked already: nothing to do. A
+    stream whose chain stops short of seq - 1 gets the link anyway, chained to the last
+    one it has; verification then names the gap rather than the consumer stalling."""
+    seq = event.seq
+    if seq is None:
+        raise ValueError("only sequenced events are linked")
+    if last is not None and last.n >= seq:
+        return Decision()
+    prev_hash = last.hash if last is not None else GENESIS
     record = AuditRecord(
         tenant=event.tenant,
         stream=event.stream,
-        n=(last.n + 1) if last else 1,
+        n=seq,
         event_id=event.event_id,
         event_type=event.type,
         offset=offset,
@@ -55,30 +68,36 @@ def handle(event: Envelope, offset: int, last: AuditRecord | None) -> Decision:
 
 
 def verify(
-    records: Sequence[AuditRecord], events: dict[str, Envelope], start_hash: str = GENESIS
+    records: Sequence[AuditRecord],
+    events: dict[str, Envelope],
+    start_hash: str = GENESIS,
+    start_n: int = 0,
 ) -> int | None:
     """The number n of the first broken link of one stream's chain, or None when it holds.
 
+    `records` are consecutive links after link `start_n` (whose hash is `start_hash`);
     `events` maps event ids to the events as the log holds them now. A link is broken when
-    its event is missing or changed, when it does not follow the link before it, when its
-    event appears twice, or when its event is not the stream's event n.
+    it is not the next number, when it does not follow the link before it, when its event
+    is missing, changed, of another stream or numbered otherwise, or when its event appears
+    twice.
     """
-    prev = start_hash
+    prev, expected = start_hash, start_n + 1
     seen: set[str] = set()
     for record in records:
         event = events.get(record.event_id)
         if (
-            event is None
+            record.n != expected
+            or event is None
             or record.prev_hash != prev
             or record.event_id in seen
-            or (event.seq is not None and event.seq != record.n)
+            or event.seq != record.n
             or event.stream != record.stream
         ):
             return record.n
         seen.add(record.event_id)
         if link_hash(prev, canonical(event)) != record.hash:
             return record.n
-        prev = record.hash
+        prev, expected = record.hash, expected + 1
     return None
 
 

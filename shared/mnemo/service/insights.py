@@ -5,7 +5,7 @@
 - a memory's life: its versions, the events that touched it, the contexts it was in;
 - assembled contexts: the rendered text next to what was left out and why;
 - the event stream with filters, registration rejections, dead letters, and the
-  verification of the tenant's audit chain.
+  verification of the tenant's audit chains (one per stream).
 
 Every call is scoped to the tenant of the request context, like every other use case.
 """
@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from mnemo.domain.errors import InvalidInput, NotFound
-from mnemo.domain.events import CATALOG, LoggedEvent
+from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import (
@@ -218,6 +218,12 @@ class AuditStatus:
     last_offset: int = 0
     stream: str | None = None  # the stream whose chain is broken
     streams: int = 0  # streams with a chain
+
+
+@dataclass(frozen=True, slots=True)
+class _Unlinked:
+    pending: int  # events past their stream's last link, not yet reached by the consumer
+    passed: LoggedEvent | None  # the first event the audit consumer passed without a link
 
 
 # ---- the use cases ----------------------------------------------------------------------------
@@ -485,15 +491,19 @@ class Insights:
         now.
 
         Broken when a link's hash does not match its event, a link is missing or out of
-        order, an audited event is gone from the log, or a link does not hold its stream's
-        event of the same number. `pending` counts the tenant's events that have no link yet
-        (past the head of their stream's chain)."""
+        order, an audited event is gone from the log, a link does not hold its stream's
+        event of the same number, a chain does not reach its stream's recorded head, or (in
+        the embedded mode, where the audit consumer's position is one log offset) an event
+        the audit consumer has passed has no link. `pending` counts the tenant's events
+        that have no link yet."""
         tenant = ctx.tenant
+        # the position first: the links of every event up to it were committed with it, so
+        # the heads read next cover them (0 where positions are per partition)
+        passed = self.store.position(audit.CONSUMER)
         heads = self.store.audit_heads(tenant)
         links = 0
         for head in heads:
-            prev = audit.GENESIS
-            after_n = 0
+            prev, after_n = audit.GENESIS, 0
             while after_n < head.n:
                 records = self.store.audit_trail(tenant, head.stream, after_n, AUDIT_PAGE)
                 if not records:
@@ -502,50 +512,90 @@ class Insights:
                     e.envelope.event_id: e.envelope
                     for e in self.log.read_stream(tenant, head.stream, after_n + 1, len(records))
                 }
-                broken = audit.verify(records, events, prev)
+                broken = audit.verify(records, events, prev, after_n)
                 if broken is not None:
-                    record = next(r for r in records if r.n == broken)
-                    if record.event_id in events:
-                        reason = "the link does not match its event or the link before it"
-                    elif self.log.get(tenant, record.event_id) is None:
-                        reason = "the linked event is missing from the log"
-                    else:
-                        reason = f"the link does not hold event {broken} of its stream"
-                    return AuditStatus(
-                        "broken",
-                        links + (broken - records[0].n),
-                        self._pending(tenant, heads),
-                        first_broken=broken,
-                        reason=f"{head.stream} link {broken} (event {record.event_id}): {reason}",
-                        stream=head.stream,
-                        streams=len(heads),
+                    return self._broken(
+                        tenant, heads, passed, head.stream, broken, links, records, events
                     )
                 links += len(records)
-                prev = records[-1].hash
-                after_n = records[-1].n
+                prev, after_n = records[-1].hash, records[-1].n
+            if (after_n, prev) != (head.n, head.hash):
+                return self._broken(tenant, heads, passed, head.stream, after_n + 1, links, [], {})
+        unlinked = self._unlinked(tenant, heads, passed)
+        if unlinked.passed is not None:
+            e = unlinked.passed
+            return AuditStatus(
+                "broken",
+                links,
+                unlinked.pending,
+                first_broken=e.envelope.seq,
+                reason=f"{e.envelope.stream} event {e.envelope.seq} ({e.envelope.event_id}) "
+                "was passed by the audit consumer and has no link",
+                stream=e.envelope.stream,
+                streams=len(heads),
+            )
         if links == 0:
-            return AuditStatus("empty", 0, self._pending(tenant, heads))
+            return AuditStatus("empty", 0, unlinked.pending)
         return AuditStatus(
             "intact",
             links,
-            self._pending(tenant, heads),
+            unlinked.pending,
             head_hash=audit.heads_digest(heads),
             last_offset=max(h.offset for h in heads),
             streams=len(heads),
         )
 
-    def _pending(self, tenant: str, heads: Sequence[AuditRecord]) -> int:
-        """The tenant's events past the head of their stream's chain (scans at most
-        MAX_SCAN events)."""
+    def _broken(
+        self,
+        tenant: str,
+        heads: Sequence[AuditRecord],
+        passed: int,
+        stream: str,
+        n: int,
+        links: int,
+        records: Sequence[AuditRecord],
+        events: dict[str, Envelope],
+    ) -> AuditStatus:
+        record = next((r for r in records if r.n == n), None)
+        if record is None:
+            what = f"{stream} link {n}: the chain stops before its head link"
+        elif record.event_id in events:
+            what = (
+                f"{stream} link {n} (event {record.event_id}): the link does not match its "
+                "event, its number or the link before it"
+            )
+        elif self.log.get(tenant, record.event_id) is None:
+            what = f"{stream} link {n} (event {record.event_id}): the event is missing from the log"
+        else:
+            what = f"{stream} link {n} (event {record.event_id}): not the stream's event {n}"
+        verified = links + sum(1 for r in records if r.n < n)
+        return AuditStatus(
+            "broken",
+            verified,
+            self._unlinked(tenant, heads, passed).pending,
+            first_broken=n,
+            reason=what,
+            stream=stream,
+            streams=len(heads),
+        )
+
+    def _unlinked(self, tenant: str, heads: Sequence[AuditRecord], passed_up_to: int) -> _Unlinked:
+        """One pass over the tenant's events: those past their stream's last link, and the
+        first of them at or below the audit consumer's position."""
         linked = {h.stream: h.n for h in heads}
-        count = 0
-        scanned = 0
+        pending = 0
+        first_passed: LoggedEvent | None = None
         position = 0
-        while scanned < MAX_SCAN:
+        while True:
             batch = self.log.read_tenant(tenant, position, AUDIT_PAGE)
             if not batch:
                 break
-            scanned += len(batch)
-            count += sum((e.envelope.seq or 0) > linked.get(e.envelope.stream, 0) for e in batch)
+            for e in batch:
+                if (e.envelope.seq or 0) <= linked.get(e.envelope.stream, 0):
+                    continue
+                if e.offset <= passed_up_to:
+                    first_passed = first_passed or e
+                else:
+                    pending += 1
             position = batch[-1].offset
-        return count
+        return _Unlinked(pending, first_passed)
