@@ -9,7 +9,7 @@ Evolving an event (docs/events.md has the full rule):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
@@ -39,6 +39,7 @@ __all__ = [
     "LoggedEvent",
     "TraceContext",
     "decode_payload",
+    "sealed_key_ids",
     "validate_envelope",
 ]
 
@@ -430,6 +431,35 @@ def _first_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     return (f"{prefix}{loc}" if loc else prefix.rstrip(".")), str(err["msg"])
+
+
+def sealed_key_ids(tenant: str, events: Iterable[Envelope | Mapping[str, Any]]) -> set[str]:
+    """The vault keys of `tenant` that sealed values of these events (as envelopes or as
+    their JSON): each event's own encryption block and its memory's sealed block. Keys of
+    another tenant are never listed, whatever a malformed event claims."""
+    found: set[str] = set()
+    for event in events:
+        if isinstance(event, Envelope):
+            if event.tenant != tenant:
+                continue
+            blocks: list[Any] = [event.encryption.key_id if event.encryption else None]
+            payload: Any = event.payload
+        else:
+            if event.get("tenant") != tenant:
+                continue
+            block = event.get("encryption")
+            blocks = [block.get("key_id") if isinstance(block, Mapping) else None]
+            payload = event.get("payload")
+        memory = payload.get("memory") if isinstance(payload, Mapping) else None
+        sealed = memory.get("sealed") if isinstance(memory, Mapping) else None
+        if isinstance(sealed, Mapping):
+            blocks.append(sealed.get("key_id"))
+        elif isinstance(sealed, EncryptionBlock):
+            blocks.append(sealed.key_id)
+        found.update(
+            k for k in blocks if isinstance(k, str) and (k == tenant or k.startswith(tenant + "/"))
+        )
+    return found
 
 
 def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelope:
