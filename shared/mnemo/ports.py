@@ -383,9 +383,10 @@ class KeyVault(abc.ABC):
         """The plaintext of a wrapped data key. Raises KeyDestroyed when the key is gone."""
 
     @abc.abstractmethod
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
-        """The same data key wrapped under the key's current version (rotation without
-        downtime: old versions keep unwrapping meanwhile). Raises KeyDestroyed."""
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
+        """The same data key wrapped under the key's current version, and that version
+        (rotation without downtime: old versions keep unwrapping meanwhile). The plaintext
+        need not leave the vault. Raises KeyDestroyed."""
 
     @abc.abstractmethod
     def rotate(self, key_id: str) -> int:

@@ -233,6 +233,34 @@ class ForgetRequested(EventPayload):
         return self
 
 
+class RewrappedKey(BaseModel):
+    """One memory's data key, wrapped anew."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_id: MemoryId
+    previous: str = Field(
+        pattern=r"^[0-9a-f]{16}$",
+        description="sha256 of the wrapped key it replaces (as stored, base64), 16 hex digits",
+    )
+    wrapped_key: str = Field(min_length=1, max_length=4_096, description="base64")
+
+
+class MemoriesRewrapped(EventPayload):
+    """Memories' stored data keys moved to a newer version of their vault key (rotation
+    without downtime): registration replaces each memory's wrapped key in the read model
+    when it still holds the one replaced. The data keys, the sealed values and the events
+    of the log stay as they are; every version keeps unwrapping. Appended by the gateway
+    (`POST /v1/admin/keys/rewrap`), never by agents."""
+
+    TYPE = "MemoriesRewrapped"
+    VERSION = 1
+    PUBLIC = False
+    key_id: str = Field(min_length=1, max_length=256)
+    key_version: int = Field(ge=1)
+    memories: tuple[RewrappedKey, ...] = Field(min_length=1, max_length=200)
+
+
 class TemplateRegistered(EventPayload):
     """A context template (validated when published; a version is immutable once taken)."""
 
@@ -369,6 +397,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryVerified,
     MemoryContradicted,
     ForgetRequested,
+    MemoriesRewrapped,
     TemplateRegistered,
     ContextAssembled,
     ContextResponseReported,

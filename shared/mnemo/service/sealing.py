@@ -85,6 +85,10 @@ class KeyCache:
     def search_key(self, key_id: str) -> bytes:
         return self._cached(self._search, key_id, lambda: self.vault.search_key(key_id))
 
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
+        """A stored wrapped data key moved to the key's current version (never cached)."""
+        return self.vault.rewrap(key_id, wrapped)
+
     def rotate(self, key_id: str) -> int:
         """A new key version; new seals use it at once, old ones keep opening."""
         version = self.vault.rotate(key_id)
