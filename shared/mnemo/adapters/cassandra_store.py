@@ -1021,6 +1021,8 @@ class _Tx(StoreTransaction):
             memory_ids.add(str(memory_id))
             stream = stream_of.get(str(memory_id))
             for term in set(str(terms or "").split()):
+                if len(term.encode()) > _MAX_KEY_BYTES:
+                    continue  # never a posting (see _memory_rows)
                 partitions.add(("term_postings", (tenant, term)))
                 if stream is not None:
                     partitions.add(("stream_postings", (tenant, stream, term)))
