@@ -191,6 +191,26 @@ def _aiokafka_producer(**config: Any) -> Any:
     return module.AIOKafkaProducer(**config)
 
 
+# what the topic reader of a tenant forget takes over from the producer's settings
+_CONNECTION_SETTINGS = frozenset(
+    {
+        "bootstrap_servers",
+        "security_protocol",
+        "ssl_context",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+        "api_version",
+        "request_timeout_ms",
+        "metadata_max_age_ms",
+        "connections_max_idle_ms",
+    }
+)
+
+
 def _aiokafka_consumer(**config: Any) -> Any:
     module = importlib.import_module("aiokafka")
     return module.AIOKafkaConsumer(**config)
@@ -205,7 +225,9 @@ class EventPublisher:
                                 "stream": "user:U7892", "payload": {"text": "..."}}])
 
     `producer_factory` builds the producer from `producer_config(...)`; the default
-    imports aiokafka. Every event of a `publish` call is validated before any is sent.
+    imports aiokafka. `consumer_factory` builds the topic reader that a tenant forget uses
+    (with the producer's connection settings). Every event of a `publish` call is validated
+    before any is sent.
     """
 
     def __init__(
@@ -304,8 +326,9 @@ class EventPublisher:
     async def _tenant_key_ids(self) -> set[str]:
         """The key ids of the tenant's events in the topic: every partition read from its
         start to the end it had when asked, outside any consumer group."""
+        shared = {k: v for k, v in self.config.items() if k in _CONNECTION_SETTINGS}
         consumer = self._consumer_factory(
-            bootstrap_servers=self.config["bootstrap_servers"],
+            **shared,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
