@@ -136,7 +136,9 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     flushed to immutable SSTables; a DELETE is a tombstone written the same way, and the
     deleted cells stay in the older SSTables until a compaction merges them with the
     tombstone. So the test flushes the memtables (nodetool flush), then compacts the read
-    models (nodetool compact), and scans their SSTable directories.
+    models (nodetool compact), and scans their SSTable directories. SSTables are compressed
+    by default (LZ4), which may cut a value into pieces the raw scan cannot see; this test's
+    keyspace stores its read models uncompressed, so the scan reads their bytes as written.
 
     What the scan proves: (1) no sensitive marker is in any Kafka segment or Cassandra file
     (commit log included), before or after, since they were sealed before the log; (2) a
@@ -169,6 +171,11 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         return event("MemoryDeclared", stream, {"memory": memory})
 
     with running_distributed(settings) as platform:
+        session = platform.store.session  # type: ignore[attr-defined]
+        for table in READ_MODELS:  # SSTables are compressed (LZ4) by default: see above
+            session.execute(
+                f"ALTER TABLE {ks}.{table} WITH compression = {{'enabled': 'false'}}", timeout=120
+            )
         app = platform.app
         app.publish(
             CTX,
