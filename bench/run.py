@@ -10,7 +10,8 @@ prints a short summary; progress goes to stderr. Sections, in this order:
 3. replay   reading one 100k-event stream back in pages of 1,000
 4. sync     replica catch-up, live tail, decay scan
 5. encryption  ingest rate and context latency with sealing off, 0% and 10% sensitive
-            events, side by side (bench/encryption.py)
+            events, side by side in many short interleaved rounds; overheads are medians
+            of per-round ratios with p25/p75 (bench/encryption.py)
 6. distributed  embedded and distributed mode side by side over HTTP: ingest rate,
             freshness at half of it, recovery after a registrar outage, context latency
             at 100k memories (bench/distributed.py; writes DIR/distributed-<time>.json;
