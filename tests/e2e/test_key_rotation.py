@@ -21,11 +21,13 @@ from tests.support import ALL, headers_for, install_keys, running_server
 from tests.vault_support import vault_settings
 
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
+from mnemo.bootstrap import build_embedded
 from mnemo.cli import cli
 from mnemo.domain.ids import new_event_id
 from mnemo.handlers import registration
 from mnemo.ports import KeyVault
 from mnemo.service.admin import rebuild_read_models
+from mnemo.settings import MnemoSettings
 
 H = headers_for("acme", "ops")
 
@@ -205,6 +207,14 @@ def test_cli_rotates_and_rewraps_offline_and_through_the_server(tmp_path: Path) 
     )  # fmt: skip
     assert done.exit_code == 0, done.output
     assert "key acme/user:U1 is now at version 3; 3 of 3 memories rewrapped" in done.output
+    offline = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL")
+    )
+    try:  # registration applied the rewrapped keys before the command closed the directory
+        versions = [offline.store.get("acme", i) for i in ids]
+        assert [m.sealed.key_version for m in versions if m and m.sealed] == [3, 3, 3]
+    finally:
+        offline.close()
     refused = runner.invoke(
         cli,
         ["--tenant", "acme", "keys", "rotate", "--stream", "team:ops", "--rewrap",
