@@ -145,7 +145,7 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     plain value held only in the purged tenant's memory bodies is on disk before the purge
     (the scan does see the SSTables) and in no read-model SSTable after flush and
     compaction, while the other tenant's value stays. It does not prove that the tombstones
-    are gone: until gc_grace_seconds (3 hours, migration 0004) they still name the deleted
+    are gone: until gc_grace_seconds (3 hours, migration 0005) they still name the deleted
     partitions (the tenant, its streams, tags and keyword terms), and the event archive
     keeps the events themselves, their sensitive values sealed under destroyed keys."""
     url, token = vault_settings()

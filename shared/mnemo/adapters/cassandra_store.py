@@ -101,7 +101,7 @@ Forgetting a tenant
     own outcome, a new memory) survives. A key's current memory moves to none by
     compare-and-set, like any other move. Templates and the audit chain stay. Deleted
     cells leave tombstones until compaction, after gc_grace_seconds (lowered to 3 hours on
-    these tables by migration 0004; see docs/security.md).
+    these tables by migration 0005; see docs/security.md).
 
 Tenants and keyspaces
     One shared keyspace ("mnemo") by default. `keyspace_for(tenant)` may give a tenant a
