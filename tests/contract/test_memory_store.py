@@ -396,7 +396,7 @@ def cassandra_keyspace() -> Iterator[tuple[Any, str]]:
         migrate(session, keyspace)
         yield session, keyspace
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)  # waits for agreement
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         cluster.shutdown()
 
 
