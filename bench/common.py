@@ -25,6 +25,7 @@ __all__ = [
     "latency_summary",
     "percentile",
     "progress",
+    "ratio_summary",
     "rss_now_kib",
     "rss_peak_kib",
 ]
@@ -122,6 +123,23 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, Any]:
+    """Per-round ratios a/b with their median, quartiles (p25, p75), min and max: one noisy
+    round moves the median little, and the quartiles show the spread."""
+    if len(numerators) != len(denominators) or not numerators:
+        raise ValueError("need the same, non-zero number of values on both sides")
+    per_round = [a / b for a, b in zip(numerators, denominators, strict=True)]
+    ratios = sorted(per_round)
+    return {
+        "per_round": [round(r, 4) for r in per_round],
+        "median": round(percentile(ratios, 50), 4),
+        "p25": round(percentile(ratios, 25), 4),
+        "p75": round(percentile(ratios, 75), 4),
+        "min": round(ratios[0], 4),
+        "max": round(ratios[-1], 4),
+    }
 
 
 def latency_summary(samples_s: Sequence[float]) -> dict[str, float]:

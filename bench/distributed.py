@@ -51,7 +51,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import Aim, Results, latency_summary, percentile, progress
+from bench.common import Aim, Results, latency_summary, percentile, progress, ratio_summary
 from bench.corpus import memory_texts, query_texts, variant
 
 __all__ = [
@@ -94,19 +94,6 @@ def pace(rate: float, ticks_per_second: float = 10.0) -> tuple[int, float]:
         raise ValueError("rate must be positive")
     batch = max(1, round(rate / ticks_per_second))
     return batch, batch / rate
-
-
-def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, Any]:
-    """Per-round ratios a/b with their median, min and max."""
-    if len(numerators) != len(denominators) or not numerators:
-        raise ValueError("need the same, non-zero number of values on both sides")
-    ratios = sorted(a / b for a, b in zip(numerators, denominators, strict=True))
-    return {
-        "per_round": [round(a / b, 4) for a, b in zip(numerators, denominators, strict=True)],
-        "median": round(percentile(ratios, 50), 4),
-        "min": round(ratios[0], 4),
-        "max": round(ratios[-1], 4),
-    }
 
 
 def recovery(series: Sequence[tuple[float, int]], since: float, threshold: int = 0) -> float | None:

@@ -9,7 +9,7 @@
     python3 infra/services.py wait   [SERVICE ...]   wait for already started ones
     python3 infra/services.py fetch  [SERVICE ...]   resolve the jars only
     python3 infra/services.py reset  [SERVICE ...]   delete a stopped service's data
-    python3 infra/services.py nodetool ARGS...       Cassandra's nodetool (needs the JMX port set)
+    python3 infra/services.py nodetool ARGS...       Cassandra's nodetool (over local JMX)
 
 Kafka (KRaft, one combined broker+controller) and Cassandra 5.0 run from jars that Maven
 resolves from the small POMs in infra/kafka and infra/cassandra (the ~/.m2 cache is reused).
@@ -26,7 +26,8 @@ Settings (environment):
   MNEMO_KAFKA_HEAP               Kafka heap, -Xmx/-Xms (512m)
   MNEMO_CASSANDRA_PORT           CQL native port (9042)
   MNEMO_CASSANDRA_STORAGE_PORT   inter-node port, also the seed (7000)
-  MNEMO_CASSANDRA_JMX_PORT       local JMX port for nodetool (unset: JMX off)
+  MNEMO_CASSANDRA_JMX_PORT       local JMX port for nodetool, on 127.0.0.1 only (7199;
+                                 0 turns JMX off)
   MNEMO_CASSANDRA_HEAP           Cassandra heap, -Xmx/-Xms (1g)
   MNEMO_VAULT_PORT               OpenBao port (8200; the dev cluster port is one above)
   MNEMO_VAULT_TOKEN              OpenBao dev root token (mnemo-dev-root)
@@ -283,8 +284,8 @@ class Settings:
         self.kafka_heap = env_size("MNEMO_KAFKA_HEAP", "512m")
         self.cassandra_port = env_int("MNEMO_CASSANDRA_PORT", 9042)
         self.cassandra_storage_port = env_int("MNEMO_CASSANDRA_STORAGE_PORT", 7000)
-        jmx = os.environ.get("MNEMO_CASSANDRA_JMX_PORT", "").strip()
-        self.cassandra_jmx_port = env_int("MNEMO_CASSANDRA_JMX_PORT", 0) if jmx else None
+        # JMX on loopback only (cassandra.jmx.local.port): nodetool flush/compact for tests
+        self.cassandra_jmx_port = env_int("MNEMO_CASSANDRA_JMX_PORT", 7199) or None
         self.cassandra_heap = env_size("MNEMO_CASSANDRA_HEAP", "1g")
         self.vault_port = env_int("MNEMO_VAULT_PORT", 8200)
         self.vault_token = os.environ.get("MNEMO_VAULT_TOKEN", "").strip() or "mnemo-dev-root"
@@ -948,7 +949,8 @@ auto_snapshot: false
         port = self.cfg.cassandra_jmx_port
         if not port:
             raise InfraError(
-                "nodetool talks JMX: start Cassandra with MNEMO_CASSANDRA_JMX_PORT set (e.g. 7199)"
+                "nodetool talks JMX, which MNEMO_CASSANDRA_JMX_PORT=0 turned off: start "
+                "Cassandra with a JMX port (the default is 7199)"
             )
         if not self.lib_ready():
             raise InfraError(
@@ -1132,6 +1134,7 @@ def write_env_file(cfg: Settings) -> None:
 MNEMO_KAFKA_BOOTSTRAP={HOST}:{cfg.kafka_port}
 MNEMO_CASSANDRA_HOSTS={HOST}
 MNEMO_CASSANDRA_PORT={cfg.cassandra_port}
+MNEMO_CASSANDRA_JMX_PORT={cfg.cassandra_jmx_port or 0}
 MNEMO_VAULT_ADDR=http://{HOST}:{cfg.vault_port}
 MNEMO_VAULT_TOKEN={cfg.vault_token}
 """

@@ -22,8 +22,11 @@ from mnemo.settings import MnemoSettings
 __all__ = [
     "KAFKA",
     "Pump",
+    "cassandra_jmx_port",
     "distributed_settings",
     "drop_keyspace",
+    "jmx_missing",
+    "nodetool",
     "require_services",
     "running_distributed",
 ]
@@ -153,3 +156,51 @@ class Pump:
             if not behind:
                 return
         raise AssertionError(f"the consumers did not catch up within {timeout} s")
+
+
+SERVICES_ENV = Path(__file__).resolve().parent.parent / "var" / "run" / "services.env"
+
+
+def cassandra_jmx_port() -> int:
+    """The node's local JMX port: MNEMO_CASSANDRA_JMX_PORT, else services.env, else the
+    default infra/services.py starts Cassandra with (7199)."""
+    raw = os.environ.get("MNEMO_CASSANDRA_JMX_PORT")
+    if raw is None and SERVICES_ENV.exists():
+        for line in SERVICES_ENV.read_text(encoding="utf-8").splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == "MNEMO_CASSANDRA_JMX_PORT":
+                raw = value.strip()
+    return int(raw) if raw else 7199
+
+
+def jmx_missing() -> str | None:
+    """Why nodetool cannot reach the local node (None when it can). Under CI that is a
+    failure: infra/services.py starts Cassandra with a JMX port."""
+    port = cassandra_jmx_port()
+    if port and _reachable("127.0.0.1", port):
+        return None
+    reason = (
+        f"Cassandra's JMX port 127.0.0.1:{port} is not listening (the node was started "
+        "without it), so nodetool cannot flush or compact"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"required under CI: {reason}")
+    return reason
+
+
+def nodetool(*args: str) -> None:
+    """Run Cassandra's nodetool on the local node (infra/services.py nodetool); check
+    jmx_missing() first."""
+    import subprocess
+    import sys
+
+    services = Path(__file__).resolve().parent.parent / "infra" / "services.py"
+    env = {**os.environ, "MNEMO_CASSANDRA_JMX_PORT": str(cassandra_jmx_port())}
+    done = subprocess.run(
+        [sys.executable, str(services), "nodetool", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"nodetool {' '.join(args)} failed: {done.stderr[-2000:]}"

@@ -50,7 +50,7 @@ class SwitchableVault(KeyVault):
         self._gate()
         return self.inner.unwrap(key_id, wrapped)
 
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         self._gate()
         return self.inner.rewrap(key_id, wrapped)
 

@@ -1379,16 +1379,29 @@ def keys() -> None:
 
 @keys.command("rotate")
 @click.option("--stream", default=None, help="A user stream with a key of its own (user:<id>).")
+@click.option(
+    "--rewrap",
+    is_flag=True,
+    help="Also move the data keys stored in the read models to the new version.",
+)
 @DATA_DIR_OPTION
 @pass_state
-def keys_rotate(state: State, stream: str | None, data_dir: Path | None) -> None:
+def keys_rotate(state: State, stream: str | None, rewrap: bool, data_dir: Path | None) -> None:
     """Start a new version of the tenant's key (or a user's): new values are sealed with it,
     everything sealed before still opens, so nothing stops. Servers pick it up when their
     cached data key expires (MNEMO_DATA_KEY_TTL).
 
     Uses MNEMO_VAULT_ADDR and MNEMO_VAULT_TOKEN; without them, the development key file of
     the data directory, which no server may be running on.
+
+    With --rewrap, the memories' stored data keys are then rewrapped under the new version,
+    page by page (progress on stderr), while reads go on: through the server (an admin
+    key: POST /v1/admin/keys/rotate, then /v1/admin/keys/rewrap), or, with --data-dir, on
+    that data directory with no server running on it. Events in the log keep their version.
     """
+    if rewrap:
+        _rotate_and_rewrap(state, stream, data_dir)
+        return
     from mnemo.bootstrap import load_security_policy, make_key_vault
     from mnemo.service.sealing import KeyCache, Sealer
 
@@ -1409,6 +1422,65 @@ def keys_rotate(state: State, stream: str | None, data_dir: Path | None) -> None
         state.emit_json({"key_id": key_id, "key_version": version})
     else:
         click.echo(f"key {key_id} is now at version {version}")
+
+
+def _rotate_and_rewrap(state: State, stream: str | None, data_dir: Path | None) -> None:
+    """Rotate, then rewrap every page, offline (data_dir) or through the server."""
+    from mnemo.service import keys
+
+    body: dict[str, Any] = {"stream": stream} if stream else {}
+    if data_dir is not None:
+        tenant = state.api.tenant
+        if tenant is None:
+            raise CliError("--tenant (or MNEMO_TENANT) names whose key to rotate")
+        with offline_platform(data_dir) as platform:
+            app = platform.app
+            principal = state.api.principal or "cli"
+
+            def rotate() -> dict[str, Any]:
+                key_id, version = keys.rotate(app, tenant, stream)
+                return {"key_id": key_id, "key_version": version}
+
+            def page(after: str | None) -> dict[str, Any]:
+                done = keys.rewrap_page(app, tenant, principal, stream, after)
+                return {"rewrapped": done.rewrapped, "scanned": done.scanned, "next": done.next}
+
+            try:
+                answer = _rewrap_all(rotate, page)
+            except MnemoError as exc:
+                raise CliError(f"cannot rotate: {exc.code}: {exc.message}") from exc
+            platform.runner.drain()  # registration applies the rewrapped keys before closing
+    else:
+        answer = _rewrap_all(
+            lambda: state.api.call("POST", "/v1/admin/keys/rotate", body=body),
+            lambda after: state.api.call(
+                "POST", "/v1/admin/keys/rewrap", body={**body, "after": after}
+            ),
+        )
+    if state.as_json:
+        state.emit_json(answer)
+    else:
+        click.echo(
+            f"key {answer['key_id']} is now at version {answer['key_version']}; "
+            f"{answer['rewrapped']} of {answer['scanned']} memories rewrapped"
+        )
+
+
+def _rewrap_all(
+    rotate: Callable[[], dict[str, Any]], page: Callable[[str | None], dict[str, Any]]
+) -> dict[str, Any]:
+    rotated = rotate()
+    rewrapped = scanned = 0
+    after: str | None = None
+    while True:
+        done = page(after)
+        rewrapped += int(done["rewrapped"])
+        scanned += int(done["scanned"])
+        click.echo(f"rewrapping: {rewrapped} of {scanned} memories so far", err=True)
+        after = done.get("next")
+        if not after:
+            break
+    return {**rotated, "rewrapped": rewrapped, "scanned": scanned}
 
 
 if __name__ == "__main__":

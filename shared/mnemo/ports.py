@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.events import Envelope, LoggedEvent
+from mnemo.domain.events import Envelope, LoggedEvent, sealed_key_ids
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import (
     AuditRecord,
@@ -107,6 +107,17 @@ class EventLog(abc.ABC):
     @abc.abstractmethod
     def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
         """The events whose causation id is `event_id`, in log order."""
+
+    def sealed_key_ids(self, tenant: str) -> set[str]:
+        """Every vault key the tenant's events in the whole log were sealed under (forgetting
+        the tenant destroys them all). This default pages through `read_tenant`; a log whose
+        reads lag its appends must look where every appended event already is."""
+        key_ids: set[str] = set()
+        after = 0
+        while page := self.read_tenant(tenant, after, 1_000):
+            key_ids |= sealed_key_ids(tenant, (e.envelope for e in page))
+            after = page[-1].offset
+        return key_ids
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
@@ -378,9 +389,10 @@ class KeyVault(abc.ABC):
         """The plaintext of a wrapped data key. Raises KeyDestroyed when the key is gone."""
 
     @abc.abstractmethod
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
-        """The same data key wrapped under the key's current version (rotation without
-        downtime: old versions keep unwrapping meanwhile). Raises KeyDestroyed."""
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
+        """The same data key wrapped under the key's current version, and that version
+        (rotation without downtime: old versions keep unwrapping meanwhile). The plaintext
+        need not leave the vault. Raises KeyDestroyed."""
 
     @abc.abstractmethod
     def rotate(self, key_id: str) -> int:

@@ -111,7 +111,8 @@ class KeyVaultContract:
     def test_rewrap_moves_to_the_current_version(self, vault: KeyVault) -> None:
         plaintext, wrapped, v1 = vault.data_key("tenant-a")
         v2 = vault.rotate("tenant-a")
-        rewrapped = vault.rewrap("tenant-a", wrapped)
+        rewrapped, version = vault.rewrap("tenant-a", wrapped)
+        assert version == v2
         assert rewrapped != wrapped
         assert vault.unwrap("tenant-a", rewrapped) == plaintext
         assert vault.unwrap("tenant-a", wrapped) == plaintext  # the old version still works

@@ -126,6 +126,8 @@ ROUTES: list[tuple[str, str, Any, Scope | None, str]] = [
     ("GET", "/v1/insights/dead-letters", None, Scope.AUDIT_READ, "empty"),
     ("GET", "/v1/insights/audit", None, Scope.AUDIT_READ, "empty"),
     ("GET", "/v1/admin/status", None, Scope.ADMIN, "empty"),
+    ("POST", "/v1/admin/keys/rotate", {}, Scope.ADMIN, "empty"),
+    ("POST", "/v1/admin/keys/rewrap", {"stream": "user:U1"}, Scope.ADMIN, "empty"),
     ("POST", "/v1/tenants/{tenant}/keys", {"name": "x", "scopes": ["context"]}, Scope.ADMIN, "403"),
     ("GET", "/v1/tenants/{tenant}/keys", None, Scope.ADMIN, "403"),
     ("DELETE", "/v1/tenants/{tenant}/keys/{key_id}", None, Scope.ADMIN, "403"),

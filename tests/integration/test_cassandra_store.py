@@ -123,7 +123,7 @@ def cassandra() -> Iterator[tuple[Any, str, list[int]]]:
         )  # tenant keyspaces made by the tests
         created += [r[0] for r in rows if str(r[0]).startswith(f"{keyspace}_")]
         for name in created:
-            session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+            session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
         cluster.shutdown()
 
 

@@ -53,7 +53,7 @@ class Recording(KeyVault):
         self.secrets.append(plaintext)
         return plaintext
 
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         return self.inner.rewrap(key_id, wrapped)
 
     def rotate(self, key_id: str) -> int:

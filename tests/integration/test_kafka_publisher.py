@@ -203,3 +203,101 @@ def test_sealed_records_keep_plaintext_out_of_the_segments(broker: str) -> None:
     asyncio.run(forget_user())
     body = orjson.loads(records[0].value)
     assert opener.open_json(body)["payload"]["text"] == f"my id is {REDACTED}, card {REDACTED}"
+
+
+async def _records_of(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+    """Every record of a topic, read from the start to its current end."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    got: list[Any] = []
+    try:
+        parts = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        async with asyncio.timeout(30):
+            while [tp for tp in parts if await consumer.position(tp) < ends[tp]]:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(records)
+    finally:
+        await consumer.stop()
+    return got
+
+
+def test_forgetting_a_tenant_through_the_publisher_destroys_every_key_first(broker: str) -> None:
+    """A ForgetRequested with "tenant": true sent through the Kafka path destroys the
+    tenant's key and every user key its earlier records were sealed under (found in the
+    topic, by a publisher that sealed none of them itself) before the request is produced;
+    another tenant's keys live on. With the vault down, nothing is produced."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from tests.vault_support import SwitchableVault
+
+    from mnemo.domain.errors import KeyDestroyed, Unavailable
+
+    topic = f"mnemo-forget-{uuid.uuid4().hex[:10]}"
+    secret = plant_markers()
+    vault = SwitchableVault()
+
+    def publisher(tenant: str) -> EventPublisher:
+        return EventPublisher(broker, tenant=tenant, principal="ingest", topic=topic, vault=vault)
+
+    def observation(stream: str, text: str) -> dict[str, Any]:
+        return {"type": "ObservationRecorded", "schema_version": 2, "stream": stream,
+                "payload": {"text": text}}  # fmt: skip
+
+    forget = {"type": "ForgetRequested", "schema_version": 1, "stream": "user:k1",
+              "payload": {"tenant": True, "reason": "contract ended"}}  # fmt: skip
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
+        finally:
+            await admin.close()
+        async with publisher("acme") as pub:
+            await pub.publish(
+                [
+                    observation("user:k1", f"my card is {secret.card}"),
+                    observation("user:k2", f"my phone is {secret.phone}"),
+                    observation("team:ops", f"the shared mail is {secret.email}"),
+                ]
+            )
+        async with publisher("globex") as pub:
+            await pub.publish([observation("user:k1", f"my id is {secret.id_number}")])
+        before = await _records_of(broker, topic, 3)
+        vault.down = True
+        async with publisher("acme") as pub:
+            with pytest.raises(Unavailable):
+                await pub.publish(forget)
+        refused = await _records_of(broker, topic, 3)
+        vault.down = False
+        kept.extend(vault.inner.versions(k) for k in ("acme", "acme/user:k1", "acme/user:k2"))
+        async with publisher("acme") as pub:  # a fresh publisher: no key cached, none known
+            await pub.publish(forget)
+        return before, refused, await _records_of(broker, topic, 3)
+
+    kept: list[list[int]] = []
+    before, refused, after = asyncio.run(scenario())
+    assert len(before) == 4
+    assert len(refused) == 4  # the vault was down: the request was not produced
+    assert kept == [[1], [1], [1]]  # and no key was destroyed
+    assert len(after) == 5
+    kinds = sorted(dict(r.headers)["mnemo-event-type"] for r in after)
+    assert kinds == [b"ForgetRequested", *[b"ObservationRecorded"] * 4]
+    for key_id in ("acme", "acme/user:k1", "acme/user:k2"):
+        assert vault.inner.versions(key_id) == []
+        with pytest.raises(KeyDestroyed):
+            vault.inner.data_key(key_id)
+    assert vault.inner.versions("globex/user:k1") == [1]
+    opener = Sealer(KeyCache(vault, 0.0))
+    texts = {}
+    for record in before:
+        body = orjson.loads(record.value)
+        texts[(body["tenant"], body["stream"])] = opener.open_json(body)["payload"]["text"]
+    assert texts[("acme", "user:k1")] == f"my card is {REDACTED}"
+    assert texts[("acme", "user:k2")] == f"my phone is {REDACTED}"
+    assert texts[("acme", "team:ops")] == f"the shared mail is {REDACTED}"
+    assert texts[("globex", "user:k1")] == f"my id is {secret.id_number}"

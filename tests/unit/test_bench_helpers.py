@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from bench.common import latency_summary, percentile
-from bench.distributed import pace, ratio_summary, recovery
+from bench.common import latency_summary, percentile, ratio_summary
+from bench.distributed import pace, recovery
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -43,6 +43,10 @@ def test_ratio_summary_gives_the_median_of_per_round_ratios() -> None:
     assert out["per_round"] == [0.5, 1.0, 2.0]
     assert out["median"] == 1.0
     assert (out["min"], out["max"]) == (0.5, 2.0)
+    assert (out["p25"], out["p75"]) == (0.75, 1.5)
+    noisy = ratio_summary([10.0, 10.0, 10.0, 10.0, 1.0], [10.0, 10.0, 10.0, 10.0, 10.0])
+    assert noisy["median"] == 1.0  # one slow round does not move it
+    assert noisy["p25"] == 1.0
     with pytest.raises(ValueError, match="same"):
         ratio_summary([1.0], [])
 

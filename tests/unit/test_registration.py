@@ -309,3 +309,55 @@ def test_forgetting_a_tenant_forgets_every_memory_and_purges() -> None:
     assert sorted(forgotten) == sorted(state.memories)
     assert any(isinstance(w, PurgeTenant) and w.tenant == "acme" for w in decision.writes)
     assert outcomes(decision) == [(OutcomeKind.APPLIED, None)]
+
+
+def test_rewrapped_keys_replace_only_the_wrapped_key_they_name() -> None:
+    """A memory takes its new wrapped key (and version) when it still holds the one the
+    event replaces, under that key id; its values stay as they were. A memory whose wrapped
+    key changed meanwhile, or that was erased, is left alone."""
+    block = EncryptionBlock(
+        key_id="acme/user:U7892",
+        key_version=1,
+        fields=("text",),
+        wrapped_key="b2xkLWtleQ==",
+        values={"phone:h0123456789abcdef": "c2VhbGVkMQ=="},
+    )
+    phone = "⟦phone:h0123456789abcdef⟧"
+    state = DictState()
+    (kept,) = registered(
+        run(
+            state, observe(f"remember my phone is {phone}").model_copy(update={"encryption": block})
+        )
+    )
+    mail = "⟦email:hfedcba9876543210⟧"
+    other = block.model_copy(
+        update={"wrapped_key": "b3RoZXIta2V5", "values": {"email:hfedcba9876543210": "c2Vh"}}
+    )
+    (changed,) = registered(
+        run(
+            state,
+            observe(f"remember my mail is {mail}").model_copy(update={"encryption": other}),
+        )
+    )
+    previous = registration.wrapped_digest("b2xkLWtleQ==")
+    rewrap = event(
+        "MemoriesRewrapped",
+        {
+            "key_id": "acme/user:U7892",
+            "key_version": 2,
+            "memories": [
+                {"memory_id": m.memory_id, "previous": previous, "wrapped_key": "bmV3LWtleQ=="}
+                for m in (kept, changed)
+            ],
+        },
+    )
+    decision = run(state, rewrap)
+    assert outcomes(decision) == [(OutcomeKind.APPLIED, None)]
+    moved = state.memories[kept.memory_id].sealed
+    assert moved is not None
+    assert (moved.wrapped_key, moved.key_version) == ("bmV3LWtleQ==", 2)
+    assert moved.values == block.values
+    assert state.memories[changed.memory_id].sealed == other
+    # under another key id, nothing moves
+    wrong = rewrap.model_copy(update={"payload": {**rewrap.payload, "key_id": "acme"}})
+    assert [w for w in run(state, wrong).writes if isinstance(w, PutMemory)] == []

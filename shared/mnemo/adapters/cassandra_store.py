@@ -90,6 +90,20 @@ Timers
     written; a scan drops a past hour it found empty using a timestamp taken before it
     looked, so a timer written meanwhile keeps its hour listed.
 
+Forgetting a tenant
+    A PurgeTenant write deletes the tenant's rows of every purged read model (`_PURGED`):
+    memories with their stream, key, hash and tag lookups, keyword terms, postings and
+    corpus statistics, outcomes, timers (and their rows in the cross-tenant timer index),
+    context records, usage counters, decay weights and timelines. Each is a delete by
+    partition key through a prepared statement; the partitions are named from the stored
+    rows (outcomes through `outcome_events`, the list of a tenant's event ids with
+    outcomes). The deletes carry the commit's timestamp minus one: they shadow every
+    earlier write, and what the same batch writes after the purge (the forget request's
+    own outcome, a new memory) survives. A key's current memory moves to none by
+    compare-and-set, like any other move. Templates and the audit chain stay. Deleted
+    cells leave tombstones until compaction, after gc_grace_seconds (lowered to 3 hours on
+    these tables by migration 0005; see docs/security.md).
+
 Tenants and keyspaces
     One shared keyspace ("mnemo") by default. `keyspace_for(tenant)` may give a tenant a
     keyspace of its own (physical isolation): it is created (with the store's replication)
@@ -366,12 +380,44 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "timer_buckets": (("shard", "bucket"), ()),
     "positions": (("consumer",), ("log_offset", "ts")),
     "commit_intents": (("owner", "chunk"), ("txid", "data")),
+    # the event ids of a tenant's outcomes, so that a purge can find their partitions
+    "outcome_events": (("tenant", "event_id"), ()),
 }
 _HOME_TABLES = ("timers_by_due", "timer_buckets", "positions", "commit_intents")
 _TENANT_TABLES = tuple(t for t in _TABLES if t not in _HOME_TABLES)
 # what a rebuild must reproduce: everything but bookkeeping (positions, commit records,
 # key heads, the list of timer hours)
-_BOOKKEEPING = ("positions", "commit_intents", "memory_key_heads", "timer_buckets")
+_BOOKKEEPING = (
+    "positions",
+    "commit_intents",
+    "memory_key_heads",
+    "timer_buckets",
+    "outcome_events",
+)
+# What a tenant purge deletes, and by how many leading key columns: the partition key (the
+# whole partition goes in one tombstone), or the full key for the cross-tenant timer index
+# (one row of a shared hour). Templates, the audit chain and key heads (moved to no memory
+# by compare-and-set, never plainly written) are not purged.
+_PURGED: dict[str, int] = {
+    "memories": 1,
+    "memories_by_stream": 2,
+    "memory_keys": 3,
+    "memory_hashes": 3,
+    "memory_tags": 2,
+    "memory_terms": 1,
+    "term_postings": 2,
+    "term_stats": 1,
+    "stream_postings": 3,
+    "stream_term_stats": 2,
+    "outcomes": 2,
+    "outcome_events": 1,
+    "timers": 1,
+    "timers_by_due": 5,
+    "context_records": 1,
+    "memory_stats": 1,
+    "decay_weights": 1,
+    "timeline": 2,
+}
 _CONTENT_TABLES = tuple(t for t in _TABLES if t not in _BOOKKEEPING)
 # the row counts SqliteMemoryStore.counts() reports, from the matching tables here
 _COUNTED = {
@@ -455,6 +501,14 @@ _QUERIES: dict[str, str] = {
     "head_move": "UPDATE {ks}.memory_key_heads SET memory_id = ?, version = ? "
     "WHERE tenant = ? AND stream = ? AND mkey = ? IF memory_id = ?",
     "keyspace_add": "INSERT INTO {ks}.keyspaces (shard, name) VALUES (0, ?)",
+    # what a tenant purge must find to name every partition it deletes
+    "purge:memories": "SELECT memory_id, stream, mkey, chash, tags FROM {ks}.memories "
+    "WHERE tenant = ?",
+    "purge:terms": "SELECT memory_id, terms FROM {ks}.memory_terms WHERE tenant = ?",
+    "purge:timers": "SELECT memory_id, kind, due_us FROM {ks}.timers WHERE tenant = ?",
+    "purge:events": "SELECT event_id FROM {ks}.outcome_events WHERE tenant = ?",
+    "purge:stats": "SELECT memory_id FROM {ks}.memory_stats WHERE tenant = ?",
+    "purge:weights": "SELECT memory_id FROM {ks}.decay_weights WHERE tenant = ?",
     "keyspace_list": "SELECT name FROM {ks}.keyspaces WHERE shard = 0",
 }
 for _name in ("mem_filters", "mem_scan", "stream_scan"):
@@ -470,6 +524,9 @@ for _table, (_key, _values) in _TABLES.items():
     _QUERIES[f"{_table}:del"] = _del
     _QUERIES[f"{_table}:scan"] = f"SELECT {_cols} FROM {{ks}}.{_table}"  # noqa: S608
     _QUERIES[f"{_table}:any"] = f"SELECT {_key[0]} FROM {{ks}}.{_table} LIMIT 1"  # noqa: S608
+for _table, _width in _PURGED.items():
+    _where = " AND ".join(f"{c} = ?" for c in _TABLES[_table][0][:_width])
+    _QUERIES[f"{_table}:purge"] = f"DELETE FROM {{ks}}.{_table} USING TIMESTAMP ? WHERE {_where}"  # noqa: S608
 
 
 # ---- row helpers ----------------------------------------------------------------------------
@@ -701,6 +758,7 @@ class _Tx(StoreTransaction):
         self.weights: dict[tuple[str, str], tuple[float, float, float]] = {}
         self.timeline: dict[tuple[str, str, int, str], TimelineEntry] = {}
         self.position: tuple[str, int] | None = None
+        self.purged: set[str] = set()  # tenants purged by this batch: their stored rows go
 
     # -- reads: the overlay over the stored rows
 
@@ -718,7 +776,10 @@ class _Tx(StoreTransaction):
         out: list[Memory] = []
         for memory_id in ids:
             key = (tenant, memory_id)
-            memory = self.memories[key] if key in self.memories else self.stored.get(key)
+            if key in self.memories:
+                memory: Memory | None = self.memories[key]
+            else:
+                memory = None if tenant in self.purged else self.stored.get(key)
             if memory is not None:
                 out.append(memory)
         return out
@@ -764,7 +825,9 @@ class _Tx(StoreTransaction):
         return sorted(found, key=lambda m: m.memory_id)
 
     def tenant_memories(self, tenant: str) -> list[Memory]:
-        ids = [m.memory_id for m in self._store.all_memories(tenant)]
+        ids = (
+            [] if tenant in self.purged else [m.memory_id for m in self._store.all_memories(tenant)]
+        )
         ids += [m.memory_id for m in self._pending(tenant)]
         return sorted(self._current(tenant, ids), key=lambda m: m.memory_id)
 
@@ -788,11 +851,13 @@ class _Tx(StoreTransaction):
 
     def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
         pending = self.records.get((tenant, request_id))
-        return pending if pending is not None else self._store.context_record(tenant, request_id)
+        if pending is not None or tenant in self.purged:
+            return pending
+        return self._store.context_record(tenant, request_id)
 
     def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
         pending = self.weights.get((tenant, memory_id))
-        if pending is not None:
+        if pending is not None or tenant in self.purged:
             return pending
         row = self._store._one(tenant, "weight", [tenant, memory_id])
         return (float(row[0]), float(row[1]), float(row[2])) if row is not None else None
@@ -813,14 +878,22 @@ class _Tx(StoreTransaction):
                     update.update(content="", value=None, content_hash="erased", sealed=None)
                 self.memories[(write.tenant, write.memory_id)] = current.model_copy(update=update)
             elif isinstance(write, PurgeTenant):
-                # every memory of the tenant forgotten and erased (terms and vectors go with
-                # the status); dropping the rows themselves is left to the distributed mode
-                self.apply(
-                    [
-                        SetStatus(m.tenant, m.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)
-                        for m in self._store.all_memories(write.tenant)
-                    ]
+                # every read-model row of the tenant goes at commit (see _plan_purges); what
+                # this batch recorded for it so far goes now, what it records next stays
+                tenant = write.tenant
+                self.purged.add(tenant)
+                pending: tuple[dict[Any, Any], ...] = (
+                    self.memories,
+                    self.outcomes,
+                    self.timers,
+                    self.records,
+                    self.stats,
+                    self.weights,
+                    self.timeline,
                 )
+                for table in pending:
+                    for key in [k for k in table if k[0] == tenant]:
+                        del table[key]
             elif isinstance(write, PutOutcome):
                 o = write.outcome
                 self.outcomes[(o.tenant, o.event_id, o.index)] = o
@@ -868,6 +941,8 @@ class _Tx(StoreTransaction):
         muts: list[Mutation] = []
         post: list[Mutation] = []
         touched_keys: set[tuple[str, str, str]] = set()
+        for tenant in sorted(self.purged):
+            self._plan_purge(tenant, muts, touched_keys)
 
         by_tenant: dict[str, list[str]] = {}
         for tenant, memory_id in self.memories:
@@ -878,7 +953,7 @@ class _Tx(StoreTransaction):
             self._load(tenant, ids)
             for memory_id in sorted(ids):
                 after = self.memories[(tenant, memory_id)]
-                before = self.stored[(tenant, memory_id)]
+                before = None if tenant in self.purged else self.stored[(tenant, memory_id)]
                 _diff(_memory_rows(before, ks) if before else {}, _memory_rows(after, ks), muts)
                 for m in (before, after):
                     if m is not None and m.key is not None:
@@ -900,6 +975,8 @@ class _Tx(StoreTransaction):
                 scope[0], "term_stats" if len(scope) == 1 else "stream:term_stats", scope
             )
             have = (int(stored[0] or 0), int(stored[1] or 0)) if stored else (0, 0)
+            if scope[0] in self.purged:
+                have = (0, 0)
             total = [max(0, have[0] + docs), max(0, have[1] + length)]
             muts.append([s._keyspace(scope[0]), table, "put", [*scope, *total]])
 
@@ -907,6 +984,7 @@ class _Tx(StoreTransaction):
             outcome = [o.tenant, o.event_id, o.index, o.kind.value, o.memory_id, o.version]
             outcome += [o.reason_code, o.detail]
             muts.append([s._keyspace(o.tenant), "outcomes", "put", outcome])
+            muts.append([s._keyspace(o.tenant), "outcome_events", "put", [o.tenant, o.event_id]])
 
         self._plan_timers(muts, post)
 
@@ -941,6 +1019,62 @@ class _Tx(StoreTransaction):
             )
         return muts, post, self._head_moves(touched_keys)
 
+    def _plan_purge(
+        self, tenant: str, muts: list[Mutation], touched_keys: set[tuple[str, str, str]]
+    ) -> None:
+        """Deletes of every stored read-model row of a purged tenant, by partition key
+        (op "purge": applied just below the commit's timestamp, so that what this batch
+        writes after the purge survives it). The partitions are named from the stored rows:
+        streams, keys, hashes and tags from the memories, terms from the indexed terms,
+        event ids from the outcome index, memory ids from every per-memory table. Keys with
+        an active memory are moved to none by compare-and-set (see _head_moves)."""
+        s = self._store
+        ks = s._keyspace(tenant)
+
+        def rows(name: str) -> list[Row]:
+            return list(s._iterate(ks, name, [tenant], 5_000))
+
+        stream_of: dict[str, str] = {}
+        streams: set[str] = set()
+        partitions: set[tuple[str, tuple[Any, ...]]] = set()
+        memory_ids: set[str] = set()
+        for memory_id, stream, mkey, chash, tags in rows("purge:memories"):
+            memory_ids.add(str(memory_id))
+            stream_of[str(memory_id)] = str(stream)
+            streams.add(str(stream))
+            if mkey is not None:
+                partitions.add(("memory_keys", (tenant, stream, mkey)))
+                touched_keys.add((tenant, str(stream), str(mkey)))
+            if chash is not None:
+                partitions.add(("memory_hashes", (tenant, stream, chash)))
+            partitions.update(("memory_tags", (tenant, tag)) for tag in tags or ())
+        for memory_id, terms in rows("purge:terms"):
+            memory_ids.add(str(memory_id))
+            stream = stream_of.get(str(memory_id))
+            for term in set(str(terms or "").split()):
+                if len(term.encode()) > _MAX_KEY_BYTES:
+                    continue  # never a posting (see _memory_rows)
+                partitions.add(("term_postings", (tenant, term)))
+                if stream is not None:
+                    partitions.add(("stream_postings", (tenant, stream, term)))
+        for memory_id, kind, due_us in rows("purge:timers"):
+            memory_ids.add(str(memory_id))
+            timer = (int(due_us) // _HOUR_US, int(due_us), tenant, memory_id, kind)
+            muts.append([s.home, "timers_by_due", "purge", list(timer)])
+        for (event_id,) in rows("purge:events"):
+            partitions.add(("outcomes", (tenant, event_id)))
+        for name in ("purge:stats", "purge:weights"):
+            memory_ids.update(str(r[0]) for r in rows(name))
+        for stream in streams:
+            partitions.add(("memories_by_stream", (tenant, stream)))
+            partitions.add(("stream_term_stats", (tenant, stream)))
+        partitions.update(("timeline", (tenant, memory_id)) for memory_id in memory_ids)
+        for table, width in _PURGED.items():
+            if width == 1:
+                partitions.add((table, (tenant,)))
+        for table, key in sorted(partitions, key=repr):
+            muts.append([ks, table, "purge", list(key)])
+
     def _head_moves(self, keys: set[tuple[str, str, str]]) -> list[HeadMove]:
         """For each key the batch touched: its current memory (the active one of highest
         version, as current_for_key sees it) before the batch and after it."""
@@ -952,7 +1086,10 @@ class _Tx(StoreTransaction):
             self._load(tenant, ids)
             stored = [self.stored.get((tenant, mid)) for mid in ids]
             pending = [
-                self.memories.get((tenant, mid), self.stored.get((tenant, mid))) for mid in ids
+                self.memories.get(
+                    (tenant, mid), None if tenant in self.purged else self.stored.get((tenant, mid))
+                )
+                for mid in ids
             ]
             held = _current_holder(stored, stream, mkey)
             holder = _current_holder(pending, stream, mkey)
@@ -968,6 +1105,8 @@ class _Tx(StoreTransaction):
             by_tenant.setdefault(tenant, []).append(memory_id)
         stored: dict[tuple[str, str, str], Timer] = {}
         for tenant, ids in by_tenant.items():
+            if tenant in self.purged:
+                continue  # its stored timers go with the purge
             for chunk in _chunks(sorted(set(ids))):
                 for r in s._rows(tenant, "timers_of", [tenant, chunk]):
                     due = datetime.fromisoformat(str(r[3]))
@@ -996,7 +1135,7 @@ class _Tx(StoreTransaction):
             by_tenant.setdefault(tenant, []).append(memory_id)
         for tenant, ids in sorted(by_tenant.items()):
             stored: dict[str, Row] = {}
-            for chunk in _chunks(sorted(ids)):
+            for chunk in _chunks(sorted(ids) if tenant not in self.purged else []):
                 stored.update((str(r[0]), r) for r in s._rows(tenant, "stats_of", [tenant, chunk]))
             for memory_id in sorted(ids):
                 delta = self.stats[(tenant, memory_id)]
@@ -1190,7 +1329,12 @@ class CassandraMemoryStore(MemoryStore):
     def _write_all(self, mutations: Sequence[Mutation], ts: int) -> None:
         items: list[tuple[str, str, Sequence[Any]]] = []
         for ks, table, op, values in mutations:
-            params = [*values, ts] if op == "put" else [ts, *values]
+            if op == "put":
+                params = [*values, ts]
+            elif op == "purge":  # just below the commit: its own later writes survive
+                params = [ts - 1, *values]
+            else:
+                params = [ts, *values]
             items.append((ks, f"{table}:{op}", params))
         if items:
             self._concurrently(items)

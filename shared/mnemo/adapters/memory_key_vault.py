@@ -113,7 +113,7 @@ class VersionedKeyVault(KeyVault):
                 code="BAD_WRAPPED_KEY",
             ) from None
 
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         plaintext = self.unwrap(key_id, wrapped)
         with self._lock:
             self._refuse_destroyed(key_id)
@@ -122,7 +122,7 @@ class VersionedKeyVault(KeyVault):
             master = bytes(versions[version])
         nonce = os.urandom(NONCE_BYTES)
         sealed = AESGCM(master).encrypt(nonce, plaintext, _aad(key_id, version))
-        return b"v%d:" % version + nonce + sealed
+        return b"v%d:" % version + nonce + sealed, version
 
     def search_key(self, key_id: str) -> bytes:
         _check_key_id(key_id)

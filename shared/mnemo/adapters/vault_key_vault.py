@@ -108,7 +108,7 @@ class VaultKeyVault(KeyVault):
             raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
         return plaintext
 
-    def rewrap(self, key_id: str, wrapped: bytes) -> bytes:
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         name = self.name_of(key_id)
         ciphertext = _wrapped_text(wrapped)
         try:
@@ -125,7 +125,10 @@ class VaultKeyVault(KeyVault):
                 f"wrapped key does not belong to key {key_id!r} (or was altered)",
                 code="BAD_WRAPPED_KEY",
             ) from None
-        return str(data["ciphertext"]).encode("ascii")
+        rewrapped = str(data["ciphertext"])
+        found = _WRAPPED.fullmatch(rewrapped)
+        version = data.get("key_version") or (found.group(1) if found else 0)
+        return rewrapped.encode("ascii"), int(version)
 
     def rotate(self, key_id: str) -> int:
         name = self.name_of(key_id)

@@ -19,9 +19,13 @@ accept, checks it with the same validation, and produces one record per event:
 Given a `vault` (a KeyVault, e.g. the Vault transit adapter), the publisher seals
 sensitive values exactly as the gateway does before anything is produced (PII detector,
 the tenant's policy, AES-256-GCM under a vault-wrapped data key; see docs/security.md):
-a Kafka segment never holds them in plaintext. A `ForgetRequested` for a user stream with
-a key of its own destroys that key before the record is produced. Without a vault, events
-go out as they are: only publish events without sensitive values that way.
+a Kafka segment never holds them in plaintext. A `ForgetRequested` is crypto-shredded
+before its record is produced, by the gateway's own code (`Sealer.shred_forgotten`): for a
+user stream with a key of its own, that key is destroyed; with ``"tenant": true``, the
+tenant's key and every key its events were sealed under, which the publisher finds by
+reading the topic's records keyed by the tenant (the whole topic: forgetting a tenant is
+rare). Without a vault, events go out as they are: only publish events without sensitive
+values that way.
 
 What this does *not* give, compared with `POST /v1/events`: no `expected_seq` check
 against the stream head, no `?wait=` for read-your-writes, no registration outcome in
@@ -33,7 +37,7 @@ between the two. Needs the `aiokafka` package, imported when the publisher start
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -48,7 +52,7 @@ from mnemo.domain.events import (
     ActorKind,
     Envelope,
     ForgetRequested,
-    decode_payload,
+    sealed_key_ids,
     validate_envelope,
 )
 from mnemo.domain.ids import new_event_id
@@ -65,6 +69,7 @@ __all__ = [
     "record_for",
     "record_headers",
     "record_key",
+    "record_key_ids",
 ]
 
 DEFAULT_TOPIC = "mnemo.events"
@@ -122,6 +127,22 @@ def record_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
     return headers
 
 
+def record_key_ids(tenant: str, values: Iterable[bytes | None]) -> set[str]:
+    """The tenant's vault key ids in record values (event JSON, see sealed_key_ids); values
+    that are not JSON objects are skipped."""
+    events: list[dict[str, Any]] = []
+    for value in values:
+        if not value:
+            continue
+        try:
+            body = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(body, dict):
+            events.append(body)
+    return sealed_key_ids(tenant, events)
+
+
 def record_value(envelope: Envelope) -> bytes:
     return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))
 
@@ -170,6 +191,31 @@ def _aiokafka_producer(**config: Any) -> Any:
     return module.AIOKafkaProducer(**config)
 
 
+# what the topic reader of a tenant forget takes over from the producer's settings
+_CONNECTION_SETTINGS = frozenset(
+    {
+        "bootstrap_servers",
+        "security_protocol",
+        "ssl_context",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+        "api_version",
+        "request_timeout_ms",
+        "metadata_max_age_ms",
+        "connections_max_idle_ms",
+    }
+)
+
+
+def _aiokafka_consumer(**config: Any) -> Any:
+    module = importlib.import_module("aiokafka")
+    return module.AIOKafkaConsumer(**config)
+
+
 class EventPublisher:
     """Produces Mnemo events to a Kafka topic for one tenant and principal (see the module
     docstring for the record layout and what this skips compared with the gateway).
@@ -179,7 +225,9 @@ class EventPublisher:
                                 "stream": "user:U7892", "payload": {"text": "..."}}])
 
     `producer_factory` builds the producer from `producer_config(...)`; the default
-    imports aiokafka. Every event of a `publish` call is validated before any is sent.
+    imports aiokafka. `consumer_factory` builds the topic reader that a tenant forget uses
+    (with the producer's connection settings). Every event of a `publish` call is validated
+    before any is sent.
     """
 
     def __init__(
@@ -190,6 +238,7 @@ class EventPublisher:
         principal: str,
         topic: str = DEFAULT_TOPIC,
         producer_factory: ProducerFactory | None = None,
+        consumer_factory: Callable[..., Any] | None = None,
         vault: KeyVault | None = None,
         policy: SecurityPolicy | None = None,
         data_key_ttl: float = 30.0,
@@ -201,6 +250,7 @@ class EventPublisher:
         self.topic = topic
         self.config = producer_config(bootstrap_servers, **producer_overrides)
         self._factory = producer_factory or _aiokafka_producer
+        self._consumer_factory = consumer_factory or _aiokafka_consumer
         self._producer: Any = None
 
     async def start(self) -> None:
@@ -228,6 +278,9 @@ class EventPublisher:
 
     def records(self, events: Sequence[Mapping[str, Any]]) -> list[KafkaRecord]:
         """The records for `events`, all validated first; nothing is sent."""
+        return [record_for(e, self.topic) for e in self._envelopes(events)]
+
+    def _envelopes(self, events: Sequence[Mapping[str, Any]]) -> list[Envelope]:
         now = datetime.now(UTC)
         out = []
         for i, event in enumerate(events):
@@ -242,7 +295,7 @@ class EventPublisher:
             except InvalidInput as exc:
                 exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
                 raise
-            out.append(record_for(envelope, self.topic))
+            out.append(envelope)
         return out
 
     async def publish(self, events: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[str]:
@@ -251,9 +304,15 @@ class EventPublisher:
         if self._producer is None:
             raise RuntimeError("start the publisher first (or use `async with`)")
         batch = [events] if isinstance(events, Mapping) else list(events)
-        records = self.records(batch)
+        envelopes = self._envelopes(batch)
         if self.sealer is not None:
-            self._shred(records)
+            tenant_wide = any(
+                e.type == ForgetRequested.TYPE and e.payload.get("tenant") is True
+                for e in envelopes
+            )
+            key_ids = await self._tenant_key_ids() if tenant_wide else set()
+            self.sealer.shred_forgotten(self.tenant, envelopes, lambda: key_ids)
+        records = [record_for(e, self.topic) for e in envelopes]
         pending = [
             await self._producer.send(
                 r.topic, value=r.value, key=r.key, headers=r.headers, timestamp_ms=r.timestamp_ms
@@ -264,14 +323,41 @@ class EventPublisher:
             await future
         return [dict(r.headers)["mnemo-event-id"].decode() for r in records]
 
-    def _shred(self, records: Sequence[KafkaRecord]) -> None:
-        """Destroy a user's own key before the request to forget that user is produced."""
-        assert self.sealer is not None
-        for record in records:
-            if dict(record.headers)["mnemo-event-type"] != ForgetRequested.TYPE.encode():
-                continue
-            envelope = Envelope.model_validate_json(record.value)
-            request = decode_payload(envelope)
-            assert isinstance(request, ForgetRequested)
-            if request.memory_id is None and self.sealer.owns_key(self.tenant, envelope.stream):
-                self.sealer.keys.destroy(self.sealer.key_id(self.tenant, envelope.stream))
+    async def _tenant_key_ids(self) -> set[str]:
+        """The key ids of the tenant's events in the topic: every partition read from its
+        start to the end it had when asked, outside any consumer group."""
+        shared = {k: v for k, v in self.config.items() if k in _CONNECTION_SETTINGS}
+        consumer = self._consumer_factory(
+            **shared,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            client_id="mnemo-event-publisher-forget",
+        )
+        await consumer.start()
+        prefix = f"{self.tenant}:".encode()
+        values: list[bytes] = []
+        try:
+            parts = await self._producer.partitions_for(self.topic)
+            assigned = [_topic_partition(self.topic, p) for p in sorted(parts)]
+            if not assigned:
+                return set()
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            ends = await consumer.end_offsets(assigned)
+            pending = {tp for tp in assigned if ends[tp] > 0}
+            while pending:
+                batch = await consumer.getmany(*pending, timeout_ms=1_000)
+                for received in batch.values():
+                    values += [r.value for r in received if (r.key or b"").startswith(prefix)]
+                for tp in list(pending):
+                    if await consumer.position(tp) >= ends[tp]:
+                        pending.discard(tp)
+        finally:
+            await consumer.stop()
+        return record_key_ids(self.tenant, values)
+
+
+def _topic_partition(topic: str, partition: int) -> Any:
+    module = importlib.import_module("aiokafka")
+    return module.TopicPartition(topic, partition)

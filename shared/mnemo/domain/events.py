@@ -9,7 +9,7 @@ Evolving an event (docs/events.md has the full rule):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
@@ -39,6 +39,7 @@ __all__ = [
     "LoggedEvent",
     "TraceContext",
     "decode_payload",
+    "sealed_key_ids",
     "validate_envelope",
 ]
 
@@ -232,6 +233,34 @@ class ForgetRequested(EventPayload):
         return self
 
 
+class RewrappedKey(BaseModel):
+    """One memory's data key, wrapped anew."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_id: MemoryId
+    previous: str = Field(
+        pattern=r"^[0-9a-f]{16}$",
+        description="sha256 of the wrapped key it replaces (as stored, base64), 16 hex digits",
+    )
+    wrapped_key: str = Field(min_length=1, max_length=4_096, description="base64")
+
+
+class MemoriesRewrapped(EventPayload):
+    """Memories' stored data keys moved to a newer version of their vault key (rotation
+    without downtime): registration replaces each memory's wrapped key in the read model
+    when it still holds the one replaced. The data keys, the sealed values and the events
+    of the log stay as they are; every version keeps unwrapping. Appended by the gateway
+    (`POST /v1/admin/keys/rewrap`), never by agents."""
+
+    TYPE = "MemoriesRewrapped"
+    VERSION = 1
+    PUBLIC = False
+    key_id: str = Field(min_length=1, max_length=256)
+    key_version: int = Field(ge=1)
+    memories: tuple[RewrappedKey, ...] = Field(min_length=1, max_length=200)
+
+
 class TemplateRegistered(EventPayload):
     """A context template (validated when published; a version is immutable once taken)."""
 
@@ -368,6 +397,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryVerified,
     MemoryContradicted,
     ForgetRequested,
+    MemoriesRewrapped,
     TemplateRegistered,
     ContextAssembled,
     ContextResponseReported,
@@ -430,6 +460,35 @@ def _first_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     return (f"{prefix}{loc}" if loc else prefix.rstrip(".")), str(err["msg"])
+
+
+def sealed_key_ids(tenant: str, events: Iterable[Envelope | Mapping[str, Any]]) -> set[str]:
+    """The vault keys of `tenant` that sealed values of these events (as envelopes or as
+    their JSON): each event's own encryption block and its memory's sealed block. Keys of
+    another tenant are never listed, whatever a malformed event claims."""
+    found: set[str] = set()
+    for event in events:
+        if isinstance(event, Envelope):
+            if event.tenant != tenant:
+                continue
+            blocks: list[Any] = [event.encryption.key_id if event.encryption else None]
+            payload: Any = event.payload
+        else:
+            if event.get("tenant") != tenant:
+                continue
+            block = event.get("encryption")
+            blocks = [block.get("key_id") if isinstance(block, Mapping) else None]
+            payload = event.get("payload")
+        memory = payload.get("memory") if isinstance(payload, Mapping) else None
+        sealed = memory.get("sealed") if isinstance(memory, Mapping) else None
+        if isinstance(sealed, Mapping):
+            blocks.append(sealed.get("key_id"))
+        elif isinstance(sealed, EncryptionBlock):
+            blocks.append(sealed.key_id)
+        found.update(
+            k for k in blocks if isinstance(k, str) and (k == tenant or k.startswith(tenant + "/"))
+        )
+    return found
 
 
 def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelope:

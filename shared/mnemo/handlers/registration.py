@@ -13,6 +13,7 @@ weight changes) into the memory read model.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -26,6 +27,7 @@ from mnemo.domain.events import (
     Envelope,
     EventPayload,
     ForgetRequested,
+    MemoriesRewrapped,
     MemoryArchived,
     MemoryCited,
     MemoryCorrected,
@@ -324,6 +326,7 @@ _HANDLED = {
     MemoryExpired.TYPE,
     MemoryDecayed.TYPE,
     TemplateRegistered.TYPE,
+    MemoriesRewrapped.TYPE,
     ContextAssembled.TYPE,
     ContextResponseReported.TYPE,
     MemoryCited.TYPE,
@@ -445,4 +448,34 @@ def handle(
         return Decision(writes=[PutMemory(memory.model_copy(update=update))])
     if isinstance(payload, TemplateRegistered):
         return _template(event, state, payload)
+    if isinstance(payload, MemoriesRewrapped):
+        return _rewrap(event, state, payload)
     return _usage(event, payload, state)
+
+
+def wrapped_digest(wrapped_key: str) -> str:
+    """How a MemoriesRewrapped event names the wrapped key it replaces."""
+    return hashlib.sha256(wrapped_key.encode("ascii")).hexdigest()[:16]
+
+
+def _rewrap(event: Envelope, state: RegistrationState, rewrapped: MemoriesRewrapped) -> Decision:
+    """A memory takes its new wrapped key only while it still holds the one replaced, under
+    that key id: one forgotten (erased) or sealed otherwise meanwhile stays as it is."""
+    writes: list[Write] = []
+    for entry in rewrapped.memories:
+        memory = state.get(event.tenant, entry.memory_id)
+        sealed = memory.sealed if memory is not None else None
+        if (
+            memory is None
+            or sealed is None
+            or sealed.key_id != rewrapped.key_id
+            or sealed.wrapped_key is None
+            or wrapped_digest(sealed.wrapped_key) != entry.previous
+        ):
+            continue
+        moved = sealed.model_copy(
+            update={"wrapped_key": entry.wrapped_key, "key_version": rewrapped.key_version}
+        )
+        writes.append(PutMemory(memory.model_copy(update={"sealed": moved})))
+    writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
+    return Decision(writes=writes)

@@ -24,9 +24,7 @@ from mnemo.domain.events import (
     Actor,
     ActorKind,
     Envelope,
-    ForgetRequested,
     LoggedEvent,
-    decode_payload,
     validate_envelope,
 )
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
@@ -251,33 +249,13 @@ class Mnemo:
             raise
 
     def _shred_forgotten(self, ctx: RequestContext, envelopes: Sequence[Envelope]) -> None:
-        """Crypto-shred before the log records the request: forgetting a user stream that has
-        its own key destroys that key; forgetting the tenant destroys every key its events
-        were sealed under. A vault that is down fails the request (nothing appended)."""
+        """Crypto-shred before the log records the request (Sealer.shred_forgotten), with
+        the key ids of the tenant's events in the log. A vault that is down fails the
+        request (nothing appended)."""
         assert self.sealer is not None
-        for envelope in envelopes:
-            if envelope.type != ForgetRequested.TYPE:
-                continue
-            request = decode_payload(envelope)
-            assert isinstance(request, ForgetRequested)
-            if request.tenant:
-                for key_id in sorted(self._tenant_key_ids(ctx.tenant)):
-                    self.sealer.keys.destroy(key_id)
-            elif request.memory_id is None and self.sealer.owns_key(ctx.tenant, envelope.stream):
-                self.sealer.keys.destroy(self.sealer.key_id(ctx.tenant, envelope.stream))
-
-    def _tenant_key_ids(self, tenant: str) -> set[str]:
-        assert self.sealer is not None
-        key_ids = {tenant}
-        after = 0
-        while True:
-            page = self.log.read_tenant(tenant, after, 1_000)
-            if not page:
-                return key_ids
-            for logged in page:
-                if logged.envelope.encryption is not None:
-                    key_ids.add(logged.envelope.encryption.key_id)
-            after = page[-1].offset
+        self.sealer.shred_forgotten(
+            ctx.tenant, envelopes, lambda: self.log.sealed_key_ids(ctx.tenant)
+        )
 
     def _open(self, memory: Memory) -> Memory:
         return memory if self.sealer is None else self.sealer.open_memory(memory)

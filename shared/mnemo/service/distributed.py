@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
 
 from mnemo import telemetry
-from mnemo.client.kafka import record_headers, record_key
+from mnemo.client.kafka import record_headers, record_key, record_key_ids
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -133,6 +133,17 @@ def parse_record(record: LogRecord, now: datetime, max_skew_seconds: float = 300
     return envelope
 
 
+def _records(topic: LogTopic, partition: int, end: int, page: int = 1_000) -> Iterator[LogRecord]:
+    """Every record of a partition up to an end offset, page by page."""
+    offset = 0
+    while offset < end:
+        records = topic.fetch(partition, offset, min(page, end - offset))
+        if not records:
+            return
+        yield from records
+        offset = records[-1].offset + 1
+
+
 class NotReady(Exception):
     """A follower reached records the sequencer has not decided on yet; retry shortly."""
 
@@ -184,6 +195,22 @@ class DistributedEventLog(EventLog):
 
     def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self.archive.read(after_offset, limit, tenant)
+
+    def sealed_key_ids(self, tenant: str) -> set[str]:
+        """The archive's reads lag the topic (unsequenced and unsettled events are not
+        there yet), so the topic's records keyed by the tenant are read as well: every
+        acknowledged append is there. Both are read whole (forgetting a tenant is rare)."""
+        found = super().sealed_key_ids(tenant)
+        found |= record_key_ids(
+            tenant,
+            (
+                r.value
+                for partition, end in sorted(self.topic.end_offsets().items())
+                for r in _records(self.topic, partition, end)
+                if r.key is not None and r.key.startswith(f"{tenant}:".encode())
+            ),
+        )
+        return found
 
     def head(self) -> int:
         return self.archive.head()

@@ -34,7 +34,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mnemo.domain.errors import InvalidInput, KeyDestroyed
-from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
+from mnemo.domain.events import CATALOG, Envelope, ForgetRequested, LoggedEvent, decode_payload
 from mnemo.domain.memory import Memory
 from mnemo.domain.pii import (
     PLACEHOLDER,
@@ -84,6 +84,10 @@ class KeyCache:
 
     def search_key(self, key_id: str) -> bytes:
         return self._cached(self._search, key_id, lambda: self.vault.search_key(key_id))
+
+    def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
+        """A stored wrapped data key moved to the key's current version (never cached)."""
+        return self.vault.rewrap(key_id, wrapped)
 
     def rotate(self, key_id: str) -> int:
         """A new key version; new seals use it at once, old ones keep opening."""
@@ -183,6 +187,37 @@ class Sealer:
     def owns_key(self, tenant: str, stream: str) -> bool:
         """Whether a stream is sealed under a key of its own (forgetting it shreds that key)."""
         return self.key_id(tenant, stream) != tenant
+
+    def shred_forgotten(
+        self,
+        tenant: str,
+        envelopes: Iterable[Envelope],
+        tenant_key_ids: Callable[[], Iterable[str]],
+    ) -> list[str]:
+        """Crypto-shred before the log records a request to forget (the gateway and the SDK's
+        Kafka publisher both call this): forgetting a user stream that has its own key
+        destroys that key; forgetting the tenant destroys the tenant's key and every key
+        `tenant_key_ids()` names (those its events in the log were sealed under). Returns
+        the key ids destroyed. A vault that is down raises Unavailable: nothing may then be
+        appended."""
+        destroyed: list[str] = []
+        for envelope in envelopes:
+            if envelope.type != ForgetRequested.TYPE:
+                continue
+            request = decode_payload(envelope)
+            assert isinstance(request, ForgetRequested)
+            if request.tenant:
+                doomed = {tenant} | {
+                    k for k in tenant_key_ids() if k == tenant or k.startswith(tenant + "/")
+                }
+            elif request.memory_id is None and self.owns_key(tenant, envelope.stream):
+                doomed = {self.key_id(tenant, envelope.stream)}
+            else:
+                continue
+            for key_id in sorted(doomed):
+                self.keys.destroy(key_id)
+                destroyed.append(key_id)
+        return destroyed
 
     def token(self, key_id: str, kind: PiiKind, value: str) -> str:
         """The keyed hash standing for a value in placeholders and exact-match search."""

@@ -1,16 +1,18 @@
-"""Operating the platform: status and rebuilding read models. Rebuilds, and the counts that
-span tenants, need the operator token; a key with the admin scope sees consumer health and
-lag."""
+"""Operating the platform: status, rebuilding read models, rotating keys. Rebuilds, and the
+counts that span tenants, need the operator token; a key with the admin scope sees consumer
+health and lag, and rotates its own tenant's vault keys (the tenant comes from the key)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.service import keys
 from mnemo.service.admin import distributed_status, rebuild_read_models
-from mnemo_gateway.deps import Admin, AdminCtx, PlatformDep, is_admin
+from mnemo_gateway.deps import Admin, AdminCtx, Body, PlatformDep, is_admin
 
 router = APIRouter(tags=["admin"])
 
@@ -43,3 +45,65 @@ def status(
     if is_admin(request, x_mnemo_admin_token):
         body["counts"] = platform.store.counts()
     return body
+
+
+class RotateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stream: str | None = Field(
+        default=None, max_length=128, description="a user stream with a key of its own"
+    )
+
+
+class RotateOut(BaseModel):
+    key_id: str
+    key_version: int
+
+
+class RewrapIn(RotateIn):
+    after: str | None = Field(default=None, max_length=64, description="the cursor `next` gave")
+    limit: int = Field(default=keys.MAX_PAGE, ge=1, le=keys.MAX_PAGE)
+
+
+class RewrapOut(BaseModel):
+    key_id: str
+    scanned: int = Field(description="memories looked at in this page")
+    rewrapped: int = Field(description="memories whose data key moves to a newer version")
+    key_versions: list[int]
+    event_ids: list[str] = Field(description="the MemoriesRewrapped events appended")
+    next: str | None = Field(description="the cursor of the next page; null: done")
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+@router.post(
+    "/v1/admin/keys/rotate",
+    summary="Start a new version of your tenant's vault key (or a user's); nothing stops",
+    openapi_extra=_schema(RotateIn),
+)
+async def rotate_key(ctx: AdminCtx, platform: PlatformDep, body: Body) -> RotateOut:
+    req = RotateIn.model_validate(body or {})
+    key_id, version = await run_in_threadpool(keys.rotate, platform.app, ctx.tenant, req.stream)
+    return RotateOut(key_id=key_id, key_version=version)
+
+
+@router.post(
+    "/v1/admin/keys/rewrap",
+    summary="Move one page of stored data keys to the key's current version (repeat with next)",
+    openapi_extra=_schema(RewrapIn),
+)
+async def rewrap_keys(ctx: AdminCtx, platform: PlatformDep, body: Body) -> RewrapOut:
+    req = RewrapIn.model_validate(body or {})
+    page = await run_in_threadpool(
+        keys.rewrap_page, platform.app, ctx.tenant, ctx.principal, req.stream, req.after, req.limit
+    )
+    return RewrapOut(
+        key_id=page.key_id,
+        scanned=page.scanned,
+        rewrapped=page.rewrapped,
+        key_versions=page.key_versions,
+        event_ids=page.event_ids,
+        next=page.next,
+    )
