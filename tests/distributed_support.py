@@ -14,6 +14,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
+from tests.support import missing
 
 from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
 from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
@@ -47,16 +48,10 @@ def _reachable(host: str, port: int) -> bool:
 def require_services() -> None:
     """Skip on a developer machine without Kafka or Cassandra; under CI, fail."""
     host, _, port = KAFKA.split(",")[0].partition(":")
-    missing = []
     if not _reachable(host, int(port)):
-        missing.append(f"Kafka at {KAFKA}")
+        missing("Kafka", f"nothing answers at {KAFKA}")
     if not _reachable(CASSANDRA_HOSTS.split(",")[0], CASSANDRA_PORT):
-        missing.append(f"Cassandra at {CASSANDRA_HOSTS}:{CASSANDRA_PORT}")
-    if missing:
-        reason = " and ".join(missing) + " not reachable"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}: make test starts them")
-        pytest.skip(f"{reason}; start them: infra/services.py up kafka cassandra")
+        missing("Cassandra", f"nothing answers at {CASSANDRA_HOSTS}:{CASSANDRA_PORT}")
 
 
 def distributed_settings(data: Path, partitions: int = 4, **overrides: object) -> MnemoSettings:

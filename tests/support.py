@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import socket
 import threading
 import time
@@ -16,8 +17,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
+import pytest
 import uvicorn
 from mnemo_gateway.app import create_app
 
@@ -38,6 +41,7 @@ __all__ = [
     "grant",
     "headers_for",
     "install_keys",
+    "missing",
     "running_server",
     "verify_trails",
     "wait_healthy",
@@ -177,3 +181,19 @@ def verify_trails(
     """The streams whose chain is broken, with the first broken link (empty: all hold)."""
     broken = {stream: audit.verify(trail, events) for stream, trail in trails.items()}
     return {stream: n for stream, n in broken.items() if n is not None}
+
+
+_START = {
+    "OpenBao": "infra/services.py up openbao",
+    "Cassandra": "infra/services.py up cassandra",
+    "Kafka": "infra/services.py up kafka",
+}
+
+
+def missing(what: str, reason: str, *, module_level: bool = False) -> NoReturn:
+    """A service or tool a test needs is absent: a skip on a developer machine, a failure
+    under CI (CI=true), where `make test` provides everything."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is required under CI: {reason}")
+    start = f"; start it: {_START[what]}" if what in _START else ""
+    pytest.skip(f"{what} is not available ({reason}){start}", allow_module_level=module_level)

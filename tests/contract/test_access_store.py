@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.contract.test_memory_store import _cassandra_missing
+from tests.support import missing
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.adapters.sqlite_access import SqliteAccessStore
@@ -208,7 +208,7 @@ def access_keyspace() -> Iterator[tuple[Any, str]]:
 
         from mnemo.adapters.cassandra_store import migrate
     except ImportError as exc:
-        _cassandra_missing(f"cassandra-driver is not installed: {exc}")
+        missing("Cassandra", f"cassandra-driver is not installed: {exc}")
     hosts = os.environ.get("MNEMO_CASSANDRA_HOSTS", "127.0.0.1").split(",")
     port = int(os.environ.get("MNEMO_CASSANDRA_PORT", "9042"))
     cluster = Cluster(
@@ -221,7 +221,7 @@ def access_keyspace() -> Iterator[tuple[Any, str]]:
         session = cluster.connect()
     except NoHostAvailable as exc:
         cluster.shutdown()
-        _cassandra_missing(f"{hosts}:{port}: {exc}")
+        missing("Cassandra", f"{hosts}:{port}: {exc}")
     keyspace = f"mnemo_access_{uuid.uuid4().hex[:12]}"
     session.execute(
         f"CREATE KEYSPACE {keyspace} WITH replication = "

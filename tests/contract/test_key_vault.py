@@ -6,12 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import stat
 import uuid
 from pathlib import Path
 
 import pytest
+from tests.support import missing
 from tests.vault_support import vault_settings
 
 from mnemo.adapters.local_key_vault import LocalKeyFileVault
@@ -138,13 +138,6 @@ class TestInMemoryKeyVault(KeyVaultContract):
         return InMemoryKeyVault()
 
 
-def _openbao_missing(reason: str) -> None:
-    """Skip on a developer machine without OpenBao; under CI a missing service fails."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"OpenBao is required under CI: {reason}")
-    pytest.skip(f"OpenBao is not reachable ({reason}); start it: infra/services.py up openbao")
-
-
 class TestVaultKeyVault(KeyVaultContract):
     """The transit adapter on a real OpenBao; every test gets its own key prefix."""
 
@@ -154,12 +147,12 @@ class TestVaultKeyVault(KeyVaultContract):
 
         url, token = vault_settings()
         if token is None:
-            _openbao_missing("no MNEMO_VAULT_TOKEN and no var/run/services.env")
+            missing("OpenBao", "no MNEMO_VAULT_TOKEN and no var/run/services.env")
         vault = VaultKeyVault(url, token, prefix=f"t{uuid.uuid4().hex[:12]}", timeout=3)
         try:
             vault.rotate("probe")
         except Unavailable as exc:
-            _openbao_missing(f"{url}: {exc.message}")
+            missing("OpenBao", f"{url}: {exc.message}")
         return vault
 
     def test_wrapped_is_transit_ciphertext(self, vault: KeyVault) -> None:
@@ -202,7 +195,7 @@ class TestVaultKeyVault(KeyVaultContract):
 
         url, token = vault_settings()
         if token is None:
-            _openbao_missing("no token")
+            missing("OpenBao", "no token")
         bad = "s.wrong-" + uuid.uuid4().hex
         vault = VaultKeyVault(url, bad, prefix=f"t{uuid.uuid4().hex[:12]}", timeout=3)
         with pytest.raises(Unavailable) as info:

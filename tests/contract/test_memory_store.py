@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import missing
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.context import ContextTemplate
@@ -367,13 +368,6 @@ class TestSqliteMemoryStore(MemoryStoreContract):
 # ---- Cassandra: the same contract against a real node ------------------------------------
 
 
-def _cassandra_missing(reason: str) -> None:
-    """Skip on a developer machine without Cassandra; under CI a missing service fails."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Cassandra is required under CI: {reason}")
-    pytest.skip(f"Cassandra is not reachable ({reason}); start it: infra/services.py up cassandra")
-
-
 @pytest.fixture(scope="module")
 def cassandra_keyspace() -> Iterator[tuple[Any, str]]:
     """One session and one fresh keyspace (migrated once) for the whole class; every test
@@ -389,7 +383,7 @@ def cassandra_keyspace() -> Iterator[tuple[Any, str]]:
 
         from mnemo.adapters.cassandra_store import migrate
     except ImportError as exc:
-        _cassandra_missing(f"cassandra-driver is not installed: {exc}")
+        missing("Cassandra", f"cassandra-driver is not installed: {exc}")
     hosts = os.environ.get("MNEMO_CASSANDRA_HOSTS", "127.0.0.1").split(",")
     port = int(os.environ.get("MNEMO_CASSANDRA_PORT", "9042"))
     cluster = Cluster(
@@ -402,7 +396,7 @@ def cassandra_keyspace() -> Iterator[tuple[Any, str]]:
         session = cluster.connect()
     except NoHostAvailable as exc:
         cluster.shutdown()
-        _cassandra_missing(f"{hosts}:{port}: {exc}")
+        missing("Cassandra", f"{hosts}:{port}: {exc}")
     keyspace = f"mnemo_contract_{uuid.uuid4().hex[:12]}"
     session.execute(
         f"CREATE KEYSPACE {keyspace} WITH replication = "

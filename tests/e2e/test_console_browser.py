@@ -29,12 +29,11 @@ from typing import Any
 import pytest
 import uvicorn
 from mnemo_gateway.app import create_app
-from tests.support import fixed_key
+from tests.support import fixed_key, missing
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "console"
 FLAGS = (
     "--headless",
@@ -50,18 +49,12 @@ PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
 LAPTOP = {"width": 1366, "height": 900, "deviceScaleFactor": 1, "mobile": False}
 
 
-def _missing(what: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{what} is required under CI")
-    pytest.skip(f"{what} is not installed")
-
-
 def _chromium() -> str:
     for name in (os.environ.get("MNEMO_CHROMIUM"), "chromium", "chromium-browser"):
         found = shutil.which(name) if name else None
         if found:
             return found
-    _missing("chromium (apt-get install chromium)")
+    missing("chromium", "apt-get install chromium; make test installs it")
     raise AssertionError("unreachable")
 
 
@@ -158,7 +151,7 @@ class Page:
         try:
             import websocket
         except ImportError:  # pragma: no cover - the dev extra installs it
-            _missing("websocket-client (pip install -e '.[dev]')")
+            missing("websocket-client", "pip install -e '.[dev]'")
         self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
         self.next_id = 0
         self.errors: list[str] = []

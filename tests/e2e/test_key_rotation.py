@@ -6,7 +6,6 @@ log ends the same. The routes take the tenant from the API key and need the admi
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from tests.shred_support import plant_markers
-from tests.support import ALL, headers_for, install_keys, running_server
+from tests.support import ALL, headers_for, install_keys, missing, running_server
 from tests.vault_support import vault_settings
 
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
@@ -49,10 +48,7 @@ def vault(request: pytest.FixtureRequest) -> Iterator[KeyVault]:
         return
     url, token = vault_settings()
     if token is None:
-        reason = "OpenBao is not reachable (no MNEMO_VAULT_TOKEN, no var/run/services.env)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"required under CI: {reason}")
-        pytest.skip(reason)
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN, no var/run/services.env")
     from mnemo.adapters.vault_key_vault import VaultKeyVault
 
     yield VaultKeyVault(url, token, prefix=f"rot{uuid.uuid4().hex[:10]}", timeout=10)

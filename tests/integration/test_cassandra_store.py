@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import missing
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.errors import ConflictError, Unavailable
@@ -41,20 +42,11 @@ PORT = int(os.environ.get("MNEMO_CASSANDRA_PORT", "9042"))
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Cassandra is required under CI: {reason}")
-    pytest.skip(
-        f"Cassandra is not reachable ({reason}); start it: infra/services.py up cassandra",
-        allow_module_level=True,
-    )
-
-
 try:
     from mnemo.adapters import cassandra_store
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
 except ImportError as exc:  # pragma: no cover - the driver is not installed
-    _missing(f"cassandra-driver is not installed: {exc}")
+    missing("Cassandra", module_level=True, reason=f"cassandra-driver is not installed: {exc}")
 
 
 def mem(
@@ -110,7 +102,7 @@ def cassandra() -> Iterator[tuple[Any, str, list[int]]]:
         session = cluster.connect()
     except NoHostAvailable as exc:
         cluster.shutdown()
-        _missing(f"{HOSTS}:{PORT}: {exc}")
+        missing("Cassandra", f"{HOSTS}:{PORT}: {exc}")
     keyspace = f"mnemo_it_{uuid.uuid4().hex[:12]}"
     _create(session, keyspace)
     created: list[str] = [keyspace]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,19 +19,13 @@ from typing import Any
 import httpx
 import pytest
 from tests.shred_support import Markers, plant_markers, scan
-from tests.support import headers_for, running_server
+from tests.support import headers_for, missing, running_server
 from tests.vault_support import vault_settings
 
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED
 from mnemo.ports import KeyVault
-
-
-def _openbao_missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"OpenBao is required under CI: {reason}")
-    pytest.skip(f"OpenBao is not reachable ({reason}); start it: infra/services.py up openbao")
 
 
 class Recording(KeyVault):
@@ -72,7 +65,7 @@ class Recording(KeyVault):
 def token() -> str:
     _, found = vault_settings()
     if found is None:
-        _openbao_missing("no MNEMO_VAULT_TOKEN and no var/run/services.env")
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN and no var/run/services.env")
     return found
 
 
@@ -85,7 +78,7 @@ def vault(token: str) -> Recording:
     try:
         built.rotate("probe")
     except Unavailable as exc:
-        _openbao_missing(f"{url}: {exc.message}")
+        missing("OpenBao", f"{url}: {exc.message}")
     return Recording(built)
 
 

@@ -20,6 +20,7 @@ from tests.distributed_support import (
     running_distributed,
 )
 from tests.shred_support import plant_markers, scan
+from tests.support import missing
 from tests.vault_support import vault_settings
 
 from mnemo.domain.errors import NotFound
@@ -42,12 +43,6 @@ def _run_dir() -> Path:
     return Path(os.environ.get("MNEMO_RUN_DIR", default))
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"required under CI: {reason}")
-    pytest.skip(reason)
-
-
 def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": event_type,
@@ -62,11 +57,11 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
 ) -> None:
     url, token = vault_settings()
     if token is None:
-        _missing("OpenBao is not reachable (no MNEMO_VAULT_TOKEN, no var/run/services.env)")
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN, no var/run/services.env")
     kafka_data = _run_dir() / "kafka" / "data"
     cassandra_data = _run_dir() / "cassandra" / "data"
     if not (kafka_data.is_dir() and cassandra_data.is_dir()):
-        _missing(f"the services' data directories are not under {_run_dir()} (MNEMO_RUN_DIR)")
+        missing("the services' data directories", f"not under {_run_dir()} (MNEMO_RUN_DIR)")
     settings = distributed_settings(
         tmp_path / "data",
         partitions=1,
@@ -150,11 +145,11 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     keeps the events themselves, their sensitive values sealed under destroyed keys."""
     url, token = vault_settings()
     if token is None:
-        _missing("OpenBao is not reachable (no MNEMO_VAULT_TOKEN, no var/run/services.env)")
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN, no var/run/services.env")
     kafka_data = _run_dir() / "kafka" / "data"
     cassandra_data = _run_dir() / "cassandra" / "data"
     if not (kafka_data.is_dir() and cassandra_data.is_dir()):
-        _missing(f"the services' data directories are not under {_run_dir()} (MNEMO_RUN_DIR)")
+        missing("the services' data directories", f"not under {_run_dir()} (MNEMO_RUN_DIR)")
     settings = distributed_settings(
         tmp_path / "data",
         partitions=1,

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from tests.shred_support import plant_markers, scan
+from tests.support import missing
 
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.client.kafka import EventPublisher
@@ -35,9 +36,7 @@ def _broker_up() -> bool:
 @pytest.fixture
 def broker() -> str:
     if not _broker_up():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no Kafka broker at {BOOTSTRAP} (make test starts one)")
-        pytest.skip(f"no Kafka broker at {BOOTSTRAP}; `make services-up TEST_SERVICES=kafka`")
+        missing("Kafka", f"no broker at {BOOTSTRAP}")
     return BOOTSTRAP
 
 
