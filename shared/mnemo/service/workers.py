@@ -247,10 +247,10 @@ class Worker:
     def lag(self) -> dict[str, dict[int, int]]:
         """Records this consumer still has to read, per partition (mnemo.consumer.lag)."""
         ends = self.distributed.topic.end_offsets()
-        store = self.platform.store
+        at = self.platform.store.positions([position_name(self.consumer, p) for p in ends])
         return {
             self.consumer: {
-                p: max(0, end - store.position(position_name(self.consumer, p)))
+                p: max(0, end - at[position_name(self.consumer, p)])
                 for p, end in sorted(ends.items())
             }
         }
@@ -299,12 +299,12 @@ class Worker:
             ]
         try:
             ends = self.distributed.topic.end_offsets()
+            at = self.platform.store.positions([position_name(name, p) for p in ends])
             lines.append("# TYPE mnemo_consumer_lag gauge")
             for partition, end in sorted(ends.items()):
-                at = self.platform.store.position(position_name(name, partition))
+                behind = max(0, end - at[position_name(name, partition)])
                 lines.append(
-                    f'mnemo_consumer_lag{{consumer="{name}",partition="{partition}"}} '
-                    f"{max(0, end - at)}"
+                    f'mnemo_consumer_lag{{consumer="{name}",partition="{partition}"}} {behind}'
                 )
         except MnemoError:
             pass
