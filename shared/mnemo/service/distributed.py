@@ -35,8 +35,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -492,17 +494,17 @@ class Follower(_Processor):
         self.consumer = consumer
         self.archive = archive
 
-    def _partition(
-        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
-    ) -> int:
+    def _ready(
+        self, partition: int, records: list[LogRecord]
+    ) -> tuple[list[LogRecord], list[LoggedEvent], list[float | None], dict[int, Any]]:
+        """The records the sequencer has decided on (a prefix of `records`), and the
+        archived events among them, with their publish times and trace parents."""
         fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
         ready = []
         for r in records:
             if r.offset not in fates:
                 break
             ready.append(r)
-        if not ready:
-            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         events: list[LoggedEvent] = []
         accepted_at: list[float | None] = []
         parents: dict[int, telemetry.Parent | None] = {}
@@ -515,30 +517,85 @@ class Follower(_Processor):
             events.append(LoggedEvent(offset=encode_offset(partition, r.offset), envelope=env))
             accepted_at.append(r.timestamp)
             parents[r.offset] = telemetry.parent_of(env.trace, r.headers)
-            self.counters.by_type[env.type] = self.counters.by_type.get(env.type, 0) + 1
+            with self._counting:
+                self.counters.by_type[env.type] = self.counters.by_type.get(env.type, 0) + 1
+        return ready, events, accepted_at, parents
+
+    def process(self, records: Sequence[LogRecord]) -> int:
+        if self.consumer != indexing.CONSUMER:
+            return super().process(records)
+        # the indexer: the ready records of every partition of the batch are embedded and
+        # written to the index, which is flushed, once; then each partition's position
+        by_partition: dict[int, list[LogRecord]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r)
+        waiting: NotReady | None = None
+        done = 0
+        with ExitStack() as spans:
+            steps: list[tuple[int, int, list[LoggedEvent], list[float | None]]] = []
+            for partition, items in sorted(by_partition.items()):
+                start = self.store.position(position_name(self.consumer, partition))
+                fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
+                with self._counting:
+                    self.counters.skipped += len(items) - len(fresh)
+                if not fresh:
+                    continue
+                spans.enter_context(
+                    telemetry.consuming(
+                        self.consumer,
+                        [telemetry.parent_of(headers=r.headers) for r in fresh],
+                        system="kafka",
+                        destination=self.archive.topic,
+                        partition=partition,
+                        group=f"mnemo-{self.consumer}",
+                    )
+                )
+                ready, events, accepted_at, _ = self._ready(partition, fresh)
+                if len(ready) < len(fresh):
+                    waiting = NotReady(
+                        f"{self.consumer} waits for the registrar on partition {partition}"
+                    )
+                if ready:
+                    steps.append((partition, ready[-1].offset + 1, events, accepted_at))
+                    done += len(ready)
+            envelopes = [e.envelope for step in steps for e in step[2]]
+            if envelopes:
+                self.runner.index_events(envelopes)
+            for partition, next_offset, events, accepted_at in steps:
+                with self.store.transaction() as tx:
+                    tx.set_position(position_name(self.consumer, partition), next_offset)
+                telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
+        with self._counting:
+            self.counters.records += done
+            self.counters.batches += 1
+            self.counters.last_batch_at = time.time()
+        if waiting is not None:
+            raise waiting
+        return done
+
+    def _partition(
+        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+    ) -> int:
+        ready, events, accepted_at, parents = self._ready(partition, records)
+        if not ready:
+            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         name = position_name(self.consumer, partition)
-        if self.consumer == indexing.CONSUMER:
-            if events:
-                self.runner.index_events([e.envelope for e in events])
-            with self.store.transaction() as tx:
-                tx.set_position(name, ready[-1].offset + 1)
-        else:
-            decide = (
-                self.runner.decide_decay
-                if self.consumer == decay.CONSUMER
-                else self.runner.decide_audit
-            )
-            with self.store.transaction() as tx:
-                emitted: list[Envelope] = []
-                for record in events:
-                    offset = decode_offset(record.offset)[1]
-                    with telemetry.handling(batch, record.envelope, parents[offset], offset=offset):
-                        decision = decide(record, tx)
-                    tx.apply(decision.writes)
-                    emitted.extend(decision.events)
-                if emitted:
-                    self.runner.log.append(emitted)
-                tx.set_position(name, ready[-1].offset + 1)
+        decide = (
+            self.runner.decide_decay
+            if self.consumer == decay.CONSUMER
+            else self.runner.decide_audit
+        )
+        with self.store.transaction() as tx:
+            emitted: list[Envelope] = []
+            for record in events:
+                offset = decode_offset(record.offset)[1]
+                with telemetry.handling(batch, record.envelope, parents[offset], offset=offset):
+                    decision = decide(record, tx)
+                tx.apply(decision.writes)
+                emitted.extend(decision.events)
+            if emitted:
+                self.runner.log.append(emitted)
+            tx.set_position(name, ready[-1].offset + 1)
         telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
         if len(ready) < len(records):
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
