@@ -6,8 +6,9 @@ for replay, `events_by_id` ((tenant, event_id)) for duplicates and lookups,
 day), position) for tails, and `record_fates` ((topic, part, block), koffset), the verdict
 on every topic record, which the other consumers follow.
 
-Writing order (no multi-partition transactions, and batches would break the size limits
-with large bodies): first `events_by_id`, then the other event rows, then the fates. A
+Writing order (no multi-partition transactions): first `events_by_id`, then the other
+event rows, then the fates, each step in unlogged batches (a partition's rows together:
+cassandra_store.write_batched) sent concurrently, and complete before the next starts. A
 sequencer that crashes half-way reads its partition again from its last position and finds
 the ids it had already placed, with their sequence numbers, so it writes the same rows
 again instead of placing an event twice. A record counts as processed only once its fate

@@ -61,9 +61,13 @@ Transactions: a sealed redo record, then idempotent writes, then the position
          target already there is this same batch repeated; finding another memory means a
          second writer, and ConflictError is raised before anything else is written);
       3. writes those row writes, compressed and chunked, into `commit_intents` under the
-         consumer's name and then seals it (one static-column write): the commit point;
-      4. applies the writes concurrently (each one an idempotent upsert or delete at the
-         fixed timestamp), then the consumer's position, then deletes the record.
+         consumer's name and seals it (a static-column write): the commit point. The
+         pieces and the seal are rows of one partition, so a record up to 4 MiB is written
+         with its seal in one unlogged batch, which Cassandra applies atomically; a larger
+         one is sealed after its pieces;
+      4. applies the writes (each one an idempotent upsert or delete at the fixed
+         timestamp) in unlogged batches sent concurrently (`write_batched`), then the
+         consumer's position together with the timer hours, then deletes the record.
     Applying is at-least-once and not atomic: other readers may see part of a batch for a
     moment. It is safe because (a) every write carries the commit's timestamp, so applying
     it twice, or late, lands the same cells and never overwrites a later commit, and
@@ -1105,6 +1109,7 @@ class CassandraMemoryStore(MemoryStore):
         self._ready: set[str] = set()
         self._inflight: set[str] = set()  # owners of commits this process is applying
         self._dirty: set[str] = set()  # owners of sealed commits this process failed to apply
+        self._clean: set[str] = set()  # owners position() found without a commit record
         if create_keyspace:
             self._create_keyspace(self.home)
         if migrate_schema:
@@ -1274,7 +1279,11 @@ class CassandraMemoryStore(MemoryStore):
                 ts = self._clock.next()
                 self._write_all([[self.home, "positions", "put", [*tx.position, ts]]], ts)
             return
-        if tx.position is not None and self._sealed(tx.position[0]) is not None:
+        if (
+            tx.position is not None
+            and not self._take_clean(tx.position[0])
+            and self._sealed(tx.position[0]) is not None
+        ):
             # this batch was read from a position whose commit was not finished: finish that
             # one, and let the consumer read its batch again from the position it reaches
             self._roll_forward(tx.position[0])
@@ -1429,7 +1438,16 @@ class CassandraMemoryStore(MemoryStore):
                 rows = [tuple(r) for r in self._execute(self.home, "position", [consumer])]
             else:
                 self._dirty.discard(consumer)
+                self._clean.add(consumer)
         return self._position_of(rows[0] if rows else None)
+
+    def _take_clean(self, owner: str) -> bool:
+        """Whether `position(owner)` found no commit record since this process last
+        committed under that name (a consumer's next commit then need not look again)."""
+        if owner in self._clean:
+            self._clean.discard(owner)
+            return True
+        return False
 
     def _position_of(self, row: Row | None) -> int:
         if row is None or row[0] is None:
