@@ -84,6 +84,11 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     Transactions without a position (the decay scan) are sealed under a one-off name; this
     process finishes its own failed ones before its next transaction, and `recover()` (run
     by the constructor) finishes any left older than `settle_seconds`.
+    `position` reads the commit record and the position in one round trip; a commit looks
+    for an unfinished record of its consumer again only when this process did not just see
+    none there through `position`. `positions` (lag, `?wait=`) reads the position rows as
+    they are: a position is written after its commit's rows, so it never runs ahead of what
+    readers see, and such readers need not finish anyone's commit.
     This assumes one writer per consumer name (as the log's consumer positions already do)
     and clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
 
