@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
 _TAKE_WITHIN = 0.01  # seconds
+_MAX_TAKE = 2_048  # records in one batch at most
 
 
 def _broker_url(settings: MnemoSettings) -> str:
@@ -167,13 +168,15 @@ class Worker:
 
     def _install(self, with_http: GatewaySettings | None) -> None:
         app = self.app
-        batch_size = self.settings.batch_size
+        # BATCH_SIZE counts records per partition: a batch of the whole topic is split by
+        # partition (partition processors), so take up to that many for each partition
+        take = min(_MAX_TAKE, self.settings.batch_size * max(1, self.settings.kafka_partitions))
 
         @app.agent(self.topic, name=f"mnemo.{self.consumer}")
         async def consume(stream: Any) -> None:
-            # a batch is what arrived within 10 ms (or batch_size records): faust waits
-            # that long before every batch, so it bounds each hop's added latency
-            async for events in stream.take_events(batch_size, within=_TAKE_WITHIN):
+            # a batch is what arrived within 10 ms (or `take` records): faust waits that
+            # long before every batch, so it bounds each hop's added latency
+            async for events in stream.take_events(take, within=_TAKE_WITHIN):
                 records = [
                     LogRecord(
                         e.message.partition,
