@@ -198,6 +198,12 @@ class MemoryStore(abc.ABC):
     def position(self, consumer: str) -> int:
         """The last offset a consumer has durably processed (0 when none)."""
 
+    def positions(self, consumers: Sequence[str]) -> dict[str, int]:
+        """Several consumers' positions as other readers see them (lag, waits): how far
+        each one's writes are applied. Unlike `position`, which a consumer calls before it
+        reads on, it need not finish a commit under way."""
+        return {c: self.position(c) for c in dict.fromkeys(consumers)}
+
     @abc.abstractmethod
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
 
@@ -526,6 +532,10 @@ class EventArchive(abc.ABC):
     @abc.abstractmethod
     def stream_head(self, tenant: str, stream: str) -> int: ...
 
+    def stream_heads(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The heads of several (tenant, stream) pairs (an archive may ask concurrently)."""
+        return {key: self.stream_head(*key) for key in dict.fromkeys(keys)}
+
     @abc.abstractmethod
     def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
         """Write archived events and the fates of records, atomically and idempotently."""
@@ -548,6 +558,12 @@ class EventArchive(abc.ABC):
 
     @abc.abstractmethod
     def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]: ...
+
+    def caused_by_many(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[LoggedEvent]]:
+        """`caused_by` of several (tenant, event id) pairs."""
+        return {key: self.caused_by(*key) for key in dict.fromkeys(keys)}
 
     @abc.abstractmethod
     def reset(self) -> None:

@@ -366,6 +366,58 @@ def test_a_commit_that_dies_before_its_seal_leaves_nothing(
     assert again.counts()["memories"] == 0
 
 
+def test_a_commit_record_too_large_for_one_batch_is_sealed_after_its_pieces(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cassandra_store, "_INTENT_ONE_BATCH", 0)
+    monkeypatch.setattr(cassandra_store, "_INTENT_CHUNK", 64)  # many pieces
+    crash_after(store, 0, monkeypatch)
+    with pytest.raises(Crash):
+        commit(store, [PutMemory(mem(1)), PutMemory(mem(2))], 3)
+    monkeypatch.undo()
+    again = restart(store)
+    assert again.position("registrar") == 3
+    assert again.get_many("acme", [mem(1).memory_id, mem(2).memory_id]) == [mem(1), mem(2)]
+
+
+def test_other_readers_see_a_position_once_its_commit_is_applied(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit(store, [PutMemory(mem(1))], 4)
+    crash_after(store, 0, monkeypatch)
+    with pytest.raises(Crash):
+        commit(store, [PutMemory(mem(2))], 8)
+    monkeypatch.undo()
+    # sealed, not applied: lag and waits still see the last applied position
+    assert store.positions(["registrar", "indexer"]) == {"registrar": 4, "indexer": 0}
+    assert store.get("acme", mem(2).memory_id) is None
+    # the consumer itself finishes the commit before it reads on
+    assert store.position("registrar") == 8
+    assert store.positions(["registrar"]) == {"registrar": 8}
+    assert store.get("acme", mem(2).memory_id) == mem(2)
+
+
+def test_every_row_of_a_large_commit_lands_whatever_batch_carries_it(
+    store: CassandraMemoryStore,
+) -> None:
+    memories = [
+        mem(n, stream=f"user:U{n % 7}", content=f"memory number {n} about topic{n % 13}")
+        for n in range(450)
+    ]
+    commit(store, [PutMemory(m) for m in memories], 9)
+    assert store.position("registrar") == 9
+    found = store.query("acme", MemoryQuery(limit=1_000))
+    assert sorted(m.memory_id for m in found) == sorted(m.memory_id for m in memories)
+    for s in range(7):
+        listed = store.query("acme", MemoryQuery(stream=f"user:U{s}", limit=1_000))
+        assert len(listed) == len([m for m in memories if m.stream == f"user:U{s}"])
+    hits = store.keyword_search("acme", ["topic5"], MemoryQuery(limit=1_000))
+    assert {mid for mid, _ in hits} == {
+        m.memory_id for m in memories if m.content.endswith(" topic5")
+    }
+    assert store.counts()["memory_terms"] == 450
+
+
 def test_usage_counts_survive_a_roll_forward_without_counting_twice(
     store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,8 +6,9 @@ for replay, `events_by_id` ((tenant, event_id)) for duplicates and lookups,
 day), position) for tails, and `record_fates` ((topic, part, block), koffset), the verdict
 on every topic record, which the other consumers follow.
 
-Writing order (no multi-partition transactions, and batches would break the size limits
-with large bodies): first `events_by_id`, then the other event rows, then the fates. A
+Writing order (no multi-partition transactions): first `events_by_id`, then the other
+event rows, then the fates, each step in unlogged batches (a partition's rows together:
+cassandra_store.write_batched) sent concurrently, and complete before the next starts. A
 sequencer that crashes half-way reads its partition again from its last position and finds
 the ids it had already placed, with their sequence numbers, so it writes the same rows
 again instead of placing an event twice. A record counts as processed only once its fate
@@ -35,7 +36,7 @@ from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import PreparedStatement
 
-from mnemo.adapters.cassandra_store import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_store import _DRIVER_UNAVAILABLE, _valid_keyspace, write_batched
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.ports import ArchivedEvent, EventArchive, RecordFate, RecordStatus
@@ -161,6 +162,12 @@ class CassandraEventArchive(EventArchive):
                 out.append([tuple(r) for r in result])
             return out
 
+    def _write(self, items: Sequence[tuple[str, str, Sequence[Any]]]) -> None:
+        """One step of writes, in unlogged batches (cassandra_store.write_batched)."""
+        with _translated():
+            bound = [self._stmt(ks, name).bind(list(params)) for ks, name, params in items]
+        write_batched(self._session, bound)
+
     def next_position(self) -> int:
         """A new archive position: this process's clock in microseconds, strictly rising."""
         with self._lock:
@@ -225,9 +232,16 @@ class CassandraEventArchive(EventArchive):
         rows = self._rows(self._ks(tenant), "stream:head", [tenant, stream])
         return int(rows[0][0]) if rows else 0
 
+    def stream_heads(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        unique = list(dict.fromkeys(keys))
+        results = self._many([(self._ks(t), "stream:head", [t, s]) for t, s in unique])
+        return {
+            key: int(rows[0][0]) if rows else 0 for key, rows in zip(unique, results, strict=True)
+        }
+
     def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
         # 1. where each id went: a redo finds these and reuses their sequence numbers
-        self._many(
+        self._write(
             [
                 (
                     self._ks(e.envelope.tenant),
@@ -287,9 +301,9 @@ class CassandraEventArchive(EventArchive):
                 )
                 days.add((scope_ks, scope, day))
         rows.extend((ks, "days:put", [scope, day]) for ks, scope, day in sorted(days))
-        self._many(rows)
+        self._write(rows)
         # 3. the fates, last: a record is processed once its fate is there
-        self._many(
+        self._write(
             [
                 (
                     self.home,
@@ -363,6 +377,30 @@ class CassandraEventArchive(EventArchive):
         rows = self._rows(self._ks(tenant), "cause:get", [tenant, event_id])
         found = [self._logged(tenant, str(stream), int(seq)) for stream, seq in rows]
         return sorted((e for e in found if e is not None), key=lambda e: e.offset)
+
+    def caused_by_many(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[LoggedEvent]]:
+        unique = list(dict.fromkeys(keys))
+        found = self._many([(self._ks(t), "cause:get", [t, e]) for t, e in unique])
+        wanted = [
+            (key, str(stream), int(seq))
+            for key, rows in zip(unique, found, strict=True)
+            for stream, seq in rows
+        ]
+        bodies = self._many(
+            [(self._ks(t), "stream:one", [t, stream, seq]) for (t, _), stream, seq in wanted]
+        )
+        out: dict[tuple[str, str], list[LoggedEvent]] = {key: [] for key in unique}
+        for (key, _, _), rows in zip(wanted, bodies, strict=True):
+            if rows:
+                body, position = rows[0]
+                out[key].append(
+                    LoggedEvent(offset=int(position), envelope=Envelope.model_validate_json(body))
+                )
+        for events in out.values():
+            events.sort(key=lambda e: e.offset)
+        return out
 
     def reset(self) -> None:
         keyspaces = {self.home}

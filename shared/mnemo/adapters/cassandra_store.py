@@ -62,9 +62,13 @@ Transactions: a sealed redo record, then idempotent writes, then the position
          target already there is this same batch repeated; finding another memory means a
          second writer, and ConflictError is raised before anything else is written);
       3. writes those row writes, compressed and chunked, into `commit_intents` under the
-         consumer's name and then seals it (one static-column write): the commit point;
-      4. applies the writes concurrently (each one an idempotent upsert or delete at the
-         fixed timestamp), then the consumer's position, then deletes the record.
+         consumer's name and seals it (a static-column write): the commit point. The
+         pieces and the seal are rows of one partition, so a record up to 4 MiB is written
+         with its seal in one unlogged batch, which Cassandra applies atomically; a larger
+         one is sealed after its pieces;
+      4. applies the writes (each one an idempotent upsert or delete at the fixed
+         timestamp) in unlogged batches sent concurrently (`write_batched`), then the
+         consumer's position together with the timer hours, then deletes the record.
     Applying is at-least-once and not atomic: other readers may see part of a batch for a
     moment. It is safe because (a) every write carries the commit's timestamp, so applying
     it twice, or late, lands the same cells and never overwrites a later commit, and
@@ -81,6 +85,11 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     Transactions without a position (the decay scan) are sealed under a one-off name; this
     process finishes its own failed ones before its next transaction, and `recover()` (run
     by the constructor) finishes any left older than `settle_seconds`.
+    `position` reads the commit record and the position in one round trip; a commit looks
+    for an unfinished record of its consumer again only when this process did not just see
+    none there through `position`. `positions` (lag, `?wait=`) reads the position rows as
+    they are: a position is written after its commit's rows, so it never runs ahead of what
+    readers see, and such readers need not finish anyone's commit.
     This assumes one writer per consumer name (as the log's consumer positions already do)
     and clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
 
@@ -140,7 +149,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, N
 from cassandra.concurrent import execute_concurrent
 from cassandra.connection import ConnectionException
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import PreparedStatement, tuple_factory
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import ConflictError, Unavailable
@@ -170,7 +179,7 @@ from mnemo.domain.projection import (
 from mnemo.domain.text import keyword_terms
 from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
 
-__all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate"]
+__all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +191,18 @@ _HOUR_US = 3_600_000_000
 _AUDIT_CHUNK = 10_000
 _IN_CHUNK = 100
 _INTENT_CHUNK = 512 * 1024
+_INTENT_ONE_BATCH = 4 * 1024 * 1024  # a commit record up to this size is sealed in one batch
 _BM25_K1 = 1.2
 _BM25_B = 0.75
 _MAX_KEY_BYTES = 65_535
+# Writes go in unlogged batches (see `write_batched`): all rows of one partition together,
+# and, over several partitions with the same replicas, no more than Cassandra accepts
+# without a warning (unlogged_batch_across_partitions_warn_threshold: 10 partitions,
+# batch_size_warn_threshold: 5 KiB).
+_BATCH_ROWS = 200
+_BATCH_PARTITION_BYTES = 1_000_000
+_BATCH_SPREAD = 10
+_BATCH_SPREAD_BYTES = 4_000
 _TRUNCATE_TIMEOUT = 120.0
 
 # Driver errors that mean "the cluster cannot serve this now" (not a bug in the request).
@@ -697,6 +715,79 @@ def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterator[list[str]]:
         yield list(items[start : start + size])
 
 
+def _bound_size(bound: Any) -> int:
+    return sum(len(v) for v in bound.values if isinstance(v, bytes | bytearray)) + 16
+
+
+def _unlogged(statements: Sequence[Any], consistency: int) -> Any:
+    if len(statements) == 1:
+        return statements[0]
+    batch = BatchStatement(BatchType.UNLOGGED, consistency_level=consistency)
+    for statement in statements:
+        batch.add(statement)
+    return batch
+
+
+def write_batched(session: Any, bound: Sequence[Any]) -> None:
+    """Execute idempotent writes (bound statements) in few requests: unlogged batches.
+
+    The rows of one partition (keyspace + partition key, whatever the table) go in one
+    batch, which Cassandra applies as a single mutation. Writes to different partitions
+    whose replicas are the same nodes share batches of up to `_BATCH_SPREAD` partitions
+    and `_BATCH_SPREAD_BYTES`: the coordinator, a replica of them all, writes them as it
+    would have written each alone. Nothing is atomic across the batches, which are sent
+    concurrently; callers order their steps by calling this once per step."""
+    if not bound:
+        return
+    partitions: dict[tuple[str, bytes], list[Any]] = {}
+    unrouted: list[Any] = []
+    for statement in bound:
+        key = statement.routing_key
+        if key is None:
+            unrouted.append(statement)
+        else:
+            partitions.setdefault((statement.keyspace, key), []).append(statement)
+    requests: list[Any] = [*unrouted]
+    metadata = session.cluster.metadata
+    spread: dict[tuple[Any, ...], list[list[Any]]] = {}
+    for (keyspace, key), rows in partitions.items():
+        if len(rows) > 1 or _bound_size(rows[0]) > _BATCH_SPREAD_BYTES:
+            chunk: list[Any] = []
+            size = 0
+            for row in rows:
+                row_size = _bound_size(row)
+                full = len(chunk) >= _BATCH_ROWS or size + row_size > _BATCH_PARTITION_BYTES
+                if chunk and full:
+                    requests.append(_unlogged(chunk, ConsistencyLevel.LOCAL_QUORUM))
+                    chunk, size = [], 0
+                chunk.append(row)
+                size += row_size
+            requests.append(_unlogged(chunk, ConsistencyLevel.LOCAL_QUORUM))
+            continue
+        replicas = tuple(sorted(str(h.endpoint) for h in metadata.get_replicas(keyspace, key)))
+        if not replicas:
+            requests.append(rows[0])
+            continue
+        groups = spread.setdefault((keyspace, replicas), [[]])
+        current = groups[-1]
+        size = sum(_bound_size(r) for r in current)
+        if current and (
+            len(current) >= _BATCH_SPREAD or size + _bound_size(rows[0]) > _BATCH_SPREAD_BYTES
+        ):
+            current = []
+            groups.append(current)
+        current.append(rows[0])
+    for groups in spread.values():
+        requests.extend(_unlogged(g, ConsistencyLevel.LOCAL_QUORUM) for g in groups if g)
+    with _translated():
+        results = execute_concurrent(
+            session, [(r, None) for r in requests], concurrency=32, raise_on_first_error=True
+        )
+        for ok, result in results:
+            if not ok:
+                raise result
+
+
 @dataclass(frozen=True, slots=True)
 class HeadMove:
     """A key's active memory changes from `old` (an id, None: none) to `new`."""
@@ -967,13 +1058,20 @@ class _Tx(StoreTransaction):
                         delta = corpus.setdefault(scope, [0, 0])
                         delta[0] += sign
                         delta[1] += sign * len(terms)
-        for scope, (docs, length) in sorted(corpus.items()):
-            if docs == 0 and length == 0:
-                continue
+        changed = [(scope, d) for scope, d in sorted(corpus.items()) if d != [0, 0]]
+        found = s._concurrently(
+            [
+                (
+                    s._keyspace(scope[0]),
+                    "term_stats" if len(scope) == 1 else "stream:term_stats",
+                    scope,
+                )
+                for scope, _ in changed
+            ]
+        )
+        for (scope, (docs, length)), rows in zip(changed, found, strict=True):
             table = "term_stats" if len(scope) == 1 else "stream_term_stats"
-            stored = s._one(
-                scope[0], "term_stats" if len(scope) == 1 else "stream:term_stats", scope
-            )
+            stored = rows[0] if rows else None
             have = (int(stored[0] or 0), int(stored[1] or 0)) if stored else (0, 0)
             if scope[0] in self.purged:
                 have = (0, 0)
@@ -1186,6 +1284,7 @@ class CassandraMemoryStore(MemoryStore):
         self._ready: set[str] = set()
         self._inflight: set[str] = set()  # owners of commits this process is applying
         self._dirty: set[str] = set()  # owners of sealed commits this process failed to apply
+        self._clean: set[str] = set()  # owners position() found without a commit record
         if create_keyspace:
             self._create_keyspace(self.home)
         if migrate_schema:
@@ -1326,18 +1425,21 @@ class CassandraMemoryStore(MemoryStore):
             results = execute_concurrent(self._session, statements, concurrency=64)
             return [[tuple(r) for r in result] for _, result in results]
 
+    def _bind_all(self, mutations: Sequence[Mutation], ts: int) -> list[Any]:
+        bound = []
+        with _translated():
+            for ks, table, op, values in mutations:
+                if op == "put":
+                    params = [*values, ts]
+                elif op == "purge":  # just below the commit: its own later writes survive
+                    params = [ts - 1, *values]
+                else:
+                    params = [ts, *values]
+                bound.append(self._prepare(ks, f"{table}:{op}").bind(params))
+        return bound
+
     def _write_all(self, mutations: Sequence[Mutation], ts: int) -> None:
-        items: list[tuple[str, str, Sequence[Any]]] = []
-        for ks, table, op, values in mutations:
-            if op == "put":
-                params = [*values, ts]
-            elif op == "purge":  # just below the commit: its own later writes survive
-                params = [ts - 1, *values]
-            else:
-                params = [ts, *values]
-            items.append((ks, f"{table}:{op}", params))
-        if items:
-            self._concurrently(items)
+        write_batched(self._session, self._bind_all(mutations, ts))
 
     # -- commit: seal, apply, position
 
@@ -1357,7 +1459,11 @@ class CassandraMemoryStore(MemoryStore):
                 ts = self._clock.next()
                 self._write_all([[self.home, "positions", "put", [*tx.position, ts]]], ts)
             return
-        if tx.position is not None and self._sealed(tx.position[0]) is not None:
+        if (
+            tx.position is not None
+            and not self._take_clean(tx.position[0])
+            and self._sealed(tx.position[0]) is not None
+        ):
             # this batch was read from a position whose commit was not finished: finish that
             # one, and let the consumer read its batch again from the position it reaches
             self._roll_forward(tx.position[0])
@@ -1405,24 +1511,37 @@ class CassandraMemoryStore(MemoryStore):
         data = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 6)
         txid = uuid.uuid4().hex
         pieces = [data[i : i + _INTENT_CHUNK] for i in range(0, len(data), _INTENT_CHUNK)]
-        self._concurrently(
-            [
-                (self.home, "commit_intents:put", [owner, n, txid, piece, ts])
-                for n, piece in enumerate(pieces)
-            ]
-        )
+        chunks = [
+            (self.home, "commit_intents:put", [owner, n, txid, piece, ts])
+            for n, piece in enumerate(pieces)
+        ]
+        seal = [ts, txid, ts, len(pieces), self._writer, owner]
+        if len(data) <= _INTENT_ONE_BATCH:
+            # the pieces and the seal are rows of one partition (the owner): one unlogged
+            # batch writes them atomically, the commit point in a single round trip
+            batch = BatchStatement(
+                BatchType.UNLOGGED, consistency_level=ConsistencyLevel.LOCAL_QUORUM
+            )
+            for ks, name, params in chunks:
+                batch.add(self._prepare(ks, name).bind(params))
+            batch.add(self._prepare(self.home, "intent_seal").bind(seal))
+            with _translated():
+                self._session.execute(batch)
+            return
+        self._concurrently(chunks)
         # the commit point: from here on the batch is rolled forward, never redone
-        self._execute(self.home, "intent_seal", [ts, txid, ts, len(pieces), self._writer, owner])
+        self._execute(self.home, "intent_seal", seal)
 
     def _apply(self, owner: str, record: dict[str, Any]) -> None:
         ts = int(record["ts"])
         self._write_all(record["mutations"], ts)
-        if record["post"]:
-            # after the rows they point at, with a timestamp taken now (see Timers)
-            self._write_all(record["post"], self._clock.next())
+        # after the rows: the timer hours that point at them, with a timestamp taken now
+        # (see Timers), and the position; neither needs the other first
+        after = self._bind_all(record["post"], self._clock.next()) if record["post"] else []
         if record["position"] is not None:
             consumer, offset = record["position"]
-            self._write_all([[self.home, "positions", "put", [consumer, offset, ts]]], ts)
+            after += self._bind_all([[self.home, "positions", "put", [consumer, offset, ts]]], ts)
+        write_batched(self._session, after)
         self._execute(self.home, "intent_drop", [ts, owner])
 
     def _sealed(self, owner: str) -> tuple[str, int, int] | None:
@@ -1486,13 +1605,46 @@ class CassandraMemoryStore(MemoryStore):
         return done
 
     def position(self, consumer: str) -> int:
-        self._finish_pending(consumer)
-        row = next(iter(self._execute(self.home, "position", [consumer])), None)
+        if consumer in self._inflight:
+            rows = [tuple(r) for r in self._execute(self.home, "position", [consumer])]
+        else:
+            # the commit record and the position in one round trip; a sealed record is
+            # finished first, and the position read again
+            sealed, rows = self._concurrently(
+                [(self.home, "intent_head", [consumer]), (self.home, "position", [consumer])]
+            )
+            if sealed and sealed[0][0] is not None:
+                self._finish_pending(consumer)
+                rows = [tuple(r) for r in self._execute(self.home, "position", [consumer])]
+            else:
+                self._dirty.discard(consumer)
+                self._clean.add(consumer)
+        return self._position_of(rows[0] if rows else None)
+
+    def _take_clean(self, owner: str) -> bool:
+        """Whether `position(owner)` found no commit record since this process last
+        committed under that name (a consumer's next commit then need not look again)."""
+        if owner in self._clean:
+            self._clean.discard(owner)
+            return True
+        return False
+
+    def _position_of(self, row: Row | None) -> int:
         if row is None or row[0] is None:
             return 0
         if row[1] is not None:
             self._clock.observe(int(row[1]))
         return int(row[0])
+
+    def positions(self, consumers: Sequence[str]) -> dict[str, int]:
+        """The positions rows as they are: a position is written after the rows of its
+        commit, so it never runs ahead of what readers can see."""
+        names = list(dict.fromkeys(consumers))
+        results = self._concurrently([(self.home, "position", [c]) for c in names])
+        return {
+            c: int(rows[0][0]) if rows and rows[0][0] is not None else 0
+            for c, rows in zip(names, results, strict=True)
+        }
 
     # -- memories
 

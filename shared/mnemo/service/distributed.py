@@ -31,10 +31,14 @@ every replay of the topic, which keeps a rebuild's checksum equal to the live on
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -250,41 +254,67 @@ class Counters:
 class _Processor:
     consumer: str
     archive: EventArchive
+    # partitions of one batch handled at once; each stays in offset order, and the store's
+    # transactions still commit one at a time
+    parallel = 1
 
     def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
         self.runner = runner
         self.store = store
         self.counters = Counters()
+        self._counting = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
-    def _unread(self, records: Sequence[LogRecord]) -> dict[int, list[LogRecord]]:
-        """The records past this consumer's stored position, by partition, in order."""
+    def _one(self, partition: int, items: list[LogRecord]) -> int:
+        """The records of one partition past this consumer's stored position, in order."""
+        start = self.store.position(position_name(self.consumer, partition))
+        fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
+        with self._counting:
+            self.counters.skipped += len(items) - len(fresh)
+        if not fresh:
+            return 0
+        with telemetry.consuming(
+            self.consumer,
+            [telemetry.parent_of(headers=r.headers) for r in fresh],
+            system="kafka",
+            destination=self.archive.topic,
+            partition=partition,
+            group=f"mnemo-{self.consumer}",
+        ) as batch:
+            return self._partition(partition, fresh, batch)
+
+    def process(self, records: Sequence[LogRecord]) -> int:
+        """Handle a batch (of any partitions); raises NotReady once the other partitions
+        are done when one of them waits for the sequencer, and the first other error."""
         by_partition: dict[int, list[LogRecord]] = {}
         for r in records:
             by_partition.setdefault(r.partition, []).append(r)
-        out = {}
-        for partition, items in sorted(by_partition.items()):
-            start = self.store.position(position_name(self.consumer, partition))
-            fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
-            self.counters.skipped += len(items) - len(fresh)
-            if fresh:
-                out[partition] = fresh
-        return out
-
-    def process(self, records: Sequence[LogRecord]) -> int:
-        done = 0
-        for partition, items in self._unread(records).items():
-            with telemetry.consuming(
-                self.consumer,
-                [telemetry.parent_of(headers=r.headers) for r in items],
-                system="kafka",
-                destination=self.archive.topic,
-                partition=partition,
-                group=f"mnemo-{self.consumer}",
-            ) as batch:
-                done += self._partition(partition, items, batch)
-        self.counters.records += done
-        self.counters.batches += 1
-        self.counters.last_batch_at = time.time()
+        work = sorted(by_partition.items())
+        outcomes: list[int | BaseException] = []
+        if self.parallel > 1 and len(work) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.parallel, f"mnemo-{self.consumer}-part")
+            futures = [self._pool.submit(self._one, p, items) for p, items in work]
+            for f in futures:
+                error = f.exception()
+                outcomes.append(error if error is not None else f.result())
+        else:
+            for p, items in work:
+                try:
+                    outcomes.append(self._one(p, items))
+                except Exception as exc:  # the other partitions go on
+                    outcomes.append(exc)
+        done = sum(o for o in outcomes if isinstance(o, int))
+        with self._counting:
+            self.counters.records += done
+            self.counters.batches += 1
+            self.counters.last_batch_at = time.time()
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        for error in errors:
+            if not isinstance(error, NotReady):
+                raise error
+        if errors:
+            raise errors[0]
         return done
 
     def _partition(
@@ -294,9 +324,12 @@ class _Processor:
 
 
 class Sequencer(_Processor):
-    """The registrar: sequences and archives each partition's records, then registers."""
+    """The registrar: sequences and archives each partition's records, then registers.
+    The partitions of a batch are checked and archived concurrently (each one's archive
+    writes are its own); their store transactions commit one after the other."""
 
     consumer = registration.CONSUMER
+    parallel = 8
 
     def __init__(
         self,
@@ -327,7 +360,10 @@ class Sequencer(_Processor):
         located = self.archive.locate(
             [(e.tenant, e.event_id) for _, e in parsed if isinstance(e, Envelope)]
         )
-        heads: dict[tuple[str, str], int] = {}
+        # every stream's head in one round trip; kept up to date below
+        heads = self.archive.stream_heads(
+            [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)]
+        )
         seen: set[tuple[str, str]] = set()
         fates: list[RecordFate] = []
         archived: list[ArchivedEvent] = []
@@ -362,9 +398,7 @@ class Sequencer(_Processor):
                 continue
             seen.add(ident)
             key = (env.tenant, env.stream)
-            head = heads.get(key)
-            if head is None:
-                head = self.archive.stream_head(*key)
+            head = heads[key]
             if where is not None:  # placed before a crash: the same number again
                 seq, position = where.seq, where.position
             elif env.expected_seq is not None and env.expected_seq != head:
@@ -412,16 +446,25 @@ class Sequencer(_Processor):
                 )
         self.archive.record(archived, fates)
         self._count(fates, archived, letters)
+        # what registration emitted for these events before (a redo), all in one round trip
+        caused = self.archive.caused_by_many(
+            [
+                (e.envelope.tenant, e.envelope.event_id)
+                for e in archived
+                if registration.is_command(e.envelope)
+            ]
+        )
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
             for event in archived:
                 record = LoggedEvent(
                     offset=encode_offset(partition, event.offset), envelope=event.envelope
                 )
+                key = (event.envelope.tenant, event.envelope.event_id)
                 with telemetry.handling(
                     batch, event.envelope, parents[event.offset], offset=event.offset
                 ):
-                    decision = self.runner.decide_registrar(record, tx)
+                    decision = self.runner.decide_registrar(record, tx, caused.get(key, []))
                 tx.apply(decision.writes)
                 emitted.extend(decision.events)
             for env in stale:
@@ -457,12 +500,13 @@ class Sequencer(_Processor):
         letters: list[tuple[LogRecord, str, str]],
     ) -> None:
         c = self.counters
-        c.archived += len(archived)
-        c.duplicates += sum(f.status is RecordStatus.DUPLICATE for f in fates)
-        c.stale += sum(f.status is RecordStatus.STALE for f in fates)
-        c.dead_letters += len(letters)
-        for e in archived:
-            c.by_type[e.envelope.type] = c.by_type.get(e.envelope.type, 0) + 1
+        with self._counting:
+            c.archived += len(archived)
+            c.duplicates += sum(f.status is RecordStatus.DUPLICATE for f in fates)
+            c.stale += sum(f.status is RecordStatus.STALE for f in fates)
+            c.dead_letters += len(letters)
+            for e in archived:
+                c.by_type[e.envelope.type] = c.by_type.get(e.envelope.type, 0) + 1
 
 
 class Follower(_Processor):
@@ -477,17 +521,17 @@ class Follower(_Processor):
         self.consumer = consumer
         self.archive = archive
 
-    def _partition(
-        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
-    ) -> int:
+    def _ready(
+        self, partition: int, records: list[LogRecord]
+    ) -> tuple[list[LogRecord], list[LoggedEvent], list[float | None], dict[int, Any]]:
+        """The records the sequencer has decided on (a prefix of `records`), and the
+        archived events among them, with their publish times and trace parents."""
         fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
         ready = []
         for r in records:
             if r.offset not in fates:
                 break
             ready.append(r)
-        if not ready:
-            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         events: list[LoggedEvent] = []
         accepted_at: list[float | None] = []
         parents: dict[int, telemetry.Parent | None] = {}
@@ -500,30 +544,85 @@ class Follower(_Processor):
             events.append(LoggedEvent(offset=encode_offset(partition, r.offset), envelope=env))
             accepted_at.append(r.timestamp)
             parents[r.offset] = telemetry.parent_of(env.trace, r.headers)
-            self.counters.by_type[env.type] = self.counters.by_type.get(env.type, 0) + 1
+            with self._counting:
+                self.counters.by_type[env.type] = self.counters.by_type.get(env.type, 0) + 1
+        return ready, events, accepted_at, parents
+
+    def process(self, records: Sequence[LogRecord]) -> int:
+        if self.consumer != indexing.CONSUMER:
+            return super().process(records)
+        # the indexer: the ready records of every partition of the batch are embedded and
+        # written to the index, which is flushed, once; then each partition's position
+        by_partition: dict[int, list[LogRecord]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r)
+        waiting: NotReady | None = None
+        done = 0
+        with ExitStack() as spans:
+            steps: list[tuple[int, int, list[LoggedEvent], list[float | None]]] = []
+            for partition, items in sorted(by_partition.items()):
+                start = self.store.position(position_name(self.consumer, partition))
+                fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
+                with self._counting:
+                    self.counters.skipped += len(items) - len(fresh)
+                if not fresh:
+                    continue
+                spans.enter_context(
+                    telemetry.consuming(
+                        self.consumer,
+                        [telemetry.parent_of(headers=r.headers) for r in fresh],
+                        system="kafka",
+                        destination=self.archive.topic,
+                        partition=partition,
+                        group=f"mnemo-{self.consumer}",
+                    )
+                )
+                ready, events, accepted_at, _ = self._ready(partition, fresh)
+                if len(ready) < len(fresh):
+                    waiting = NotReady(
+                        f"{self.consumer} waits for the registrar on partition {partition}"
+                    )
+                if ready:
+                    steps.append((partition, ready[-1].offset + 1, events, accepted_at))
+                    done += len(ready)
+            envelopes = [e.envelope for step in steps for e in step[2]]
+            if envelopes:
+                self.runner.index_events(envelopes)
+            for partition, next_offset, events, accepted_at in steps:
+                with self.store.transaction() as tx:
+                    tx.set_position(position_name(self.consumer, partition), next_offset)
+                telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
+        with self._counting:
+            self.counters.records += done
+            self.counters.batches += 1
+            self.counters.last_batch_at = time.time()
+        if waiting is not None:
+            raise waiting
+        return done
+
+    def _partition(
+        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+    ) -> int:
+        ready, events, accepted_at, parents = self._ready(partition, records)
+        if not ready:
+            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         name = position_name(self.consumer, partition)
-        if self.consumer == indexing.CONSUMER:
-            if events:
-                self.runner.index_events([e.envelope for e in events])
-            with self.store.transaction() as tx:
-                tx.set_position(name, ready[-1].offset + 1)
-        else:
-            decide = (
-                self.runner.decide_decay
-                if self.consumer == decay.CONSUMER
-                else self.runner.decide_audit
-            )
-            with self.store.transaction() as tx:
-                emitted: list[Envelope] = []
-                for record in events:
-                    offset = decode_offset(record.offset)[1]
-                    with telemetry.handling(batch, record.envelope, parents[offset], offset=offset):
-                        decision = decide(record, tx)
-                    tx.apply(decision.writes)
-                    emitted.extend(decision.events)
-                if emitted:
-                    self.runner.log.append(emitted)
-                tx.set_position(name, ready[-1].offset + 1)
+        decide = (
+            self.runner.decide_decay
+            if self.consumer == decay.CONSUMER
+            else self.runner.decide_audit
+        )
+        with self.store.transaction() as tx:
+            emitted: list[Envelope] = []
+            for record in events:
+                offset = decode_offset(record.offset)[1]
+                with telemetry.handling(batch, record.envelope, parents[offset], offset=offset):
+                    decision = decide(record, tx)
+                tx.apply(decision.writes)
+                emitted.extend(decision.events)
+            if emitted:
+                self.runner.log.append(emitted)
+            tx.set_position(name, ready[-1].offset + 1)
         telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
         if len(ready) < len(records):
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
@@ -544,7 +643,8 @@ class PartitionProgress:
     def _until(self, targets: dict[str, int], deadline: float) -> bool:
         pending = dict(targets)
         while pending:
-            pending = {n: o for n, o in pending.items() if self.store.position(n) < o}
+            at = self.store.positions(list(pending))
+            pending = {n: o for n, o in pending.items() if at[n] < o}
             if not pending:
                 return True
             if time.monotonic() >= deadline:
@@ -576,10 +676,9 @@ class PartitionProgress:
     def lag(self) -> dict[str, dict[int, int]]:
         """Records each consumer still has to read, per partition."""
         ends = self.topic.end_offsets()
-        out: dict[str, dict[int, int]] = {}
-        for consumer in (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
-            out[consumer] = {
-                p: max(0, end - self.store.position(position_name(consumer, p)))
-                for p, end in sorted(ends.items())
-            }
-        return out
+        consumers = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+        at = self.store.positions([position_name(c, p) for c in consumers for p in ends])
+        return {
+            c: {p: max(0, end - at[position_name(c, p)]) for p, end in sorted(ends.items())}
+            for c in consumers
+        }

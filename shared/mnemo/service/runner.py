@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
@@ -105,14 +105,21 @@ class EmbeddedRunner:
         telemetry.committed(consumer, [r.envelope for r in batch])
         return len(batch)
 
-    def _register(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+    def _register(
+        self,
+        record: LoggedEvent,
+        tx: StoreTransaction,
+        caused: Sequence[LoggedEvent] | None = None,
+    ) -> Decision:
         env = record.envelope
         try:
             prior: list[Envelope] = []
             if registration.is_command(env):
+                if caused is None:
+                    caused = self.log.caused_by(env.tenant, env.event_id)
                 prior = [
                     e.envelope
-                    for e in self.log.caused_by(env.tenant, env.event_id)
+                    for e in caused
                     if e.envelope.actor.kind is ActorKind.SYSTEM
                     and e.envelope.actor.id == registration.CONSUMER
                     and e.envelope.event_id[14] == "8"  # a derived id: no publisher can hold one
@@ -138,9 +145,16 @@ class EmbeddedRunner:
                 ]
             )
 
-    def decide_registrar(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
-        """Registration, plus the timeline entries of the memories the event touched."""
-        decision = self._register(record, tx)
+    def decide_registrar(
+        self,
+        record: LoggedEvent,
+        tx: StoreTransaction,
+        caused: Sequence[LoggedEvent] | None = None,
+    ) -> Decision:
+        """Registration, plus the timeline entries of the memories the event touched.
+        `caused`: the log's events caused by this one, when the caller looked them up
+        already (the distributed registrar does, for a whole batch at once)."""
+        decision = self._register(record, tx, caused)
         decision.writes.extend(timeline.entries(record.envelope, record.offset))
         return decision
 

@@ -41,6 +41,8 @@ log = logging.getLogger("mnemo.worker")
 T = TypeVar("T")
 
 CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+_TAKE_WITHIN = 0.01  # seconds
+_MAX_TAKE = 2_048  # records in one batch at most
 
 
 def _broker_url(settings: MnemoSettings) -> str:
@@ -166,11 +168,15 @@ class Worker:
 
     def _install(self, with_http: GatewaySettings | None) -> None:
         app = self.app
-        batch_size = self.settings.batch_size
+        # BATCH_SIZE counts records per partition: a batch of the whole topic is split by
+        # partition (partition processors), so take up to that many for each partition
+        take = min(_MAX_TAKE, self.settings.batch_size * max(1, self.settings.kafka_partitions))
 
         @app.agent(self.topic, name=f"mnemo.{self.consumer}")
         async def consume(stream: Any) -> None:
-            async for events in stream.take_events(batch_size, within=0.05):
+            # a batch is what arrived within 10 ms (or `take` records): faust waits that
+            # long before every batch, so it bounds each hop's added latency
+            async for events in stream.take_events(take, within=_TAKE_WITHIN):
                 records = [
                     LogRecord(
                         e.message.partition,
@@ -247,10 +253,10 @@ class Worker:
     def lag(self) -> dict[str, dict[int, int]]:
         """Records this consumer still has to read, per partition (mnemo.consumer.lag)."""
         ends = self.distributed.topic.end_offsets()
-        store = self.platform.store
+        at = self.platform.store.positions([position_name(self.consumer, p) for p in ends])
         return {
             self.consumer: {
-                p: max(0, end - store.position(position_name(self.consumer, p)))
+                p: max(0, end - at[position_name(self.consumer, p)])
                 for p, end in sorted(ends.items())
             }
         }
@@ -299,12 +305,12 @@ class Worker:
             ]
         try:
             ends = self.distributed.topic.end_offsets()
+            at = self.platform.store.positions([position_name(name, p) for p in ends])
             lines.append("# TYPE mnemo_consumer_lag gauge")
             for partition, end in sorted(ends.items()):
-                at = self.platform.store.position(position_name(name, partition))
+                behind = max(0, end - at[position_name(name, partition)])
                 lines.append(
-                    f'mnemo_consumer_lag{{consumer="{name}",partition="{partition}"}} '
-                    f"{max(0, end - at)}"
+                    f'mnemo_consumer_lag{{consumer="{name}",partition="{partition}"}} {behind}'
                 )
         except MnemoError:
             pass
