@@ -18,7 +18,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -40,7 +39,7 @@ from tests.distributed_support import (
     require_services,
     running_distributed,
 )
-from tests.support import audit_trails, missing, verify_trails
+from tests.support import audit_trails, free_port, missing, verify_trails
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.ids import new_event_id
@@ -58,12 +57,6 @@ stack_module = importlib.util.module_from_spec(_spec)
 sys.modules["mnemo_stack"] = stack_module
 _spec.loader.exec_module(stack_module)
 Stack = stack_module.Stack
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def declared(content: str, stream: str = "user:U1", **memory: Any) -> dict[str, Any]:
@@ -124,6 +117,16 @@ class Deployment:
     def inspect(self) -> Platform:
         """A platform in the test process to look at the store and the archive."""
         return build_distributed(self.settings(), "inspect", with_index=False)
+
+    def outcome(self, event_id: str, timeout: float = 60.0) -> str | None:
+        """The first outcome of an event published straight to the topic, once there is one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.http.get(f"/v1/events/{event_id}/outcome")
+            if got.status_code == 200 and got.json():
+                return str(got.json()[0]["outcome"])
+            time.sleep(0.2)
+        return None
 
     def wait_caught_up(self, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -244,13 +247,7 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
             return await pub.publish([declared("the office is on floor 7", stream="user:U2")])
 
     [raw_id] = asyncio.run(produce())
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        got = d.http.get(f"/v1/events/{raw_id}/outcome")
-        if got.status_code == 200 and got.json():
-            break
-        time.sleep(0.2)
-    assert got.json()[0]["outcome"] == "registered"
+    assert d.outcome(raw_id) == "registered"
     d.wait_caught_up()
     hits = d.http.post("/v1/search", json={"query": "office floor", "subjects": ["user:U2"]}).json()
     assert "floor 7" in hits["hits"][0]["memory"]["content"]
@@ -305,13 +302,7 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
         timeout=60,
     )
     assert produced.returncode == 0, produced.stderr
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        got = d.http.get(f"/v1/events/{kcat_id}/outcome")
-        if got.status_code == 200 and got.json():
-            break
-        time.sleep(0.2)
-    assert got.json()[0]["outcome"] == "registered"
+    assert d.outcome(kcat_id) == "registered"
     d.wait_caught_up()
     hits = d.http.post("/v1/search", json={"query": "parking spot", "subjects": ["user:U3"]})
     assert "B12" in hits.json()["hits"][0]["memory"]["content"]

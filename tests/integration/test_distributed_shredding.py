@@ -26,6 +26,7 @@ from tests.vault_support import vault_settings
 from mnemo.domain.errors import NotFound
 from mnemo.domain.pii import REDACTED
 from mnemo.service.app import RequestContext
+from mnemo.settings import MnemoSettings
 
 CTX = RequestContext("acme", "tester")
 OTHER = RequestContext("globex", "tester")
@@ -43,18 +44,9 @@ def _run_dir() -> Path:
     return Path(os.environ.get("MNEMO_RUN_DIR", default))
 
 
-def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": event_type,
-        "schema_version": 2 if event_type == "ObservationRecorded" else 1,
-        "stream": stream,
-        "payload": payload,
-    }
-
-
-def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
-    tmp_path: Path,
-) -> None:
+def _shredding_setup(tmp_path: Path) -> tuple[MnemoSettings, Path, Path]:
+    """Settings on the real OpenBao (a key prefix of the test's own), and the Kafka and
+    Cassandra data directories to scan."""
     url, token = vault_settings()
     if token is None:
         missing("OpenBao", "no MNEMO_VAULT_TOKEN, no var/run/services.env")
@@ -69,6 +61,22 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         vault_token=token,
         vault_key_prefix=f"dist{uuid.uuid4().hex[:10]}",
     )
+    return settings, kafka_data, cassandra_data
+
+
+def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": event_type,
+        "schema_version": 2 if event_type == "ObservationRecorded" else 1,
+        "stream": stream,
+        "payload": payload,
+    }
+
+
+def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
+    tmp_path: Path,
+) -> None:
+    settings, kafka_data, cassandra_data = _shredding_setup(tmp_path)
     m = plant_markers()
     control = f"ctrl{uuid.uuid4().hex}"
     with running_distributed(settings) as platform:
@@ -143,20 +151,7 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     are gone: until gc_grace_seconds (3 hours, migration 0005) they still name the deleted
     partitions (the tenant, its streams, tags and keyword terms), and the event archive
     keeps the events themselves, their sensitive values sealed under destroyed keys."""
-    url, token = vault_settings()
-    if token is None:
-        missing("OpenBao", "no MNEMO_VAULT_TOKEN, no var/run/services.env")
-    kafka_data = _run_dir() / "kafka" / "data"
-    cassandra_data = _run_dir() / "cassandra" / "data"
-    if not (kafka_data.is_dir() and cassandra_data.is_dir()):
-        missing("the services' data directories", f"not under {_run_dir()} (MNEMO_RUN_DIR)")
-    settings = distributed_settings(
-        tmp_path / "data",
-        partitions=1,
-        vault_addr=url,
-        vault_token=token,
-        vault_key_prefix=f"dist{uuid.uuid4().hex[:10]}",
-    )
+    settings, kafka_data, cassandra_data = _shredding_setup(tmp_path)
     ks = settings.cassandra_keyspace
     m = plant_markers()
     gone, kept = f"gone{uuid.uuid4().hex}", f"kept{uuid.uuid4().hex}"

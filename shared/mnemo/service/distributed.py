@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -265,6 +265,19 @@ class _Processor:
         self._counting = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
+    def _consuming(
+        self, partition: int, records: Sequence[LogRecord]
+    ) -> AbstractContextManager[telemetry.Consumed]:
+        """The CONSUMER span of one partition's records in a batch."""
+        return telemetry.consuming(
+            self.consumer,
+            [telemetry.parent_of(headers=r.headers) for r in records],
+            system="kafka",
+            destination=self.archive.topic,
+            partition=partition,
+            group=f"mnemo-{self.consumer}",
+        )
+
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
         start = self.store.position(position_name(self.consumer, partition))
@@ -273,14 +286,7 @@ class _Processor:
             self.counters.skipped += len(items) - len(fresh)
         if not fresh:
             return 0
-        with telemetry.consuming(
-            self.consumer,
-            [telemetry.parent_of(headers=r.headers) for r in fresh],
-            system="kafka",
-            destination=self.archive.topic,
-            partition=partition,
-            group=f"mnemo-{self.consumer}",
-        ) as batch:
+        with self._consuming(partition, fresh) as batch:
             return self._partition(partition, fresh, batch)
 
     def process(self, records: Sequence[LogRecord]) -> int:
@@ -567,16 +573,7 @@ class Follower(_Processor):
                     self.counters.skipped += len(items) - len(fresh)
                 if not fresh:
                     continue
-                spans.enter_context(
-                    telemetry.consuming(
-                        self.consumer,
-                        [telemetry.parent_of(headers=r.headers) for r in fresh],
-                        system="kafka",
-                        destination=self.archive.topic,
-                        partition=partition,
-                        group=f"mnemo-{self.consumer}",
-                    )
-                )
+                spans.enter_context(self._consuming(partition, fresh))
                 ready, events, accepted_at, _ = self._ready(partition, fresh)
                 if len(ready) < len(fresh):
                     waiting = NotReady(
