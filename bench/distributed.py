@@ -109,9 +109,8 @@ def recovery(series: Sequence[tuple[float, int]], since: float, threshold: int =
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    free: Callable[[], int] = _stack_module().free_port
+    return free()
 
 
 def _reachable(host: str, port: int) -> bool:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -38,6 +40,7 @@ __all__ = [
     "audit_trails",
     "auth",
     "fixed_key",
+    "free_port",
     "grant",
     "headers_for",
     "install_keys",
@@ -197,3 +200,22 @@ def missing(what: str, reason: str, *, module_level: bool = False) -> NoReturn:
         pytest.fail(f"{what} is required under CI: {reason}")
     start = f"; start it: {_START[what]}" if what in _START else ""
     pytest.skip(f"{what} is not available ({reason}){start}", allow_module_level=module_level)
+
+
+def _stack_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "mnemo_stack", Path(__file__).resolve().parents[1] / "infra" / "stack.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
+    if spec.name not in sys.modules:
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    """A port for a server a test starts (and may kill and start again) on 127.0.0.1:
+    infra/stack.py's, outside the range outgoing connections take their ports from."""
+    return int(_stack_module().free_port())

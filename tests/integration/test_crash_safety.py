@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support import audit_trails, headers_for
+from tests.support import audit_trails, free_port, headers_for
 
 from mnemo.bootstrap import build_embedded
 from mnemo.domain.events import MemoryDeclared, MemoryRegistered
@@ -38,12 +37,6 @@ platform = build_embedded(MnemoSettings())
 install_keys(platform, "crash")
 uvicorn.run(create_app(platform), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
