@@ -88,6 +88,7 @@ class Stack:
     python: str = sys.executable
     # the processes' working directory: faust keeps a `<app>-data` folder there
     workdir: Path = REPO
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def components(self) -> list[Component]:
         return [
@@ -152,6 +153,7 @@ class Stack:
                 start_new_session=True,
             )
         self.pid_file(name).write_text(str(proc.pid))
+        self._procs[name] = proc
         return proc.pid
 
     def wait_ready(self, names: list[str], timeout: float = 120.0) -> None:
@@ -160,7 +162,11 @@ class Stack:
         while pending:
             for name in list(pending):
                 if self.pid(name) is None:
-                    raise RuntimeError(f"{name} exited; see {self.log_file(name)}")
+                    proc = self._procs.get(name)
+                    code = proc.poll() if proc is not None else None
+                    raise RuntimeError(
+                        f"{name} exited (status {code}); see {self.log_file(name)}"
+                    )
                 try:
                     url = self.component(name).ready_url()  # always http://127.0.0.1
                     with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310

@@ -369,6 +369,20 @@ class Publisher:
         self.thread.join(timeout=300)
 
 
+def restart(d: Deployment, name: str, attempts: int = 3) -> None:
+    """Start a killed worker again, as an orchestrator would: once more if it exits while
+    it starts (the Stack's error gives its exit status; the output keeps it)."""
+    for attempt in range(1, attempts + 1):
+        d.stack.start(name)
+        try:
+            d.stack.wait_ready([name], timeout=120)
+            return
+        except RuntimeError as exc:
+            if "exited" not in str(exc) or attempt == attempts:
+                raise
+            print(f"restart {attempt} of {name}: {exc}; starting it again")
+
+
 def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
     deployment: Deployment,
 ) -> None:
@@ -378,8 +392,7 @@ def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
         for name in ("registrar", "audit"):
             d.stack.kill(name)
             time.sleep(1.5)
-            d.stack.start(name)
-            d.stack.wait_ready([name], timeout=120)
+            restart(d, name)
             time.sleep(1.0)
     assert len(pub.accepted) >= 100
     assert pub.refused == []
