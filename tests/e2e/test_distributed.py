@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -371,7 +372,7 @@ class Publisher:
 
 def restart(d: Deployment, name: str, attempts: int = 3) -> None:
     """Start a killed worker again, as an orchestrator would: once more if it exits while
-    it starts (the Stack's error gives its exit status; the output keeps it)."""
+    it starts (the Stack's error gives its exit status; a warning in the test summary keeps it)."""
     for attempt in range(1, attempts + 1):
         d.stack.start(name)
         try:
@@ -380,7 +381,7 @@ def restart(d: Deployment, name: str, attempts: int = 3) -> None:
         except RuntimeError as exc:
             if "exited" not in str(exc) or attempt == attempts:
                 raise
-            print(f"restart {attempt} of {name}: {exc}; starting it again")
+            warnings.warn(f"restart {attempt} of {name}: {exc}; starting it again", stacklevel=2)
 
 
 def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
