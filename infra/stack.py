@@ -63,6 +63,26 @@ def free_port() -> int:
     raise RuntimeError(f"no free port between {floor} and {low}")
 
 
+def _tagged(pid: int, name: str, attempts: int = 20) -> bool:
+    """Whether process `pid` is component `name` of some Stack.
+
+    Its environment is empty for a moment while it is being started (the kernel has not
+    yet placed the new environment when the parent's `Popen` returns) and for good once it
+    is a zombie; the first is waited out, the second is not running."""
+    for _ in range(attempts):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            return False
+        if environ:
+            return f"{TAG}={name}".encode() in environ.split(b"\0")
+        if state in (b"Z", b"X"):
+            return False
+        time.sleep(0.01)
+    return False
+
+
 @dataclass
 class Component:
     name: str
@@ -120,15 +140,20 @@ class Stack:
         return self.run_dir / f"{name}.log"
 
     def pid(self, name: str) -> int | None:
+        """The component's PID while it runs, else None.
+
+        A process this Stack started is its own child: it runs until `poll()` reaps it. A
+        process another invocation started (`make up`, then `make down`) is recognised by
+        the tag in its environment, so a PID reused by something else is never signalled.
+        """
         try:
             pid = int(self.pid_file(name).read_text())
         except (OSError, ValueError):
             return None
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            return None
-        return pid if f"{TAG}={name}".encode() in environ.split(b"\0") else None
+        proc = self._procs.get(name)
+        if proc is not None and proc.pid == pid:
+            return pid if proc.poll() is None else None
+        return pid if _tagged(pid, name) else None
 
     def admin(self, *args: str) -> None:
         """Run a `mnemo admin` command with the stack's settings, once."""
@@ -164,9 +189,7 @@ class Stack:
                 if self.pid(name) is None:
                     proc = self._procs.get(name)
                     code = proc.poll() if proc is not None else None
-                    raise RuntimeError(
-                        f"{name} exited (status {code}); see {self.log_file(name)}"
-                    )
+                    raise RuntimeError(f"{name} exited (status {code}); see {self.log_file(name)}")
                 try:
                     url = self.component(name).ready_url()  # always http://127.0.0.1
                     with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310

@@ -46,6 +46,7 @@ __all__ = [
     "install_keys",
     "missing",
     "running_server",
+    "stack_module",
     "verify_trails",
     "wait_healthy",
 ]
@@ -202,7 +203,8 @@ def missing(what: str, reason: str, *, module_level: bool = False) -> NoReturn:
     pytest.skip(f"{what} is not available ({reason}){start}", allow_module_level=module_level)
 
 
-def _stack_module() -> Any:
+def stack_module() -> Any:
+    """infra/stack.py as a module (it is a script, not part of a package)."""
     spec = importlib.util.spec_from_file_location(
         "mnemo_stack", Path(__file__).resolve().parents[1] / "infra" / "stack.py"
     )
@@ -218,4 +220,4 @@ def _stack_module() -> Any:
 def free_port() -> int:
     """A port for a server a test starts (and may kill and start again) on 127.0.0.1:
     infra/stack.py's, outside the range outgoing connections take their ports from."""
-    return int(_stack_module().free_port())
+    return int(stack_module().free_port())

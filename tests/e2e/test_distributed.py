@@ -14,7 +14,6 @@ test's own.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +22,6 @@ import sys
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +38,7 @@ from tests.distributed_support import (
     require_services,
     running_distributed,
 )
-from tests.support import audit_trails, free_port, missing, verify_trails
+from tests.support import audit_trails, free_port, missing, stack_module, verify_trails
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.ids import new_event_id
@@ -51,13 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 H = {"X-Mnemo-Principal": "planner"}
 OPERATOR = "e2e-operator-token"
 
-_spec = importlib.util.spec_from_file_location("mnemo_stack", REPO / "infra" / "stack.py")
-assert _spec is not None
-assert _spec.loader is not None
-stack_module = importlib.util.module_from_spec(_spec)
-sys.modules["mnemo_stack"] = stack_module
-_spec.loader.exec_module(stack_module)
-Stack = stack_module.Stack
+Stack = stack_module().Stack
 
 
 def declared(content: str, stream: str = "user:U1", **memory: Any) -> dict[str, Any]:
@@ -370,20 +362,6 @@ class Publisher:
         self.thread.join(timeout=300)
 
 
-def restart(d: Deployment, name: str, attempts: int = 3) -> None:
-    """Start a killed worker again, as an orchestrator would: once more if it exits while
-    it starts (the Stack's error gives its exit status; a warning in the test summary keeps it)."""
-    for attempt in range(1, attempts + 1):
-        d.stack.start(name)
-        try:
-            d.stack.wait_ready([name], timeout=120)
-            return
-        except RuntimeError as exc:
-            if "exited" not in str(exc) or attempt == attempts:
-                raise
-            warnings.warn(f"restart {attempt} of {name}: {exc}; starting it again", stacklevel=2)
-
-
 def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
     deployment: Deployment,
 ) -> None:
@@ -393,7 +371,8 @@ def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
         for name in ("registrar", "audit"):
             d.stack.kill(name)
             time.sleep(1.5)
-            restart(d, name)
+            d.stack.start(name)
+            d.stack.wait_ready([name], timeout=120)
             time.sleep(1.0)
     assert len(pub.accepted) >= 100
     assert pub.refused == []

@@ -1,0 +1,80 @@
+"""infra/stack.py's process bookkeeping: which component runs, without signalling a
+process that is not ours."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import stack_module
+
+stack = stack_module()
+SLEEPER = "import time; time.sleep(60)"
+
+
+def spawn(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", SLEEPER], env=env)
+
+
+def test_a_process_is_recognised_by_its_tag_from_the_moment_it_is_started() -> None:
+    # right after Popen returns, the kernel may not have placed the child's environment
+    # yet (it reads as empty): a component just started must not look exited
+    env = dict(os.environ, **{stack.TAG: "audit"})
+    missed = 0
+    for _ in range(200):
+        proc = spawn(env)
+        try:
+            missed += not stack._tagged(proc.pid, "audit")
+        finally:
+            proc.kill()
+            proc.wait()
+    assert missed == 0
+
+
+def test_another_component_a_zombie_and_a_stranger_are_not_recognised() -> None:
+    tagged = spawn(dict(os.environ, **{stack.TAG: "audit"}))
+    stranger = spawn({k: v for k, v in os.environ.items() if k != stack.TAG})
+    try:
+        assert stack._tagged(tagged.pid, "audit")
+        assert not stack._tagged(tagged.pid, "registrar")
+        assert not stack._tagged(stranger.pid, "audit")
+        tagged.send_signal(signal.SIGKILL)
+        os.waitid(os.P_PID, tagged.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped
+        assert not stack._tagged(tagged.pid, "audit")
+    finally:
+        for proc in (tagged, stranger):
+            proc.kill()
+            proc.wait()
+
+
+def fake_python(tmp_path: Path) -> str:
+    """An interpreter stand-in that ignores `-m module` and sleeps, so the Stack's
+    bookkeeping is tested without Kafka or Cassandra."""
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{SLEEPER}'\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_started_component_runs_until_killed_and_another_stack_can_stop_it(
+    tmp_path: Path,
+) -> None:
+    python = fake_python(tmp_path)
+    ours = stack.Stack(tmp_path / "run", python=python)
+    pid = ours.start("audit")
+    assert ours.pid("audit") == pid
+    assert ours.start("audit") == pid  # already running: not started twice
+    ours.kill("audit")
+    assert ours.pid("audit") is None
+
+    pid = ours.start("decay")
+    # `make down` is another process: it finds the component by its PID file and tag
+    other = stack.Stack(tmp_path / "run", python=python)
+    assert other.pid("decay") == pid
+    assert other.pid("audit") is None
+    other.stop("decay", timeout=10)
+    assert ours.pid("decay") is None
+    assert not (tmp_path / "run" / "decay.pid").exists()
