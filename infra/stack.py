@@ -42,24 +42,33 @@ REPO = Path(__file__).resolve().parent.parent
 TAG = "MNEMO_STACK_COMPONENT"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
     """A free port on 127.0.0.1 to listen on, taken below the kernel's ephemeral range.
 
     A port the kernel hands out (bind to port 0) lies in the range it also gives outgoing
     connections their local ports from: once a process listening on it is killed, any new
-    connection may take it, and the process restarted on it cannot listen again."""
+    connection may take it, and the process restarted on it cannot listen again.
+
+    Nothing listens on the port until its server starts, so a second call could find the
+    same one still free: a port is handed out once per process, never twice."""
     low = 32768
     with contextlib.suppress(OSError, ValueError):
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     floor = 10_000 if low > 12_000 else 1_024
     for _ in range(500):
         port = random.randrange(floor, low)  # noqa: S311 - a port number, not a secret
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     raise RuntimeError(f"no free port between {floor} and {low}")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from tests.support import fixed_key, install_keys, running_server, wait_healthy
+from tests.support import fixed_key, free_port, install_keys, running_server, wait_healthy
 
 from mnemo import cli as cli_module
 from mnemo.bootstrap import Platform, build_embedded
@@ -35,6 +35,7 @@ Invoke = Callable[..., Result]
 
 
 def unused_port() -> int:
+    """A port nothing listens on (for a refused connection)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -490,7 +491,7 @@ def first_key(process: subprocess.Popen[str]) -> tuple[str, list[str]]:
 
 @pytest.mark.slow
 def test_serve_stops_cleanly_on_ctrl_c_and_a_restart_finds_everything(tmp_path: Path) -> None:
-    data, port = tmp_path / "data", unused_port()
+    data, port = tmp_path / "data", free_port()  # the restart below reuses it
     url = f"http://127.0.0.1:{port}"
     runner = CliRunner()
     process = start_serve(data, port)

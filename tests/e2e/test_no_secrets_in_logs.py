@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.support import auth, running_server, wait_healthy
+from tests.support import auth, free_port, running_server, wait_healthy
 
 from mnemo.domain.access import parse_key
 from mnemo.settings import GatewaySettings
@@ -83,7 +82,7 @@ def observe(content: str) -> dict[str, object]:
 
 def test_a_session_logs_no_secret(tmp_path: Path, captured: Capture) -> None:
     secrets: list[str] = [OPERATOR, PLANTED, "4111-1111-1111-1111"]
-    gateway = GatewaySettings(admin_token=OPERATOR, rate_key_burst=40, rate_key_per_second=1)
+    gateway = GatewaySettings(admin_token=OPERATOR, rate_key_burst=40, rate_key_per_second=0.01)
     with (
         running_server(tmp_path / "data", gateway, log_level="debug") as (url, _),
         httpx.Client(base_url=url, timeout=30) as http,
@@ -152,9 +151,7 @@ def test_a_session_logs_no_secret(tmp_path: Path, captured: Capture) -> None:
 
 
 def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "MNEMO_EMBEDDER": "hashing", "MNEMO_LOG_LEVEL": "DEBUG"}
     process = subprocess.Popen(
         [*SERVE, "--port", str(port), "--data-dir", str(tmp_path / "data")],

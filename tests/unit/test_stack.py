@@ -78,3 +78,10 @@ def test_a_started_component_runs_until_killed_and_another_stack_can_stop_it(
     other.stop("decay", timeout=10)
     assert ours.pid("decay") is None
     assert not (tmp_path / "run" / "decay.pid").exists()
+
+
+def test_a_port_is_handed_out_once_per_process() -> None:
+    # nothing listens on a port until its server starts: two calls must not both find the
+    # same one free (500 random draws from ~22,000 ports would repeat one almost surely)
+    ports = [stack.free_port() for _ in range(500)]
+    assert len(set(ports)) == len(ports)
