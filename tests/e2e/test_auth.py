@@ -353,9 +353,9 @@ def test_rate_limits_answer_429_with_retry_after(platform: Platform) -> None:
     install_keys(platform, "acme", "globex")
     install_keys(platform, "acme", label="second")
     settings = GatewaySettings(
-        rate_tenant_per_second=0.5,
+        rate_tenant_per_second=0.01,
         rate_tenant_burst=4,
-        rate_key_per_second=0.5,
+        rate_key_per_second=0.01,
         rate_key_burst=3,
     )
     with TestClient(create_app(platform, settings)) as client:

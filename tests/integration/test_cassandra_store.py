@@ -343,7 +343,10 @@ def test_a_batch_read_past_an_unfinished_commit_is_refused(
     monkeypatch.undo()
     # a second process, too soon for recover() to call the record abandoned, which skips
     # position(): its batch rests on a partial state
-    again = CassandraMemoryStore(store._session, store.home, migrate_schema=False)
+    # (settle_seconds long enough that a slow machine cannot make it too late)
+    again = CassandraMemoryStore(
+        store._session, store.home, migrate_schema=False, settle_seconds=60
+    )
     with pytest.raises(Unavailable, match="unfinished"):
         commit(again, [PutMemory(mem(2))], 6)
     assert again.get("acme", mem(2).memory_id) is None
