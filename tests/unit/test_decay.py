@@ -151,6 +151,21 @@ def test_expiry_fires_at_the_exact_instant_and_only_once() -> None:
     assert decay.scan([timer], Known(memory)).events[0].event_id == expired.event_id
 
 
+def test_an_expired_memory_is_never_archived_after_it() -> None:
+    _, memory = registered_memory("I want to buy coffee today", INSTANT, None)  # 24 h, archive 30 d
+    t, m = memory.tenant, memory.memory_id
+    expire = Timer(t, m, INSTANT + timedelta(hours=24), "expire")
+    archive = Timer(t, m, INSTANT + timedelta(days=30), "archive")
+    # a scan that runs a month late finds both due, in whatever order the store lists them
+    for due in ([expire, archive], [archive, expire]):
+        decision = decay.scan(due, Known(memory))
+        assert [e.type for e in decision.events] == ["MemoryExpired"]
+    # and expiring drops every timer of the memory, so none is left to fire later
+    decision = decay.scan([expire], Known(memory))
+    dropped = {w.kind for w in decision.writes if isinstance(w, DropTimer)}
+    assert dropped == set(decay.TIMER_KINDS)
+
+
 def test_scan_skips_memories_no_longer_active() -> None:
     _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
     gone = Known(memory.model_copy(update={"status": MemoryStatus.SUPERSEDED}))

@@ -309,15 +309,27 @@ def scan(due: Sequence[Timer], state: DecayState, policy: DecayPolicy | None = N
     time, so a late scan still records the exact moment."""
     policy = policy or DecayPolicy()
     decision = Decision()
-    for timer in due:
+    ended: set[tuple[str, str]] = set()  # memories this scan already expired or archived
+    for timer in sorted(due, key=lambda t: (t.due_at, TIMER_KINDS.index(t.kind))):
         memory = state.get(timer.tenant, timer.memory_id)
         decision.writes.append(DropTimer(timer.tenant, timer.memory_id, timer.kind))
         if memory is None or memory.status is not MemoryStatus.ACTIVE:
+            continue
+        if (timer.tenant, timer.memory_id) in ended:
+            # a scan that runs late can find several timers of one memory due at once: the
+            # first end (expiry or archival) is its fate, and the later ones never happened
             continue
         if timer.kind == "expire":
             payload: EventPayload = MemoryExpired(
                 memory_id=memory.memory_id, expired_at=timer.due_at
             )
+            # an expired memory is gone: none of its other timers may fire later
+            decision.writes.extend(
+                DropTimer(timer.tenant, timer.memory_id, kind)
+                for kind in TIMER_KINDS
+                if kind != timer.kind
+            )
+            ended.add((timer.tenant, timer.memory_id))
         elif timer.kind == "verify":
             deadline = timer.due_at + _days(policy.answer_within_days)
             payload = VerificationDue(
@@ -347,6 +359,7 @@ def scan(due: Sequence[Timer], state: DecayState, policy: DecayPolicy | None = N
             payload = MemoryArchived(
                 memory_id=memory.memory_id, unused_since=timer.due_at - _days(period)
             )
+            ended.add((timer.tenant, timer.memory_id))
         else:
             continue
         decision.events.append(_decision_event(memory, timer, payload))
