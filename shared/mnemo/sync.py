@@ -134,13 +134,15 @@ class SyncClient:
     # ---- writing offline ----------------------------------------------------------------
 
     def write(self, key: str, value: str, *, type_: str = "preference", content: str = "") -> str:
-        """Queue a new value for a key, stamped with the version this device last saw."""
+        """Queue a new value for a key, stamped with the version it will replace: the one this
+        device last saw or, when the device already queued or sent a write for the key that
+        it has not seen back yet, the version that write makes (offline writes chain)."""
         seen = self.current(key)
         memory: dict[str, Any] = {
             "type": type_,
             "key": key,
             "value": value,
-            "expected_version": seen.version if seen else 0,
+            "expected_version": self._next_expected(key, seen.version if seen else 0),
         }
         if content:
             memory["content"] = content
@@ -158,6 +160,18 @@ class SyncClient:
                 "INSERT INTO pending (event_id, body) VALUES (?, ?)", (event_id, json.dumps(event))
             )
         return event_id
+
+    def _next_expected(self, key: str, seen: int) -> int:
+        """The version a new write for `key` replaces. A write of this device that expects
+        version v makes v + 1 once registered; while the replica has not pulled it back (it
+        still shows a version at or below v), the next write builds on it, not on what the
+        replica shows. Sent writes are kept, and one the replica has passed no longer counts."""
+        expected = seen
+        for (body,) in self._db.execute("SELECT body FROM pending UNION ALL SELECT body FROM sent"):
+            memory = json.loads(body)["payload"]["memory"]
+            if memory.get("key") == key and int(memory.get("expected_version", 0)) >= expected:
+                expected = int(memory["expected_version"]) + 1
+        return expected
 
     def push(self) -> int:
         """Publish queued writes in order; stops at the first that cannot be sent."""

@@ -177,6 +177,35 @@ def test_a_stale_offline_write_is_a_conflict_with_both_versions(
     assert [m["value"] for m in history] == ["L", "M"]
 
 
+def test_a_devices_own_offline_writes_chain_rather_than_conflict(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    phone, link = device(tmp_path, server, "phone")
+    link.online = False
+    phone.write("drink", "tea")
+    phone.write("drink", "coffee")  # builds on the tea write still in the queue
+    link.online = True
+    assert phone.push() == 2
+    settle(platform)
+    phone.write("drink", "water")  # builds on coffee, sent but not pulled back yet
+    assert phone.push() == 1
+    settle(platform)
+    phone.pull()
+    assert phone.conflicts() == []
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("water", 3)
+    history = server.get(f"/v1/subjects/{STREAM}/history/drink").json()["memories"]
+    assert [m["value"] for m in history] == ["tea", "coffee", "water"]
+    # after the pull, a new write builds on what the replica shows again
+    phone.write("drink", "juice")
+    assert phone.push() == 1
+    settle(platform)
+    phone.pull()
+    assert phone.conflicts() == []
+    assert phone.current("drink").value == "juice"  # type: ignore[union-attr]
+
+
 def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
     publish(server, [observe("记住我的尺码是L"), observe("hello")])
     with server.stream(
