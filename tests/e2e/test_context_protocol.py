@@ -4,6 +4,10 @@ feedback on the model's answer (citations, corrections, guarded constraints)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -405,15 +409,39 @@ def test_the_same_request_renders_the_same_bytes_across_processes(tmp_path: Path
     assert one["left_out"] == two["left_out"]
     assert any(x["reason"] == "budget" for x in one["left_out"]), "the budget must bite"
 
-    second = open_platform(data)
-    try:
-        with TestClient(create_app(second)) as c:
-            three = c.post("/v1/context", json=request, headers=H).json()
-    finally:
-        second.close()
-    assert three["context"].encode() == one["context"].encode()
-    assert three["included"] == one["included"]
-    assert three["section_tokens"] == one["section_tokens"]
+    # then in two fresh interpreters, each with its own string hash seed, one after the other
+    # (the data directory has one opener at a time)
+    for hash_seed in ("0", "4242"):
+        out = subprocess.run(
+            [sys.executable, "-c", _RENDER_ELSEWHERE, str(data), json.dumps(request)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr.decode()[-3_000:]
+        three = json.loads(out.stdout)
+        assert three["context"].encode() == one["context"].encode()
+        assert three["included"] == one["included"]
+        assert three["section_tokens"] == one["section_tokens"]
+
+
+REPO = Path(__file__).resolve().parents[2]
+_RENDER_ELSEWHERE = """
+import json, sys
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.e2e.test_context_protocol import H, open_platform
+platform = open_platform(__import__("pathlib").Path(sys.argv[1]))
+try:
+    with TestClient(create_app(platform)) as c:
+        r = c.post("/v1/context", json=json.loads(sys.argv[2]), headers=H)
+        assert r.status_code == 200, r.text
+        sys.stdout.write(r.text)
+finally:
+    platform.close()
+"""
 
 
 def test_protocol_negotiation_and_bad_requests(client: TestClient) -> None:
