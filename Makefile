@@ -69,9 +69,10 @@ helm-tools:
 helm: install helm-tools
 	$(BIN)/pytest tests/helm -q
 
-# Real services for the integration tests, on 127.0.0.1, state under var/run (infra/services.py).
+# Real services for the tests, on 127.0.0.1, state under var/run (infra/services.py): Kafka,
+# Cassandra, OpenBao (file storage, unsealed on start) and the Qdrant server.
 SERVICES := $(BIN)/python infra/services.py
-TEST_SERVICES ?= cassandra kafka openbao
+TEST_SERVICES ?= cassandra kafka openbao qdrant
 
 services-up: install
 	$(SERVICES) up $(TEST_SERVICES)

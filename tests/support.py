@@ -45,6 +45,7 @@ __all__ = [
     "headers_for",
     "install_keys",
     "missing",
+    "qdrant_server_url",
     "running_server",
     "stack_module",
     "verify_trails",
@@ -188,6 +189,7 @@ def verify_trails(
 
 
 _START = {
+    "Qdrant": "infra/services.py up qdrant",
     "OpenBao": "infra/services.py up openbao",
     "Cassandra": "infra/services.py up cassandra",
     "Kafka": "infra/services.py up kafka",
@@ -201,6 +203,40 @@ def missing(what: str, reason: str, *, module_level: bool = False) -> NoReturn:
         pytest.fail(f"{what} is required under CI: {reason}")
     start = f"; start it: {_START[what]}" if what in _START else ""
     pytest.skip(f"{what} is not available ({reason}){start}", allow_module_level=module_level)
+
+
+SERVICES_ENV = Path(__file__).resolve().parents[1] / "var" / "run" / "services.env"
+
+
+def services_env_value(name: str) -> str | None:
+    """A setting from the environment, else from the address file infra/services.py writes
+    (var/run/services.env), else None."""
+    value = os.environ.get(name, "").strip()
+    if value:
+        return value
+    if SERVICES_ENV.is_file():
+        for line in SERVICES_ENV.read_text(encoding="utf-8").splitlines():
+            key, sep, found = line.partition("=")
+            if sep and key.strip() == name and found.strip():
+                return found.strip()
+    return None
+
+
+def qdrant_server_url() -> str:
+    """The Qdrant server's URL: MNEMO_QDRANT_URL, else var/run/services.env (written by
+    `infra/services.py up qdrant`, which `make test` runs). The server must answer
+    /readyz; when it does not, the test is skipped on a developer machine and fails
+    under CI."""
+    url = services_env_value("MNEMO_QDRANT_URL")
+    if url is None:
+        missing("Qdrant", "no MNEMO_QDRANT_URL and none in var/run/services.env")
+    try:
+        ready = httpx.get(f"{url.rstrip('/')}/readyz", timeout=5.0)
+    except httpx.HTTPError as exc:
+        missing("Qdrant", f"nothing answers at {url} ({type(exc).__name__})")
+    if ready.status_code != 200:
+        missing("Qdrant", f"{url}/readyz answered {ready.status_code}")
+    return url
 
 
 def stack_module() -> Any:
