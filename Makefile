@@ -12,7 +12,7 @@ DATA   ?= var/data
 help:
 	@echo "make run        install and start Mnemo on 127.0.0.1:8080 (embedded storage in $(DATA))"
 	@echo "make test       install, lint, type-check and run every test"
-	@echo "make up|down    start|stop the distributed mode: Kafka, Cassandra and Mnemo's services"
+	@echo "make up|down    start|stop the distributed mode: Kafka, Cassandra, OpenBao, Qdrant and Mnemo's services"
 	@echo "make bench      run the benchmarks (JSON results in bench/results/)"
 	@echo "make schemas    regenerate schemas/ from the event models"
 	@echo "make unit|contract|integration|e2e|helm   one test layer"
@@ -80,10 +80,11 @@ services-up: install
 services-down:
 	-$(SERVICES) down all
 
-# The distributed mode on this machine: Kafka, Cassandra, then Mnemo's own processes
-# (gateway with the co-located indexer, registrar, decay, audit; infra/stack.py).
+# The distributed mode on this machine: Kafka, Cassandra, OpenBao and the Qdrant server, then
+# Mnemo's own processes (gateway, registrar, indexer, decay, audit; infra/stack.py), which get
+# the vault token and an operator token; the first run prints that token and a first admin key.
 up: install
-	$(SERVICES) up cassandra kafka
+	$(SERVICES) up cassandra kafka openbao qdrant
 	$(BIN)/python infra/stack.py up
 
 down:

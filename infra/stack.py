@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
 """Start and stop Mnemo's own services, distributed mode, on 127.0.0.1 (`make up`/`make down`).
 
-    python infra/stack.py up      # Kafka and Cassandra must run (infra/services.py up)
+    python infra/stack.py up      # the backing services must run (infra/services.py up)
     python infra/stack.py down
     python infra/stack.py status
 
 `up` applies the CQL migrations and creates the topics once (`mnemo admin migrate`,
 `mnemo admin create-topics`), then starts each component as its own process:
 
-    gateway    HTTP on MNEMO_GATEWAY_PORT (8080); with no MNEMO_QDRANT_URL it also runs the
-               indexer (the co-located topology: qdrant-edge admits one process), whose
-               health port is 8092
+    gateway    HTTP on MNEMO_GATEWAY_PORT (8080)
+    indexer    with a Qdrant server (MNEMO_QDRANT_URL): a faust worker of its own, health
+               on 8092, and the gateway only serves HTTP (the chart's topology). Without
+               one, the gateway runs the indexer over a qdrant-edge shard (the co-located
+               topology: the shard admits one process), its health port then 8092
     registrar  faust worker, health on 8091
     decay      faust worker, health on 8093
     audit      faust worker, health on 8094
 
-and waits until each answers /readyz. Logs and PID files go to var/run/mnemo/. Addresses of
-Kafka and Cassandra come from var/run/services.env (written by infra/services.py) or from
-the environment. Standard library only; tests import `Stack` to run their own copy on
-other ports, topics and keyspaces.
+and waits until each answers /readyz. If one exits or is not ready in time, it prints the
+end of that component's log and stops what it started. The consumers' health ports follow
+MNEMO_<CONSUMER>_HEALTH_PORT.
+
+The run directory is MNEMO_RUN_DIR (default var/run). The addresses of Kafka, Cassandra,
+OpenBao (with its token) and the Qdrant server come from its services.env (written by
+infra/services.py); an operator token is made once and kept in <run>/mnemo/operator.token
+(mode 0600) and handed to the gateway. The first `up` creates the tenant `default` with an
+admin key and prints the operator token and that key, once. Logs and PID files go to
+<run>/mnemo/. Standard library only; tests import `Stack` to run their own copy on other
+ports, topics and keyspaces.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -92,6 +102,10 @@ def _tagged(pid: int, name: str, attempts: int = 20) -> bool:
     return False
 
 
+class StackError(RuntimeError):
+    """A component could not be started; the message says which and why."""
+
+
 @dataclass
 class Component:
     name: str
@@ -119,11 +133,33 @@ class Stack:
     workdir: Path = REPO
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
+    def qdrant_url(self) -> str | None:
+        """The Qdrant server the components use (the stack's env, else this process's);
+        an empty value in the stack's env means none."""
+        url = self.env.get("MNEMO_QDRANT_URL", os.environ.get("MNEMO_QDRANT_URL", ""))
+        return url.strip() or None
+
+    @property
+    def topology(self) -> str:
+        """`server`: a Qdrant server holds the vectors, the indexer is a process of its own
+        and the gateway only serves HTTP (the chart's topology). `co-located`: no Qdrant
+        server, the gateway runs the indexer over a qdrant-edge shard."""
+        return "server" if self.qdrant_url() else "co-located"
+
     def components(self) -> list[Component]:
-        return [
+        consumers = [
             Component("registrar", "mnemo_registrar", self.ports["registrar"]),
             Component("decay", "mnemo_decay", self.ports["decay"]),
             Component("audit", "mnemo_audit", self.ports["audit"]),
+        ]
+        if self.topology == "server":
+            return [
+                *consumers,
+                Component("indexer", "mnemo_indexer", self.ports["indexer"]),
+                Component("gateway", "mnemo_gateway", 0, self.gateway_port),
+            ]
+        return [
+            *consumers,
             Component("gateway", "mnemo_gateway", self.ports["indexer"], self.gateway_port),
         ]
 
@@ -133,6 +169,8 @@ class Stack:
     def child_env(self, component: Component) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.env)
+        for key in [k for k, v in self.env.items() if not v]:
+            env.pop(key, None)  # an empty value in the stack's env: not set at all
         env.setdefault("MNEMO_MODE", "distributed")
         env["MNEMO_HEALTH_PORT"] = str(component.health_port)
         env["MNEMO_GATEWAY_PORT"] = str(self.gateway_port)
@@ -167,9 +205,19 @@ class Stack:
     def admin(self, *args: str) -> None:
         """Run a `mnemo admin` command with the stack's settings, once."""
         env = self.child_env(Component("admin", "", 0))
-        subprocess.run(  # noqa: S603 - our own interpreter and module
-            [self.python, "-m", "mnemo.cli", "admin", *args], env=env, check=True, cwd=REPO
+        done = subprocess.run(  # noqa: S603 - our own interpreter and module
+            [self.python, "-m", "mnemo.cli", "admin", *args],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
         )
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).strip().splitlines()[-20:]
+            raise StackError(
+                f"`mnemo admin {' '.join(args)}` failed (exit {done.returncode}):\n"
+                + "\n".join(output)
+            )
 
     def start(self, name: str) -> int:
         component = self.component(name)
@@ -190,6 +238,13 @@ class Stack:
         self._procs[name] = proc
         return proc.pid
 
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            text = self.log_file(name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def wait_ready(self, names: list[str], timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         pending = list(names)
@@ -198,7 +253,10 @@ class Stack:
                 if self.pid(name) is None:
                     proc = self._procs.get(name)
                     code = proc.poll() if proc is not None else None
-                    raise RuntimeError(f"{name} exited (status {code}); see {self.log_file(name)}")
+                    raise StackError(
+                        f"{name} exited (status {code}); the end of {self.log_file(name)}:\n"
+                        + self.log_tail(name)
+                    )
                 try:
                     url = self.component(name).ready_url()  # always http://127.0.0.1
                     with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310
@@ -207,17 +265,29 @@ class Stack:
                 except (urllib.error.URLError, OSError):
                     pass
             if pending and time.monotonic() > deadline:
-                raise RuntimeError(f"not ready after {timeout:.0f} s: {', '.join(pending)}")
+                tails = "".join(
+                    f"\n--- the end of {self.log_file(n)}:\n{self.log_tail(n)}" for n in pending
+                )
+                raise StackError(f"not ready after {timeout:.0f} s: {', '.join(pending)}{tails}")
             if pending:
                 time.sleep(0.25)
 
     def up(self, timeout: float = 180.0) -> None:
-        self.admin("migrate")
-        self.admin("create-topics")
+        """Migrate, create the topics, start every component and wait until each is ready;
+        when one fails, stop those this call started and raise StackError."""
         names = [c.name for c in self.components()]
-        for name in names:
-            self.start(name)
-        self.wait_ready(names, timeout)
+        already = {name for name in names if self.pid(name) is not None}
+        try:
+            self.admin("migrate")
+            self.admin("create-topics")
+            for name in names:
+                self.start(name)
+            self.wait_ready(names, timeout)
+        except BaseException:
+            for name in reversed(names):
+                if name not in already:
+                    self.stop(name)
+            raise
 
     def signal(self, name: str, sig: signal.Signals) -> None:
         pid = self.pid(name)
@@ -268,44 +338,150 @@ class Stack:
         return out
 
 
+# What the components take from services.env: the services' addresses and OpenBao's token
+# (never the other lines, such as Cassandra's JMX port, which no component reads).
+PASSED_ON = (
+    "MNEMO_KAFKA_BOOTSTRAP",
+    "MNEMO_CASSANDRA_HOSTS",
+    "MNEMO_CASSANDRA_PORT",
+    "MNEMO_VAULT_ADDR",
+    "MNEMO_VAULT_TOKEN",
+    "MNEMO_QDRANT_URL",
+)
+FIRST_TENANT = "default"
+CONSUMER_PORTS = {"registrar": 8091, "indexer": 8092, "decay": 8093, "audit": 8094}
+
+
 def services_env(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines of infra/services.py's address file."""
+    """The lines of infra/services.py's address file that the components use."""
     if not path.exists():
         return {}
     out = {}
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         key, sep, value = line.partition("=")
-        if sep and key.startswith("MNEMO_") and not key.startswith("MNEMO_VAULT_TOKEN"):
+        if sep and key.strip() in PASSED_ON and value.strip():
             out[key.strip()] = value.strip()
     return out
+
+
+def _port(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise StackError(f"{name}={raw!r} is not a port number") from None
+
+
+def operator_token(stack_dir: Path) -> tuple[str, bool]:
+    """The operator token of this run directory, made once and kept (mode 0600); and
+    whether it was made just now."""
+    path = stack_dir / "operator.token"
+    with contextlib.suppress(OSError):
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token, False
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
+    return token, True
+
+
+def first_tenant(url: str, token: str, tenant: str = FIRST_TENANT) -> str | None:
+    """Create the first tenant with its admin key; the key, or None if the tenant exists."""
+    body = json.dumps({"tenant": tenant, "admin_key_name": "admin"}).encode()
+    request = urllib.request.Request(  # noqa: S310 - the gateway on 127.0.0.1
+        f"{url}/v1/admin/tenants",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "X-Mnemo-Admin-Token": token},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310
+            return str(json.loads(answer.read())["key"])
+    except urllib.error.HTTPError as exc:
+        if exc.code == 409:
+            return None
+        raise StackError(
+            f"creating tenant {tenant!r} answered {exc.code}: {exc.read()[:500]!r}"
+        ) from None
+
+
+def from_environment() -> Stack:
+    """The stack `make up` runs: the run directory MNEMO_RUN_DIR (default var/run), the
+    services' addresses and OpenBao's token from its services.env, the operator token kept
+    in it, the gateway on MNEMO_GATEWAY_PORT and each consumer's health port on
+    MNEMO_<CONSUMER>_HEALTH_PORT (8091 to 8094)."""
+    raw = os.environ.get("MNEMO_RUN_DIR", "").strip()
+    run = (Path(raw).expanduser() if raw else REPO / "var" / "run").resolve()
+    env = services_env(run / "services.env")
+    if "MNEMO_DATA_DIR" not in os.environ:
+        env["MNEMO_DATA_DIR"] = str(run.parent / "data-distributed")
+    stack_dir = run / "mnemo"
+    if not os.environ.get("MNEMO_GATEWAY_ADMIN_TOKEN"):
+        env["MNEMO_GATEWAY_ADMIN_TOKEN"] = operator_token(stack_dir)[0]
+    return Stack(
+        stack_dir,
+        env,
+        gateway_port=_port("MNEMO_GATEWAY_PORT", 8080),
+        ports={
+            name: _port(f"MNEMO_{name.upper()}_HEALTH_PORT", default)
+            for name, default in CONSUMER_PORTS.items()
+        },
+        python=os.environ.get("MNEMO_PYTHON", sys.executable),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     args = parser.parse_args(argv)
-    env = services_env(REPO / "var" / "run" / "services.env")
-    env.setdefault("MNEMO_DATA_DIR", str(REPO / "var" / "data-distributed"))
-    stack = Stack(
-        REPO / "var" / "run" / "mnemo",
-        env,
-        gateway_port=int(os.environ.get("MNEMO_GATEWAY_PORT", "8080")),
-        python=os.environ.get("MNEMO_PYTHON", sys.executable),
-    )
-    if args.command == "up":
-        try:
-            stack.up()
-        except (RuntimeError, subprocess.CalledProcessError) as exc:
-            print(f"[stack] {exc}", file=sys.stderr)
-            return 1
-        print(f"[stack] Mnemo (distributed) on http://127.0.0.1:{stack.gateway_port}")
-        print(json.dumps(stack.status()))
-        print(f"[stack] logs in {stack.run_dir}; `make down` stops it")
-    elif args.command == "down":
+    try:
+        stack = from_environment()
+    except StackError as exc:
+        print(f"[stack] {exc}", file=sys.stderr)
+        return 1
+    url = f"http://127.0.0.1:{stack.gateway_port}"
+    if args.command == "down":
         stack.down()
         print("[stack] stopped")
-    else:
+        return 0
+    if args.command == "status":
         print(json.dumps(stack.status(), indent=2))
+        return 0
+    token_file = stack.run_dir / "operator.token"
+    admin_token = stack.env.get("MNEMO_GATEWAY_ADMIN_TOKEN") or os.environ.get(
+        "MNEMO_GATEWAY_ADMIN_TOKEN", ""
+    )
+    fresh_token = not (stack.run_dir / ".operator-token-shown").exists()
+    print(f"[stack] starting Mnemo ({stack.topology} topology) ...", flush=True)
+    try:
+        stack.up()
+        key = first_tenant(url, admin_token)
+    except StackError as exc:
+        print(f"[stack] {exc}", file=sys.stderr)
+        print("[stack] stopped the components this run started", file=sys.stderr)
+        return 1
+    print(f"[stack] Mnemo (distributed, {stack.topology}) on {url}")
+    print(json.dumps(stack.status()))
+    if "MNEMO_GATEWAY_ADMIN_TOKEN" in stack.env:
+        if fresh_token:
+            print(f"[stack] operator token (kept in {token_file}, mode 0600):")
+            print(f"    {stack.env['MNEMO_GATEWAY_ADMIN_TOKEN']}")
+            (stack.run_dir / ".operator-token-shown").touch()
+        else:
+            print(f"[stack] operator token: in {token_file}")
+    if key is not None:
+        print(f"[stack] tenant {FIRST_TENANT!r} created; its admin key (shown once, not kept):")
+        print(f"    {key}")
+    else:
+        print(f"[stack] tenant {FIRST_TENANT!r} exists; its admin key was shown when it was made")
+    print(
+        f"[stack] try: MNEMO_URL={url} MNEMO_ADMIN_TOKEN=$(cat {token_file}) "
+        "MNEMO_API_KEY=<the key> mnemo status"
+    )
+    print(f"[stack] logs in {stack.run_dir}; `make down` stops it")
     return 0
 
 

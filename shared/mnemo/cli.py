@@ -991,12 +991,18 @@ def render_distributed_status(status: Mapping[str, Any]) -> Group:
     for name, health in status.get("components", {}).items():
         behind = sorted(p for p, n in partitions.get(name, {}).items() if int(n) > 0)
         add_row(components, name, health, lag.get(name, "-"), ",".join(behind) or "-")
-    if "counts" not in status:
-        return Group(components)
-    counts = table("read model", "rows")
-    for name, count in sorted(status["counts"].items()):
-        add_row(counts, name, count)
-    return Group(components, counts)
+    shown: list[Table] = [components]
+    if status.get("services"):
+        services = table("service", "state")
+        for name, state in status["services"].items():
+            add_row(services, name, state)
+        shown.append(services)
+    if "counts" in status:
+        counts = table("read model", "rows")
+        for name, count in sorted(status["counts"].items()):
+            add_row(counts, name, count)
+        shown.append(counts)
+    return Group(*shown)
 
 
 @cli.command()

@@ -29,7 +29,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from mnemo.domain.errors import Unavailable
+from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Coordinates, LogRecord, LogTopic
 
 __all__ = ["KafkaConfig", "KafkaTopic", "ensure_topics"]
@@ -166,9 +166,11 @@ async def _ensure(
                 break
             await asyncio.sleep(0.2)
         if found != partitions:
-            raise RuntimeError(
+            raise InvalidInput(
                 f"topic {topic} has {found} partitions, not the {partitions} configured; "
-                "a stream's partition would change: configure the count the topic has"
+                "a stream's partition would change: configure the count the topic has",
+                code="PARTITIONS_MISMATCH",
+                field="kafka_partitions",
             )
         return created
     finally:

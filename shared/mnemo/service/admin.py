@@ -89,4 +89,46 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
             health[name] = "unreachable"
     body["components"] = {"gateway": "ready", **health}
     body["consumers_running"] = all(v == "ready" for v in health.values())
+    body["services"] = backing_services(platform)
     return body
+
+
+def _http_state(url: str, states: dict[int, str]) -> str:
+    try:
+        answer = httpx.get(url, timeout=2.0)
+    except httpx.HTTPError:
+        return "unreachable"
+    return states.get(answer.status_code, f"not_ready ({answer.status_code})")
+
+
+def backing_services(platform: Platform) -> dict[str, str]:
+    """The state of each service the distributed mode runs on, as the gateway sees it:
+    Kafka and Cassandra (answering, else the error code), the vault (OpenBao/Vault health:
+    ready, sealed, not_initialized, unreachable) and the Qdrant server (/readyz)."""
+    from mnemo.service.distributed import position_name
+
+    assert platform.distributed is not None
+    settings = platform.settings
+    out: dict[str, str] = {}
+    try:
+        platform.distributed.topic.partitions()
+        out["kafka"] = "ready"
+    except MnemoError as exc:
+        out["kafka"] = exc.code
+    try:
+        platform.store.position(position_name("registrar", 0))
+        out["cassandra"] = "ready"
+    except MnemoError as exc:
+        out["cassandra"] = exc.code
+    if settings.vault_addr:
+        out["vault"] = _http_state(
+            f"{settings.vault_addr.rstrip('/')}/v1/sys/health",
+            {200: "ready", 429: "ready", 501: "not_initialized", 503: "sealed"},
+        )
+    else:
+        out["vault"] = "development key file"
+    if settings.qdrant_url:
+        out["qdrant"] = _http_state(f"{settings.qdrant_url.rstrip('/')}/readyz", {200: "ready"})
+    else:
+        out["qdrant"] = "embedded (qdrant-edge)"
+    return out

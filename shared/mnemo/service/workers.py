@@ -28,13 +28,13 @@ from typing import Any, TypeVar
 
 from mnemo import telemetry
 from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
-from mnemo.domain.errors import MnemoError
+from mnemo.domain.errors import MnemoError, Unavailable
 from mnemo.handlers import audit, decay, indexing, registration
 from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
 from mnemo.settings import GatewaySettings, MnemoSettings, worker_settings
 
-__all__ = ["Worker", "make_worker", "run_gateway", "run_worker"]
+__all__ = ["ConfigurationError", "Worker", "make_worker", "run_gateway", "run_worker"]
 
 log = logging.getLogger("mnemo.worker")
 
@@ -389,20 +389,35 @@ def make_worker(consumer: str, settings: MnemoSettings | None = None) -> Worker:
     return Worker(consumer, settings or MnemoSettings())
 
 
-def _starting(what: str, build: Callable[[], T], attempts: int = 20) -> T:
-    """Build something that needs Kafka or Cassandra, retrying while they are not there
-    yet (a deploy that starts everything at once, a node that is still booting)."""
-    delay = 1.0
+class ConfigurationError(SystemExit):
+    """A process cannot start as configured: the error names the setting, and the process
+    exits at once with status 78 (EX_CONFIG) instead of retrying."""
+
+    def __init__(self, what: str, exc: MnemoError) -> None:
+        setting = f" (setting MNEMO_{exc.field.upper()})" if exc.field else ""
+        super().__init__(78)
+        self.message = f"{what}: configuration error {exc.code}{setting}: {exc.message}"
+
+
+def _starting(what: str, build: Callable[[], T], attempts: int = 20, delay: float = 1.0) -> T:
+    """Build something that needs Kafka, Cassandra, the vault or Qdrant, retrying while they
+    are not reachable yet (a deploy that starts everything at once, a node that is still
+    booting). Anything else is a configuration error, and retrying cannot mend it: it is
+    logged with the setting it names and the process exits at once."""
     for attempt in range(1, attempts + 1):
         try:
             return build()
-        except Exception as exc:
+        except (Unavailable, ConnectionError, TimeoutError) as exc:
             if attempt == attempts:
                 raise
             code = getattr(exc, "code", type(exc).__name__)
             log.warning("%s failed (%s), attempt %d of %d; retrying", what, code, attempt, attempts)
             time.sleep(delay)
             delay = min(delay * 1.5, 10.0)
+        except MnemoError as exc:
+            failure = ConfigurationError(what, exc)
+            log.error("%s", failure.message)
+            raise failure from None
     raise AssertionError("unreachable")
 
 
