@@ -1,7 +1,14 @@
 """The distributed mode end to end, as separate processes on a real Kafka broker and a real
-Cassandra node: the gateway (with the co-located indexer), and the registrar, decay and
-audit faust workers, started by infra/stack.py on ports, a topic and a keyspace of this
-test's own.
+Cassandra node, started by infra/stack.py on ports, a topic and a keyspace of this test's
+own, in either topology:
+
+- `server` (the chart's): the vectors on the Qdrant server (`make test` starts one), the
+  indexer a faust worker of its own, the gateway stateless HTTP only;
+- `co-located` (small deployments): no Qdrant server, the gateway runs the indexer over a
+  qdrant-edge shard.
+
+The registrar, decay and audit faust workers run as processes of their own in both. The
+happy path runs in both topologies; the fault tests (slow) run in the chart's.
 
 - publish through the gateway -> registered -> searchable -> context -> replay;
 - publish straight to the topic with a Kafka client -> the same read models;
@@ -38,7 +45,14 @@ from tests.distributed_support import (
     require_services,
     running_distributed,
 )
-from tests.support import audit_trails, free_port, missing, stack_module, verify_trails
+from tests.support import (
+    audit_trails,
+    free_port,
+    missing,
+    qdrant_server_url,
+    stack_module,
+    verify_trails,
+)
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.ids import new_event_id
@@ -62,8 +76,9 @@ def declared(content: str, stream: str = "user:U1", **memory: Any) -> dict[str, 
 
 
 class Deployment:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, topology: str = "server") -> None:
         tag = uuid.uuid4().hex[:10]
+        self.topology = topology
         self.topic = f"e2e.{tag}"
         self.keyspace = f"mnemo_e2e_{tag}"
         self.data = root / "data"
@@ -81,6 +96,9 @@ class Deployment:
             "MNEMO_LOG_LEVEL": "WARNING",
             "MNEMO_GATEWAY_ADMIN_TOKEN": OPERATOR,
             "MNEMO_KEY_PEPPER": f"e2e-pepper-{tag}-0123456789",
+            # co-located: none, even if this process's environment names a server
+            "MNEMO_QDRANT_URL": qdrant_server_url() if topology == "server" else "",
+            "MNEMO_QDRANT_COLLECTION": f"e2e_{tag}",
         }
         self.stack = Stack(
             root / "run",
@@ -103,9 +121,18 @@ class Deployment:
         self.http.headers["Authorization"] = f"Bearer {self.key}"
 
     def settings(self) -> MnemoSettings:
-        values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items()}
+        values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items() if v}
         values["data_dir"] = str(self.data.parent / "inspect")
         return MnemoSettings(**values)  # type: ignore[arg-type]
+
+    def drop_collections(self) -> None:
+        """The Qdrant server's collections of this deployment (the live one, the rebuild's)."""
+        url = self.env["MNEMO_QDRANT_URL"]
+        if not url:
+            return
+        name = self.env["MNEMO_QDRANT_COLLECTION"]
+        for collection in (name, f"{name}_r"):
+            httpx.delete(f"{url}/collections/{collection}", timeout=60)
 
     def inspect(self) -> Platform:
         """A platform in the test process to look at the store and the archive."""
@@ -138,17 +165,21 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
+def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    """A deployment in the topology the test asks for (indirect parametrization), else the
+    chart's (`server`)."""
     require_services()
-    d = Deployment(tmp_path)
+    d = Deployment(tmp_path, getattr(request, "param", "server"))
+    assert d.stack.topology == d.topology
     try:
         d.stack.up(timeout=180)
     except Exception:
-        for name in ("gateway", "registrar", "decay", "audit"):
-            log = d.stack.log_file(name)
+        for component in d.stack.components():
+            log = d.stack.log_file(component.name)
             if log.exists():
-                print(f"--- {name}\n{log.read_text()[-3000:]}")
+                print(f"--- {component.name}\n{log.read_text()[-3000:]}")
         d.stack.down()
+        d.drop_collections()
         raise
     try:
         d.create_tenant()
@@ -159,6 +190,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         inspect = d.inspect()
         drop_keyspace(inspect)
         inspect.close()
+        d.drop_collections()
 
 
 def publish(d: Deployment, events: list[dict[str, Any]], wait: str = "none") -> httpx.Response:
@@ -196,7 +228,11 @@ def assert_projected_exactly_once(d: Deployment, accepted: list[str]) -> None:
         # empty keyspace give the live checksum, so nothing was applied twice or skipped
         live = platform.store.checksum()
         fresh = d.settings().model_copy(
-            update={"cassandra_keyspace": f"{d.keyspace}_r", "data_dir": d.data.parent / "r"}
+            update={
+                "cassandra_keyspace": f"{d.keyspace}_r",
+                "data_dir": d.data.parent / "r",
+                "qdrant_collection": f"{d.env['MNEMO_QDRANT_COLLECTION']}_r",
+            }
         )
         with running_distributed(fresh, "rebuild") as rebuilt:
             Pump(rebuilt).drain(timeout=600)
@@ -209,8 +245,14 @@ def assert_projected_exactly_once(d: Deployment, accepted: list[str]) -> None:
     assert counts["lag"]["indexer"] == 0
 
 
+@pytest.mark.parametrize("deployment", ["co-located", "server"], indirect=True)
 def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Deployment) -> None:
     d = deployment
+    # the processes the topology runs: a separate indexer only with the Qdrant server
+    expected = {"gateway", "registrar", "decay", "audit"}
+    if d.topology == "server":
+        expected.add("indexer")
+    assert {c.name for c in d.stack.components() if d.stack.pid(c.name)} == expected
     answer = publish(
         d,
         [
@@ -259,6 +301,9 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
     assert status["dead_letters"] == 0
     assert set(status["components"]) == {"gateway", "registrar", "indexer", "decay", "audit"}
     assert all(v == "ready" for v in status["components"].values())
+    assert status["services"]["qdrant"] == (
+        "ready" if d.topology == "server" else "embedded (qdrant-edge)"
+    )
     # the CLI's status is the same answer, rendered
     cli = subprocess.run(
         [sys.executable, "-m", "mnemo.cli", "--url", d.url, "--api-key", d.key, "status"],

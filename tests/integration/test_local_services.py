@@ -11,83 +11,14 @@ the client Mnemo uses, and stops it by PID.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import stat
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.services_support import Services, alive, pair_of_ports
 from tests.support import free_port, missing, qdrant_server_url
-
-REPO = Path(__file__).resolve().parents[2]
-SERVICES = REPO / "infra" / "services.py"
-
-
-class Services:
-    """infra/services.py on a run directory and ports of a test's own."""
-
-    def __init__(self, run_dir: Path, **ports: int) -> None:
-        self.run_dir = run_dir
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_QDRANT", "MNEMO_VAULT"))
-        }
-        self.env["MNEMO_RUN_DIR"] = str(run_dir)
-        self.env.update({k: str(v) for k, v in ports.items()})
-        self.started: list[str] = []
-
-    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(SERVICES), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def up(self, service: str) -> None:
-        self.started.append(service)
-        done = self.run("up", service)
-        assert done.returncode == 0, f"up {service} failed:\n{done.stdout}\n{done.stderr}"
-
-    def down(self, service: str) -> None:
-        done = self.run("down", service)
-        assert done.returncode == 0, f"down {service} failed:\n{done.stdout}\n{done.stderr}"
-
-    def addresses(self) -> dict[str, str]:
-        path = self.run_dir / "services.env"
-        out = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
-            key, sep, value = line.partition("=")
-            if sep and not key.startswith("#"):
-                out[key] = value
-        return out
-
-    def pid(self, service: str) -> int | None:
-        try:
-            return int((self.run_dir / service / f"{service}.pid").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def stop_all(self) -> None:
-        for service in dict.fromkeys(self.started):
-            self.run("down", service)
-
-
-def pair_of_ports() -> tuple[int, int]:
-    """Two free ports, the second one above the first (OpenBao's cluster port)."""
-    for _ in range(50):
-        port = free_port()
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port, port + 1
-    raise AssertionError("no two adjacent free ports")
 
 
 @pytest.fixture
@@ -103,15 +34,6 @@ def _archive_or_skip(services: Services) -> None:
     done = services.run("fetch", "qdrant")
     if done.returncode != 0:
         missing("Qdrant", f"the server binary cannot be unpacked: {done.stderr.strip()[-300:]}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    return state != "Z"
 
 
 def test_the_qdrant_server_starts_answers_over_http_and_grpc_and_stops(
@@ -187,7 +109,7 @@ def test_the_qdrant_server_starts_answers_over_http_and_grpc_and_stops(
     pid = services.pid("qdrant")
     assert pid is not None
     services.down("qdrant")
-    assert not _alive(pid)
+    assert not alive(pid)
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/readyz", timeout=2)
 
@@ -218,7 +140,7 @@ def test_a_key_wrapped_before_an_openbao_restart_unwraps_after_it(services: Serv
 
     services.down("openbao")
     assert first_pid is not None
-    assert not _alive(first_pid)
+    assert not alive(first_pid)
     services.up("openbao")  # unseals with the kept key; does not initialise again
     assert services.pid("openbao") != first_pid
     assert json.loads((home / "init.json").read_text()) == kept

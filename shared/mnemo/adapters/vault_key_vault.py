@@ -15,9 +15,13 @@ Vault:
   allows deletion and deletes the key: its material is gone from Vault, nothing wrapped
   under it can be unwrapped again, and the tombstone stops the name being re-created.
 
-Connection failures and timeouts raise Unavailable (code VAULT_UNAVAILABLE); a missing key
-raises KeyDestroyed. Error messages name the key and the HTTP status, never the token,
-the ciphertext or Vault's own message text.
+Connection failures, timeouts, a sealed or uninitialised vault and a refused token raise
+Unavailable (code VAULT_UNAVAILABLE, 503). A missing key raises KeyDestroyed when Mnemo
+destroyed it or it never existed; a transit mount that is missing although this process
+saw it means the vault lost its keys, and raises Unavailable with code VAULT_KEY_MISSING
+(503), never a stray internal error. Error
+messages name the key and the HTTP status, never the token, the ciphertext or Vault's own
+message text.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import hvac
 import requests
 from hvac import exceptions as vault_errors
 
-from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError, Unavailable
 from mnemo.ports import KeyVault
 
 __all__ = ["VaultKeyVault"]
@@ -71,6 +75,7 @@ class VaultKeyVault(KeyVault):
         self._client = client or hvac.Client(url=url, token=token, timeout=timeout)
         self._lock = threading.Lock()
         self._mount_ready = False
+        self._mount_seen = False
 
     # ---- the port -----------------------------------------------------------------------
 
@@ -97,7 +102,7 @@ class VaultKeyVault(KeyVault):
                 ),
             )["data"]
         except _Missing:
-            raise KeyDestroyed(f"key {key_id!r} was destroyed or never existed") from None
+            raise self._gone(key_id) from None
         except _Refused:
             raise InvalidInput(
                 f"wrapped key does not belong to key {key_id!r} (or was altered)",
@@ -119,7 +124,7 @@ class VaultKeyVault(KeyVault):
                 ),
             )["data"]
         except _Missing:
-            raise KeyDestroyed(f"key {key_id!r} was destroyed or never existed") from None
+            raise self._gone(key_id) from None
         except _Refused:
             raise InvalidInput(
                 f"wrapped key does not belong to key {key_id!r} (or was altered)",
@@ -154,12 +159,15 @@ class VaultKeyVault(KeyVault):
         name = self.name_of(key_id)
         self._ensure_mount()
         # the tombstone first: a crash between the two steps leaves the key refused anyway
-        self._call(
-            key_id,
-            lambda: self._transit.create_key(
-                name=name + TOMBSTONE, key_type=KEY_TYPE, mount_point=self.mount
-            ),
-        )
+        try:
+            self._call(
+                key_id,
+                lambda: self._transit.create_key(
+                    name=name + TOMBSTONE, key_type=KEY_TYPE, mount_point=self.mount
+                ),
+            )
+        except _Missing:  # no mount to write it in
+            raise self._gone(key_id) from None
         try:
             self._call(
                 key_id,
@@ -186,15 +194,29 @@ class VaultKeyVault(KeyVault):
     def _transit(self) -> Any:
         return self._client.secrets.transit
 
+    def _mounted(self) -> bool:
+        mounts = _guard("the mount list", self._client.sys.list_mounted_secrets_engines)
+        listed = mounts.get("data", mounts)
+        return f"{self.mount}/" in listed
+
     def _ensure_mount(self) -> None:
+        """Enable the transit mount at first use when it is missing, never after: a mount
+        this process has seen that disappears means the vault lost its keys (a wiped or
+        re-initialised server), and enabling it again would seal new values under keys
+        that have nothing to do with the old ones. That is answered with VAULT_KEY_MISSING
+        until an operator restores the vault."""
         if self._mount_ready:
             return
         with self._lock:
             if self._mount_ready:
                 return
-            mounts = _guard("the mount list", self._client.sys.list_mounted_secrets_engines)
-            listed = mounts.get("data", mounts)
-            if f"{self.mount}/" not in listed:
+            if not self._mounted():
+                if self._mount_seen:
+                    raise Unavailable(
+                        f"the vault's transit mount {self.mount!r} is gone: the vault lost its "
+                        "keys; restore it from a backup",
+                        code="VAULT_KEY_MISSING",
+                    )
                 # _Refused: someone else enabled it meanwhile ("path is already in use")
                 with contextlib.suppress(_Refused):
                     _guard(
@@ -202,6 +224,25 @@ class VaultKeyVault(KeyVault):
                         lambda: self._client.sys.enable_secrets_engine("transit", path=self.mount),
                     )
             self._mount_ready = True
+            self._mount_seen = True
+
+    def _gone(self, key_id: str) -> MnemoError:
+        """The error for a key the vault does not have. With the transit mount in place the
+        key was destroyed or never existed (KeyDestroyed). Without it, the vault lost its
+        keys (a wiped or re-initialised server): VAULT_KEY_MISSING, a 503, so that a read
+        never passes lost keys off as forgotten ones and nothing is sealed under new keys
+        (this process never enables a mount it has seen disappear)."""
+        with self._lock:
+            mounted = self._mounted()
+            if not mounted:
+                self._mount_ready = False
+        if mounted:
+            return KeyDestroyed(f"key {key_id!r} was destroyed or never existed")
+        return Unavailable(
+            f"the vault has no transit mount {self.mount!r} for key {key_id!r}: the vault "
+            "lost its keys; restore it from a backup",
+            code="VAULT_KEY_MISSING",
+        )
 
     def _call(self, key_id: str, call: Callable[[], _T]) -> _T:
         self._ensure_mount()
@@ -217,16 +258,21 @@ class VaultKeyVault(KeyVault):
         try:
             return self._call(key_id, call)
         except _Missing:
-            raise KeyDestroyed(f"key {key_id!r} was destroyed") from None
+            raise self._gone(key_id) from None
 
     def _create(self, key_id: str) -> None:
         name = self.name_of(key_id)
         if self._exists(key_id, name + TOMBSTONE):
             raise KeyDestroyed(f"key {key_id!r} was destroyed")
-        self._call(
-            key_id,
-            lambda: self._transit.create_key(name=name, key_type=KEY_TYPE, mount_point=self.mount),
-        )
+        try:
+            self._call(
+                key_id,
+                lambda: self._transit.create_key(
+                    name=name, key_type=KEY_TYPE, mount_point=self.mount
+                ),
+            )
+        except _Missing:  # no mount to create it in
+            raise self._gone(key_id) from None
 
     def _exists(self, key_id: str, name: str) -> bool:
         try:
@@ -242,7 +288,7 @@ class VaultKeyVault(KeyVault):
                 key_id, lambda: self._transit.read_key(name=name, mount_point=self.mount)
             )["data"]
         except _Missing:
-            raise KeyDestroyed(f"key {key_id!r} was destroyed") from None
+            raise self._gone(key_id) from None
         return int(data["latest_version"])
 
     def __repr__(self) -> str:
