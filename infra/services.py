@@ -1671,6 +1671,8 @@ def cmd_fetch(cfg: Settings, services: list[Service]) -> int:
             svc.fetch()
             if isinstance(svc, OpenBao):
                 say(f"openbao: using {svc.find_bao()}")
+            if isinstance(svc, Qdrant):
+                say(f"qdrant: {QDRANT_VERSION} in {show_path(svc.binary)} (sha256 checked)")
         except InfraError as exc:
             warn(str(exc))
             status = 1

@@ -156,3 +156,23 @@ def test_a_key_wrapped_before_an_openbao_restart_unwraps_after_it(services: Serv
     logs = "".join(p.read_text(errors="replace") for p in (home / "logs").iterdir())
     assert token not in logs
     assert kept["keys"][0] not in logs
+
+
+def test_a_qdrant_archive_that_is_not_the_expected_binary_is_refused(
+    services: Services, tmp_path: Path
+) -> None:
+    import lzma
+
+    forged = tmp_path / "qdrant.xz"
+    forged.write_bytes(lzma.compress(b"#!/bin/sh\necho not qdrant\n"))
+    services.env["MNEMO_QDRANT_ARCHIVE"] = str(forged)
+    refused = services.run("fetch", "qdrant")
+    assert refused.returncode == 1
+    assert "sha256" in refused.stderr
+    assert not (services.run_dir / "qdrant" / "bin" / "qdrant").exists()
+
+    services.env["MNEMO_QDRANT_ARCHIVE"] = str(tmp_path / "absent.xz")
+    refused = services.run("up", "qdrant")
+    assert refused.returncode == 1
+    assert "MNEMO_QDRANT_ARCHIVE" in refused.stderr
+    assert services.pid("qdrant") is None
