@@ -17,7 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support import auth, free_port, wait_healthy
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.support import auth, free_port, headers_for, install_keys, wait_healthy
+
+from mnemo.bootstrap import Platform
+from mnemo.settings import GatewaySettings
 
 SERVE = [sys.executable, "-m", "mnemo.cli", "serve"]
 # generous bounds: a backtracking engine takes hours on these inputs, RE2 milliseconds
@@ -123,3 +128,75 @@ def test_pathological_guard_patterns_run_in_linear_time_and_health_answers_meanw
     )
     assert broken.status_code == 422, broken.text
     assert broken.json()["error"]["code"] == "CONSTRAINT_VIOLATION"
+
+
+# ---- in-process gateway (no timing involved) ------------------------------------------------
+
+H = headers_for("acme", "agent")
+WRITER = headers_for("acme", "writer", label="writer")
+
+
+@pytest.fixture
+def client(platform: Platform) -> Iterator[TestClient]:
+    install_keys(platform, "acme", label="writer", scopes=("memory:write", "memory:read"))
+    with TestClient(create_app(platform, GatewaySettings())) as c:
+        yield c
+
+
+def _declare(client: TestClient, stream: str, memory: dict[str, Any]) -> str:
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory": memory},
+    }
+    r = client.post("/v1/events?wait=registered", json=event, headers=H)
+    assert r.status_code == 202, r.text
+    return str(r.json()["accepted"][0]["outcomes"][0]["memory_id"])
+
+
+def _forget(stream: str, **payload: Any) -> dict[str, Any]:
+    return {"type": "ForgetRequested", "schema_version": 1, "stream": stream, "payload": payload}
+
+
+@pytest.mark.parametrize("truthy", [1, "yes", "true", "True", 1.0])
+def test_forget_tenant_takes_only_a_json_boolean(
+    client: TestClient, platform: Platform, truthy: Any
+) -> None:
+    """Finding 2: `"tenant": 1` or `"yes"` was taken as true, and shredded the tenant."""
+    memory_id = _declare(client, "user:U1", {"type": "fact", "content": "mail a@b.example.org"})
+    before = platform.log.head()
+    r = client.post("/v1/events", json=_forget("user:U1", tenant=truthy), headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "INVALID_BOOLEAN"
+    assert r.json()["error"]["field"] == "events[0].payload.tenant"
+    assert platform.log.head() == before
+    kept = client.get(f"/v1/memories/{memory_id}", headers=H).json()
+    assert kept["content"] == "mail a@b.example.org"  # still opens: no key was destroyed
+
+
+def test_forgetting_a_tenant_or_a_user_needs_the_admin_scope(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 2: a memory:write key could shred a whole tenant."""
+    first = _declare(client, "user:U1", {"type": "fact", "content": "mail a@b.example.org"})
+    second = _declare(client, "user:U1", {"type": "fact", "content": "likes green tea"})
+    before = platform.log.head()
+    for event in (_forget("user:U1", tenant=True), _forget("user:U1")):
+        r = client.post("/v1/events", json=event, headers=WRITER)
+        assert r.status_code == 403, r.text
+        assert r.json()["error"]["code"] == "SCOPE_MISSING"
+        assert r.json()["error"]["scope"] == "admin"
+    assert platform.log.head() == before
+    assert client.get(f"/v1/memories/{first}", headers=H).json()["content"] == (
+        "mail a@b.example.org"
+    )
+    # one memory needs only memory:write; a whole user or tenant, an admin key
+    one = client.post(
+        "/v1/events?wait=registered", json=_forget("user:U1", memory_id=second), headers=WRITER
+    )
+    assert one.status_code == 202, one.text
+    assert client.get(f"/v1/memories/{second}", headers=H).json()["status"] == "forgotten"
+    whole = client.post("/v1/events?wait=registered", json=_forget("user:U1"), headers=H)
+    assert whole.status_code == 202, whole.text
+    assert client.get(f"/v1/memories/{first}", headers=H).json()["status"] == "forgotten"

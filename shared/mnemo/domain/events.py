@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.edge import EDGE
+from mnemo.domain.edge import EDGE, JsonBool
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryDraft
@@ -222,7 +222,7 @@ class ForgetRequested(EventPayload):
     SCANNED = ("reason",)
     memory_id: MemoryId | None = None
     reason: str | None = Field(default=None, max_length=1_000)
-    tenant: bool = Field(
+    tenant: JsonBool = Field(
         default=False,
         description="forget the whole tenant: destroy its keys and purge its read models",
     )
