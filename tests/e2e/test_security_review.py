@@ -200,3 +200,79 @@ def test_forgetting_a_tenant_or_a_user_needs_the_admin_scope(
     whole = client.post("/v1/events?wait=registered", json=_forget("user:U1"), headers=H)
     assert whole.status_code == 202, whole.text
     assert client.get(f"/v1/memories/{first}", headers=H).json()["status"] == "forgotten"
+
+
+@pytest.mark.parametrize("truthy", ["true", 1, "yes"])
+def test_sensitive_takes_only_a_json_boolean(
+    client: TestClient, platform: Platform, truthy: Any
+) -> None:
+    """Finding 4: `"sensitive": "true"` was accepted and the value stored in plaintext."""
+    before = platform.log.head()
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": "my locker code", "sensitive": truthy}},
+    }
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "INVALID_BOOLEAN"
+    assert r.json()["error"]["field"] == "events[0].payload.memory.sensitive"
+    assert platform.log.head() == before
+    # a JSON true seals the content whole
+    sealed = {**event, "payload": {"memory": {**event["payload"]["memory"], "sensitive": True}}}
+    ok = client.post("/v1/events", json=sealed, headers=H)
+    assert ok.status_code == 202, ok.text
+    logged = platform.log.read_tenant("acme", before, 10)[0].envelope
+    assert "my locker code" not in str(logged.payload)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/context", {"subjects": ["user:U1"], "allow_constraint_drop": "true"}),
+        ("/v1/context", {"subjects": ["user:U1"], "include_history": 1}),
+        ("/v1/search", {"query": "tea", "include_archived": "yes"}),
+    ],
+)
+def test_request_booleans_are_json_booleans(
+    client: TestClient, path: str, body: dict[str, Any]
+) -> None:
+    r = client.post(path, json=body, headers=H)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize(
+    ("memory", "field"),
+    [
+        (
+            {"type": "fact", "content": "x", "provenance": {"verified": "yes"}},
+            "provenance.verified",
+        ),
+        (
+            {
+                "type": "constraint",
+                "content": "x",
+                "guard": {"rule_id": "r", "patterns": ["x"], "break_on_violation": 0},
+            },
+            "guard.break_on_violation",
+        ),
+    ],
+)
+def test_every_payload_boolean_is_a_json_boolean(
+    client: TestClient, memory: dict[str, Any], field: str
+) -> None:
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": memory},
+    }
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {
+        "code": "INVALID_BOOLEAN",
+        "message": r.json()["error"]["message"],
+        "field": f"events[0].payload.memory.{field}",
+    }

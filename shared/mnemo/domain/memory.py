@@ -18,7 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mnemo.domain.edge import at_edge
+from mnemo.domain.edge import JsonBool, at_edge
 from mnemo.domain.patterns import UnsupportedPattern, linear_pattern
 from mnemo.domain.sealed import EncryptionBlock
 
@@ -77,7 +77,7 @@ class Provenance(BaseModel):
     source_id: str | None = Field(default=None, max_length=256)
     source_location: str | None = Field(default=None, max_length=256)
     trust: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
-    verified: bool = False
+    verified: JsonBool = False
 
 
 Weight = Annotated[float, Field(ge=0.0, le=MAX_SEMANTIC_WEIGHT)]
@@ -90,7 +90,7 @@ class Guard(BaseModel):
 
     rule_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
     patterns: tuple[str, ...] = Field(min_length=1, max_length=16)
-    break_on_violation: bool = True
+    break_on_violation: JsonBool = True
 
     @field_validator("patterns")
     @classmethod
@@ -148,7 +148,7 @@ class MemoryDraft(BaseModel):
         description="with a key: the version the writer last saw (0: none); another current "
         "version is a conflict, reported, never overwritten",
     )
-    sensitive: bool = Field(
+    sensitive: JsonBool = Field(
         default=False,
         description="x-mnemo-sensitive: the content and value are sealed whole, whatever the "
         "PII detector finds in them",
