@@ -276,3 +276,79 @@ def test_every_payload_boolean_is_a_json_boolean(
         "message": r.json()["error"]["message"],
         "field": f"events[0].payload.memory.{field}",
     }
+
+
+def _secrets_in(value: Any) -> list[str]:
+    """Every wrapped key or ciphertext a JSON value holds (in any encryption or sealed block)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        if value.get("wrapped_key"):
+            found.append(str(value["wrapped_key"]))
+        if isinstance(value.get("values"), dict):
+            found.extend(str(v) for v in value["values"].values())
+        for item in value.values():
+            found.extend(_secrets_in(item))
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(_secrets_in(item))
+    return found
+
+
+def test_a_forgotten_value_cannot_be_brought_back_with_a_copied_block(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 3: the views handed out wrapped keys and ciphertexts, and clients could
+    publish their own encryption block: copy a forgotten memory's sealed block into another
+    subject, and reading that subject opened the value again."""
+    forgotten = _declare(client, "user:U1", {"type": "fact", "content": "mail zz9@x.example.org"})
+    kept = _declare(client, "user:U1", {"type": "fact", "content": "mail kept@x.example.org"})
+    r = client.post(
+        "/v1/events?wait=registered", json=_forget("user:U1", memory_id=forgotten), headers=H
+    )
+    assert r.status_code == 202, r.text
+    # the log does hold the blocks: the views must not hand them out
+    raw = [e.envelope.model_dump(mode="json") for e in platform.log.read_tenant("acme", 0, 100)]
+    assert _secrets_in(raw)
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=H).json()
+    paths = [
+        "/v1/insights/events?limit=1000",
+        "/v1/insights/events?after_offset=0&limit=1000",
+        "/v1/insights/rejections",
+        f"/v1/insights/memories/{kept}/life",
+        f"/v1/insights/memories/{forgotten}/life",
+        f"/v1/insights/contexts/{ctx['request_id']}",
+        "/v1/insights/heatmap",
+        "/v1/events?after_offset=0&limit=1000",
+        "/v1/subjects/user:U1/events",
+        f"/v1/memories/{kept}",
+        "/v1/subjects/user:U1/memories",
+    ]
+    views = []
+    for path in paths:
+        r = client.get(path, headers=H)
+        assert r.status_code == 200, (path, r.text)
+        views.append(r.json())
+    assert [_secrets_in(view) for view in views] == [[]] * len(views)
+    # a client's own encryption block is refused, whatever it holds
+    registered = next(
+        e
+        for e in raw
+        if e["type"] == "MemoryRegistered" and e["payload"]["memory"]["memory_id"] == forgotten
+    )
+    block = registered["payload"]["memory"]["sealed"]
+    before = platform.log.head()
+    for stream in ("user:U2", "user:U1"):
+        replayed = {
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "stream": stream,
+            "payload": {
+                "memory": {"type": "fact", "content": registered["payload"]["memory"]["content"]}
+            },
+            "encryption": block,
+        }
+        r = client.post("/v1/events", json=replayed, headers=H)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "ENCRYPTION_NOT_ALLOWED"
+        assert r.json()["error"]["field"] == "events[0].encryption"
+    assert platform.log.head() == before

@@ -540,6 +540,15 @@ def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelop
         code = "INVALID_TENANT" if field == "tenant" else "INVALID_ENVELOPE"
         code = _CODES_BY_ERROR_TYPE.get(_error_type(exc), code)
         raise InvalidInput(f"{field}: {msg}", code=code, field=field) from exc
+    if envelope.encryption is not None and envelope.encryption.key_id not in (
+        envelope.tenant,
+        f"{envelope.tenant}/{envelope.stream}",
+    ):
+        raise InvalidInput(
+            "encryption.key_id must name the tenant's key or the stream's own key",
+            code="FOREIGN_ENCRYPTION_KEY",
+            field="encryption.key_id",
+        )
     try:
         decode_payload(envelope, edge=True)
     except ValidationError as exc:

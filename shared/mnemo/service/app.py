@@ -233,6 +233,16 @@ class Mnemo:
                 raise InvalidInput(
                     "seq is assigned by the log", code="INVALID_ENVELOPE", field=f"events[{i}].seq"
                 )
+            if event.get("encryption") is not None:
+                # only Mnemo seals what reaches the log through it: a client's block could
+                # carry ciphertexts copied from elsewhere (a forgotten memory's) and have
+                # them opened as this event's
+                raise InvalidInput(
+                    "events published to Mnemo carry no encryption block; Mnemo seals "
+                    "sensitive values itself (trusted producers may seal on the topic)",
+                    code="ENCRYPTION_NOT_ALLOWED",
+                    field=f"events[{i}].encryption",
+                )
             try:
                 envelope = validate_envelope(event)
             except InvalidInput as exc:
