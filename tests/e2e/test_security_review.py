@@ -352,3 +352,43 @@ def test_a_forgotten_value_cannot_be_brought_back_with_a_copied_block(
         assert r.json()["error"]["code"] == "ENCRYPTION_NOT_ALLOWED"
         assert r.json()["error"]["field"] == "events[0].encryption"
     assert platform.log.head() == before
+
+
+def _template(name: str, *sections: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "version": 2, "sections": list(sections)}
+
+
+def test_templates_need_the_admin_scope_and_must_be_able_to_show_constraints(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 8: a context-scope key registered a `default` without a constraints section,
+    and constraints then vanished from every agent's context."""
+    install_keys(platform, "acme", label="ctx", scopes=("context", "memory:read"))
+    agent = headers_for("acme", "agent", label="ctx")
+    rule = _declare(client, "user:U1", {"type": "constraint", "content": "No credit for minors"})
+    facts_only = _template(
+        "default", {"name": "facts", "priority": 1, "budget": 300, "types": ["fact"]}
+    )
+    r = client.post("/v1/templates", json=facts_only, headers=agent)
+    assert r.status_code == 403, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["scope"]) == ("SCOPE_MISSING", "admin")
+    r = client.post("/v1/templates", json=facts_only, headers=H)  # an admin key
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "TEMPLATE_WITHOUT_CONSTRAINTS"
+    # the same through the event API
+    event = {
+        "type": "TemplateRegistered",
+        "schema_version": 1,
+        "stream": "templates",
+        "payload": {"template": facts_only},
+    }
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "TEMPLATE_WITHOUT_CONSTRAINTS"
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
+    assert ctx["template"] == "default@1"
+    assert rule in [i["memory"]["memory_id"] for i in ctx["included"]]
+    # a section taking every type, or naming constraints, can show them
+    for section in ({"name": "all"}, {"name": "rules", "types": ["fact", "constraint"]}):
+        ok = _template(f"t-{section['name']}", {"priority": 1, "budget": 300, **section})
+        assert client.post("/v1/templates", json=ok, headers=H).status_code == 201

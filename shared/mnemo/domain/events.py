@@ -462,6 +462,7 @@ def decode_payload(envelope: Envelope, *, edge: bool = False) -> EventPayload:
 _CODES_BY_ERROR_TYPE = {
     "unsupported_pattern": "UNSUPPORTED_PATTERN",
     "strict_boolean": "INVALID_BOOLEAN",
+    "template_without_constraints": "TEMPLATE_WITHOUT_CONSTRAINTS",
 }
 
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from mnemo.domain import replica
 from mnemo.domain.context import ContextTemplate, score_candidate
+from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import ConflictError, InvalidInput, MnemoError, NotFound, Unavailable
 from mnemo.domain.events import (
     MAX_PAYLOAD_BYTES,
@@ -490,13 +491,16 @@ class Mnemo:
         """Register a template version; (template, created). A taken version with other
         content is a conflict."""
         try:
-            parsed = ContextTemplate.model_validate(template)
+            parsed = ContextTemplate.model_validate(template, context=EDGE)
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise InvalidInput(
-                f"{field}: {err['msg']}", code="TEMPLATE_INVALID", field=field or None
-            ) from exc
+            code = (
+                "TEMPLATE_WITHOUT_CONSTRAINTS"
+                if err["type"] == "template_without_constraints"
+                else "TEMPLATE_INVALID"
+            )
+            raise InvalidInput(f"{field}: {err['msg']}", code=code, field=field or None) from exc
         existing = self.store.template(ctx.tenant, parsed.name, parsed.version)
         if existing is not None:
             if existing == parsed:

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
 from mnemo.domain.memory import Memory
 from mnemo.service.context import ContextRequest, ContextResponse
-from mnemo_gateway.deps import App, Body, ContextCtx
+from mnemo_gateway.deps import AdminCtx, App, Body, ContextCtx
 
 router = APIRouter(tags=["context"])
 
@@ -214,10 +214,10 @@ async def report(ctx: ContextCtx, mnemo: App, body: Body, request_id: str) -> Fe
 
 @router.post(
     "/v1/templates",
-    summary="Register a context template version",
+    summary="Register a context template version (admin: a template shapes every context)",
     openapi_extra=_schema(ContextTemplate),
 )
-async def register_template(ctx: ContextCtx, mnemo: App, body: Body) -> JSONResponse:
+async def register_template(ctx: AdminCtx, mnemo: App, body: Body) -> JSONResponse:
     template, created = await run_in_threadpool(mnemo.register_template, ctx, body)
     return JSONResponse(
         {
