@@ -78,7 +78,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient
         tpl = {
             "name": "acme-tpl",
             "version": 1,
-            "sections": [{"name": "facts", "priority": 1, "types": ["fact"], "budget": 200}],
+            "sections": [
+                {"name": "facts", "priority": 1, "types": ["fact", "constraint"], "budget": 200}
+            ],
         }
         assert client.post("/v1/templates", json=tpl, headers=acme).status_code in (200, 201)
         clock.advance(timedelta(hours=2))  # the "expired" key is now past its expiry
@@ -114,7 +116,7 @@ ROUTES: list[tuple[str, str, Any, Scope | None, str]] = [
         Scope.CONTEXT,
         "404",
     ),
-    ("POST", "/v1/templates", {}, Scope.CONTEXT, "empty"),
+    ("POST", "/v1/templates", {}, Scope.ADMIN, "empty"),
     ("GET", "/v1/templates", None, Scope.CONTEXT, "empty"),
     ("GET", "/v1/templates/{name}", None, Scope.CONTEXT, "404"),
     ("GET", "/v1/insights/heatmap", None, Scope.MEMORY_READ, "empty"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,40 @@ def test_schemas_folder_matches_the_models() -> None:
     assert sorted(on_disk) == sorted(rendered), "run `make schemas`"
     for name, text in rendered.items():
         assert on_disk[name] == text, f"{name} drifted from the models: run `make schemas`"
+
+
+BLOCK = {
+    "key_id": "acme/user:U1",
+    "key_version": 1,
+    "fields": ["text"],
+    "wrapped_key": "dmF1bHQ6djE6eHh4",
+    "values": {"email:h0123456789abcdef": "AAAA"},
+}
+
+
+@pytest.mark.parametrize("key_id", ["globex", "globex/user:U1", "acme/user:U2", "acmex"])
+def test_an_encryption_block_must_name_the_tenants_key_for_its_stream(key_id: str) -> None:
+    """A trusted producer's block names the tenant's key or the stream's own key; another
+    tenant's (or another user's) key id is refused, with a reason a dead letter carries."""
+    event = raw(stream="user:U1", encryption={**BLOCK, "key_id": key_id})
+    with pytest.raises(InvalidInput) as refused:
+        validate_envelope(event, public=False)
+    assert (refused.value.code, refused.value.field) == (
+        "FOREIGN_ENCRYPTION_KEY",
+        "encryption.key_id",
+    )
+    for own in ("acme", "acme/user:U1"):
+        assert validate_envelope(raw(stream="user:U1", encryption={**BLOCK, "key_id": own}))
+
+
+def test_a_topic_record_sealed_under_another_tenants_key_is_dead_lettered() -> None:
+    import orjson
+
+    from mnemo.ports import LogRecord
+    from mnemo.service.distributed import parse_record
+
+    event = raw(stream="user:U1", encryption={**BLOCK, "key_id": "globex/user:U1"})
+    record = LogRecord(0, 0, b"acme:user:U1", orjson.dumps(event))
+    with pytest.raises(InvalidInput) as refused:
+        parse_record(record, datetime.now(UTC))
+    assert refused.value.code == "FOREIGN_ENCRYPTION_KEY"

@@ -105,7 +105,7 @@ def test_ordinary_text_is_left_alone() -> None:
         "token based auth is fine",
         "order 12345678 shipped on 2026-11-30",
         "4111 1111 1111 1112",  # fails Luhn
-        "110105194912310021",  # wrong check character
+        "110105194913310021",  # 18 digits, but month 13: no one's ID
     ):
         assert detect(text) == [], text
 
@@ -150,3 +150,53 @@ def test_policy_defaults_to_encrypt_and_overrides_per_tenant() -> None:
     assert PiiPolicy(default=Action.MASK).action(PiiKind.SENSITIVE) is Action.ENCRYPT
     with pytest.raises(ValueError, match="shred"):
         SecurityPolicy.model_validate({"default": {"actions": {"phone": "shred"}}})
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("记住我的邮箱是zhang.san@example.org", [("email", "zhang.san@example.org")]),
+        ("我的电话+14155550199", [("phone", "+14155550199")]),
+        (
+            "邮箱zhang.san@example.org，电话+14155550199。",
+            [
+                ("email", "zhang.san@example.org"),
+                ("phone", "+14155550199"),
+            ],
+        ),
+        ("我的密钥sk-abcdefghijklmnop1234", [("api_token", "sk-abcdefghijklmnop1234")]),
+    ],
+)
+def test_values_written_straight_after_chinese_text_are_found(
+    text: str, found: list[tuple[str, str]]
+) -> None:
+    """Finding 5: with \\w in the look-behinds, a CJK character before the value hid it."""
+    assert kinds(text) == found
+
+
+def test_a_spaced_passphrase_is_sealed_whole() -> None:
+    """Finding 5: only the first word of a passphrase was found."""
+    assert kinds("my passphrase is correct horse battery staple") == [
+        ("password", "correct horse battery staple")
+    ]
+    assert kinds("password: correct horse battery staple, remember it") == [
+        ("password", "correct horse battery staple")
+    ]
+    assert kinds("密码是 open sesame 123。谢谢") == [("password", "open sesame 123")]
+    assert kinds("my password is hunter2! Keep it safe.") == [("password", "hunter2!")]
+    # without "is" or ":", only the word after the label, and never a plain word
+    assert kinds("password hunter22 please") == [("password", "hunter22")]
+    assert kinds("the password reset link expired") == []
+
+
+def test_a_resident_id_with_a_wrong_check_character_is_still_found() -> None:
+    """Finding 5: a mistyped ID number is still personal data."""
+    wrong = ID[:-1] + ("0" if ID[-1] != "0" else "1")
+    assert not cn_id_valid(wrong)
+    assert kinds(f"身份证{wrong}") == [("id_number", wrong)]
+    assert kinds(f"ID {wrong.lower()} on file") == [("id_number", wrong.lower())]
+    # eighteen digits that pass Luhn are a card's, not a mistyped ID
+    body = "62220219900101102"  # a region, a birth date, a sequence: shaped like an ID
+    card = body + luhn_digit(body)
+    assert not cn_id_valid(card)
+    assert kinds(f"card {card}") == [("bank_card", card)]

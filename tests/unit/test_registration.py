@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from mnemo.bootstrap import load_rules
-from mnemo.domain.events import Actor, ActorKind, Envelope, MemoryRegistered, MemorySuperseded
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.events import (
+    Actor,
+    ActorKind,
+    Envelope,
+    MemoryRegistered,
+    MemorySuperseded,
+    validate_envelope,
+)
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import OutcomeKind, PurgeTenant, PutMemory, PutOutcome, SetStatus
@@ -258,17 +266,64 @@ def test_forgetting_one_memory_erases_it_from_the_read_model() -> None:
     assert erase[0].erase_content
 
 
-@pytest.mark.parametrize("pattern", ["(a+)+$", "(x*y)*", "(loan{2,})+"])
-def test_guards_refuse_patterns_that_can_take_exponential_time(pattern: str) -> None:
-    from pydantic import ValidationError
-
+@pytest.mark.parametrize("pattern", ["(a|a)*c", "((a+))+c", "(a+)+c", "(x*y)*z"])
+def test_guard_patterns_that_backtrack_exponentially_run_on_the_linear_engine(
+    pattern: str,
+) -> None:
+    """With a backtracking engine each of these takes hours on 100,000 'a's (and holds the
+    interpreter lock); on RE2 the answer comes at once."""
+    from mnemo.domain.edge import EDGE
     from mnemo.domain.memory import Guard
 
-    with pytest.raises(ValidationError, match="nested quantifiers"):
-        Guard(rule_id="r1", patterns=(pattern,))
+    guard = Guard.model_validate({"rule_id": "r1", "patterns": [pattern]}, context=EDGE)
+    assert not guard.violated_by("a" * 100_000)
     assert Guard(rule_id="r1", patterns=("信贷|loan", "(credit|loan)s?")).violated_by(
         "a LOAN offer"
     )
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", "loan(?=s)", "(?<!no )loan", "a{1001}"])
+def test_guard_patterns_the_linear_engine_cannot_run_are_refused_with_a_code(
+    pattern: str,
+) -> None:
+    raw = {
+        "event_id": new_event_id(T0),
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "tenant": "acme",
+        "stream": "user:U1",
+        "occurred_at": T0.isoformat(),
+        "actor": {"kind": "agent", "id": "a"},
+        "payload": {
+            "memory": {
+                "type": "constraint",
+                "content": "no loans",
+                "guard": {"rule_id": "r1", "patterns": ["loan", pattern]},
+            }
+        },
+    }
+    with pytest.raises(InvalidInput) as refused:
+        validate_envelope(raw)
+    assert refused.value.code == "UNSUPPORTED_PATTERN"
+    assert refused.value.field == "payload.memory.guard.patterns"
+
+
+def test_a_stored_guard_the_linear_engine_cannot_run_fails_closed() -> None:
+    """Read back from the log or a read model (no edge checks), a guard accepted before
+    patterns were checked for RE2 still loads, and counts every answer as a violation."""
+    from mnemo.domain.memory import Guard
+
+    guard = Guard.model_validate({"rule_id": "r1", "patterns": ["loan(?=s)"]})
+    assert guard.violated_by("nothing about credit")
+
+
+def test_registration_rules_run_on_the_linear_engine() -> None:
+    from mnemo.domain.rules import RegistrationRule
+
+    with pytest.raises(ValueError, match="linear-time engine"):
+        RegistrationRule(id="r", pattern=r"(?P<value>a)\1", type="fact", key="k")
+    rule = RegistrationRule(id="r", pattern=r"(?P<value>(a|a)*)c", type="fact", key="k")
+    assert rule.compiled().search("a" * 100_000) is None
 
 
 def test_sealed_placeholders_carry_their_ciphertexts_into_each_memory() -> None:

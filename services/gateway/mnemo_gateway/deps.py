@@ -109,7 +109,11 @@ def needs(scope: Scope | None) -> Callable[..., RequestContext]:
         if scope is not None:
             require_scope(caller, scope)
         principal = (x_mnemo_principal or caller.name)[:128]
-        return RequestContext(tenant=caller.tenant, principal=principal)
+        return RequestContext(
+            tenant=caller.tenant,
+            principal=principal,
+            scopes=frozenset(s.value for s in caller.scopes),
+        )
 
     return dependency
 

@@ -54,9 +54,9 @@ class Scope(enum.StrEnum):
 
     MEMORY_WRITE = "memory:write"  # publish events
     MEMORY_READ = "memory:read"  # read memories, replay, search, sync, the heat map
-    CONTEXT = "context"  # assemble contexts, report answers, templates
+    CONTEXT = "context"  # assemble contexts, report answers, read templates
     AUDIT_READ = "audit:read"  # the audit chain, the tenant's event and rejection views
-    ADMIN = "admin"  # the tenant's keys, consumer status
+    ADMIN = "admin"  # the tenant's keys, consumer status, templates, wide forgets
 
 
 ALL_SCOPES: tuple[Scope, ...] = tuple(Scope)

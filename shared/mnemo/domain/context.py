@@ -29,8 +29,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from mnemo.domain.edge import at_edge
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import Memory, MemoryType, Scope
 
@@ -148,6 +157,10 @@ class SectionSpec(BaseModel):
     def title(self) -> str:
         return self.heading if self.heading is not None else f"## {self.name}"
 
+    def shows_constraints(self) -> bool:
+        """Whether constraints can be rendered in this section (its types allow them)."""
+        return not self.types or MemoryType.CONSTRAINT in self.types
+
 
 class ContextTemplate(BaseModel):
     """A versioned template; its fingerprint changes with any change to its content."""
@@ -168,10 +181,17 @@ class ContextTemplate(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _unique(self) -> ContextTemplate:
+    def _unique(self, info: ValidationInfo) -> ContextTemplate:
         names = [s.name for s in self.sections]
         if len(names) != len(set(names)):
             raise ValueError("section names must be unique")
+        if at_edge(info) and not any(s.shows_constraints() for s in self.sections):
+            # constraints would vanish from every context rendered with it, silently
+            raise PydanticCustomError(
+                "template_without_constraints",
+                "a template needs a section that can show constraints (types empty or "
+                "naming constraint)",
+            )
         return self
 
     def fingerprint(self) -> str:

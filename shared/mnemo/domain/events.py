@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.edge import EDGE, JsonBool
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryDraft
@@ -221,7 +222,7 @@ class ForgetRequested(EventPayload):
     SCANNED = ("reason",)
     memory_id: MemoryId | None = None
     reason: str | None = Field(default=None, max_length=1_000)
-    tenant: bool = Field(
+    tenant: JsonBool = Field(
         default=False,
         description="forget the whole tenant: destroy its keys and purge its read models",
     )
@@ -450,16 +451,29 @@ class Catalog:
 CATALOG = Catalog(PAYLOADS)
 
 
-def decode_payload(envelope: Envelope) -> EventPayload:
-    """The envelope's payload as the current version's model, upcast if it is older."""
+def decode_payload(envelope: Envelope, *, edge: bool = False) -> EventPayload:
+    """The envelope's payload as the current version's model, upcast if it is older. With
+    `edge`, new input is held to the edge's strict rules (mnemo.domain.edge)."""
     data = CATALOG.upcast(envelope.type, envelope.schema_version, envelope.payload)
-    return CATALOG.current_model(envelope.type).model_validate(data)
+    return CATALOG.current_model(envelope.type).model_validate(data, context=EDGE if edge else None)
+
+
+# pydantic error types that have a code of their own at the edge
+_CODES_BY_ERROR_TYPE = {
+    "unsupported_pattern": "UNSUPPORTED_PATTERN",
+    "strict_boolean": "INVALID_BOOLEAN",
+    "template_without_constraints": "TEMPLATE_WITHOUT_CONSTRAINTS",
+}
 
 
 def _first_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     return (f"{prefix}{loc}" if loc else prefix.rstrip(".")), str(err["msg"])
+
+
+def _error_type(exc: ValidationError) -> str:
+    return str(exc.errors()[0]["type"])
 
 
 def sealed_key_ids(tenant: str, events: Iterable[Envelope | Mapping[str, Any]]) -> set[str]:
@@ -521,17 +535,29 @@ def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelop
             field="schema_version",
         )
     try:
-        envelope = Envelope.model_validate(raw)
+        envelope = Envelope.model_validate(raw, context=EDGE)
     except ValidationError as exc:
         field, msg = _first_error(exc)
         code = "INVALID_TENANT" if field == "tenant" else "INVALID_ENVELOPE"
+        code = _CODES_BY_ERROR_TYPE.get(_error_type(exc), code)
         raise InvalidInput(f"{field}: {msg}", code=code, field=field) from exc
+    if envelope.encryption is not None and envelope.encryption.key_id not in (
+        envelope.tenant,
+        f"{envelope.tenant}/{envelope.stream}",
+    ):
+        raise InvalidInput(
+            "encryption.key_id must name the tenant's key or the stream's own key",
+            code="FOREIGN_ENCRYPTION_KEY",
+            field="encryption.key_id",
+        )
     try:
-        decode_payload(envelope)
+        decode_payload(envelope, edge=True)
     except ValidationError as exc:
         field, msg = _first_error(exc, "payload.")
         code = "INVALID_PAYLOAD"
-        if "semantic_weight" in field:
+        if _error_type(exc) in _CODES_BY_ERROR_TYPE:
+            code = _CODES_BY_ERROR_TYPE[_error_type(exc)]
+        elif "semantic_weight" in field:
             code = "INVALID_SEMANTIC_WEIGHT"
         elif "needs content" in msg or ("content" in field and "at least" in msg):
             code = "EMPTY_CONTENT"

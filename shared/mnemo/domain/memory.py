@@ -8,8 +8,18 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from mnemo.domain.edge import JsonBool, at_edge
+from mnemo.domain.patterns import UnsupportedPattern, linear_pattern
 from mnemo.domain.sealed import EncryptionBlock
 
 __all__ = [
@@ -31,8 +41,7 @@ KEY_RE = re.compile(r"^[\w][\w.-]{0,63}$")
 MAX_CONTENT_CHARS = 8_000
 MAX_TTL_SECONDS = 100 * 366 * 86_400  # a century
 MIN_YEAR, MAX_YEAR = 1970, 2200
-# a group that holds a quantifier and is itself quantified: (a+)+, (x*y)*, (a{2,})+ ...
-_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)\s*[+*{]")
+MAX_GUARD_PATTERN_CHARS = 500
 
 
 class MemoryType(StrEnum):
@@ -68,7 +77,7 @@ class Provenance(BaseModel):
     source_id: str | None = Field(default=None, max_length=256)
     source_location: str | None = Field(default=None, max_length=256)
     trust: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
-    verified: bool = False
+    verified: JsonBool = False
 
 
 Weight = Annotated[float, Field(ge=0.0, le=MAX_SEMANTIC_WEIGHT)]
@@ -81,27 +90,38 @@ class Guard(BaseModel):
 
     rule_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
     patterns: tuple[str, ...] = Field(min_length=1, max_length=16)
-    break_on_violation: bool = True
+    break_on_violation: JsonBool = True
 
     @field_validator("patterns")
     @classmethod
-    def _compiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _compiles(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         for pattern in value:
-            if len(pattern) > 500:
-                raise ValueError("a guard pattern is at most 500 characters")
+            if len(pattern) > MAX_GUARD_PATTERN_CHARS:
+                raise ValueError(f"a guard pattern is at most {MAX_GUARD_PATTERN_CHARS} characters")
+            if not at_edge(info):
+                continue  # stored guards are read back as they were accepted
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"guard pattern {pattern!r} does not compile: {exc}") from exc
-            if _NESTED_QUANTIFIER.search(pattern):
-                raise ValueError(
-                    f"guard pattern {pattern!r} repeats a repeated group, which can take "
-                    "exponential time; rewrite it without nested quantifiers"
-                )
+                linear_pattern(pattern, ignore_case=True)
+            except UnsupportedPattern as exc:
+                raise PydanticCustomError(
+                    "unsupported_pattern",
+                    "guard pattern {pattern}: {reason}",
+                    {"pattern": pattern[:80], "reason": str(exc)},
+                ) from None
         return value
 
     def violated_by(self, text: str) -> bool:
-        return any(re.search(p, text, re.IGNORECASE) for p in self.patterns)
+        """Whether the text matches any pattern, on the linear-time engine (RE2), case
+        insensitive. A stored pattern that engine cannot run (one accepted before guards
+        were checked for it) counts as broken: a guard fails closed."""
+        for pattern in self.patterns:
+            try:
+                compiled = linear_pattern(pattern, ignore_case=True)
+            except UnsupportedPattern:
+                return True
+            if compiled.search(text) is not None:
+                return True
+        return False
 
 
 class MemoryDraft(BaseModel):
@@ -128,7 +148,7 @@ class MemoryDraft(BaseModel):
         description="with a key: the version the writer last saw (0: none); another current "
         "version is a conflict, reported, never overwritten",
     )
-    sensitive: bool = Field(
+    sensitive: JsonBool = Field(
         default=False,
         description="x-mnemo-sensitive: the content and value are sealed whole, whatever the "
         "PII detector finds in them",

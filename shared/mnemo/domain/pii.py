@@ -2,8 +2,8 @@
 
 `detect` finds, without any I/O:
 
-* mainland China resident ID numbers (18 characters, a valid birth date, and the ISO 7064
-  MOD 11-2 check character),
+* mainland China resident ID numbers (18 characters, a valid birth date; with the ISO 7064
+  MOD 11-2 check character, or with a wrong one unless the digits pass Luhn as a card's),
 * bank card numbers (13-19 digits, optionally grouped by spaces or dashes, passing Luhn),
 * phone numbers (mainland mobile numbers with or without +86, and E.164-style
   international numbers starting with '+'),
@@ -34,6 +34,7 @@ __all__ = [
     "PiiKind",
     "PiiPolicy",
     "SecurityPolicy",
+    "cn_id_shaped",
     "cn_id_valid",
     "detect",
     "luhn_valid",
@@ -80,9 +81,9 @@ def cn_id_check_char(first17: str) -> str:
     return _ID_CHECK[total % 11]
 
 
-def cn_id_valid(value: str) -> bool:
-    """An 18-character mainland resident ID: region, a real birth date, and the right
-    check character."""
+def cn_id_shaped(value: str) -> bool:
+    """18 characters shaped like a mainland resident ID (a region that does not start with
+    0, a real birth date), whatever its check character: a mistyped ID is still someone's."""
     value = value.upper()
     if len(value) != 18 or not value[:17].isdigit() or value[17] not in "0123456789X":
         return False
@@ -92,9 +93,13 @@ def cn_id_valid(value: str) -> bool:
         born = date(int(value[6:10]), int(value[10:12]), int(value[12:14]))
     except ValueError:
         return False
-    if not 1900 <= born.year <= 2100:
-        return False
-    return cn_id_check_char(value[:17]) == value[17]
+    return 1900 <= born.year <= 2100
+
+
+def cn_id_valid(value: str) -> bool:
+    """An 18-character mainland resident ID: region, a real birth date, and the right
+    check character."""
+    return cn_id_shaped(value) and cn_id_check_char(value[:17]) == value[17].upper()
 
 
 def luhn_valid(digits: str) -> bool:
@@ -117,16 +122,23 @@ def luhn_valid(digits: str) -> bool:
 PLACEHOLDER = re.compile(r"⟦([a-z_]+):(h[0-9a-f]{16})⟧")
 REDACTED = "⟦redacted⟧"
 
+# The look-behinds name ASCII characters only: a value written straight after Chinese text
+# ("邮箱是zhang.san@example.org", "电话+14155550199") starts right there (with \w, which
+# takes in every CJK character, it would be missed).
 _EMAIL = re.compile(
-    r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
+    r"(?<![A-Za-z0-9_.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
 )
 _ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{16}[\dXx](?![0-9A-Za-z])")
 _CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){12,18}(?![\d])")
 _CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?!\d)")
-_E164 = re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ -]?\d){6,13}(?!\d)")
+_E164 = re.compile(r"(?<![A-Za-z0-9_+])\+[1-9]\d{0,2}(?:[ -]?\d){6,13}(?!\d)")
+# Introduced by "is", ":", "=", "是" or "为", a secret runs to the end of its clause, spaces
+# included (a passphrase is several words); else it is the one word after the label.
 _SECRET_CONTEXT = re.compile(
     r"(?i)(?P<label>password|passwd|pwd|passcode|passphrase|密码|口令)"
-    r"(?:\s*(?:is|was|[:：=]|是|为)\s*|\s+)(?P<value>[^\s，,。；;]{4,128})"
+    r"(?:\s*(?:is|was|[:：=]|是|为)\s*"
+    r"(?P<phrase>[^\s，,。；;][^\n\r，,。；;]{3,127}?)(?=\s*(?:[\n\r，,。；;]|$)|(?<=[.!?])\s)"
+    r"|\s+(?P<word>[^\s，,。；;]{4,128}))"
 )
 _TOKEN_CONTEXT = re.compile(
     r"(?i)(?P<label>api[ _-]?key|api[ _-]?token|access[ _-]?token|secret[ _-]?key|"
@@ -134,7 +146,7 @@ _TOKEN_CONTEXT = re.compile(
     r"(?:\s*(?:is|was|[:：=]|是|为)\s*|\s+)(?P<value>[A-Za-z0-9_\-\.~+/=]{8,256})"
 )
 _TOKEN_SHAPES = re.compile(
-    r"(?<![\w-])(?:sk-[A-Za-z0-9_-]{16,}|(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}|"
+    r"(?<![A-Za-z0-9_-])(?:sk-[A-Za-z0-9_-]{16,}|(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}|"
     r"AKIA[0-9A-Z]{16}|xox[abpors]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
     r"\.[A-Za-z0-9_-]{10,})"
 )
@@ -164,17 +176,20 @@ def _candidates(text: str) -> list[Finding]:
         found.append(Finding(PiiKind.API_TOKEN, m.start("value"), m.end("value"), value))
     secrets = _SECRET_CONTEXT.finditer(text) if _SECRET_HINT.search(text) else ()
     for m in secrets:
-        value = m.group("value")
-        said = text[m.end("label") : m.start("value")].strip()
-        if value.lower() in _WORDS or (not said and value.isalpha()):
+        group = "phrase" if m.group("phrase") is not None else "word"
+        value = m.group(group)
+        if value.lower() in _WORDS or (group == "word" and value.isalpha()):
             continue  # "password reset link": no "is" or ":" and a plain word
-        found.append(Finding(PiiKind.PASSWORD, m.start("value"), m.end("value"), value))
+        found.append(Finding(PiiKind.PASSWORD, m.start(group), m.end(group), value))
     for m in _EMAIL.finditer(text) if "@" in text else ():
         found.append(Finding(PiiKind.EMAIL, m.start(), m.end(), m.group()))
     if not has_digits:
         return found
     for m in _ID.finditer(text):
-        if cn_id_valid(m.group()):
+        # a wrong check character is a mistyped ID, unless the digits are a card's
+        if cn_id_valid(m.group()) or (
+            cn_id_shaped(m.group()) and not luhn_valid(_digits(m.group()))
+        ):
             found.append(Finding(PiiKind.ID_NUMBER, m.start(), m.end(), m.group()))
     for m in _CARD.finditer(text):
         digits = _digits(m.group())

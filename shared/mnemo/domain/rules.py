@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mnemo.domain.memory import MemoryDraft, MemoryType, Provenance, Scope
+from mnemo.domain.patterns import LinearPattern, UnsupportedPattern, linear_pattern
 
 __all__ = [
     "RegistrationRule",
@@ -91,13 +92,14 @@ class RegistrationRule(BaseModel):
     @classmethod
     def _compiles(cls, value: str) -> str:
         try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"pattern does not compile: {exc}") from exc
+            linear_pattern(value, ignore_case=True)
+        except UnsupportedPattern as exc:
+            raise ValueError(str(exc)) from None
         return value
 
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.pattern, re.IGNORECASE)
+    def compiled(self) -> LinearPattern:
+        """The pattern on the linear-time engine (RE2), case insensitive."""
+        return linear_pattern(self.pattern, ignore_case=True)
 
 
 class RuleMatch(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["EncryptionBlock"]
+__all__ = ["EncryptionBlock", "without_secrets"]
 
 
 class EncryptionBlock(BaseModel):
@@ -30,3 +30,10 @@ class EncryptionBlock(BaseModel):
         max_length=512,
         description="placeholder ref -> base64(nonce + ciphertext + tag); empty once opened",
     )
+
+
+def without_secrets(block: EncryptionBlock) -> EncryptionBlock:
+    """The block as views may show it: which key and version sealed which fields, without
+    the wrapped data key or any ciphertext (copied elsewhere, those could bring a forgotten
+    value back while the key that wrapped them lives on)."""
+    return block.model_copy(update={"wrapped_key": None, "values": {}})

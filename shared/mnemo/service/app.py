@@ -18,13 +18,16 @@ from pydantic import ValidationError
 
 from mnemo.domain import replica
 from mnemo.domain.context import ContextTemplate, score_candidate
-from mnemo.domain.errors import ConflictError, InvalidInput, NotFound, Unavailable
+from mnemo.domain.edge import EDGE
+from mnemo.domain.errors import ConflictError, InvalidInput, MnemoError, NotFound, Unavailable
 from mnemo.domain.events import (
     MAX_PAYLOAD_BYTES,
     Actor,
     ActorKind,
     Envelope,
+    ForgetRequested,
     LoggedEvent,
+    decode_payload,
     validate_envelope,
 )
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
@@ -62,12 +65,23 @@ RRF_K = 60
 CONTEXT_PROTOCOL = "v1"
 
 
+ADMIN_SCOPE = "admin"
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who is asking, for which tenant. Every use case takes one; there is no other way in."""
+    """Who is asking, for which tenant. Every use case takes one; there is no other way in.
+
+    `scopes` are the caller's API key scopes (the gateway always names them); None is a
+    trusted caller in the same process (the CLI on a data directory, tests), which may do
+    anything within the tenant."""
 
     tenant: str
     principal: str
+    scopes: frozenset[str] | None = None
+
+    def allows(self, scope: str) -> bool:
+        return self.scopes is None or scope in self.scopes
 
     def __post_init__(self) -> None:
         if not valid_tenant(self.tenant):
@@ -112,6 +126,23 @@ def _stream_or_error(stream: str) -> str:
             "stream must be 1-128 letters, digits or '_.:@-'", code="INVALID_STREAM", field="stream"
         )
     return stream
+
+
+def _check_forget_scope(ctx: RequestContext, i: int, envelope: Envelope) -> None:
+    """Forgetting a whole tenant, or a whole user (a `user:` stream without a memory id,
+    which destroys the user's key), cannot be undone: it needs the admin scope. Forgetting
+    one memory needs only memory:write."""
+    if envelope.type != ForgetRequested.TYPE or ctx.allows(ADMIN_SCOPE):
+        return
+    request = decode_payload(envelope)
+    assert isinstance(request, ForgetRequested)
+    if request.tenant or (request.memory_id is None and envelope.stream.startswith("user:")):
+        raise MnemoError(
+            "forgetting a whole tenant or a whole user needs a key with the admin scope",
+            code="SCOPE_MISSING",
+            field=f"events[{i}].payload",
+            extra={"scope": ADMIN_SCOPE},
+        )
 
 
 class Mnemo:
@@ -203,6 +234,16 @@ class Mnemo:
                 raise InvalidInput(
                     "seq is assigned by the log", code="INVALID_ENVELOPE", field=f"events[{i}].seq"
                 )
+            if event.get("encryption") is not None:
+                # only Mnemo seals what reaches the log through it: a client's block could
+                # carry ciphertexts copied from elsewhere (a forgotten memory's) and have
+                # them opened as this event's
+                raise InvalidInput(
+                    "events published to Mnemo carry no encryption block; Mnemo seals "
+                    "sensitive values itself (trusted producers may seal on the topic)",
+                    code="ENCRYPTION_NOT_ALLOWED",
+                    field=f"events[{i}].encryption",
+                )
             try:
                 envelope = validate_envelope(event)
             except InvalidInput as exc:
@@ -214,6 +255,7 @@ class Mnemo:
                     code="OCCURRED_IN_FUTURE",
                     field=f"events[{i}].occurred_at",
                 )
+            _check_forget_scope(ctx, i, envelope)
             envelopes.append(envelope)
         if self.sealer is not None:
             envelopes = [self._seal(i, e) for i, e in enumerate(envelopes)]
@@ -449,13 +491,16 @@ class Mnemo:
         """Register a template version; (template, created). A taken version with other
         content is a conflict."""
         try:
-            parsed = ContextTemplate.model_validate(template)
+            parsed = ContextTemplate.model_validate(template, context=EDGE)
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise InvalidInput(
-                f"{field}: {err['msg']}", code="TEMPLATE_INVALID", field=field or None
-            ) from exc
+            code = (
+                "TEMPLATE_WITHOUT_CONSTRAINTS"
+                if err["type"] == "template_without_constraints"
+                else "TEMPLATE_INVALID"
+            )
+            raise InvalidInput(f"{field}: {err['msg']}", code=code, field=field or None) from exc
         existing = self.store.template(ctx.tenant, parsed.name, parsed.version)
         if existing is not None:
             if existing == parsed:

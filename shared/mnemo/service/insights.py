@@ -28,6 +28,7 @@ from mnemo.domain.projection import (
     OutcomeKind,
     TimelineEntry,
 )
+from mnemo.domain.sealed import without_secrets
 from mnemo.handlers import audit, timeline
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
@@ -233,6 +234,30 @@ MAX_SCAN = 50_000  # log offsets a single call examines at most
 AUDIT_PAGE = 1_000
 
 
+def bare_memory(memory: Memory) -> Memory:
+    """A memory as the views show it: its sealed block without wrapped key or ciphertext."""
+    if memory.sealed is None:
+        return memory
+    return memory.model_copy(update={"sealed": without_secrets(memory.sealed)})
+
+
+def bare_event(logged: LoggedEvent) -> LoggedEvent:
+    """An event as the views show it: no wrapped key or ciphertext, neither in its
+    encryption block nor in the sealed block of a memory it carries."""
+    env = logged.envelope
+    memory = env.payload.get("memory")
+    sealed = memory.get("sealed") if isinstance(memory, dict) else None
+    if env.encryption is None and not isinstance(sealed, dict):
+        return logged
+    update: dict[str, object] = {}
+    if env.encryption is not None:
+        update["encryption"] = without_secrets(env.encryption)
+    if isinstance(memory, dict) and isinstance(sealed, dict):
+        bare = {**sealed, "wrapped_key": None, "values": {}}
+        update["payload"] = {**env.payload, "memory": {**memory, "sealed": bare}}
+    return LoggedEvent(offset=logged.offset, envelope=env.model_copy(update=update))
+
+
 def _blank_none(text: str | None) -> str | None:
     """None for an absent or blank filter, else the filter without surrounding spaces."""
     return (text.strip() or None) if text is not None else None
@@ -257,7 +282,7 @@ class Insights:
             s = stats.get(m.memory_id) or MemoryStats(tenant, m.memory_id)
             cells.append(
                 HeatCell(
-                    memory=m,
+                    memory=bare_memory(m),
                     stats=s,
                     weight=round(decayed_weight(m, now), 6),
                     freshness=round(m.remaining_fraction(now), 6),
@@ -325,7 +350,9 @@ class Insights:
                 role = "included" if entry.what == "in_context" else "truncated"
                 contexts.append(ContextUse(record, role))
         cell = self._cells(ctx.tenant, [memory], self.clock.now())[0]
-        return MemoryLife(memory, cell, versions, entries, contexts)
+        return MemoryLife(
+            bare_memory(memory), cell, [bare_memory(v) for v in versions], entries, contexts
+        )
 
     def _timeline_from_log(self, tenant: str, memory_id: str) -> list[TimelineEntry]:
         """The timeline read by the pure timeline handler straight from the log: for when
@@ -374,7 +401,7 @@ class Insights:
             mid, _, reason = item.rpartition(":")
             left.append((mid, reason) if mid else (item, "unknown"))
         ids = [*record.memory_ids, *(m for m, _ in left)]
-        memories = {m.memory_id: m for m in self.store.get_many(ctx.tenant, ids)}
+        memories = {m.memory_id: bare_memory(m) for m in self.store.get_many(ctx.tenant, ids)}
         return ContextView(
             record=record,
             included=[
@@ -436,14 +463,14 @@ class Insights:
         if after_offset is None:
             head = self.log.head()
             found, _ = self._backwards(ctx.tenant, keep, limit, head)
-            return EventPage(list(reversed(found)), head, True)
+            return EventPage([bare_event(e) for e in reversed(found)], head, True)
         found = []
         position = max(0, after_offset)
         scanned = 0
         while len(found) < limit and scanned < MAX_SCAN:
             batch = self.log.read_tenant(ctx.tenant, position, WINDOW)
             if not batch:
-                return EventPage(found, position, True)
+                return EventPage([bare_event(e) for e in found], position, True)
             for event in batch:
                 position = event.offset
                 scanned += 1
@@ -451,7 +478,7 @@ class Insights:
                     found.append(event)
                     if len(found) == limit:
                         break
-        return EventPage(found, position, len(found) == limit)
+        return EventPage([bare_event(e) for e in found], position, len(found) == limit)
 
     # ---- rejections and dead letters ------------------------------------------------------------
 
@@ -468,7 +495,7 @@ class Insights:
             if model is None or not model.PUBLIC:
                 return False
             hits = [
-                Rejection(e, o.index, o.reason_code or "UNKNOWN", o.detail)
+                Rejection(bare_event(e), o.index, o.reason_code or "UNKNOWN", o.detail)
                 for o in self.store.outcome(ctx.tenant, e.envelope.event_id)
                 if o.kind is OutcomeKind.REJECTED
             ]

@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
 from mnemo.domain.memory import Memory
 from mnemo.service.context import ContextRequest, ContextResponse
-from mnemo_gateway.deps import App, Body, ContextCtx
+from mnemo_gateway.deps import AdminCtx, App, Body, ContextCtx
 
 router = APIRouter(tags=["context"])
 
@@ -38,11 +38,13 @@ class ContextIn(BaseModel):
     protocol: str = Field(
         default=PROTOCOL_VERSIONS[-1], max_length=16, description="the version you speak"
     )
-    allow_downgrade: bool = False
-    allow_constraint_drop: bool = Field(
+    allow_downgrade: StrictBool = False
+    allow_constraint_drop: StrictBool = Field(
         default=False, description="else a constraint that does not fit is an error"
     )
-    include_history: bool = Field(default=False, description="also render superseded versions")
+    include_history: StrictBool = Field(
+        default=False, description="also render superseded versions"
+    )
     as_of: AwareDatetime | None = Field(
         default=None,
         description="the instant to judge freshness at, with a UTC offset; now when absent",
@@ -212,10 +214,10 @@ async def report(ctx: ContextCtx, mnemo: App, body: Body, request_id: str) -> Fe
 
 @router.post(
     "/v1/templates",
-    summary="Register a context template version",
+    summary="Register a context template version (admin: a template shapes every context)",
     openapi_extra=_schema(ContextTemplate),
 )
-async def register_template(ctx: ContextCtx, mnemo: App, body: Body) -> JSONResponse:
+async def register_template(ctx: AdminCtx, mnemo: App, body: Body) -> JSONResponse:
     template, created = await run_in_threadpool(mnemo.register_template, ctx, body)
     return JSONResponse(
         {

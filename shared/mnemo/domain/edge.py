@@ -1,0 +1,36 @@
+"""What is checked only where input enters Mnemo (an HTTP request, a topic record), and not
+again when the log or a read model is read back.
+
+Input validated with `EDGE` as its pydantic context is held to the strict rules: booleans
+are JSON booleans (`"true"`, `1` or `"yes"` are refused, where pydantic's lax mode would
+take them as true), and client patterns must run on the linear-time engine. Events already
+in the log are decoded without it, so whatever was once accepted still reads the same way
+(a rebuild gives the same read models).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ValidationInfo
+from pydantic_core import PydanticCustomError
+
+__all__ = ["EDGE", "JsonBool", "at_edge"]
+
+EDGE: dict[str, Any] = {"edge": True}
+
+
+def at_edge(info: ValidationInfo) -> bool:
+    """Whether this validation checks new input (see the module docstring)."""
+    context = info.context
+    return isinstance(context, dict) and context.get("edge") is True
+
+
+def _json_bool(value: Any, info: ValidationInfo) -> Any:
+    if at_edge(info) and not isinstance(value, bool):
+        raise PydanticCustomError("strict_boolean", "must be a JSON boolean, true or false")
+    return value
+
+
+JsonBool = Annotated[bool, BeforeValidator(_json_bool)]
+"""A boolean that, at the edge, only a JSON `true` or `false` gives."""

@@ -1,0 +1,394 @@
+"""The holes an outside security review found (issue 16), each probed the way the review
+did. Tests that need the server to stay responsive while a hostile request runs start
+`mnemo serve` as a process of its own, so that the test's own interpreter is free to
+measure it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.support import auth, free_port, headers_for, install_keys, wait_healthy
+
+from mnemo.bootstrap import Platform
+from mnemo.settings import GatewaySettings
+
+SERVE = [sys.executable, "-m", "mnemo.cli", "serve"]
+# generous bounds: a backtracking engine takes hours on these inputs, RE2 milliseconds
+REQUEST_BOUND = 60.0
+HEALTH_BOUND = 10.0
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """`mnemo serve` in a process of its own: (base URL, admin headers)."""
+    port = free_port()
+    env = {**os.environ, "MNEMO_EMBEDDER": "hashing", "MNEMO_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [*SERVE, "--port", str(port), "--data-dir", str(tmp_path / "data")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert process.stdout is not None
+        shown: list[str] = []
+        for line in process.stdout:
+            shown.append(line)
+            if line.startswith("Mnemo listening"):
+                break
+        keys = [w for line in shown for w in line.split() if w.startswith("mnemo_")]
+        assert len(keys) == 1, shown
+        wait_healthy(url, lambda: process.poll() is None)
+        yield url, {**auth(keys[0], "reviewer"), "Content-Type": "application/json"}
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:  # stuck in a match: nothing else stops it
+            process.kill()
+            process.communicate(timeout=20)
+
+
+def _guarded_context(url: str, headers: dict[str, str], patterns: list[str]) -> str:
+    declared = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {
+            "memory": {
+                "type": "constraint",
+                "content": "Never offer credit to minors.",
+                "guard": {"rule_id": "no-credit", "patterns": patterns},
+            }
+        },
+    }
+    r = httpx.post(f"{url}/v1/events?wait=registered", json=declared, headers=headers)
+    assert r.status_code == 202, r.text
+    assert r.json()["accepted"][0]["outcomes"][0]["outcome"] == "registered"
+    ctx = httpx.post(f"{url}/v1/context", json={"subjects": ["user:U1"]}, headers=headers)
+    assert ctx.status_code == 200, ctx.text
+    return str(ctx.json()["request_id"])
+
+
+def test_pathological_guard_patterns_run_in_linear_time_and_health_answers_meanwhile(
+    served: tuple[str, dict[str, str]],
+) -> None:
+    """Finding 1: `(a|a)*c` and `((a+))+c` against a long run of 'a's (hours with a
+    backtracking engine, which also holds the interpreter lock and so freezes /healthz)."""
+    url, headers = served
+    request_id = _guarded_context(url, headers, ["(a|a)*c", "((a+))+c"])
+    answer: dict[str, Any] = {}
+
+    def report() -> None:
+        try:
+            answer["response"] = httpx.post(
+                f"{url}/v1/context/{request_id}/response",
+                json={"response": "a" * 100_000},
+                headers=headers,
+                timeout=REQUEST_BOUND,
+            )
+        except httpx.HTTPError as exc:
+            answer["error"] = exc
+
+    worker = threading.Thread(target=report, daemon=True)
+    worker.start()
+    health: list[int] = []
+    while worker.is_alive() or not health:
+        started = time.monotonic()
+        try:
+            status = httpx.get(f"{url}/healthz", timeout=HEALTH_BOUND).status_code
+        except httpx.TimeoutException:
+            pytest.fail(f"/healthz did not answer within {HEALTH_BOUND} s during the match")
+        assert time.monotonic() - started < HEALTH_BOUND
+        health.append(status)
+    worker.join(REQUEST_BOUND)
+    assert "error" not in answer, f"the report did not complete: {answer.get('error')!r}"
+    assert answer["response"].status_code == 200, answer["response"].text
+    assert set(health) == {200}
+    # the guard still works: an answer that matches breaks it
+    broken = httpx.post(
+        f"{url}/v1/context/{request_id}/response",
+        json={"response": "a" * 1_000 + "c"},
+        headers=headers,
+        timeout=REQUEST_BOUND,
+    )
+    assert broken.status_code == 422, broken.text
+    assert broken.json()["error"]["code"] == "CONSTRAINT_VIOLATION"
+
+
+# ---- in-process gateway (no timing involved) ------------------------------------------------
+
+H = headers_for("acme", "agent")
+WRITER = headers_for("acme", "writer", label="writer")
+
+
+@pytest.fixture
+def client(platform: Platform) -> Iterator[TestClient]:
+    install_keys(platform, "acme", label="writer", scopes=("memory:write", "memory:read"))
+    with TestClient(create_app(platform, GatewaySettings())) as c:
+        yield c
+
+
+def _declare(client: TestClient, stream: str, memory: dict[str, Any]) -> str:
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory": memory},
+    }
+    r = client.post("/v1/events?wait=registered", json=event, headers=H)
+    assert r.status_code == 202, r.text
+    return str(r.json()["accepted"][0]["outcomes"][0]["memory_id"])
+
+
+def _forget(stream: str, **payload: Any) -> dict[str, Any]:
+    return {"type": "ForgetRequested", "schema_version": 1, "stream": stream, "payload": payload}
+
+
+@pytest.mark.parametrize("truthy", [1, "yes", "true", "True", 1.0])
+def test_forget_tenant_takes_only_a_json_boolean(
+    client: TestClient, platform: Platform, truthy: Any
+) -> None:
+    """Finding 2: `"tenant": 1` or `"yes"` was taken as true, and shredded the tenant."""
+    memory_id = _declare(client, "user:U1", {"type": "fact", "content": "mail a@b.example.org"})
+    before = platform.log.head()
+    r = client.post("/v1/events", json=_forget("user:U1", tenant=truthy), headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "INVALID_BOOLEAN"
+    assert r.json()["error"]["field"] == "events[0].payload.tenant"
+    assert platform.log.head() == before
+    kept = client.get(f"/v1/memories/{memory_id}", headers=H).json()
+    assert kept["content"] == "mail a@b.example.org"  # still opens: no key was destroyed
+
+
+def test_forgetting_a_tenant_or_a_user_needs_the_admin_scope(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 2: a memory:write key could shred a whole tenant."""
+    first = _declare(client, "user:U1", {"type": "fact", "content": "mail a@b.example.org"})
+    second = _declare(client, "user:U1", {"type": "fact", "content": "likes green tea"})
+    before = platform.log.head()
+    for event in (_forget("user:U1", tenant=True), _forget("user:U1")):
+        r = client.post("/v1/events", json=event, headers=WRITER)
+        assert r.status_code == 403, r.text
+        assert r.json()["error"]["code"] == "SCOPE_MISSING"
+        assert r.json()["error"]["scope"] == "admin"
+    assert platform.log.head() == before
+    assert client.get(f"/v1/memories/{first}", headers=H).json()["content"] == (
+        "mail a@b.example.org"
+    )
+    # one memory needs only memory:write; a whole user or tenant, an admin key
+    one = client.post(
+        "/v1/events?wait=registered", json=_forget("user:U1", memory_id=second), headers=WRITER
+    )
+    assert one.status_code == 202, one.text
+    assert client.get(f"/v1/memories/{second}", headers=H).json()["status"] == "forgotten"
+    whole = client.post("/v1/events?wait=registered", json=_forget("user:U1"), headers=H)
+    assert whole.status_code == 202, whole.text
+    assert client.get(f"/v1/memories/{first}", headers=H).json()["status"] == "forgotten"
+
+
+@pytest.mark.parametrize("truthy", ["true", 1, "yes"])
+def test_sensitive_takes_only_a_json_boolean(
+    client: TestClient, platform: Platform, truthy: Any
+) -> None:
+    """Finding 4: `"sensitive": "true"` was accepted and the value stored in plaintext."""
+    before = platform.log.head()
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": "my locker code", "sensitive": truthy}},
+    }
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "INVALID_BOOLEAN"
+    assert r.json()["error"]["field"] == "events[0].payload.memory.sensitive"
+    assert platform.log.head() == before
+    # a JSON true seals the content whole
+    sealed = {**event, "payload": {"memory": {**event["payload"]["memory"], "sensitive": True}}}
+    ok = client.post("/v1/events", json=sealed, headers=H)
+    assert ok.status_code == 202, ok.text
+    logged = platform.log.read_tenant("acme", before, 10)[0].envelope
+    assert "my locker code" not in str(logged.payload)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/context", {"subjects": ["user:U1"], "allow_constraint_drop": "true"}),
+        ("/v1/context", {"subjects": ["user:U1"], "include_history": 1}),
+        ("/v1/search", {"query": "tea", "include_archived": "yes"}),
+    ],
+)
+def test_request_booleans_are_json_booleans(
+    client: TestClient, path: str, body: dict[str, Any]
+) -> None:
+    r = client.post(path, json=body, headers=H)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize(
+    ("memory", "field"),
+    [
+        (
+            {"type": "fact", "content": "x", "provenance": {"verified": "yes"}},
+            "provenance.verified",
+        ),
+        (
+            {
+                "type": "constraint",
+                "content": "x",
+                "guard": {"rule_id": "r", "patterns": ["x"], "break_on_violation": 0},
+            },
+            "guard.break_on_violation",
+        ),
+    ],
+)
+def test_every_payload_boolean_is_a_json_boolean(
+    client: TestClient, memory: dict[str, Any], field: str
+) -> None:
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": memory},
+    }
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {
+        "code": "INVALID_BOOLEAN",
+        "message": r.json()["error"]["message"],
+        "field": f"events[0].payload.memory.{field}",
+    }
+
+
+def _secrets_in(value: Any) -> list[str]:
+    """Every wrapped key or ciphertext a JSON value holds (in any encryption or sealed block)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        if value.get("wrapped_key"):
+            found.append(str(value["wrapped_key"]))
+        if isinstance(value.get("values"), dict):
+            found.extend(str(v) for v in value["values"].values())
+        for item in value.values():
+            found.extend(_secrets_in(item))
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(_secrets_in(item))
+    return found
+
+
+def test_a_forgotten_value_cannot_be_brought_back_with_a_copied_block(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 3: the views handed out wrapped keys and ciphertexts, and clients could
+    publish their own encryption block: copy a forgotten memory's sealed block into another
+    subject, and reading that subject opened the value again."""
+    forgotten = _declare(client, "user:U1", {"type": "fact", "content": "mail zz9@x.example.org"})
+    kept = _declare(client, "user:U1", {"type": "fact", "content": "mail kept@x.example.org"})
+    r = client.post(
+        "/v1/events?wait=registered", json=_forget("user:U1", memory_id=forgotten), headers=H
+    )
+    assert r.status_code == 202, r.text
+    # the log does hold the blocks: the views must not hand them out
+    raw = [e.envelope.model_dump(mode="json") for e in platform.log.read_tenant("acme", 0, 100)]
+    assert _secrets_in(raw)
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=H).json()
+    paths = [
+        "/v1/insights/events?limit=1000",
+        "/v1/insights/events?after_offset=0&limit=1000",
+        "/v1/insights/rejections",
+        f"/v1/insights/memories/{kept}/life",
+        f"/v1/insights/memories/{forgotten}/life",
+        f"/v1/insights/contexts/{ctx['request_id']}",
+        "/v1/insights/heatmap",
+        "/v1/events?after_offset=0&limit=1000",
+        "/v1/subjects/user:U1/events",
+        f"/v1/memories/{kept}",
+        "/v1/subjects/user:U1/memories",
+    ]
+    views = []
+    for path in paths:
+        r = client.get(path, headers=H)
+        assert r.status_code == 200, (path, r.text)
+        views.append(r.json())
+    assert [_secrets_in(view) for view in views] == [[]] * len(views)
+    # a client's own encryption block is refused, whatever it holds
+    registered = next(
+        e
+        for e in raw
+        if e["type"] == "MemoryRegistered" and e["payload"]["memory"]["memory_id"] == forgotten
+    )
+    block = registered["payload"]["memory"]["sealed"]
+    before = platform.log.head()
+    for stream in ("user:U2", "user:U1"):
+        replayed = {
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "stream": stream,
+            "payload": {
+                "memory": {"type": "fact", "content": registered["payload"]["memory"]["content"]}
+            },
+            "encryption": block,
+        }
+        r = client.post("/v1/events", json=replayed, headers=H)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "ENCRYPTION_NOT_ALLOWED"
+        assert r.json()["error"]["field"] == "events[0].encryption"
+    assert platform.log.head() == before
+
+
+def _template(name: str, *sections: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "version": 2, "sections": list(sections)}
+
+
+def test_templates_need_the_admin_scope_and_must_be_able_to_show_constraints(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 8: a context-scope key registered a `default` without a constraints section,
+    and constraints then vanished from every agent's context."""
+    install_keys(platform, "acme", label="ctx", scopes=("context", "memory:read"))
+    agent = headers_for("acme", "agent", label="ctx")
+    rule = _declare(client, "user:U1", {"type": "constraint", "content": "No credit for minors"})
+    facts_only = _template(
+        "default", {"name": "facts", "priority": 1, "budget": 300, "types": ["fact"]}
+    )
+    r = client.post("/v1/templates", json=facts_only, headers=agent)
+    assert r.status_code == 403, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["scope"]) == ("SCOPE_MISSING", "admin")
+    r = client.post("/v1/templates", json=facts_only, headers=H)  # an admin key
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "TEMPLATE_WITHOUT_CONSTRAINTS"
+    # the same through the event API
+    event = {
+        "type": "TemplateRegistered",
+        "schema_version": 1,
+        "stream": "templates",
+        "payload": {"template": facts_only},
+    }
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "TEMPLATE_WITHOUT_CONSTRAINTS"
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
+    assert ctx["template"] == "default@1"
+    assert rule in [i["memory"]["memory_id"] for i in ctx["included"]]
+    # a section taking every type, or naming constraints, can show them
+    for section in ({"name": "all"}, {"name": "rules", "types": ["fact", "constraint"]}):
+        ok = _template(f"t-{section['name']}", {"priority": 1, "budget": 300, **section})
+        assert client.post("/v1/templates", json=ok, headers=H).status_code == 201
