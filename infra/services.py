@@ -47,7 +47,7 @@ Settings (environment):
   MNEMO_KAFKA_VERSION            override the Kafka version of infra/kafka/pom.xml
   MNEMO_CASSANDRA_VERSION        override the Cassandra version of infra/cassandra/pom.xml
   MNEMO_<SERVICE>_TIMEOUT        readiness timeout in seconds (KAFKA 90, CASSANDRA 180,
-                                 OPENBAO 30, QDRANT 60)
+                                 OPENBAO 120, QDRANT 60)
 
 Only the Python standard library is used. Readiness is checked with each service's own
 protocol: Kafka ApiVersions + Metadata (a broker is listed), a CQL
@@ -1095,7 +1095,9 @@ class OpenBao(Service):
     token is what services.env gives the tests and `make up` as MNEMO_VAULT_TOKEN."""
 
     name = "openbao"
-    timeout_default = 30.0
+    # initialising its raft storage and becoming the active node took over 30 s on a
+    # loaded 2-core machine
+    timeout_default = 120.0
     stop_timeout = 15.0
 
     def ports(self) -> list[int]:
@@ -1255,6 +1257,8 @@ ui            = false
                     f"openbao: still sealed with the key of {show_path(self.init_file)}"
                 )
         status, _ = self._api("GET", "/v1/sys/health")
+        if status == 429:
+            return "unsealed, not yet the active node"
         if status != 200:
             return f"unsealed, health answered {status}"
         token = str(keys["root_token"])

@@ -102,6 +102,33 @@ def _tagged(pid: int, name: str, attempts: int = 20) -> bool:
     return False
 
 
+# Variables that only infra/services.py and this script read: Mnemo's processes are not
+# given them (a Mnemo process may refuse a MNEMO_* variable it does not know).
+INFRA_ONLY = frozenset(
+    {
+        "MNEMO_RUN_DIR",
+        "MNEMO_PYTHON",
+        "MNEMO_INFRA_SERVICE",
+        "MNEMO_KAFKA_PORT",
+        "MNEMO_KAFKA_CONTROLLER_PORT",
+        "MNEMO_KAFKA_HEAP",
+        "MNEMO_KAFKA_VERSION",
+        "MNEMO_CASSANDRA_STORAGE_PORT",
+        "MNEMO_CASSANDRA_JMX_PORT",
+        "MNEMO_CASSANDRA_HEAP",
+        "MNEMO_CASSANDRA_VERSION",
+        "MNEMO_VAULT_PORT",
+        "MNEMO_QDRANT_HTTP_PORT",
+        "MNEMO_QDRANT_GRPC_PORT",
+        "MNEMO_QDRANT_ARCHIVE",
+        "MNEMO_BAO_BIN",
+        "MNEMO_JAVA",
+        "MNEMO_MVN",
+        *(f"MNEMO_{s}_TIMEOUT" for s in ("KAFKA", "CASSANDRA", "OPENBAO", "QDRANT")),
+    }
+)
+
+
 class StackError(RuntimeError):
     """A component could not be started; the message says which and why."""
 
@@ -167,7 +194,7 @@ class Stack:
         return next(c for c in self.components() if c.name == name)
 
     def child_env(self, component: Component) -> dict[str, str]:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in INFRA_ONLY}
         env.update(self.env)
         for key in [k for k, v in self.env.items() if not v]:
             env.pop(key, None)  # an empty value in the stack's env: not set at all

@@ -189,6 +189,13 @@ def test_stack_up_from_a_fresh_run_directory_starts_everything_and_prints_the_to
     admin_key = keys[0]
     # the indexer is a process of its own, the gateway only serves HTTP
     assert set(up.pids()) == {"gateway", *CONSUMERS}
+    # what each process was given: the tokens and the addresses, not the infra's own settings
+    for name, pid in up.pids().items():
+        given = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        names = {item.split(b"=", 1)[0].decode() for item in given if item}
+        assert {"MNEMO_VAULT_ADDR", "MNEMO_VAULT_TOKEN", "MNEMO_QDRANT_URL"} <= names, name
+        assert "MNEMO_GATEWAY_ADMIN_TOKEN" in names, name
+        assert not names & {"MNEMO_RUN_DIR", "MNEMO_VAULT_PORT", "MNEMO_QDRANT_HTTP_PORT"}, name
 
     # mnemo status: every component and every backing service
     shown = up.mnemo("--json", "status", MNEMO_API_KEY=admin_key, MNEMO_ADMIN_TOKEN=operator)
