@@ -458,3 +458,88 @@ def test_a_memory_ref_in_stored_text_is_not_rendered_nor_credited(
     assert r.status_code == 200, r.text
     assert [c["memory_id"] for c in r.json()["cited"]] == [planted]
     assert r.json()["unknown_refs"] == [outside]
+
+
+LONG = "x" * 10_000
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"correlation_id": LONG}, "correlation_id"),
+        ({"causation_id": LONG}, "causation_id"),
+        ({"actor": {"kind": "agent", "id": LONG}}, "actor.id"),
+        ({"stream": "user:" + LONG}, "stream"),
+        ({"type": "T" * 1_000}, "type"),
+    ],
+)
+def test_every_envelope_string_has_a_bound(
+    client: TestClient, platform: Platform, extra: dict[str, Any], field: str
+) -> None:
+    """Finding 10: a 900 KB correlation_id was accepted and copied onto derived events."""
+    event = {
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "stream": "user:U1",
+        "payload": {"text": "hello"},
+        **extra,
+    }
+    before = platform.log.head()
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] in ("INVALID_ENVELOPE", "INVALID_STREAM", "UNKNOWN_EVENT_TYPE")
+    assert r.json()["error"]["field"].startswith("events[0]")
+    if field != "type":
+        assert r.json()["error"]["field"] == f"events[0].{field}"
+    assert platform.log.head() == before
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (
+            {"memory_id": "01a22b37-8074-7521-b09f-311a1489c4cd", "request_id": LONG},
+            "payload.request_id",
+        ),
+    ],
+)
+def test_payload_ids_have_a_bound(client: TestClient, payload: dict[str, Any], field: str) -> None:
+    event = {"type": "MemoryCited", "schema_version": 1, "stream": "user:U1", "payload": payload}
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+        "INVALID_PAYLOAD",
+        f"events[0].{field}",
+    )
+
+
+def _user_keys(platform: Platform) -> set[str]:
+    assert platform.sealer is not None
+    vault: Any = platform.sealer.keys.vault
+    return {k for k in vault._state.keys if k.startswith("acme/user:")}
+
+
+def test_one_request_cannot_make_hundreds_of_vault_keys(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 10: one request with 200 new user streams created 200 vault keys."""
+    from mnemo.service.app import MAX_SUBJECT_KEYS_PER_REQUEST
+
+    def observed(n: int) -> dict[str, Any]:
+        return {
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "stream": f"user:K{n}",
+            "payload": {"text": f"my mail is k{n}@example.org"},
+        }
+
+    before = platform.log.head()
+    r = client.post("/v1/events", json={"events": [observed(n) for n in range(200)]}, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "TOO_MANY_SUBJECT_KEYS"
+    assert platform.log.head() == before
+    assert len(_user_keys(platform)) <= MAX_SUBJECT_KEYS_PER_REQUEST + 1
+    # a batch within the cap goes through
+    batch = [observed(n) for n in range(1_000, 1_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
+    ok = client.post("/v1/events", json={"events": batch}, headers=H)
+    assert ok.status_code == 202, ok.text

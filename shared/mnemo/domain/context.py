@@ -27,7 +27,7 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -159,7 +159,7 @@ class SectionSpec(BaseModel):
     kv_render: str = Field(default="- {key}: {value} (weight {weight:.2f})", max_length=500)
     types: tuple[MemoryType, ...] = ()
     scopes: tuple[Scope, ...] = ()
-    tags: tuple[str, ...] = ()
+    tags: tuple[Annotated[str, Field(max_length=64)], ...] = Field(default=(), max_length=32)
     query: str | None = Field(
         default=None,
         max_length=2_000,
