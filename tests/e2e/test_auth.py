@@ -7,10 +7,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from mnemo_gateway import scopes
 from mnemo_gateway.app import create_app
 from mnemo_gateway.ratelimit import RateLimited, RateLimiter
 from tests.conftest import T0
@@ -170,6 +172,25 @@ def test_the_table_covers_every_route(platform: Platform) -> None:
     routes = {(method.upper(), path) for path, ops in paths.items() for method in ops}
     listed = {(m, p) for m, p, *_ in ROUTES} | OPERATOR_ROUTES | PUBLIC_ROUTES
     assert routes == listed
+
+
+def test_the_scopes_tested_here_are_the_ones_the_routes_check(platform: Platform) -> None:
+    """The table above, which the tests below hold every route to, is what the code
+    requires (read from each route's dependencies)."""
+    found = {(r.method, r.path): r.needs for r in scopes.requirements(create_app(platform))}
+    expected = {(m, p): scopes.ANY_KEY if s is None else s.value for m, p, _, s, _ in ROUTES}
+    expected |= dict.fromkeys(OPERATOR_ROUTES, scopes.OPERATOR)
+    expected |= dict.fromkeys(PUBLIC_ROUTES, scopes.NOTHING)
+    assert found == expected
+
+
+def test_the_scope_table_in_docs_security_md_is_the_code(platform: Platform) -> None:
+    """docs/security.md's table is generated from the routes; any drift fails here
+    (rewrite it with `python -m mnemo_gateway.scopes docs/security.md`)."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+    text = doc.read_text()
+    assert scopes.BEGIN in text
+    assert scopes.rewrite(text, create_app(platform)) == text
 
 
 @pytest.mark.parametrize(

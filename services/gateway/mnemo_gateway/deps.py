@@ -35,6 +35,9 @@ __all__ = [
 
 
 KEY_HEADER = "X-Mnemo-Key"
+# the scope each `needs(...)` dependency checks, by dependency: mnemo_gateway.scopes reads
+# it to list what every route requires (docs/security.md's table is generated from it)
+REQUIRED_SCOPE: dict[Callable[..., Any], Scope | None] = {}
 # query parameters that would put a credential into URLs (and so into access logs)
 _CREDENTIAL_PARAMS = frozenset(
     {"api_key", "apikey", "access_token", "admin_token", "authorization", "x-mnemo-key"}
@@ -115,6 +118,7 @@ def needs(scope: Scope | None) -> Callable[..., RequestContext]:
             scopes=frozenset(s.value for s in caller.scopes),
         )
 
+    REQUIRED_SCOPE[dependency] = scope
     return dependency
 
 

@@ -27,7 +27,7 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -53,6 +53,7 @@ __all__ = [
     "SectionSpec",
     "assemble",
     "negotiate_protocol",
+    "neutral_text",
     "score_candidate",
 ]
 
@@ -93,6 +94,27 @@ _SAMPLE = {
 _SENTENCE_END = re.compile(r"[。！？；]+[\"'”’」』）)]*|[.!?;]+[\"'”’」』）)]*(?=\s|$)|\n")
 # Widths and precisions in render patterns: three digits are plenty for a context line.
 _HUGE_SPEC_NUMBER = re.compile(r"\d{4,}")
+# Stored text must not forge the context's structure: every line break or other control
+# character (\r, U+2028, U+2029, U+0085, ...) becomes a space, a citation tag loses its
+# angle bracket, and a line cannot start like a heading or the protocol header.
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+_REF_TAG = re.compile(r"<(\s*/?\s*memory_ref)", re.IGNORECASE)
+_LINE_MARKER = re.compile(r"^(\s*)(#|\[MNEMO-CONTEXT)", re.IGNORECASE)
+
+
+def neutral_text(text: str) -> str:
+    """Stored text made safe to render inside a context line (see above)."""
+    flat = _CONTROL.sub(" ", text)
+    if "<" in flat:
+        flat = _REF_TAG.sub(r"‹\1", flat)
+    return " ".join(flat.split())
+
+
+def _neutral_line(line: str) -> str:
+    """A rendered memory line, which can never read as a heading or the header."""
+    return _LINE_MARKER.sub(r"\1\\\2", line, count=1)
 
 
 def _check_pattern(pattern: str) -> str:
@@ -137,7 +159,7 @@ class SectionSpec(BaseModel):
     kv_render: str = Field(default="- {key}: {value} (weight {weight:.2f})", max_length=500)
     types: tuple[MemoryType, ...] = ()
     scopes: tuple[Scope, ...] = ()
-    tags: tuple[str, ...] = ()
+    tags: tuple[Annotated[str, Field(max_length=64)], ...] = Field(default=(), max_length=32)
     query: str | None = Field(
         default=None,
         max_length=2_000,
@@ -311,25 +333,25 @@ def score_candidate(
 
 def render_line(spec: SectionSpec, candidate: Candidate, content: str | None = None) -> str:
     m = candidate.memory
-    text = content if content is not None else " ".join(m.text().split())
+    text = neutral_text(content if content is not None else m.text())
     values: dict[str, Any] = {
         "text": text,
-        "content": content if content is not None else " ".join(m.content.split()),
-        "key": m.key or "",
-        "value": m.value or "",
+        "content": neutral_text(content if content is not None else m.content),
+        "key": neutral_text(m.key or ""),
+        "value": neutral_text(m.value or ""),
         "weight": candidate.weight,
         "trust": m.provenance.trust,
         "type": m.type.value,
         "scope": m.scope.value,
         "id": m.memory_id,
         "version": m.version,
-        "source": m.provenance.source_location or m.provenance.source_id or "",
+        "source": neutral_text(m.provenance.source_location or m.provenance.source_id or ""),
         "verified": "verified" if m.provenance.verified else "user-claimed",
     }
     pattern = (
         spec.kv_render if (m.key and m.value and content is None and not m.content) else spec.render
     )
-    return " ".join(pattern.format_map(values).split("\n"))
+    return _neutral_line(" ".join(pattern.format_map(values).split("\n")))
 
 
 @dataclass(frozen=True, slots=True)

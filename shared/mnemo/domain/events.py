@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+# Every string of the envelope has a bound (docs/events.md lists them): ids Mnemo derives
+# events from are copied onto those events, so an unbounded one would be copied everywhere.
+MAX_ID_CHARS = 128  # correlation_id, causation_id, actor ids
+MAX_REQUEST_ID_CHARS = 64  # a context's request id, as feedback events name it
 
 
 class ActorKind(StrEnum):
@@ -58,7 +62,7 @@ class Actor(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: ActorKind
-    id: str = Field(min_length=1, max_length=128)
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
 
 
 class TraceContext(BaseModel):
@@ -86,8 +90,8 @@ class Envelope(BaseModel):
     expected_seq: int | None = Field(default=None, ge=0)
     occurred_at: datetime
     actor: Actor
-    causation_id: str | None = None
-    correlation_id: str | None = None
+    causation_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+    correlation_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
     trace: TraceContext | None = None
     payload: dict[str, Any]
     encryption: EncryptionBlock | None = None
@@ -180,7 +184,7 @@ class MemoryCited(EventPayload):
     TYPE = "MemoryCited"
     VERSION = 1
     memory_id: MemoryId
-    request_id: str | None = None
+    request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
     position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
 
 
@@ -190,7 +194,7 @@ class MemoryCorrected(EventPayload):
     SCANNED = ("reason",)
     memory_ids: tuple[MemoryId, ...] = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=1_000)
-    request_id: str | None = None
+    request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
 
 
 class MemoryVerified(EventPayload):
@@ -276,12 +280,14 @@ class ContextAssembled(EventPayload):
     TYPE = "ContextAssembled"
     VERSION = 1
     PUBLIC = False
-    request_id: str
-    template: str = Field(description="name@version")
-    template_fingerprint: str
-    protocol: str
-    subjects: tuple[str, ...]
-    query_hash: str = Field(description="sha256 of the query; the query itself is not kept")
+    request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
+    template: str = Field(max_length=128, description="name@version")
+    template_fingerprint: str = Field(max_length=64)
+    protocol: str = Field(max_length=16)
+    subjects: tuple[Annotated[str, Field(max_length=128)], ...] = Field(max_length=32)
+    query_hash: str = Field(
+        max_length=64, description="sha256 of the query; the query itself is not kept"
+    )
     memory_ids: tuple[str, ...]
     memory_types: tuple[str, ...]
     sections: tuple[str, ...] = Field(description="the section of each included memory")
@@ -303,8 +309,8 @@ class ContextResponseReported(EventPayload):
     TYPE = "ContextResponseReported"
     VERSION = 1
     PUBLIC = False
-    request_id: str
-    response_hash: str
+    request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
+    response_hash: str = Field(max_length=64)
     cited: tuple[str, ...] = ()
     violations: tuple[str, ...] = Field(default=(), description="rule ids the answer broke")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["EncryptionBlock", "without_secrets"]
@@ -20,15 +22,19 @@ class EncryptionBlock(BaseModel):
 
     key_id: str = Field(min_length=1, max_length=256)
     key_version: int = Field(ge=1)
-    algorithm: str = "AES-256-GCM"
-    fields: tuple[str, ...] = Field(default=(), description="payload paths holding placeholders")
+    algorithm: str = Field(default="AES-256-GCM", max_length=32)
+    fields: tuple[Annotated[str, Field(max_length=256)], ...] = Field(
+        default=(), max_length=64, description="payload paths holding placeholders"
+    )
     wrapped_key: str | None = Field(
         default=None, max_length=4_096, description="the data key, wrapped by the vault (base64)"
     )
-    values: dict[str, str] = Field(
-        default_factory=dict,
-        max_length=512,
-        description="placeholder ref -> base64(nonce + ciphertext + tag); empty once opened",
+    values: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=65_536)]] = (
+        Field(
+            default_factory=dict,
+            max_length=512,
+            description="placeholder ref -> base64(nonce + ciphertext + tag); empty once opened",
+        )
     )
 
 

@@ -56,9 +56,19 @@ from mnemo.service.context import (
 from mnemo.service.runner import EmbeddedRunner
 from mnemo.service.sealing import Sealer, is_sealed
 
-__all__ = ["MAX_BATCH", "Mnemo", "RequestContext", "SearchHit", "Wait"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_SUBJECT_KEYS_PER_REQUEST",
+    "Mnemo",
+    "RequestContext",
+    "SearchHit",
+    "Wait",
+]
 
 MAX_BATCH = 1_000
+# distinct subject keys (users' own vault keys) one request may seal values under: each may
+# be a new key in the vault, so a request cannot make hundreds of them at once
+MAX_SUBJECT_KEYS_PER_REQUEST = 32
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 _PUBLISHED_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 RRF_K = 60
@@ -258,7 +268,7 @@ class Mnemo:
             _check_forget_scope(ctx, i, envelope)
             envelopes.append(envelope)
         if self.sealer is not None:
-            envelopes = [self._seal(i, e) for i, e in enumerate(envelopes)]
+            envelopes = self._seal_all(ctx, envelopes)
             self._shred_forgotten(ctx, envelopes)
         accepted = self.log.append(envelopes)
         if self.runner is not None:
@@ -272,6 +282,27 @@ class Mnemo:
             complete = self._wait(max(a.offset for a in accepted), wait, timeout)
         outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
         return PublishResult(accepted, outcomes, complete)
+
+    def _seal_all(self, ctx: RequestContext, envelopes: Sequence[Envelope]) -> list[Envelope]:
+        """Seal a batch; refused (TOO_MANY_SUBJECT_KEYS) once its values need more than
+        MAX_SUBJECT_KEYS_PER_REQUEST subject keys, before any further key is made."""
+        sealed: list[Envelope] = []
+        subject_keys: set[str] = set()
+        for i, envelope in enumerate(envelopes):
+            out = self._seal(i, envelope)
+            block = out.encryption
+            if block is not None and block.key_id != ctx.tenant:
+                subject_keys.add(block.key_id)
+                if len(subject_keys) > MAX_SUBJECT_KEYS_PER_REQUEST:
+                    raise InvalidInput(
+                        f"one request may seal values for at most "
+                        f"{MAX_SUBJECT_KEYS_PER_REQUEST} subjects with keys of their own; "
+                        "split the batch",
+                        code="TOO_MANY_SUBJECT_KEYS",
+                        field=f"events[{i}].stream",
+                    )
+            sealed.append(out)
+        return sealed
 
     def _seal(self, i: int, envelope: Envelope) -> Envelope:
         """Seal an event's sensitive values before the log sees them (Unavailable when the

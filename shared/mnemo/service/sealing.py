@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from mnemo.domain.context import neutral_text
 from mnemo.domain.errors import InvalidInput, KeyDestroyed
 from mnemo.domain.events import CATALOG, Envelope, ForgetRequested, LoggedEvent, decode_payload
 from mnemo.domain.memory import Memory
@@ -479,9 +480,11 @@ class Sealer:
             replace(i, candidate=replace(i.candidate, memory=self.open_memory(i.candidate.memory)))
             for i in response.assembly.included
         ]
+        # an opened value goes into a rendered line: it is neutralized like stored text
+        shown = {ref: neutral_text(value) for ref, value in opened.items()}
         assembly = replace(
             response.assembly,
-            text=self.open_text(response.assembly.text, opened),
+            text=self.open_text(response.assembly.text, shown),
             included=included,
         )
         return replace(response, assembly=assembly)
