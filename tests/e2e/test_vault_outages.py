@@ -134,3 +134,17 @@ def test_a_vault_that_lost_its_keys_answers_503_and_is_not_papered_over(
     # Mnemo does not enable the mount again behind the operator's back
     mounts = v.bao("GET", "sys/mounts").json()
     assert "transit/" not in mounts.get("data", mounts)
+
+
+def test_a_wiped_vault_answers_503(vaulted: Vaulted) -> None:
+    v = vaulted
+    memory_id = _memory_id(v.publish(f"my phone is {PHONE}"))
+    # its storage and kept keys deleted, initialised anew: Mnemo's token means nothing there
+    v.services.down("openbao")
+    wiped = v.services.run("reset", "openbao")
+    assert wiped.returncode == 0, wiped.stderr
+    v.services.up("openbao")
+    assert v.services.addresses()["MNEMO_VAULT_TOKEN"] != v.token
+
+    assert _code(v.read(memory_id)) == "VAULT_UNAVAILABLE"
+    assert _code(v.publish("the locker code is 2231")) == "VAULT_UNAVAILABLE"
