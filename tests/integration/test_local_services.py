@@ -171,8 +171,17 @@ def test_a_qdrant_archive_that_is_not_the_expected_binary_is_refused(
     assert "sha256" in refused.stderr
     assert not (services.run_dir / "qdrant" / "bin" / "qdrant").exists()
 
+    # no archive at all: Qdrant is not started, the others still are, and `up` says so
     services.env["MNEMO_QDRANT_ARCHIVE"] = str(tmp_path / "absent.xz")
-    refused = services.run("up", "qdrant")
+    services.env["MNEMO_VAULT_PORT"] = str(pair_of_ports()[0])
+    services.started.append("openbao")
+    refused = services.run("up", "openbao", "qdrant")
     assert refused.returncode == 1
     assert "MNEMO_QDRANT_ARCHIVE" in refused.stderr
     assert services.pid("qdrant") is None
+    openbao = services.pid("openbao")
+    assert openbao is not None
+    assert alive(openbao)
+    addresses = services.addresses()
+    assert "MNEMO_VAULT_TOKEN" in addresses
+    assert "MNEMO_QDRANT_URL" not in addresses
