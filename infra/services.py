@@ -25,29 +25,8 @@ All state (jars, binaries, configs, data, logs, pid files) lives in the run dire
 MNEMO_RUN_DIR, default <repo>/var/run. After `up`, <run>/services.env holds the addresses
 of the services started there (and OpenBao's root token) as KEY=VALUE lines.
 
-Settings (environment):
-  MNEMO_RUN_DIR                  run directory (default <repo>/var/run)
-  MNEMO_KAFKA_PORT               Kafka client port (9092)
-  MNEMO_KAFKA_CONTROLLER_PORT    KRaft controller port (9093)
-  MNEMO_KAFKA_HEAP               Kafka heap, -Xmx/-Xms (512m)
-  MNEMO_CASSANDRA_PORT           CQL native port (9042)
-  MNEMO_CASSANDRA_STORAGE_PORT   inter-node port, also the seed (7000)
-  MNEMO_CASSANDRA_JMX_PORT       local JMX port for nodetool, on 127.0.0.1 only (7199;
-                                 0 turns JMX off)
-  MNEMO_CASSANDRA_HEAP           Cassandra heap, -Xmx/-Xms (1g)
-  MNEMO_VAULT_PORT               OpenBao port (8200; its cluster port is one above)
-  MNEMO_BAO_BIN                  path of the bao binary (else next to this Python, the
-                                 repo's .venv, then PATH)
-  MNEMO_QDRANT_HTTP_PORT         Qdrant HTTP port (6333)
-  MNEMO_QDRANT_GRPC_PORT         Qdrant gRPC port (6334)
-  MNEMO_QDRANT_ARCHIVE           the Qdrant server archive (.xz) when it is not in
-                                 ../shared/tools/qdrant beside the repository
-  MNEMO_JAVA                     java binary (else $JAVA_HOME/bin/java, then PATH); Java 17
-  MNEMO_MVN                      mvn binary (else PATH)
-  MNEMO_KAFKA_VERSION            override the Kafka version of infra/kafka/pom.xml
-  MNEMO_CASSANDRA_VERSION        override the Cassandra version of infra/cassandra/pom.xml
-  MNEMO_<SERVICE>_TIMEOUT        readiness timeout in seconds (KAFKA 90, CASSANDRA 180,
-                                 OPENBAO 120, QDRANT 60)
+Settings come from the environment: ENVIRONMENT below names each one (`--help` lists
+them). Mnemo's processes accept these names too, so they may stay exported.
 
 Only the Python standard library is used. Readiness is checked with each service's own
 protocol: Kafka ApiVersions + Metadata (a broker is listed), a CQL
@@ -86,6 +65,42 @@ REPO_DIR = INFRA_DIR.parent
 SERVICE_NAMES = ("kafka", "cassandra", "openbao", "qdrant")
 ALIASES = {"vault": "openbao", "bao": "openbao"}
 TAG_VAR = "MNEMO_INFRA_SERVICE"  # set in each child's environment to recognise our processes
+
+# Every variable this script reads, with what it does. Mnemo's own start-up check reads this
+# table (without running the script), and a test checks that no other MNEMO_* name is used.
+ENVIRONMENT = {
+    "MNEMO_RUN_DIR": "run directory (default <repo>/var/run)",
+    "MNEMO_KAFKA_PORT": "Kafka client port, PLAINTEXT (9092)",
+    "MNEMO_KAFKA_CONTROLLER_PORT": "KRaft controller port (9093)",
+    "MNEMO_KAFKA_HEAP": "Kafka heap, -Xmx/-Xms (512m)",
+    "MNEMO_CASSANDRA_PORT": "CQL native port (9042)",
+    "MNEMO_CASSANDRA_STORAGE_PORT": "inter-node port, also the seed (7000)",
+    "MNEMO_CASSANDRA_JMX_PORT": "local JMX port for nodetool, on 127.0.0.1 only (7199; 0: off)",
+    "MNEMO_CASSANDRA_HEAP": "Cassandra heap, -Xmx/-Xms (1g)",
+    "MNEMO_VAULT_PORT": "OpenBao port (8200; its cluster port is one above)",
+    "MNEMO_BAO_BIN": "path of the bao binary (else next to this Python, the repo's .venv, "
+    "then PATH)",
+    "MNEMO_JAVA": "java binary (else $JAVA_HOME/bin/java, then PATH); Java 17",
+    "MNEMO_MVN": "mvn binary (else PATH)",
+    "MNEMO_QDRANT_HTTP_PORT": "Qdrant HTTP port (6333)",
+    "MNEMO_QDRANT_GRPC_PORT": "Qdrant gRPC port (6334)",
+    "MNEMO_QDRANT_ARCHIVE": "the Qdrant server archive (.xz) when it is not in "
+    "../shared/tools/qdrant beside the repository",
+    "MNEMO_KAFKA_VERSION": "override the Kafka version of infra/kafka/pom.xml",
+    "MNEMO_CASSANDRA_VERSION": "override the Cassandra version of infra/cassandra/pom.xml",
+    "MNEMO_KAFKA_TIMEOUT": "Kafka's readiness timeout in seconds (90)",
+    "MNEMO_CASSANDRA_TIMEOUT": "Cassandra's readiness timeout in seconds (180)",
+    "MNEMO_OPENBAO_TIMEOUT": "OpenBao's readiness timeout in seconds (120)",
+    "MNEMO_QDRANT_TIMEOUT": "Qdrant's readiness timeout in seconds (60)",
+    "MNEMO_INFRA_SERVICE": "set by this script in each service it starts, to recognise its processes",
+}
+
+
+def environment_help() -> str:
+    width = max(len(name) for name in ENVIRONMENT) + 2
+    return "Settings (environment):\n" + "\n".join(
+        f"  {name.ljust(width)}{text}" for name, text in ENVIRONMENT.items()
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1737,7 +1752,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="services.py",
         description=__doc__.split("\n\n", 1)[0],
-        epilog=__doc__.split("\n\n", 1)[1],
+        epilog=__doc__.split("\n\n", 1)[1] + "\n" + environment_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=sorted(COMMANDS))

@@ -51,6 +51,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TAG = "MNEMO_STACK_COMPONENT"
 
+# Every variable this script reads itself (the components it starts read Mnemo's settings).
+# Mnemo's start-up check reads this table without running the script.
+ENVIRONMENT = {
+    "MNEMO_GATEWAY_PORT": "the gateway's port (8080), also a setting of the gateway",
+    "MNEMO_PYTHON": "the Python that runs the components (default: this one)",
+    "MNEMO_STACK_COMPONENT": "set by this script in each component it starts, to recognise it",
+}
+
 
 _handed_out: set[int] = set()
 

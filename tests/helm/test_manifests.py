@@ -18,6 +18,8 @@ from tests.helm.chart import (
     pod_spec,
 )
 
+from mnemo.settings import check_environment, setting_variables
+
 COMPONENTS = ("gateway", "registrar", "indexer", "decay", "audit")
 CONSUMERS = COMPONENTS[1:]
 SECRET_NAMED = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
@@ -623,3 +625,26 @@ def test_network_policies_can_be_left_to_the_cluster(render: Render) -> None:
 def test_everything_lands_in_the_release_namespace(render: Render) -> None:
     for manifest in render("production"):
         assert manifest["metadata"]["namespace"] == NAMESPACE
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("values", sorted(VALUES_FILES))
+def test_every_mnemo_variable_the_chart_sets_is_a_setting_mnemo_reads(
+    render: Render, values: str
+) -> None:
+    """ConfigMap data and each container's own env (Deployments and hook Jobs): no name the
+    processes would refuse at start (UNKNOWN_SETTING), none that no setting reads."""
+    manifests = render(values)
+    names = set(config(manifests))
+    for _, spec in pod_templates(manifests):
+        for container in spec["containers"]:
+            names |= set(env_of(container))
+    rendered = {n for n in names if n.startswith("MNEMO_")}
+    settings = setting_variables()
+    assert rendered - set(settings) == set(), values
+    check_environment(dict.fromkeys(names, "x"))  # what the processes check at start
+    assert {"MNEMO_MODE", "MNEMO_KAFKA_BOOTSTRAP", "MNEMO_VAULT_ADDR"} <= rendered
+    if values == "production":
+        assert {"MNEMO_VAULT_TOKEN_FILE", "MNEMO_CASSANDRA_SSL_CAFILE"} <= rendered

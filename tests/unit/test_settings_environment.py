@@ -1,0 +1,166 @@
+"""Every MNEMO_* variable is a setting something reads, and any other one stops a start.
+
+The repository is scanned for MNEMO_* names (code, docs, chart, Makefile), so a name used
+anywhere without being declared fails here; each settings field must be read by code."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mnemo.cli import cli
+from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.settings import (
+    CLIENT_VARIABLES,
+    CONSUMERS,
+    GatewaySettings,
+    MnemoSettings,
+    UnknownSetting,
+    WorkerSettings,
+    check_environment,
+    declared_environment,
+    known_variables,
+    render_settings_doc,
+    setting_variables,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = re.compile(r"MNEMO_[A-Z0-9_]+")
+# MNEMO_* words that are not variables: the base error code
+NOT_VARIABLES = {"MNEMO_ERROR"}
+TYPO = "MNEMO_KAFKA_BOOTSTRAP" + "S"  # built, so the repository scan does not find it
+
+
+def repository_names() -> dict[str, set[str]]:
+    """Each MNEMO_* name in the tracked files, with the files naming it."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    found: dict[str, set[str]] = {}
+    for path in listed:
+        file = REPO / path
+        if not file.is_file() or file.suffix in {".zip", ".png", ".gz"}:
+            continue
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for name in NAME.findall(text):
+            # a prefix quoted on its own (MNEMO_REGISTRAR_) or the head of a pattern
+            if not name.endswith("_") and name not in NOT_VARIABLES:
+                found.setdefault(name, set()).add(path)
+    return found
+
+
+def test_every_mnemo_name_in_the_repository_is_known() -> None:
+    names = repository_names()
+    assert len(names) > 60  # the scan did find the settings
+    unknown = {n: sorted(files) for n, files in names.items() if n not in known_variables()}
+    assert unknown == {}, "declare these in a settings model or an infra ENVIRONMENT table"
+
+
+def test_an_unknown_variable_is_refused_by_name_without_its_value() -> None:
+    with pytest.raises(UnknownSetting) as refused:
+        check_environment({"MNEMO_MODE": "embedded", TYPO: "s3cret-host:9092", "PATH": "/bin"})
+    assert refused.value.code == "UNKNOWN_SETTING"
+    assert refused.value.field == TYPO
+    assert TYPO in refused.value.message
+    assert "MNEMO_KAFKA_BOOTSTRAP?" in refused.value.message  # the closest known name
+    assert "s3cret" not in str(refused.value)
+
+
+def test_known_variables_pass_whatever_their_case_and_other_prefixes_are_ignored() -> None:
+    check_environment(
+        {
+            "MNEMO_MODE": "distributed",
+            "mnemo_data_dir": "/tmp/x",  # the settings read names without case
+            "MNEMO_INDEXER_BATCH_SIZE": "8",
+            "MNEMO_GATEWAY_PORT": "8080",
+            "MNEMO_API_KEY": "k",
+            "OTEL_SERVICE_NAME": "x",
+            "VAULT_CACERT": "/ca.pem",
+            "MNEMOSYNE": "not our prefix",
+        }
+    )
+    with pytest.raises(UnknownSetting):
+        check_environment({"MNEMO_GATEWAY_PROT": "8080"})
+    with pytest.raises(UnknownSetting):  # a consumer prefix takes only WorkerSettings' fields
+        check_environment({"MNEMO_REGISTRAR_KAFKA_BOOTSTRAP": "x"})
+
+
+def test_the_worker_prefixes_are_the_consumers() -> None:
+    handlers = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+    assert sorted(CONSUMERS) == sorted(handlers)
+    for consumer in CONSUMERS:
+        for field in WorkerSettings.model_fields:
+            assert f"MNEMO_{consumer}_{field}".upper() in setting_variables()
+
+
+def test_the_client_variables_are_the_cli_options() -> None:
+    envvars = {p.envvar for p in cli.params if getattr(p, "envvar", None)}
+    assert envvars == set(CLIENT_VARIABLES)
+    mcp = (REPO / "shared" / "mnemo" / "mcp_server.py").read_text(encoding="utf-8")
+    assert set(NAME.findall(mcp)) <= set(CLIENT_VARIABLES)
+
+
+def test_every_setting_is_read_by_code() -> None:
+    """A field that nothing reads is a setting the chart or docs could name in vain."""
+    sources = [
+        p
+        for root in ("shared", "services")
+        for p in (REPO / root).rglob("*.py")
+        if p.name != "settings.py"
+    ]
+    code = "\n".join(p.read_text(encoding="utf-8") for p in sources)
+    for model in (MnemoSettings, GatewaySettings, WorkerSettings):
+        for field in model.model_fields:
+            assert re.search(rf"\.{field}\b", code), f"{model.__name__}.{field} is never read"
+
+
+@pytest.mark.parametrize("script", ["services.py", "stack.py", "helm.py"])
+def test_each_infra_script_declares_every_variable_it_names(script: str) -> None:
+    path = REPO / "infra" / script
+    declared = declared_environment(path)
+    # Mnemo's own settings the script passes on (services.env) are known anyway
+    named = {n for n in NAME.findall(path.read_text(encoding="utf-8")) if not n.endswith("_")}
+    own = named - set(setting_variables())
+    assert declared, f"{script} has no ENVIRONMENT table"
+    assert own <= set(declared), sorted(own - set(declared))
+    assert set(declared) <= set(known_variables())
+
+
+def test_the_settings_table_in_the_docs_is_generated_from_the_models() -> None:
+    doc = REPO / "docs" / "settings.md"
+    current = doc.read_text(encoding="utf-8")
+    assert render_settings_doc(current) == current, "run `make settings-doc`"
+    for name in setting_variables():
+        if not any(name.startswith(f"MNEMO_{c.upper()}_") for c in CONSUMERS):
+            assert f"`{name}`" in current
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "mnemo_gateway"],
+        ["-m", "mnemo_registrar"],
+        ["-m", "mnemo_indexer"],
+        ["-m", "mnemo.cli", "status"],
+    ],
+    ids=["gateway", "registrar", "indexer", "cli"],
+)
+def test_a_process_does_not_start_with_a_misspelt_setting(
+    command: list[str], tmp_path: Path
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MNEMO_DATA_DIR": str(tmp_path), TYPO: "kafka:9092"}
+    done = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stderr
+    assert "UNKNOWN_SETTING" in done.stderr
+    assert TYPO in done.stderr
+    assert "kafka:9092" not in done.stderr + done.stdout
+    assert not any(tmp_path.iterdir())  # nothing was started or written
