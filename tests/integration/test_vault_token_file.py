@@ -7,6 +7,7 @@ list only), made through OpenBao's token API with the server's root token."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -67,10 +68,8 @@ def tokens() -> Iterator[Tokens]:
         yield made
     finally:
         for token in made.made:
-            try:
+            with contextlib.suppress(vault_errors.VaultError):
                 root.auth.token.revoke(token)
-            except vault_errors.VaultError:
-                pass
         root.sys.delete_policy(name=policy)
 
 
@@ -145,7 +144,7 @@ def test_a_token_and_a_token_file_together_are_refused(tmp_path: Path) -> None:
     settings = MnemoSettings(
         data_dir=tmp_path,
         vault_addr="http://127.0.0.1:9",
-        vault_token="s.env-token",  # type: ignore[arg-type]
+        vault_token="s.env-token",
         vault_token_file=tmp_path / "token",
     )
     with pytest.raises(InvalidInput) as both:
