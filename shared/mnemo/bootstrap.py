@@ -432,12 +432,15 @@ def cassandra_tls(settings: MnemoSettings) -> ssl.SSLContext | None:
                 field="cassandra_ssl_cafile",
             )
         return None
-    return tls_context(
+    context = tls_context(
         "CASSANDRA",
         settings.cassandra_ssl_cafile,
         settings.cassandra_ssl_certfile,
         settings.cassandra_ssl_keyfile,
     )
+    # the chain is always checked against the CA; only the name check can be turned off
+    context.check_hostname = settings.cassandra_ssl_check_hostname
+    return context
 
 
 def tenant_keyspaces(settings: MnemoSettings) -> Callable[[str], str] | None:

@@ -244,6 +244,12 @@ class MnemoSettings(BaseSettings):
     cassandra_ssl_keyfile: Path | None = Field(
         default=None, description="PEM private key of cassandra_ssl_certfile (unencrypted)"
     )
+    cassandra_ssl_check_hostname: bool = Field(
+        default=True,
+        description="check that each node's certificate names the address the driver "
+        "connects to (the driver connects by IP address, so the certificates must carry the "
+        "nodes' IPs); false checks the certificate chain against the CA only",
+    )
     cassandra_local_dc: str | None = Field(
         default=None, description="the datacenter whose nodes are asked first"
     )

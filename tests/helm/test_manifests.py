@@ -10,10 +10,12 @@ from tests.helm.chart import (
     NAMESPACE,
     RELEASE,
     VALUES_FILES,
+    Helm,
     Manifest,
     Render,
     component_of,
     env_of,
+    fail_render,
     of_kind,
     pod_spec,
 )
@@ -648,3 +650,35 @@ def test_every_mnemo_variable_the_chart_sets_is_a_setting_mnemo_reads(
     assert {"MNEMO_MODE", "MNEMO_KAFKA_BOOTSTRAP", "MNEMO_VAULT_ADDR"} <= rendered
     if values == "production":
         assert {"MNEMO_VAULT_TOKEN_FILE", "MNEMO_CASSANDRA_SSL_CAFILE"} <= rendered
+
+
+def test_client_certificates_are_mounted_and_named_in_the_settings(render: Render) -> None:
+    manifests = render("production", overrides={"kafka.tls.clientSecret": "mnemo-kafka-tls-user"})
+    data = config(manifests)
+    assert data["MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME"] == "false"
+    for dep, secret in (("cassandra", "mnemo-cassandra-client"), ("kafka", "mnemo-kafka-tls-user")):
+        setting = f"MNEMO_{dep.upper()}_SSL_"
+        assert data[f"{setting}CERTFILE"] == f"/etc/mnemo/tls/{dep}-client/tls.crt"
+        assert data[f"{setting}KEYFILE"] == f"/etc/mnemo/tls/{dep}-client/tls.key"
+        for name, spec in pod_templates(manifests):
+            volume = {v["name"]: v for v in spec["volumes"]}[f"tls-{dep}-client"]["secret"]
+            assert volume["secretName"] == secret, name
+            assert volume["defaultMode"] == 0o440  # the key: owner and fsGroup only
+            mount = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+            assert mount[f"tls-{dep}-client"]["mountPath"] == f"/etc/mnemo/tls/{dep}-client"
+    minimal = config(render("minimal"))
+    assert not any("SSL" in key for key in minimal)
+    assert (
+        config(render("production", overrides={"cassandra.tls.checkHostname": True}))[
+            "MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME"
+        ]
+        == "true"
+    )
+
+
+def test_client_certificates_without_tls_are_refused(helm: Helm) -> None:
+    minimal = [VALUES_FILES["minimal"]]
+    error = fail_render(helm, minimal, {"kafka.tls.clientSecret": "user"})
+    assert "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL" in error
+    error = fail_render(helm, minimal, {"cassandra.tls.clientSecret": "client"})
+    assert "cassandra.tls.clientSecret needs cassandra.tls.caSecret" in error

@@ -8,6 +8,7 @@ the CA file does not vouch for, a wrong password (never shown), no TLS at all.""
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,27 @@ def test_the_store_works_over_tls_with_a_password(tls: TlsServices, tmp_path: Pa
     finally:
         store.session.execute(f"DROP KEYSPACE IF EXISTS {config.cassandra_keyspace}", timeout=120)
         store.close()
+
+
+def test_without_the_name_check_the_chain_is_still_checked(
+    tls: TlsServices, tmp_path: Path
+) -> None:
+    """MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME=false: for certificates that name nodes by DNS
+    only; a node the CA does not vouch for is refused all the same."""
+    config = settings(tls, tmp_path, cassandra_ssl_check_hostname=False)
+    store = connect_store(config)
+    try:
+        context = store.session.cluster.ssl_context
+        assert context.check_hostname is False
+        assert context.verify_mode == ssl.CERT_REQUIRED
+        assert store.position("tls-probe") == 0
+    finally:
+        store.session.execute(f"DROP KEYSPACE IF EXISTS {config.cassandra_keyspace}", timeout=120)
+        store.close()
+    other_ca, _, _ = rogue_ca(tmp_path / "rogue")
+    refused(
+        settings(tls, tmp_path, cassandra_ssl_check_hostname=False, cassandra_ssl_cafile=other_ca)
+    )
 
 
 def refused(config: MnemoSettings) -> Unavailable:
