@@ -682,3 +682,17 @@ def test_client_certificates_without_tls_are_refused(helm: Helm) -> None:
     assert "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL" in error
     error = fail_render(helm, minimal, {"cassandra.tls.clientSecret": "client"})
     assert "cassandra.tls.clientSecret needs cassandra.tls.caSecret" in error
+
+
+def test_the_consumers_health_port_listens_where_the_kubelet_probes(render: Render) -> None:
+    """The probes go to the pod's IP: a health server on 127.0.0.1 (the setting's default,
+    right for one machine) would leave every consumer pod unready."""
+    data = config(render("minimal"))
+    assert data["MNEMO_HEALTH_HOST"] == "0.0.0.0"
+    assert data["MNEMO_HEALTH_PORT"] == "8081"
+    for component, deployment in deployments(render("minimal")).items():
+        (container,) = pod_spec(deployment)["containers"]
+        probe_port = container["readinessProbe"]["httpGet"]["port"]
+        (port,) = [p for p in container["ports"] if p["name"] == probe_port]
+        if component != "gateway":
+            assert port["containerPort"] == int(data["MNEMO_HEALTH_PORT"]), component

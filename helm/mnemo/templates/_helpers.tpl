@@ -110,6 +110,8 @@ MNEMO_MODE: distributed
 MNEMO_LOG_LEVEL: {{ $v.config.logLevel | quote }}
 MNEMO_DATA_DIR: /var/lib/mnemo
 MNEMO_HEALTH_PORT: "8081"
+{{- /* the kubelet probes the pod's address: the consumers' health port listens on all */}}
+MNEMO_HEALTH_HOST: "0.0.0.0"
 MNEMO_KAFKA_BOOTSTRAP: {{ required "kafka.bootstrap must list at least one broker" (join "," $v.kafka.bootstrap) | quote }}
 MNEMO_KAFKA_TOPIC: {{ $v.kafka.topic | quote }}
 MNEMO_KAFKA_PARTITIONS: {{ $v.kafka.partitions | quote }}
