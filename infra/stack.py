@@ -56,6 +56,7 @@ TAG = "MNEMO_STACK_COMPONENT"
 ENVIRONMENT = {
     "MNEMO_GATEWAY_PORT": "the gateway's port (8080), also a setting of the gateway",
     "MNEMO_PYTHON": "the Python that runs the components (default: this one)",
+    "MNEMO_RUN_DIR": "the run directory: services.env, logs, PID files (default var/run)",
     "MNEMO_STACK_COMPONENT": "set by this script in each component it starts, to recognise it",
 }
 

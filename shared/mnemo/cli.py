@@ -348,12 +348,13 @@ def cli(
 
 def main(args: Sequence[str] | None = None) -> None:
     """The console script's entry point; `args` defaults to the command line. A `MNEMO_*`
-    variable that no setting reads stops it before anything starts (exit code 1)."""
+    variable that no setting reads stops it before anything starts, as every configuration
+    error does (exit status 78, EX_CONFIG)."""
     try:
         check_environment()
     except UnknownSetting as exc:
-        click.echo(f"Error: cannot start: {exc.code}: {exc.message}", err=True)
-        sys.exit(1)
+        click.echo(f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True)
+        sys.exit(78)
     cli.main(args=list(args) if args is not None else None, prog_name="mnemo")
 
 

@@ -26,8 +26,12 @@ __all__ = ["main"]
 def main(consumer: str) -> None:
     try:
         check_environment()
-    except UnknownSetting as exc:
-        sys.exit(f"mnemo-{consumer}: cannot start: {exc.code}: {exc.message}")
+    except UnknownSetting as exc:  # a configuration error: exit status 78 (EX_CONFIG)
+        print(
+            f"mnemo-{consumer}: cannot start: configuration error {exc.code}: {exc.message}",
+            file=sys.stderr,
+        )
+        sys.exit(78)
     settings = MnemoSettings()
     if settings.mode == "distributed":
         from mnemo.service.workers import run_worker
