@@ -23,7 +23,6 @@ through the gateway must become searchable."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -40,34 +39,16 @@ import hvac
 import pytest
 import yaml
 from tests.helm.chart import CHART, NAMESPACE, RELEASE, VALUES_FILES, Helm, find_helm
-from tests.support import free_port, missing
+from tests.support import free_port, missing, qdrant_server_url
 from tests.tls_support import CASSANDRA_USER, SASL_USER, TlsServices, tls_services
 from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import connect_store
 from mnemo.settings import MnemoSettings
 
-REPO = Path(__file__).resolve().parents[2]
-SERVICES_ENV = Path(os.environ.get("MNEMO_RUN_DIR") or REPO / "var" / "run") / "services.env"
 READY_WITHIN = 300.0  # seconds for every component on a loaded 2-core machine
 OPERATOR = "chart-processes-operator-token"
 VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def qdrant_url() -> str:
-    url = os.environ.get("MNEMO_QDRANT_URL")
-    if url is None and SERVICES_ENV.exists():
-        for line in SERVICES_ENV.read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "MNEMO_QDRANT_URL":
-                url = value.strip()
-    if not url:
-        missing("Qdrant", "no MNEMO_QDRANT_URL in the environment or services.env")
-    try:
-        httpx.get(f"{url}/readyz", timeout=2).raise_for_status()
-    except httpx.HTTPError as exc:
-        missing("Qdrant", f"{url}: {type(exc).__name__}")
-    return url
 
 
 @dataclass
@@ -303,7 +284,7 @@ def running(tmp_path: Path) -> Iterator[tuple[Cluster, list[Process]]]:
     if binary is None or not binary.is_file():
         missing("helm", "not fetched: run `make helm-tools` (or set MNEMO_HELM)")
     tls = tls_services(kafka=True, cassandra=True)
-    qdrant = qdrant_url()
+    qdrant = qdrant_server_url()
     vault_url, vault_token = vault_settings()
     if vault_token is None:
         missing("OpenBao", "no MNEMO_VAULT_TOKEN and no services.env")
