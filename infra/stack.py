@@ -112,7 +112,8 @@ def _tagged(pid: int, name: str, attempts: int = 20) -> bool:
 
 
 # Variables that only infra/services.py and this script read: Mnemo's processes are not
-# given them (a Mnemo process may refuse a MNEMO_* variable it does not know).
+# given them (a Mnemo process may refuse a MNEMO_* variable it does not know). A unit test
+# checks this against the scripts' ENVIRONMENT tables and Mnemo's settings.
 INFRA_ONLY = frozenset(
     {
         "MNEMO_RUN_DIR",
@@ -133,7 +134,15 @@ INFRA_ONLY = frozenset(
         "MNEMO_BAO_BIN",
         "MNEMO_JAVA",
         "MNEMO_MVN",
-        *(f"MNEMO_{s}_TIMEOUT" for s in ("KAFKA", "CASSANDRA", "OPENBAO", "QDRANT")),
+        "MNEMO_KAFKA_SSL_PORT",
+        "MNEMO_KAFKA_SASL_SSL_PORT",
+        "MNEMO_CASSANDRA_TLS_PORT",
+        "MNEMO_CASSANDRA_TLS_STORAGE_PORT",
+        "MNEMO_CASSANDRA_TLS_HEAP",
+        *(
+            f"MNEMO_{s}_TIMEOUT"
+            for s in ("KAFKA", "CASSANDRA", "CASSANDRA_TLS", "OPENBAO", "QDRANT")
+        ),
     }
 )
 

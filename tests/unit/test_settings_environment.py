@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support import stack_module
 
 from mnemo.cli import cli
 from mnemo.handlers import audit, decay, indexing, registration
@@ -135,16 +136,36 @@ def test_every_setting_is_read_by_code() -> None:
             assert re.search(rf"\.{field}\b", code), f"{model.__name__}.{field} is never read"
 
 
-@pytest.mark.parametrize("script", ["services.py", "stack.py", "helm.py"])
+INFRA = ("services.py", "stack.py", "helm.py")
+
+
+def infra_declared() -> dict[str, str]:
+    declared: dict[str, str] = {}
+    for script in INFRA:
+        declared.update(declared_environment(REPO / "infra" / script))
+    return declared
+
+
+@pytest.mark.parametrize("script", INFRA)
 def test_each_infra_script_declares_every_variable_it_names(script: str) -> None:
+    """A script names its own variables in its ENVIRONMENT table; it may name another
+    script's (stack.py keeps services.py's from Mnemo's processes)."""
     path = REPO / "infra" / script
-    declared = declared_environment(path)
+    assert declared_environment(path), f"{script} has no ENVIRONMENT table"
     # Mnemo's own settings (passed on) and the client's variables (in hints) are known anyway
     named = {n for n in NAME.findall(path.read_text(encoding="utf-8")) if not n.endswith("_")}
     own = named - set(setting_variables()) - set(CLIENT_VARIABLES)
-    assert declared, f"{script} has no ENVIRONMENT table"
-    assert own <= set(declared), sorted(own - set(declared))
-    assert set(declared) <= set(known_variables())
+    assert own <= set(infra_declared()), sorted(own - set(infra_declared()))
+    assert set(infra_declared()) <= set(known_variables())
+
+
+def test_the_stack_keeps_exactly_the_infra_only_variables_from_mnemo_processes() -> None:
+    """What stack.py strips from its components' environment is what only the infra scripts
+    read: nothing a Mnemo process reads, nothing an infra script reads forgotten."""
+    stack = stack_module()
+    infra_only = set(infra_declared()) - set(setting_variables()) - {stack.TAG}
+    infra_only -= set(declared_environment(REPO / "infra" / "helm.py"))
+    assert set(stack.INFRA_ONLY) == infra_only
 
 
 def test_the_settings_table_in_the_docs_is_generated_from_the_models() -> None:
