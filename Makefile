@@ -7,7 +7,7 @@ DATA   ?= var/data
 
 
 .PHONY: debian-tools services-up services-down up down helm-tools helm
-.PHONY: help install run test lint typecheck unit contract integration e2e schemas bench constraints clean
+.PHONY: help install run test lint typecheck unit contract integration e2e schemas settings-doc bench constraints clean
 
 help:
 	@echo "make run        install and start Mnemo on 127.0.0.1:8080 (embedded storage in $(DATA))"
@@ -15,6 +15,7 @@ help:
 	@echo "make up|down    start|stop the distributed mode: Kafka, Cassandra, OpenBao, Qdrant and Mnemo's services"
 	@echo "make bench      run the benchmarks (JSON results in bench/results/)"
 	@echo "make schemas    regenerate schemas/ from the event models"
+	@echo "make settings-doc  regenerate the settings table of docs/settings.md"
 	@echo "make unit|contract|integration|e2e|helm   one test layer"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -72,7 +73,7 @@ helm: install helm-tools
 # Real services for the tests, on 127.0.0.1, state under var/run (infra/services.py): Kafka,
 # Cassandra, OpenBao (file storage, unsealed on start) and the Qdrant server.
 SERVICES := $(BIN)/python infra/services.py
-TEST_SERVICES ?= cassandra kafka openbao qdrant
+TEST_SERVICES ?= cassandra cassandra-tls kafka openbao qdrant
 
 services-up: install
 	$(SERVICES) up $(TEST_SERVICES)
@@ -98,6 +99,10 @@ test: install debian-tools helm-tools lint typecheck
 
 schemas: install
 	$(BIN)/python -m mnemo.schemas schemas
+
+# docs/settings.md's table, generated from the settings models (a unit test checks it)
+settings-doc: install
+	$(BIN)/python -m mnemo.settings docs/settings.md
 
 LOCOMO ?= ../shared/benchmarks/locomo/locomo10.zip
 

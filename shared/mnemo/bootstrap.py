@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -81,17 +82,27 @@ def load_security_policy(path: Path | None = None) -> SecurityPolicy:
 def make_key_vault(settings: MnemoSettings) -> KeyVault:
     """Vault's transit engine when `vault_addr` is set, else the development key file."""
     if settings.vault_addr:
-        from mnemo.adapters.vault_key_vault import VaultKeyVault
+        from mnemo.adapters.vault_key_vault import TokenFile, VaultKeyVault
+        from mnemo.telemetry import traced_vault
 
-        if settings.vault_token is None:
+        token: str | TokenFile
+        if settings.vault_token is not None and settings.vault_token_file is not None:
             raise InvalidInput(
-                "MNEMO_VAULT_ADDR is set but MNEMO_VAULT_TOKEN is not",
+                "MNEMO_VAULT_TOKEN and MNEMO_VAULT_TOKEN_FILE are both set: set one",
+                code="VAULT_TOKEN_AMBIGUOUS",
+                field="vault_token_file",
+            )
+        if settings.vault_token_file is not None:
+            token = TokenFile(settings.vault_token_file)
+        elif settings.vault_token is not None:
+            token = settings.vault_token.get_secret_value()
+        else:
+            raise InvalidInput(
+                "MNEMO_VAULT_ADDR is set but neither MNEMO_VAULT_TOKEN nor "
+                "MNEMO_VAULT_TOKEN_FILE is",
                 code="VAULT_TOKEN_MISSING",
                 field="vault_token",
             )
-        from mnemo.telemetry import traced_vault
-
-        token = settings.vault_token.get_secret_value()
         return traced_vault(
             VaultKeyVault(
                 settings.vault_addr,
@@ -360,9 +371,76 @@ def kafka_config(settings: MnemoSettings, client_id: str = "mnemo") -> KafkaConf
             if settings.kafka_sasl_password
             else None
         ),
-        ssl_cafile=settings.kafka_ssl_cafile,
+        ssl_context=kafka_tls(settings),
         client_id=client_id,
     )
+
+
+def tls_context(
+    what: str, cafile: Path | None, certfile: Path | None, keyfile: Path | None
+) -> ssl.SSLContext:
+    """A client TLS context that checks the server's certificate and name against `cafile`
+    (else the system's CAs), presenting a client certificate when one is given. A file that
+    cannot be read is a configuration error naming the setting, never a silent fallback."""
+    if keyfile is not None and certfile is None:
+        raise InvalidInput(
+            f"MNEMO_{what}_SSL_KEYFILE is set without MNEMO_{what}_SSL_CERTFILE",
+            code="TLS_CONFIG_INVALID",
+            field=f"{what.lower()}_ssl_certfile",
+        )
+    setting = f"MNEMO_{what}_SSL_CAFILE"
+    try:
+        context = ssl.create_default_context(cafile=str(cafile) if cafile else None)
+        if certfile is not None:
+            setting = f"MNEMO_{what}_SSL_CERTFILE"
+            context.load_cert_chain(str(certfile), str(keyfile) if keyfile else None)
+    except OSError as exc:  # ssl.SSLError included
+        reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
+        raise InvalidInput(
+            f"{setting}: cannot load it ({reason})",
+            code="TLS_CONFIG_INVALID",
+            field=setting.removeprefix("MNEMO_").lower(),
+        ) from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def kafka_tls(settings: MnemoSettings) -> ssl.SSLContext | None:
+    """The TLS context for Kafka: for SSL and SASL_SSL, else none (a CA or certificate set
+    for a plaintext protocol is a mistake, refused rather than ignored)."""
+    files = (settings.kafka_ssl_cafile, settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile)
+    if "SSL" not in settings.kafka_security_protocol:
+        if any(files):
+            raise InvalidInput(
+                "MNEMO_KAFKA_SSL_* files are set but MNEMO_KAFKA_SECURITY_PROTOCOL is "
+                f"{settings.kafka_security_protocol}: use SSL or SASL_SSL",
+                code="TLS_CONFIG_INVALID",
+                field="kafka_security_protocol",
+            )
+        return None
+    return tls_context("KAFKA", *files)
+
+
+def cassandra_tls(settings: MnemoSettings) -> ssl.SSLContext | None:
+    """TLS to Cassandra when a CA file is set (a client certificate alone is refused)."""
+    if settings.cassandra_ssl_cafile is None:
+        if settings.cassandra_ssl_certfile or settings.cassandra_ssl_keyfile:
+            raise InvalidInput(
+                "MNEMO_CASSANDRA_SSL_CERTFILE needs MNEMO_CASSANDRA_SSL_CAFILE (TLS to "
+                "Cassandra is on when the CA file is set)",
+                code="TLS_CONFIG_INVALID",
+                field="cassandra_ssl_cafile",
+            )
+        return None
+    context = tls_context(
+        "CASSANDRA",
+        settings.cassandra_ssl_cafile,
+        settings.cassandra_ssl_certfile,
+        settings.cassandra_ssl_keyfile,
+    )
+    # the chain is always checked against the CA; only the name check can be turned off
+    context.check_hostname = settings.cassandra_ssl_check_hostname
+    return context
 
 
 def tenant_keyspaces(settings: MnemoSettings) -> Callable[[str], str] | None:
@@ -402,6 +480,7 @@ def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
         ),
         local_dc=settings.cassandra_local_dc,
         keyspace_for=tenant_keyspaces(settings),
+        ssl_context=cassandra_tls(settings),
     )
     telemetry.instrument_cassandra(store.session)  # the event archive shares this session
     return store

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -32,7 +33,7 @@ from rich.text import Text
 from mnemo import __version__
 from mnemo.domain.errors import MnemoError
 from mnemo.domain.memory import MemoryType, Scope
-from mnemo.settings import GatewaySettings, MnemoSettings
+from mnemo.settings import GatewaySettings, MnemoSettings, UnknownSetting, check_environment
 
 if TYPE_CHECKING:
     from mnemo.bootstrap import Platform
@@ -346,7 +347,14 @@ def cli(
 
 
 def main(args: Sequence[str] | None = None) -> None:
-    """The console script's entry point; `args` defaults to the command line."""
+    """The console script's entry point; `args` defaults to the command line. A `MNEMO_*`
+    variable that no setting reads stops it before anything starts, as every configuration
+    error does (exit status 78, EX_CONFIG)."""
+    try:
+        check_environment()
+    except UnknownSetting as exc:
+        click.echo(f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True)
+        sys.exit(78)
     cli.main(args=list(args) if args is not None else None, prog_name="mnemo")
 
 

@@ -1,17 +1,64 @@
 """Settings, each declared once with its type, default and environment name.
 
 Every service reads the shared `MNEMO_` settings; a service's own settings take its own
-prefix (`MNEMO_GATEWAY_` for the gateway)."""
+prefix (`MNEMO_GATEWAY_` for the gateway, `MNEMO_REGISTRAR_` and so on for the consumers).
+
+`known_variables()` is every `MNEMO_*` name anything in Mnemo reads: the fields of the
+models below, the client's variables (`CLIENT_VARIABLES`), and, in a source checkout, the
+development scripts' own (each script under infra/ declares them in an `ENVIRONMENT`
+table). `check_environment()` refuses any other `MNEMO_*` variable, so a misspelt setting
+stops a process at its start instead of leaving it on a default.
+"""
 
 from __future__ import annotations
 
+import ast
+import difflib
+import os
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["GatewaySettings", "MnemoSettings", "WorkerSettings", "worker_settings"]
+from mnemo.domain.errors import InvalidInput
+
+__all__ = [
+    "CLIENT_VARIABLES",
+    "CONSUMERS",
+    "GatewaySettings",
+    "MnemoSettings",
+    "UnknownSetting",
+    "WorkerSettings",
+    "check_environment",
+    "known_variables",
+    "setting_variables",
+    "worker_settings",
+]
+
+PREFIX = "MNEMO_"
+
+# the consumer services, each with its own prefix for WorkerSettings (MNEMO_REGISTRAR_...)
+CONSUMERS = ("registrar", "indexer", "decay", "audit")
+
+# what the `mnemo` client commands and the MCP server read (cli.py's options)
+CLIENT_VARIABLES: dict[str, str] = {
+    "MNEMO_URL": "the server the client commands talk to",
+    "MNEMO_API_KEY": "the API key the client sends; it decides the tenant",
+    "MNEMO_TENANT": "the tenant the client names (must be the key's)",
+    "MNEMO_PRINCIPAL": "who the client says is asking (X-Mnemo-Principal)",
+    "MNEMO_TIMEOUT": "seconds the client waits for an answer",
+    "MNEMO_ADMIN_TOKEN": "the operator token the client sends to /v1/admin",
+}
+
+# read by the test suite and the benchmarks only (never by a Mnemo process)
+TOOL_VARIABLES: dict[str, str] = {
+    "MNEMO_CHROMIUM": "the browser the console's browser tests drive",
+    "MNEMO_HELM": "the helm binary the chart tests run",
+    "MNEMO_LOCOMO_DATA": "where the LoCoMo benchmark finds its data",
+}
 
 
 class MnemoSettings(BaseSettings):
@@ -87,7 +134,16 @@ class MnemoSettings(BaseSettings):
         description="Vault or OpenBao address (e.g. https://vault:8200); unset: a local key "
         "file under data_dir, for development only",
     )
-    vault_token: SecretStr | None = Field(default=None, description="Vault token; never logged")
+    vault_token: SecretStr | None = Field(
+        default=None,
+        description="Vault token; never logged. Set this or vault_token_file, not both",
+    )
+    vault_token_file: Path | None = Field(
+        default=None,
+        description="a file holding the Vault token (the one Vault Agent writes); read again "
+        "whenever it changes and whenever Vault refuses the token, so renewals and "
+        "rotations need no restart",
+    )
     vault_transit_mount: str = Field(
         default="transit", pattern=r"^[A-Za-z0-9][A-Za-z0-9_/-]{0,63}$", description="transit mount"
     )
@@ -133,11 +189,28 @@ class MnemoSettings(BaseSettings):
     kafka_min_insync: int = Field(
         default=1, ge=1, le=16, description="replicas that must have a record before it counts"
     )
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: str | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = Field(default=None, description="never logged")
-    kafka_ssl_cafile: str | None = None
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="how to talk to the brokers: SSL and SASL_SSL encrypt and check the "
+        "brokers' certificates (against kafka_ssl_cafile, else the system's CAs)",
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="SASL mechanism (SASL_PLAINTEXT and SASL_SSL only)"
+    )
+    kafka_sasl_username: str | None = Field(default=None, description="SASL user name")
+    kafka_sasl_password: SecretStr | None = Field(
+        default=None, description="SASL password; never logged"
+    )
+    kafka_ssl_cafile: Path | None = Field(
+        default=None,
+        description="PEM file of the CA certificates the brokers' certificates are checked against",
+    )
+    kafka_ssl_certfile: Path | None = Field(
+        default=None, description="PEM client certificate, for brokers that ask for one"
+    )
+    kafka_ssl_keyfile: Path | None = Field(
+        default=None, description="PEM private key of kafka_ssl_certfile (unencrypted)"
+    )
     kafka_group_suffix: str = Field(
         default="",
         pattern=r"^[A-Za-z0-9._-]{0,64}$",
@@ -151,11 +224,35 @@ class MnemoSettings(BaseSettings):
         "partitions to the others",
     )
     cassandra_hosts: str = Field(default="127.0.0.1", description="contact points")
-    cassandra_port: int = Field(default=9042, ge=1, le=65_535)
-    cassandra_keyspace: str = Field(default="mnemo", pattern=r"^[a-z][a-z0-9_]{0,47}$")
-    cassandra_username: str | None = None
+    cassandra_port: int = Field(default=9042, ge=1, le=65_535, description="CQL port")
+    cassandra_keyspace: str = Field(
+        default="mnemo", pattern=r"^[a-z][a-z0-9_]{0,47}$", description="the main keyspace"
+    )
+    cassandra_username: str | None = Field(
+        default=None, description="user name for Cassandra's PasswordAuthenticator"
+    )
     cassandra_password: SecretStr | None = Field(default=None, description="never logged")
-    cassandra_local_dc: str | None = None
+    cassandra_ssl_cafile: Path | None = Field(
+        default=None,
+        description="PEM file of the CA certificates Cassandra's nodes are checked with; when "
+        "set, every connection to Cassandra is TLS and the node's name or address must match "
+        "its certificate",
+    )
+    cassandra_ssl_certfile: Path | None = Field(
+        default=None, description="PEM client certificate, for nodes that ask for one"
+    )
+    cassandra_ssl_keyfile: Path | None = Field(
+        default=None, description="PEM private key of cassandra_ssl_certfile (unencrypted)"
+    )
+    cassandra_ssl_check_hostname: bool = Field(
+        default=True,
+        description="check that each node's certificate names the address the driver "
+        "connects to (the driver connects by IP address, so the certificates must carry the "
+        "nodes' IPs); false checks the certificate chain against the CA only",
+    )
+    cassandra_local_dc: str | None = Field(
+        default=None, description="the datacenter whose nodes are asked first"
+    )
     cassandra_replication: str = Field(
         default="{'class': 'SimpleStrategy', 'replication_factor': 1}",
         description="replication of keyspaces Mnemo creates",
@@ -230,3 +327,131 @@ def worker_settings(consumer: str, shared: MnemoSettings | None = None) -> Mnemo
     base = shared or MnemoSettings()
     own = WorkerSettings(_env_prefix=f"MNEMO_{consumer.upper()}_")
     return base.model_copy(update={k: v for k, v in own.model_dump().items() if v is not None})
+
+
+# ---- which MNEMO_* names exist -----------------------------------------------------------
+
+
+class UnknownSetting(InvalidInput):
+    """A `MNEMO_*` variable in the environment that nothing reads (a typo, or a setting
+    that no longer exists)."""
+
+    def __init__(self, name: str, suggestion: str | None) -> None:
+        hint = f" (did you mean {suggestion}?)" if suggestion else ""
+        super().__init__(
+            f"{name} is set in the environment but is not a Mnemo setting{hint}; fix its "
+            "name or unset it",
+            code="UNKNOWN_SETTING",
+            field=name,
+        )
+
+
+def setting_variables() -> dict[str, str]:
+    """The variables Mnemo's processes read as settings, with their descriptions."""
+    found: dict[str, str] = {}
+    for model, prefix in ((MnemoSettings, PREFIX), (GatewaySettings, f"{PREFIX}GATEWAY_")):
+        for name, info in model.model_fields.items():
+            found[f"{prefix}{name}".upper()] = info.description or ""
+    for consumer in CONSUMERS:
+        for name in WorkerSettings.model_fields:
+            found[f"{PREFIX}{consumer}_{name}".upper()] = f"the {consumer}'s own {name}"
+    return found
+
+
+def _source_checkout() -> Path | None:
+    """The repository when Mnemo runs from a source checkout (an editable install)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "infra").is_dir() else None
+
+
+def declared_environment(script: Path) -> dict[str, str]:
+    """The `ENVIRONMENT = {...}` table a development script declares, read without running
+    the script."""
+    tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
+    for node in tree.body:
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "ENVIRONMENT":
+            table = ast.literal_eval(value)
+            if isinstance(table, dict):
+                return {str(k): str(v) for k, v in table.items()}
+    return {}
+
+
+@cache
+def _development_variables() -> dict[str, str]:
+    root = _source_checkout()
+    found = dict(TOOL_VARIABLES)
+    if root is not None:
+        for script in sorted((root / "infra").glob("*.py")):
+            found.update(declared_environment(script))
+    return found
+
+
+def known_variables() -> dict[str, str]:
+    """Every `MNEMO_*` name that something reads, with a description."""
+    return {**_development_variables(), **CLIENT_VARIABLES, **setting_variables()}
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to start on a `MNEMO_*` variable nothing reads (names compare without case,
+    as the settings read them). Only the name is reported, never the value."""
+    known = known_variables()
+    for name in sorted(os.environ if environ is None else environ):
+        if name.upper().startswith(PREFIX) and name.upper() not in known:
+            close = difflib.get_close_matches(name.upper(), list(known), n=1, cutoff=0.8)
+            raise UnknownSetting(name, close[0] if close else None)
+
+
+# ---- the settings table in the docs (docs/settings.md) ------------------------------------
+
+TABLE_BEGIN = "<!-- settings table: generated by `python -m mnemo.settings`, do not edit -->"
+TABLE_END = "<!-- end of the settings table -->"
+
+
+def _default_text(model: type[BaseSettings], name: str) -> str:
+    info = model.model_fields[name]
+    default = info.get_default(call_default_factory=True)
+    if default is None:
+        return "unset"
+    if isinstance(default, SecretStr):
+        return "(secret)"
+    text = str(default)
+    return f"`{text}`" if text else "empty"
+
+
+def settings_table() -> str:
+    """Every setting a Mnemo process reads, as Markdown rows, from the models above."""
+    rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    for model, prefix in ((MnemoSettings, PREFIX), (GatewaySettings, f"{PREFIX}GATEWAY_")):
+        for name, info in model.model_fields.items():
+            text = (info.description or "").replace("|", "\\|")
+            rows.append(f"| `{prefix}{name.upper()}` | {_default_text(model, name)} | {text} |")
+    consumers = ", ".join(f"`MNEMO_{c.upper()}_`" for c in CONSUMERS)
+    own = ", ".join(f"`{n.upper()}`" for n in WorkerSettings.model_fields)
+    rows.append(
+        f"| {consumers} + {own} | the shared value | one consumer's own value, over the "
+        "shared one |"
+    )
+    for name, text in CLIENT_VARIABLES.items():
+        rows.append(f"| `{name}` | unset | the `mnemo` client and `mnemo mcp`: {text} |")
+    return "\n".join(rows)
+
+
+def render_settings_doc(current: str) -> str:
+    """`current` with the text between the table markers replaced by settings_table()."""
+    head, _, rest = current.partition(TABLE_BEGIN)
+    _, _, tail = rest.partition(TABLE_END)
+    return f"{head}{TABLE_BEGIN}\n{settings_table()}\n{TABLE_END}{tail}"
+
+
+if __name__ == "__main__":  # python -m mnemo.settings [docs/settings.md]
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/settings.md")
+    target.write_text(render_settings_doc(target.read_text(encoding="utf-8")), encoding="utf-8")

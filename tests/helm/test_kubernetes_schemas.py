@@ -53,7 +53,7 @@ EVERYTHING: dict[str, Any] = {
     "components": {"decay": {"autoscaling": {"enabled": True}}},
     "extraEnv": [
         {
-            "name": "MNEMO_EXTRA_SECRET",
+            "name": "PARTNER_API_TOKEN",
             "valueFrom": {"secretKeyRef": {"name": "extra", "key": "value"}},
         }
     ],

@@ -10,13 +10,17 @@ from tests.helm.chart import (
     NAMESPACE,
     RELEASE,
     VALUES_FILES,
+    Helm,
     Manifest,
     Render,
     component_of,
     env_of,
+    fail_render,
     of_kind,
     pod_spec,
 )
+
+from mnemo.settings import check_environment, setting_variables
 
 COMPONENTS = ("gateway", "registrar", "indexer", "decay", "audit")
 CONSUMERS = COMPONENTS[1:]
@@ -623,3 +627,72 @@ def test_network_policies_can_be_left_to_the_cluster(render: Render) -> None:
 def test_everything_lands_in_the_release_namespace(render: Render) -> None:
     for manifest in render("production"):
         assert manifest["metadata"]["namespace"] == NAMESPACE
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("values", sorted(VALUES_FILES))
+def test_every_mnemo_variable_the_chart_sets_is_a_setting_mnemo_reads(
+    render: Render, values: str
+) -> None:
+    """ConfigMap data and each container's own env (Deployments and hook Jobs): no name the
+    processes would refuse at start (UNKNOWN_SETTING), none that no setting reads."""
+    manifests = render(values)
+    names = set(config(manifests))
+    for _, spec in pod_templates(manifests):
+        for container in spec["containers"]:
+            names |= set(env_of(container))
+    rendered = {n for n in names if n.startswith("MNEMO_")}
+    settings = setting_variables()
+    assert rendered - set(settings) == set(), values
+    check_environment(dict.fromkeys(names, "x"))  # what the processes check at start
+    assert {"MNEMO_MODE", "MNEMO_KAFKA_BOOTSTRAP", "MNEMO_VAULT_ADDR"} <= rendered
+    if values == "production":
+        assert {"MNEMO_VAULT_TOKEN_FILE", "MNEMO_CASSANDRA_SSL_CAFILE"} <= rendered
+
+
+def test_client_certificates_are_mounted_and_named_in_the_settings(render: Render) -> None:
+    manifests = render("production", overrides={"kafka.tls.clientSecret": "mnemo-kafka-tls-user"})
+    data = config(manifests)
+    assert data["MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME"] == "false"
+    for dep, secret in (("cassandra", "mnemo-cassandra-client"), ("kafka", "mnemo-kafka-tls-user")):
+        setting = f"MNEMO_{dep.upper()}_SSL_"
+        assert data[f"{setting}CERTFILE"] == f"/etc/mnemo/tls/{dep}-client/tls.crt"
+        assert data[f"{setting}KEYFILE"] == f"/etc/mnemo/tls/{dep}-client/tls.key"
+        for name, spec in pod_templates(manifests):
+            volume = {v["name"]: v for v in spec["volumes"]}[f"tls-{dep}-client"]["secret"]
+            assert volume["secretName"] == secret, name
+            assert volume["defaultMode"] == 0o440  # the key: owner and fsGroup only
+            mount = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+            assert mount[f"tls-{dep}-client"]["mountPath"] == f"/etc/mnemo/tls/{dep}-client"
+    minimal = config(render("minimal"))
+    assert not any("SSL" in key for key in minimal)
+    assert (
+        config(render("production", overrides={"cassandra.tls.checkHostname": True}))[
+            "MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME"
+        ]
+        == "true"
+    )
+
+
+def test_client_certificates_without_tls_are_refused(helm: Helm) -> None:
+    minimal = [VALUES_FILES["minimal"]]
+    error = fail_render(helm, minimal, {"kafka.tls.clientSecret": "user"})
+    assert "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL" in error
+    error = fail_render(helm, minimal, {"cassandra.tls.clientSecret": "client"})
+    assert "cassandra.tls.clientSecret needs cassandra.tls.caSecret" in error
+
+
+def test_the_consumers_health_port_listens_where_the_kubelet_probes(render: Render) -> None:
+    """The probes go to the pod's IP: a health server on 127.0.0.1 (the setting's default,
+    right for one machine) would leave every consumer pod unready."""
+    data = config(render("minimal"))
+    assert data["MNEMO_HEALTH_HOST"] == "0.0.0.0"
+    assert data["MNEMO_HEALTH_PORT"] == "8081"
+    for component, deployment in deployments(render("minimal")).items():
+        (container,) = pod_spec(deployment)["containers"]
+        probe_port = container["readinessProbe"]["httpGet"]["port"]
+        (port,) = [p for p in container["ports"] if p["name"] == probe_port]
+        if component != "gateway":
+            assert port["containerPort"] == int(data["MNEMO_HEALTH_PORT"]), component

@@ -110,6 +110,8 @@ MNEMO_MODE: distributed
 MNEMO_LOG_LEVEL: {{ $v.config.logLevel | quote }}
 MNEMO_DATA_DIR: /var/lib/mnemo
 MNEMO_HEALTH_PORT: "8081"
+{{- /* the kubelet probes the pod's address: the consumers' health port listens on all */}}
+MNEMO_HEALTH_HOST: "0.0.0.0"
 MNEMO_KAFKA_BOOTSTRAP: {{ required "kafka.bootstrap must list at least one broker" (join "," $v.kafka.bootstrap) | quote }}
 MNEMO_KAFKA_TOPIC: {{ $v.kafka.topic | quote }}
 MNEMO_KAFKA_PARTITIONS: {{ $v.kafka.partitions | quote }}
@@ -120,6 +122,10 @@ MNEMO_KAFKA_SASL_MECHANISM: {{ $v.kafka.sasl.mechanism | quote }}
 {{- if $v.kafka.tls.caSecret }}
 MNEMO_KAFKA_SSL_CAFILE: /etc/mnemo/tls/kafka/{{ $v.kafka.tls.caKey }}
 {{- end }}
+{{- if $v.kafka.tls.clientSecret }}
+MNEMO_KAFKA_SSL_CERTFILE: /etc/mnemo/tls/kafka-client/tls.crt
+MNEMO_KAFKA_SSL_KEYFILE: /etc/mnemo/tls/kafka-client/tls.key
+{{- end }}
 MNEMO_CASSANDRA_HOSTS: {{ required "cassandra.hosts must list at least one contact point" (join "," $v.cassandra.hosts) | quote }}
 MNEMO_CASSANDRA_PORT: {{ $v.cassandra.port | quote }}
 MNEMO_CASSANDRA_KEYSPACE: {{ $v.cassandra.keyspace | quote }}
@@ -129,6 +135,11 @@ MNEMO_CASSANDRA_TENANT_KEYSPACES: {{ join "," $v.cassandra.tenantKeyspaces | quo
 {{- end }}
 {{- if $v.cassandra.tls.caSecret }}
 MNEMO_CASSANDRA_SSL_CAFILE: /etc/mnemo/tls/cassandra/{{ $v.cassandra.tls.caKey }}
+MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME: {{ $v.cassandra.tls.checkHostname | toString | quote }}
+{{- end }}
+{{- if $v.cassandra.tls.clientSecret }}
+MNEMO_CASSANDRA_SSL_CERTFILE: /etc/mnemo/tls/cassandra-client/tls.crt
+MNEMO_CASSANDRA_SSL_KEYFILE: /etc/mnemo/tls/cassandra-client/tls.key
 {{- end }}
 MNEMO_QDRANT_URL: {{ required "qdrant.url is required" $v.qdrant.url | quote }}
 MNEMO_VAULT_ADDR: {{ required "vault.addr is required" $v.vault.addr | quote }}
@@ -197,6 +208,12 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- if and $v.vault.agent.enabled (not $v.vault.agent.role) -}}
 {{- fail "vault.agent.role is required when vault.agent.enabled is true" -}}
 {{- end -}}
+{{- if and $v.kafka.tls.clientSecret (eq $v.kafka.securityProtocol "PLAINTEXT") -}}
+{{- fail "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL" -}}
+{{- end -}}
+{{- if and $v.cassandra.tls.clientSecret (not $v.cassandra.tls.caSecret) -}}
+{{- fail "cassandra.tls.clientSecret needs cassandra.tls.caSecret (TLS to Cassandra is on when the CA is set)" -}}
+{{- end -}}
 {{- if and (eq $v.kafka.securityProtocol "SASL_SSL") (not $v.kafka.sasl.existingSecret) -}}
 {{- fail "kafka.sasl.existingSecret is required when kafka.securityProtocol is SASL_SSL" -}}
 {{- end -}}
@@ -218,14 +235,31 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
       - key: {{ $tls.caKey | quote }}
         path: {{ $tls.caKey | quote }}
 {{- end }}
+{{- if $tls.clientSecret }}
+- name: tls-{{ $dep }}-client
+  secret:
+    secretName: {{ $tls.clientSecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
 {{- end }}
 {{- end -}}
 
 {{- define "mnemo.tlsMounts" -}}
 {{- range $dep := list "kafka" "cassandra" "vault" }}
-{{- if (get $.Values $dep).tls.caSecret }}
+{{- $tls := (get $.Values $dep).tls }}
+{{- if $tls.caSecret }}
 - name: tls-{{ $dep }}
   mountPath: /etc/mnemo/tls/{{ $dep }}
+  readOnly: true
+{{- end }}
+{{- if $tls.clientSecret }}
+- name: tls-{{ $dep }}-client
+  mountPath: /etc/mnemo/tls/{{ $dep }}-client
   readOnly: true
 {{- end }}
 {{- end }}

@@ -130,6 +130,7 @@ import json
 import logging
 import math
 import re
+import ssl
 import threading
 import time
 import unicodedata
@@ -1305,10 +1306,12 @@ class CassandraMemoryStore(MemoryStore):
         local_dc: str | None = None,
         request_timeout: float = 10.0,
         keyspace_for: Callable[[str], str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         **options: Any,
     ) -> CassandraMemoryStore:
         """Connect, create the keyspace if needed, apply the migrations, and finish any
-        commit left half-applied."""
+        commit left half-applied. With `ssl_context`, every connection is TLS; when the
+        context checks host names, each node's address must match its certificate."""
         contact = [h.strip() for h in hosts.split(",")] if isinstance(hosts, str) else list(hosts)
         profile = ExecutionProfile(
             load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=local_dc)),
@@ -1327,6 +1330,7 @@ class CassandraMemoryStore(MemoryStore):
             port=port,
             auth_provider=auth,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            ssl_context=ssl_context,
         )
         try:
             with _translated():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +65,8 @@ class KafkaConfig:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
+    # the TLS context of SSL and SASL_SSL (built from the settings' CA, certificate and key)
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
     client_id: str = "mnemo"
     request_timeout_ms: int = 15_000
 
@@ -81,10 +83,9 @@ class KafkaConfig:
                 sasl_plain_username=self.sasl_username,
                 sasl_plain_password=self.sasl_password,
             )
-        if self.ssl_cafile:
-            import ssl
-
-            options["ssl_context"] = ssl.create_default_context(cafile=self.ssl_cafile)
+        if "SSL" in self.security_protocol:
+            # aiokafka needs a context for SSL; without one, the system's CAs check the brokers
+            options["ssl_context"] = self.ssl_context or ssl.create_default_context()
         return options
 
 

@@ -15,6 +15,11 @@ Vault:
   allows deletion and deletes the key: its material is gone from Vault, nothing wrapped
   under it can be unwrapped again, and the tombstone stops the name being re-created.
 
+The token is a string, or a `TokenFile`: the file Vault Agent keeps the current token in.
+The file is read again whenever it changes (checked before each call, at the cost of one
+stat) and whenever Vault refuses the token, so a renewed or rotated token is picked up
+without a restart, and a call refused with the old token is tried once more with the new.
+
 Connection failures, timeouts, a sealed or uninitialised vault and a refused token raise
 Unavailable (code VAULT_UNAVAILABLE, 503). A missing key raises KeyDestroyed when Mnemo
 destroyed it or it never existed; a transit mount that is missing although this process
@@ -30,9 +35,11 @@ import base64
 import contextlib
 import hashlib
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import hvac
@@ -42,7 +49,7 @@ from hvac import exceptions as vault_errors
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError, Unavailable
 from mnemo.ports import KeyVault
 
-__all__ = ["VaultKeyVault"]
+__all__ = ["TokenFile", "VaultKeyVault"]
 
 log = logging.getLogger("mnemo.keyvault")
 
@@ -54,13 +61,75 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _T = TypeVar("_T")
 
 
+class TokenFile:
+    """A Vault token kept in a file that another process renews (Vault Agent's sink).
+
+    The file must hold a token when this is built; later, while it is missing or empty for
+    a moment (an agent replacing it), the last token read stays in use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int, int] | None = None
+        token = self._read()
+        if token is None:
+            raise InvalidInput(
+                f"the Vault token file {path} is missing, unreadable or empty",
+                code="VAULT_TOKEN_MISSING",
+                field="vault_token_file",
+            )
+        self._token = token
+
+    def current(self) -> str:
+        """The token, read again when the file changed since the last read."""
+        stamp = self._stat()
+        if stamp is not None and stamp != self._stamp:
+            self._load()
+        return self._token
+
+    def reload(self) -> bool:
+        """Read the file again whatever its stamp says; True when the token changed."""
+        return self._load()
+
+    def _load(self) -> bool:
+        with self._lock:
+            before = self._token
+            token = self._read()
+            if token is not None:
+                self._token = token
+            if token is not None and token != before:
+                log.info("Vault token file %s changed: using the new token", self.path)
+            return token is not None and token != before
+
+    def _stat(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
+
+    def _read(self) -> str | None:
+        stamp = self._stat()
+        try:
+            token = self.path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not token or any(c.isspace() for c in token):
+            return None
+        self._stamp = stamp
+        return token
+
+    def __repr__(self) -> str:  # the path only, never the token
+        return f"TokenFile({str(self.path)!r})"
+
+
 class VaultKeyVault(KeyVault):
     """Per-key_id named keys in a transit mount; see the module docstring."""
 
     def __init__(
         self,
         url: str,
-        token: str,
+        token: str | TokenFile,
         *,
         mount: str = "transit",
         prefix: str = "mnemo",
@@ -72,7 +141,9 @@ class VaultKeyVault(KeyVault):
         self.url = url
         self.mount = mount.strip("/")
         self.prefix = prefix
-        self._client = client or hvac.Client(url=url, token=token, timeout=timeout)
+        self._tokens = token if isinstance(token, TokenFile) else None
+        first = token.current() if isinstance(token, TokenFile) else token
+        self._client = client or hvac.Client(url=url, token=first, timeout=timeout)
         self._lock = threading.Lock()
         self._mount_ready = False
         self._mount_seen = False
@@ -195,7 +266,7 @@ class VaultKeyVault(KeyVault):
         return self._client.secrets.transit
 
     def _mounted(self) -> bool:
-        mounts = _guard("the mount list", self._client.sys.list_mounted_secrets_engines)
+        mounts = self._vault("the mount list", self._client.sys.list_mounted_secrets_engines)
         listed = mounts.get("data", mounts)
         return f"{self.mount}/" in listed
 
@@ -219,7 +290,7 @@ class VaultKeyVault(KeyVault):
                     )
                 # _Refused: someone else enabled it meanwhile ("path is already in use")
                 with contextlib.suppress(_Refused):
-                    _guard(
+                    self._vault(
                         "the transit mount",
                         lambda: self._client.sys.enable_secrets_engine("transit", path=self.mount),
                     )
@@ -246,7 +317,29 @@ class VaultKeyVault(KeyVault):
 
     def _call(self, key_id: str, call: Callable[[], _T]) -> _T:
         self._ensure_mount()
-        return _guard(f"key {key_id!r}", call)
+        return self._vault(f"key {key_id!r}", call)
+
+    def _vault(self, what: str, call: Callable[[], _T]) -> _T:
+        """One Vault call with the current token; refused, it is tried once more when the
+        token file holds another token by then."""
+        if self._tokens is not None:
+            self._client.token = self._tokens.current()
+        try:
+            return _guard(what, call)
+        except _Denied as denied:
+            if self._tokens is None or not self._tokens.reload():
+                raise Unavailable(
+                    f"Vault refused Mnemo's token for {what} ({denied.kind})",
+                    code="VAULT_UNAVAILABLE",
+                ) from None
+        self._client.token = self._tokens.current()
+        try:
+            return _guard(what, call)
+        except _Denied as denied:
+            raise Unavailable(
+                f"Vault refused Mnemo's token for {what} ({denied.kind})",
+                code="VAULT_UNAVAILABLE",
+            ) from None
 
     def _with_key(self, key_id: str, call: Callable[[], _T]) -> _T:
         """Run a call that needs the key, creating the key on first use (never after it was
@@ -303,6 +396,14 @@ class _Refused(Exception):
     """Vault refused the request (bad ciphertext, wrong key, a taken path)."""
 
 
+class _Denied(Exception):
+    """Vault refused the token (expired, revoked, or without the needed policy)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
 def _guard(what: str, call: Callable[[], _T]) -> _T:
     """Run one Vault call, translating hvac and transport errors. Messages carry the
     status only: Vault's text can echo request details."""
@@ -320,10 +421,7 @@ def _guard(what: str, call: Callable[[], _T]) -> _T:
             raise _Missing() from None
         raise _Refused() from None
     except (vault_errors.Unauthorized, vault_errors.Forbidden) as exc:
-        raise Unavailable(
-            f"Vault refused Mnemo's token for {what} ({type(exc).__name__})",
-            code="VAULT_UNAVAILABLE",
-        ) from None
+        raise _Denied(type(exc).__name__) from None
     except vault_errors.VaultError as exc:
         raise Unavailable(
             f"Vault failed on {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"

@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 
 from mnemo import telemetry
 from mnemo.bootstrap import build_consumer
-from mnemo.settings import MnemoSettings
+from mnemo.settings import MnemoSettings, UnknownSetting, check_environment
 
 __all__ = ["main"]
 
 
 def main(consumer: str) -> None:
+    try:
+        check_environment()
+    except UnknownSetting as exc:  # a configuration error: exit status 78 (EX_CONFIG)
+        print(
+            f"mnemo-{consumer}: cannot start: configuration error {exc.code}: {exc.message}",
+            file=sys.stderr,
+        )
+        sys.exit(78)
     settings = MnemoSettings()
     if settings.mode == "distributed":
         from mnemo.service.workers import run_worker

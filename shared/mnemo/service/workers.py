@@ -27,8 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from mnemo import telemetry
-from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
-from mnemo.domain.errors import MnemoError, Unavailable
+from mnemo.bootstrap import (
+    Platform,
+    build_distributed,
+    dead_letter_topic,
+    kafka_config,
+    kafka_tls,
+)
+from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.handlers import audit, decay, indexing, registration
 from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
@@ -50,16 +56,19 @@ def _broker_url(settings: MnemoSettings) -> str:
 
 
 def _credentials(settings: MnemoSettings) -> Any:
-    import ssl
-
+    """faust's broker credentials from the same settings (and TLS context) as every other
+    Kafka client of Mnemo."""
     import faust
 
-    context = (
-        ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
-        if settings.kafka_ssl_cafile or "SSL" in settings.kafka_security_protocol
-        else None
-    )
-    if settings.kafka_sasl_mechanism:
+    context = kafka_tls(settings)
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        if not settings.kafka_sasl_mechanism:
+            raise InvalidInput(
+                f"MNEMO_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol} needs "
+                "MNEMO_KAFKA_SASL_MECHANISM",
+                code="KAFKA_SASL_INVALID",
+                field="kafka_sasl_mechanism",
+            )
         return faust.SASLCredentials(
             username=settings.kafka_sasl_username,
             password=(

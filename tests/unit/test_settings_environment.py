@@ -1,0 +1,201 @@
+"""Every MNEMO_* variable is a setting something reads, and any other one stops a start.
+
+The repository is scanned for MNEMO_* names (code, docs, chart, Makefile), so a name used
+anywhere without being declared fails here; each settings field must be read by code."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support import stack_module
+
+from mnemo.cli import cli
+from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.settings import (
+    CLIENT_VARIABLES,
+    CONSUMERS,
+    GatewaySettings,
+    MnemoSettings,
+    UnknownSetting,
+    WorkerSettings,
+    check_environment,
+    declared_environment,
+    known_variables,
+    render_settings_doc,
+    setting_variables,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = re.compile(r"MNEMO_[A-Z0-9_]+")
+TYPO = "MNEMO_KAFKA_BOOTSTRAPS"
+# names the docs and these tests show being refused (each is checked to be refused)
+MISSPELT = {TYPO, "MNEMO_GATEWAY_PROT", "MNEMO_REGISTRAR_KAFKA_BOOTSTRAP"}
+# MNEMO_* words that are not variables: the base error code, and the misspelt examples
+NOT_VARIABLES = {"MNEMO_ERROR", *MISSPELT}
+
+
+def repository_names() -> dict[str, set[str]]:
+    """Each MNEMO_* name in the tracked files, with the files naming it."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    found: dict[str, set[str]] = {}
+    for path in listed:
+        file = REPO / path
+        if not file.is_file() or file.suffix in {".zip", ".png", ".gz"}:
+            continue
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for name in NAME.findall(text):
+            # a prefix quoted on its own (MNEMO_REGISTRAR_) or the head of a pattern
+            if not name.endswith("_") and name not in NOT_VARIABLES:
+                found.setdefault(name, set()).add(path)
+    return found
+
+
+def test_every_mnemo_name_in_the_repository_is_known() -> None:
+    names = repository_names()
+    assert len(names) > 60  # the scan did find the settings
+    known = known_variables()
+    unknown = {
+        n: sorted(files)
+        for n, files in names.items()
+        # a prefix named on its own (MNEMO_QDRANT for every MNEMO_QDRANT_* name) is no variable
+        if n not in known and not any(k.startswith(f"{n}_") for k in known)
+    }
+    assert unknown == {}, "declare these in a settings model or an infra ENVIRONMENT table"
+
+
+@pytest.mark.parametrize("name", sorted(MISSPELT))
+def test_the_misspelt_examples_are_refused(name: str) -> None:
+    with pytest.raises(UnknownSetting):
+        check_environment({name: "x"})
+
+
+def test_an_unknown_variable_is_refused_by_name_without_its_value() -> None:
+    with pytest.raises(UnknownSetting) as refused:
+        check_environment({"MNEMO_MODE": "embedded", TYPO: "s3cret-host:9092", "PATH": "/bin"})
+    assert refused.value.code == "UNKNOWN_SETTING"
+    assert refused.value.field == TYPO
+    assert TYPO in refused.value.message
+    assert "MNEMO_KAFKA_BOOTSTRAP?" in refused.value.message  # the closest known name
+    assert "s3cret" not in str(refused.value)
+
+
+def test_known_variables_pass_whatever_their_case_and_other_prefixes_are_ignored() -> None:
+    check_environment(
+        {
+            "MNEMO_MODE": "distributed",
+            "mnemo_data_dir": "/tmp/x",  # the settings read names without case
+            "MNEMO_INDEXER_BATCH_SIZE": "8",
+            "MNEMO_GATEWAY_PORT": "8080",
+            "MNEMO_API_KEY": "k",
+            "OTEL_SERVICE_NAME": "x",
+            "VAULT_CACERT": "/ca.pem",
+            "MNEMOSYNE": "not our prefix",
+        }
+    )
+    with pytest.raises(UnknownSetting):
+        check_environment({"MNEMO_GATEWAY_PROT": "8080"})
+    with pytest.raises(UnknownSetting):  # a consumer prefix takes only WorkerSettings' fields
+        check_environment({"MNEMO_REGISTRAR_KAFKA_BOOTSTRAP": "x"})
+
+
+def test_the_worker_prefixes_are_the_consumers() -> None:
+    handlers = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+    assert sorted(CONSUMERS) == sorted(handlers)
+    for consumer in CONSUMERS:
+        for field in WorkerSettings.model_fields:
+            assert f"MNEMO_{consumer}_{field}".upper() in setting_variables()
+
+
+def test_the_client_variables_are_the_cli_options() -> None:
+    envvars = {p.envvar for p in cli.params if getattr(p, "envvar", None)}
+    assert envvars == set(CLIENT_VARIABLES)
+    mcp = (REPO / "shared" / "mnemo" / "mcp_server.py").read_text(encoding="utf-8")
+    assert set(NAME.findall(mcp)) <= set(CLIENT_VARIABLES)
+
+
+def test_every_setting_is_read_by_code() -> None:
+    """A field that nothing reads is a setting the chart or docs could name in vain."""
+    sources = [
+        p
+        for root in ("shared", "services")
+        for p in (REPO / root).rglob("*.py")
+        if p.name != "settings.py"
+    ]
+    code = "\n".join(p.read_text(encoding="utf-8") for p in sources)
+    for model in (MnemoSettings, GatewaySettings, WorkerSettings):
+        for field in model.model_fields:
+            assert re.search(rf"\.{field}\b", code), f"{model.__name__}.{field} is never read"
+
+
+INFRA = ("services.py", "stack.py", "helm.py")
+
+
+def infra_declared() -> dict[str, str]:
+    declared: dict[str, str] = {}
+    for script in INFRA:
+        declared.update(declared_environment(REPO / "infra" / script))
+    return declared
+
+
+@pytest.mark.parametrize("script", INFRA)
+def test_each_infra_script_declares_every_variable_it_names(script: str) -> None:
+    """A script names its own variables in its ENVIRONMENT table; it may name another
+    script's (stack.py keeps services.py's from Mnemo's processes)."""
+    path = REPO / "infra" / script
+    assert declared_environment(path), f"{script} has no ENVIRONMENT table"
+    # Mnemo's own settings (passed on) and the client's variables (in hints) are known anyway
+    named = {n for n in NAME.findall(path.read_text(encoding="utf-8")) if not n.endswith("_")}
+    own = named - set(setting_variables()) - set(CLIENT_VARIABLES)
+    assert own <= set(infra_declared()), sorted(own - set(infra_declared()))
+    assert set(infra_declared()) <= set(known_variables())
+
+
+def test_the_stack_keeps_exactly_the_infra_only_variables_from_mnemo_processes() -> None:
+    """What stack.py strips from its components' environment is what only the infra scripts
+    read: nothing a Mnemo process reads, nothing an infra script reads forgotten."""
+    stack = stack_module()
+    infra_only = set(infra_declared()) - set(setting_variables()) - {stack.TAG}
+    infra_only -= set(declared_environment(REPO / "infra" / "helm.py"))
+    assert set(stack.INFRA_ONLY) == infra_only
+
+
+def test_the_settings_table_in_the_docs_is_generated_from_the_models() -> None:
+    doc = REPO / "docs" / "settings.md"
+    current = doc.read_text(encoding="utf-8")
+    assert render_settings_doc(current) == current, "run `make settings-doc`"
+    for name in setting_variables():
+        if not any(name.startswith(f"MNEMO_{c.upper()}_") for c in CONSUMERS):
+            assert f"`{name}`" in current
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "mnemo_gateway"],
+        ["-m", "mnemo_registrar"],
+        ["-m", "mnemo_indexer"],
+        ["-m", "mnemo.cli", "status"],
+    ],
+    ids=["gateway", "registrar", "indexer", "cli"],
+)
+def test_a_process_does_not_start_with_a_misspelt_setting(
+    command: list[str], tmp_path: Path
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MNEMO_DATA_DIR": str(tmp_path), TYPO: "kafka:9092"}
+    done = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 78, done.stderr  # EX_CONFIG, like every configuration error
+    assert "UNKNOWN_SETTING" in done.stderr
+    assert TYPO in done.stderr
+    assert "kafka:9092" not in done.stderr + done.stdout
+    assert not any(tmp_path.iterdir())  # nothing was started or written
