@@ -60,7 +60,7 @@ from mnemo.domain.projection import (
     SetStatus,
     Write,
 )
-from mnemo.domain.rules import RuleSet, zone_of
+from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.handlers import Decision, emit
 
@@ -203,6 +203,48 @@ def _register(
     decision.writes.append(
         _outcome(event, index, kind, memory_id=memory.memory_id, version=memory.version)
     )
+    return decision
+
+
+class _StreamView:
+    """The stream's current memories, as the rules see them for corrections and negations."""
+
+    def __init__(self, state: RegistrationState, tenant: str, stream: str) -> None:
+        self.state, self.tenant, self.stream = state, tenant, stream
+
+    def current_for_key(self, key: str) -> Memory | None:
+        return self.state.current_for_key(self.tenant, self.stream, key)
+
+    def active(self) -> Sequence[Memory]:
+        return [
+            m
+            for m in self.state.stream_memories(self.tenant, self.stream)
+            if m.status is MemoryStatus.ACTIVE
+        ]
+
+
+def _retire(
+    event: Envelope, state: RegistrationState, match: RuleMatch, registered: Decision
+) -> Decision:
+    """A negation ends the memories of the same value it negates ("I no longer drink
+    coffee" retires likes=coffee): superseded by the negation, and kept in history."""
+    decision = Decision()
+    new = next((w.memory for w in registered.writes if isinstance(w, PutMemory)), None)
+    if new is None:  # a duplicate or a rejection: nothing new to supersede with
+        return decision
+    for memory_id in match.retires:
+        old = state.get(event.tenant, memory_id)
+        if old is None or old.status is not MemoryStatus.ACTIVE or old.key is None:
+            continue
+        decision.events.append(
+            emit(
+                event,
+                MemorySuperseded(memory_id=memory_id, superseded_by=new.memory_id, key=old.key),
+                CONSUMER,
+                memory_id,
+            )
+        )
+        decision.writes.append(SetStatus(event.tenant, memory_id, MemoryStatus.SUPERSEDED))
     return decision
 
 
@@ -392,11 +434,17 @@ def replay(event: Envelope, prior: Sequence[Envelope], state: RegistrationState)
 
 
 def handle(
-    event: Envelope, state: RegistrationState, rules: RuleSet, prior: Sequence[Envelope] = ()
+    event: Envelope,
+    state: RegistrationState,
+    rules: RuleSet,
+    prior: Sequence[Envelope] = (),
+    selector: ExampleSelector | None = None,
 ) -> Decision:
     """Registration's decision for one event of the log. `prior` holds the facts it
     recorded for this event before (on a redelivery or a rebuild); those are projected
-    again rather than decided anew."""
+    again rather than decided anew. `selector` ranks the rules whose examples an utterance
+    is close to (the platform measures it with its embedder); without one, only the rules'
+    patterns trigger."""
     if event.type not in _HANDLED:
         return Decision()
     if prior:
@@ -415,16 +463,29 @@ def handle(
                 ]
             )
         try:
-            matches = rules.match(payload.text, event.occurred_at, payload.timezone)
+            reading = rules.read(
+                payload.text,
+                event.occurred_at,
+                payload.timezone,
+                selector=selector,
+                stream=_StreamView(state, event.tenant, event.stream),
+            )
         except ValueError as exc:
             return _reject(event, 0, "INVALID_TIMEZONE", str(exc))
-        if not matches:
+        if not reading.matches:
+            reason = reading.reason.value if reading.reason else "NO_RULE_MATCHED"
             return Decision(
-                writes=[_outcome(event, 0, OutcomeKind.IGNORED, reason_code="NO_RULE_MATCHED")]
+                writes=[
+                    _outcome(
+                        event, 0, OutcomeKind.IGNORED, reason_code=reason, detail=reading.detail
+                    )
+                ]
             )
         decision = Decision()
-        for index, match in enumerate(matches):
-            decision.extend(_register(event, state, match.draft, index, match.rule_id))
+        for index, match in enumerate(reading.matches):
+            registered = _register(event, state, match.draft, index, match.rule_id)
+            decision.extend(registered)
+            decision.extend(_retire(event, state, match, registered))
         return decision
     if isinstance(payload, ForgetRequested):
         return _forget(event, state, payload)
