@@ -45,7 +45,15 @@ from mnemo.domain.events import (
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
-from mnemo.domain.memory import Memory, MemoryDraft, MemoryStatus, content_hash, expiry
+from mnemo.domain.memory import (
+    Memory,
+    MemoryDraft,
+    MemoryStatus,
+    MemoryType,
+    content_hash,
+    expiry,
+    occurrence_hash,
+)
 from mnemo.domain.pii import placeholder_refs
 from mnemo.domain.projection import (
     BumpStats,
@@ -137,6 +145,11 @@ def _register(
             event, index, "ALREADY_EXPIRED", "the memory's validity ends before it began"
         )
     digest = content_hash(draft)
+    if draft.type is MemoryType.HISTORY:
+        # a conversation repeats itself ("Thanks!" in two sessions): each occurrence is a
+        # memory of its own; only the same turn at the same instant (a re-import) is a
+        # duplicate. Declared memories of other types deduplicate on content alone.
+        digest = occurrence_hash(digest, event.occurred_at)
     existing = state.find_by_hash(event.tenant, event.stream, digest)
     if existing is not None:
         return Decision(
