@@ -98,7 +98,10 @@ def event(
 
 
 def observe(text: str, **kw: Any) -> Envelope:
-    payload = {"text": text, **{k: v for k, v in kw.items() if k in ("kind", "timezone")}}
+    payload = {
+        "text": text,
+        **{k: v for k, v in kw.items() if k in ("kind", "timezone", "speaker")},
+    }
     return event(
         "ObservationRecorded", payload, version=2, **{k: v for k, v in kw.items() if k == "at"}
     )

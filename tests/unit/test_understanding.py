@@ -266,3 +266,37 @@ def test_an_operator_file_extends_the_defaults(tmp_path: Path) -> None:
 def test_inconsistent_rules_are_refused(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RegistrationRule.model_validate({"id": "r", "type": "preference", "key": "k", **fields})
+
+
+# ---- conversation turns ----------------------------------------------------------------
+
+
+def test_a_turn_is_kept_as_history_whatever_the_rules_make_of_it() -> None:
+    state = DictState()
+    plain = run(state, "好的，谢谢", kind="turn", speaker="客户")
+    [history] = registered(plain)
+    assert (history.type, history.content) == (MemoryType.HISTORY, "客户: 好的，谢谢")
+    assert [
+        (w.outcome.index, w.outcome.kind) for w in plain.writes if isinstance(w, PutOutcome)
+    ] == [(0, OutcomeKind.REGISTERED)]
+    # a turn that states a preference: the turn, then the preference
+    stated = run(state, "我一般穿加大码", kind="turn", at=T0 + timedelta(minutes=1))
+    memories = registered(stated)
+    assert [(m.type, m.key, m.value) for m in memories] == [
+        (MemoryType.HISTORY, None, None),
+        (MemoryType.PREFERENCE, "size", "XL"),
+    ]
+    # a turn that looked like a memory but yielded none says why, after the history
+    missed = run(state, "actually, make it a boat", kind="turn", at=T0 + timedelta(minutes=2))
+    found = [
+        (w.outcome.index, w.outcome.kind, w.outcome.reason_code)
+        for w in missed.writes
+        if isinstance(w, PutOutcome)
+    ]
+    assert found == [
+        (0, OutcomeKind.REGISTERED, None),
+        (1, OutcomeKind.IGNORED, Reason.TARGET_NOT_FOUND.value),
+    ]
+    # the same words in another session are another occurrence
+    again = run(state, "好的，谢谢", kind="turn", speaker="客户", at=T0 + timedelta(days=2))
+    assert outcome(again)[0] is OutcomeKind.REGISTERED

@@ -219,6 +219,55 @@ def _register(
     return decision
 
 
+def _turn(
+    event: Envelope,
+    state: RegistrationState,
+    rules: RuleSet,
+    payload: ObservationRecorded,
+    selector: ExampleSelector | None,
+) -> Decision:
+    """A conversation turn is kept as a history memory (index 0) whatever the rules make of
+    it; what they extract follows (index 1 on). An utterance that looked like a memory but
+    yielded none adds an `ignored` outcome with its reason, so the agent can act on it."""
+    text = f"{payload.speaker}: {payload.text}" if payload.speaker else payload.text
+    draft = MemoryDraft(
+        type=MemoryType.HISTORY,
+        content=text,
+        timezone=payload.timezone,
+        tags=("turn",),
+    )
+    decision = _register(event, state, draft, 0, None)
+    try:
+        reading = rules.read(
+            payload.text,
+            event.occurred_at,
+            payload.timezone,
+            selector=selector,
+            stream=_StreamView(state, event.tenant, event.stream),
+        )
+    except ValueError:
+        return decision  # the history memory was already refused with INVALID_TIMEZONE
+    for index, match in enumerate(reading.matches, start=1):
+        registered = _register(event, state, match.draft, index, match.rule_id)
+        decision.extend(registered)
+        decision.extend(_retire(event, state, match, registered))
+    if not reading.matches and reading.reason is not None and reading.reason.value in MISSED:
+        decision.writes.append(
+            _outcome(
+                event,
+                1,
+                OutcomeKind.IGNORED,
+                reason_code=reading.reason.value,
+                detail=reading.detail,
+            )
+        )
+    return decision
+
+
+# reasons that say an utterance looked like a memory that registration could not complete
+MISSED = frozenset({"VALUE_NOT_FOUND", "TARGET_NOT_FOUND", "REQUEST_NOT_UNDERSTOOD"})
+
+
 class _StreamView:
     """The stream's current memories, as the rules see them for corrections and negations."""
 
@@ -475,6 +524,8 @@ def handle(
                     _outcome(event, 0, OutcomeKind.IGNORED, reason_code="ACTION_NOT_REMEMBERED")
                 ]
             )
+        if payload.kind == "turn":
+            return _turn(event, state, rules, payload, selector)
         try:
             reading = rules.read(
                 payload.text,

@@ -31,6 +31,7 @@ from mnemo.domain.projection import (
 from mnemo.domain.sealed import without_secrets
 from mnemo.handlers import audit, timeline
 from mnemo.handlers.decay import decayed_weight
+from mnemo.handlers.registration import MISSED
 from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
 from mnemo.service.app import RequestContext
 
@@ -204,7 +205,7 @@ class Rejection:
 
 # Ignored utterances the console lists with the rejections: each looked like a memory that
 # registration could not complete, so the agent (or an operator) has something to act on.
-MISSED_MEMORY_CODES = frozenset({"VALUE_NOT_FOUND", "TARGET_NOT_FOUND", "REQUEST_NOT_UNDERSTOOD"})
+MISSED_MEMORY_CODES = MISSED
 
 
 @dataclass(frozen=True, slots=True)
