@@ -275,6 +275,33 @@ _TIME_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _FROM_TEXT_FALLBACK = "24h"
 _KEY_JUNK = re.compile(r"[^\w.-]+")
+# sentence-final particles that are not part of a value: 换成XL吧, 改成M的, 不要葱了
+_PARTICLES = re.compile(r"[吧了呢啊呀哦的嘛]+$")
+_QUESTION = re.compile(r"[?？]\s*$|吗\s*[?？]")
+
+
+_SOMEONE_ELSE = re.compile(
+    r"^\s*(?:他|她|他们|她们|我(?:的)?(?:妈妈|妈|爸爸|爸|朋友|同事|妹妹|姐姐|哥哥|弟弟|老婆|老公|"
+    r"孩子|儿子|女儿|父母|家人|领导|老板))|"
+    r"^\s*(?:he|she|they|my\s+(?:\w+\s+)?(?:mom|mother|dad|father|friend|brother|sister|wife|"
+    r"husband|son|daughter|kids?|parents|colleague|boss|partner))\b",
+    re.IGNORECASE,
+)
+
+
+def _about_someone_else(text: str) -> bool:
+    """An utterance whose subject is another person: what it says is not the user's own
+    preference or fact. Examples never select a rule for one (an explicit pattern, such
+    as "remember my wife's name is Anna", still can)."""
+    return bool(_SOMEONE_ELSE.search(text))
+
+
+def _is_question(text: str) -> bool:
+    """A question asks; what its words resemble is not stated. Examples never select a
+    rule for one (a pattern still can: "could you reply in English?")."""
+    return bool(_QUESTION.search(text))
+
+
 _VALUE_TRIM = "。.!！?？,，;；、 "
 
 
@@ -460,6 +487,8 @@ class RuleSet:
 
     def normalized(self, rule: RegistrationRule, value: str) -> str:
         value = value.strip().rstrip(_VALUE_TRIM).strip()
+        if rule.shape is not None or rule.kind is RuleKind.NEGATION:
+            value = _PARTICLES.sub("", value).rstrip(_VALUE_TRIM).strip() or value
         for step in rule.normalize:
             if step == "number" and self._numbers is not None:
                 value = self._numbers(value)
@@ -479,8 +508,32 @@ class RuleSet:
         stream: StreamView,
         via: Literal["pattern", "examples"],
     ) -> RuleMatch | tuple[Reason, str]:
-        groups = {k: v.strip() for k, v in hit.groupdict().items() if v is not None}
+        """A rule's memory from its match, or why there is none. A value the memory model
+        refuses (too long, say) or a template that cannot be filled is reported as the
+        rule's failure to find a value, never as another kind of error."""
+        try:
+            return self._build_one(rule, hit, text, occurred_at, zone_name, stream, via)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0][:200]
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} could not make a memory: {first}")
+
+    def _build_one(
+        self,
+        rule: RegistrationRule,
+        hit: PatternMatch,
+        text: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        stream: StreamView,
+        via: Literal["pattern", "examples"],
+    ) -> RuleMatch | tuple[Reason, str]:
+        # an optional group that took no part in the match fills its templates with ""
+        groups = {k: (v or "").strip() for k, v in hit.groupdict().items()}
         raw = _fill(rule.value, groups) if "value" in groups or rule.value != "{value}" else ""
+        if via == "examples" and _is_question(text):
+            return (Reason.NO_RULE_MATCHED, "a question states nothing to remember")
+        if via == "examples" and _about_someone_else(text):
+            return (Reason.NO_RULE_MATCHED, "it is about someone else, not the user")
         if rule.kind is RuleKind.CORRECTION:
             return self._correction(rule, raw, text, occurred_at, zone_name, stream, via)
         if rule.key is None or rule.type is None:  # guarded by the model validator

@@ -238,15 +238,16 @@ def _turn(
     )
     decision = _register(event, state, draft, 0, None)
     try:
-        reading = rules.read(
-            payload.text,
-            event.occurred_at,
-            payload.timezone,
-            selector=selector,
-            stream=_StreamView(state, event.tenant, event.stream),
-        )
+        zone_of(payload.timezone)
     except ValueError:
         return decision  # the history memory was already refused with INVALID_TIMEZONE
+    reading = rules.read(
+        payload.text,
+        event.occurred_at,
+        payload.timezone,
+        selector=selector,
+        stream=_StreamView(state, event.tenant, event.stream),
+    )
     for index, match in enumerate(reading.matches, start=1):
         registered = _register(event, state, match.draft, index, match.rule_id)
         decision.extend(registered)
@@ -527,15 +528,16 @@ def handle(
         if payload.kind == "turn":
             return _turn(event, state, rules, payload, selector)
         try:
-            reading = rules.read(
-                payload.text,
-                event.occurred_at,
-                payload.timezone,
-                selector=selector,
-                stream=_StreamView(state, event.tenant, event.stream),
-            )
+            zone_of(payload.timezone)
         except ValueError as exc:
             return _reject(event, 0, "INVALID_TIMEZONE", str(exc))
+        reading = rules.read(
+            payload.text,
+            event.occurred_at,
+            payload.timezone,
+            selector=selector,
+            stream=_StreamView(state, event.tenant, event.stream),
+        )
         if not reading.matches:
             reason = reading.reason.value if reading.reason else "NO_RULE_MATCHED"
             return Decision(
