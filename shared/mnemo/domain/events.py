@@ -304,6 +304,11 @@ class ContextAssembled(EventPayload):
     tokenizer: str
     truncated: tuple[str, ...] = Field(default=(), description="memory ids cut for the budget")
     left_out: tuple[str, ...] = Field(default=(), description="'memory_id:reason' for the rest")
+    conflicts: tuple[str, ...] = Field(
+        default=(),
+        description="each conflict between constraints decided: 'kept_id>dropped_id:rule', "
+        "the rule being trust, specificity or recency",
+    )
     response_hash: str | None = None
     as_of: datetime | None = Field(default=None, description="the instant freshness was judged at")
     rendered: str | None = Field(
