@@ -16,6 +16,9 @@ prints a short summary; progress goes to stderr. Sections, in this order:
             freshness at half of it, recovery after a registrar outage, context latency
             at 100k memories (bench/distributed.py; writes DIR/distributed-<time>.json;
             needs Kafka and Cassandra, skipped with a note without them)
+7. registration  precision and recall of registration on the labelled utterances of
+            tests/data/registration, per split, language and kind, with the rules'
+            examples and without them (bench/registration.py; writes DIR/registration.json)
 
 `--only distributed` (or any section list) runs a subset.
 
@@ -56,7 +59,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.corpus import memory_texts, query_texts  # noqa: E402
 
-SECTIONS = ("ingest", "search", "replay", "sync", "encryption", "distributed")
+SECTIONS = ("ingest", "search", "replay", "sync", "encryption", "distributed", "registration")
 CORE = ("ingest", "search", "replay", "sync", "encryption")
 
 
@@ -496,6 +499,14 @@ def main(argv: list[str] | None = None) -> int:
             progress("bench", f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    if "registration" in args.sections:
+        from bench.registration import main as registration_main
+
+        t0 = time.perf_counter()
+        progress("registration", "the labelled utterances, with and without rule examples")
+        registration_main(["--out", str(args.out)])
+        elapsed["registration"] = time.perf_counter() - t0
 
     if args.locomo is not None:
         from bench.locomo import main as locomo_main

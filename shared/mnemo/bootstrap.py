@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -55,14 +55,51 @@ __all__ = ["Platform", "build_embedded", "load_rules"]
 log = logging.getLogger("mnemo.bootstrap")
 
 
-def load_rules(path: Path | None = None) -> RuleSet:
-    """Registration rules from a YAML file, or Mnemo's defaults."""
+_RULE_FILE_KEYS = {"rules", "cues", "ignore_examples", "similarity", "extends"}
+
+
+def _rule_file(path: Path | None) -> dict[str, Any]:
     if path is None:
         text = resources.files("mnemo").joinpath("rules/default.yaml").read_text(encoding="utf-8")
     else:
         text = path.read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
-    return RuleSet([RegistrationRule.model_validate(r) for r in data.get("rules", [])])
+    if not isinstance(data, dict):
+        raise ValueError(f"{path or 'default rules'}: the top level must be a mapping")
+    unknown = set(data) - _RULE_FILE_KEYS
+    if unknown:
+        raise ValueError(f"{path or 'default rules'}: unknown keys {sorted(unknown)}")
+    if data.get("extends") not in (None, "default"):
+        raise ValueError(f"{path}: extends may only name 'default'")
+    return data
+
+
+def load_rules(path: Path | None = None) -> RuleSet:
+    """Registration rules from a YAML file, or Mnemo's defaults. A file with
+    `extends: default` adds its rules, cues and examples in front of the defaults'."""
+    from mnemo.adapters.cn2an_numbers import arabic_numerals
+
+    data = _rule_file(path)
+    layers = [data]
+    if path is not None and data.get("extends") == "default":
+        layers.append(_rule_file(None))
+    rules: list[dict[str, Any]] = []
+    cues: list[str] = []
+    ignore: list[str] = []
+    similarity: dict[str, float] = {}
+    for layer in reversed(layers):  # the file's own settings override the defaults'
+        similarity.update(layer.get("similarity") or {})
+    for layer in layers:
+        rules += layer.get("rules") or []
+        cues += layer.get("cues") or []
+        ignore += layer.get("ignore_examples") or []
+    return RuleSet(
+        [RegistrationRule.model_validate(r) for r in rules],
+        cues=cues,
+        ignore_examples=ignore,
+        similarity=similarity,
+        numbers=arabic_numerals,
+    )
 
 
 def load_decay_policy(path: Path | None = None) -> DecayPolicy:

@@ -673,6 +673,23 @@ def declared_event(stream: str, memory: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def turn_event(
+    stream: str, text: str, *, speaker: str | None, occurred_at: str | None
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"text": text, "kind": "turn"}
+    if speaker is not None:
+        payload["speaker"] = speaker
+    event: dict[str, Any] = {
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "stream": stream,
+        "payload": payload,
+    }
+    if occurred_at is not None:
+        event["occurred_at"] = occurred_at
+    return event
+
+
 def publish_one(state: State, event: Mapping[str, Any]) -> None:
     """Publish one event, wait for its registration, print what became of it."""
     answer = state.api.call("POST", "/v1/events", params={"wait": "registered"}, body=event)
@@ -700,10 +717,38 @@ def render_one(answer: Mapping[str, Any]) -> None:
     help="Declare a memory of this type with TEXT as its content, instead of letting the "
     "registration rules read TEXT as an observation.",
 )
+@click.option(
+    "--turn",
+    is_flag=True,
+    help="TEXT is a turn of a conversation: always kept as a history memory, and read by "
+    "the rules too.",
+)
+@click.option("--speaker", default=None, help="With --turn: who said it.")
+@click.option(
+    "--at",
+    "occurred_at",
+    default=None,
+    help="With --turn: when it was said (ISO 8601 with an offset), for imported conversations.",
+)
 @pass_state
-def remember(state: State, text: str, stream: str, memory_type: str | None) -> None:
-    """Record TEXT as an observation (or declare it with --type) and show the outcome."""
-    if memory_type is not None:
+def remember(
+    state: State,
+    text: str,
+    stream: str,
+    memory_type: str | None,
+    turn: bool,
+    speaker: str | None,
+    occurred_at: str | None,
+) -> None:
+    """Record TEXT as an observation (or declare it with --type, or record a conversation
+    turn with --turn) and show the outcome."""
+    if (speaker is not None or occurred_at is not None) and not turn:
+        raise click.UsageError("--speaker and --at go with --turn")
+    if turn and memory_type is not None:
+        raise click.UsageError("--turn and --type do not go together")
+    if turn:
+        event = turn_event(stream, text, speaker=speaker, occurred_at=occurred_at)
+    elif memory_type is not None:
         event = declared_event(stream, {"type": memory_type, "content": text})
     else:
         event = {

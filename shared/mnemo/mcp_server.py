@@ -23,6 +23,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import httpx
@@ -205,6 +206,27 @@ class RememberOut(BaseModel):
     detail: str | None = None
 
 
+class ExtractedOut(BaseModel):
+    index: int = Field(description="1 on: what the registration rules made of the turn")
+    outcome: str = Field(description="registered, superseded, duplicate, rejected or ignored")
+    memory_id: str | None = None
+    reason_code: str | None = Field(
+        default=None,
+        description="why nothing was remembered: VALUE_NOT_FOUND (ask for the value), "
+        "TARGET_NOT_FOUND (ask what to change), REQUEST_NOT_UNDERSTOOD (declare it)",
+    )
+    detail: str | None = None
+
+
+class TurnOut(BaseModel):
+    event_id: str = Field(description="the ObservationRecorded event (the idempotency key)")
+    memory_id: str | None = Field(description="the history memory of the turn; null if pending")
+    outcome: str = Field(description="registered, duplicate or pending")
+    extracted: list[ExtractedOut] = Field(
+        description="memories the rules extracted from the turn, or why none"
+    )
+
+
 class HitOut(BaseModel):
     memory_id: str
     subject: str
@@ -381,6 +403,55 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 outcome=outcome,
                 version=version,
                 detail=detail,
+            )
+        )
+
+    @server.tool(
+        title="Record a conversation turn",
+        description="Record one turn of a conversation about a subject. It is always kept "
+        "as a history memory; the registration rules also extract preferences, facts, "
+        "corrections and negations from it. Give `occurred_at` when importing a past "
+        "conversation.",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
+    )
+    async def record_turn(
+        subject: Subject,
+        text: Annotated[str, Field(min_length=1, max_length=8_000, description="what was said")],
+        ctx: Context[Any, Any],
+        speaker: Annotated[
+            str | None, Field(min_length=1, max_length=128, description="who said it")
+        ] = None,
+        occurred_at: Annotated[
+            datetime | None, Field(description="when it was said (ISO 8601 with an offset)")
+        ] = None,
+        wait: Annotated[
+            Literal["registered", "indexed"],
+            Field(description="indexed: also searchable when the call returns"),
+        ] = "registered",
+    ) -> Annotated[CallToolResult, TurnOut]:
+        try:
+            result = await upstream.api(ctx).record_turn(
+                subject, text, speaker=speaker, occurred_at=occurred_at, wait=wait
+            )
+            outcome, memory_id, _, _ = _first_outcome(result)
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            TurnOut(
+                event_id=result.accepted[0].event_id,
+                memory_id=memory_id,
+                outcome=outcome,
+                extracted=[
+                    ExtractedOut(
+                        index=o.index,
+                        outcome=o.outcome,
+                        memory_id=o.memory_id,
+                        reason_code=o.reason_code,
+                        detail=o.detail,
+                    )
+                    for o in result.outcomes
+                    if o.index > 0
+                ],
             )
         )
 

@@ -270,6 +270,31 @@ def test_remember_supersedes_and_history_keeps_every_version(
     assert json.loads(got.stdout)["value"] == "XL"
 
 
+def test_remember_turn_keeps_the_turn_as_history_with_its_time(mnemo: Invoke, stream: str) -> None:
+    said = "2026-05-01T09:00:00+00:00"
+    result = mnemo(
+        "--json",
+        "remember",
+        "I usually wear a medium",
+        "--stream",
+        stream,
+        "--turn",
+        "--speaker",
+        "Ana",
+        "--at",
+        said,
+    )
+    assert result.exit_code == 0, result.output
+    outcomes = json.loads(result.stdout)["accepted"][0]["outcomes"]
+    assert outcomes[0]["outcome"] == "registered"
+    turn = json.loads(mnemo("--json", "get", outcomes[0]["memory_id"]).stdout)
+    assert (turn["type"], turn["content"]) == ("history", "Ana: I usually wear a medium")
+    assert turn["created_at"].startswith("2026-05-01T09:00:00")
+    refused = mnemo("remember", "hello", "--stream", stream, "--speaker", "Ana")
+    assert refused.exit_code != 0
+    assert "--turn" in refused.output
+
+
 def test_declare_registers_a_memory_with_its_options(mnemo: Invoke, stream: str) -> None:
     result = mnemo(
         "--json",

@@ -27,7 +27,15 @@ from mnemo.mcp_server import PAGE_BYTES, PAGE_MEMORIES
 
 TENANT = "mcp-test"
 TRANSPORTS = ["stdio", "http"]
-TOOLS = {"remember", "recall", "get_context", "forget", "feedback", "due_verifications"}
+TOOLS = {
+    "remember",
+    "record_turn",
+    "recall",
+    "get_context",
+    "forget",
+    "feedback",
+    "due_verifications",
+}
 UNKNOWN_ID = "01a22b07-8623-7c5d-b658-fa7a79aa796b"
 
 pytestmark = pytest.mark.asyncio
@@ -463,6 +471,36 @@ async def test_http_without_a_valid_key_is_refused_before_mcp(server_url: str) -
     assert (forged.status_code, forged.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
     assert (mismatched.status_code, mismatched.json()["error"]["code"]) == (403, "TENANT_MISMATCH")
     assert admitted.status_code == 200
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_record_turn_keeps_history_and_reports_what_the_rules_made_of_it(
+    server_url: str, transport: str, sdk: MnemoClient
+) -> None:
+    subject = f"user:turns-{transport}"
+    async with connect(server_url, transport) as client:
+        said = "2026-03-02T10:15:00+08:00"
+        first = data(
+            await client.call_tool(
+                "record_turn",
+                {
+                    "subject": subject,
+                    "text": "记住我的尺码是L",
+                    "speaker": "客户",
+                    "occurred_at": said,
+                },
+            )
+        )
+        assert first["outcome"] == "registered"
+        [size] = first["extracted"]
+        assert (size["index"], size["outcome"]) == (1, "registered")
+        history = sdk.get(first["memory_id"])
+        assert (history.type, history.content) == (MemoryType.HISTORY, "客户: 记住我的尺码是L")
+        assert history.created_at.isoformat().startswith("2026-03-02T")
+        thanks = data(
+            await client.call_tool("record_turn", {"subject": subject, "text": "Thanks!"})
+        )
+        assert (thanks["outcome"], thanks["extracted"]) == ("registered", [])
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])

@@ -562,3 +562,15 @@ def test_kafka_publisher_sends_validated_batches_in_order() -> None:
     assert [json.loads(s["value"])["event_id"] for s in producer.sent] == ids
     assert [s["key"] for s in producer.sent] == [b"acme:user:U7892"] * 2
     assert producer.sent[0]["topic"] == "mnemo.events"
+
+
+def test_record_turn_keeps_every_occurrence_as_history(mnemo: MnemoClient) -> None:
+    stream = "user:sdk-turns"
+    first = mnemo.record_turn(stream, "Thanks!", speaker="Ana", occurred_at="2026-01-05T10:00:00Z")
+    second = mnemo.record_turn(stream, "Thanks!", speaker="Ana", occurred_at="2026-02-09T10:00:00Z")
+    ids = [first.outcomes[0].memory_id, second.outcomes[0].memory_id]
+    assert [first.outcomes[0].outcome, second.outcomes[0].outcome] == ["registered", "registered"]
+    assert None not in ids
+    assert len(set(ids)) == 2
+    listed = mnemo.list(stream, types=["history"]).memories
+    assert {m.memory_id for m in listed} == set(ids)  # both visible, months-old dates or not

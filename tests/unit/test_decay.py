@@ -329,3 +329,34 @@ def test_verification_restarts_the_fading_clock() -> None:
 def test_a_policy_with_non_positive_days_is_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         DecayPolicy(verify_after_days={MemoryType.PREFERENCE: 0})
+
+
+def declared_history(text: str, occurred: datetime, sent: datetime) -> Envelope:
+    """A turn of an imported conversation: said at `occurred`, sent to Mnemo at `sent`."""
+    env = Envelope(
+        event_id=new_event_id(sent),
+        type="MemoryDeclared",
+        schema_version=1,
+        tenant="acme",
+        stream="user:U1",
+        occurred_at=occurred,
+        actor=Actor(kind=ActorKind.AGENT, id="importer"),
+        payload={"memory": {"type": "history", "content": text}},
+    )
+    decision = registration.handle(env, NoMemories(), RULES)
+    return next(e for e in decision.events if e.type == "MemoryRegistered")
+
+
+def test_imported_history_is_archived_from_its_arrival_not_its_past_event_time() -> None:
+    said = INSTANT - timedelta(days=200)  # months before it was imported
+    registered = declared_history("Alice: we moved to Lisbon", said, INSTANT)
+    memory = Memory.model_validate(registered.payload["memory"])
+    assert memory.created_at == said  # the real event time is kept
+    assert decay.arrival(memory) == INSTANT.replace(microsecond=0)
+    timers = timers_of(decay.handle(registered, Weights()).writes)
+    assert timers == {"archive": INSTANT + timedelta(days=90)}  # history: 90 days unused
+    # sent when it happened: the event time and the arrival agree
+    live = declared_history("Alice: hello", INSTANT, INSTANT)
+    assert timers_of(decay.handle(live, Weights()).writes)["archive"] == INSTANT + timedelta(
+        days=90
+    )

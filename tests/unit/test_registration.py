@@ -98,7 +98,10 @@ def event(
 
 
 def observe(text: str, **kw: Any) -> Envelope:
-    payload = {"text": text, **{k: v for k, v in kw.items() if k in ("kind", "timezone")}}
+    payload = {
+        "text": text,
+        **{k: v for k, v in kw.items() if k in ("kind", "timezone", "speaker")},
+    }
     return event(
         "ObservationRecorded", payload, version=2, **{k: v for k, v in kw.items() if k == "at"}
     )
@@ -194,6 +197,26 @@ def test_an_exact_duplicate_is_a_no_op() -> None:
     assert again.events == []
     assert outcomes(again) == [(OutcomeKind.DUPLICATE, None)]
     assert len(state.memories) == 1
+
+
+def declare(memory: dict[str, Any], at: datetime) -> Envelope:
+    return event("MemoryDeclared", {"memory": memory}, at=at)
+
+
+def test_repeated_turns_stay_separate_occurrences_while_other_types_deduplicate() -> None:
+    state = DictState()
+    thanks = {"type": "history", "content": "User: Thanks!"}
+    first = run(state, declare(thanks, T0))
+    second = run(state, declare(thanks, T0 + timedelta(days=3)))  # another session
+    assert outcomes(first) == outcomes(second) == [(OutcomeKind.REGISTERED, None)]
+    assert len(state.memories) == 2
+    # the same turn at the same instant, imported again under a new event id: a duplicate
+    assert outcomes(run(state, declare(thanks, T0))) == [(OutcomeKind.DUPLICATE, None)]
+    fact = {"type": "fact", "content": "The user ships to Lisbon."}
+    run(state, declare(fact, T0))
+    again = run(state, declare(fact, T0 + timedelta(days=3)))
+    assert outcomes(again) == [(OutcomeKind.DUPLICATE, None)]
+    assert len(state.memories) == 3
 
 
 def test_redelivery_of_the_same_event_emits_the_same_event_ids() -> None:

@@ -472,6 +472,31 @@ def observation(
     return envelope("ObservationRecorded", 2, stream, payload)
 
 
+def turn(
+    stream: str,
+    text: str,
+    *,
+    speaker: str | None = None,
+    occurred_at: datetime | str | None = None,
+    timezone: str | None = None,
+    language: str | None = None,
+) -> dict[str, Any]:
+    """One turn of a conversation: kept as a history memory, and read by the rules."""
+    payload: dict[str, Any] = {"text": text, "kind": "turn"}
+    if speaker is not None:
+        payload["speaker"] = speaker
+    if timezone is not None:
+        payload["timezone"] = timezone
+    if language is not None:
+        payload["language"] = language
+    event = envelope("ObservationRecorded", 2, stream, payload)
+    if occurred_at is not None:
+        event["occurred_at"] = (
+            occurred_at.isoformat() if isinstance(occurred_at, datetime) else occurred_at
+        )
+    return event
+
+
 def declared(stream: str, memory: Mapping[str, Any]) -> dict[str, Any]:
     return envelope("MemoryDeclared", 1, stream, {"memory": dict(memory)})
 

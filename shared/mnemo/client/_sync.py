@@ -179,6 +179,30 @@ class MnemoClient:
         event = _core.observation(stream, text, kind=kind, timezone=timezone, language=language)
         return self.publish(event, wait=wait)
 
+    def record_turn(
+        self,
+        stream: str,
+        text: str,
+        *,
+        speaker: str | None = None,
+        occurred_at: datetime | str | None = None,
+        timezone: str | None = None,
+        language: str | None = None,
+        wait: Wait = "registered",
+    ) -> PublishResult:
+        """Record one turn of a conversation. It is kept as a history memory (outcome 0)
+        whatever the rules make of it; what they extract follows (outcomes 1 on).
+        `occurred_at`: when it was said (an imported conversation keeps its real dates)."""
+        event = _core.turn(
+            stream,
+            text,
+            speaker=speaker,
+            occurred_at=occurred_at,
+            timezone=timezone,
+            language=language,
+        )
+        return self.publish(event, wait=wait)
+
     def declare(
         self,
         stream: str,

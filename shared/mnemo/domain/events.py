@@ -164,15 +164,23 @@ class ObservationRecordedV1(EventPayload):
 
 
 class ObservationRecorded(EventPayload):
-    """A raw observation (an utterance, an action) for the registration rules to read."""
+    """A raw observation for the registration rules to read: an utterance, an action (never
+    remembered), or a turn of a conversation (always kept as a history memory, and read by
+    the rules as an utterance is)."""
 
     TYPE = "ObservationRecorded"
     VERSION = 2
     SCANNED = ("text",)
     text: str = Field(min_length=1, max_length=8_000)
-    kind: Annotated[str, Field(pattern=r"^(utterance|action)$")] = "utterance"
+    kind: Annotated[str, Field(pattern=r"^(utterance|action|turn)$")] = "utterance"
     timezone: str | None = Field(default=None, max_length=64)
     language: str | None = Field(default=None, max_length=16)
+    speaker: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="turns: who said it; the history memory reads 'speaker: text'",
+    )
 
 
 MemoryId = Annotated[
@@ -296,6 +304,11 @@ class ContextAssembled(EventPayload):
     tokenizer: str
     truncated: tuple[str, ...] = Field(default=(), description="memory ids cut for the budget")
     left_out: tuple[str, ...] = Field(default=(), description="'memory_id:reason' for the rest")
+    conflicts: tuple[str, ...] = Field(
+        default=(),
+        description="each conflict between constraints decided: 'kept_id>dropped_id:rule', "
+        "the rule being trust, specificity or recency",
+    )
     response_hash: str | None = None
     as_of: datetime | None = Field(default=None, description="the instant freshness was judged at")
     rendered: str | None = Field(

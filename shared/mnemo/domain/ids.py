@@ -6,9 +6,16 @@ import hashlib
 import os
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
-__all__ = ["TENANT_RE", "derived_id", "new_event_id", "uuid7_at", "valid_tenant"]
+__all__ = [
+    "TENANT_RE",
+    "derived_id",
+    "id_time",
+    "new_event_id",
+    "uuid7_at",
+    "valid_tenant",
+]
 
 TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 STREAM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -50,3 +57,15 @@ def derived_id(at: datetime, *parts: str) -> str:
     """
     digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
     return str(uuid7_at(int(at.timestamp() * 1000), digest, version=8))
+
+
+def id_time(event_id: str) -> datetime | None:
+    """The instant stamped in a time-ordered id (UUIDv7, or a derived v8), to the
+    millisecond; None for an id of another kind."""
+    try:
+        value = uuid.UUID(event_id)
+    except ValueError:
+        return None
+    if value.version not in (7, 8):
+        return None
+    return datetime.fromtimestamp((value.int >> 80) / 1000, UTC)

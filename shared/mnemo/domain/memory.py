@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
@@ -32,6 +32,7 @@ __all__ = [
     "Provenance",
     "Scope",
     "content_hash",
+    "occurrence_hash",
 ]
 
 MAX_SEMANTIC_WEIGHT = 0.99
@@ -264,6 +265,13 @@ def content_hash(draft: MemoryDraft) -> str:
         ",".join(draft.tags),
     ]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def occurrence_hash(digest: str, occurred_at: datetime) -> str:
+    """A content hash that also says when it was said: what a history memory (one turn of
+    a conversation) deduplicates on."""
+    instant = occurred_at.astimezone(UTC).isoformat()
+    return hashlib.sha256(f"{digest}\x1f{instant}".encode()).hexdigest()[:32]
 
 
 def expiry(draft: MemoryDraft, occurred_at: datetime) -> datetime | None:

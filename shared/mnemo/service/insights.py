@@ -31,6 +31,7 @@ from mnemo.domain.projection import (
 from mnemo.domain.sealed import without_secrets
 from mnemo.handlers import audit, timeline
 from mnemo.handlers.decay import decayed_weight
+from mnemo.handlers.registration import MISSED
 from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
 from mnemo.service.app import RequestContext
 
@@ -199,6 +200,12 @@ class Rejection:
     index: int
     reason_code: str
     detail: str | None
+    outcome: str = "rejected"  # or "ignored": an utterance that looked like a memory
+
+
+# Ignored utterances the console lists with the rejections: each looked like a memory that
+# registration could not complete, so the agent (or an operator) has something to act on.
+MISSED_MEMORY_CODES = MISSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,7 +490,9 @@ class Insights:
     # ---- rejections and dead letters ------------------------------------------------------------
 
     def rejections(self, ctx: RequestContext, limit: int = 100) -> RejectionPage:
-        """Published events that registration rejected, newest first, with reason codes.
+        """Published events that registration rejected, and utterances that looked like a
+        memory it could not complete (ignored with a MISSED_MEMORY_CODES reason), newest
+        first, with reason codes.
 
         Looks at the newest MAX_SCAN offsets of the log; `complete` says whether that
         reached its start."""
@@ -495,9 +504,12 @@ class Insights:
             if model is None or not model.PUBLIC:
                 return False
             hits = [
-                Rejection(bare_event(e), o.index, o.reason_code or "UNKNOWN", o.detail)
+                Rejection(
+                    bare_event(e), o.index, o.reason_code or "UNKNOWN", o.detail, o.kind.value
+                )
                 for o in self.store.outcome(ctx.tenant, e.envelope.event_id)
                 if o.kind is OutcomeKind.REJECTED
+                or (o.kind is OutcomeKind.IGNORED and o.reason_code in MISSED_MEMORY_CODES)
             ]
             found.extend(hits)
             return bool(hits)

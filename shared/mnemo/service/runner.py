@@ -28,6 +28,7 @@ from mnemo.ports import (
     VectorIndex,
     VectorPoint,
 )
+from mnemo.service.examples import EmbeddingSelector
 
 __all__ = ["CONSUMERS", "EmbeddedRunner"]
 
@@ -60,6 +61,7 @@ class EmbeddedRunner:
         self.embedder = embedder
         self.clock = clock
         self.rules = rules
+        self.selector = EmbeddingSelector(rules, embedder)
         self.batch_size = batch_size
         self.embed_batch = embed_batch
         self.poll_seconds = poll_seconds
@@ -124,7 +126,7 @@ class EmbeddedRunner:
                     and e.envelope.actor.id == registration.CONSUMER
                     and e.envelope.event_id[14] == "8"  # a derived id: no publisher can hold one
                 ]
-            return registration.handle(env, tx, self.rules, prior)
+            return registration.handle(env, tx, self.rules, prior, self.selector)
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
             # the outcome says what happened, so it can be replayed once fixed

@@ -540,7 +540,7 @@
           h("td", { class: "when", text: when(r.occurred_at) }),
           h("td", { text: `${r.event_type} #${r.index}` }),
           h("td", { text: r.stream }),
-          h("td", {}, h("span", { class: "reason", text: r.reason_code })),
+          h("td", {}, h("span", { class: "reason", text: r.outcome === "ignored" ? `${r.reason_code} (not remembered)` : r.reason_code })),
           h("td", { text: r.detail || "" })),
       );
     }

@@ -286,6 +286,11 @@ class RejectionOut(BaseModel):
     occurred_at: datetime
     actor: str
     index: int = Field(description="which memory of the event")
+    outcome: str = Field(
+        default="rejected",
+        description="rejected, or ignored: an utterance that looked like a memory but "
+        "yielded none (VALUE_NOT_FOUND, TARGET_NOT_FOUND, REQUEST_NOT_UNDERSTOOD)",
+    )
     reason_code: str
     detail: str | None
 
@@ -438,6 +443,7 @@ def rejections(
                 occurred_at=r.event.envelope.occurred_at,
                 actor=r.event.envelope.actor.id,
                 index=r.index,
+                outcome=r.outcome,
                 reason_code=r.reason_code,
                 detail=r.detail,
             )

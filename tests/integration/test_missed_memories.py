@@ -1,0 +1,35 @@
+"""An utterance that looks like a memory but yields none is reported with its reason code,
+through the outcome API and the console's rejections list, on the embedded platform."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mnemo.bootstrap import Platform
+from mnemo.service.app import RequestContext
+from mnemo.service.insights import Insights
+
+
+def observation(text: str) -> dict[str, Any]:
+    return {
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "stream": "user:U1",
+        "payload": {"text": text},
+    }
+
+
+def test_missed_memories_show_in_the_outcome_and_the_console(platform: Platform) -> None:
+    ctx = RequestContext("acme", "agent")
+    texts = ["记住这个，下次要用", "actually, make it XL", "谢谢！", "remember my size is L"]
+    accepted = platform.app.publish(ctx, [observation(t) for t in texts]).accepted
+    platform.runner.drain()
+    codes = [platform.app.outcome(ctx, a.event_id)[0].reason_code for a in accepted]
+    # the correction comes before any size is known: of what, the agent must ask
+    assert codes == ["REQUEST_NOT_UNDERSTOOD", "TARGET_NOT_FOUND", "NO_RULE_MATCHED", None]
+    page = Insights(platform.log, platform.store, platform.app.clock).rejections(ctx)
+    listed = [(r.event.envelope.event_id, r.outcome, r.reason_code) for r in page.rejections]
+    assert listed == [
+        (accepted[1].event_id, "ignored", "TARGET_NOT_FOUND"),
+        (accepted[0].event_id, "ignored", "REQUEST_NOT_UNDERSTOOD"),
+    ]

@@ -1,0 +1,115 @@
+"""Conflicts between constraints without keys: the same matter (similar texts, the same
+quantity or action) with incompatible values, decided by trust, specificity, recency."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mnemo.adapters.hashing_embedder import HashingEmbedder
+from mnemo.domain.conflicts import claim_of, find_conflicts
+from mnemo.domain.memory import Memory, MemoryType, Provenance, Scope
+from mnemo.service.context import CONFLICT_SIMILARITY
+
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+EMBEDDER = HashingEmbedder()
+THRESHOLD = CONFLICT_SIMILARITY["hashing"]
+
+
+def constraint(
+    text: str,
+    n: int,
+    *,
+    trust: float = 0.5,
+    scope: Scope = Scope.USER,
+    at: datetime = T0,
+    tags: tuple[str, ...] = (),
+) -> Memory:
+    return Memory(
+        memory_id=f"01a22b37-0000-7000-8000-{n:012d}",
+        tenant="acme",
+        stream="user:U1",
+        type=MemoryType.CONSTRAINT,
+        scope=scope,
+        content=text,
+        tags=tags,
+        provenance=Provenance(trust=trust),
+        created_at=at,
+        source_event_id=f"01a22b37-0000-7000-8000-{n:012d}",
+        content_hash=str(n),
+    )
+
+
+def cosine(a: Memory, b: Memory) -> float:
+    va, vb = EMBEDDER.embed_query(a.text()), EMBEDDER.embed_query(b.text())
+    return sum(x * y for x, y in zip(va, vb, strict=True))
+
+
+def conflicts(a: str, b: str) -> list[str]:
+    found = find_conflicts([constraint(a, 1), constraint(b, 2)], cosine, THRESHOLD)
+    return [d.why for d in found]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "why"),
+    [
+        ("单笔转账不得超过5万元", "单笔转账上限为2万元", "money"),
+        ("客户年龄必须满18岁", "客户年龄至少20岁", "age"),
+        ("允许向VIP客户推荐私募基金", "禁止向VIP客户推荐私募基金", "allows"),
+        ("单笔转账亏损不超过百分之十", "单笔转账亏损不超过5%", "percent"),
+        ("Discounts must not exceed 20%", "Maximum discount is 15%", "percent"),
+        ("Agents may offer refunds", "Agents must never offer refunds", "allows"),
+        ("Daily withdrawals are capped at $2,000", "Daily withdrawals: at most $500", "money"),
+    ],
+)
+def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
+    [found] = conflicts(a, b)
+    assert why in found
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # alike in shape, but about different quantities or actions
+        ("单笔转账不得超过5万元", "单日取现不得超过2万元"),
+        ("禁止向未成年人推荐信贷产品", "允许向老客户推荐信贷产品"),
+        ("Discounts must not exceed 20%", "Commission must not exceed 5%"),
+        ("Never call customers after 9pm", "Agents may call customers before noon"),
+        # the same limit said twice, in other words or units
+        ("单笔转账不得超过5万元", "单笔转账最多50000元"),
+        ("Discounts must not exceed 20%", "Maximum discount is 20 percent"),
+        # a floor and a ceiling of the same quantity can both hold
+        ("单笔转账不低于100元", "单笔转账不超过5万元"),
+    ],
+)
+def test_constraints_that_only_look_alike_do_not_conflict(a: str, b: str) -> None:
+    assert conflicts(a, b) == []
+
+
+def test_texts_too_far_apart_in_meaning_are_not_the_same_matter() -> None:
+    a, b = constraint("单笔转账不得超过5万元", 1), constraint("单笔转账上限为2万元", 2)
+    assert find_conflicts([a, b], lambda x, y: 0.1, THRESHOLD) == []
+
+
+def test_trust_then_specificity_then_recency_decides() -> None:
+    low = constraint("Discounts must not exceed 20%", 1, trust=0.4, at=T0 + timedelta(days=1))
+    high = constraint("Maximum discount is 15%", 2, trust=0.9)
+    [d] = find_conflicts([low, high], cosine, THRESHOLD)
+    assert (d.kept, d.dropped, d.rule) == (high, low, "trust")
+    broad = constraint("单笔转账不得超过5万元", 3, scope=Scope.TENANT, at=T0 + timedelta(days=1))
+    narrow = constraint("单笔转账上限为2万元", 4, scope=Scope.SESSION)
+    [d] = find_conflicts([broad, narrow], cosine, THRESHOLD)
+    assert (d.kept, d.rule) == (narrow, "specificity")
+    old = constraint("Agents may offer refunds", 5)
+    new = constraint("Agents must never offer refunds", 6, at=T0 + timedelta(hours=1))
+    [d] = find_conflicts([new, old], cosine, THRESHOLD)
+    assert (d.kept, d.dropped, d.rule) == (new, old, "recency")
+
+
+def test_claims_read_bounds_units_and_polarity() -> None:
+    claim = claim_of("单笔转账不得超过5万元")
+    assert claim.polarity == "deny"
+    assert [(k, b, f"{v:f}") for k, b, v in claim.limits] == [("money", "max", "50000")]
+    assert claim_of("Agents may offer refunds").polarity == "allow"
+    assert [k for k, _, _ in claim_of("亏损不超过百分之十").limits] == ["percent"]

