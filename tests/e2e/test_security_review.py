@@ -543,3 +543,24 @@ def test_one_request_cannot_make_hundreds_of_vault_keys(
     batch = [observed(n) for n in range(1_000, 1_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
     ok = client.post("/v1/events", json={"events": batch}, headers=H)
     assert ok.status_code == 202, ok.text
+
+
+def test_a_template_cannot_be_registered_through_the_event_api_without_admin(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 8 through the other door: TemplateRegistered published to /v1/events."""
+    template = _template(
+        "default", {"name": "all", "priority": 1, "budget": 300, "render": "- {text}"}
+    )
+    event = {
+        "type": "TemplateRegistered",
+        "schema_version": 1,
+        "stream": "templates",
+        "payload": {"template": template},
+    }
+    before = platform.log.head()
+    r = client.post("/v1/events", json=event, headers=WRITER)
+    assert r.status_code == 403, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["scope"]) == ("SCOPE_MISSING", "admin")
+    assert platform.log.head() == before
+    assert client.post("/v1/events?wait=registered", json=event, headers=H).status_code == 202

@@ -223,3 +223,25 @@ def test_mask_text_leaves_nothing_to_open() -> None:
     assert PHONE not in masked
     assert ID not in masked
     assert masked == "no, my phone is 138****8000 and my id 11************002X"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("记住我的邮箱是zhang.san@example.org", "zhang.san@example.org"),
+        ("我的电话+14155550199", "+14155550199"),
+        ("my passphrase is correct horse battery staple", "horse battery staple"),
+        ("身份证11010519491231002Y", None),  # not a check character at all: left alone
+        ("身份证110105194912310021", "110105194912310021"),  # a wrong check character
+    ],
+)
+def test_values_the_review_found_in_plaintext_are_sealed(
+    sealer: Sealer, text: str, secret: str | None
+) -> None:
+    """Finding 5, end to end through the sealer: none of these reaches the log in clear."""
+    sealed = sealer.seal(observation(text))
+    if secret is None:
+        assert sealed.encryption is None
+        return
+    assert secret not in sealed.model_dump_json()
+    assert sealer.open_json(sealed.model_dump(mode="json"))["payload"]["text"] == text

@@ -31,7 +31,8 @@ OPERATOR = "operator token"
 NOTHING = "none"
 # what a route checks beyond its dependency, in its use case
 FURTHER = {
-    ("POST", "/v1/events"): "`admin` for a `ForgetRequested` of a whole user or tenant",
+    ("POST", "/v1/events"): "`admin` for a `TemplateRegistered`, and for a `ForgetRequested` "
+    "of a whole user or tenant",
 }
 
 

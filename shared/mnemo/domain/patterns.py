@@ -25,6 +25,7 @@ from typing import Protocol, cast
 import re2  # google-re2
 
 __all__ = [
+    "CACHED_PATTERNS",
     "MAX_PATTERN_MEMORY",
     "LinearPattern",
     "PatternMatch",
@@ -32,9 +33,12 @@ __all__ = [
     "linear_pattern",
 ]
 
-# RE2 compiles within this much memory, or refuses the pattern (a pattern that needs more
-# is one nobody should register); matching stays linear whatever it is.
-MAX_PATTERN_MEMORY = 8 << 20
+# RE2 compiles and matches within this much memory per pattern: a pattern that needs more
+# to compile is refused, and a match whose DFA would need more falls back to RE2's slower,
+# still linear, engine. With the cache below, compiled patterns hold at most
+# MAX_PATTERN_MEMORY * CACHED_PATTERNS (256 MiB), and far less in practice.
+MAX_PATTERN_MEMORY = 2 << 20
+CACHED_PATTERNS = 128
 
 
 class UnsupportedPattern(ValueError):
@@ -78,7 +82,7 @@ class LinearPattern:
         return cast(PatternMatch | None, self._regexp.search(text))
 
 
-@lru_cache(maxsize=1_024)
+@lru_cache(maxsize=CACHED_PATTERNS)
 def linear_pattern(pattern: str, *, ignore_case: bool = False) -> LinearPattern:
     """A compiled pattern, cached (guards are checked on every reported answer)."""
     return LinearPattern(pattern, ignore_case=ignore_case)

@@ -27,6 +27,7 @@ from mnemo.domain.events import (
     Envelope,
     ForgetRequested,
     LoggedEvent,
+    TemplateRegistered,
     decode_payload,
     validate_envelope,
 )
@@ -138,21 +139,30 @@ def _stream_or_error(stream: str) -> str:
     return stream
 
 
-def _check_forget_scope(ctx: RequestContext, i: int, envelope: Envelope) -> None:
-    """Forgetting a whole tenant, or a whole user (a `user:` stream without a memory id,
-    which destroys the user's key), cannot be undone: it needs the admin scope. Forgetting
-    one memory needs only memory:write."""
-    if envelope.type != ForgetRequested.TYPE or ctx.allows(ADMIN_SCOPE):
+def _check_admin_events(ctx: RequestContext, i: int, envelope: Envelope) -> None:
+    """Events that need the admin scope whoever publishes them: a template (it shapes every
+    context assembled with it), and forgetting a whole tenant or a whole user (a `user:`
+    stream without a memory id, which destroys the user's key), which cannot be undone.
+    Forgetting one memory needs only memory:write."""
+    if ctx.allows(ADMIN_SCOPE):
         return
-    request = decode_payload(envelope)
-    assert isinstance(request, ForgetRequested)
-    if request.tenant or (request.memory_id is None and envelope.stream.startswith("user:")):
-        raise MnemoError(
-            "forgetting a whole tenant or a whole user needs a key with the admin scope",
-            code="SCOPE_MISSING",
-            field=f"events[{i}].payload",
-            extra={"scope": ADMIN_SCOPE},
-        )
+    if envelope.type == TemplateRegistered.TYPE:
+        what = "registering a template"
+    elif envelope.type == ForgetRequested.TYPE:
+        request = decode_payload(envelope)
+        assert isinstance(request, ForgetRequested)
+        user = request.memory_id is None and envelope.stream.startswith("user:")
+        if not (request.tenant or user):
+            return
+        what = "forgetting a whole tenant or a whole user"
+    else:
+        return
+    raise MnemoError(
+        f"{what} needs a key with the admin scope",
+        code="SCOPE_MISSING",
+        field=f"events[{i}].type",
+        extra={"scope": ADMIN_SCOPE},
+    )
 
 
 class Mnemo:
@@ -265,7 +275,7 @@ class Mnemo:
                     code="OCCURRED_IN_FUTURE",
                     field=f"events[{i}].occurred_at",
                 )
-            _check_forget_scope(ctx, i, envelope)
+            _check_admin_events(ctx, i, envelope)
             envelopes.append(envelope)
         if self.sealer is not None:
             envelopes = self._seal_all(ctx, envelopes)
