@@ -19,7 +19,7 @@ import pytest
 from tests.support import missing
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
-from mnemo.domain.errors import ConflictError, Unavailable
+from mnemo.domain.errors import ConflictError, InvalidInput, Unavailable
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import (
@@ -538,6 +538,24 @@ def test_an_unreachable_cluster_is_store_unavailable() -> None:
         CassandraMemoryStore.connect(["127.0.0.1"], port, request_timeout=2)
     assert caught.value.code == "STORE_UNAVAILABLE"
     assert type(caught.value.__cause__).__name__ == "NoHostAvailable"
+
+
+def test_a_replication_the_cluster_refuses_is_a_configuration_error_naming_the_setting(
+    cassandra: tuple[Any, str, list[int]],
+) -> None:
+    """The chart's production replication names its datacenter (dc1); a node of another
+    datacenter refuses it, and the start stops naming MNEMO_CASSANDRA_REPLICATION."""
+    keyspace = f"mnemo_repl_{uuid.uuid4().hex[:10]}"
+    with pytest.raises(InvalidInput) as refused:
+        CassandraMemoryStore.connect(
+            HOSTS,
+            PORT,
+            keyspace,
+            replication={"class": "NetworkTopologyStrategy", "no_such_dc": 1},
+        )
+    assert refused.value.code == "CASSANDRA_REPLICATION_INVALID"
+    assert refused.value.field == "cassandra_replication"
+    assert "no_such_dc" in refused.value.message
 
 
 def test_connect_creates_migrates_and_serves(cassandra: tuple[Any, str, list[int]]) -> None:

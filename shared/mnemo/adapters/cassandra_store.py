@@ -150,10 +150,11 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, N
 from cassandra.concurrent import execute_concurrent
 from cassandra.connection import ConnectionException
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.protocol import ConfigurationException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.errors import ConflictError, Unavailable
+from mnemo.domain.errors import ConflictError, InvalidInput, Unavailable
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import (
     AuditRecord,
@@ -1355,8 +1356,18 @@ class CassandraMemoryStore(MemoryStore):
             f"CREATE KEYSPACE IF NOT EXISTS {_valid_keyspace(ks)} "
             f"WITH replication = {_replication_cql(self._replication)}"
         )
-        with _translated():
-            self._session.execute(cql, timeout=_DDL_TIMEOUT)
+        try:
+            with _translated():
+                self._session.execute(cql, timeout=_DDL_TIMEOUT)
+        except ConfigurationException as exc:
+            # a replication map the cluster refuses (an unknown datacenter, a bad class):
+            # a configuration error naming the setting, not a crash with the driver's trace
+            raise InvalidInput(
+                f"Cassandra refused the replication of keyspace {ks} "
+                f"({_replication_cql(self._replication)}): {getattr(exc, 'message', '')}",
+                code="CASSANDRA_REPLICATION_INVALID",
+                field="cassandra_replication",
+            ) from exc
 
     @property
     def session(self) -> Any:
