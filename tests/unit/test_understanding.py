@@ -322,3 +322,15 @@ def test_an_utterance_closer_to_an_ignore_example_selects_no_rule() -> None:
     selector = EmbeddingSelector(guarded, HashingEmbedder())
     assert selector.select(text) == []
     assert guarded.read(text, T0, None, selector=selector).reason is Reason.NO_RULE_MATCHED
+
+
+def test_the_upper_normalizer_upper_cases_the_value() -> None:
+    rule = RegistrationRule(
+        id="plate",
+        pattern=r"my plate is (?P<value>[a-z0-9]+)",
+        normalize=("upper",),
+        type=MemoryType.FACT,
+        key="plate",
+    )
+    [match] = RuleSet([rule]).read("my plate is ab123", T0, None).matches
+    assert match.draft.value == "AB123"
