@@ -33,3 +33,22 @@ def test_missed_memories_show_in_the_outcome_and_the_console(platform: Platform)
         (accepted[1].event_id, "ignored", "TARGET_NOT_FOUND"),
         (accepted[0].event_id, "ignored", "REQUEST_NOT_UNDERSTOOD"),
     ]
+
+
+def test_a_correction_leaves_only_the_new_value_current_in_search_and_context(
+    platform: Platform,
+) -> None:
+    from mnemo.service.context import ContextRequest
+
+    ctx = RequestContext("acme", "agent")
+    platform.app.publish(ctx, [observation("我的预算是5000元")])
+    platform.runner.drain()
+    fixed = platform.app.publish(ctx, [observation("把预算改成六千")]).accepted[0]
+    platform.runner.drain()
+    [outcome] = platform.app.outcome(ctx, fixed.event_id)
+    assert (outcome.kind.value, outcome.version) == ("superseded", 2)
+    hits = platform.app.search(ctx, "预算", streams=["user:U1"])
+    assert [(h.memory.key, h.memory.value) for h in hits] == [("budget", "6000")]
+    context = platform.app.context(ctx, ContextRequest(subjects=("user:U1",), query="预算"))
+    assert "budget: 6000" in context.assembly.text
+    assert "5000" not in context.assembly.text

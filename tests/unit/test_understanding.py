@@ -300,3 +300,37 @@ def test_a_turn_is_kept_as_history_whatever_the_rules_make_of_it() -> None:
     # the same words in another session are another occurrence
     again = run(state, "好的，谢谢", kind="turn", speaker="客户", at=T0 + timedelta(days=2))
     assert outcome(again)[0] is OutcomeKind.REGISTERED
+
+
+def test_an_utterance_closer_to_an_ignore_example_selects_no_rule() -> None:
+    rule = RegistrationRule(
+        id="zh-size",
+        examples=("我一般穿L码",),
+        slots=(r"(?P<value>X{0,3}[SML])码",),
+        type=MemoryType.PREFERENCE,
+        key="size",
+    )
+    text = "我一般穿什么L码"
+    plain = RuleSet([rule], similarity={"hashing": 0.3})
+    assert [
+        m.draft.value
+        for m in plain.read(
+            text, T0, None, selector=EmbeddingSelector(plain, HashingEmbedder())
+        ).matches
+    ] == ["L"]
+    guarded = RuleSet([rule], similarity={"hashing": 0.3}, ignore_examples=["我一般穿什么L码呢"])
+    selector = EmbeddingSelector(guarded, HashingEmbedder())
+    assert selector.select(text) == []
+    assert guarded.read(text, T0, None, selector=selector).reason is Reason.NO_RULE_MATCHED
+
+
+def test_the_upper_normalizer_upper_cases_the_value() -> None:
+    rule = RegistrationRule(
+        id="plate",
+        pattern=r"my plate is (?P<value>[a-z0-9]+)",
+        normalize=("upper",),
+        type=MemoryType.FACT,
+        key="plate",
+    )
+    [match] = RuleSet([rule]).read("my plate is ab123", T0, None).matches
+    assert match.draft.value == "AB123"

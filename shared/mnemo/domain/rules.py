@@ -236,8 +236,6 @@ class StreamView(Protocol):
 
     def current_for_key(self, key: str) -> Memory | None: ...
 
-    def active(self) -> Sequence[Memory]: ...
-
 
 def _fill(template: str, groups: dict[str, str]) -> str:
     try:
@@ -676,9 +674,6 @@ class RuleSet:
 class _NoStream:
     def current_for_key(self, key: str) -> Memory | None:
         return None
-
-    def active(self) -> Sequence[Memory]:
-        return ()
 
 
 def _key_of(text: str) -> str:

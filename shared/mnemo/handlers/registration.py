@@ -278,13 +278,6 @@ class _StreamView:
     def current_for_key(self, key: str) -> Memory | None:
         return self.state.current_for_key(self.tenant, self.stream, key)
 
-    def active(self) -> Sequence[Memory]:
-        return [
-            m
-            for m in self.state.stream_memories(self.tenant, self.stream)
-            if m.status is MemoryStatus.ACTIVE
-        ]
-
 
 def _retire(
     event: Envelope, state: RegistrationState, match: RuleMatch, registered: Decision
