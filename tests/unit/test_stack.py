@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.support import stack_module
 
 stack = stack_module()
@@ -85,3 +86,28 @@ def test_a_port_is_handed_out_once_per_process() -> None:
     # same one free (500 random draws from ~22,000 ports would repeat one almost surely)
     ports = [stack.free_port() for _ in range(500)]
     assert len(set(ports)) == len(ports)
+
+
+def test_replicas_of_a_consumer_are_components_with_ports_of_their_own(tmp_path: Path) -> None:
+    server = stack.Stack(tmp_path, {"MNEMO_QDRANT_URL": "http://127.0.0.1:6333"})
+    server.replicas = {"registrar": 3, "indexer": 2}
+    names = [c.name for c in server.components()]
+    assert names.count("gateway") == 1
+    assert {"registrar", "registrar-2", "registrar-3", "indexer", "indexer-2"} <= set(names)
+    assert "decay-2" not in names
+    ports = [c.health_port for c in server.components() if c.name != "gateway"]
+    assert len(ports) == len(set(ports)), "every consumer process has its own health port"
+    # the same replica keeps its port from one listing to the next
+    assert (
+        server.component("registrar-3").health_port == server.component("registrar-3").health_port
+    )
+    # the gateway's status page lists each consumer once, not each process
+    listed = server.child_env(server.component("gateway"))["MNEMO_GATEWAY_COMPONENTS"]
+    assert "registrar-2" not in listed
+    assert "registrar=" in listed
+    # without a Qdrant server the indexer lives in the gateway: it has no replicas to add
+    co_located = stack.Stack(tmp_path, {"MNEMO_QDRANT_URL": ""})
+    co_located.replicas = {"indexer": 2}
+    assert "indexer-2" not in [c.name for c in co_located.components()]
+    with pytest.raises(stack.StackError):
+        co_located.scale("indexer", 2)
