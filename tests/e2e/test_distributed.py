@@ -425,14 +425,25 @@ def test_a_consumer_killed_mid_batch_and_restarted_projects_everything_once(
     assert_projected_exactly_once(d, pub.accepted)
 
 
+# readiness budgets for a service restarted mid-test, generous for a loaded 2-core machine
+# (infra/services.py's own defaults are 90 s for Kafka and 180 s for Cassandra)
+RESTART_BUDGET = {"MNEMO_KAFKA_TIMEOUT": "300", "MNEMO_CASSANDRA_TIMEOUT": "420"}
+
+
 def _services(*args: str) -> None:
-    subprocess.run(
+    """infra/services.py ARGS; a failure says what the script and the service logged."""
+    done = subprocess.run(
         [sys.executable, str(REPO / "infra" / "services.py"), *args],
-        check=True,
+        check=False,
         cwd=REPO,
-        env={**os.environ},
+        env={**os.environ, **RESTART_BUDGET},
         capture_output=True,
-        timeout=300,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, (
+        f"infra/services.py {' '.join(args)} exited {done.returncode}:\n"
+        f"{done.stdout[-4_000:]}\n{done.stderr[-4_000:]}"
     )
 
 
