@@ -183,8 +183,10 @@ class StoreTransaction(abc.ABC):
         """Apply projection writes; each is idempotent."""
 
     @abc.abstractmethod
-    def set_position(self, consumer: str, offset: int) -> None:
-        """Record how far a consumer has read, committed with the writes."""
+    def set_position(self, consumer: str, offset: int, epoch: int | None = None) -> None:
+        """Record how far a consumer has read, committed with the writes. With an `epoch`
+        (from `MemoryStore.claim`), the commit holds only while that epoch is still the
+        latest claim on `consumer`; otherwise it raises FencedOff and writes nothing."""
 
 
 class MemoryStore(abc.ABC):
@@ -197,6 +199,12 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def position(self, consumer: str) -> int:
         """The last offset a consumer has durably processed (0 when none)."""
+
+    @abc.abstractmethod
+    def claim(self, consumer: str) -> int:
+        """Become the one writer of a position name (a consumer's partition): returns an
+        epoch above every earlier claim on it. Commits made under an older epoch are
+        refused from then on (FencedOff). Call it before reading `position`."""
 
     def positions(self, consumers: Sequence[str]) -> dict[str, int]:
         """Several consumers' positions as other readers see them (lag, waits): how far
