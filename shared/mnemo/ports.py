@@ -540,9 +540,14 @@ class EventArchive(abc.ABC):
     @abc.abstractmethod
     def stream_head(self, tenant: str, stream: str) -> int: ...
 
-    def stream_heads(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        """The heads of several (tenant, stream) pairs (an archive may ask concurrently)."""
-        return {key: self.stream_head(*key) for key in dict.fromkeys(keys)}
+    @abc.abstractmethod
+    def stream_heads(
+        self, keys: Sequence[tuple[str, str]], below: tuple[int, int] | None = None
+    ) -> dict[tuple[str, str], int]:
+        """The heads of several (tenant, stream) pairs. With `below` (partition, offset),
+        events placed from that offset on in that partition are left out: a batch being
+        redone from there, by this process or one that lost the partition, placed them,
+        and they get the same numbers again."""
 
     @abc.abstractmethod
     def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
