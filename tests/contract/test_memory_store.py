@@ -375,9 +375,8 @@ class MemoryStoreContract:
             tx.apply([PutMemory(mem(3))])
             tx.set_position("registrar/3", 7, epoch=second)
         assert store.position("registrar/3") == 7
-        with pytest.raises(FencedOff):
-            with store.transaction() as tx:
-                tx.set_position("registrar/3", 12, epoch=first)
+        with pytest.raises(FencedOff), store.transaction() as tx:
+            tx.set_position("registrar/3", 12, epoch=first)
         assert store.position("registrar/3") == 7
         with store.transaction() as tx:
             tx.set_position("registrar/3", 8, epoch=second)

@@ -185,3 +185,26 @@ def test_a_record_twice_in_one_batch_keeps_its_fate_and_outcome(tmp_path: Path) 
                 assert {f.status for f in fates.values()} == {RecordStatus.ARCHIVED}
         Pump(platform).drain()
         assert_each_event_once(platform, accepted)
+
+
+def test_a_batch_that_starts_past_the_stored_position_is_completed_from_the_topic(
+    tmp_path: Path,
+) -> None:
+    # Kafka's committed offset can run ahead of the stored position (a worker that lost
+    # the partition acknowledged records it left alone): the next owner's batch then
+    # starts past the position, and the records in between are read from the topic
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        registrar = sequencer(platform)
+        archive = platform.distributed.archive  # type: ignore[union-attr]
+        for p, records in fetch_all(platform).items():
+            if len(records) > 1:
+                assert registrar.process(records[1:]) == len(records)
+                assert sorted(archive.fates(p, 0, records[-1].offset)) == [
+                    r.offset for r in records
+                ]
+        Pump(platform).drain()
+        assert_each_event_once(platform, accepted)

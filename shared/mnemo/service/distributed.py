@@ -334,6 +334,8 @@ class Counters:
 class _Processor:
     consumer: str
     archive: EventArchive
+    # where records missing from a batch are read (see _fresh); None: not read
+    topic: LogTopic | None = None
     # partitions of one batch handled at once; each stays in offset order, and the store's
     # transactions still commit one at a time
     parallel = 1
@@ -375,13 +377,33 @@ class _Processor:
 
     def _fresh(self, partition: int, items: Sequence[LogRecord]) -> list[LogRecord]:
         """The records past the stored position, in offset order, each offset once (after
-        a rebalance a batch can hold a record twice)."""
+        a rebalance a batch can hold a record twice). A batch that starts past the stored
+        position (Kafka's committed offset ran ahead of it: a worker that lost the
+        partition acknowledged records it left alone) is completed from the topic, so no
+        record is ever passed over."""
         start = self.store.position(position_name(self.consumer, partition))
         once = {r.offset: r for r in reversed(items) if r.offset >= start}
-        fresh = [once[o] for o in sorted(once)]
         with self._counting:
-            self.counters.skipped += len(items) - len(fresh)
-        return fresh
+            self.counters.skipped += len(items) - len(once)
+        if once and min(once) > start and self.topic is not None:
+            first = min(once)
+            at = start
+            while at < first:
+                found = self.topic.fetch(partition, at, min(1_000, first - at))
+                if not found:
+                    break
+                for r in found:
+                    if r.offset < first:
+                        once[r.offset] = r
+                at = found[-1].offset + 1
+            log.info(
+                "%s: records %d to %d of partition %d were not in the batch; read them",
+                self.consumer,
+                start,
+                first - 1,
+                partition,
+            )
+        return [once[o] for o in sorted(once)]
 
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
@@ -450,6 +472,7 @@ class Sequencer(_Processor):
 
     consumer = registration.CONSUMER
     parallel = 8
+    topic: LogTopic
 
     def __init__(
         self,
@@ -638,13 +661,19 @@ class Follower(_Processor):
     """The indexer, decay or audit consumer: handles the records the sequencer archived."""
 
     def __init__(
-        self, runner: EmbeddedRunner, store: MemoryStore, archive: EventArchive, consumer: str
+        self,
+        runner: EmbeddedRunner,
+        store: MemoryStore,
+        archive: EventArchive,
+        consumer: str,
+        topic: LogTopic | None = None,
     ) -> None:
         super().__init__(runner, store)
         if consumer not in (indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
             raise ValueError(f"{consumer} is not a following consumer")
         self.consumer = consumer
         self.archive = archive
+        self.topic = topic
 
     def _ready(
         self, partition: int, records: list[LogRecord]

@@ -126,7 +126,7 @@ class Worker:
                 d.next_position,
             )
             if consumer == registration.CONSUMER
-            else Follower(self.platform.runner, self.platform.store, d.archive, consumer)
+            else Follower(self.platform.runner, self.platform.store, d.archive, consumer, d.topic)
         )
         self.ownership = Ownership(self.platform.store, consumer)
         self.processor.ownership = self.ownership
