@@ -14,8 +14,10 @@ the ids it had already placed, with their sequence numbers, so it writes the sam
 again instead of placing an event twice. A record counts as processed only once its fate
 exists, and fates are written last.
 
-Only one sequencer writes a partition at a time (Kafka's group assignment); the archive
-does not arbitrate between two.
+The archive does not arbitrate between two sequencers of one partition; the store does
+(ADR 0011: the commit of one that lost the partition is refused). The new owner redoes the
+batch, and `stream_heads(..., below=(partition, offset))` leaves out what was placed from
+the batch's first offset on, so its events get the same numbers whoever placed them first.
 
 Archive positions order events across streams for tails. They are microseconds of the
 sequencer's clock, kept strictly increasing within a process; reads only return positions

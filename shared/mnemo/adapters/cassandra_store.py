@@ -90,8 +90,18 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     none there through `position`. `positions` (lag, `?wait=`) reads the position rows as
     they are: a position is written after its commit's rows, so it never runs ahead of what
     readers see, and such readers need not finish anyone's commit.
-    This assumes one writer per consumer name (as the log's consumer positions already do)
-    and clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
+    Fenced commits (ADR 0011): a consumer's partition (`<consumer>/<partition>`) has one
+    writer, enforced here. `claim(name)` raises the name's epoch by compare-and-set (a
+    lightweight transaction on its `partition_commits` partition), and a commit made with
+    `set_position(name, offset, epoch)` is sealed (step 3) by a conditional batch on that
+    partition, IF epoch = the committer's: the record's chunks (clustered by the commit's
+    timestamp), a deletion of earlier records' chunks, and the seal. Paxos orders every
+    seal before or after every claim: a seal before the new owner's claim is finished by
+    the `position()` it reads after claiming; a seal after it is refused (FencedOff) and
+    nothing of the batch is written. A fenced record is never deleted: it is finished once
+    the name's position carries its timestamp, which its own step 4 writes. Commits with a
+    position and no epoch, and those without a position, keep `commit_intents`.
+    This assumes clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
 
 Timers
     A scan reads `timer_buckets` (the hours holding timers, up to now), then each hour's
