@@ -34,6 +34,7 @@ from tests.distributed_support import (
     drop_keyspace,
     require_services,
     running_distributed,
+    table_digests,
 )
 from tests.support import free_port
 
@@ -320,6 +321,8 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
     fresh = d.settings.model_copy(
         update={"cassandra_keyspace": f"{d.keyspace}_r", "data_dir": d.root / "rebuild"}
     )
+    live_tables = table_digests(d.platform)
     with running_distributed(fresh, "rebuild") as rebuilt:
         Pump(rebuilt).drain(timeout=600)
+        assert table_digests(rebuilt) == live_tables  # names the tables that differ
         assert rebuilt.store.checksum() == live
