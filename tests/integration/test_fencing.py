@@ -208,3 +208,40 @@ def test_a_batch_that_starts_past_the_stored_position_is_completed_from_the_topi
                 ]
         Pump(platform).drain()
         assert_each_event_once(platform, accepted)
+
+
+def test_ownership_fences_only_a_partition_it_lost(tmp_path: Path) -> None:
+    # on the embedded store (the same port contract): no services needed
+    from mnemo.adapters.sqlite_store import SqliteMemoryStore
+    from mnemo.domain.errors import FencedOff
+
+    store = SqliteMemoryStore(tmp_path / "store.db")
+    mine, theirs = Ownership(store, "audit"), Ownership(store, "audit")
+
+    def commit(owner: Ownership, partition: int, epoch: int | None) -> None:
+        try:
+            with store.transaction() as tx:
+                tx.set_position(position_name("audit", partition), 5, epoch)
+        except FencedOff as exc:
+            owner.fence(partition, exc)
+
+    mine.assign([0, 1])
+    stale = mine.epoch(0)
+    # a batch that outlives its revocation, and this worker is given the partition again
+    mine.revoke([0, 1])
+    mine.assign([0, 1])
+    commit(mine, 0, stale)
+    assert mine.snapshot() == {"assigned": [0, 1], "fenced": [], "refused_commits": 1}
+    commit(mine, 0, mine.epoch(0))
+    assert store.position(position_name("audit", 0)) == 5
+    # another worker is given partition 1: this one's commits for it are refused, and it
+    # leaves the partition alone until it is assigned again
+    theirs.assign([1])
+    commit(mine, 1, mine.epoch(1))
+    assert mine.snapshot()["fenced"] == [1]
+    assert mine.epoch(1) is None
+    assert mine.epoch(2) is None  # never assigned: never claimed
+    assert store.position(position_name("audit", 1)) == 0
+    commit(theirs, 1, theirs.epoch(1))
+    assert store.position(position_name("audit", 1)) == 5
+    store.close()

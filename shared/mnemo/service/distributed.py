@@ -294,9 +294,14 @@ class Ownership:
             return self.epochs[partition]
 
     def fence(self, partition: int, error: FencedOff) -> None:
+        """A commit for `partition` was refused. The partition is fenced off unless this
+        worker has claimed it again since (a batch that outlived its revocation and the
+        next assignment): then the refused batch is simply handled again."""
         with self._lock:
             self.refused += 1
-            if partition in self.assigned:
+            refused = error.extra.get("epoch")
+            held = self.epochs.get(partition)
+            if partition in self.assigned and (held is None or held == refused):
                 self.epochs.pop(partition, None)
                 self.fenced[partition] = error.message
         log.warning(
