@@ -7,9 +7,10 @@ audit chains verify; at the end a rebuild from offset 0 gives the live read mode
 by table (ADR 0012; the tenant-wide keyword statistics excepted while they exist, see the
 end of the test).
 
-The indexer replicas need a vector index they can share: a Qdrant server when the test
-support names one (`qdrant_server_url`), else each replica keeps a qdrant-edge shard of its
-own, and the vectors are not compared (the positions and the fence are)."""
+The indexer replicas share a Qdrant server (`tests.support.qdrant_server_url`; required
+under CI), and the vectors then hold one point per memory. On a developer machine without
+one, each replica keeps a qdrant-edge shard of its own, and the vectors are not compared
+(the positions and the fence are)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,11 @@ ROUNDS = (
 
 
 def _qdrant_url() -> str | None:
-    find = getattr(support, "qdrant_server_url", None)
-    return find() if callable(find) else None
+    """The Qdrant server the indexer replicas share: required under CI (make test starts
+    one); on a developer machine without one, None (a qdrant-edge shard per replica)."""
+    if os.environ.get("CI") == "true" or support.services_env_value("MNEMO_QDRANT_URL"):
+        return support.qdrant_server_url()
+    return None
 
 
 class Fleet:
@@ -197,7 +201,9 @@ class Deployment:
         values["data_dir"] = str(root / "inspect")
         self.settings = MnemoSettings(**values)  # type: ignore[arg-type]
         ensure_topics_from(self.settings)
-        self.platform: Platform = build_distributed(self.settings, "test", with_index=False)
+        self.platform: Platform = build_distributed(
+            self.settings, "test", with_index=self.qdrant is not None
+        )
         self.accepted: list[str] = []
         self.order: dict[str, list[str]] = {}  # stream -> event ids in publish order
         self.published = 0
@@ -251,6 +257,8 @@ class Deployment:
     def close(self) -> None:
         self.fleet.down()
         drop_keyspace(self.platform)
+        if self.qdrant:
+            self.platform.index.clear()
         self.platform.close()
 
 
@@ -271,6 +279,8 @@ def assert_each_accepted_event_once(d: Deployment) -> None:
         assert [o.kind for o in outcomes] == [OutcomeKind.REGISTERED], (event_id, outcomes)
     memories = store.query("acme", MemoryQuery(limit=100_000))
     assert sorted(m.source_event_id for m in memories) == sorted(d.accepted)
+    if d.qdrant:  # one point per memory in the shared collection
+        assert sorted(d.platform.index.ids("acme")) == sorted(m.memory_id for m in memories)
     for stream, published in d.order.items():
         events = log.read_stream("acme", stream, 1, 100_000)
         assert [e.envelope.seq for e in events] == list(range(1, len(events) + 1)), stream
@@ -321,7 +331,11 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
     live = d.platform.store.checksum()
     rebuilt_checksum = ""
     fresh = d.settings.model_copy(
-        update={"cassandra_keyspace": f"{d.keyspace}_r", "data_dir": d.root / "rebuild"}
+        update={
+            "cassandra_keyspace": f"{d.keyspace}_r",
+            "data_dir": d.root / "rebuild",
+            "qdrant_collection": f"{d.settings.qdrant_collection}_r",
+        }
     )
     live_tables = table_digests(d.platform)
     with running_distributed(fresh, "rebuild") as rebuilt:
