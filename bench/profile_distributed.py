@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--unfenced",
         action="store_true",
-        help="commit without partition epochs (the protocol before ADR 0012), to compare",
+        help="commit without partition epochs (the protocol before ADR 0014), to compare",
     )
     args = ap.parse_args(argv)
 

@@ -4,7 +4,7 @@ publish burst, with replicas killed (SIGKILL), added and restarted while the bur
 consumed: five rounds on one deployment, and after each one every accepted event has
 exactly one outcome and one memory, every stream is gapless and in publish order, and the
 audit chains verify; at the end a rebuild from offset 0 gives the live read models, table
-by table (ADR 0012; the tenant-wide keyword statistics excepted while they exist, see the
+by table (ADR 0014; the tenant-wide keyword statistics excepted while they exist, see the
 end of the test).
 
 The indexer replicas share a Qdrant server (`tests.support.qdrant_server_url`; required
@@ -343,7 +343,7 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
         rebuilt_tables = table_digests(rebuilt)
         rebuilt_checksum = rebuilt.store.checksum()
     # The tenant-wide keyword statistics (`term_stats`) are a read-modify-write that
-    # registrars of different partitions share, outside the fence (ADR 0012); they go
+    # registrars of different partitions share, outside the fence (ADR 0014); they go
     # with the posting tables when keyword retrieval moves into the vector engine. Every
     # other table, and then the whole checksum, must match.
     shared = {"term_stats"} & set(live_tables)

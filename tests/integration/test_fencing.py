@@ -1,4 +1,4 @@
-"""One writer per partition, enforced by the store (ADR 0012), on a real Kafka broker and a
+"""One writer per partition, enforced by the store (ADR 0014), on a real Kafka broker and a
 real Cassandra node: a consumer that lost its partitions (a zombie) has its late commit
 refused, writes nothing, and the new owner redoes the batch; a batch that holds a record
 twice (a redelivery after a rebalance) handles it once.

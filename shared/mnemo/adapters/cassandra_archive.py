@@ -15,7 +15,7 @@ again instead of placing an event twice. A record counts as processed only once 
 exists, and fates are written last.
 
 The archive does not arbitrate between two sequencers of one partition; the store does
-(ADR 0012: the commit of one that lost the partition is refused). The new owner redoes the
+(ADR 0014: the commit of one that lost the partition is refused). The new owner redoes the
 batch, and `stream_heads(..., below=(partition, offset))` leaves out what was placed from
 the batch's first offset on, so its events get the same numbers whoever placed them first.
 

@@ -90,7 +90,7 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     none there through `position`. `positions` (lag, `?wait=`) reads the position rows as
     they are: a position is written after its commit's rows, so it never runs ahead of what
     readers see, and such readers need not finish anyone's commit.
-    Fenced commits (ADR 0012): a consumer's partition (`<consumer>/<partition>`) has one
+    Fenced commits (ADR 0014): a consumer's partition (`<consumer>/<partition>`) has one
     writer, enforced here. `claim(name)` raises the name's epoch by compare-and-set (a
     lightweight transaction on its `partition_commits` partition), and a commit made with
     `set_position(name, offset, epoch)` is sealed (step 3) by a conditional batch on that

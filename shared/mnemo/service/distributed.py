@@ -238,7 +238,7 @@ class DistributedEventLog(EventLog):
 
 
 class Ownership:
-    """The partitions a worker holds and the epoch it claimed for each (ADR 0012).
+    """The partitions a worker holds and the epoch it claimed for each (ADR 0014).
 
     Kafka's group assignment says which partitions a worker should handle; the store
     enforces it. On every assignment the worker claims each partition it was given

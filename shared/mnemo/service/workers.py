@@ -13,7 +13,7 @@ Every worker serves `/healthz` (the process runs), `/readyz` (Cassandra and Kafk
 and no partition it was assigned is fenced off) and `/metrics` (Prometheus text) on
 `MNEMO_HEALTH_PORT`.
 
-One writer per partition (ADR 0012): when Kafka assigns the worker its partitions, it
+One writer per partition (ADR 0014): when Kafka assigns the worker its partitions, it
 claims each one in the store (an epoch, by compare-and-set), and every commit carries that
 epoch; a commit from a worker that lost the partition meanwhile is refused. On a
 revocation the worker stops taking the revoked partitions' records and waits (up to
