@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--batch", type=int, default=256, help="records per processor call")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument(
+        "--unfenced",
+        action="store_true",
+        help="commit without partition epochs (the protocol before ADR 0014), to compare",
+    )
     args = ap.parse_args(argv)
 
     from mnemo.adapters import cassandra_archive, cassandra_store, kafka_topic
@@ -128,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         (cassandra_store._Tx, "plan", "store.commit.plan"),
         (cassandra_store.CassandraMemoryStore, "_move_head", "store.commit.key_head_lwt"),
         (cassandra_store.CassandraMemoryStore, "_seal", "store.commit.seal"),
+        (cassandra_store.CassandraMemoryStore, "_seal_fenced", "store.commit.seal_fenced_lwt"),
+        (cassandra_store.CassandraMemoryStore, "claim", "store.claim_lwt"),
+        (cassandra_store.CassandraMemoryStore, "_unfinished", "store.unfinished_check"),
         (cassandra_store.CassandraMemoryStore, "_apply", "store.commit.apply"),
         (cassandra_store.CassandraMemoryStore, "_sealed", "store.sealed_check"),
         (runner.EmbeddedRunner, "decide_registrar", "registrar.handlers"),
@@ -168,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             n: dist.Follower(platform.runner, platform.store, d.archive, n)
             for n in ("indexer", "decay", "audit")
         }
+        if not args.unfenced:  # as the workers do: every partition claimed, commits fenced
+            for processor in (sequencer, *followers.values()):
+                processor.ownership = dist.Ownership(platform.store, processor.consumer)
+                processor.ownership.assign(sorted(d.topic.end_offsets()))
         processors: dict[str, Callable[[list[Any]], int]] = {"registrar": sequencer.process}
         processors.update({n: f.process for n, f in followers.items()})
         t.seconds.clear()
@@ -196,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = sorted(t.seconds.items(), key=lambda kv: -kv[1])
     report = {
         "events_published": args.events,
+        "fenced": not args.unfenced,
         "records_archived": archived,
         "handled": dict(handled),
         "processor_seconds": {k: round(v, 3) for k, v in per.items()},

@@ -5,6 +5,7 @@ can run them step by step."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -30,6 +31,7 @@ __all__ = [
     "nodetool",
     "require_services",
     "running_distributed",
+    "table_digests",
 ]
 
 KAFKA = os.environ.get("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
@@ -199,3 +201,21 @@ def nodetool(*args: str) -> None:
         timeout=300,
     )
     assert done.returncode == 0, f"nodetool {' '.join(args)} failed: {done.stderr[-2000:]}"
+
+
+def table_digests(platform: Platform) -> dict[str, str]:
+    """A digest per content table: where a rebuild differs, if it does."""
+    from mnemo.adapters import cassandra_store as cs
+
+    store = platform.store
+    out: dict[str, str] = {}
+    for ks, table in store._tables():  # type: ignore[attr-defined]
+        if table not in cs._CONTENT_TABLES:
+            continue
+        rows = sorted(
+            repr(tuple(cs._plain(v) for v in r))
+            for r in store._iterate(ks, f"{table}:scan", [], 5_000)  # type: ignore[attr-defined]
+        )
+        digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+        out[table] = f"{len(rows)}:{digest}"
+    return out

@@ -183,8 +183,10 @@ class StoreTransaction(abc.ABC):
         """Apply projection writes; each is idempotent."""
 
     @abc.abstractmethod
-    def set_position(self, consumer: str, offset: int) -> None:
-        """Record how far a consumer has read, committed with the writes."""
+    def set_position(self, consumer: str, offset: int, epoch: int | None = None) -> None:
+        """Record how far a consumer has read, committed with the writes. With an `epoch`
+        (from `MemoryStore.claim`), the commit holds only while that epoch is still the
+        latest claim on `consumer`; otherwise it raises FencedOff and writes nothing."""
 
 
 class MemoryStore(abc.ABC):
@@ -197,6 +199,12 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def position(self, consumer: str) -> int:
         """The last offset a consumer has durably processed (0 when none)."""
+
+    @abc.abstractmethod
+    def claim(self, consumer: str) -> int:
+        """Become the one writer of a position name (a consumer's partition): returns an
+        epoch above every earlier claim on it. Commits made under an older epoch are
+        refused from then on (FencedOff). Call it before reading `position`."""
 
     def positions(self, consumers: Sequence[str]) -> dict[str, int]:
         """Several consumers' positions as other readers see them (lag, waits): how far
@@ -532,9 +540,14 @@ class EventArchive(abc.ABC):
     @abc.abstractmethod
     def stream_head(self, tenant: str, stream: str) -> int: ...
 
-    def stream_heads(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        """The heads of several (tenant, stream) pairs (an archive may ask concurrently)."""
-        return {key: self.stream_head(*key) for key in dict.fromkeys(keys)}
+    @abc.abstractmethod
+    def stream_heads(
+        self, keys: Sequence[tuple[str, str]], below: tuple[int, int] | None = None
+    ) -> dict[tuple[str, str], int]:
+        """The heads of several (tenant, stream) pairs. With `below` (partition, offset),
+        events placed from that offset on in that partition are left out: a batch being
+        redone from there, by this process or one that lost the partition, placed them,
+        and they get the same numbers again."""
 
     @abc.abstractmethod
     def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:

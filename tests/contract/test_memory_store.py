@@ -14,6 +14,7 @@ from tests.support import missing
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.errors import FencedOff
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import (
@@ -344,6 +345,44 @@ class MemoryStoreContract:
         assert store.audit_heads("acme") == [second, other_stream]
         assert store.audit_heads("other") == []
         assert store.position("audit") == 7
+
+    def test_each_claim_raises_the_epoch_and_fences_the_older_holder(
+        self, store: MemoryStore
+    ) -> None:
+        first = store.claim("registrar/3")
+        with store.transaction() as tx:
+            tx.apply([PutMemory(mem(1))])
+            tx.set_position("registrar/3", 5, epoch=first)
+        second = store.claim("registrar/3")
+        assert second > first
+        assert store.claim("indexer/3") >= 1  # every name has epochs of its own
+
+        def zombie() -> None:
+            with store.transaction() as tx:
+                tx.apply([PutMemory(mem(2))])
+                tx.apply([PutOutcome(Outcome("acme", "e-zombie", 0, OutcomeKind.DUPLICATE))])
+                tx.set_position("registrar/3", 9, epoch=first)
+
+        with pytest.raises(FencedOff) as refused:
+            zombie()
+        assert refused.value.code == "PARTITION_FENCED"
+        # nothing of the refused commit is there
+        assert store.position("registrar/3") == 5
+        assert store.get("acme", mem(2).memory_id) is None
+        assert store.outcome("acme", "e-zombie") == []
+        # the new holder commits; a position-only commit is fenced too
+        with store.transaction() as tx:
+            tx.apply([PutMemory(mem(3))])
+            tx.set_position("registrar/3", 7, epoch=second)
+        assert store.position("registrar/3") == 7
+        with pytest.raises(FencedOff), store.transaction() as tx:
+            tx.set_position("registrar/3", 12, epoch=first)
+        assert store.position("registrar/3") == 7
+        with store.transaction() as tx:
+            tx.set_position("registrar/3", 8, epoch=second)
+        assert store.position("registrar/3") == 8
+        assert store.positions(["registrar/3"]) == {"registrar/3": 8}
+        assert store.get("acme", mem(3).memory_id) == mem(3)
 
     def test_checksum_follows_content_and_reset_clears_everything(self, store: MemoryStore) -> None:
         empty = store.checksum()

@@ -191,7 +191,11 @@ def test_the_per_stream_audit_version_relinks_a_keyspace_that_held_data(
     put = session.prepare(f"INSERT INTO {keyspace}.positions (consumer, log_offset) VALUES (?, ?)")
     for consumer in ("audit/0", "audit/5", "registrar/0", "indexer/5"):
         session.execute(put, (consumer, 42))
-    assert cassandra_store.migrate(session, keyspace) == [4, 5]
+    later = sorted(
+        int(p.name[:4]) for p in cassandra_store.MIGRATIONS_DIR.glob("*.cql") if int(p.name[:4]) > 3
+    )
+    assert later[:2] == [4, 5]
+    assert cassandra_store.migrate(session, keyspace) == later
     left = {str(r[0]) for r in session.execute(f"SELECT consumer FROM {keyspace}.positions")}
     assert left == {"registrar/0", "indexer/5"}  # the audit consumer starts again at 0
     tables = {

@@ -7,7 +7,6 @@ The consumers' partition processors are driven in-process here (tests/distribute
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,12 @@ from typing import Any
 
 import orjson
 import pytest
-from tests.distributed_support import Pump, distributed_settings, running_distributed
+from tests.distributed_support import (
+    Pump,
+    distributed_settings,
+    running_distributed,
+    table_digests,
+)
 from tests.support import audit_trails, verify_trails
 
 from mnemo.bootstrap import Platform
@@ -275,24 +279,6 @@ def test_redelivery_and_a_crash_between_archive_and_commit_change_nothing(
     assert len(memories) == 9
     assert sorted(platform.index.ids("acme")) == sorted(m.memory_id for m in memories)
     assert sum(len(t) for t in audit_trails(platform.store, "acme").values()) == 18
-
-
-def table_digests(platform: Platform) -> dict[str, str]:
-    """A digest per content table: where a rebuild differs, if it does."""
-    from mnemo.adapters import cassandra_store as cs
-
-    store = platform.store
-    out: dict[str, str] = {}
-    for ks, table in store._tables():  # type: ignore[attr-defined]
-        if table not in cs._CONTENT_TABLES:
-            continue
-        rows = sorted(
-            repr(tuple(cs._plain(v) for v in r))
-            for r in store._iterate(ks, f"{table}:scan", [], 5_000)  # type: ignore[attr-defined]
-        )
-        digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
-        out[table] = f"{len(rows)}:{digest}"
-    return out
 
 
 def test_a_fresh_consumer_group_rebuilds_identical_read_models(tmp_path: Path) -> None:

@@ -227,6 +227,26 @@ def test_redelivery_of_the_same_event_emits_the_same_event_ids() -> None:
     assert registered(first)[0].memory_id == registered(second)[0].memory_id
 
 
+def test_an_event_seen_again_over_its_own_memory_keeps_its_outcome() -> None:
+    # a second owner of the partition, or a redelivery, handles an event whose memory
+    # is already in the read model: the outcome stays what it was, not a duplicate
+    state = DictState()
+    env = observe("记住我的尺码是L")
+    first = run(state, env)
+    again = run(state, env)
+    assert outcomes(again) == outcomes(first) == [(OutcomeKind.REGISTERED, None)]
+    [memory] = registered(first)
+    [put] = [w.outcome for w in again.writes if isinstance(w, PutOutcome)]
+    assert (put.memory_id, put.version) == (memory.memory_id, 1)
+    assert again.events == []
+    later = observe("remember my size is XL", at=T0 + timedelta(minutes=5))
+    superseding = run(state, later)
+    assert outcomes(run(state, later)) == outcomes(superseding) == [(OutcomeKind.SUPERSEDED, None)]
+    # another event with the same content is still a duplicate
+    other = run(state, observe("remember my size is XL", at=T0 + timedelta(minutes=6)))
+    assert outcomes(other) == [(OutcomeKind.DUPLICATE, None)]
+
+
 def test_declared_memories_keep_type_scope_and_provenance() -> None:
     decision = run(
         DictState(),

@@ -14,8 +14,10 @@ the ids it had already placed, with their sequence numbers, so it writes the sam
 again instead of placing an event twice. A record counts as processed only once its fate
 exists, and fates are written last.
 
-Only one sequencer writes a partition at a time (Kafka's group assignment); the archive
-does not arbitrate between two.
+The archive does not arbitrate between two sequencers of one partition; the store does
+(ADR 0014: the commit of one that lost the partition is refused). The new owner redoes the
+batch, and `stream_heads(..., below=(partition, offset))` leaves out what was placed from
+the batch's first offset on, so its events get the same numbers whoever placed them first.
 
 Archive positions order events across streams for tails. They are microseconds of the
 sequencer's clock, kept strictly increasing within a process; reads only return positions
@@ -57,6 +59,8 @@ _Q = {
     "koffset, position, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     "stream:head": "SELECT seq FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
     "ORDER BY seq DESC LIMIT 1",
+    "stream:top": "SELECT seq, part, koffset FROM {ks}.events_by_stream WHERE tenant = ? "
+    "AND stream = ? ORDER BY seq DESC LIMIT ?",
     "stream:read": "SELECT body FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
     "AND seq >= ? LIMIT ?",
     "stream:one": "SELECT body, position FROM {ks}.events_by_stream WHERE tenant = ? "
@@ -232,12 +236,35 @@ class CassandraEventArchive(EventArchive):
         rows = self._rows(self._ks(tenant), "stream:head", [tenant, stream])
         return int(rows[0][0]) if rows else 0
 
-    def stream_heads(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    def stream_heads(
+        self, keys: Sequence[tuple[str, str]], below: tuple[int, int] | None = None
+    ) -> dict[tuple[str, str], int]:
         unique = list(dict.fromkeys(keys))
-        results = self._many([(self._ks(t), "stream:head", [t, s]) for t, s in unique])
-        return {
-            key: int(rows[0][0]) if rows else 0 for key, rows in zip(unique, results, strict=True)
-        }
+        if below is None:
+            results = self._many([(self._ks(t), "stream:head", [t, s]) for t, s in unique])
+            return {
+                key: int(rows[0][0]) if rows else 0
+                for key, rows in zip(unique, results, strict=True)
+            }
+        partition, start = below
+        heads: dict[tuple[str, str], int] = {}
+        pending = unique
+        limit = 16
+        while pending:
+            results = self._many([(self._ks(t), "stream:top", [t, s, limit]) for t, s in pending])
+            again = []
+            for key, rows in zip(pending, results, strict=True):
+                kept = [
+                    int(seq)
+                    for seq, part, offset in rows
+                    if not (int(part) == partition and int(offset) >= start)
+                ]
+                if kept or len(rows) < limit:
+                    heads[key] = kept[0] if kept else 0
+                else:  # every row read was placed at or after `start`: read further
+                    again.append(key)
+            pending, limit = again, limit * 8
+        return heads
 
     def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
         # 1. where each id went: a redo finds these and reuses their sequence numbers

@@ -90,8 +90,18 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     none there through `position`. `positions` (lag, `?wait=`) reads the position rows as
     they are: a position is written after its commit's rows, so it never runs ahead of what
     readers see, and such readers need not finish anyone's commit.
-    This assumes one writer per consumer name (as the log's consumer positions already do)
-    and clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
+    Fenced commits (ADR 0014): a consumer's partition (`<consumer>/<partition>`) has one
+    writer, enforced here. `claim(name)` raises the name's epoch by compare-and-set (a
+    lightweight transaction on its `partition_commits` partition), and a commit made with
+    `set_position(name, offset, epoch)` is sealed (step 3) by a conditional batch on that
+    partition, IF epoch = the committer's: the record's chunks (clustered by the commit's
+    timestamp), a deletion of earlier records' chunks, and the seal. Paxos orders every
+    seal before or after every claim: a seal before the new owner's claim is finished by
+    the `position()` it reads after claiming; a seal after it is refused (FencedOff) and
+    nothing of the batch is written. A fenced record is never deleted: it is finished once
+    the name's position carries its timestamp, which its own step 4 writes. Commits with a
+    position and no epoch, and those without a position, keep `commit_intents`.
+    This assumes clocks kept in sync (NTP), as Cassandra's last-write-wins itself does.
 
 Timers
     A scan reads `timer_buckets` (the hours holding timers, up to now), then each hour's
@@ -154,7 +164,7 @@ from cassandra.protocol import ConfigurationException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.errors import ConflictError, InvalidInput, Unavailable
+from mnemo.domain.errors import ConflictError, FencedOff, InvalidInput, Unavailable
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import (
     AuditRecord,
@@ -400,16 +410,24 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "timer_buckets": (("shard", "bucket"), ()),
     "positions": (("consumer",), ("log_offset", "ts")),
     "commit_intents": (("owner", "chunk"), ("txid", "data")),
+    "partition_commits": (("owner", "ts", "chunk"), ("data",)),
     # the event ids of a tenant's outcomes, so that a purge can find their partitions
     "outcome_events": (("tenant", "event_id"), ()),
 }
-_HOME_TABLES = ("timers_by_due", "timer_buckets", "positions", "commit_intents")
+_HOME_TABLES = (
+    "timers_by_due",
+    "timer_buckets",
+    "positions",
+    "commit_intents",
+    "partition_commits",
+)
 _TENANT_TABLES = tuple(t for t in _TABLES if t not in _HOME_TABLES)
 # what a rebuild must reproduce: everything but bookkeeping (positions, commit records,
 # key heads, the list of timer hours)
 _BOOKKEEPING = (
     "positions",
     "commit_intents",
+    "partition_commits",
     "memory_key_heads",
     "timer_buckets",
     "outcome_events",
@@ -518,6 +536,17 @@ _QUERIES: dict[str, str] = {
     "intent_chunks": "SELECT chunk, txid, data FROM {ks}.commit_intents WHERE owner = ?",
     "intent_drop": "DELETE FROM {ks}.commit_intents USING TIMESTAMP ? WHERE owner = ?",
     "intent_owners": "SELECT DISTINCT owner, sealed, ts FROM {ks}.commit_intents",
+    # fenced commits (one writer per consumer partition): see `claim` and `_seal_fenced`
+    "fence_head": "SELECT epoch, sealed, chunks, claimed_by FROM {ks}.partition_commits "
+    "WHERE owner = ? LIMIT 1",
+    "fence_claim": "UPDATE {ks}.partition_commits SET epoch = ?, claimed_by = ? "
+    "WHERE owner = ? IF epoch = ?",
+    "fence_seal": "UPDATE {ks}.partition_commits SET sealed = ?, chunks = ?, writer = ? "
+    "WHERE owner = ? IF epoch = ?",
+    "fence_chunk": "INSERT INTO {ks}.partition_commits (owner, ts, chunk, data) "
+    "VALUES (?, ?, ?, ?)",
+    "fence_prune": "DELETE FROM {ks}.partition_commits WHERE owner = ? AND ts < ?",
+    "fence_chunks": "SELECT chunk, data FROM {ks}.partition_commits WHERE owner = ? AND ts = ?",
     "head_move": "UPDATE {ks}.memory_key_heads SET memory_id = ?, version = ? "
     "WHERE tenant = ? AND stream = ? AND mkey = ? IF memory_id = ?",
     "keyspace_add": "INSERT INTO {ks}.keyspaces (shard, name) VALUES (0, ?)",
@@ -851,6 +880,7 @@ class _Tx(StoreTransaction):
         self.weights: dict[tuple[str, str], tuple[float, float, float]] = {}
         self.timeline: dict[tuple[str, str, int, str], TimelineEntry] = {}
         self.position: tuple[str, int] | None = None
+        self.epoch: int | None = None  # the claim the commit must still hold (fenced)
         self.purged: set[str] = set()  # tenants purged by this batch: their stored rows go
 
     # -- reads: the overlay over the stored rows
@@ -1022,8 +1052,9 @@ class _Tx(StoreTransaction):
                 r = write.record
                 self.audit[(r.tenant, r.stream, r.n)] = r
 
-    def set_position(self, consumer: str, offset: int) -> None:
+    def set_position(self, consumer: str, offset: int, epoch: int | None = None) -> None:
         self.position = (consumer, offset)
+        self.epoch = epoch
 
     # -- commit planning
 
@@ -1404,7 +1435,7 @@ class CassandraMemoryStore(MemoryStore):
             with _translated():
                 stmt = self._session.prepare(_QUERIES[name].replace("{ks}", ks))
             stmt.consistency_level = ConsistencyLevel.LOCAL_QUORUM
-            if name == "head_move":
+            if name in ("head_move", "fence_claim", "fence_seal"):
                 stmt.serial_consistency_level = self._serial
             self._prepared[key] = stmt
         return stmt
@@ -1469,7 +1500,8 @@ class CassandraMemoryStore(MemoryStore):
 
     def _commit(self, tx: _Tx) -> None:
         mutations, post, moves = tx.plan()
-        if not mutations and not post:
+        fenced = tx.position is not None and tx.epoch is not None
+        if not mutations and not post and not fenced:
             if tx.position is not None:
                 ts = self._clock.next()
                 self._write_all([[self.home, "positions", "put", [*tx.position, ts]]], ts)
@@ -1477,7 +1509,7 @@ class CassandraMemoryStore(MemoryStore):
         if (
             tx.position is not None
             and not self._take_clean(tx.position[0])
-            and self._sealed(tx.position[0]) is not None
+            and self._unfinished(tx.position[0])
         ):
             # this batch was read from a position whose commit was not finished: finish that
             # one, and let the consumer read its batch again from the position it reaches
@@ -1493,11 +1525,25 @@ class CassandraMemoryStore(MemoryStore):
             tx.position[0] if tx.position is not None else f"tx:{self._writer}:{uuid.uuid4().hex}"
         )
         ts = self._clock.next()
-        record = {"ts": ts, "mutations": mutations, "post": post, "position": tx.position}
+        record: dict[str, Any] = {
+            "ts": ts,
+            "mutations": mutations,
+            "post": post,
+            "position": tx.position,
+        }
+        if fenced:
+            assert tx.epoch is not None
+            record["fenced"] = True
         self._inflight.add(owner)
         try:
-            self._seal(owner, ts, record)
+            if fenced:
+                assert tx.epoch is not None
+                self._seal_fenced(owner, ts, record, tx.epoch)
+            else:
+                self._seal(owner, ts, record)
             self._apply(owner, record)
+        except FencedOff:
+            raise  # nothing was sealed: nothing to finish
         except BaseException:
             self._dirty.add(owner)  # a sealed record may exist: finish it before going on
             raise
@@ -1547,6 +1593,115 @@ class CassandraMemoryStore(MemoryStore):
         # the commit point: from here on the batch is rolled forward, never redone
         self._execute(self.home, "intent_seal", seal)
 
+    def claim(self, consumer: str) -> int:
+        """Raise the epoch of `consumer` by one, by compare-and-set (a lightweight
+        transaction on its `partition_commits` partition), and return it. A seal is itself
+        a lightweight transaction on that partition conditioned on the epoch, so Paxos
+        orders every seal before or after this claim: one sealed before it is finished by
+        the `position()` that follows, one after it is refused."""
+        head = next(iter(self._execute(self.home, "fence_head", [consumer])), None)
+        seen = int(head[0]) if head is not None and head[0] is not None else None
+        for _ in range(32):
+            epoch = (seen or 0) + 1
+            row = next(
+                iter(self._execute(self.home, "fence_claim", [epoch, self._writer, consumer, seen]))
+            )
+            if row[0]:
+                log.info("claimed %s under epoch %d", consumer, epoch)
+                return epoch
+            seen = int(row[1]) if len(row) > 1 and row[1] is not None else None
+        raise Unavailable(
+            f"could not claim {consumer}: its epoch kept moving", code="STORE_UNAVAILABLE"
+        )
+
+    def _seal_fenced(self, owner: str, ts: int, record: dict[str, Any], epoch: int) -> None:
+        """The commit point of a fenced commit: a conditional batch on the owner's
+        partition writes the record's chunks (clustered by `ts`), drops the chunks of
+        earlier records and seals this one, only if `epoch` is still the owner's latest
+        claim. Records over 4 MiB write their chunks first, then the conditional seal."""
+        data = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 6)
+        pieces = [data[i : i + _INTENT_CHUNK] for i in range(0, len(data), _INTENT_CHUNK)]
+        chunks = [
+            (self.home, "fence_chunk", [owner, ts, n, piece]) for n, piece in enumerate(pieces)
+        ]
+        batch = BatchStatement(
+            BatchType.UNLOGGED,
+            consistency_level=ConsistencyLevel.LOCAL_QUORUM,
+            serial_consistency_level=self._serial,
+        )
+        if len(data) <= _INTENT_ONE_BATCH:
+            for ks, name, params in chunks:
+                batch.add(self._prepare(ks, name).bind(params))
+        else:
+            self._concurrently(chunks)
+        batch.add(self._prepare(self.home, "fence_prune").bind([owner, ts]))
+        batch.add(
+            self._prepare(self.home, "fence_seal").bind(
+                [ts, len(pieces), self._writer, owner, epoch]
+            )
+        )
+        with _translated():
+            row = next(iter(self._session.execute(batch)))
+        if not row[0]:
+            held = next((v for v in row[1:] if isinstance(v, int)), None)
+            log.warning(
+                "commit of %s refused: it holds epoch %d, the partition was claimed under %s",
+                owner,
+                epoch,
+                held,
+            )
+            raise FencedOff(
+                f"{owner} was claimed by another process (epoch {held}); this commit holds "
+                f"epoch {epoch} and is not written",
+                extra={"consumer": owner, "epoch": epoch, "held": held},
+            )
+
+    def _fenced_unfinished(self, owner: str, head: Row | None, pos: Row | None) -> int | None:
+        """The timestamp of a fenced record sealed but not yet finished (its position not
+        written), from the rows `fence_head` and `position` read."""
+        if head is None or head[1] is None:
+            return None
+        sealed = int(head[1])
+        self._clock.observe(sealed)
+        done = int(pos[1]) if pos is not None and pos[1] is not None else 0
+        return sealed if done < sealed else None
+
+    def _unfinished(self, owner: str) -> bool:
+        """Whether `owner` has a sealed commit record, plain or fenced, not yet applied."""
+        plain, head, pos = self._concurrently(
+            [
+                (self.home, "intent_head", [owner]),
+                (self.home, "fence_head", [owner]),
+                (self.home, "position", [owner]),
+            ]
+        )
+        if plain and plain[0][0] is not None:
+            return True
+        return (
+            self._fenced_unfinished(owner, head[0] if head else None, pos[0] if pos else None)
+            is not None
+        )
+
+    def _roll_forward_fenced(self, owner: str) -> None:
+        head, pos = self._concurrently(
+            [(self.home, "fence_head", [owner]), (self.home, "position", [owner])]
+        )
+        sealed = self._fenced_unfinished(owner, head[0] if head else None, pos[0] if pos else None)
+        if sealed is None:
+            return
+        count = int(head[0][2])
+        pieces = {
+            int(r[0]): bytes(r[1])
+            for r in self._execute(self.home, "fence_chunks", [owner, sealed])
+        }
+        if any(n not in pieces for n in range(count)):
+            raise Unavailable(
+                f"the sealed commit record of {owner} is incomplete", code="STORE_UNAVAILABLE"
+            )
+        record = json.loads(zlib.decompress(b"".join(pieces[n] for n in range(count))))
+        log.info("rolling forward the sealed commit of %s (ts %d)", owner, sealed)
+        self._apply(owner, record)
+
     def _apply(self, owner: str, record: dict[str, Any]) -> None:
         ts = int(record["ts"])
         self._write_all(record["mutations"], ts)
@@ -1557,7 +1712,9 @@ class CassandraMemoryStore(MemoryStore):
             consumer, offset = record["position"]
             after += self._bind_all([[self.home, "positions", "put", [consumer, offset, ts]]], ts)
         write_batched(self._session, after)
-        self._execute(self.home, "intent_drop", [ts, owner])
+        if not record.get("fenced"):
+            self._execute(self.home, "intent_drop", [ts, owner])
+        # a fenced record stays: it is finished once the position carries its timestamp
 
     def _sealed(self, owner: str) -> tuple[str, int, int] | None:
         row = next(iter(self._execute(self.home, "intent_head", [owner])), None)
@@ -1569,6 +1726,7 @@ class CassandraMemoryStore(MemoryStore):
         """Apply a sealed commit record again (its writes are idempotent) and drop it."""
         head = self._sealed(owner)
         if head is None:
+            self._roll_forward_fenced(owner)
             self._dirty.discard(owner)
             return
         txid, ts, count = head
@@ -1594,16 +1752,14 @@ class CassandraMemoryStore(MemoryStore):
         giving a live writer `settle_seconds` to finish it itself."""
         if owner in self._inflight:
             return
-        head = self._sealed(owner)
-        if head is None:
+        if not self._unfinished(owner):
             self._dirty.discard(owner)
             return
         if owner not in self._dirty:
             deadline = time.monotonic() + self.settle_seconds
             while time.monotonic() < deadline:
                 time.sleep(0.05)
-                now = self._sealed(owner)
-                if now is None or now[0] != head[0]:
+                if not self._unfinished(owner):
                     return
         self._roll_forward(owner)
 
@@ -1623,12 +1779,19 @@ class CassandraMemoryStore(MemoryStore):
         if consumer in self._inflight:
             rows = [tuple(r) for r in self._execute(self.home, "position", [consumer])]
         else:
-            # the commit record and the position in one round trip; a sealed record is
+            # the commit records and the position in one round trip; a sealed record is
             # finished first, and the position read again
-            sealed, rows = self._concurrently(
-                [(self.home, "intent_head", [consumer]), (self.home, "position", [consumer])]
+            sealed, fence, rows = self._concurrently(
+                [
+                    (self.home, "intent_head", [consumer]),
+                    (self.home, "fence_head", [consumer]),
+                    (self.home, "position", [consumer]),
+                ]
             )
-            if sealed and sealed[0][0] is not None:
+            unfinished = self._fenced_unfinished(
+                consumer, fence[0] if fence else None, rows[0] if rows else None
+            )
+            if (sealed and sealed[0][0] is not None) or unfinished is not None:
                 self._finish_pending(consumer)
                 rows = [tuple(r) for r in self._execute(self.home, "position", [consumer])]
             else:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mnemo.adapters.sqlite_log import connect
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.errors import Unavailable
+from mnemo.domain.errors import FencedOff, Unavailable
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import (
     AuditRecord,
@@ -94,6 +94,7 @@ CREATE TABLE IF NOT EXISTS audit_links (
     PRIMARY KEY (tenant, stream, n)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS positions (consumer TEXT PRIMARY KEY, offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS position_claims (consumer TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (
     tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (tenant, name, version)
@@ -403,7 +404,18 @@ class _Tx(StoreTransaction):
                 "INSERT INTO memory_terms (rowid, terms) VALUES (?, ?)", (rowid, " ".join(tokens))
             )
 
-    def set_position(self, consumer: str, offset: int) -> None:
+    def set_position(self, consumer: str, offset: int, epoch: int | None = None) -> None:
+        if epoch is not None:
+            # the write lock is held (BEGIN IMMEDIATE): no claim can come in between
+            row = self._cur.execute(
+                "SELECT epoch FROM position_claims WHERE consumer = ?", (consumer,)
+            ).fetchone()
+            held = int(row[0]) if row else 0
+            if held != epoch:
+                raise FencedOff(
+                    f"{consumer} was claimed under epoch {held}; this commit holds {epoch}",
+                    extra={"consumer": consumer, "epoch": epoch, "held": held},
+                )
         self._cur.execute(
             "INSERT INTO positions VALUES (?, ?) ON CONFLICT (consumer) DO UPDATE SET "
             "offset = excluded.offset",
@@ -496,6 +508,16 @@ class SqliteMemoryStore(MemoryStore):
                         "the memory store could not be written", code="STORE_UNAVAILABLE"
                     ) from exc
                 raise
+
+    def claim(self, consumer: str) -> int:
+        with self.transaction() as tx:
+            assert isinstance(tx, _Tx)
+            row = tx._cur.execute(
+                "INSERT INTO position_claims VALUES (?, 1) ON CONFLICT (consumer) DO UPDATE "
+                "SET epoch = epoch + 1 RETURNING epoch",
+                (consumer,),
+            ).fetchone()
+        return int(row[0])
 
     def position(self, consumer: str) -> int:
         row = (

@@ -6,6 +6,7 @@ from typing import Any
 
 __all__ = [
     "ConflictError",
+    "FencedOff",
     "InvalidInput",
     "KeyDestroyed",
     "MnemoError",
@@ -58,6 +59,13 @@ class ConflictError(MnemoError):
     """An optimistic-concurrency check failed (for example a stale expected sequence)."""
 
     code = "CONFLICT"
+
+
+class FencedOff(ConflictError):
+    """A consumer committed for a partition another process has claimed since: its batch
+    is not written, and the new owner handles those records again."""
+
+    code = "PARTITION_FENCED"
 
 
 class Unavailable(MnemoError):

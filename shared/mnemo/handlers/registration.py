@@ -150,7 +150,15 @@ def _register(
         # memory of its own; only the same turn at the same instant (a re-import) is a
         # duplicate. Declared memories of other types deduplicate on content alone.
         digest = occurrence_hash(digest, event.occurred_at)
+    memory_id = derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index))
     existing = state.find_by_hash(event.tenant, event.stream, digest)
+    if existing is not None and existing.memory_id == memory_id:
+        # this event's own memory: it registered before (a redelivery), and keeps the
+        # outcome it had; what it emitted then is in the log already
+        kind = OutcomeKind.SUPERSEDED if existing.supersedes else OutcomeKind.REGISTERED
+        return Decision(
+            writes=[_outcome(event, index, kind, memory_id=memory_id, version=existing.version)]
+        )
     if existing is not None:
         return Decision(
             writes=[
@@ -170,7 +178,7 @@ def _register(
             detail = f"{draft.key} is at version {have}, not {draft.expected_version}"
             return _reject(event, index, "VERSION_CONFLICT", detail, current)
     memory = Memory(
-        memory_id=derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index)),
+        memory_id=memory_id,
         tenant=event.tenant,
         stream=event.stream,
         type=draft.type,

@@ -58,6 +58,16 @@ def rebuild_read_models(
         _REBUILDING.release()
 
 
+def _not_ready(answer: httpx.Response) -> str:
+    """What a component's /readyz says is wrong: `fenced` (another process owns some of
+    its partitions and refuses its commits) or `not_ready`."""
+    try:
+        status = answer.json().get("status")
+    except ValueError:
+        return "not_ready"
+    return "fenced" if status == "fenced" else "not_ready"
+
+
 def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
     """What `mnemo status` shows of a distributed deployment: each component's health (its
     /readyz), each consumer's lag per partition, and the dead-letter count."""
@@ -84,7 +94,7 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
             continue
         try:
             answer = httpx.get(f"{url.rstrip('/')}/readyz", timeout=2.0)
-            health[name] = "ready" if answer.status_code == 200 else "not_ready"
+            health[name] = "ready" if answer.status_code == 200 else _not_ready(answer)
         except httpx.HTTPError:
             health[name] = "unreachable"
     body["components"] = {"gateway": "ready", **health}

@@ -44,7 +44,7 @@ import orjson
 
 from mnemo import telemetry
 from mnemo.client.kafka import record_headers, record_key, record_key_ids
-from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
 from mnemo.handlers import audit, decay, indexing, registration
@@ -67,6 +67,7 @@ __all__ = [
     "DistributedEventLog",
     "Follower",
     "NotReady",
+    "Ownership",
     "PartitionProgress",
     "Sequencer",
     "decode_offset",
@@ -236,6 +237,89 @@ class DistributedEventLog(EventLog):
 # ---- the consumers --------------------------------------------------------------------------
 
 
+class Ownership:
+    """The partitions a worker holds and the epoch it claimed for each (ADR 0014).
+
+    Kafka's group assignment says which partitions a worker should handle; the store
+    enforces it. On every assignment the worker claims each partition it was given
+    (`MemoryStore.claim`), and commits under that epoch: once another process claims the
+    partition, this worker's commits for it are refused (FencedOff), and it leaves the
+    partition's records alone until Kafka assigns it again. Claims are only made for
+    partitions of the latest assignment, so a worker that lost a partition cannot take it
+    back from its new owner; `revoke` waits for a claim in progress."""
+
+    def __init__(self, store: MemoryStore, consumer: str) -> None:
+        self.store = store
+        self.consumer = consumer
+        self._lock = threading.Lock()
+        self.assigned: set[int] = set()
+        self.epochs: dict[int, int] = {}
+        self.fenced: dict[int, str] = {}  # partition -> why its commits were refused
+        self.refused = 0  # commits refused since the start
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        """A new assignment (Kafka's rebalance): claim each of its partitions."""
+        with self._lock:
+            self.assigned = set(partitions)
+            self.epochs.clear()
+            self.fenced.clear()
+            for partition in sorted(self.assigned):
+                try:
+                    self.epochs[partition] = self.store.claim(
+                        position_name(self.consumer, partition)
+                    )
+                except MnemoError as exc:  # claimed on first use instead
+                    log.warning(
+                        "%s: could not claim partition %d now (%s)",
+                        self.consumer,
+                        partition,
+                        exc.code,
+                    )
+
+    def revoke(self, partitions: Sequence[int]) -> None:
+        with self._lock:
+            for partition in partitions:
+                self.assigned.discard(partition)
+                self.epochs.pop(partition, None)
+                self.fenced.pop(partition, None)
+
+    def epoch(self, partition: int) -> int | None:
+        """The epoch to commit a partition under; None when this worker does not hold it
+        (not assigned, or fenced off by a newer claim)."""
+        with self._lock:
+            if partition not in self.assigned or partition in self.fenced:
+                return None
+            if partition not in self.epochs:
+                self.epochs[partition] = self.store.claim(position_name(self.consumer, partition))
+            return self.epochs[partition]
+
+    def fence(self, partition: int, error: FencedOff) -> None:
+        """A commit for `partition` was refused. The partition is fenced off unless this
+        worker has claimed it again since (a batch that outlived its revocation and the
+        next assignment): then the refused batch is simply handled again."""
+        with self._lock:
+            self.refused += 1
+            refused = error.extra.get("epoch")
+            held = self.epochs.get(partition)
+            if partition in self.assigned and (held is None or held == refused):
+                self.epochs.pop(partition, None)
+                self.fenced[partition] = error.message
+        log.warning(
+            "%s: partition %d is fenced off (%s); its records are left to its new owner",
+            self.consumer,
+            partition,
+            error.message,
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "assigned": sorted(self.assigned),
+                "fenced": sorted(self.fenced),
+                "refused_commits": self.refused,
+            }
+
+
 @dataclass
 class Counters:
     """What a partition processor has done, for /metrics and `mnemo status`."""
@@ -246,6 +330,7 @@ class Counters:
     stale: int = 0
     dead_letters: int = 0
     skipped: int = 0
+    not_owned: int = 0  # records of partitions this worker does not hold (fenced, revoked)
     batches: int = 0
     last_batch_at: float = 0.0
     by_type: dict[str, int] = field(default_factory=dict)
@@ -254,6 +339,8 @@ class Counters:
 class _Processor:
     consumer: str
     archive: EventArchive
+    # where records missing from a batch are read (see _fresh); None: not read
+    topic: LogTopic | None = None
     # partitions of one batch handled at once; each stays in offset order, and the store's
     # transactions still commit one at a time
     parallel = 1
@@ -261,6 +348,9 @@ class _Processor:
     def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
         self.runner = runner
         self.store = store
+        # set by a worker in a consumer group: commits then carry the partition's epoch;
+        # without it (tools, tests driving one processor) commits are not fenced
+        self.ownership: Ownership | None = None
         self.counters = Counters()
         self._counting = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -278,16 +368,63 @@ class _Processor:
             group=f"mnemo-{self.consumer}",
         )
 
+    def _held(self, partition: int, items: Sequence[LogRecord]) -> tuple[bool, int | None]:
+        """Whether this processor may handle a partition now, and the epoch to commit
+        under (None: unfenced)."""
+        if self.ownership is None:
+            return True, None
+        epoch = self.ownership.epoch(partition)
+        if epoch is None:
+            with self._counting:
+                self.counters.not_owned += len(items)
+            return False, None
+        return True, epoch
+
+    def _fresh(self, partition: int, items: Sequence[LogRecord]) -> list[LogRecord]:
+        """The records past the stored position, in offset order, each offset once (after
+        a rebalance a batch can hold a record twice). A batch that starts past the stored
+        position (Kafka's committed offset ran ahead of it: a worker that lost the
+        partition acknowledged records it left alone) is completed from the topic, so no
+        record is ever passed over."""
+        start = self.store.position(position_name(self.consumer, partition))
+        once = {r.offset: r for r in reversed(items) if r.offset >= start}
+        with self._counting:
+            self.counters.skipped += len(items) - len(once)
+        if once and min(once) > start and self.topic is not None:
+            first = min(once)
+            at = start
+            while at < first:
+                found = self.topic.fetch(partition, at, min(1_000, first - at))
+                if not found:
+                    break
+                for r in found:
+                    if r.offset < first:
+                        once[r.offset] = r
+                at = found[-1].offset + 1
+            log.info(
+                "%s: records %d to %d of partition %d were not in the batch; read them",
+                self.consumer,
+                start,
+                first - 1,
+                partition,
+            )
+        return [once[o] for o in sorted(once)]
+
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
-        start = self.store.position(position_name(self.consumer, partition))
-        fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
-        with self._counting:
-            self.counters.skipped += len(items) - len(fresh)
+        held, epoch = self._held(partition, items)
+        if not held:
+            return 0
+        fresh = self._fresh(partition, items)
         if not fresh:
             return 0
-        with self._consuming(partition, fresh) as batch:
-            return self._partition(partition, fresh, batch)
+        try:
+            with self._consuming(partition, fresh) as batch:
+                return self._partition(partition, fresh, batch, epoch)
+        except FencedOff as exc:
+            assert self.ownership is not None
+            self.ownership.fence(partition, exc)
+            return 0
 
     def process(self, records: Sequence[LogRecord]) -> int:
         """Handle a batch (of any partitions); raises NotReady once the other partitions
@@ -324,7 +461,11 @@ class _Processor:
         return done
 
     def _partition(
-        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+        self,
+        partition: int,
+        records: list[LogRecord],
+        batch: telemetry.Consumed,
+        epoch: int | None,
     ) -> int:
         raise NotImplementedError
 
@@ -336,6 +477,7 @@ class Sequencer(_Processor):
 
     consumer = registration.CONSUMER
     parallel = 8
+    topic: LogTopic
 
     def __init__(
         self,
@@ -353,7 +495,11 @@ class Sequencer(_Processor):
         self.next_position = next_position
 
     def _partition(
-        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+        self,
+        partition: int,
+        records: list[LogRecord],
+        batch: telemetry.Consumed,
+        epoch: int | None,
     ) -> int:
         known = self.archive.fates(partition, records[0].offset, records[-1].offset)
         now = self.clock.now()
@@ -368,7 +514,8 @@ class Sequencer(_Processor):
         )
         # every stream's head in one round trip; kept up to date below
         heads = self.archive.stream_heads(
-            [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)]
+            [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
+            below=(partition, records[0].offset),
         )
         seen: set[tuple[str, str]] = set()
         fates: list[RecordFate] = []
@@ -491,7 +638,7 @@ class Sequencer(_Processor):
                 )
             if emitted:
                 self.runner.log.append(emitted)
-            tx.set_position(position_name(self.consumer, partition), records[-1].offset + 1)
+            tx.set_position(position_name(self.consumer, partition), records[-1].offset + 1, epoch)
         telemetry.committed(
             self.consumer,
             [e.envelope for e in archived],
@@ -519,13 +666,19 @@ class Follower(_Processor):
     """The indexer, decay or audit consumer: handles the records the sequencer archived."""
 
     def __init__(
-        self, runner: EmbeddedRunner, store: MemoryStore, archive: EventArchive, consumer: str
+        self,
+        runner: EmbeddedRunner,
+        store: MemoryStore,
+        archive: EventArchive,
+        consumer: str,
+        topic: LogTopic | None = None,
     ) -> None:
         super().__init__(runner, store)
         if consumer not in (indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
             raise ValueError(f"{consumer} is not a following consumer")
         self.consumer = consumer
         self.archive = archive
+        self.topic = topic
 
     def _ready(
         self, partition: int, records: list[LogRecord]
@@ -565,12 +718,12 @@ class Follower(_Processor):
         waiting: NotReady | None = None
         done = 0
         with ExitStack() as spans:
-            steps: list[tuple[int, int, list[LoggedEvent], list[float | None]]] = []
+            steps: list[tuple[int, int, list[LoggedEvent], list[float | None], int | None]] = []
             for partition, items in sorted(by_partition.items()):
-                start = self.store.position(position_name(self.consumer, partition))
-                fresh = sorted((r for r in items if r.offset >= start), key=lambda r: r.offset)
-                with self._counting:
-                    self.counters.skipped += len(items) - len(fresh)
+                held, epoch = self._held(partition, items)
+                if not held:
+                    continue
+                fresh = self._fresh(partition, items)
                 if not fresh:
                     continue
                 spans.enter_context(self._consuming(partition, fresh))
@@ -580,14 +733,19 @@ class Follower(_Processor):
                         f"{self.consumer} waits for the registrar on partition {partition}"
                     )
                 if ready:
-                    steps.append((partition, ready[-1].offset + 1, events, accepted_at))
+                    steps.append((partition, ready[-1].offset + 1, events, accepted_at, epoch))
                     done += len(ready)
             envelopes = [e.envelope for step in steps for e in step[2]]
             if envelopes:
                 self.runner.index_events(envelopes)
-            for partition, next_offset, events, accepted_at in steps:
-                with self.store.transaction() as tx:
-                    tx.set_position(position_name(self.consumer, partition), next_offset)
+            for partition, next_offset, events, accepted_at, epoch in steps:
+                try:
+                    with self.store.transaction() as tx:
+                        tx.set_position(position_name(self.consumer, partition), next_offset, epoch)
+                except FencedOff as exc:
+                    assert self.ownership is not None
+                    self.ownership.fence(partition, exc)
+                    continue
                 telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
         with self._counting:
             self.counters.records += done
@@ -598,7 +756,11 @@ class Follower(_Processor):
         return done
 
     def _partition(
-        self, partition: int, records: list[LogRecord], batch: telemetry.Consumed
+        self,
+        partition: int,
+        records: list[LogRecord],
+        batch: telemetry.Consumed,
+        epoch: int | None,
     ) -> int:
         ready, events, accepted_at, parents = self._ready(partition, records)
         if not ready:
@@ -619,7 +781,7 @@ class Follower(_Processor):
                 emitted.extend(decision.events)
             if emitted:
                 self.runner.log.append(emitted)
-            tx.set_position(name, ready[-1].offset + 1)
+            tx.set_position(name, ready[-1].offset + 1, epoch)
         telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
         if len(ready) < len(records):
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")

@@ -9,8 +9,16 @@ written (Cassandra or Kafka away) is retried with backoff until it is; faust's o
 only committed for batches the processor returned from, and the processor's own
 positions (committed with its writes) make every retry harmless.
 
-Every worker serves `/healthz` (the process runs), `/readyz` (Cassandra and Kafka answer)
-and `/metrics` (Prometheus text) on `MNEMO_HEALTH_PORT`.
+Every worker serves `/healthz` (the process runs), `/readyz` (Cassandra and Kafka answer,
+and no partition it was assigned is fenced off) and `/metrics` (Prometheus text) on
+`MNEMO_HEALTH_PORT`.
+
+One writer per partition (ADR 0014): when Kafka assigns the worker its partitions, it
+claims each one in the store (an epoch, by compare-and-set), and every commit carries that
+epoch; a commit from a worker that lost the partition meanwhile is refused. On a
+revocation the worker stops taking the revoked partitions' records and waits (up to
+`_DRAIN_SECONDS`) for the batch in flight to finish, so the usual rebalance hands over a
+committed position rather than a refused batch.
 
 The co-located topology: with no Qdrant server configured, the vectors live in a
 qdrant-edge shard that one process may open; the gateway process then runs the indexer
@@ -24,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from mnemo import telemetry
 from mnemo.bootstrap import (
@@ -37,7 +45,7 @@ from mnemo.bootstrap import (
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.handlers import audit, decay, indexing, registration
 from mnemo.ports import LogRecord
-from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
+from mnemo.service.distributed import Follower, NotReady, Ownership, Sequencer, position_name
 from mnemo.settings import GatewaySettings, MnemoSettings, worker_settings
 
 __all__ = ["ConfigurationError", "Worker", "make_worker", "run_gateway", "run_worker"]
@@ -49,6 +57,7 @@ T = TypeVar("T")
 CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
 _TAKE_WITHIN = 0.01  # seconds
 _MAX_TAKE = 2_048  # records in one batch at most
+_DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
 
 
 def _broker_url(settings: MnemoSettings) -> str:
@@ -117,8 +126,10 @@ class Worker:
                 d.next_position,
             )
             if consumer == registration.CONSUMER
-            else Follower(self.platform.runner, self.platform.store, d.archive, consumer)
+            else Follower(self.platform.runner, self.platform.store, d.archive, consumer, d.topic)
         )
+        self.ownership = Ownership(self.platform.store, consumer)
+        self.processor.ownership = self.ownership
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"mnemo-{consumer}")
         self._unwatch = telemetry.watch_lag(self.lag)
         self.failures = 0
@@ -138,6 +149,8 @@ class Worker:
             web_port=settings.health_port or 6066,
             web_bind=settings.health_host,
             web_in_thread=False,
+            # faust's own wait on a rebalance has no bound (a follower waiting for the
+            # registrar would hold the group up); `on_revoked` drains with a bound instead
             stream_wait_empty=False,
             store="memory://",
         )
@@ -199,6 +212,33 @@ class Worker:
                 ]
                 await self._process(records)
 
+        topic_name = self.settings.kafka_topic
+
+        def ours(partitions: Any) -> list[int]:
+            return sorted(tp.partition for tp in partitions if tp.topic == topic_name)
+
+        async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kw: Any) -> None:
+            assigned = args[0] if args else kw.get("assigned", ())
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.ownership.assign, ours(assigned))
+            log.info("%s holds partitions %s", self.consumer, ours(assigned))
+
+        async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kw: Any) -> None:
+            revoked = args[0] if args else kw.get("revoked", ())
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.ownership.revoke, ours(revoked))
+            # the batch in flight finishes (its commit still holds: nobody has claimed the
+            # partitions yet) before the group moves on; past the bound, the fence decides
+            drained = loop.run_in_executor(self.executor, lambda: None)
+            try:
+                await asyncio.wait_for(drained, _DRAIN_SECONDS)
+            except TimeoutError:
+                log.warning("%s: a batch was still running at the revocation", self.consumer)
+
+        # faust's signal types do not admit a coroutine receiver, which it supports
+        app.on_partitions_assigned.connect(cast(Any, on_assigned))
+        app.on_partitions_revoked.connect(cast(Any, on_revoked))
+
         if self.consumer == decay.CONSUMER:
 
             @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
@@ -218,10 +258,10 @@ class Worker:
             loop = asyncio.get_running_loop()
             checks = await loop.run_in_executor(None, self.readiness)
             ok = all(v == "ok" for k, v in checks.items() if k in ("cassandra", "kafka"))
-            return web.json(
-                {"status": "ready" if ok else "not_ready", "checks": checks},
-                status=200 if ok else 503,
-            )
+            status = "ready" if ok else "not_ready"
+            if ok and checks["partitions"]["fenced"]:
+                status, ok = "fenced", False
+            return web.json({"status": status, "checks": checks}, status=200 if ok else 503)
 
         @app.page("/metrics")
         async def metrics(web: Any, request: Any) -> Any:
@@ -283,6 +323,8 @@ class Worker:
         except MnemoError as exc:
             checks["kafka"] = exc.code
         checks["failing_batches"] = self.failures
+        # partitions held, and those whose commits another owner's claim now refuses
+        checks["partitions"] = self.ownership.snapshot()
         if self.last_error:
             checks["last_error"] = self.last_error
         return checks
@@ -323,6 +365,15 @@ class Worker:
                 )
         except MnemoError:
             pass
+        held = self.ownership.snapshot()
+        lines += [
+            "# TYPE mnemo_consumer_fenced_partitions gauge",
+            f'mnemo_consumer_fenced_partitions{{consumer="{name}"}} {len(held["fenced"])}',
+            "# TYPE mnemo_consumer_refused_commits_total counter",
+            f'mnemo_consumer_refused_commits_total{{consumer="{name}"}} {held["refused_commits"]}',
+            "# TYPE mnemo_consumer_not_owned_records_total counter",
+            f'mnemo_consumer_not_owned_records_total{{consumer="{name}"}} {c.not_owned}',
+        ]
         lines.append("# TYPE mnemo_consumer_failing_batches gauge")
         lines.append(f'mnemo_consumer_failing_batches{{consumer="{name}"}} {self.failures}')
         lines.append(f"# mnemo_consumer_last_batch_at {c.last_batch_at or time.time():.0f}")
