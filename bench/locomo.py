@@ -9,7 +9,7 @@ question (categories 1-4 with evidence in its conversation: 1,531) is asked of i
 conversation's stream. Measured side by side, in one run:
 
 * retrieval recall at k = 1, 5, 10, 20 (|evidence ∩ retrieved| / |evidence|, mean per
-  category and overall) of BM25 alone (the store's keyword_search), dense alone (the
+  category and overall) of BM25 alone (the vector index's keyword search), dense alone (the
   vector index), Mnemo.search (hybrid, as shipped) and the tuned retrieval prototyped in
   bench/locomo_rank.py, plus an ablation ladder of the tuned retrieval;
 * token efficiency: contexts assembled by Mnemo.context at 500, 1,000 and 2,000 tokens
@@ -202,15 +202,14 @@ def tuned_retriever(platform: Any, config: RankConfig) -> Retriever:
 
 
 def make_retrievers(platform: Any, ctx: Any, config: RankConfig) -> dict[str, Retriever]:
-    from mnemo.domain.text import query_terms
-    from mnemo.ports import MemoryQuery, VectorFilter
+    from mnemo.domain.keywords import query_vector
+    from mnemo.ports import VectorFilter
 
     depth = max(KS)
 
     def bm25(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
-        hits = platform.store.keyword_search(
-            TENANT, query_terms(q.text), MemoryQuery(stream=ci.stream, limit=depth)
-        )
+        flt = VectorFilter(streams=(ci.stream,))
+        hits = platform.index.keyword_search(TENANT, query_vector(q.text), depth, flt)
         return [mid for mid, _ in hits]
 
     def dense(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
@@ -222,7 +221,7 @@ def make_retrievers(platform: Any, ctx: Any, config: RankConfig) -> dict[str, Re
         return [h.memory.memory_id for h in hits]
 
     return {
-        "bm25 (Mnemo keyword_search)": bm25,
+        "bm25 (Mnemo keyword vectors)": bm25,
         "dense (Mnemo vector index)": dense,
         "hybrid (Mnemo.search)": hybrid,
         TUNED: tuned_retriever(platform, config),

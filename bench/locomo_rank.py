@@ -5,9 +5,10 @@ LoCoMo's questions or ids:
 
 * candidates: the vector index (VectorIndex.search) and a BM25 keyword list, over the
   stream, `depth` deep each;
-* keyword list: the store's keyword_search as shipped, or (stemmed=True) a prototype of
-  the proposed index change: the same keyword terms under FTS5's porter stemmer, one
-  index per stream (StemmedKeywords, an in-memory SQLite FTS5 table);
+* keyword list: the vector index's keyword search as shipped (BM25 keyword vectors with
+  the engine's per-tenant IDF), or (stemmed=True) a prototype: the same keyword terms
+  under FTS5's porter stemmer, one index per stream (StemmedKeywords, an in-memory SQLite
+  FTS5 table);
 * fusion: weighted reciprocal rank, w / (rrf_k + rank), with a small rrf_k;
 * neighbours: a memory gains `neighbour` x the best fused score of the memories right
   before and after it in its episode (memories sharing an `episode:` tag, in id order);
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from mnemo.domain.keywords import query_vector
 from mnemo.domain.memory import Memory
 from mnemo.domain.text import keyword_terms, query_terms
 from mnemo.ports import MemoryQuery, MemoryStore, VectorFilter, VectorIndex
@@ -59,7 +61,7 @@ def ablation_ladder() -> list[tuple[str, RankConfig]]:
     steps.append(("+ episode boost (0.75)", cfg))
     cfg = replace(cfg, source=0.5)
     steps.append(("+ named-source boost (x1.5) = tuned", cfg))
-    steps.append(("tuned, shipped keyword_search (no stemming)", replace(cfg, stemmed=False)))
+    steps.append(("tuned, shipped keyword vectors (no porter)", replace(cfg, stemmed=False)))
     steps.append(("tuned without neighbours", replace(cfg, neighbour=0.0)))
     steps.append(("tuned without episode boost", replace(cfg, episode=0.0)))
     steps.append(("tuned, whole stream as candidates", replace(cfg, depth=0)))
@@ -166,8 +168,8 @@ class TunedRetriever:
         if cfg.stemmed:
             kw = self._stemmed.search(stream, terms, depth)
         else:
-            kw = self.store.keyword_search(
-                self.tenant, terms, MemoryQuery(stream=stream, limit=depth)
+            kw = self.index.keyword_search(
+                self.tenant, query_vector(text), depth, VectorFilter(streams=(stream,))
             )
         fused: dict[str, float] = dict.fromkeys(s.memory_ids, 0.0)
         for weight, hits in ((cfg.w_vector, vec), (cfg.w_keyword, kw)):

@@ -47,10 +47,10 @@ from bench.corpus import variant
 from mnemo.adapters.sqlite_log import connect
 from mnemo.bootstrap import Platform, build_embedded
 from mnemo.domain.ids import derived_id
+from mnemo.domain.keywords import memory_keyword_text, passage_vector, query_vector
 from mnemo.domain.memory import Memory, MemoryDraft, MemoryType, Provenance, Scope, content_hash
 from mnemo.domain.projection import PutMemory, PutTimer, Timer
-from mnemo.domain.text import query_terms
-from mnemo.ports import Embedder, MemoryQuery, VectorPoint
+from mnemo.ports import Embedder, Fusion, VectorPoint
 from mnemo.service.app import RequestContext
 from mnemo.service.context import ContextRequest
 from mnemo.settings import MnemoSettings
@@ -252,7 +252,16 @@ def _populate_direct(platform: Platform, bulk: _Bulk, size: int) -> dict[str, fl
         t2 = time.perf_counter()
         platform.index.upsert(
             [
-                VectorPoint(m.memory_id, m.tenant, m.stream, m.type.value, m.scope.value, m.tags, v)
+                VectorPoint(
+                    m.memory_id,
+                    m.tenant,
+                    m.stream,
+                    m.type.value,
+                    m.scope.value,
+                    m.tags,
+                    v,
+                    passage_vector(memory_keyword_text(m.key, m.value, m.content)),
+                )
                 for m, v in zip(memories, vectors.tolist(), strict=True)
             ]
         )
@@ -484,8 +493,11 @@ def _measure_queries(
             ContextRequest(subjects=(stream_of(i),), query=q, budget=CONTEXT_BUDGET, vector=v),
         ),
         "component.vector_index": lambda i, q, v: platform.index.search(TENANT, v, 40),
-        "component.keyword": lambda i, q, v: platform.store.keyword_search(
-            TENANT, query_terms(q), MemoryQuery(live_at=datetime.now(UTC), limit=40)
+        "component.keyword": lambda i, q, v: platform.index.keyword_search(
+            TENANT, query_vector(q), 40
+        ),
+        "component.hybrid": lambda i, q, v: platform.index.hybrid_search(
+            TENANT, v, query_vector(q), 80, fusion=Fusion(depth=40)
         ),
     }
     names = list(kinds)
@@ -524,7 +536,13 @@ def _measure_queries(
             "stream_memories": size // STREAMS,
         },
         "component.vector_index": {"call": "QdrantEdgeIndex.search(limit=40), no filter"},
-        "component.keyword": {"call": "SqliteMemoryStore.keyword_search(limit=40), whole tenant"},
+        "component.keyword": {
+            "call": "QdrantEdgeIndex.keyword_search(limit=40), whole tenant, tenant IDF"
+        },
+        "component.hybrid": {
+            "call": "QdrantEdgeIndex.hybrid_search: one query, dense + keyword prefetch (40 "
+            "each), weighted RRF, whole tenant"
+        },
     }
     zh = [any("\u4e00" <= c <= "\u9fff" for c in q) for q in queries]
     line = []

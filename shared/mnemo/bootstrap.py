@@ -26,6 +26,7 @@ from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
+from mnemo.handlers import indexing as index_consumer
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
     Clock,
@@ -188,12 +189,7 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
             api_key=key.get_secret_value() if key else None,
             check_compatibility=False,
         )
-        server = QdrantServerIndex(
-            client,
-            dim,
-            settings.qdrant_collection,
-            collection_per_tenant=settings.qdrant_collection_per_tenant,
-        )
+        server = QdrantServerIndex(client, dim, settings.qdrant_collection)
         return telemetry.TracedVectorIndex(
             server, collection=settings.qdrant_collection, remote=True
         )
@@ -201,6 +197,19 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
 
     edge = QdrantEdgeIndex(settings.data_dir / "vectors", dim)
     return telemetry.TracedVectorIndex(edge, collection="vectors", remote=False)
+
+
+def reindex_if_recreated(index: VectorIndex, store: MemoryStore) -> bool:
+    """When the embedded index was made anew on open (its old shard had no keyword vectors),
+    send the indexer back to the start of the log so it projects every memory again (dense
+    and keyword vectors); searches meanwhile see only what it has re-indexed so far."""
+    inner = index.inner if isinstance(index, telemetry.TracedVectorIndex) else index
+    if not getattr(inner, "recreated", False):
+        return False
+    with store.transaction() as tx:
+        tx.set_position(index_consumer.CONSUMER, 0)
+    log.warning("re-indexing every memory from the log into the new vector index")
+    return True
 
 
 @dataclass
@@ -327,6 +336,7 @@ def build_embedded(
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
     index = make_index(settings, embedder.dim)
+    reindex_if_recreated(index, store)
     runner = make_runner(settings, event_log, store, index, embedder, clock, consumers)
     tokenizer = make_tokenizer(settings)
     contexts = ContextAssembler(
@@ -381,10 +391,12 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
         if indexing
         else InMemoryVectorIndex(embedder.dim)  # never used: this runner does not index
     )
+    store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
+    reindex_if_recreated(index, store)
     return make_runner(
         settings,
         SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous),
-        SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous),
+        store,
         index,
         embedder,
         SystemClock(),

@@ -9,13 +9,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import Envelope, LoggedEvent, sealed_key_ids
+from mnemo.domain.keywords import SparseVector
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import (
     AuditRecord,
@@ -36,6 +37,7 @@ __all__ = [
     "Embedder",
     "EventArchive",
     "EventLog",
+    "Fusion",
     "KeyVault",
     "LogRecord",
     "LogTopic",
@@ -43,6 +45,7 @@ __all__ = [
     "MemoryStore",
     "RecordFate",
     "RecordStatus",
+    "SparseVector",
     "StoreTransaction",
     "Tokenizer",
     "VectorFilter",
@@ -227,12 +230,6 @@ class MemoryStore(abc.ABC):
         """Every version of a key in a stream, oldest first."""
 
     @abc.abstractmethod
-    def keyword_search(
-        self, tenant: str, terms: Sequence[str], query: MemoryQuery
-    ) -> list[tuple[str, float]]:
-        """Memory ids ranked by BM25 over their keyword terms, best first."""
-
-    @abc.abstractmethod
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
         """What registration made of a published event."""
 
@@ -296,6 +293,9 @@ class MemoryStore(abc.ABC):
 
 @dataclass(frozen=True, slots=True)
 class VectorPoint:
+    """A memory as the index holds it: its dense embedding and its keyword vector (BM25
+    term weights, see mnemo.domain.keywords), with the fields searches filter on."""
+
     memory_id: str
     tenant: str
     stream: str
@@ -303,6 +303,7 @@ class VectorPoint:
     scope: str
     tags: tuple[str, ...]
     vector: Vector
+    keywords: SparseVector = field(default_factory=SparseVector)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,8 +316,23 @@ class VectorFilter:
     tags: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    """How a hybrid search fuses its dense and keyword lists: the engine's weighted
+    reciprocal-rank fusion, sum over lists of 1 / (k - 1 + rank / weight), rank from 1
+    (with weight 1: 1 / (k - 1 + rank)). `depth` candidates are taken from each list."""
+
+    k: int = 6
+    dense_weight: float = 1.0
+    keyword_weight: float = 1.25
+    depth: int = 40
+
+
 class VectorIndex(abc.ABC):
-    """Nearest-neighbour search over memory embeddings, always within one tenant."""
+    """Nearest-neighbour and keyword (BM25) search over memories, always within one tenant.
+
+    Keyword scores use inverse document frequencies over the tenant's own points only:
+    another tenant's data never changes a tenant's scores or ranking."""
 
     @abc.abstractmethod
     def upsert(self, points: Sequence[VectorPoint]) -> None:
@@ -331,6 +347,29 @@ class VectorIndex(abc.ABC):
         self, tenant: str, vector: Vector, limit: int, flt: VectorFilter = VectorFilter()
     ) -> list[tuple[str, float]]:
         """Memory ids of the tenant by cosine similarity, best first (ties by id)."""
+
+    @abc.abstractmethod
+    def keyword_search(
+        self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = VectorFilter()
+    ) -> list[tuple[str, float]]:
+        """Memory ids of the tenant by BM25: sum over shared dimensions of the query's value
+        x the memory's value x idf, idf = ln(1 + (N - n + 0.5) / (n + 0.5)) over the
+        tenant's N points that have keywords (n of them holding the dimension); best first,
+        ties by id. Only memories sharing a dimension with the query."""
+
+    @abc.abstractmethod
+    def hybrid_search(
+        self,
+        tenant: str,
+        vector: Vector | None,
+        keywords: SparseVector,
+        limit: int,
+        flt: VectorFilter = VectorFilter(),
+        fusion: Fusion = Fusion(),
+    ) -> list[tuple[str, float]]:
+        """Memory ids of the tenant by the fusion of the dense list (`vector`, when given)
+        and the keyword list (when `keywords` has terms), each `fusion.depth` deep, in one
+        query to the engine; fused scores, best first, ties by id."""
 
     @abc.abstractmethod
     def ids(self, tenant: str | None = None) -> list[str]:

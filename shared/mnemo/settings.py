@@ -116,18 +116,13 @@ class MnemoSettings(BaseSettings):
     qdrant_collection: str = Field(
         default="mnemo_memories",
         pattern=r"^[a-z0-9_-]{1,128}$",
-        description="the Qdrant collection, or the prefix of the per-tenant collections",
+        description="the prefix of the per-tenant Qdrant collections ({collection}_{tenant})",
     )
     key_pepper: SecretStr | None = Field(
         default=None,
         description="server-wide secret that API key digests are keyed with (at least 16 "
         "characters); unset: a random one kept in data_dir/access.pepper. Every gateway "
         "replica of a platform needs the same one",
-    )
-    qdrant_collection_per_tenant: bool = Field(
-        default=False,
-        description="one Qdrant collection per tenant ({collection}_{tenant}) instead of one "
-        "shared collection partitioned by a tenant payload index",
     )
     vault_addr: str | None = Field(
         default=None,

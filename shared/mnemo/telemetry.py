@@ -41,7 +41,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from mnemo import __version__
 from mnemo.domain.events import Envelope, TraceContext
-from mnemo.ports import VectorFilter, VectorIndex, VectorPoint
+from mnemo.ports import Fusion, SparseVector, VectorFilter, VectorIndex, VectorPoint
 
 if TYPE_CHECKING:
     from fastapi.telemetry import TelemetryConfig
@@ -77,6 +77,7 @@ Parent = otel_context.Context  # a record's producer context, as `parent_of` giv
 _PROPAGATOR = TraceContextTextMapPropagator()
 _MAX_LINKS = 128
 _EVERYTHING = VectorFilter()
+_FUSION = Fusion()
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _TOKENS = (64, 128, 256, 512, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 128_000)
 
@@ -791,6 +792,24 @@ class TracedVectorIndex(VectorIndex):
     ) -> list[tuple[str, float]]:
         with self._span("query", **{"mnemo.limit": limit}):
             return self.inner.search(tenant, vector, limit, flt)
+
+    def keyword_search(
+        self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = _EVERYTHING
+    ) -> list[tuple[str, float]]:
+        with self._span("query", **{"mnemo.limit": limit, "mnemo.search": "keyword"}):
+            return self.inner.keyword_search(tenant, keywords, limit, flt)
+
+    def hybrid_search(
+        self,
+        tenant: str,
+        vector: list[float] | None,
+        keywords: SparseVector,
+        limit: int,
+        flt: VectorFilter = _EVERYTHING,
+        fusion: Fusion = _FUSION,
+    ) -> list[tuple[str, float]]:
+        with self._span("query", **{"mnemo.limit": limit, "mnemo.search": "hybrid"}):
+            return self.inner.hybrid_search(tenant, vector, keywords, limit, flt, fusion)
 
     def ids(self, tenant: str | None = None) -> list[str]:
         with self._span("scroll"):

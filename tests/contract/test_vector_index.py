@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,13 +12,15 @@ import httpx
 import pytest
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+from tests.support import qdrant_server_url
 
 from mnemo.adapters.memory_index import InMemoryVectorIndex
 from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
 from mnemo.adapters.qdrant_server_index import QdrantServerIndex
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.ids import uuid7_at
-from mnemo.ports import VectorFilter, VectorIndex, VectorPoint
+from mnemo.domain.keywords import SparseVector, passage_vector, query_vector
+from mnemo.ports import Fusion, VectorFilter, VectorIndex, VectorPoint
 
 DIM = 8
 
@@ -45,6 +48,7 @@ def point(
     type_: str = "fact",
     scope: str = "shared",
     tags: tuple[str, ...] = (),
+    keywords: dict[int, float] | None = None,
 ) -> VectorPoint:
     return VectorPoint(
         memory_id=mid(n),
@@ -54,7 +58,28 @@ def point(
         scope=scope,
         tags=tags,
         vector=vector,
+        keywords=sparse(keywords or {}),
     )
+
+
+def sparse(weights: dict[int, float]) -> SparseVector:
+    ordered = sorted(weights.items())
+    return SparseVector(tuple(i for i, _ in ordered), tuple(v for _, v in ordered))
+
+
+def _weights(text: str) -> dict[int, float]:
+    keywords = passage_vector(text)
+    return dict(zip(keywords.indices, keywords.values, strict=True))
+
+
+def idf(points: int, holding: int) -> float:
+    """Inverse document frequency as the engine defines it (always positive)."""
+    return math.log(1 + (points - holding + 0.5) / (holding + 0.5))
+
+
+def fused(ranks: list[tuple[int | None, float]], k: int) -> float:
+    """Weighted RRF of (rank from 1 or None, weight) pairs: 1 / (k - 1 + rank / weight)."""
+    return sum(1 / (k - 1 + rank / weight) for rank, weight in ranks if rank is not None)
 
 
 def ranked_ids(hits: list[tuple[str, float]]) -> list[str]:
@@ -164,6 +189,177 @@ class VectorIndexContract:
         )
         hits = index.search("acme", basis(0), 10, VectorFilter(tags=("x",)))
         assert ranked_ids(hits) == [mid(3), mid(1)]
+
+    # ---- keyword search (BM25 with the engine's IDF) and hybrid search ------------------------
+
+    def keyword_corpus(self, index: VectorIndex) -> None:
+        """acme: four points, one without keywords (not in the IDF's N, in any engine)."""
+        index.upsert(
+            [
+                point(1, basis(0), keywords={10: 1.0, 20: 1.0, 30: 0.8}),
+                point(2, basis(1), keywords={10: 1.0}, stream="s2"),
+                point(3, basis(2), keywords={20: 0.5}, tags=("x",)),
+                point(4, basis(3)),
+            ]
+        )
+
+    def test_keyword_scores_are_bm25_with_the_engines_idf(self, index: VectorIndex) -> None:
+        self.keyword_corpus(index)
+        hits = index.keyword_search("acme", sparse({10: 1.0, 20: 1.0, 30: 1.0}), 10)
+        common, rare = idf(3, 2), idf(3, 1)
+        assert ranked_ids(hits) == [mid(1), mid(2), mid(3)]  # point 4 shares no term
+        assert [s for _, s in hits] == pytest.approx(
+            [common + common + 0.8 * rare, common, 0.5 * common], abs=1e-5
+        )
+        # query values multiply: a term asked twice as strongly counts twice
+        weighted = index.keyword_search("acme", sparse({20: 2.0}), 10)
+        assert weighted == [
+            (mid(1), pytest.approx(2 * common, abs=1e-5)),
+            (mid(3), pytest.approx(common, abs=1e-5)),
+        ]
+        assert index.keyword_search("acme", sparse({99: 1.0}), 10) == []
+        assert index.keyword_search("acme", SparseVector(), 10) == []
+        assert index.keyword_search("acme", sparse({10: 1.0}), 0) == []
+
+    def test_keyword_search_filters_and_limits(self, index: VectorIndex) -> None:
+        self.keyword_corpus(index)
+        query = sparse({10: 1.0, 20: 1.0})
+        assert ranked_ids(index.keyword_search("acme", query, 1)) == [mid(1)]
+        only_s2 = index.keyword_search("acme", query, 10, VectorFilter(streams=("s2",)))
+        assert ranked_ids(only_s2) == [mid(2)]
+        tagged = index.keyword_search("acme", query, 10, VectorFilter(tags=("x",)))
+        assert ranked_ids(tagged) == [mid(3)]
+        assert index.keyword_search("globex", query, 10) == []
+
+    def test_keyword_statistics_are_the_tenants_own(self, index: VectorIndex) -> None:
+        self.keyword_corpus(index)
+        query = sparse({10: 1.0, 20: 1.0, 30: 1.0})
+        before = index.keyword_search("acme", query, 10)
+        hybrid_before = index.hybrid_search("acme", basis(0), query, 10)
+        # another tenant with many points, some holding acme's rare term, one holding all
+        index.upsert(
+            [
+                point(100 + n, basis(n % DIM), tenant="globex", keywords={30: 1.0, 10 + n: 1.0})
+                for n in range(40)
+            ]
+        )
+        index.upsert([point(200, basis(0), tenant="globex", keywords={10: 1.0, 20: 1.0})])
+        after = index.keyword_search("acme", query, 10)
+        assert ranked_ids(after) == ranked_ids(before)
+        assert [s for _, s in after] == pytest.approx([s for _, s in before], abs=1e-6)
+        assert_same_hits(index.hybrid_search("acme", basis(0), query, 10), hybrid_before)
+        # and acme's own data does move acme's statistics
+        index.upsert([point(5, basis(4), keywords={30: 1.0})])
+        moved = dict(index.keyword_search("acme", query, 10))
+        assert abs(moved[mid(1)] - dict(before)[mid(1)]) > 1e-3
+
+    def test_hybrid_search_fuses_both_lists_by_weighted_rrf(self, index: VectorIndex) -> None:
+        index.upsert(
+            [
+                point(1, basis(0), keywords={7: 0.2}),  # dense 1st, keyword 3rd
+                point(2, basis(0, plus={1: 0.5}), keywords={7: 1.0}),  # dense 2nd, keyword 1st
+                point(3, basis(0, plus={1: 2.0})),  # dense 3rd, no keywords
+                point(4, basis(1), keywords={7: 0.5}),  # dense 4th, keyword 2nd
+            ]
+        )
+        fusion = Fusion(k=6, dense_weight=1.0, keyword_weight=1.25, depth=10)
+        hits = index.hybrid_search("acme", basis(0), sparse({7: 1.0}), 10, fusion=fusion)
+        want = {
+            mid(1): fused([(1, 1.0), (3, 1.25)], 6),
+            mid(2): fused([(2, 1.0), (1, 1.25)], 6),
+            mid(3): fused([(3, 1.0), (None, 1.25)], 6),
+            mid(4): fused([(4, 1.0), (2, 1.25)], 6),
+        }
+        assert ranked_ids(hits) == sorted(want, key=lambda m: -want[m])
+        assert dict(hits) == {m: pytest.approx(v, abs=1e-5) for m, v in want.items()}
+        # depth cuts each list before fusion
+        shallow = index.hybrid_search(
+            "acme", basis(0), sparse({7: 1.0}), 10, fusion=Fusion(k=6, depth=1)
+        )
+        assert dict(shallow) == {
+            mid(1): pytest.approx(fused([(1, 1.0)], 6), abs=1e-5),
+            mid(2): pytest.approx(fused([(1, 1.25)], 6), abs=1e-5),
+        }
+        assert ranked_ids(index.hybrid_search("acme", basis(0), sparse({7: 1.0}), 2)) == [
+            mid(2),
+            mid(1),
+        ]
+
+    def test_hybrid_search_with_one_list(self, index: VectorIndex) -> None:
+        self.keyword_corpus(index)
+        fusion = Fusion(k=6, depth=10)
+        keyword_only = index.hybrid_search("acme", None, sparse({20: 1.0}), 10, fusion=fusion)
+        assert dict(keyword_only) == {
+            mid(1): pytest.approx(fused([(1, 1.25)], 6), abs=1e-5),
+            mid(3): pytest.approx(fused([(2, 1.25)], 6), abs=1e-5),
+        }
+        dense_only = index.hybrid_search(
+            "acme", basis(2, plus={0: 0.5}), SparseVector(), 2, fusion=fusion
+        )
+        assert ranked_ids(dense_only) == [mid(3), mid(1)]
+        assert dense_only[0][1] == pytest.approx(fused([(1, 1.0)], 6), abs=1e-5)
+        assert index.hybrid_search("acme", None, SparseVector(), 10) == []
+
+    def test_hybrid_search_filters_both_lists_and_stays_in_the_tenant(
+        self, index: VectorIndex
+    ) -> None:
+        self.keyword_corpus(index)
+        index.upsert([point(9, basis(0), tenant="globex", keywords={10: 5.0})])
+        query = sparse({10: 1.0, 20: 1.0})
+        everything = index.hybrid_search("acme", basis(0), query, 10)
+        assert set(ranked_ids(everything)) == {mid(1), mid(2), mid(3), mid(4)}
+        in_s1 = index.hybrid_search("acme", basis(1), query, 10, VectorFilter(streams=("s1",)))
+        assert mid(2) not in ranked_ids(in_s1)
+        assert set(ranked_ids(in_s1)) == {mid(1), mid(3), mid(4)}
+        assert ranked_ids(index.hybrid_search("globex", basis(0), query, 10)) == [mid(9)]
+
+    # Whether the IDF forgets a deleted point at once: qdrant-edge and the in-memory index
+    # do; a Qdrant server keeps counting deleted (and replaced) points until its optimizer
+    # vacuums their segment (docs/adr/0011-keyword-search-in-the-vector-engine.md).
+    exact_idf_after_delete = True
+
+    def test_deleted_points_leave_keyword_search(self, index: VectorIndex) -> None:
+        self.keyword_corpus(index)
+        index.delete("acme", [mid(1)])
+        hits = index.keyword_search("acme", sparse({10: 1.0, 20: 1.0}), 10)
+        assert ranked_ids(hits) == [mid(2), mid(3)]
+        if self.exact_idf_after_delete:
+            assert [s for _, s in hits] == pytest.approx([idf(2, 1), 0.5 * idf(2, 1)], abs=1e-5)
+
+    def test_keywords_match_chinese_and_english_within_a_tenant(self, index: VectorIndex) -> None:
+        texts = {
+            1: "我的尺码是L",
+            2: "我喜欢喝咖啡",
+            3: "The user prefers aisle seats",
+            4: "Café au lait, every morning",
+        }
+        index.upsert([point(n, basis(n), keywords=_weights(t)) for n, t in texts.items()])
+        index.upsert([point(9, basis(0), tenant="other", keywords=_weights("我的尺码是M"))])
+
+        def found(query: str) -> list[str]:
+            return ranked_ids(index.keyword_search("acme", query_vector(query), 10))
+
+        assert found("尺码") == [mid(1)]
+        assert found("Aisle seat") == [mid(3)]  # stemmed: seats -> seat
+        assert found("cafe") == [mid(4)]  # diacritics folded
+        assert found("nothing matches") == []
+        assert found('"; DROP TABLE memories; --') == []
+
+    def test_malformed_keyword_vector_is_invalid_input(self, index: VectorIndex) -> None:
+        for bad in (
+            SparseVector((3, 1), (1.0, 1.0)),  # not ascending
+            SparseVector((1,), (1.0, 2.0)),  # not one value per dimension
+            SparseVector((1,), (math.nan,)),
+            SparseVector((2**32,), (1.0,)),
+        ):
+            with pytest.raises(InvalidInput) as raised:
+                index.upsert(
+                    [VectorPoint(mid(1), "acme", "s1", "fact", "shared", (), basis(0), bad)]
+                )
+            assert raised.value.code == "BAD_VECTOR"
+            with pytest.raises(InvalidInput):
+                index.keyword_search("acme", bad, 5)
+        assert index.ids() == []
 
     # ---- writes ---------------------------------------------------------------------------
 
@@ -453,13 +649,12 @@ class RecordingClient(QdrantClient):
 
 
 @pytest.mark.filterwarnings(_LOCAL_MODE_WARNING)
-class QdrantServerContract(VectorIndexContract):
-    """The contract plus the server adapter's own behaviour, in one collection layout."""
-
-    per_tenant = False
+class TestQdrantServerIndexLocalMode(VectorIndexContract):
+    """The contract plus the server adapter's own behaviour, on qdrant-client's local mode
+    (the client calls a server receives; the real server runs the suite below)."""
 
     def server_index(self, client: QdrantClient, dim: int = DIM) -> QdrantServerIndex:
-        return QdrantServerIndex(client, dim, "mnemo_test", collection_per_tenant=self.per_tenant)
+        return QdrantServerIndex(client, dim, "mnemo_test")
 
     def make_index(self, tmp_path: Path) -> VectorIndex:
         # ":memory:" runs the same engine and client calls as path=...; on disk, local mode
@@ -491,8 +686,10 @@ class QdrantServerContract(VectorIndexContract):
         assert tenant.is_tenant is True
         info = client.get_collection(name)
         vectors = info.config.params.vectors
-        assert isinstance(vectors, models.VectorParams)
-        assert (vectors.size, vectors.distance) == (DIM, models.Distance.COSINE)
+        assert isinstance(vectors, dict)
+        assert (vectors["dense"].size, vectors["dense"].distance) == (DIM, models.Distance.COSINE)
+        keywords = (info.config.params.sparse_vectors or {})["keywords"]
+        assert keywords.modifier == models.Modifier.IDF
         index.upsert([point(2, basis(0))])  # created and checked once per process
         assert client.created == [name]
 
@@ -616,23 +813,6 @@ class QdrantServerContract(VectorIndexContract):
         with pytest.raises(Unavailable):
             index.upsert([point(1, basis(0))])
 
-
-class TestQdrantServerIndex(QdrantServerContract):
-    per_tenant = False
-
-    def test_one_shared_collection(
-        self, recorded: tuple[QdrantServerIndex, RecordingClient]
-    ) -> None:
-        index, client = recorded
-        index.upsert([point(1, basis(0), tenant="acme"), point(2, basis(0), tenant="globex")])
-        assert [c.name for c in client.get_collections().collections] == ["mnemo_test"]
-        index.clear()
-        assert client.get_collections().collections == []
-
-
-class TestQdrantServerIndexPerTenant(QdrantServerContract):
-    per_tenant = True
-
     def test_one_collection_per_tenant(
         self, recorded: tuple[QdrantServerIndex, RecordingClient]
     ) -> None:
@@ -656,3 +836,59 @@ class TestQdrantServerIndexPerTenant(QdrantServerContract):
             index.upsert([point(1, basis(0), tenant="../acme")])
         with pytest.raises(InvalidInput):
             index.search("Acme/x", basis(0), 5)
+
+    def test_a_collection_of_an_older_mnemo_needs_a_rebuild(self, tmp_path: Path) -> None:
+        client = QdrantClient(path=str(tmp_path / "q"))
+        unnamed = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+        client.create_collection("mnemo_test", vectors_config=unnamed)  # the old shared one
+        client.create_collection("mnemo_test_acme", vectors_config=unnamed)
+        index = self.server_index(client)
+        try:
+            assert index.legacy_collections() == ["mnemo_test", "mnemo_test_acme"]
+            with pytest.raises(InvalidInput) as raised:
+                index.upsert([point(1, basis(0))])
+            assert raised.value.code == "INDEX_NEEDS_REBUILD"
+            with pytest.raises(InvalidInput):
+                index.hybrid_search("acme", basis(0), sparse({1: 1.0}), 5)
+            index.clear()  # what a rebuild does first
+            index.upsert([point(1, basis(0))])
+            assert index.legacy_collections() == ["mnemo_test"]  # not one of its collections
+        finally:
+            index.close()
+
+
+class TestQdrantServerIndexOnServer(VectorIndexContract):
+    """The contract on a real Qdrant server, each test in collections of its own."""
+
+    exact_idf_after_delete = False
+
+    def make_index(self, tmp_path: Path) -> VectorIndex:
+        client = QdrantClient(url=qdrant_server_url(), check_compatibility=False)
+        return QdrantServerIndex(client, DIM, f"mnemo_t{uuid.uuid4().hex[:12]}")
+
+    @pytest.fixture
+    def index(self, tmp_path: Path) -> Iterator[VectorIndex]:
+        idx = self.make_index(tmp_path)
+        yield idx
+        idx.clear()
+        idx.close()
+
+    def test_hybrid_search_is_one_query_request(self, tmp_path: Path) -> None:
+        calls: list[str] = []
+
+        class Counting(QdrantClient):
+            def query_points(self, *args: object, **kwargs: object) -> models.QueryResponse:  # type: ignore[override]
+                calls.append("query_points")
+                return super().query_points(*args, **kwargs)  # type: ignore[arg-type]
+
+        client = Counting(url=qdrant_server_url(), check_compatibility=False)
+        index = QdrantServerIndex(client, DIM, f"mnemo_t{uuid.uuid4().hex[:12]}")
+        try:
+            index.upsert([point(n, basis(n % DIM), keywords={n: 1.0}) for n in range(1, 6)])
+            calls.clear()
+            hits = index.hybrid_search("acme", basis(1), sparse({2: 1.0, 3: 1.0}), 3)
+            assert len(hits) == 3
+            assert calls == ["query_points"]
+        finally:
+            index.clear()
+            index.close()

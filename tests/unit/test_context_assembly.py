@@ -72,8 +72,7 @@ def cand(memory: Memory, *, score: float = 1.0, weight: float | None = None) -> 
     return Candidate(
         memory=memory,
         relevance=1.0,
-        vector_rank=None,
-        keyword_rank=None,
+        rank=None,
         weight=memory.semantic_weight if weight is None else weight,
         freshness=1.0,
         trust=memory.provenance.trust,
@@ -282,7 +281,7 @@ def test_in_a_mixed_section_facts_go_before_a_lighter_constraint() -> None:
 
 
 def history(memory: Memory, *, score: float = 0.1) -> Candidate:
-    return Candidate(memory, 0.25, None, None, memory.semantic_weight, 1.0, 0.5, score, "history")
+    return Candidate(memory, 0.25, None, memory.semantic_weight, 1.0, 0.5, score, "history")
 
 
 def test_an_old_version_never_stays_without_the_current_one() -> None:
@@ -457,16 +456,14 @@ def test_the_two_encodings_count_chinese_differently() -> None:
 
 def test_score_components() -> None:
     m = mem("s1", "x", trust=1.0)
-    top = score_candidate(m, vector_rank=1, keyword_rank=1, ranked=True, weight=0.5, as_of=T0)
+    top = score_candidate(m, rank=1, ranked=True, weight=0.5, as_of=T0)
     assert top.relevance == 1.0
     assert top.score == pytest.approx(1.0 * 1.0 * 1.0 * 1.0)
-    one_side = score_candidate(
-        m, vector_rank=1, keyword_rank=None, ranked=True, weight=0.5, as_of=T0
-    )
-    assert one_side.relevance == pytest.approx(0.5)
-    unranked = score_candidate(
-        m, vector_rank=None, keyword_rank=None, ranked=False, weight=0.1, as_of=T0
-    )
+    second = score_candidate(m, rank=2, ranked=True, weight=0.5, as_of=T0)
+    assert second.relevance == pytest.approx(61 / 62)  # reciprocal rank, K = 60
+    missed = score_candidate(m, rank=None, ranked=True, weight=0.5, as_of=T0)
+    assert missed.relevance == 0.0
+    unranked = score_candidate(m, rank=None, ranked=False, weight=0.1, as_of=T0)
     assert unranked.relevance == 1.0
     assert unranked.score == pytest.approx(0.6)
 

@@ -1,7 +1,10 @@
-"""An exact, in-process VectorIndex: brute-force cosine similarity over numpy matrices.
+"""An exact, in-process VectorIndex: brute-force cosine similarity over numpy matrices,
+BM25 over keyword vectors with the engine's IDF, and the engine's weighted reciprocal-rank
+fusion, computed the way Qdrant computes them (float32).
 
-It has the semantics and the errors of the Qdrant Edge adapter, so unit tests can use it as
-a fast fake. It also defines the input checks every VectorIndex adapter shares.
+It has the semantics and the errors of the Qdrant adapters, so unit tests can use it as a
+fast fake, and the congruence test holds the three to the same rankings. It also defines
+the input checks every VectorIndex adapter shares.
 """
 
 from __future__ import annotations
@@ -16,11 +19,21 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemo.domain.errors import InvalidInput
-from mnemo.ports import Vector, VectorFilter, VectorIndex, VectorPoint
+from mnemo.domain.keywords import SparseVector
+from mnemo.ports import Fusion, Vector, VectorFilter, VectorIndex, VectorPoint
 
-__all__ = ["InMemoryVectorIndex", "check_memory_id", "check_vector", "is_memory_id"]
+__all__ = [
+    "InMemoryVectorIndex",
+    "check_keywords",
+    "check_memory_id",
+    "check_vector",
+    "idf",
+    "is_memory_id",
+    "rrf",
+]
 
 _NO_FILTER = VectorFilter()
+_FUSION = Fusion()
 
 F32Matrix = npt.NDArray[np.float32]
 
@@ -58,11 +71,54 @@ def check_memory_id(value: str) -> None:
         )
 
 
+def check_keywords(keywords: SparseVector) -> None:
+    """Raise InvalidInput unless the keyword vector has ascending, distinct u32 dimensions,
+    one finite value each."""
+    if len(keywords.indices) != len(keywords.values):
+        raise InvalidInput(
+            "keyword vector has not one value per dimension", code="BAD_VECTOR", field="keywords"
+        )
+    previous = -1
+    for i in keywords.indices:
+        if not previous < i < 2**32:
+            raise InvalidInput(
+                "keyword dimensions must be ascending, distinct and below 2^32",
+                code="BAD_VECTOR",
+                field="keywords",
+            )
+        previous = i
+    if not math.isfinite(sum(keywords.values)):
+        raise InvalidInput(
+            "keyword vector has a non-finite value", code="BAD_VECTOR", field="keywords"
+        )
+
+
 def check_points(points: Sequence[VectorPoint], dim: int) -> None:
     """Check a whole batch before any of it is written."""
     for point in points:
         check_memory_id(point.memory_id)
         check_vector(point.vector, dim)
+        check_keywords(point.keywords)
+
+
+def idf(points: int, holding: int) -> float:
+    """The engine's inverse document frequency of a dimension held by `holding` of
+    `points` points (always positive)."""
+    return math.log(1.0 + (points - holding + 0.5) / (holding + 0.5))
+
+
+def rrf(ranked_lists: Sequence[Sequence[str]], fusion: Fusion) -> dict[str, float]:
+    """The engine's weighted reciprocal-rank fusion of ranked lists (dense first, then
+    keyword), in float32 as the engine sums it."""
+    weights = (fusion.dense_weight, fusion.keyword_weight)
+    fused: dict[str, np.float32] = {}
+    k = np.float32(fusion.k - 1)
+    for ids, weight in zip(ranked_lists, weights, strict=False):
+        w = np.float32(weight)
+        for rank, memory_id in enumerate(ids, 1):
+            part = np.float32(1.0) / (k + np.float32(rank) / w)
+            fused[memory_id] = fused.get(memory_id, np.float32(0.0)) + part
+    return {m: float(v) for m, v in fused.items()}
 
 
 # ---- the index ---------------------------------------------------------------------------
@@ -75,6 +131,7 @@ class _Row:
     type: str
     scope: str
     tags: frozenset[str]
+    keywords: dict[int, float]
 
 
 @dataclass(slots=True)
@@ -147,6 +204,63 @@ class InMemoryVectorIndex(VectorIndex):
         ranked = sorted((-float(scores[i]), snap.ids[i]) for i in candidates.tolist())[:limit]
         return [(memory_id, -neg) for neg, memory_id in ranked]
 
+    def keyword_search(
+        self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = _NO_FILTER
+    ) -> list[tuple[str, float]]:
+        check_keywords(keywords)
+        if limit <= 0 or not keywords:
+            return []
+        with self._lock:
+            snap = self._snapshot(tenant)
+        if snap is None:
+            return []
+        query = dict(zip(keywords.indices, keywords.values, strict=True))
+        holding = dict.fromkeys(query, 0)
+        corpus = 0  # points holding a keyword vector: the others are not in the IDF's N
+        for row in snap.rows:
+            corpus += bool(row.keywords)
+            for dim in query.keys() & row.keywords.keys():
+                holding[dim] += 1
+        weights = {
+            d: np.float32(idf(corpus, n)) * np.float32(query[d]) for d, n in holding.items() if n
+        }
+        scored = []
+        for memory_id, row in zip(snap.ids, snap.rows, strict=True):
+            shared = weights.keys() & row.keywords.keys()
+            if not shared or (flt != _NO_FILTER and not _matches(row, flt)):
+                continue
+            score = np.float32(0.0)
+            for d in sorted(shared):
+                score += weights[d] * np.float32(row.keywords[d])
+            scored.append((-float(score), memory_id))
+        scored.sort()
+        return [(memory_id, -neg) for neg, memory_id in scored[:limit]]
+
+    def hybrid_search(
+        self,
+        tenant: str,
+        vector: Vector | None,
+        keywords: SparseVector,
+        limit: int,
+        flt: VectorFilter = _NO_FILTER,
+        fusion: Fusion = _FUSION,
+    ) -> list[tuple[str, float]]:
+        if vector is not None:
+            check_vector(vector, self._dim)
+        check_keywords(keywords)
+        if limit <= 0 or (vector is None and not keywords):
+            return []
+        lists: list[list[str]] = []
+        if vector is not None:
+            lists.append([m for m, _ in self.search(tenant, vector, fusion.depth, flt)])
+        else:
+            lists.append([])
+        if keywords:
+            lists.append([m for m, _ in self.keyword_search(tenant, keywords, fusion.depth, flt)])
+        fused = rrf(lists, fusion)
+        ranked = sorted((-score, memory_id) for memory_id, score in fused.items())
+        return [(memory_id, -neg) for neg, memory_id in ranked[:limit]]
+
     def ids(self, tenant: str | None = None) -> list[str]:
         with self._lock:
             if tenant is None:
@@ -179,6 +293,7 @@ class InMemoryVectorIndex(VectorIndex):
             type=point.type,
             scope=point.scope,
             tags=frozenset(point.tags),
+            keywords=dict(zip(point.keywords.indices, point.keywords.values, strict=True)),
         )
 
     def _drop(self, tenant: str, memory_id: str) -> None:

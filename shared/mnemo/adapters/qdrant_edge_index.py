@@ -6,39 +6,60 @@ tenant and builds per-tenant HNSW graphs (m=0 globally, payload_m=16) -- every s
 tenant-filtered, so a global graph would never be used. The memory id (a canonical UUID) is
 the point id.
 
+Each point has two named vectors: `dense` (the embedding, cosine) and `keywords` (BM25 term
+weights, a sparse vector with the IDF modifier). Keyword queries set the IDF corpus to the
+tenant's points (SearchParams.idf), so inverse document frequencies are the tenant's own.
+A hybrid search is one query: a dense and a keyword prefetch fused by weighted RRF.
+
+A shard made before keyword vectors (one unnamed dense vector) cannot take them: it is moved
+aside to `<dir>.pre-keywords` and an empty shard is created; `recreated` tells the caller,
+which re-indexes from the log (see bootstrap).
+
 The shard holds a lock on its write-ahead log: one QdrantEdgeIndex per directory per process.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from qdrant_edge import (
     CountRequest,
     Distance,
     EdgeConfig,
     EdgeShard,
+    EdgeSparseVectorParams,
     EdgeVectorParams,
     FieldCondition,
     Filter,
+    Fusion,
     HasIdCondition,
+    HasVectorCondition,
     HnswIndexConfig,
+    IdfParams,
     KeywordIndexParams,
     MatchAny,
     MatchValue,
+    Modifier,
     Point,
+    Prefetch,
     Query,
     QueryRequest,
     ScrollRequest,
+    SearchParams,
+    SparseVector,
     UpdateOperation,
 )
 
-from mnemo.adapters.memory_index import check_points, check_vector, is_memory_id
+from mnemo.adapters.memory_index import check_keywords, check_points, check_vector, is_memory_id
+from mnemo.domain import keywords as kw
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
+from mnemo.ports import Fusion as FusionSpec
 from mnemo.ports import Vector, VectorFilter, VectorIndex, VectorPoint
 
 if TYPE_CHECKING:
@@ -47,10 +68,16 @@ if TYPE_CHECKING:
 __all__ = ["QdrantEdgeIndex"]
 
 _NO_FILTER = VectorFilter()
+_FUSION = FusionSpec()
 _CONFIG_FILE = "edge_config.json"
 _SCROLL_PAGE = 1024
 _TENANT = "tenant"
 _FILTER_FIELDS = ("stream", "type", "scope", "tags")
+DENSE = "dense"
+KEYWORDS = "keywords"
+LEGACY_SUFFIX = ".pre-keywords"
+
+log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=4096)
@@ -61,6 +88,35 @@ def _tenant_condition(tenant: str) -> FieldCondition:
 @lru_cache(maxsize=4096)
 def _tenant_filter(tenant: str) -> Filter:
     return Filter(must=[_tenant_condition(tenant)])
+
+
+@lru_cache(maxsize=4096)
+def _tenant_idf(tenant: str) -> SearchParams:
+    """Inverse document frequencies over the tenant's points that hold keywords only (as a
+    server counts them: a point without a keyword vector is not in the corpus)."""
+    corpus = Filter(must=[_tenant_condition(tenant), HasVectorCondition(KEYWORDS)])
+    return SearchParams(idf=IdfParams(corpus=corpus))
+
+
+def _vectors(point: VectorPoint) -> dict[str, list[float] | SparseVector | list[list[float]]]:
+    """A point's named vectors; no keyword vector at all when it has no terms."""
+    vectors: dict[str, list[float] | SparseVector | list[list[float]]] = {DENSE: list(point.vector)}
+    if point.keywords:
+        vectors[KEYWORDS] = _sparse(point.keywords)
+    return vectors
+
+
+def _sparse(keywords: kw.SparseVector) -> SparseVector:
+    return SparseVector(list(keywords.indices), list(keywords.values))
+
+
+def is_legacy_shard(path: Path) -> bool:
+    """Whether a shard directory was made before keyword vectors (no `keywords` vector)."""
+    config = path / _CONFIG_FILE
+    if not config.exists():
+        return False
+    found = json.loads(config.read_text(encoding="utf-8"))
+    return KEYWORDS not in (found.get("sparse_vectors") or {})
 
 
 def _translate(exc: Exception, action: str) -> MnemoError:
@@ -83,11 +139,13 @@ class QdrantEdgeIndex(VectorIndex):
         self._dim = dim
         self._lock = threading.Lock()
         self._config = EdgeConfig(
-            vectors=EdgeVectorParams(size=dim, distance=Distance.Cosine),
+            vectors={DENSE: EdgeVectorParams(size=dim, distance=Distance.Cosine)},
+            sparse_vectors={KEYWORDS: EdgeSparseVectorParams(modifier=Modifier.Idf)},
             hnsw_config=HnswIndexConfig(
                 m=0, ef_construct=100, full_scan_threshold=10_000, payload_m=16
             ),
         )
+        self.recreated = False  # a shard without keyword vectors was moved aside on open
         self._shard: EdgeShard | None = self._open()
 
     @property
@@ -108,7 +166,7 @@ class QdrantEdgeIndex(VectorIndex):
             [
                 Point(
                     p.memory_id,
-                    p.vector,
+                    _vectors(p),
                     {
                         "tenant": p.tenant,
                         "stream": p.stream,
@@ -161,8 +219,70 @@ class QdrantEdgeIndex(VectorIndex):
         check_vector(vector, self._dim)
         if limit <= 0:
             return []
-        query = Query.Nearest(vector)
-        where = _tenant_filter(tenant) if flt == _NO_FILTER else self._filter(tenant, flt)
+        where = self._where(tenant, flt)
+        query = Query.Nearest(list(vector), using=DENSE)
+        return self._query(
+            lambda fetch: QueryRequest(limit=fetch, query=query, filter=where, with_payload=False),
+            limit,
+            "search",
+        )
+
+    def keyword_search(
+        self, tenant: str, keywords: kw.SparseVector, limit: int, flt: VectorFilter = _NO_FILTER
+    ) -> list[tuple[str, float]]:
+        check_keywords(keywords)
+        if limit <= 0 or not keywords:
+            return []
+        where = self._where(tenant, flt)
+        query = Query.Nearest(_sparse(keywords), using=KEYWORDS)
+        params = _tenant_idf(tenant)
+        return self._query(
+            lambda fetch: QueryRequest(
+                limit=fetch, query=query, filter=where, params=params, with_payload=False
+            ),
+            limit,
+            "keyword search",
+        )
+
+    def hybrid_search(
+        self,
+        tenant: str,
+        vector: Vector | None,
+        keywords: kw.SparseVector,
+        limit: int,
+        flt: VectorFilter = _NO_FILTER,
+        fusion: FusionSpec = _FUSION,
+    ) -> list[tuple[str, float]]:
+        if vector is not None:
+            check_vector(vector, self._dim)
+        check_keywords(keywords)
+        if limit <= 0 or (vector is None and not keywords):
+            return []
+        where = self._where(tenant, flt)
+        prefetches: list[Prefetch] = []
+        weights: list[float] = []
+        if vector is not None:
+            dense = Query.Nearest(list(vector), using=DENSE)
+            prefetches.append(Prefetch(limit=fusion.depth, query=dense, filter=where))
+            weights.append(fusion.dense_weight)
+        if keywords:
+            sparse = Query.Nearest(_sparse(keywords), using=KEYWORDS)
+            prefetches.append(
+                Prefetch(limit=fusion.depth, query=sparse, filter=where, params=_tenant_idf(tenant))
+            )
+            weights.append(fusion.keyword_weight)
+        fuse = cast("Fusion", Fusion.Rrf(k=fusion.k, weights=weights))  # the stub misses Rrf
+        return self._query(
+            lambda fetch: QueryRequest(
+                limit=fetch, prefetches=prefetches, query=fuse, filter=where, with_payload=False
+            ),
+            limit,
+            "hybrid search",
+        )
+
+    def _query(
+        self, request: Callable[[int], QueryRequest], limit: int, action: str
+    ) -> list[tuple[str, float]]:
         # Fetch one more than asked: when it ties with the last one asked for, fetch until the
         # tie is whole, so ties are broken by id and not by the shard's internal order.
         fetch = limit + 1
@@ -170,16 +290,17 @@ class QdrantEdgeIndex(VectorIndex):
             shard = self._live()
             try:
                 while True:
-                    found = shard.query(
-                        QueryRequest(limit=fetch, query=query, filter=where, with_payload=False)
-                    )
+                    found = shard.query(request(fetch))
                     if len(found) < fetch or found[-1].score != found[limit - 1].score:
                         break
                     fetch *= 2
             except Exception as e:
-                raise _translate(e, "search") from e
+                raise _translate(e, action) from e
         ranked = sorted((-hit.score, str(hit.id)) for hit in found)
         return [(memory_id, -neg) for neg, memory_id in ranked[:limit]]
+
+    def _where(self, tenant: str, flt: VectorFilter) -> Filter:
+        return _tenant_filter(tenant) if flt == _NO_FILTER else self._filter(tenant, flt)
 
     def ids(self, tenant: str | None = None) -> list[str]:
         where = None if tenant is None else _tenant_filter(tenant)
@@ -249,6 +370,8 @@ class QdrantEdgeIndex(VectorIndex):
 
     def _open(self) -> EdgeShard:
         try:
+            if is_legacy_shard(self._path):
+                self._move_aside()
             if (self._path / _CONFIG_FILE).exists():
                 # Passing the config checks it against the stored segments (e.g. the dim).
                 shard = EdgeShard.load(str(self._path), self._config)
@@ -262,6 +385,23 @@ class QdrantEdgeIndex(VectorIndex):
             shard.close()
             raise _translate(e, "create payload indexes") from e
         return shard
+
+    def _move_aside(self) -> None:
+        """Keep a shard without keyword vectors next to the new one; the caller re-indexes."""
+        target = self._path.with_name(self._path.name + LEGACY_SUFFIX)
+        n = 1
+        while target.exists():
+            n += 1
+            target = self._path.with_name(f"{self._path.name}{LEGACY_SUFFIX}-{n}")
+        self._path.rename(target)
+        self.recreated = True
+        log.warning(
+            "the vector index at %s has no keyword vectors (made by an older Mnemo); it was "
+            "moved to %s and an empty one created: the indexer re-indexes every memory from "
+            "the log, and keyword matches are incomplete until it has caught up",
+            self._path,
+            target,
+        )
 
     @staticmethod
     def _ensure_field_indexes(shard: EdgeShard) -> None:

@@ -1,23 +1,24 @@
 """VectorIndex over a Qdrant server, through `qdrant_client.QdrantClient`.
 
 The index is handed a ready client: production passes
-`QdrantClient(url=..., api_key=...)`, tests pass qdrant-client's local mode
-(`QdrantClient(path=...)` or `QdrantClient(":memory:")`), which answers the same client calls
-a server receives. The index owns the client from then on: `close()` closes it.
+`QdrantClient(url=..., api_key=...)`; tests pass one for a real server, or qdrant-client's
+local mode (`QdrantClient(path=...)` or `QdrantClient(":memory:")`), which answers the same
+client calls. The index owns the client from then on: `close()` closes it.
 
-Layout. By default every tenant shares one collection (`collection`, "mnemo_memories");
-each point carries its tenant in the payload, and `tenant` has a keyword index declared with
-is_tenant=True, so the server groups each tenant's points together and builds per-tenant HNSW
-graphs (m=0 globally, payload_m=16: every search is tenant-filtered, so a global graph would
-never be used). With `collection_per_tenant=True` each tenant gets its own collection,
-f"{collection}_{tenant}", with an ordinary HNSW graph; queries still filter by tenant there,
-as a second line of defence. The memory id (a canonical UUID) is the point id, so memory ids
-must never move between tenants (they never do in Mnemo) -- in per-tenant mode a moved id
-would leave its old copy behind.
+Layout: one collection per tenant, f"{collection}_{tenant}". Each point has two named
+vectors: `dense` (the embedding, cosine) and `keywords` (BM25 term weights, a sparse vector
+with the IDF modifier). The server computes IDF over a whole collection (Qdrant 1.18 ignores
+a query's `params.idf` corpus filter), so a collection per tenant is what keeps each
+tenant's keyword statistics its own (docs/adr/0011). Queries still filter by tenant there,
+as a second line of defence. A hybrid search is one Query API request: a dense and a
+keyword prefetch fused by the server's weighted RRF. The memory id (a canonical UUID) is
+the point id.
 
 Collections are created on first use (create if missing; a concurrent creator is tolerated),
-with cosine distance and keyword indexes on tenant, stream, type, scope and tags. Reads of a
-collection that does not exist yet find nothing and create nothing.
+with keyword payload indexes on tenant, stream, type, scope and tags. Reads of a collection
+that does not exist yet find nothing and create nothing. A collection of another shape (one
+made before keyword vectors) is refused with INDEX_NEEDS_REBUILD: `legacy_collections()`
+names them, and a rebuild of the index from the log replaces them.
 
 Durability. Every write is sent with wait=True, so it has been applied (and written to the
 server's WAL) when the call returns -- before the consumer commits its position. `flush()`
@@ -45,9 +46,10 @@ from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from mnemo.adapters.memory_index import check_points, check_vector, is_memory_id
+from mnemo.adapters.memory_index import check_keywords, check_points, check_vector, is_memory_id
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
-from mnemo.ports import Vector, VectorFilter, VectorIndex, VectorPoint
+from mnemo.domain.keywords import SparseVector
+from mnemo.ports import Fusion, Vector, VectorFilter, VectorIndex, VectorPoint
 
 if TYPE_CHECKING:
     from qdrant_client.conversions.common_types import PointId
@@ -57,6 +59,9 @@ __all__ = ["DEFAULT_COLLECTION", "QdrantServerIndex"]
 DEFAULT_COLLECTION: Final = "mnemo_memories"
 
 _NO_FILTER = VectorFilter()
+_FUSION = Fusion()
+DENSE: Final = "dense"
+KEYWORDS: Final = "keywords"
 _TENANT = "tenant"
 _FILTER_FIELDS = ("stream", "type", "scope", "tags")
 _NAME = re.compile(r"[a-z0-9_-]{1,128}")
@@ -131,6 +136,19 @@ def _search_filter(tenant: str, flt: VectorFilter) -> models.Filter:
     return models.Filter(must=must)
 
 
+def _sparse(keywords: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=list(keywords.indices), values=list(keywords.values))
+
+
+def _vectors(point: VectorPoint) -> dict[str, list[float] | models.SparseVector]:
+    """A point's named vectors; no keyword vector at all when it has no terms (the server
+    leaves such points out of its IDF statistics, and so do the other adapters)."""
+    vectors: dict[str, list[float] | models.SparseVector] = {DENSE: list(point.vector)}
+    if point.keywords:
+        vectors[KEYWORDS] = _sparse(point.keywords)
+    return vectors
+
+
 def _payload(point: VectorPoint) -> dict[str, object]:
     return {
         "tenant": point.tenant,
@@ -155,8 +173,6 @@ class QdrantServerIndex(VectorIndex):
         client: QdrantClient,
         dim: int,
         collection: str = DEFAULT_COLLECTION,
-        *,
-        collection_per_tenant: bool = False,
     ) -> None:
         if dim <= 0:
             raise InvalidInput(f"dimension must be positive, got {dim}", code="BAD_VECTOR_DIM")
@@ -167,7 +183,6 @@ class QdrantServerIndex(VectorIndex):
         self._client = client
         self._dim = dim
         self._collection = collection
-        self._per_tenant = collection_per_tenant
         self._lock = threading.Lock()
         self._ready: set[str] = set()  # collections created and checked by this process
         self._serial: AbstractContextManager[object] = (
@@ -181,17 +196,11 @@ class QdrantServerIndex(VectorIndex):
 
     @property
     def collection(self) -> str:
-        """The shared collection's name, or the per-tenant collections' prefix."""
+        """The prefix of the per-tenant collections."""
         return self._collection
-
-    @property
-    def collection_per_tenant(self) -> bool:
-        return self._per_tenant
 
     def collection_for(self, tenant: str) -> str:
         """The collection that holds a tenant's points."""
-        if not self._per_tenant:
-            return self._collection
         if not _NAME.fullmatch(tenant):
             raise InvalidInput(f"tenant id {tenant!r} is malformed", field="tenant")
         return f"{self._collection}_{tenant}"
@@ -205,7 +214,11 @@ class QdrantServerIndex(VectorIndex):
         by_collection: dict[str, list[models.PointStruct]] = {}
         for p in points:
             by_collection.setdefault(self.collection_for(p.tenant), []).append(
-                models.PointStruct(id=p.memory_id, vector=list(p.vector), payload=_payload(p))
+                models.PointStruct(
+                    id=p.memory_id,
+                    vector=_vectors(p),
+                    payload=_payload(p),
+                )
             )
         self._check_open()
         # Not atomic across requests, but replaying the same points changes nothing, so a
@@ -258,12 +271,76 @@ class QdrantServerIndex(VectorIndex):
         check_vector(vector, self._dim)
         if limit <= 0:
             return []
+        return self._query(
+            tenant,
+            limit,
+            "search",
+            query=list(vector),
+            using=DENSE,
+            query_filter=_search_filter(tenant, flt),
+        )
+
+    def keyword_search(
+        self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = _NO_FILTER
+    ) -> list[tuple[str, float]]:
+        check_keywords(keywords)
+        if limit <= 0 or not keywords:
+            return []
+        return self._query(
+            tenant,
+            limit,
+            "keyword search",
+            query=_sparse(keywords),
+            using=KEYWORDS,
+            query_filter=_search_filter(tenant, flt),
+        )
+
+    def hybrid_search(
+        self,
+        tenant: str,
+        vector: Vector | None,
+        keywords: SparseVector,
+        limit: int,
+        flt: VectorFilter = _NO_FILTER,
+        fusion: Fusion = _FUSION,
+    ) -> list[tuple[str, float]]:
+        if vector is not None:
+            check_vector(vector, self._dim)
+        check_keywords(keywords)
+        if limit <= 0 or (vector is None and not keywords):
+            return []
+        where = _search_filter(tenant, flt)
+        prefetch: list[models.Prefetch] = []
+        weights: list[float] = []
+        if vector is not None:
+            prefetch.append(
+                models.Prefetch(query=list(vector), using=DENSE, filter=where, limit=fusion.depth)
+            )
+            weights.append(fusion.dense_weight)
+        if keywords:
+            prefetch.append(
+                models.Prefetch(
+                    query=_sparse(keywords), using=KEYWORDS, filter=where, limit=fusion.depth
+                )
+            )
+            weights.append(fusion.keyword_weight)
+        return self._query(
+            tenant,
+            limit,
+            "hybrid search",
+            prefetch=prefetch,
+            query=models.RrfQuery(rrf=models.Rrf(k=fusion.k, weights=weights)),
+            query_filter=where,
+        )
+
+    def _query(
+        self, tenant: str, limit: int, action: str, **request: object
+    ) -> list[tuple[str, float]]:
+        """One Query API request, ties at the limit made whole and broken by id."""
         name = self.collection_for(tenant)
         self._check_open()
         if not self._ensure(name, create=False):
             return []
-        where = _search_filter(tenant, flt)
-        query = list(vector)
         # Fetch one more than asked: when it ties with the last one asked for, fetch until the
         # tie is whole, so ties are broken by id and not by the server's internal order.
         fetch = limit + 1
@@ -272,11 +349,10 @@ class QdrantServerIndex(VectorIndex):
                 found = self._call(
                     self._client.query_points,
                     name,
-                    query=query,
-                    query_filter=where,
                     limit=fetch,
                     with_payload=False,
                     with_vectors=False,
+                    **request,  # type: ignore[arg-type]
                 ).points
                 if len(found) < fetch or found[-1].score != found[limit - 1].score:
                     break
@@ -285,7 +361,7 @@ class QdrantServerIndex(VectorIndex):
             if _is_missing_collection(e):
                 self._forget(name)
                 return []
-            raise _translate(e, "search") from e
+            raise _translate(e, action) from e
         ranked = sorted((-hit.score, str(hit.id)) for hit in found)
         return [(memory_id, -neg) for neg, memory_id in ranked[:limit]]
 
@@ -364,11 +440,23 @@ class QdrantServerIndex(VectorIndex):
         with self._lock:
             self._ready.discard(name)
 
+    def legacy_collections(self) -> list[str]:
+        """Collections an older Mnemo made that this one cannot use: the shared collection
+        (`collection` itself) and per-tenant ones without keyword vectors. Rebuild the
+        index from the log to replace them (docs/adr/0011)."""
+        self._check_open()
+        try:
+            names = [c.name for c in self._call(self._client.get_collections).collections]
+            old = [n for n in names if n == self._collection]
+            for name in self._collections():
+                if not self._has_keywords(self._call(self._client.get_collection, name)):
+                    old.append(name)
+        except Exception as e:
+            raise _translate(e, "list collections") from e
+        return sorted(old)
+
     def _collections(self) -> list[str]:
         """Every collection this index may have written, that exists now."""
-        if not self._per_tenant:
-            exists = self._call(self._client.collection_exists, self._collection)
-            return [self._collection] if exists else []
         prefix = f"{self._collection}_"
         return sorted(
             c.name
@@ -437,9 +525,12 @@ class QdrantServerIndex(VectorIndex):
             self._call(
                 self._client.create_collection,
                 name,
-                vectors_config=models.VectorParams(size=self._dim, distance=models.Distance.COSINE),
-                # Shared: searches are always tenant-filtered, so build per-tenant graphs only.
-                hnsw_config=None if self._per_tenant else models.HnswConfigDiff(m=0, payload_m=16),
+                vectors_config={
+                    DENSE: models.VectorParams(size=self._dim, distance=models.Distance.COSINE)
+                },
+                sparse_vectors_config={
+                    KEYWORDS: models.SparseVectorParams(modifier=models.Modifier.IDF)
+                },
             )
         except Exception:
             # Another process (or replica) may have created it between our check and create;
@@ -450,11 +541,13 @@ class QdrantServerIndex(VectorIndex):
     def _check_collection(self, name: str) -> None:
         """Refuse a collection of another shape; add any missing payload index."""
         info = self._call(self._client.get_collection, name)
-        params = info.config.params.vectors
-        if not isinstance(params, models.VectorParams):
+        vectors = info.config.params.vectors
+        params = vectors.get(DENSE) if isinstance(vectors, dict) else None
+        if params is None or not self._has_keywords(info):
             raise InvalidInput(
-                f"collection {name} does not hold one unnamed vector per point",
-                code="BAD_VECTOR_DIM",
+                f"collection {name} was made by an older Mnemo (no `{DENSE}` and `{KEYWORDS}` "
+                "vectors): rebuild the vector index from the log (mnemo admin rebuild)",
+                code="INDEX_NEEDS_REBUILD",
             )
         if params.size != self._dim:
             raise InvalidInput(
@@ -487,6 +580,11 @@ class QdrantServerIndex(VectorIndex):
                     self._client.create_payload_index, name, field, field_schema=schema, wait=True
                 )
 
+    @staticmethod
+    def _has_keywords(info: models.CollectionInfo) -> bool:
+        sparse = info.config.params.sparse_vectors or {}
+        params = sparse.get(KEYWORDS)
+        return params is not None and params.modifier == models.Modifier.IDF
+
     def __repr__(self) -> str:
-        mode = "per-tenant" if self._per_tenant else "shared"
-        return f"QdrantServerIndex(collection={self._collection!r}, {mode}, dim={self._dim})"
+        return f"QdrantServerIndex(collection={self._collection!r}, dim={self._dim})"

@@ -137,8 +137,7 @@ class PublishResult(_Model):
 class SearchHit(_Model):
     memory: Memory
     score: float
-    vector_rank: int | None = None
-    keyword_rank: int | None = None
+    rank: int | None = None
     weight: float
 
 
@@ -148,8 +147,7 @@ class SearchResult(_Model):
 
 class Score(_Model):
     relevance: float
-    vector_rank: int | None = None
-    keyword_rank: int | None = None
+    rank: int | None = None
     weight: float
     freshness: float
     trust: float

@@ -11,8 +11,9 @@ section keeps only its leading whole sentences). A constraint is never dropped s
 dropping one is an error unless the caller allowed it.
 
 Score of a memory (reported component by component):
-    relevance = reciprocal-rank fusion of its vector rank and its BM25 rank, scaled to 0..1
-                (1.0 in a section that ranks without a query)
+    relevance = the hybrid retrieval's fused score (dense and BM25 lists fused by the
+                vector engine, plus episode and source boosts), scaled to 0..1 (1.0 for the
+                best match, and in a section that ranks without a query)
     score     = relevance * (0.5 + weight) * (0.75 + 0.25 * freshness) * (0.75 + 0.25 * trust)
 where weight is the decayed semantic weight, freshness the share of validity left (1.0 for
 a permanent memory) and trust the provenance's trust score.
@@ -288,8 +289,7 @@ class Candidate:
 
     memory: Memory
     relevance: float
-    vector_rank: int | None
-    keyword_rank: int | None
+    rank: int | None  # in the engine's fused dense + keyword list; None when not retrieved
     weight: float
     freshness: float
     trust: float
@@ -300,8 +300,7 @@ class Candidate:
 def score_candidate(
     memory: Memory,
     *,
-    vector_rank: int | None,
-    keyword_rank: int | None,
+    rank: int | None,
     ranked: bool,
     weight: float,
     as_of: datetime,
@@ -309,10 +308,9 @@ def score_candidate(
     relevance: float | None = None,
 ) -> Candidate:
     """`relevance` comes from retrieval (1.0 for the best match); without it, it follows
-    from the two ranks by plain reciprocal-rank fusion."""
+    from the fused rank by reciprocal rank, 1.0 for the first."""
     if relevance is None and ranked:
-        fused = sum(1.0 / (RRF_K + r) for r in (vector_rank, keyword_rank) if r is not None)
-        relevance = fused / (2.0 / (RRF_K + 1))
+        relevance = (RRF_K + 1) / (RRF_K + rank) if rank is not None else 0.0
     elif relevance is None:
         relevance = 1.0
     freshness = memory.remaining_fraction(as_of)
@@ -321,8 +319,7 @@ def score_candidate(
     return Candidate(
         memory,
         round(relevance, 6),
-        vector_rank,
-        keyword_rank,
+        rank,
         round(weight, 6),
         round(freshness, 6),
         trust,

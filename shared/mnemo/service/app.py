@@ -126,8 +126,7 @@ class PublishResult:
 class SearchHit:
     memory: Memory
     score: float
-    vector_rank: int | None
-    keyword_rank: int | None
+    rank: int | None  # in the engine's fused dense + keyword list
     weight: float
 
 
@@ -481,16 +480,13 @@ class Mnemo:
         for r in ranked:
             c = score_candidate(
                 r.memory,
-                vector_rank=r.vector_rank,
-                keyword_rank=r.keyword_rank,
+                rank=r.fused_rank,
                 ranked=True,
                 weight=decayed_weight(r.memory, now),
                 as_of=now,
                 relevance=r.relevance,
             )
-            hits.append(
-                SearchHit(self._open(r.memory), c.score, r.vector_rank, r.keyword_rank, c.weight)
-            )
+            hits.append(SearchHit(self._open(r.memory), c.score, r.fused_rank, c.weight))
         hits.sort(key=lambda h: (-h.score, h.memory.memory_id))
         return hits[:limit]
 

@@ -277,8 +277,7 @@ class ContextAssembler:
             return [
                 score_candidate(
                     m,
-                    vector_rank=None,
-                    keyword_rank=None,
+                    rank=None,
                     ranked=False,
                     weight=decayed_weight(m, as_of),
                     as_of=as_of,
@@ -291,8 +290,7 @@ class ContextAssembler:
         return [
             score_candidate(
                 r.memory,
-                vector_rank=r.vector_rank,
-                keyword_rank=r.keyword_rank,
+                rank=r.fused_rank,
                 ranked=True,
                 weight=decayed_weight(r.memory, as_of),
                 as_of=as_of,
@@ -434,8 +432,7 @@ class ContextAssembler:
                 seen.add(m.memory_id)
                 n = score_candidate(
                     m,
-                    vector_rank=None,
-                    keyword_rank=None,
+                    rank=None,
                     ranked=False,
                     weight=decayed_weight(m, as_of),
                     as_of=as_of,
@@ -467,8 +464,7 @@ class ContextAssembler:
                 if include:
                     h = score_candidate(
                         old,
-                        vector_rank=None,
-                        keyword_rank=None,
+                        rank=None,
                         ranked=False,
                         weight=decayed_weight(old, as_of),
                         as_of=as_of,
@@ -635,7 +631,6 @@ def _scaled(c: Candidate, relevance: float) -> Candidate:
     return Candidate(
         c.memory,
         round(relevance, 6),
-        None,
         None,
         c.weight,
         c.freshness,

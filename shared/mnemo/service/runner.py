@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
+from mnemo.domain.keywords import memory_keyword_text, passage_vector
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
 from mnemo.domain.rules import RuleSet
 from mnemo.handlers import Decision, audit, decay, indexing, registration, timeline
@@ -192,7 +193,8 @@ class EmbeddedRunner:
         return len(batch)
 
     def index_events(self, envelopes: list[Envelope]) -> None:
-        """Embed and upsert what the events registered; drop what they ended."""
+        """Embed and upsert what the events registered, each with its keyword vector; drop
+        what they ended."""
         plan = indexing.plan(envelopes)
         for tenant in sorted(plan.purges):  # a forgotten tenant: before these upserts
             self.index.delete(tenant, self.index.ids(tenant))
@@ -203,7 +205,14 @@ class EmbeddedRunner:
             self.index.upsert(
                 [
                     VectorPoint(
-                        m.memory_id, m.tenant, m.stream, m.type.value, m.scope.value, m.tags, v
+                        m.memory_id,
+                        m.tenant,
+                        m.stream,
+                        m.type.value,
+                        m.scope.value,
+                        m.tags,
+                        v,
+                        passage_vector(memory_keyword_text(m.key, m.value, m.content)),
                     )
                     for m, v in zip(chunk, vectors, strict=True)
                 ]

@@ -53,8 +53,7 @@ class ContextIn(BaseModel):
 
 class ScoreOut(BaseModel):
     relevance: float
-    vector_rank: int | None
-    keyword_rank: int | None
+    rank: int | None
     weight: float
     freshness: float
     trust: float
@@ -123,8 +122,7 @@ class ContextOut(BaseModel):
                     via=i.candidate.via,
                     score=ScoreOut(
                         relevance=i.candidate.relevance,
-                        vector_rank=i.candidate.vector_rank,
-                        keyword_rank=i.candidate.keyword_rank,
+                        rank=i.candidate.rank,
                         weight=i.candidate.weight,
                         freshness=i.candidate.freshness,
                         trust=i.candidate.trust,

@@ -23,8 +23,10 @@ class MemoriesOut(BaseModel):
 class HitOut(BaseModel):
     memory: Memory
     score: float
-    vector_rank: int | None
-    keyword_rank: int | None
+    rank: int | None = Field(
+        description="rank in the fused dense + keyword list (1 = best); null for a memory "
+        "that joined through its episode"
+    )
     weight: float
 
     @classmethod
@@ -32,8 +34,7 @@ class HitOut(BaseModel):
         return cls(
             memory=h.memory,
             score=h.score,
-            vector_rank=h.vector_rank,
-            keyword_rank=h.keyword_rank,
+            rank=h.rank,
             weight=h.weight,
         )
 

@@ -1,0 +1,108 @@
+"""Keyword vectors: a memory's and a query's keyword terms as sparse vectors for BM25.
+
+The vector engine keeps one sparse vector per memory next to its dense embedding and
+scores a query's sparse vector against it with the IDF modifier, so the engine computes
+inverse document frequency from the points it holds; nothing here (or anywhere in Mnemo)
+keeps corpus statistics.
+
+* Terms: `keyword_terms` of the memory's key, value and content (stemmed English words,
+  CJK characters and bigrams), with the diacritics of Latin letters folded (é -> e).
+* Dimension of a term: the first four bytes of its BLAKE2b digest, an unsigned 32-bit
+  number (the engine's sparse indices are u32), so the same term has the same dimension
+  in every process and every release. Two terms that collide share a dimension; with 2^32
+  dimensions and a few thousand distinct terms per tenant that is rare, and it only
+  merges the two terms' counts.
+* Memory values: BM25's saturated, length-normalised term frequency,
+  tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / REFERENCE_LENGTH)), k1 = 1.2, b = 0.75.
+  BM25 normalises by the corpus's mean length; a fixed reference length keeps the value a
+  property of the memory alone (what changes with the corpus would have to be rewritten
+  into every point), and only sets where "long" begins.
+* Query values: 1.0 per distinct query term (stopwords dropped, see `query_terms`), so the
+  score of a memory is sum over shared terms of idf(term) * its value: BM25.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+from mnemo.domain.text import keyword_terms, query_terms
+
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "REFERENCE_LENGTH",
+    "SparseVector",
+    "fold_term",
+    "memory_keyword_text",
+    "passage_vector",
+    "query_vector",
+    "term_id",
+]
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Terms in a typical memory: a chat turn or a declared fact (LoCoMo's turns average ~25).
+REFERENCE_LENGTH = 24.0
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """Dimensions (ascending, distinct) and their values."""
+
+    indices: tuple[int, ...] = ()
+    values: tuple[float, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.indices)
+
+
+def _latin(ch: str) -> bool:
+    code = ord(ch)
+    return code < 0x250 or 0x1E00 <= code <= 0x1EFF
+
+
+def fold_term(term: str) -> str:
+    """A keyword term with the diacritics of Latin letters removed (é -> e)."""
+    if term.isascii():
+        return term
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", term):
+        if unicodedata.combining(ch) and out and _latin(out[-1]):
+            continue
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
+
+
+def term_id(term: str) -> int:
+    """The sparse dimension of a term: stable across processes and releases."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big")
+
+
+def memory_keyword_text(key: str | None, value: str | None, content: str) -> str:
+    """The text whose terms make a memory's keyword vector."""
+    return f"{key or ''} {value or ''} {content}"
+
+
+def passage_vector(text: str) -> SparseVector:
+    """A memory's keyword vector: BM25's term weight of each of its terms."""
+    terms = [fold_term(t) for t in keyword_terms(text)]
+    if not terms:
+        return SparseVector()
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * len(terms) / REFERENCE_LENGTH)
+    weights: Counter[int] = Counter()
+    for term, tf in Counter(terms).items():
+        weights[term_id(term)] += tf
+    ordered = sorted(weights.items())
+    return SparseVector(
+        tuple(i for i, _ in ordered),
+        tuple(round(tf * (BM25_K1 + 1.0) / (tf + norm), 6) for _, tf in ordered),
+    )
+
+
+def query_vector(text: str) -> SparseVector:
+    """A query's keyword vector: 1.0 on each distinct query term."""
+    ids = sorted({term_id(fold_term(t)) for t in query_terms(text)})
+    return SparseVector(tuple(ids), tuple(1.0 for _ in ids))
