@@ -38,7 +38,6 @@ from mnemo.domain.projection import (
     Timer,
 )
 from mnemo.domain.sealed import EncryptionBlock
-from mnemo.domain.text import query_terms
 from mnemo.ports import MemoryQuery, MemoryStore
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -151,29 +150,11 @@ class MemoryStoreContract:
         assert [m.value for m in store.history("acme", "user:U1", "size")] == ["L", "XL"]
         assert store.query("acme", MemoryQuery(key="size"))[0].value == "XL"
 
-    def test_keyword_search_ranks_chinese_and_english_within_a_tenant(
-        self, store: MemoryStore
-    ) -> None:
-        self.put(
-            store,
-            mem(1, content="我的尺码是L"),
-            mem(2, content="我喜欢喝咖啡"),
-            mem(3, content="the user prefers aisle seats"),
-            mem(4, tenant="other", content="我的尺码是M"),
-        )
-        zh = store.keyword_search("acme", query_terms("尺码"), MemoryQuery())
-        assert [mid for mid, _ in zh] == [mem(1).memory_id]
-        en = store.keyword_search("acme", query_terms("Aisle seat"), MemoryQuery())
-        assert [mid for mid, _ in en] == [mem(3).memory_id]
-        assert store.keyword_search("acme", query_terms("nothing matches"), MemoryQuery()) == []
-        assert store.keyword_search("acme", ['"; DROP TABLE memories; --'], MemoryQuery()) == []
-
-    def test_erasing_content_removes_it_from_keyword_search(self, store: MemoryStore) -> None:
+    def test_erasing_content(self, store: MemoryStore) -> None:
         a = mem(1, content="secret plans for tuesday")
         self.put(store, a)
         with store.transaction() as tx:
             tx.apply([SetStatus("acme", a.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)])
-        assert store.keyword_search("acme", ["secret"], MemoryQuery(statuses=())) == []
         forgotten = store.get("acme", a.memory_id)
         assert forgotten is not None
         assert forgotten.content == ""
@@ -207,12 +188,7 @@ class MemoryStoreContract:
             )
             tx.apply([PurgeTenant("acme")])
         assert store.query("acme", MemoryQuery(statuses=tuple(MemoryStatus))) == []
-        assert store.keyword_search("acme", query_terms("plans"), MemoryQuery(statuses=())) == []
         assert [m.memory_id for m in store.query("globex", MemoryQuery())] == [other.memory_id]
-        assert (
-            store.keyword_search("globex", query_terms("plans"), MemoryQuery())[0][0]
-            == other.memory_id
-        )
 
     def test_purging_a_tenant_deletes_every_read_model_row(self, store: MemoryStore) -> None:
         """A purged tenant's rows are gone, not merely marked: memories, keys, tags, terms,
@@ -269,7 +245,6 @@ class MemoryStoreContract:
         assert store.query("acme", MemoryQuery(stream=a.stream, statuses=tuple(MemoryStatus))) == []
         assert store.query("acme", MemoryQuery(tags=("shoes",), statuses=tuple(MemoryStatus))) == []
         assert store.history("acme", a.stream, "size") == []
-        assert store.keyword_search("acme", query_terms("alpha"), MemoryQuery(statuses=())) == []
         assert store.outcome("acme", "e1") == []
         assert store.outcome("acme", "forget") == [after]
         assert store.context_record("acme", "r1") is None
@@ -287,9 +262,6 @@ class MemoryStoreContract:
         assert store.get("globex", g.memory_id) == g
         assert store.history("globex", g.stream, "size") == [g]
         assert store.query("globex", MemoryQuery(tags=("shoes",))) == [g]
-        assert store.keyword_search("globex", query_terms("alpha"), MemoryQuery())[0][0] == (
-            g.memory_id
-        )
         assert store.outcome("globex", "e1") == [kept["globex"]["outcome"]]
         assert store.context_record("globex", "r1") == kept["globex"]["record"]
         assert [s.included for s in store.memory_stats("globex", [g.memory_id])] == [1]
@@ -298,15 +270,12 @@ class MemoryStoreContract:
             assert tx.weight_of("globex", g.memory_id) == (0.8, 0.5, 0.8)
             assert tx.current_for_key("globex", g.stream, "size") == g
 
-        # the purged tenant starts afresh: the same key and words are its own again
+        # the purged tenant starts afresh: the same key is its own again
         fresh = mem(9, content="alpha again", key="size", value="L")
         self.put(store, fresh)
         with store.transaction() as tx:
             assert tx.current_for_key("acme", fresh.stream, "size") == fresh
         assert store.history("acme", fresh.stream, "size") == [fresh]
-        assert [
-            i for i, _ in store.keyword_search("acme", query_terms("alpha"), MemoryQuery())
-        ] == [fresh.memory_id]
 
     def test_outcomes_timers_audit_and_positions(self, store: MemoryStore) -> None:
         o = Outcome("acme", "e1", 0, OutcomeKind.REJECTED, reason_code="X", detail="d")

@@ -20,21 +20,10 @@ Schema (schemas/cql/, applied by `migrate`)
     tenant. That is fine up to a few hundred thousand memories per tenant; beyond that, cut
     the partition by the month encoded in the (UUIDv7) memory id.
 
-Keyword search without FTS
-    An inverted index, `term_postings` ((tenant, term), memory_id) with the term frequency
-    and the document length, plus `term_stats` (tenant) with the document count and total
-    length, feeds a client-side BM25 with SQLite FTS5's constants (k1 = 1.2, b = 0.75, idf
-    floor 1e-6), over the same terms (`keyword_terms`, with Latin diacritics folded like
-    FTS5's unicode61 tokenizer). Like the SQLite store, the index is kept twice: per tenant
-    and per (tenant, stream) (`stream_postings`, `stream_term_stats`), and a query that names
-    a stream reads only that stream's postings. The document count is the scope's own
-    (FTS5's is the whole table's), so scores can differ from SQLite's when several tenants
-    or streams share a store; the ranking rules (ties by memory id) do not.
-    Candidate cap: each term reads at most `max_postings` postings (10,000 by default). A
-    term with more is common enough that its idf is tiny: its document frequency then comes
-    from a COUNT over its partition, it adds no candidates, and its frequencies are read
-    only for the candidates that rarer terms found. When every term is that common, the
-    first `max_postings` postings of the rarest one are the candidates.
+Keyword search
+    Not here: the vector index holds each memory's BM25 keyword vector next to its
+    embedding and computes the statistics itself (docs/adr/0011). Keyspaces from before
+    keep posting and term-statistics tables, which migration 7 drops.
 
 Consistency levels
     Reads and writes use LOCAL_QUORUM: with a replication factor of 3, a read overlaps the
@@ -55,8 +44,8 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     batch sees what it has just decided. Nothing is written before commit; an exception
     inside the block discards the overlay. Commit:
       1. turns the overlay into row writes (upserts and deletes of index rows, diffed
-         against the stored state; usage stats and corpus statistics become absolute values
-         computed from the stored ones), all with ONE write timestamp (USING TIMESTAMP),
+         against the stored state; usage stats become absolute values computed from the
+         stored ones), all with ONE write timestamp (USING TIMESTAMP),
          strictly above every earlier commit of this process and of the consumer;
       2. moves the current memory of each key it changes, by compare-and-set (finding the
          target already there is this same batch repeated; finding another memory means a
@@ -111,10 +100,10 @@ Timers
 
 Forgetting a tenant
     A PurgeTenant write deletes the tenant's rows of every purged read model (`_PURGED`):
-    memories with their stream, key, hash and tag lookups, keyword terms, postings and
-    corpus statistics, outcomes, timers (and their rows in the cross-tenant timer index),
-    context records, usage counters, decay weights and timelines. Each is a delete by
-    partition key through a prepared statement; the partitions are named from the stored
+    memories with their stream, key, hash and tag lookups, outcomes, timers (and their
+    rows in the cross-tenant timer index), context records, usage counters, decay weights
+    and timelines. Each is a delete by partition key through a prepared statement; the
+    partitions are named from the stored
     rows (outcomes through `outcome_events`, the list of a tenant's event ids with
     outcomes). The deletes carry the commit's timestamp minus one: they shadow every
     earlier write, and what the same batch writes after the purge (the forget request's
@@ -138,17 +127,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
 import ssl
 import threading
 import time
-import unicodedata
 import uuid
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -188,7 +175,6 @@ from mnemo.domain.projection import (
     Timer,
     Write,
 )
-from mnemo.domain.text import keyword_terms
 from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
@@ -204,8 +190,6 @@ _AUDIT_CHUNK = 10_000
 _IN_CHUNK = 100
 _INTENT_CHUNK = 512 * 1024
 _INTENT_ONE_BATCH = 4 * 1024 * 1024  # a commit record up to this size is sealed in one batch
-_BM25_K1 = 1.2
-_BM25_B = 0.75
 _MAX_KEY_BYTES = 65_535
 # Writes go in unlogged batches (see `write_batched`): all rows of one partition together,
 # and, over several partitions with the same replicas, no more than Cassandra accepts
@@ -375,11 +359,6 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "memory_keys": (("tenant", "stream", "mkey", "version", "memory_id"), ("status",)),
     "memory_hashes": (("tenant", "stream", "chash", "memory_id"), ()),
     "memory_tags": (("tenant", "tag", "memory_id"), ()),
-    "memory_terms": (("tenant", "memory_id"), ("terms", "length")),
-    "term_postings": (("tenant", "term", "memory_id"), ("tf", "dl")),
-    "term_stats": (("tenant",), ("docs", "total_len")),
-    "stream_postings": (("tenant", "stream", "term", "memory_id"), ("tf", "dl")),
-    "stream_term_stats": (("tenant", "stream"), ("docs", "total_len")),
     "outcomes": (
         ("tenant", "event_id", "idx"),
         ("kind", "memory_id", "version", "reason_code", "detail"),
@@ -442,11 +421,6 @@ _PURGED: dict[str, int] = {
     "memory_keys": 3,
     "memory_hashes": 3,
     "memory_tags": 2,
-    "memory_terms": 1,
-    "term_postings": 2,
-    "term_stats": 1,
-    "stream_postings": 3,
-    "stream_term_stats": 2,
     "outcomes": 2,
     "outcome_events": 1,
     "timers": 1,
@@ -461,7 +435,6 @@ _CONTENT_TABLES = tuple(t for t in _TABLES if t not in _BOOKKEEPING)
 _COUNTED = {
     "memories": "memories",
     "memory_tags": "memory_tags",
-    "memory_terms": "memory_terms",
     "outcomes": "outcomes",
     "timers": "timers",
     "audit_links": "audit_links",
@@ -488,20 +461,6 @@ _QUERIES: dict[str, str] = {
     "WHERE tenant = ? AND stream = ? AND chash = ?",
     "tag_ids": "SELECT memory_id FROM {ks}.memory_tags "
     "WHERE tenant = ? AND tag = ? AND memory_id > ?",
-    "postings": "SELECT memory_id, tf, dl FROM {ks}.term_postings "
-    "WHERE tenant = ? AND term = ? LIMIT ?",
-    "postings_for": "SELECT memory_id, tf, dl FROM {ks}.term_postings "
-    "WHERE tenant = ? AND term = ? AND memory_id IN ?",
-    "postings_count": "SELECT COUNT(*) FROM {ks}.term_postings WHERE tenant = ? AND term = ?",
-    "term_stats": "SELECT docs, total_len FROM {ks}.term_stats WHERE tenant = ?",
-    "stream:postings": "SELECT memory_id, tf, dl FROM {ks}.stream_postings "
-    "WHERE tenant = ? AND stream = ? AND term = ? LIMIT ?",
-    "stream:postings_for": "SELECT memory_id, tf, dl FROM {ks}.stream_postings "
-    "WHERE tenant = ? AND stream = ? AND term = ? AND memory_id IN ?",
-    "stream:postings_count": "SELECT COUNT(*) FROM {ks}.stream_postings "
-    "WHERE tenant = ? AND stream = ? AND term = ?",
-    "stream:term_stats": "SELECT docs, total_len FROM {ks}.stream_term_stats "
-    "WHERE tenant = ? AND stream = ?",
     "outcomes": "SELECT idx, kind, memory_id, version, reason_code, detail FROM {ks}.outcomes "
     "WHERE tenant = ? AND event_id = ?",
     "timers_of": "SELECT memory_id, kind, due_us, due_iso FROM {ks}.timers "
@@ -553,7 +512,6 @@ _QUERIES: dict[str, str] = {
     # what a tenant purge must find to name every partition it deletes
     "purge:memories": "SELECT memory_id, stream, mkey, chash, tags FROM {ks}.memories "
     "WHERE tenant = ?",
-    "purge:terms": "SELECT memory_id, terms FROM {ks}.memory_terms WHERE tenant = ?",
     "purge:timers": "SELECT memory_id, kind, due_us FROM {ks}.timers WHERE tenant = ?",
     "purge:events": "SELECT event_id FROM {ks}.outcome_events WHERE tenant = ?",
     "purge:stats": "SELECT memory_id FROM {ks}.memory_stats WHERE tenant = ?",
@@ -591,32 +549,6 @@ def _us_or_none(value: datetime | None) -> int | None:
     return _us(value) if value is not None else None
 
 
-def _latin(ch: str) -> bool:
-    code = ord(ch)
-    return code < 0x250 or 0x1E00 <= code <= 0x1EFF
-
-
-def _fold_term(term: str) -> str:
-    """A keyword term as FTS5's unicode61 tokenizer compares it: diacritics of Latin
-    letters removed (é -> e), everything else as is."""
-    if term.isascii():
-        return term
-    out: list[str] = []
-    for ch in unicodedata.normalize("NFD", term):
-        if unicodedata.combining(ch) and out and _latin(out[-1]):
-            continue
-        out.append(ch)
-    return unicodedata.normalize("NFC", "".join(out))
-
-
-def _indexed_terms(memory: Memory) -> list[str] | None:
-    """The terms keyword search sees for a memory, or None when it is not searchable."""
-    if memory.status not in (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED):
-        return None
-    text = f"{memory.key or ''} {memory.value or ''} {memory.content}"
-    return [_fold_term(t) for t in keyword_terms(text)]
-
-
 RowSet = dict[tuple[str, str], dict[tuple[Any, ...], tuple[Any, ...]]]
 
 
@@ -652,18 +584,6 @@ def _memory_rows(memory: Memory, ks: str) -> RowSet:
         }
     if memory.status is MemoryStatus.ACTIVE:
         rows[(ks, "memory_hashes")] = {(t, memory.stream, memory.content_hash, mid): ()}
-    terms = _indexed_terms(memory)
-    if terms is not None:
-        rows[(ks, "memory_terms")] = {(t, mid): (" ".join(terms), len(terms))}
-        frequencies = [
-            (term, tf)
-            for term, tf in Counter(terms).items()
-            if len(term.encode()) <= _MAX_KEY_BYTES
-        ]
-        rows[(ks, "term_postings")] = {(t, term, mid): (tf, len(terms)) for term, tf in frequencies}
-        rows[(ks, "stream_postings")] = {
-            (t, memory.stream, term, mid): (tf, len(terms)) for term, tf in frequencies
-        }
     return rows
 
 
@@ -1071,7 +991,6 @@ class _Tx(StoreTransaction):
         by_tenant: dict[str, list[str]] = {}
         for tenant, memory_id in self.memories:
             by_tenant.setdefault(tenant, []).append(memory_id)
-        corpus: dict[tuple[str, ...], list[int]] = {}  # (tenant,) or (tenant, stream)
         for tenant, ids in sorted(by_tenant.items()):
             ks = s._keyspace(tenant)
             self._load(tenant, ids)
@@ -1082,34 +1001,6 @@ class _Tx(StoreTransaction):
                 for m in (before, after):
                     if m is not None and m.key is not None:
                         touched_keys.add((tenant, m.stream, m.key))
-                for sign, m in ((-1, before), (1, after)):
-                    terms = _indexed_terms(m) if m is not None else None
-                    if m is None or terms is None:
-                        continue
-                    scopes: tuple[tuple[str, ...], ...] = ((tenant,), (tenant, m.stream))
-                    for scope in scopes:
-                        delta = corpus.setdefault(scope, [0, 0])
-                        delta[0] += sign
-                        delta[1] += sign * len(terms)
-        changed = [(scope, d) for scope, d in sorted(corpus.items()) if d != [0, 0]]
-        found = s._concurrently(
-            [
-                (
-                    s._keyspace(scope[0]),
-                    "term_stats" if len(scope) == 1 else "stream:term_stats",
-                    scope,
-                )
-                for scope, _ in changed
-            ]
-        )
-        for (scope, (docs, length)), rows in zip(changed, found, strict=True):
-            table = "term_stats" if len(scope) == 1 else "stream_term_stats"
-            stored = rows[0] if rows else None
-            have = (int(stored[0] or 0), int(stored[1] or 0)) if stored else (0, 0)
-            if scope[0] in self.purged:
-                have = (0, 0)
-            total = [max(0, have[0] + docs), max(0, have[1] + length)]
-            muts.append([s._keyspace(scope[0]), table, "put", [*scope, *total]])
 
         for o in (self.outcomes[k] for k in sorted(self.outcomes)):
             outcome = [o.tenant, o.event_id, o.index, o.kind.value, o.memory_id, o.version]
@@ -1156,22 +1047,20 @@ class _Tx(StoreTransaction):
         """Deletes of every stored read-model row of a purged tenant, by partition key
         (op "purge": applied just below the commit's timestamp, so that what this batch
         writes after the purge survives it). The partitions are named from the stored rows:
-        streams, keys, hashes and tags from the memories, terms from the indexed terms,
-        event ids from the outcome index, memory ids from every per-memory table. Keys with
-        an active memory are moved to none by compare-and-set (see _head_moves)."""
+        streams, keys, hashes and tags from the memories, event ids from the outcome index,
+        memory ids from every per-memory table. Keys with an active memory are moved to none
+        by compare-and-set (see _head_moves)."""
         s = self._store
         ks = s._keyspace(tenant)
 
         def rows(name: str) -> list[Row]:
             return list(s._iterate(ks, name, [tenant], 5_000))
 
-        stream_of: dict[str, str] = {}
         streams: set[str] = set()
         partitions: set[tuple[str, tuple[Any, ...]]] = set()
         memory_ids: set[str] = set()
         for memory_id, stream, mkey, chash, tags in rows("purge:memories"):
             memory_ids.add(str(memory_id))
-            stream_of[str(memory_id)] = str(stream)
             streams.add(str(stream))
             if mkey is not None:
                 partitions.add(("memory_keys", (tenant, stream, mkey)))
@@ -1179,15 +1068,6 @@ class _Tx(StoreTransaction):
             if chash is not None:
                 partitions.add(("memory_hashes", (tenant, stream, chash)))
             partitions.update(("memory_tags", (tenant, tag)) for tag in tags or ())
-        for memory_id, terms in rows("purge:terms"):
-            memory_ids.add(str(memory_id))
-            stream = stream_of.get(str(memory_id))
-            for term in set(str(terms or "").split()):
-                if len(term.encode()) > _MAX_KEY_BYTES:
-                    continue  # never a posting (see _memory_rows)
-                partitions.add(("term_postings", (tenant, term)))
-                if stream is not None:
-                    partitions.add(("stream_postings", (tenant, stream, term)))
         for memory_id, kind, due_us in rows("purge:timers"):
             memory_ids.add(str(memory_id))
             timer = (int(due_us) // _HOUR_US, int(due_us), tenant, memory_id, kind)
@@ -1198,7 +1078,6 @@ class _Tx(StoreTransaction):
             memory_ids.update(str(r[0]) for r in rows(name))
         for stream in streams:
             partitions.add(("memories_by_stream", (tenant, stream)))
-            partitions.add(("stream_term_stats", (tenant, stream)))
         partitions.update(("timeline", (tenant, memory_id)) for memory_id in memory_ids)
         for table, width in _PURGED.items():
             if width == 1:
@@ -1294,7 +1173,6 @@ class CassandraMemoryStore(MemoryStore):
         create_keyspace: bool = False,
         migrate_schema: bool = True,
         serial_consistency: int = ConsistencyLevel.SERIAL,
-        max_postings: int = 10_000,
         settle_seconds: float = 2.0,
         owns_cluster: bool = False,
     ) -> None:
@@ -1306,12 +1184,11 @@ class CassandraMemoryStore(MemoryStore):
         )
         self._migrate = migrate_schema
         self._serial = serial_consistency
-        self.max_postings = max_postings
         self.settle_seconds = settle_seconds
         self._owns_cluster = owns_cluster
         self._writer = uuid.uuid4().hex
         self._clock = _WriteClock()
-        self._lock = threading.RLock()  # one transaction at a time in this process
+        self._lock = threading.RLock()  # commits that read-modify-write, recovery, reset
         self._meta = threading.Lock()
         self._prepared: dict[tuple[str, str], PreparedStatement] = {}
         self._ready: set[str] = set()
@@ -1494,8 +1371,14 @@ class CassandraMemoryStore(MemoryStore):
         with self._lock:
             for owner in sorted(self._dirty):
                 self._roll_forward(owner)
-            tx = _Tx(self)
-            yield tx
+        tx = _Tx(self)
+        yield tx
+        # Transactions of different consumers (the registrar's partitions) run and commit
+        # side by side: each writes its own rows, moves keys by compare-and-set and seals
+        # under its own owner. Usage counters are read-modify-write (absolute values from
+        # the stored ones) and a purge names partitions from stored rows: those commits
+        # take the lock, one at a time.
+        with self._lock if (tx.stats or tx.purged) else nullcontext():
             self._commit(tx)
 
     def _commit(self, tx: _Tx) -> None:
@@ -1904,77 +1787,6 @@ class CassandraMemoryStore(MemoryStore):
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
         rows = self._rows(tenant, "key_rows", [tenant, stream, key])
         return self.get_many(tenant, [str(r[1]) for r in rows])
-
-    def keyword_search(
-        self, tenant: str, terms: Sequence[str], query: MemoryQuery
-    ) -> list[tuple[str, float]]:
-        wanted = [_fold_term(t) for t in terms if t and len(t.encode()) <= _MAX_KEY_BYTES]
-        if not wanted or query.limit <= 0:
-            return []
-        # the narrowest index the query allows: the stream's when it names one
-        scope = [tenant] if query.stream is None else [tenant, query.stream]
-        prefix = "" if query.stream is None else "stream:"
-        stats = self._one(tenant, f"{prefix}term_stats", scope)
-        docs = int(stats[0] or 0) if stats is not None else 0
-        if docs <= 0:
-            return []
-        avgdl = max(int(stats[1] or 0) / docs, 1e-9) if stats is not None else 1.0
-        ks = self._keyspace(tenant)
-        distinct = list(dict.fromkeys(wanted))
-        cap = self.max_postings
-        lists = self._concurrently(
-            [(ks, f"{prefix}postings", [*scope, term, cap + 1]) for term in distinct]
-        )
-        postings: dict[str, dict[str, tuple[int, int]]] = {}
-        common: list[str] = []
-        df: dict[str, int] = {}
-        for term, rows in zip(distinct, lists, strict=True):
-            postings[term] = {str(r[0]): (int(r[1]), int(r[2])) for r in rows[:cap]}
-            if len(rows) > cap:
-                common.append(term)
-            else:
-                df[term] = len(rows)
-        candidates = {mid for t in distinct if t not in common for mid in postings[t]}
-        if common:
-            counts = self._concurrently(
-                [(ks, f"{prefix}postings_count", [*scope, t]) for t in common]
-            )
-            for term, rows in zip(common, counts, strict=True):
-                df[term] = int(rows[0][0])
-            if not candidates:
-                rarest = min(common, key=lambda t: (df[t], t))
-                candidates = set(postings[rarest])
-            ids = sorted(candidates)
-            for term in common:
-                found: dict[str, tuple[int, int]] = {}
-                results = self._concurrently(
-                    [(ks, f"{prefix}postings_for", [*scope, term, chunk]) for chunk in _chunks(ids)]
-                )
-                for rows in results:
-                    found.update((str(r[0]), (int(r[1]), int(r[2]))) for r in rows)
-                postings[term] = found
-        idf = {}
-        for term in distinct:
-            value = math.log((docs - df[term] + 0.5) / (df[term] + 0.5))
-            idf[term] = value if value > 0 else 1e-6
-        scored: list[tuple[float, str]] = []
-        for memory_id in candidates:
-            score = 0.0
-            for term in wanted:
-                hit = postings[term].get(memory_id)
-                if hit is None:
-                    continue
-                tf, dl = hit
-                norm = tf + _BM25_K1 * (1 - _BM25_B + _BM25_B * dl / avgdl)
-                score += idf[term] * tf * (_BM25_K1 + 1) / norm
-            scored.append((-score, memory_id))
-        scored.sort()
-        ranked = [memory_id for _, memory_id in scored]
-        score_of = {memory_id: -neg for neg, memory_id in scored}
-        keep = self._filtered(tenant, ranked, query, query.limit)
-        return [(memory_id, score_of[memory_id]) for memory_id in keep]
-
-    # -- the other read models
 
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
         rows = self._rows(tenant, "outcomes", [tenant, event_id])

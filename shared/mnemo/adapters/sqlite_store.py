@@ -1,5 +1,7 @@
-"""The embedded read models in SQLite: memories (with BM25 keyword search through FTS5),
-registration outcomes, decay timers, the audit chain, and consumer positions.
+"""The embedded read models in SQLite: memories, registration outcomes, decay timers, the
+audit chain, and consumer positions. Keyword search is the vector index's (BM25 keyword
+vectors next to the embeddings); data directories from before keep an FTS5 table of terms,
+which is dropped on open (`_retire_keyword_table`).
 
 Positions live in the same database as the projections and commit in the same
 transaction, so a consumer that crashes either did a whole batch or none of it.
@@ -45,7 +47,6 @@ from mnemo.domain.projection import (
     Timer,
     Write,
 )
-from mnemo.domain.text import keyword_terms
 from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["SqliteMemoryStore"]
@@ -75,7 +76,6 @@ CREATE TABLE IF NOT EXISTS memory_tags (
     PRIMARY KEY (tenant, tag, memory_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS memory_tags_by_memory ON memory_tags (tenant, memory_id);
-CREATE VIRTUAL TABLE IF NOT EXISTS memory_terms USING fts5 (terms, tokenize = 'unicode61');
 CREATE TABLE IF NOT EXISTS outcomes (
     tenant TEXT NOT NULL, event_id TEXT NOT NULL, idx INTEGER NOT NULL,
     kind TEXT NOT NULL, memory_id TEXT, version INTEGER, reason_code TEXT, detail TEXT,
@@ -126,7 +126,6 @@ CREATE TABLE IF NOT EXISTS memory_stats (
 _TABLES = (
     "memories",
     "memory_tags",
-    "memory_terms",
     "outcomes",
     "timers",
     "audit_links",
@@ -336,10 +335,6 @@ class _Tx(StoreTransaction):
 
     def _purge_tenant(self, tenant: str) -> None:
         cur = self._cur
-        cur.execute(
-            "DELETE FROM memory_terms WHERE rowid IN (SELECT rowid FROM memories WHERE tenant = ?)",
-            (tenant,),
-        )
         for table in (
             "memories",
             "memory_tags",
@@ -378,15 +373,12 @@ class _Tx(StoreTransaction):
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (memory.tenant, memory.memory_id, *params),
             )
-            rowid = cur.lastrowid
         else:
-            rowid = row[0]
             cur.execute(
                 "UPDATE memories SET stream = ?, type = ?, scope = ?, key = ?, status = ?, "
                 "valid_until = ?, verify_due = ?, version = ?, hash = ?, body = ? WHERE rowid = ?",
-                (*params, rowid),
+                (*params, row[0]),
             )
-            cur.execute("DELETE FROM memory_terms WHERE rowid = ?", (rowid,))
         cur.execute(
             "DELETE FROM memory_tags WHERE tenant = ? AND memory_id = ?",
             (memory.tenant, memory.memory_id),
@@ -395,14 +387,6 @@ class _Tx(StoreTransaction):
             "INSERT INTO memory_tags VALUES (?, ?, ?)",
             [(memory.tenant, tag, memory.memory_id) for tag in memory.tags],
         )
-        if memory.status in (MemoryStatus.ACTIVE, MemoryStatus.ARCHIVED):
-            terms = keyword_terms(f"{memory.key or ''} {memory.value or ''} {memory.content}")
-            tokens = _scoped(_tenant_tag(memory.tenant), terms) + _scoped(
-                _stream_tag(memory.tenant, memory.stream), terms
-            )
-            cur.execute(
-                "INSERT INTO memory_terms (rowid, terms) VALUES (?, ?)", (rowid, " ".join(tokens))
-            )
 
     def set_position(self, consumer: str, offset: int, epoch: int | None = None) -> None:
         if epoch is not None:
@@ -421,25 +405,6 @@ class _Tx(StoreTransaction):
             "offset = excluded.offset",
             (consumer, offset),
         )
-
-
-def _tenant_tag(tenant: str) -> str:
-    return "t" + hashlib.sha1(tenant.encode(), usedforsecurity=False).hexdigest()[:10]
-
-
-def _stream_tag(tenant: str, stream: str) -> str:
-    key = f"{tenant}\x1f{stream}".encode()
-    return "s" + hashlib.sha1(key, usedforsecurity=False).hexdigest()[:10]
-
-
-def _scoped(tag: str, terms: Sequence[str]) -> list[str]:
-    """Terms made private to a tenant (or a stream): the full-text index then matches, and
-    counts term frequencies for BM25, within that scope only."""
-    return [f"{tag}x{t}" for t in terms]
-
-
-def _fts_query(terms: Sequence[str]) -> str:
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 log = logging.getLogger(__name__)
@@ -475,12 +440,32 @@ def _retire_tenant_audit_chain(conn: sqlite3.Connection) -> None:
         raise
 
 
+def _retire_keyword_table(conn: sqlite3.Connection) -> None:
+    """Data directories from before keyword vectors kept BM25 terms in an FTS5 table
+    (`memory_terms`, with statistics over every tenant). The vector index holds keyword
+    vectors now (its shard is re-made and re-indexed from the log on open, see
+    QdrantEdgeIndex): drop the table, in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        old = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_terms'"
+        ).fetchone()
+        if old is not None:
+            conn.execute("DROP TABLE memory_terms")
+            log.warning("dropped the FTS5 keyword table: keyword search is the vector index's")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 class SqliteMemoryStore(MemoryStore):
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         self._path = path
         self._synchronous = synchronous
         self._write = connect(path, synchronous)
         _retire_tenant_audit_chain(self._write)
+        _retire_keyword_table(self._write)
         self._write.executescript(_SCHEMA)
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -606,22 +591,6 @@ class SqliteMemoryStore(MemoryStore):
         )
         return [_memory(r) for r in rows]
 
-    def keyword_search(
-        self, tenant: str, terms: Sequence[str], query: MemoryQuery
-    ) -> list[tuple[str, float]]:
-        if not terms:
-            return []
-        where, params = self._filters(tenant, query, alias="m")
-        tag = _tenant_tag(tenant) if query.stream is None else _stream_tag(tenant, query.stream)
-        rows = self._reader().execute(
-            "SELECT m.memory_id, bm25(memory_terms) AS score FROM memory_terms "
-            "JOIN memories m ON m.rowid = memory_terms.rowid "
-            f"WHERE memory_terms MATCH ? AND {where} ORDER BY score, m.memory_id LIMIT ?",
-            (_fts_query(_scoped(tag, terms)), *params, query.limit),
-        )
-        # FTS5's bm25() is lower-is-better; report higher-is-better
-        return [(r[0], -float(r[1])) for r in rows]
-
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
         rows = self._reader().execute(
             "SELECT tenant, event_id, idx, kind, memory_id, version, reason_code, detail "
@@ -746,8 +715,6 @@ class SqliteMemoryStore(MemoryStore):
         queries = (
             "SELECT tenant, memory_id, body FROM memories ORDER BY tenant, memory_id",
             "SELECT tenant, tag, memory_id FROM memory_tags ORDER BY tenant, tag, memory_id",
-            "SELECT m.tenant, m.memory_id, t.terms FROM memory_terms t JOIN memories m "
-            "ON m.rowid = t.rowid ORDER BY m.tenant, m.memory_id",
             "SELECT * FROM outcomes ORDER BY tenant, event_id, idx",
             "SELECT tenant, memory_id, kind, due_iso FROM timers ORDER BY tenant, memory_id, kind",
             "SELECT * FROM audit_links ORDER BY tenant, stream, n",

@@ -341,8 +341,8 @@ class _Processor:
     archive: EventArchive
     # where records missing from a batch are read (see _fresh); None: not read
     topic: LogTopic | None = None
-    # partitions of one batch handled at once; each stays in offset order, and the store's
-    # transactions still commit one at a time
+    # partitions of one batch handled at once; each stays in offset order and commits its
+    # own store transaction
     parallel = 1
 
     def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
@@ -472,8 +472,8 @@ class _Processor:
 
 class Sequencer(_Processor):
     """The registrar: sequences and archives each partition's records, then registers.
-    The partitions of a batch are checked and archived concurrently (each one's archive
-    writes are its own); their store transactions commit one after the other."""
+    The partitions of a batch are checked, archived and registered concurrently (each one's
+    archive writes and store transaction are its own)."""
 
     consumer = registration.CONSUMER
     parallel = 8
