@@ -315,7 +315,7 @@ class VectorIndexContract:
 
     # Whether the IDF forgets a deleted point at once: qdrant-edge and the in-memory index
     # do; a Qdrant server keeps counting deleted (and replaced) points until its optimizer
-    # vacuums their segment (docs/adr/0011-keyword-search-in-the-vector-engine.md).
+    # vacuums their segment (docs/adr/0012-keyword-search-in-the-vector-engine.md).
     exact_idf_after_delete = True
 
     def test_deleted_points_leave_keyword_search(self, index: VectorIndex) -> None:

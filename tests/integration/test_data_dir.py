@@ -84,3 +84,47 @@ def test_a_data_dir_with_the_per_tenant_audit_chain_is_linked_again_per_stream(
         tables = {r[0] for r in check.execute("SELECT name FROM sqlite_master")}
     assert "audit" not in tables
     assert "audit_per_tenant_legacy" in tables  # the old chain is kept aside
+
+
+def test_a_data_dir_from_before_keyword_vectors_is_reindexed_on_start(tmp_path: Path) -> None:
+    """An older Mnemo kept BM25 terms in an FTS5 table of the store and one unnamed dense
+    vector per point: on start the table goes, the old shard is moved aside, and the
+    indexer projects every memory again from the log, keyword vectors included."""
+    from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+
+    settings = MnemoSettings(data_dir=tmp_path / "d", embedder="hashing")
+    platform = build_embedded(settings)
+    ctx = RequestContext("acme", "a")
+    platform.app.publish(
+        ctx, [{"type": "MemoryDeclared", "schema_version": 1, "stream": "user:U1",
+               "payload": {"memory": {"type": "fact", "content": "Lunch is served in the rosebud room"}}},
+              {"type": "MemoryDeclared", "schema_version": 1, "stream": "user:U1",
+               "payload": {"memory": {"type": "fact", "content": "Parking is on level three"}}}]
+    )  # fmt: skip
+    platform.runner.drain()
+    dim = platform.app.query_embedder.dim
+    platform.close()
+    # make the data directory look like an older one
+    vectors = settings.data_dir / "vectors"
+    for path in sorted(vectors.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    vectors.rmdir()
+    EdgeShard.create(
+        str(vectors), EdgeConfig(vectors=EdgeVectorParams(dim, Distance.Cosine))
+    ).close()
+    with sqlite3.connect(settings.data_dir / "store.sqlite3") as conn:
+        conn.execute("CREATE VIRTUAL TABLE memory_terms USING fts5 (terms)")
+
+    reopened = build_embedded(settings)
+    try:
+        assert (settings.data_dir / "vectors.pre-keywords").is_dir()  # kept aside
+        with sqlite3.connect(settings.data_dir / "store.sqlite3") as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "memory_terms" not in tables
+        assert reopened.store.position("indexer") == 0  # re-indexes from the start
+        reopened.runner.drain()
+        hits = reopened.app.search(ctx, "rosebud")
+        assert [h.memory.content for h in hits][:1] == ["Lunch is served in the rosebud room"]
+        assert len(reopened.index.ids("acme")) == 2
+    finally:
+        reopened.close()
