@@ -97,7 +97,7 @@ def test_a_data_dir_from_before_keyword_vectors_is_reindexed_on_start(tmp_path: 
     ctx = RequestContext("acme", "a")
     platform.app.publish(
         ctx, [{"type": "MemoryDeclared", "schema_version": 1, "stream": "user:U1",
-               "payload": {"memory": {"type": "fact", "content": "Lunch is served in the rosebud room"}}},
+               "payload": {"memory": {"type": "fact", "content": "Lunch is in the rosebud room"}}},
               {"type": "MemoryDeclared", "schema_version": 1, "stream": "user:U1",
                "payload": {"memory": {"type": "fact", "content": "Parking is on level three"}}}]
     )  # fmt: skip
@@ -124,7 +124,7 @@ def test_a_data_dir_from_before_keyword_vectors_is_reindexed_on_start(tmp_path: 
         assert reopened.store.position("indexer") == 0  # re-indexes from the start
         reopened.runner.drain()
         hits = reopened.app.search(ctx, "rosebud")
-        assert [h.memory.content for h in hits][:1] == ["Lunch is served in the rosebud room"]
+        assert [h.memory.content for h in hits][:1] == ["Lunch is in the rosebud room"]
         assert len(reopened.index.ids("acme")) == 2
     finally:
         reopened.close()

@@ -33,7 +33,6 @@ OTHER = RequestContext("globex", "tester")
 # the read models a tenant purge empties (the event archive, templates and audit stay)
 READ_MODELS = (
     "memories", "memories_by_stream", "memory_keys", "memory_hashes", "memory_tags",
-    "memory_terms", "term_postings", "term_stats", "stream_postings", "stream_term_stats",
     "outcomes", "outcome_events", "timers", "timers_by_due", "context_records",
     "memory_stats", "decay_weights", "timeline",
 )  # fmt: skip
