@@ -845,10 +845,10 @@ class TestQdrantServerIndexLocalMode(VectorIndexContract):
         index = self.server_index(client)
         try:
             assert index.legacy_collections() == ["mnemo_test", "mnemo_test_acme"]
-            with pytest.raises(InvalidInput) as raised:
+            with pytest.raises(Unavailable) as raised:
                 index.upsert([point(1, basis(0))])
             assert raised.value.code == "INDEX_NEEDS_REBUILD"
-            with pytest.raises(InvalidInput):
+            with pytest.raises(Unavailable):
                 index.hybrid_search("acme", basis(0), sparse({1: 1.0}), 5)
             index.clear()  # what a rebuild does first
             index.upsert([point(1, basis(0))])

@@ -17,7 +17,7 @@ the point id.
 Collections are created on first use (create if missing; a concurrent creator is tolerated),
 with keyword payload indexes on tenant, stream, type, scope and tags. Reads of a collection
 that does not exist yet find nothing and create nothing. A collection of another shape (one
-made before keyword vectors) is refused with INDEX_NEEDS_REBUILD: `legacy_collections()`
+made before keyword vectors) is refused with 503 INDEX_NEEDS_REBUILD: `legacy_collections()`
 names them, and a rebuild of the index from the log replaces them.
 
 Durability. Every write is sent with wait=True, so it has been applied (and written to the
@@ -544,7 +544,8 @@ class QdrantServerIndex(VectorIndex):
         vectors = info.config.params.vectors
         params = vectors.get(DENSE) if isinstance(vectors, dict) else None
         if params is None or not self._has_keywords(info):
-            raise InvalidInput(
+            # the server's state, not the request's: 503, until the index is rebuilt
+            raise Unavailable(
                 f"collection {name} was made by an older Mnemo (no `{DENSE}` and `{KEYWORDS}` "
                 "vectors): rebuild the vector index from the log (mnemo admin rebuild)",
                 code="INDEX_NEEDS_REBUILD",
