@@ -316,7 +316,7 @@ class VectorIndexContract:
     # Whether the IDF forgets a deleted point at once: the in-memory index does; Qdrant's
     # own statistics (a server's collection, a qdrant-edge shard holding one tenant) keep
     # counting deleted and replaced points until the optimizer vacuums their segment
-    # (docs/adr/0012-keyword-search-in-the-vector-engine.md).
+    # (docs/adr/0015-keyword-search-in-the-vector-engine.md).
     exact_idf_after_delete = True
 
     def test_deleted_points_leave_keyword_search(self, index: VectorIndex) -> None:

@@ -22,7 +22,7 @@ Schema (schemas/cql/, applied by `migrate`)
 
 Keyword search
     Not here: the vector index holds each memory's BM25 keyword vector next to its
-    embedding and computes the statistics itself (docs/adr/0012). Keyspaces from before
+    embedding and computes the statistics itself (docs/adr/0015). Keyspaces from before
     keep posting and term-statistics tables, which migration 7 drops.
 
 Consistency levels

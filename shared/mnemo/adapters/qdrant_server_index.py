@@ -9,7 +9,7 @@ Layout: one collection per tenant, f"{collection}_{tenant}". Each point has two 
 vectors: `dense` (the embedding, cosine) and `keywords` (BM25 term weights, a sparse vector
 with the IDF modifier). The server computes IDF over a whole collection (Qdrant 1.18 ignores
 a query's `params.idf` corpus filter), so a collection per tenant is what keeps each
-tenant's keyword statistics its own (docs/adr/0012). Queries still filter by tenant there,
+tenant's keyword statistics its own (docs/adr/0015). Queries still filter by tenant there,
 as a second line of defence. A hybrid search is one Query API request: a dense and a
 keyword prefetch fused by the server's weighted RRF. The memory id (a canonical UUID) is
 the point id.
@@ -443,7 +443,7 @@ class QdrantServerIndex(VectorIndex):
     def legacy_collections(self) -> list[str]:
         """Collections an older Mnemo made that this one cannot use: the shared collection
         (`collection` itself) and per-tenant ones without keyword vectors. Rebuild the
-        index from the log to replace them (docs/adr/0012)."""
+        index from the log to replace them (docs/adr/0015)."""
         self._check_open()
         try:
             names = [c.name for c in self._call(self._client.get_collections).collections]
