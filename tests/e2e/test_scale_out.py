@@ -4,8 +4,7 @@ publish burst, with replicas killed (SIGKILL), added and restarted while the bur
 consumed: five rounds on one deployment, and after each one every accepted event has
 exactly one outcome and one memory, every stream is gapless and in publish order, and the
 audit chains verify; at the end a rebuild from offset 0 gives the live read models, table
-by table (ADR 0014; the tenant-wide keyword statistics excepted while they exist, see the
-end of the test).
+by table, and the whole checksum (ADR 0014).
 
 The indexer replicas share a Qdrant server (`tests.support.qdrant_server_url`; required
 under CI), and the vectors then hold one point per memory. On a developer machine without
@@ -342,14 +341,9 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
         Pump(rebuilt).drain(timeout=600)
         rebuilt_tables = table_digests(rebuilt)
         rebuilt_checksum = rebuilt.store.checksum()
-    # The tenant-wide keyword statistics (`term_stats`) are a read-modify-write that
-    # registrars of different partitions share, outside the fence (ADR 0014); they go
-    # with the posting tables when keyword retrieval moves into the vector engine. Every
-    # other table, and then the whole checksum, must match.
-    shared = {"term_stats"} & set(live_tables)
-    assert {t: v for t, v in rebuilt_tables.items() if t not in shared} == {
-        t: v for t, v in live_tables.items() if t not in shared
-    }
+    # every table, then the whole checksum (no read model is shared across partitions
+    # outside the fence since keyword statistics moved into the vector engine, ADR 0015)
+    assert rebuilt_tables == live_tables
     assert {"memories", "outcomes", "audit_links", "timeline"} <= set(live_tables)
-    if not shared:
-        assert rebuilt_checksum == live
+    assert "term_stats" not in live_tables
+    assert rebuilt_checksum == live
