@@ -12,6 +12,7 @@ import pytest
 from tests.distributed_support import KAFKA, require_services
 
 from mnemo.adapters.kafka_topic import KafkaConfig, KafkaTopic, ensure_topics
+from mnemo.domain.errors import InvalidInput
 
 
 @pytest.fixture
@@ -72,5 +73,8 @@ def test_creating_topics_is_idempotent_and_refuses_another_partition_count(
 ) -> None:
     config = KafkaConfig(bootstrap=KAFKA)
     assert ensure_topics(config, topic.name, 4, topic.dead_letters) == []
-    with pytest.raises(RuntimeError, match="partitions"):
+    with pytest.raises(InvalidInput, match="partitions") as refused:
         ensure_topics(config, topic.name, 8, topic.dead_letters)
+    # a configuration error, coded and naming the setting, so a process stops at once
+    assert refused.value.code == "PARTITIONS_MISMATCH"
+    assert refused.value.field == "kafka_partitions"

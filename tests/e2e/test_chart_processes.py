@@ -227,7 +227,8 @@ def container_env(
 ) -> dict[str, str]:
     """The container's environment as the kubelet builds it, then moved to this machine."""
     venv_bin = str(Path(sys.executable).parent)
-    env: dict[str, str] = {"PATH": f"{venv_bin}:/usr/bin:/bin", "HOME": str(folders_home(folders))}
+    machine = {"PATH": f"{venv_bin}:/usr/bin:/bin", "HOME": str(folders_home(folders))}
+    env: dict[str, str] = dict(machine)
     for source in container.get("envFrom", []):
         env.update(configmaps[source["configMapRef"]["name"]])
     for entry in container.get("env", []):
@@ -242,6 +243,11 @@ def container_env(
         env[entry["name"]] = value
     moved = {}
     for name, value in env.items():
+        if name in ("PATH", "HOME") and value == machine[name]:
+            # this machine's own paths are not the container's: never remapped (a checkout
+            # under /tmp would otherwise land inside the pod's /tmp volume)
+            moved[name] = value
+            continue
         value = cluster.address(name, value)
         for mount, local in sorted(folders.items(), key=lambda kv: -len(kv[0])):
             if value == mount or value.startswith(mount + "/"):

@@ -22,6 +22,7 @@ from mnemo_gateway.app import create_app
 from tests.support import auth, free_port, headers_for, install_keys, wait_healthy
 
 from mnemo.bootstrap import Platform
+from mnemo.service.runner import CONSUMERS
 from mnemo.settings import GatewaySettings
 
 SERVE = [sys.executable, "-m", "mnemo.cli", "serve"]
@@ -310,6 +311,10 @@ def test_a_forgotten_value_cannot_be_brought_back_with_a_copied_block(
     raw = [e.envelope.model_dump(mode="json") for e in platform.log.read_tenant("acme", 0, 100)]
     assert _secrets_in(raw)
     ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=H).json()
+    # the assembly's record reaches the read models through the log: wait for it
+    head = platform.log.head()
+    for consumer in CONSUMERS:
+        assert platform.runner.wait_for(consumer, head, 60), consumer
     paths = [
         "/v1/insights/events?limit=1000",
         "/v1/insights/events?after_offset=0&limit=1000",
