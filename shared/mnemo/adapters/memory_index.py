@@ -93,6 +93,15 @@ def check_keywords(keywords: SparseVector) -> None:
         )
 
 
+def hybrid_wanted(vector: Vector | None, keywords: SparseVector, limit: int, dim: int) -> bool:
+    """Check a hybrid query's vectors (InvalidInput when malformed) and say whether there is
+    anything to search for: a positive limit and a dense vector or at least one term."""
+    if vector is not None:
+        check_vector(vector, dim)
+    check_keywords(keywords)
+    return limit > 0 and (vector is not None or bool(keywords))
+
+
 def check_points(points: Sequence[VectorPoint], dim: int) -> None:
     """Check a whole batch before any of it is written."""
     for point in points:
@@ -245,10 +254,7 @@ class InMemoryVectorIndex(VectorIndex):
         flt: VectorFilter = _NO_FILTER,
         fusion: Fusion = _FUSION,
     ) -> list[tuple[str, float]]:
-        if vector is not None:
-            check_vector(vector, self._dim)
-        check_keywords(keywords)
-        if limit <= 0 or (vector is None and not keywords):
+        if not hybrid_wanted(vector, keywords, limit, self._dim):
             return []
         lists: list[list[str]] = []
         if vector is not None:

@@ -57,7 +57,13 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from mnemo.adapters.memory_index import check_keywords, check_points, check_vector, is_memory_id
+from mnemo.adapters.memory_index import (
+    check_keywords,
+    check_points,
+    check_vector,
+    hybrid_wanted,
+    is_memory_id,
+)
 from mnemo.domain import keywords as kw
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.ports import Fusion as FusionSpec
@@ -258,10 +264,7 @@ class QdrantEdgeIndex(VectorIndex):
         flt: VectorFilter = _NO_FILTER,
         fusion: FusionSpec = _FUSION,
     ) -> list[tuple[str, float]]:
-        if vector is not None:
-            check_vector(vector, self._dim)
-        check_keywords(keywords)
-        if limit <= 0 or (vector is None and not keywords):
+        if not hybrid_wanted(vector, keywords, limit, self._dim):
             return []
         where = self._where(tenant, flt)
         prefetches: list[Prefetch] = []

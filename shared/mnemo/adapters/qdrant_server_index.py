@@ -46,7 +46,13 @@ from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from mnemo.adapters.memory_index import check_keywords, check_points, check_vector, is_memory_id
+from mnemo.adapters.memory_index import (
+    check_keywords,
+    check_points,
+    check_vector,
+    hybrid_wanted,
+    is_memory_id,
+)
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.domain.keywords import SparseVector
 from mnemo.ports import Fusion, Vector, VectorFilter, VectorIndex, VectorPoint
@@ -304,10 +310,7 @@ class QdrantServerIndex(VectorIndex):
         flt: VectorFilter = _NO_FILTER,
         fusion: Fusion = _FUSION,
     ) -> list[tuple[str, float]]:
-        if vector is not None:
-            check_vector(vector, self._dim)
-        check_keywords(keywords)
-        if limit <= 0 or (vector is None and not keywords):
+        if not hybrid_wanted(vector, keywords, limit, self._dim):
             return []
         where = _search_filter(tenant, flt)
         prefetch: list[models.Prefetch] = []
