@@ -8,6 +8,7 @@ would have; tests/e2e/test_scale_out.py runs several worker processes in one gro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -245,3 +246,53 @@ def test_ownership_fences_only_a_partition_it_lost(tmp_path: Path) -> None:
     commit(theirs, 1, theirs.epoch(1))
     assert store.position(position_name("audit", 1)) == 5
     store.close()
+
+
+def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) -> None:
+    # the group's committed offset ran past the stored position at the end of a burst (a
+    # worker that lost the partitions acknowledged records it left alone): no record
+    # follows, so nothing reaches the new owner's stream, and the held partitions are read
+    # from the topic at their stored positions instead
+    from mnemo.service.workers import Worker
+
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(16)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        topic = platform.distributed.topic  # type: ignore[union-attr]
+        ends = topic.end_offsets()
+        busy = sorted(p for p, end in ends.items() if end)
+        assert len(busy) >= 2, ends
+        held, left = busy[:-1], busy[-1]
+        worker = Worker("registrar", platform.settings, platform)
+        try:
+            worker.ownership.assign(held)
+            # a partition whose stream brought a batch just now is the stream's to handle
+            worker._arrived[held[0]] = time.monotonic()
+            worker.fill_in(quiet=60.0)
+            assert platform.store.position(position_name("registrar", held[0])) == 0
+            looks = 0
+            while worker.fill_in(quiet=0.0):  # the registrar's own records follow its batch
+                looks += 1
+                assert looks < 20
+            lag = worker.lag()["registrar"]
+            assert [lag[p] for p in held] == [0] * len(held)
+            # a partition this worker does not hold is left to its owner
+            assert platform.store.position(position_name("registrar", left)) == 0
+            assert lag[left] == ends[left]
+            worker.ownership.assign(busy)
+            while worker.fill_in(quiet=0.0):
+                looks += 1
+                assert looks < 40
+            assert worker.lag() == {"registrar": {p: 0 for p in sorted(ends)}}
+            assert worker.filled_in >= sum(ends.values())
+            assert (
+                f'mnemo_consumer_filled_in_records_total{{consumer="registrar"}} '
+                f"{worker.filled_in}" in worker.metrics_text()
+            )
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()
+        Pump(platform, ("indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)

@@ -283,6 +283,11 @@ class Ownership:
                 self.epochs.pop(partition, None)
                 self.fenced.pop(partition, None)
 
+    def held(self) -> list[int]:
+        """The partitions this worker may handle now: assigned and not fenced off."""
+        with self._lock:
+            return sorted(self.assigned - set(self.fenced))
+
     def epoch(self, partition: int) -> int | None:
         """The epoch to commit a partition under; None when this worker does not hold it
         (not assigned, or fenced off by a newer claim)."""

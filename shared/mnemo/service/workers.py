@@ -58,6 +58,8 @@ CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CON
 _TAKE_WITHIN = 0.01  # seconds
 _MAX_TAKE = 2_048  # records in one batch at most
 _DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
+_FILL_EVERY = 1.0  # seconds between looks for records the stream left behind
+_QUIET_SECONDS = 3.0  # a partition behind its end with no batch for this long is filled in
 
 
 def _broker_url(settings: MnemoSettings) -> str:
@@ -134,6 +136,9 @@ class Worker:
         self._unwatch = telemetry.watch_lag(self.lag)
         self.failures = 0
         self.last_error = ""
+        # when a batch of each partition last arrived from the stream (or it was assigned)
+        self._arrived: dict[int, float] = {}
+        self.filled_in = 0  # records read from the topic because the stream did not bring them
         self.app = faust.App(
             f"mnemo-{consumer}{settings.kafka_group_suffix}",
             broker=_broker_url(settings),
@@ -210,6 +215,9 @@ class Worker:
                     )
                     for e in events
                 ]
+                now = time.monotonic()
+                for r in records:
+                    self._arrived[r.partition] = now
                 await self._process(records)
 
         topic_name = self.settings.kafka_topic
@@ -220,6 +228,9 @@ class Worker:
         async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kw: Any) -> None:
             assigned = args[0] if args else kw.get("assigned", ())
             loop = asyncio.get_running_loop()
+            now = time.monotonic()
+            for partition in ours(assigned):
+                self._arrived[partition] = now
             await loop.run_in_executor(None, self.ownership.assign, ours(assigned))
             log.info("%s holds partitions %s", self.consumer, ours(assigned))
 
@@ -238,6 +249,16 @@ class Worker:
         # faust's signal types do not admit a coroutine receiver, which it supports
         app.on_partitions_assigned.connect(cast(Any, on_assigned))
         app.on_partitions_revoked.connect(cast(Any, on_revoked))
+
+        @app.timer(interval=_FILL_EVERY)  # type: ignore[untyped-decorator]
+        async def fill_in() -> None:
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(self.executor, self.fill_in)
+            except NotReady:
+                pass  # the registrar is a step behind; the next look tries again
+            except MnemoError as exc:
+                log.warning("%s: filling in skipped (%s)", self.consumer, exc.code)
 
         if self.consumer == decay.CONSUMER:
 
@@ -286,6 +307,54 @@ class Worker:
                 )
                 server = _EmbeddedServer(config)
                 await server.serve()
+
+    def fill_in(self, quiet: float = _QUIET_SECONDS) -> int:
+        """Handle the records of held partitions that the stream has not brought.
+
+        The stored position, not Kafka's committed offset, says what this consumer has
+        handled. After a rebalance the two can disagree: a worker that lost a partition
+        acknowledges the records it leaves alone, so the group's committed offset runs
+        past the stored position, and the partition's new owner starts reading after
+        records nobody handled. When more records follow, `_fresh` reads the missing ones
+        first; when none follow (the end of a burst), this look does: a held partition
+        whose position is behind the log's end and whose stream has brought nothing for
+        `quiet` seconds is read from the topic at its stored position. It runs on the
+        batch thread, so it never overlaps a batch; what the stream brings later is
+        passed over by position."""
+        held = self.ownership.held()
+        if not held:
+            return 0
+        now = time.monotonic()
+        stale = [p for p in held if now - self._arrived.get(p, 0.0) >= quiet]
+        if not stale:
+            return 0
+        ends = self.distributed.topic.end_offsets()
+        at = self.platform.store.positions([position_name(self.consumer, p) for p in stale])
+        take = min(_MAX_TAKE, self.settings.batch_size)
+        done = 0
+        for partition in stale:
+            start = at[position_name(self.consumer, partition)]
+            if start >= ends.get(partition, 0):
+                continue
+            records = self.distributed.topic.fetch(partition, start, take)
+            if not records:
+                continue
+            log.info(
+                "%s: partition %d is behind its end with nothing arriving; reading %d "
+                "records from offset %d",
+                self.consumer,
+                partition,
+                len(records),
+                start,
+            )
+            try:
+                handled = self.processor.process(records)
+            except NotReady:
+                continue  # the registrar is a step behind: the next look tries again
+            done += handled
+            self.filled_in += handled
+            self._arrived[partition] = time.monotonic()
+        return done
 
     def _scan_when_caught_up(self) -> int:
         """Timers are complete only once the decay consumer has read every partition to
@@ -373,6 +442,10 @@ class Worker:
             f'mnemo_consumer_refused_commits_total{{consumer="{name}"}} {held["refused_commits"]}',
             "# TYPE mnemo_consumer_not_owned_records_total counter",
             f'mnemo_consumer_not_owned_records_total{{consumer="{name}"}} {c.not_owned}',
+        ]
+        lines += [
+            "# TYPE mnemo_consumer_filled_in_records_total counter",
+            f'mnemo_consumer_filled_in_records_total{{consumer="{name}"}} {self.filled_in}',
         ]
         lines.append("# TYPE mnemo_consumer_failing_batches gauge")
         lines.append(f'mnemo_consumer_failing_batches{{consumer="{name}"}} {self.failures}')
