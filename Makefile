@@ -73,7 +73,7 @@ helm: install helm-tools
 # Real services for the tests, on 127.0.0.1, state under var/run (infra/services.py): Kafka,
 # Cassandra, OpenBao (file storage, unsealed on start) and the Qdrant server.
 SERVICES := $(BIN)/python infra/services.py
-TEST_SERVICES ?= cassandra cassandra-tls kafka openbao qdrant
+TEST_SERVICES ?= cassandra cassandra-tls kafka openbao qdrant qdrant-tls
 
 services-up: install
 	$(SERVICES) up $(TEST_SERVICES)

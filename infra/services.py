@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run Mnemo's backing services on 127.0.0.1 without Docker: Kafka, Cassandra, OpenBao, Qdrant.
 
-    SERVICE is kafka, cassandra, cassandra-tls, openbao (alias vault), qdrant or all; none
+    SERVICE is kafka, cassandra, cassandra-tls, openbao (alias vault), qdrant, qdrant-tls or all; none
     means all.
 
     python3 infra/services.py up     [SERVICE ...]   fetch, configure, start, wait until ready
@@ -65,7 +65,7 @@ from xml.sax.saxutils import escape as xml_escape
 HOST = "127.0.0.1"
 INFRA_DIR = Path(__file__).resolve().parent
 REPO_DIR = INFRA_DIR.parent
-SERVICE_NAMES = ("kafka", "cassandra", "cassandra-tls", "openbao", "qdrant")
+SERVICE_NAMES = ("kafka", "cassandra", "cassandra-tls", "openbao", "qdrant", "qdrant-tls")
 ALIASES = {"vault": "openbao", "bao": "openbao"}
 TAG_VAR = "MNEMO_INFRA_SERVICE"  # set in each child's environment to recognise our processes
 
@@ -81,6 +81,7 @@ ENVIRONMENT = {
     "MNEMO_CASSANDRA_JMX_PORT": "local JMX port for nodetool, on 127.0.0.1 only (7199; 0: off)",
     "MNEMO_CASSANDRA_HEAP": "Cassandra heap, -Xmx/-Xms (1g)",
     "MNEMO_VAULT_PORT": "OpenBao port (8200; its cluster port is one above)",
+    "MNEMO_VAULT_TLS_PORT": "OpenBao's second listener, HTTPS with the development CA (8210)",
     "MNEMO_BAO_BIN": "path of the bao binary (else next to this Python, the repo's .venv, "
     "then PATH)",
     "MNEMO_JAVA": "java binary (else $JAVA_HOME/bin/java, then PATH); Java 17",
@@ -95,6 +96,10 @@ ENVIRONMENT = {
     "MNEMO_CASSANDRA_TIMEOUT": "Cassandra's readiness timeout in seconds (180)",
     "MNEMO_OPENBAO_TIMEOUT": "OpenBao's readiness timeout in seconds (120)",
     "MNEMO_QDRANT_TIMEOUT": "Qdrant's readiness timeout in seconds (60)",
+    "MNEMO_QDRANT_TLS_HTTP_PORT": "HTTP port of the second Qdrant server, HTTPS and an API "
+    "key (6343)",
+    "MNEMO_QDRANT_TLS_GRPC_PORT": "gRPC port of the second Qdrant server (6344)",
+    "MNEMO_QDRANT_TLS_TIMEOUT": "its readiness timeout in seconds (60)",
     "MNEMO_KAFKA_SSL_PORT": "the broker's SSL listener (9094), for the TLS tests",
     "MNEMO_KAFKA_SASL_SSL_PORT": "the broker's SASL_SSL listener, PLAIN and SCRAM-SHA-512 (9095)",
     "MNEMO_CASSANDRA_TLS_PORT": "CQL port of the second Cassandra node, TLS and passwords (9142)",
@@ -324,6 +329,9 @@ class Settings:
         self.vault_port = env_int("MNEMO_VAULT_PORT", 8200)
         self.qdrant_http_port = env_int("MNEMO_QDRANT_HTTP_PORT", 6333)
         self.qdrant_grpc_port = env_int("MNEMO_QDRANT_GRPC_PORT", 6334)
+        self.qdrant_tls_http_port = env_int("MNEMO_QDRANT_TLS_HTTP_PORT", 6343)
+        self.qdrant_tls_grpc_port = env_int("MNEMO_QDRANT_TLS_GRPC_PORT", 6344)
+        self.vault_tls_port = env_int("MNEMO_VAULT_TLS_PORT", 8210)
         self.kafka_ssl_port = env_int("MNEMO_KAFKA_SSL_PORT", 9094)
         self.kafka_sasl_ssl_port = env_int("MNEMO_KAFKA_SASL_SSL_PORT", 9095)
         self.cassandra_tls_port = env_int("MNEMO_CASSANDRA_TLS_PORT", 9142)
@@ -420,6 +428,37 @@ class TlsFiles:
 
     def sasl_password(self) -> str:
         return self.sasl_password_file.read_text().strip()
+
+    @property
+    def server_cert(self) -> Path:
+        return self.dir / "server.crt"
+
+    @property
+    def server_key(self) -> Path:
+        return self.dir / "server.key"
+
+    @property
+    def qdrant_api_key_file(self) -> Path:
+        return self.dir / "qdrant.api-key"
+
+    def ensure_server_parts(self) -> None:
+        """The server certificate and key as two files (OpenBao and Qdrant read them
+        apart), and the TLS Qdrant server's API key; made from what ensure() keeps."""
+        self.ensure()
+        import secrets
+
+        text = self.server_pem.read_text()
+        marker = "-----BEGIN CERTIFICATE-----"
+        key, _, cert = text.partition(marker)
+        if not self.server_key.is_file() or self.server_key.read_text() != key:
+            write_text(self.server_key, key, mode=0o600)
+        if not self.server_cert.is_file() or self.server_cert.read_text() != marker + cert:
+            write_text(self.server_cert, marker + cert)
+        if not self.qdrant_api_key_file.is_file():
+            write_text(self.qdrant_api_key_file, secrets.token_urlsafe(24) + "\n", mode=0o600)
+
+    def qdrant_api_key(self) -> str:
+        return self.qdrant_api_key_file.read_text().strip()
 
     def ensure(self) -> None:
         if self.ready():
@@ -1399,7 +1438,8 @@ class OpenBao(Service):
     stop_timeout = 15.0
 
     def ports(self) -> list[int]:
-        return [self.cfg.vault_port, self.cfg.vault_port + 1]  # API + cluster port
+        # API, cluster port, and the HTTPS listener
+        return [self.cfg.vault_port, self.cfg.vault_port + 1, self.cfg.vault_tls_port]
 
     @property
     def init_file(self) -> Path:
@@ -1449,9 +1489,12 @@ class OpenBao(Service):
         data.mkdir(parents=True, exist_ok=True)
         os.chmod(data, 0o700)
         port = self.cfg.vault_port
+        tls = TlsFiles(self.cfg.run_dir)
+        tls.ensure_server_parts()
         hcl = f"""\
 # Written by infra/services.py on every start; edit the script, not this file.
-# A single development node on loopback that keeps its data (and keys) across restarts.
+# A single development node on loopback that keeps its data (and keys) across restarts,
+# on plain HTTP and on HTTPS with the development CA's server certificate.
 storage "raft" {{
   path    = {json.dumps(str(data))}
   node_id = "mnemo-dev"
@@ -1460,6 +1503,11 @@ listener "tcp" {{
   address         = "{HOST}:{port}"
   cluster_address = "{HOST}:{port + 1}"
   tls_disable     = true
+}}
+listener "tcp" {{
+  address       = "{HOST}:{self.cfg.vault_tls_port}"
+  tls_cert_file = {json.dumps(str(tls.server_cert))}
+  tls_key_file  = {json.dumps(str(tls.server_key))}
 }}
 api_addr      = "http://{HOST}:{port}"
 cluster_addr  = "http://{HOST}:{port + 1}"
@@ -1586,7 +1634,10 @@ ui            = false
             return False, str(exc) or type(exc).__name__
 
     def env_values(self) -> dict[str, str]:
-        values = {"MNEMO_VAULT_ADDR": self.address()}
+        values = {
+            "MNEMO_VAULT_ADDR": self.address(),
+            "MNEMO_VAULT_TLS_PORT": str(self.cfg.vault_tls_port),
+        }
         token = self.root_token()
         if token:
             values["MNEMO_VAULT_TOKEN"] = token
@@ -1724,12 +1775,65 @@ class Qdrant(Service):
             return False, str(exc) or type(exc).__name__
 
 
+class QdrantTls(Qdrant):
+    """A second Qdrant server that only speaks HTTPS (the development CA's server
+    certificate) and requires an API key (<run>/tls/qdrant.api-key), as a production
+    Qdrant would; it runs the first one's unpacked binary."""
+
+    name = "qdrant-tls"
+
+    def ports(self) -> list[int]:
+        return [self.cfg.qdrant_tls_http_port, self.cfg.qdrant_tls_grpc_port]
+
+    @property
+    def binary(self) -> Path:
+        return self.cfg.run_dir / "qdrant" / "bin" / "qdrant"
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        tls = TlsFiles(self.cfg.run_dir)
+        tls.ensure_server_parts()
+        argv, env = super().command()
+        env.update(
+            {
+                "QDRANT__SERVICE__HTTP_PORT": str(self.cfg.qdrant_tls_http_port),
+                "QDRANT__SERVICE__GRPC_PORT": str(self.cfg.qdrant_tls_grpc_port),
+                "QDRANT__SERVICE__ENABLE_TLS": "true",
+                "QDRANT__TLS__CERT": str(tls.server_cert),
+                "QDRANT__TLS__KEY": str(tls.server_key),
+                "QDRANT__SERVICE__API_KEY": tls.qdrant_api_key(),
+            }
+        )
+        return argv, env
+
+    def url(self) -> str:
+        return f"https://{HOST}:{self.cfg.qdrant_tls_http_port}"
+
+    def env_values(self) -> dict[str, str]:
+        return {"MNEMO_QDRANT_TLS_HTTP_PORT": str(self.cfg.qdrant_tls_http_port)}
+
+    def probe(self) -> tuple[bool, str]:
+        import ssl
+
+        tls = TlsFiles(self.cfg.run_dir)
+        context = ssl.create_default_context(cafile=str(tls.ca))
+        try:
+            with urllib.request.urlopen(  # noqa: S310 - https on loopback
+                f"{self.url()}/readyz", timeout=2.0, context=context
+            ) as resp:
+                return resp.status == 200, f"/readyz {resp.status} over TLS, Qdrant {QDRANT_VERSION}"
+        except urllib.error.HTTPError as exc:
+            return False, f"/readyz answered {exc.code}"
+        except OSError as exc:
+            return False, str(exc) or type(exc).__name__
+
+
 SERVICE_CLASSES: dict[str, type[Service]] = {
     "kafka": Kafka,
     "cassandra": Cassandra,
     "cassandra-tls": CassandraTls,
     "openbao": OpenBao,
     "qdrant": Qdrant,
+    "qdrant-tls": QdrantTls,
 }
 
 

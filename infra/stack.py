@@ -139,9 +139,12 @@ INFRA_ONLY = frozenset(
         "MNEMO_CASSANDRA_TLS_PORT",
         "MNEMO_CASSANDRA_TLS_STORAGE_PORT",
         "MNEMO_CASSANDRA_TLS_HEAP",
+        "MNEMO_VAULT_TLS_PORT",
+        "MNEMO_QDRANT_TLS_HTTP_PORT",
+        "MNEMO_QDRANT_TLS_GRPC_PORT",
         *(
             f"MNEMO_{s}_TIMEOUT"
-            for s in ("KAFKA", "CASSANDRA", "CASSANDRA_TLS", "OPENBAO", "QDRANT")
+            for s in ("KAFKA", "CASSANDRA", "CASSANDRA_TLS", "OPENBAO", "QDRANT", "QDRANT_TLS")
         ),
     }
 )

@@ -2,10 +2,12 @@
 SASL_SSL listeners and the second Cassandra node (TLS, PasswordAuthenticator), with the
 development CA, client certificate and SASL password under <run>/tls.
 
-Ports come from the environment (MNEMO_KAFKA_SSL_PORT, MNEMO_KAFKA_SASL_SSL_PORT,
-MNEMO_CASSANDRA_TLS_PORT), else from <run>/services.env, else the defaults; the run
-directory from MNEMO_RUN_DIR, else var/run. `rogue_ca` makes a CA nobody trusts, with a
-client certificate of its own, for the refusals."""
+Also the second Qdrant server (HTTPS and an API key, qdrant-tls) and OpenBao's HTTPS
+listener. Ports come from the environment (MNEMO_KAFKA_SSL_PORT, MNEMO_KAFKA_SASL_SSL_PORT,
+MNEMO_CASSANDRA_TLS_PORT, MNEMO_QDRANT_TLS_HTTP_PORT, MNEMO_VAULT_TLS_PORT), else from
+<run>/services.env, else the defaults; the run directory from MNEMO_RUN_DIR, else
+var/run. `rogue_ca` makes a CA nobody trusts, with a client certificate of its own, for
+the refusals."""
 
 from __future__ import annotations
 
@@ -75,8 +77,22 @@ class TlsServices:
     def sasl_password(self) -> str:
         return (self.tls_dir / "sasl.password").read_text(encoding="utf-8").strip()
 
+    @property
+    def qdrant_api_key(self) -> str:
+        return (self.tls_dir / "qdrant.api-key").read_text(encoding="utf-8").strip()
 
-def tls_services(*, kafka: bool = False, cassandra: bool = False) -> TlsServices:
+    @property
+    def qdrant_url(self) -> str:
+        return f"https://{HOST}:{_setting('MNEMO_QDRANT_TLS_HTTP_PORT', 6343)}"
+
+    @property
+    def vault_url(self) -> str:
+        return f"https://{HOST}:{_setting('MNEMO_VAULT_TLS_PORT', 8210)}"
+
+
+def tls_services(
+    *, kafka: bool = False, cassandra: bool = False, qdrant: bool = False, vault: bool = False
+) -> TlsServices:
     """The listeners, when they answer; else a skip on a developer machine, a failure
     under CI (`make test` starts them)."""
     found = TlsServices(
@@ -93,6 +109,10 @@ def tls_services(*, kafka: bool = False, cassandra: bool = False) -> TlsServices
                 missing("Kafka", f"no TLS listener at {address}")
     if cassandra and not _answers(found.cassandra_port):
         missing("Cassandra", f"no TLS node at {HOST}:{found.cassandra_port} (cassandra-tls)")
+    if qdrant and not _answers(int(found.qdrant_url.rpartition(":")[2])):
+        missing("Qdrant", f"no HTTPS server at {found.qdrant_url} (qdrant-tls)")
+    if vault and not _answers(int(found.vault_url.rpartition(":")[2])):
+        missing("OpenBao", f"no HTTPS listener at {found.vault_url}")
     return found
 
 

@@ -184,10 +184,14 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
         key = settings.qdrant_api_key
         # the server is 1.18 while the client is 1.20: the version check would only warn,
         # and the contract suite against the real server is the judge (docs/adr/0011)
+        tls: dict[str, Any] = {}
+        if settings.qdrant_ca_file is not None:
+            tls["verify"] = qdrant_tls(settings.qdrant_ca_file)
         client = QdrantClient(
             url=settings.qdrant_url,
             api_key=key.get_secret_value() if key else None,
             check_compatibility=False,
+            **tls,
         )
         server = QdrantServerIndex(client, dim, settings.qdrant_collection)
         return telemetry.TracedVectorIndex(
@@ -489,6 +493,22 @@ def cassandra_tls(settings: MnemoSettings) -> ssl.SSLContext | None:
     )
     # the chain is always checked against the CA; only the name check can be turned off
     context.check_hostname = settings.cassandra_ssl_check_hostname
+    return context
+
+
+def qdrant_tls(cafile: Path) -> ssl.SSLContext:
+    """The context the Qdrant server's HTTPS certificate is checked with: `cafile`'s CAs;
+    a file that cannot be read is a configuration error naming MNEMO_QDRANT_CA_FILE."""
+    try:
+        context = ssl.create_default_context(cafile=str(cafile))
+    except OSError as exc:  # ssl.SSLError included
+        reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
+        raise InvalidInput(
+            f"MNEMO_QDRANT_CA_FILE: cannot load it ({reason})",
+            code="TLS_CONFIG_INVALID",
+            field="qdrant_ca_file",
+        ) from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
 
 

@@ -113,6 +113,11 @@ class MnemoSettings(BaseSettings):
     qdrant_api_key: SecretStr | None = Field(
         default=None, description="API key for the Qdrant server; never logged"
     )
+    qdrant_ca_file: Path | None = Field(
+        default=None,
+        description="PEM file of the CA certificates the Qdrant server's certificate is "
+        "checked with (an https qdrant_url under a private CA); unset: the system's CAs",
+    )
     qdrant_collection: str = Field(
         default="mnemo_memories",
         pattern=r"^[a-z0-9_-]{1,128}$",

@@ -7,7 +7,8 @@ references and $(VAR) expansion), with only what a cluster provides replaced:
 
 - service addresses point at the services on 127.0.0.1: the broker's SASL_SSL listener
   (SCRAM-SHA-512, as the values say), the Cassandra node that requires TLS, a client
-  certificate and a password, the Qdrant server, OpenBao;
+  certificate and a password, the Qdrant server that requires HTTPS and an API key, and
+  OpenBao's HTTPS listener;
 - each mounted volume is a folder of temporary files: the Secrets' CA and client
   certificate are the development CA's, the ConfigMap's files are the rendered ones, and
   Vault Agent's token file holds a real child token of OpenBao;
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -39,7 +41,7 @@ import hvac
 import pytest
 import yaml
 from tests.helm.chart import CHART, NAMESPACE, RELEASE, VALUES_FILES, Helm, find_helm
-from tests.support import free_port, missing, qdrant_server_url
+from tests.support import free_port, missing
 from tests.tls_support import CASSANDRA_USER, SASL_USER, TlsServices, tls_services
 from tests.vault_support import vault_settings
 
@@ -57,8 +59,7 @@ class Cluster:
 
     root: Path
     tls: TlsServices
-    qdrant: str
-    vault_url: str
+    vault_url: str  # plain HTTP, for what the test itself asks of OpenBao
     vault_token: str
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
 
@@ -68,7 +69,7 @@ class Cluster:
             ("mnemo-kafka-user", "password"): self.tls.sasl_password,
             ("mnemo-cassandra-superuser", "username"): CASSANDRA_USER[0],
             ("mnemo-cassandra-superuser", "password"): CASSANDRA_USER[1],
-            ("mnemo-qdrant", "api-key"): "local-qdrant-has-no-key",
+            ("mnemo-qdrant", "api-key"): self.tls.qdrant_api_key,
             ("mnemo-gateway-admin", "admin-token"): OPERATOR,
             ("mnemo-key-pepper", "key-pepper"): f"pepper-{self.tag}-0123456789abcdef",
         }
@@ -80,6 +81,7 @@ class Cluster:
             "mnemo-kafka-cluster-ca-cert": {"ca.crt": self.tls.ca},
             "mnemo-cassandra-ca": {"ca.crt": self.tls.ca},
             "mnemo-vault-ca": {"ca.crt": self.tls.ca},
+            "mnemo-qdrant-ca": {"ca.crt": self.tls.ca},
             "mnemo-cassandra-client": {
                 "tls.crt": self.tls.client_cert,
                 "tls.key": self.tls.client_key,
@@ -97,9 +99,9 @@ class Cluster:
         if name == "MNEMO_CASSANDRA_PORT":
             return str(self.tls.cassandra_port)
         if name == "MNEMO_QDRANT_URL":
-            return self.qdrant
+            return self.tls.qdrant_url
         if name == "MNEMO_VAULT_ADDR":
-            return self.vault_url
+            return self.tls.vault_url
         if name == "OTEL_EXPORTER_OTLP_ENDPOINT":
             return f"http://127.0.0.1:{free_port()}"  # no collector: the exporter gives up
         if name in ("MNEMO_GATEWAY_HOST", "MNEMO_HEALTH_HOST"):
@@ -289,12 +291,11 @@ def running(tmp_path: Path) -> Iterator[tuple[Cluster, list[Process]]]:
     binary = find_helm()
     if binary is None or not binary.is_file():
         missing("helm", "not fetched: run `make helm-tools` (or set MNEMO_HELM)")
-    tls = tls_services(kafka=True, cassandra=True)
-    qdrant = qdrant_server_url()
+    tls = tls_services(kafka=True, cassandra=True, qdrant=True, vault=True)
     vault_url, vault_token = vault_settings()
     if vault_token is None:
         missing("OpenBao", "no MNEMO_VAULT_TOKEN and no services.env")
-    cluster = Cluster(tmp_path / "pods", tls, qdrant, vault_url, vault_token)
+    cluster = Cluster(tmp_path / "pods", tls, vault_url, vault_token)
     manifests = render(Helm(binary, tmp_path / "helm"), cluster)
     processes = pod_processes(manifests, cluster)
     try:
@@ -341,6 +342,22 @@ def running(tmp_path: Path) -> Iterator[tuple[Cluster, list[Process]]]:
         )
         store.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         store.close()
+        drop_collections(cluster)
+
+
+def drop_collections(cluster: Cluster) -> None:
+    """The test's collections on the HTTPS Qdrant server (chart_<tag>_<tenant>)."""
+    tls = cluster.tls
+    with httpx.Client(
+        base_url=tls.qdrant_url,
+        headers={"api-key": tls.qdrant_api_key},
+        verify=ssl.create_default_context(cafile=str(tls.ca)),
+        timeout=30,
+    ) as qdrant:
+        listed = qdrant.get("/collections").json()["result"]["collections"]
+        for collection in listed:
+            if collection["name"].startswith(f"chart_{cluster.tag}"):
+                qdrant.delete(f"/collections/{collection['name']}")
 
 
 def test_the_production_values_start_and_a_publish_becomes_searchable(
@@ -358,6 +375,10 @@ def test_the_production_values_start_and_a_publish_becomes_searchable(
     assert "MNEMO_VAULT_TOKEN" not in gateway.env
     assert gateway.env["MNEMO_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
     assert gateway.env["MNEMO_CASSANDRA_SSL_CERTFILE"].endswith("cassandra-client/tls.crt")
+    assert gateway.env["MNEMO_QDRANT_URL"].startswith("https://")
+    assert gateway.env["MNEMO_QDRANT_CA_FILE"].endswith("qdrant/ca.crt")
+    assert gateway.env["MNEMO_VAULT_ADDR"].startswith("https://")
+    assert gateway.env["VAULT_CACERT"].endswith("vault/ca.crt")
     base = (gateway.ready or "").rsplit("/", 1)[0]
     with httpx.Client(base_url=base, timeout=60) as http:
         made = http.post(
@@ -386,3 +407,14 @@ def test_the_production_values_start_and_a_publish_becomes_searchable(
                 time.sleep(0.5)
         assert hits, "the memory never became searchable"
         assert "six" in hits[0]["memory"]["content"]
+        # a sealed value goes through OpenBao's HTTPS listener both ways
+        secret = {
+            **event,
+            "payload": {"memory": {"type": "fact", "content": "gate code 7316", "sensitive": True}},
+        }
+        answer = http.post("/v1/events", params={"wait": "indexed"}, json={"events": [secret]})
+        assert answer.status_code == 202, answer.text
+        memory_id = answer.json()["accepted"][0]["outcomes"][0]["memory_id"]
+        read = http.get(f"/v1/memories/{memory_id}")
+        assert read.status_code == 200, read.text
+        assert read.json()["content"] == "gate code 7316", read.text

@@ -142,6 +142,9 @@ MNEMO_CASSANDRA_SSL_CERTFILE: /etc/mnemo/tls/cassandra-client/tls.crt
 MNEMO_CASSANDRA_SSL_KEYFILE: /etc/mnemo/tls/cassandra-client/tls.key
 {{- end }}
 MNEMO_QDRANT_URL: {{ required "qdrant.url is required" $v.qdrant.url | quote }}
+{{- if $v.qdrant.tls.caSecret }}
+MNEMO_QDRANT_CA_FILE: /etc/mnemo/tls/qdrant/{{ $v.qdrant.tls.caKey }}
+{{- end }}
 MNEMO_VAULT_ADDR: {{ required "vault.addr is required" $v.vault.addr | quote }}
 MNEMO_VAULT_TRANSIT_MOUNT: {{ $v.vault.transitMount | quote }}
 {{- if $v.vault.agent.enabled }}
@@ -225,7 +228,7 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 
 {{/* TLS CA files from existing Secrets, one directory per dependency. */}}
 {{- define "mnemo.tlsVolumes" -}}
-{{- range $dep := list "kafka" "cassandra" "vault" }}
+{{- range $dep := list "kafka" "cassandra" "qdrant" "vault" }}
 {{- $tls := (get $.Values $dep).tls }}
 {{- if $tls.caSecret }}
 - name: tls-{{ $dep }}
@@ -250,7 +253,7 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- end -}}
 
 {{- define "mnemo.tlsMounts" -}}
-{{- range $dep := list "kafka" "cassandra" "vault" }}
+{{- range $dep := list "kafka" "cassandra" "qdrant" "vault" }}
 {{- $tls := (get $.Values $dep).tls }}
 {{- if $tls.caSecret }}
 - name: tls-{{ $dep }}
