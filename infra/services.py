@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Run Mnemo's backing services on 127.0.0.1 without Docker: Kafka, Cassandra, OpenBao, Qdrant.
 
-    SERVICE is kafka, cassandra, cassandra-tls, openbao (alias vault), qdrant, qdrant-tls or all; none
-    means all.
+    SERVICE is kafka, cassandra, cassandra-tls, openbao (alias vault), qdrant, qdrant-tls
+    or all; none means all.
 
     python3 infra/services.py up     [SERVICE ...]   fetch, configure, start, wait until ready
     python3 infra/services.py down   [SERVICE ...]   stop (SIGTERM, then SIGKILL)
