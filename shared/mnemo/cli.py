@@ -31,6 +31,9 @@ from rich.table import Table
 from rich.text import Text
 
 from mnemo import __version__
+from mnemo.client import MnemoClient, RetryPolicy
+from mnemo.client._core import Call
+from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.domain.errors import MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.settings import GatewaySettings, MnemoSettings, UnknownSetting, check_environment
@@ -90,14 +93,10 @@ class ApiError(CliError):
         self.field = field
 
 
-def api_error(response: httpx.Response) -> ApiError:
-    """The gateway's {"error": {"code", "message", "field"}}, or the bare HTTP status."""
-    try:
-        body = response.json()["error"]
-        return ApiError(str(body["code"]), str(body["message"]), body.get("field"))
-    except (ValueError, KeyError, TypeError):
-        text = response.text.strip()[:200] or response.reason_phrase
-        return ApiError(f"HTTP_{response.status_code}", text)
+def api_error(error: MnemoAPIError) -> ApiError:
+    """The SDK's error for the gateway's {"error": {"code", "message", "field"}} (or the
+    bare HTTP status), as the CLI shows it."""
+    return ApiError(error.code, error.message, error.field)
 
 
 # ---- the HTTP client ------------------------------------------------------------------------
@@ -105,7 +104,9 @@ def api_error(response: httpx.Response) -> ApiError:
 
 @dataclass
 class Api:
-    """Mnemo's HTTP API as one tenant and principal see it."""
+    """Mnemo's HTTP API as one tenant and principal see it: the SDK's client (one HTTP
+    core for the SDK, the CLI and the sync client), sending each call once; the CLI shows
+    what went wrong and exits rather than retrying behind the user's back."""
 
     url: str
     tenant: str | None
@@ -113,56 +114,55 @@ class Api:
     timeout: float
     admin_token: str | None = None
     api_key: str | None = None
-    _http: httpx.Client | None = None
+    transport: httpx.BaseTransport | None = None  # replaces the network (tests)
+    _sdk: MnemoClient | None = None
 
-    def _client(self) -> httpx.Client:
-        if self._http is None:
-            headers: dict[str, str] = {}
-            if self.tenant:
-                headers["X-Mnemo-Tenant"] = self.tenant
-            if self.principal:
-                headers["X-Mnemo-Principal"] = self.principal
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
-            if self.admin_token:
-                headers["X-Mnemo-Admin-Token"] = self.admin_token
-            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
-        return self._http
+    def client(self) -> MnemoClient:
+        if self._sdk is None:
+            extra = {"X-Mnemo-Admin-Token": self.admin_token} if self.admin_token else {}
+            self._sdk = MnemoClient(
+                self.url,
+                tenant=self.tenant or None,
+                principal=self.principal or None,
+                api_key=self.api_key or None,
+                headers=extra,
+                timeout=self.timeout,
+                retry=RetryPolicy(attempts=1),
+                transport=self.transport,
+            )
+        return self._sdk
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        if self._sdk is not None:
+            self._sdk.close()
+            self._sdk = None
 
     def call(
         self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None
     ) -> Any:
         """The decoded JSON answer; raises Unreachable (exit 3) or ApiError (exit 2)."""
-        response = self._send(method, path, params, body)
-        if response.is_error:
-            raise api_error(response)
+        call: Call[Any] = Call(method, path, _as_is, params=params, body=body)
         try:
-            return response.json()
-        except ValueError as exc:
-            raise Unreachable(
-                f"{self.url} answered {response.status_code} without JSON: is it Mnemo?"
-            ) from exc
+            return self.client().call(call)
+        except MnemoConnectionError as exc:
+            raise self._unreachable(exc.__cause__) from exc
+        except MnemoAPIError as exc:
+            if exc.code == "INVALID_RESPONSE":
+                raise Unreachable(
+                    f"{self.url} answered {exc.status} without JSON: is it Mnemo?"
+                ) from exc
+            raise api_error(exc) from exc
 
-    def _send(
-        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any
-    ) -> httpx.Response:
-        try:
-            return self._client().request(method, path, params=params, json=body)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise Unreachable(
-                f"cannot reach Mnemo at {self.url} (is `mnemo serve` running?)"
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise Unreachable(
-                f"Mnemo at {self.url} did not answer within {self.timeout:g} s"
-            ) from exc
-        except (httpx.TransportError, httpx.InvalidURL) as exc:
-            raise Unreachable(f"cannot talk to Mnemo at {self.url}: {exc}") from exc
+    def _unreachable(self, cause: BaseException | None) -> Unreachable:
+        if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
+            return Unreachable(f"cannot reach Mnemo at {self.url} (is `mnemo serve` running?)")
+        if isinstance(cause, httpx.TimeoutException):
+            return Unreachable(f"Mnemo at {self.url} did not answer within {self.timeout:g} s")
+        return Unreachable(f"cannot talk to Mnemo at {self.url}: {cause}")
+
+
+def _as_is(body: Any) -> Any:
+    return body
 
 
 def seg(value: str) -> str:

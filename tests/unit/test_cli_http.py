@@ -1,0 +1,77 @@
+"""The CLI speaks the HTTP API through the SDK's client (one HTTP core): the SDK's
+identity headers and User-Agent, the admin token, each call sent once (no retry behind
+the user's back), and the gateway's coded errors shown as `error CODE: message`."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from mnemo import __version__
+from mnemo.cli import Api, ApiError, Unreachable
+
+
+def api(handler: httpx.MockTransport, **kw: object) -> Api:
+    return Api(
+        "http://mnemo.test",
+        "acme",
+        "ops",
+        5.0,
+        admin_token=kw.get("admin_token"),  # type: ignore[arg-type]
+        api_key="k-123",
+        transport=handler,
+    )
+
+
+def test_calls_carry_the_sdks_identity_and_the_admin_token() -> None:
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"ok": True})
+
+    a = api(httpx.MockTransport(handle), admin_token="op-token")
+    assert a.call("GET", "/v1/templates", params={"limit": 3}) == {"ok": True}
+    request = seen[0]
+    assert request.url == "http://mnemo.test/v1/templates?limit=3"
+    assert request.headers["User-Agent"] == f"mnemo-client/{__version__}"
+    assert request.headers["X-Mnemo-Tenant"] == "acme"
+    assert request.headers["X-Mnemo-Principal"] == "ops"
+    assert request.headers["Authorization"] == "Bearer k-123"
+    assert request.headers["X-Mnemo-Admin-Token"] == "op-token"
+
+
+def test_a_busy_answer_is_shown_not_retried() -> None:
+    calls = 0
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        body = {"error": {"code": "RATE_LIMITED", "message": "slow down", "field": None}}
+        return httpx.Response(429, json=body, headers={"Retry-After": "1"})
+
+    with pytest.raises(ApiError) as caught:
+        api(httpx.MockTransport(handle)).call("POST", "/v1/events", body={"events": []})
+    assert calls == 1
+    assert caught.value.code == "RATE_LIMITED"
+    assert caught.value.format_message() == "error RATE_LIMITED: slow down"
+
+
+def test_an_answer_without_json_or_no_answer_is_unreachable() -> None:
+    def html(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>a proxy</html>")
+
+    with pytest.raises(Unreachable, match="answered 200 without JSON"):
+        api(httpx.MockTransport(html)).call("GET", "/v1/templates")
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(Unreachable, match="is `mnemo serve` running"):
+        api(httpx.MockTransport(refuse)).call("GET", "/v1/templates")
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with pytest.raises(Unreachable, match="did not answer within 5 s"):
+        api(httpx.MockTransport(slow)).call("GET", "/v1/templates")
