@@ -29,6 +29,7 @@ from mnemo_gateway.app import create_app
 from bench.common import Aim, Results, progress
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
+from mnemo.client import MnemoClient
 from mnemo.domain import replica
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryType, Scope
@@ -83,7 +84,8 @@ def _catch_up(results: Results, root: Path, declared: int) -> None:
     app = create_app(platform, UNLIMITED, run_consumers=False)
     with TestClient(app, headers=_headers(platform)) as client:
         for page in (1_000, 5_000):
-            device = SyncClient(root / f"device-{page}.sqlite3", client, stream, "bench")
+            sdk = MnemoClient(str(client.base_url), http_client=client)
+            device = SyncClient(root / f"device-{page}.sqlite3", sdk, stream, "bench")
             t0 = time.perf_counter()
             device.pull(page_size=page)
             took = time.perf_counter() - t0

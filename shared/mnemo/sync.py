@@ -20,11 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
 import orjson
 
+from mnemo.client import MnemoAPIError, MnemoClient, MnemoConnectionError
+from mnemo.client._core import Call
 from mnemo.domain import replica
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus
@@ -60,20 +61,13 @@ class Conflict:
     detail: str
 
 
-class Http(Protocol):
-    """What the replica needs of an HTTP client (an httpx.Client with Mnemo's base URL and
-    identity headers fits)."""
-
-    def get(self, url: str, *, params: Any = None) -> Any: ...
-
-    def post(self, url: str, *, json: Any = None) -> Any: ...
-
-
 class SyncClient:
     """One device's replica of one subject stream."""
 
-    def __init__(self, path: Path, http: Http, stream: str, device_id: str) -> None:
-        self.http = http
+    def __init__(self, path: Path, client: MnemoClient, stream: str, device_id: str) -> None:
+        """`client` is the SDK's client with the device's identity (its retry policy
+        applies to every request the replica makes)."""
+        self.client = client
         self.stream = stream
         self.device_id = device_id
         self._db = sqlite3.connect(path, isolation_level=None)
@@ -179,13 +173,13 @@ class SyncClient:
         rows = self._db.execute("SELECT n, event_id, body FROM pending ORDER BY n").fetchall()
         for n, event_id, body in rows:
             try:
-                r = self.http.post("/v1/events", json=json.loads(body))
-            except httpx.TransportError:
+                self.client.call(Call("POST", "/v1/events", _as_is, body=json.loads(body)))
+            except MnemoConnectionError:
                 break
-            if r.status_code >= 500:
-                break
-            if r.status_code >= 400:
-                raise SyncError(f"the server refused {event_id}: {r.text}")
+            except MnemoAPIError as exc:
+                if exc.status >= 500:
+                    break
+                raise SyncError(f"the server refused {event_id}: {exc}") from exc
             with self._tx() as cur:
                 cur.execute("INSERT OR REPLACE INTO sent VALUES (?, ?)", (event_id, body))
                 cur.execute("DELETE FROM pending WHERE n = ?", (n,))
@@ -198,16 +192,18 @@ class SyncClient:
         """Apply every event after the replica's sequence number. Returns how many."""
         applied = 0
         while True:
+            page = Call(
+                "GET",
+                f"/v1/subjects/{self.stream}/events",
+                _as_is,
+                params={"from_seq": self.seq + 1, "limit": page_size},
+            )
             try:
-                r = self.http.get(
-                    f"/v1/subjects/{self.stream}/events",
-                    params={"from_seq": self.seq + 1, "limit": page_size},
-                )
-            except httpx.TransportError:
+                events: list[dict[str, Any]] = self.client.call(page)["events"]
+            except MnemoConnectionError:
                 return applied
-            if r.status_code >= 400:
-                raise SyncError(f"replay failed: {r.text}")
-            events: list[dict[str, Any]] = orjson.loads(r.content)["events"]
+            except MnemoAPIError as exc:
+                raise SyncError(f"replay failed: {exc}") from exc
             if not events:
                 return applied
             self._apply_page(events)
@@ -289,10 +285,12 @@ class SyncClient:
 
     def load_snapshot(self) -> int:
         """Replace the replica with the server's snapshot; returns its sequence number."""
-        r = self.http.get(f"/v1/subjects/{self.stream}/snapshot")
-        if r.status_code >= 400:
-            raise SyncError(f"snapshot failed: {r.text}")
-        body = orjson.loads(r.content)
+        try:
+            body = self.client.call(Call("GET", f"/v1/subjects/{self.stream}/snapshot", _as_is))
+        except MnemoConnectionError:
+            raise
+        except MnemoAPIError as exc:
+            raise SyncError(f"snapshot failed: {exc}") from exc
         memories = {m["memory_id"]: m for m in body["memories"]}
         if replica.checksum(memories) != body["checksum"]:
             raise SyncError("the snapshot does not match its checksum")
@@ -311,3 +309,7 @@ class SyncClient:
     def sync(self) -> tuple[int, int]:
         """Push what is queued, then pull: (sent, applied)."""
         return self.push(), self.pull()
+
+
+def _as_is(body: Any) -> Any:
+    return body

@@ -17,6 +17,7 @@ from mnemo_gateway.app import create_app
 from tests.support import auth, grant, headers_for
 
 from mnemo.bootstrap import Platform
+from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.domain import replica
 from mnemo.service.app import RequestContext
 from mnemo.sync import SyncClient, SyncGap
@@ -25,29 +26,23 @@ H = headers_for("acme", "device")
 STREAM = "user:U1"
 
 
-class Switch:
+class Switch(httpx.BaseTransport):
     """A network a test can cut: requests fail as if the device went offline."""
 
     def __init__(self, inner: TestClient) -> None:
-        self.inner = inner
+        self.inner = inner._transport  # the app, in process
         self.online = True
         self.budget: int | None = None  # requests left before the link drops
 
-    def _gate(self) -> None:
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
         if self.budget is not None:
             if self.budget <= 0:
                 self.online = False
             self.budget -= 1
         if not self.online:
-            raise httpx.ConnectError("offline")
-
-    def get(self, url: str, *, params: Any = None) -> Any:
-        self._gate()
-        return self.inner.get(url, params=params)
-
-    def post(self, url: str, *, json: Any = None) -> Any:
-        self._gate()
-        return self.inner.post(url, json=json)
+            raise httpx.ConnectError("offline", request=request)
+        answer = self.inner.handle_request(request)
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.read())
 
 
 @pytest.fixture
@@ -60,7 +55,11 @@ def device(
     tmp_path: Path, server: TestClient, name: str, stream: str = STREAM
 ) -> tuple[SyncClient, Switch]:
     link = Switch(server)
-    return SyncClient(tmp_path / f"{name}.sqlite3", link, stream, name), link
+    # each request once: a test cuts the link and expects the replica to stop there
+    client = MnemoClient(
+        str(server.base_url), headers=H, transport=link, retry=RetryPolicy(attempts=1)
+    )
+    return SyncClient(tmp_path / f"{name}.sqlite3", client, stream, name), link
 
 
 def publish(server: TestClient, events: list[dict[str, Any]]) -> None:
