@@ -41,7 +41,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemo import __version__
-from mnemo.client import AsyncMnemoClient, MnemoAPIError
+from mnemo.client import AsyncMnemoClient, MnemoAPIError, _core
 from mnemo.client.models import Memory, PublishResult
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
@@ -623,21 +623,15 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 out.corrected += fb.corrected
             events: list[dict[str, Any]] = []
             streams = {m: (await api.get(m)).stream for m in {*cite, *correct, *verify}}
-            events += [_feedback_event("MemoryCited", streams[m], m, request_id) for m in cite]
+            events += [_core.cited(m, streams[m], request_id, None) for m in cite]
             if correct:
                 by_stream: dict[str, list[str]] = {}
                 for m in correct:
                     by_stream.setdefault(streams[m], []).append(m)
                 events += [
-                    {
-                        "type": "MemoryCorrected",
-                        "schema_version": 1,
-                        "stream": s,
-                        "payload": {"memory_ids": ids, "reason": correction},
-                    }
-                    for s, ids in by_stream.items()
+                    _core.corrected(ids, s, correction or "", None) for s, ids in by_stream.items()
                 ]
-            events += [_feedback_event("MemoryVerified", streams[m], m, None) for m in verify]
+            events += [_core.verified(m, streams[m]) for m in verify]
             if events:
                 published = await api.publish(events)
                 out.event_ids = published.event_ids
@@ -662,15 +656,6 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
         except MnemoAPIError as exc:
             return api_error_result(exc)
         return ok(DueOut(subject=subject, items=items))
-
-
-def _feedback_event(
-    event_type: str, stream: str, memory_id: str, request_id: str | None
-) -> dict[str, Any]:
-    payload: dict[str, Any] = {"memory_id": memory_id}
-    if request_id is not None:
-        payload["request_id"] = request_id
-    return {"type": event_type, "schema_version": 1, "stream": stream, "payload": payload}
 
 
 def _resource_error(exc: MnemoAPIError) -> ResourceError:
