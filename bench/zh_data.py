@@ -27,6 +27,7 @@ __all__ = [
     "overlap",
     "overlap_stats",
     "score",
+    "verdict",
 ]
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "zh_retrieval"
@@ -38,6 +39,11 @@ SCOPES = ("user", "tenant")
 # The paraphrase bounds README.md states; the unit test holds the files to them.
 MAX_MEAN_OVERLAP = 0.10
 MAX_QUERY_OVERLAP = 0.30
+# Another embedder is "clearly better" than the default when its hybrid MRR and R@3 are
+# both this much above the default's, and it embeds queries at least this fast on one
+# thread (a search waits for its query's embedding).
+CLEARLY_BETTER = 0.03
+MIN_QUERY_RATE = 20.0
 
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -187,4 +193,37 @@ def score(rankings: Sequence[Sequence[str]], data: ZhSet) -> dict[str, Any]:
             **{n: round(statistics.fmean(r[i] for r in rows), 4) for i, n in enumerate(names)},
         }
         for group, rows in sorted(groups.items(), key=lambda g: g[0] != "overall")
+    }
+
+
+def verdict(quality: dict[str, Any], speed: dict[str, Any], default: str) -> dict[str, Any]:
+    """Whether another embedder is clearly better than the default, by the stated rule:
+    `quality` is the benchmark's per-embedder results, `speed` its rates by "<name>@1"."""
+    if default not in quality:
+        return {"default": default, "compared": False}
+    base = quality[default]["retrievers"]["hybrid"]["metrics"]["overall"]
+    rows = {}
+    for name, q in quality.items():
+        if name == default:
+            continue
+        m = q["retrievers"]["hybrid"]["metrics"]["overall"]
+        rate = speed.get(f"{name}@1", {}).get("queries_per_s")
+        better = (
+            m["MRR"] - base["MRR"] >= CLEARLY_BETTER
+            and m["R@3"] - base["R@3"] >= CLEARLY_BETTER
+            and rate is not None
+            and rate >= MIN_QUERY_RATE
+        )
+        rows[name] = {
+            "hybrid_mrr_minus_default": round(m["MRR"] - base["MRR"], 4),
+            "hybrid_r3_minus_default": round(m["R@3"] - base["R@3"], 4),
+            "queries_per_s_1thread": rate,
+            "clearly_better": better,
+        }
+    return {
+        "default": default,
+        "rule": f"hybrid MRR and R@3 both at least {CLEARLY_BETTER} above the default's, "
+        f"and at least {MIN_QUERY_RATE:g} queries/s on one thread",
+        "others": rows,
+        "adopt": sorted(n for n, r in rows.items() if r["clearly_better"]),
     }

@@ -15,6 +15,7 @@ from bench.zh_data import (
     overlap,
     overlap_stats,
     score,
+    verdict,
 )
 
 
@@ -108,3 +109,28 @@ def test_recall_and_mrr_per_kind_and_domain(tmp_path: Path) -> None:
     assert result["kind:inference"]["MRR"] == 0.5
     assert result["domain:co"] == {"queries": 1, "R@1": 0.0, "R@3": 0.0, "R@10": 0.0, "MRR": 0.0}
     assert result["domain:cs"]["R@3"] == 1.0
+
+
+def _hybrid(r3: float, mrr: float) -> dict[str, object]:
+    return {"retrievers": {"hybrid": {"metrics": {"overall": {"R@3": r3, "MRR": mrr}}}}}
+
+
+def test_another_embedder_is_adopted_only_when_clearly_better_and_fast_enough() -> None:
+    quality = {
+        "base": _hybrid(0.60, 0.50),
+        "better": _hybrid(0.64, 0.54),
+        "slow": _hybrid(0.70, 0.60),
+        "close": _hybrid(0.62, 0.56),  # R@3 only 0.02 above
+        "worse": _hybrid(0.50, 0.40),
+    }
+    speed = {
+        "better@1": {"queries_per_s": 25.0},
+        "slow@1": {"queries_per_s": 5.0},
+        "close@1": {"queries_per_s": 90.0},
+        "worse@1": {"queries_per_s": 90.0},
+    }
+    result = verdict(quality, speed, "base")
+    assert result["adopt"] == ["better"]
+    assert result["others"]["slow"]["hybrid_r3_minus_default"] == pytest.approx(0.10)
+    assert not result["others"]["close"]["clearly_better"]
+    assert verdict({"x": _hybrid(0.9, 0.9)}, {}, "base") == {"default": "base", "compared": False}
