@@ -10,7 +10,9 @@ then searches the whole tenant, and is ranked three ways in the same run:
 
 * `bm25`: the vector index's keyword search alone (Mnemo's keyword vectors, per-tenant IDF);
 * `dense`: the vector index's nearest neighbours alone, with the embedder's query vector;
-* `hybrid`: Mnemo.search as shipped (the fusion of both, then weight and freshness).
+* `hybrid`: Mnemo.search as shipped (the fusion of both, then weight and freshness);
+  for the default embedder, the engine's fusion alone is also measured at the shipped
+  keyword weight and lower ones (a diagnostic of what the keyword list does here).
 
 Scored: R@1, R@3 and R@10 (|relevant ∩ top k| / |relevant|, mean over queries) and MRR
 (1 / rank of the first relevant memory), overall, per kind (paraphrase, inference) and per
@@ -214,9 +216,43 @@ def _quality(name: str, data: ZhSet, work: Path) -> dict[str, Any]:
                 ]
             m = out["retrievers"][label]["metrics"]["overall"]
             progress("zh", f"{name} {label}: R@1 {m['R@1']:.3f} R@3 {m['R@3']:.3f}")
+        if name == DEFAULT:
+            out["fusion_keyword_weight"] = _fusion_sweep(platform, data, vectors, to_set)
         return out
     finally:
         platform.close()
+
+
+def _fusion_sweep(
+    platform: Any, data: ZhSet, vectors: Sequence[list[float]], to_set: dict[str, str]
+) -> dict[str, Any]:
+    """A diagnostic, not a setting: the engine's fusion alone (VectorIndex.hybrid_search,
+    as Mnemo.search calls it, without the later steps) at the shipped keyword weight and
+    lower ones, so a reader sees how much the keyword list moves this set's ranking."""
+    from mnemo.domain.keywords import query_vector
+    from mnemo.ports import Fusion, VectorFilter
+    from mnemo.service.retrieval import RANKING
+
+    out: dict[str, Any] = {"shipped": RANKING.w_keyword, "rrf_k": RANKING.rrf_k}
+    for weight in sorted({RANKING.w_keyword, 1.0, 0.5, 0.25}, reverse=True):
+        fusion = Fusion(
+            k=RANKING.rrf_k,
+            dense_weight=RANKING.w_vector,
+            keyword_weight=weight,
+            depth=max(4 * DEPTH, 40),  # each list as deep as Mnemo.search takes it
+        )
+        ranked = [
+            [
+                to_set[mid]
+                for mid, _ in platform.index.hybrid_search(
+                    TENANT, v, query_vector(q.text), DEPTH, VectorFilter(), fusion
+                )
+            ]
+            for q, v in zip(data.queries, vectors, strict=True)
+        ]
+        out[f"{weight:g}"] = score(ranked, data)["overall"]
+        progress("zh", f"fusion, keyword weight {weight:g}: R@3 {out[f'{weight:g}']['R@3']:.3f}")
+    return out
 
 
 # ---- speed ---------------------------------------------------------------------------------
@@ -318,7 +354,8 @@ def run_zh_retrieval(
             quality[name] = _quality(name, data, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    speed = _speed([n for n in names if n != "hashing"], data, speed_rounds)
+    timed = [n for n in names if n != "hashing"]
+    speed = _speed(timed, data, speed_rounds) if speed_rounds > 0 else {}
     kinds = {k: sum(1 for q in data.queries if q.kind == k) for k in KINDS}
     domains: dict[str, int] = {}
     for q in data.queries:
@@ -391,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(EMBEDDERS),
         help=f"comma-separated subset of {EMBEDDERS}",
     )
-    ap.add_argument("--speed-rounds", type=int, default=3, help="alternating speed rounds (3)")
+    ap.add_argument(
+        "--speed-rounds", type=int, default=3, help="alternating speed rounds (3; 0 skips speed)"
+    )
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.embedders.split(",") if n.strip()]
     unknown = set(names) - set(EMBEDDERS)
