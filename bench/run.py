@@ -19,6 +19,10 @@ prints a short summary; progress goes to stderr. Sections, in this order:
 7. registration  precision and recall of registration on the labelled utterances of
             tests/data/registration, per split, language and kind, with the rules'
             examples and without them (bench/registration.py; writes DIR/registration.json)
+8. zh_retrieval  R@1, R@3, R@10 and MRR of Mnemo.search on the Chinese retrieval set of
+            tests/data/zh_retrieval next to BM25-only and dense-only baselines, for the
+            default embedder and the others compared, with their speed side by side
+            (bench/zh_retrieval.py; writes DIR/zh_retrieval.json)
 
 `--only distributed` (or any section list) runs a subset.
 
@@ -59,7 +63,16 @@ from bench.common import (  # noqa: E402
 )
 from bench.corpus import memory_texts, query_texts  # noqa: E402
 
-SECTIONS = ("ingest", "search", "replay", "sync", "encryption", "distributed", "registration")
+SECTIONS = (
+    "ingest",
+    "search",
+    "replay",
+    "sync",
+    "encryption",
+    "distributed",
+    "registration",
+    "zh_retrieval",
+)
 CORE = ("ingest", "search", "replay", "sync", "encryption")
 
 
@@ -525,6 +538,14 @@ def main(argv: list[str] | None = None) -> int:
         progress("registration", "the labelled utterances, with and without rule examples")
         registration_main(["--out", str(args.out)])
         elapsed["registration"] = time.perf_counter() - t0
+
+    if "zh_retrieval" in args.sections:
+        from bench.zh_retrieval import main as zh_main
+
+        t0 = time.perf_counter()
+        progress("zh_retrieval", "the Chinese retrieval set, per embedder and retriever")
+        zh_main(["--out", str(args.out)] + (["--speed-rounds", "1"] if args.quick else []))
+        elapsed["zh_retrieval"] = time.perf_counter() - t0
 
     if args.locomo is not None:
         from bench.locomo import main as locomo_main
