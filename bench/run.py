@@ -23,6 +23,9 @@ prints a short summary; progress goes to stderr. Sections, in this order:
             tests/data/zh_retrieval next to BM25-only and dense-only baselines, for the
             default embedder and the others compared, with their speed side by side
             (bench/zh_retrieval.py; writes DIR/zh_retrieval.json)
+9. guards   pathological guard patterns ((a|a)*c, ((a+))+c) against long runs of 'a'
+            through POST /v1/context/{id}/response, with /healthz polled meanwhile; p50/p99
+            against the 50 ms and 100 ms aims (bench/guards.py; writes DIR/guards.json)
 
 `--only distributed` (or any section list) runs a subset.
 
@@ -72,6 +75,7 @@ SECTIONS = (
     "distributed",
     "registration",
     "zh_retrieval",
+    "guards",
 )
 CORE = ("ingest", "search", "replay", "sync", "encryption")
 
@@ -546,6 +550,13 @@ def main(argv: list[str] | None = None) -> int:
         progress("zh_retrieval", "the Chinese retrieval set, per embedder and retriever")
         zh_main(["--out", str(args.out)] + (["--speed-rounds", "1"] if args.quick else []))
         elapsed["zh_retrieval"] = time.perf_counter() - t0
+    if "guards" in args.sections:
+        from bench.guards import main as guards_main
+
+        t0 = time.perf_counter()
+        progress("guards", "pathological guard patterns, /healthz meanwhile")
+        guards_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
+        elapsed["guards"] = time.perf_counter() - t0
 
     if args.locomo is not None:
         from bench.locomo import main as locomo_main

@@ -43,7 +43,7 @@ from mnemo.service.access import Access
 from mnemo.service.app import Mnemo
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import DistributedEventLog, PartitionProgress
-from mnemo.service.runner import CONSUMERS, EmbeddedRunner
+from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
 from mnemo.service.sealing import KeyCache, Sealer
 from mnemo.settings import MnemoSettings
 
@@ -203,7 +203,7 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
     return telemetry.TracedVectorIndex(edge, collection="vectors", remote=False)
 
 
-def reindex_if_recreated(index: VectorIndex, store: MemoryStore) -> bool:
+def reindex_if_recreated(index: VectorIndex, store: MemoryStore, event_log: EventLog) -> bool:
     """When the embedded index was made anew on open (its old shard had no keyword vectors),
     send the indexer back to the start of the log so it projects every memory again (dense
     and keyword vectors); searches meanwhile see only what it has re-indexed so far."""
@@ -211,7 +211,7 @@ def reindex_if_recreated(index: VectorIndex, store: MemoryStore) -> bool:
     if not getattr(inner, "recreated", False):
         return False
     with store.transaction() as tx:
-        tx.set_position(index_consumer.CONSUMER, 0)
+        rewind(tx, event_log, index_consumer.CONSUMER)
     log.warning("re-indexing every memory from the log into the new vector index")
     return True
 
@@ -340,7 +340,7 @@ def build_embedded(
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
     index = make_index(settings, embedder.dim)
-    reindex_if_recreated(index, store)
+    reindex_if_recreated(index, store, event_log)
     runner = make_runner(settings, event_log, store, index, embedder, clock, consumers)
     tokenizer = make_tokenizer(settings)
     contexts = ContextAssembler(
@@ -396,10 +396,11 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
         else InMemoryVectorIndex(embedder.dim)  # never used: this runner does not index
     )
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
-    reindex_if_recreated(index, store)
+    event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
+    reindex_if_recreated(index, store, event_log)
     return make_runner(
         settings,
-        SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous),
+        event_log,
         store,
         index,
         embedder,

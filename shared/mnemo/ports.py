@@ -111,6 +111,20 @@ class EventLog(abc.ABC):
     def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
         """The events whose causation id is `event_id`, in log order."""
 
+    def tenants_between(self, after_offset: int, upto_offset: int) -> dict[str, int]:
+        """The tenants with events at offsets in (after_offset, upto_offset], each with the
+        first such offset: whose work waits for a consumer at `after_offset`. This default
+        pages through `read`; a log indexed by tenant answers without reading the events."""
+        firsts: dict[str, int] = {}
+        after = after_offset
+        while after < upto_offset and (page := self.read(after, 1_000)):
+            for e in page:
+                if e.offset > upto_offset:
+                    return firsts
+                firsts.setdefault(e.envelope.tenant, e.offset)
+            after = page[-1].offset
+        return firsts
+
     def sealed_key_ids(self, tenant: str) -> set[str]:
         """Every vault key the tenant's events in the whole log were sealed under (forgetting
         the tenant destroys them all). This default pages through `read_tenant`; a log whose

@@ -133,6 +133,14 @@ class EventLogContract:
         assert log.get("acme", new_event_id(T0)) is None
         assert log.get("other", appended[2].event_id) is None
 
+    def test_the_tenants_waiting_past_an_offset_with_their_first_event(self, log: EventLog) -> None:
+        self.append(log, [ev(i=0), ev(tenant="other", i=1), ev(i=2), ev(tenant="third", i=3)])
+        at = [e.offset for e in log.read(0, 10)]
+        assert log.tenants_between(0, at[3]) == {"acme": at[0], "other": at[1], "third": at[3]}
+        assert log.tenants_between(at[0], at[2]) == {"other": at[1], "acme": at[2]}
+        assert log.tenants_between(at[1], at[1]) == {}
+        assert log.tenants_between(at[3], at[3] + 1_000) == {}
+
     def test_events_are_found_by_their_cause(self, log: EventLog) -> None:
         [cause] = self.append(log, [ev()])
         effects = [ev(i=i).model_copy(update={"causation_id": cause.event_id}) for i in (1, 2)]

@@ -1,11 +1,13 @@
-"""The distributed benchmark's pure helpers: percentiles, pacing, ratios, lag recovery."""
+"""The benchmarks' pure helpers: percentiles, pacing, ratios, lag recovery, the guard
+benchmark's verdict."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
-from bench.common import latency_summary, percentile, ratio_summary
+from bench.common import Results, latency_summary, percentile, ratio_summary
 from bench.distributed import pace, recovery
 
 
@@ -58,3 +60,36 @@ def test_recovery_counts_from_the_restart_to_the_first_low_sample() -> None:
     # a sample before the restart does not count, however low
     assert recovery(series, since=0.5) == 4.5
     assert recovery(series[:4], since=2.0) is None
+
+
+def _guard_results(report_p99_ms: float, health_p99_ms: float) -> Results:
+    from bench.guards import HEALTH_AIM, REPORT_AIM
+
+    results = Results()
+    results.add("guards.report.long.p99", "ms", report_p99_ms, aim=REPORT_AIM)
+    results.add("guards.healthz.during_long.p99", "ms", health_p99_ms, aim=HEALTH_AIM)
+    return results
+
+
+def _guard_facts(status: str = "200", failures: int = 0) -> dict[str, Any]:
+    return {
+        "statuses": {"long": {status: 30}},
+        "healthz_failures": {"long": failures},
+        "matching_answer": {"status": 422, "code": "CONSTRAINT_VIOLATION"},
+    }
+
+
+def test_the_guard_benchmark_passes_only_within_both_aims_and_with_every_answer() -> None:
+    from bench.guards import _verdict
+
+    assert _verdict(_guard_results(20.0, 40.0), _guard_facts()) == {
+        "report_within_50ms": True,
+        "healthz_within_100ms": True,
+        "guard_still_refuses_a_match": True,
+    }
+    assert not _verdict(_guard_results(50.0, 40.0), _guard_facts())["report_within_50ms"]
+    assert not _verdict(_guard_results(20.0, 100.0), _guard_facts())["healthz_within_100ms"]
+    # a fast answer that is an error, or a /healthz that failed, is no pass
+    assert not _verdict(_guard_results(20.0, 40.0), _guard_facts("500"))["report_within_50ms"]
+    failed = _verdict(_guard_results(20.0, 40.0), _guard_facts(failures=1))
+    assert not failed["healthz_within_100ms"]

@@ -169,6 +169,22 @@ class SqliteEventLog(EventLog):
         )
         return [_row(r) for r in rows]
 
+    def tenants_between(self, after_offset: int, upto_offset: int) -> dict[str, int]:
+        # a skip scan of the (tenant, offset) index: one seek for each tenant in the log and
+        # one for its first offset in the range, no event bodies read
+        rows = self._reader().execute(
+            "WITH RECURSIVE t(name) AS ("
+            " SELECT (SELECT MIN(tenant) FROM events)"
+            " UNION ALL"
+            " SELECT (SELECT MIN(tenant) FROM events WHERE tenant > t.name) FROM t"
+            " WHERE t.name IS NOT NULL)"
+            " SELECT name, (SELECT MIN(offset) FROM events"
+            " WHERE tenant = t.name AND offset > ? AND offset <= ?) FROM t"
+            " WHERE name IS NOT NULL",
+            (after_offset, upto_offset),
+        )
+        return {str(name): int(first) for name, first in rows if first is not None}
+
     def head(self) -> int:
         row = self._reader().execute("SELECT COALESCE(MAX(offset), 0) FROM events").fetchone()
         return int(row[0])

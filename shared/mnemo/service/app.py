@@ -288,7 +288,7 @@ class Mnemo:
         if self.progress is not None:
             complete = self.progress.wait(accepted, wait is Wait.INDEXED, timeout)
         else:
-            complete = self._wait(max(a.offset for a in accepted), wait, timeout)
+            complete = self._wait(ctx.tenant, max(a.offset for a in accepted), wait, timeout)
         outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
         return PublishResult(accepted, outcomes, complete)
 
@@ -374,14 +374,16 @@ class Mnemo:
         found = self.store.get_many(tenant, ids)
         return len(found) == len(ids) and all(m.status is MemoryStatus.FORGOTTEN for m in found)
 
-    def _wait(self, offset: int, wait: Wait, timeout: float) -> bool:
+    def _wait(self, tenant: str, offset: int, wait: Wait, timeout: float) -> bool:
+        """Until the consumers have handled the tenant's events up to `offset` (the other
+        tenants' events before it need not be: the consumers let tenants take turns)."""
         if self.runner is None or not self.runner.running:
             raise Unavailable("no consumers run in this process to wait for", code="NO_RUNNER")
-        if not self.runner.wait_for(registration.CONSUMER, offset, timeout):
+        if not self.runner.wait_for(registration.CONSUMER, offset, timeout, tenant):
             return False
         if wait is Wait.INDEXED:
             # the registrar appended what it emitted before committing its position
-            return self.runner.wait_for(indexing.CONSUMER, self.log.head(), timeout)
+            return self.runner.wait_for(indexing.CONSUMER, self.log.head(), timeout, tenant)
         return True
 
     # ---- read ----------------------------------------------------------------------------
@@ -515,7 +517,7 @@ class Mnemo:
         if self.store.context_record(ctx.tenant, request_id) is None and self.runner is not None:
             found = self.log.get(ctx.tenant, request_id)
             if found is not None and self.runner.running:
-                self.runner.wait_for(registration.CONSUMER, found.offset, timeout)
+                self.runner.wait_for(registration.CONSUMER, found.offset, timeout, ctx.tenant)
         if self.sealer is not None and correction:  # the correction becomes a logged reason
             correction = self.sealer.mask_text(correction)
         return self.contexts.report(

@@ -4,6 +4,13 @@ Each consumer reads a batch after its position, runs the pure handler, appends w
 handler emitted (idempotent by event id), and then commits its projection writes together
 with its new position. A crash anywhere in between redoes the batch, and redoing it
 changes nothing: that is how every accepted event is projected exactly once.
+
+Tenants take turns (`EmbeddedRunner._take`): a step gives every tenant with waiting events
+a bounded slice of the batch, so one tenant's backlog delays another's event by at most
+one step. A consumer's position is then two things, committed together with the writes:
+the offset up to which every event is handled (`<consumer>`), and for a tenant handled
+ahead of it, the offset up to which that tenant's events are (`<consumer>@<tenant>`). A
+tenant's events are always taken in log order, so each stream keeps its order.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
@@ -31,11 +39,33 @@ from mnemo.ports import (
 )
 from mnemo.service.examples import EmbeddingSelector
 
-__all__ = ["CONSUMERS", "EmbeddedRunner"]
+__all__ = ["CONSUMERS", "EmbeddedRunner", "rewind", "tenant_position"]
 
 log = logging.getLogger("mnemo.runner")
 
 CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+
+
+def tenant_position(consumer: str, tenant: str) -> str:
+    """The position name under which a consumer records how far it has handled one
+    tenant's events ahead of its own position."""
+    return f"{consumer}@{tenant}"
+
+
+def rewind(tx: StoreTransaction, log_: EventLog, consumer: str) -> None:
+    """Send a consumer back to the start of the log, its per-tenant positions with it."""
+    tx.set_position(consumer, 0)
+    for tenant in log_.tenants_between(0, log_.head()):
+        tx.set_position(tenant_position(consumer, tenant), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One step's work for a consumer: the records to handle, in log order, and the
+    positions to commit once they are handled."""
+
+    records: list[LoggedEvent]
+    positions: dict[str, int]
 
 
 class EmbeddedRunner:
@@ -80,14 +110,73 @@ class EmbeddedRunner:
         self._step_lock = threading.RLock()
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
+        self._served: dict[str, str] = {}  # per consumer, the tenant served last in a turn
 
     # ---- one step of each consumer ----------------------------------------------------
+
+    def _take(self, consumer: str) -> _Turn | None:
+        """The next step's records for a consumer, at most `batch_size`, shared between the
+        tenants with events past its position: each gets an equal slice first (the tenants
+        in turn, starting after the one served last), then the room left goes to those
+        that filled theirs. Each tenant's records are its next ones in log order. None when
+        the consumer has caught up with the log."""
+        start = self.store.position(consumer)
+        head = self.log.head()
+        if head <= start:
+            return None
+        firsts = self.log.tenants_between(start, head)
+        names = {t: tenant_position(consumer, t) for t in firsts}
+        ahead = self.store.positions(list(names.values())) if names else {}
+        tenants = sorted(firsts)
+        last = self._served.get(consumer)
+        if last is not None:
+            cut = next((i for i, t in enumerate(tenants) if t > last), 0)
+            tenants = tenants[cut:] + tenants[:cut]
+        cursor = {t: max(start, ahead[names[t]]) for t in tenants}
+        exhausted: set[str] = set()
+        taken: dict[str, list[LoggedEvent]] = {t: [] for t in tenants}
+        room = self.batch_size
+        share = max(1, room // max(1, len(tenants)))
+        for limit in (share, None):  # equal slices, then the room left
+            for tenant in tenants:
+                if room == 0:
+                    break
+                if tenant in exhausted:
+                    continue
+                want = room if limit is None else min(limit, room)
+                read = self.log.read_tenant(tenant, cursor[tenant], want)
+                got = [e for e in read if e.offset <= head]
+                if len(got) < want:
+                    exhausted.add(tenant)
+                if got:
+                    taken[tenant].extend(got)
+                    cursor[tenant] = got[-1].offset
+                    room -= len(got)
+                    if limit is not None:
+                        self._served[consumer] = tenant
+        # every event up to `done` is handled once these records are: each tenant's next
+        # event lies past its cursor (past the head once it has none left)
+        nexts = [head + 1 if t in exhausted else max(firsts[t], cursor[t] + 1) for t in tenants]
+        done = min([head, *(n - 1 for n in nexts)])
+        positions = {consumer: done}
+        for tenant in tenants:
+            at = head if tenant in exhausted else cursor[tenant]
+            if at > done and at > ahead[names[tenant]]:
+                positions[names[tenant]] = at
+        records = sorted((e for got in taken.values() for e in got), key=lambda e: e.offset)
+        return _Turn(records, positions)
 
     def _consume(
         self, consumer: str, decide: Callable[[LoggedEvent, StoreTransaction], Decision]
     ) -> int:
-        batch = self.log.read(self.store.position(consumer), self.batch_size)
-        if not batch:
+        turn = self._take(consumer)
+        if turn is None:
+            return 0
+        batch = turn.records
+        if not batch:  # what was left had been handled ahead: only the position moves
+            with self.store.transaction() as tx:
+                for name, offset in turn.positions.items():
+                    tx.set_position(name, offset)
             return 0
         parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
         with (
@@ -104,7 +193,8 @@ class EmbeddedRunner:
                 emitted.extend(decision.events)
             if emitted:
                 self.log.append(emitted)
-            tx.set_position(consumer, batch[-1].offset)
+            for name, offset in turn.positions.items():
+                tx.set_position(name, offset)
         telemetry.committed(consumer, [r.envelope for r in batch])
         return len(batch)
 
@@ -178,18 +268,21 @@ class EmbeddedRunner:
         return self._consume(audit.CONSUMER, self.decide_audit)
 
     def step_indexer(self) -> int:
-        position = self.store.position(indexing.CONSUMER)
-        batch = self.log.read(position, self.batch_size)
-        if not batch:
+        turn = self._take(indexing.CONSUMER)
+        if turn is None:
             return 0
-        parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
-        with telemetry.consuming(
-            indexing.CONSUMER, parents, system="sqlite", destination=telemetry.EMBEDDED_LOG
-        ):
-            self.index_events([r.envelope for r in batch])
-            with self.store.transaction() as tx:
-                tx.set_position(indexing.CONSUMER, batch[-1].offset)
-        telemetry.committed(indexing.CONSUMER, [r.envelope for r in batch])
+        batch = turn.records
+        if batch:
+            parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
+            with telemetry.consuming(
+                indexing.CONSUMER, parents, system="sqlite", destination=telemetry.EMBEDDED_LOG
+            ):
+                self.index_events([r.envelope for r in batch])
+        with self.store.transaction() as tx:
+            for name, offset in turn.positions.items():
+                tx.set_position(name, offset)
+        if batch:
+            telemetry.committed(indexing.CONSUMER, [r.envelope for r in batch])
         return len(batch)
 
     def index_events(self, envelopes: list[Envelope]) -> None:
@@ -323,11 +416,15 @@ class EmbeddedRunner:
                 self._wake.wait(self.poll_seconds)
                 self._wake.clear()
 
-    def wait_for(self, consumer: str, offset: int, timeout: float) -> bool:
-        """Block until `consumer` has processed the log up to `offset`."""
+    def wait_for(
+        self, consumer: str, offset: int, timeout: float, tenant: str | None = None
+    ) -> bool:
+        """Block until `consumer` has processed the log up to `offset`; with a `tenant`,
+        until it has processed that tenant's events up to there."""
+        names = [consumer] if tenant is None else [consumer, tenant_position(consumer, tenant)]
         deadline = time.monotonic() + timeout
         with self._progress:
-            while self.store.position(consumer) < offset:
+            while max(self.store.positions(names).values()) < offset:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
