@@ -26,6 +26,10 @@ class Services:
             k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_QDRANT", "MNEMO_VAULT"))
         }
         self.env["MNEMO_RUN_DIR"] = str(run_dir)
+        # the second listeners of OpenBao and Qdrant, off the shared services' ports
+        self.env["MNEMO_VAULT_TLS_PORT"] = str(free_port())
+        self.env["MNEMO_QDRANT_TLS_HTTP_PORT"] = str(free_port())
+        self.env["MNEMO_QDRANT_TLS_GRPC_PORT"] = str(free_port())
         self.env.update({k: str(v) for k, v in ports.items()})
         self.started: list[str] = []
 

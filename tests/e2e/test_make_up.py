@@ -73,6 +73,7 @@ class MakeUp:
         self.env["MNEMO_VAULT_PORT"] = str(vault_port)
         self.env["MNEMO_QDRANT_HTTP_PORT"] = str(free_port())
         self.env["MNEMO_QDRANT_GRPC_PORT"] = str(free_port())
+        self.env["MNEMO_VAULT_TLS_PORT"] = str(free_port())
         self.url = f"http://127.0.0.1:{self.gateway_port}"
 
     def run(
