@@ -164,7 +164,7 @@ def make_key_vault(settings: MnemoSettings) -> KeyVault:
 
 def make_signer(settings: MnemoSettings) -> Signer:
     """The audit checkpoint signer: a transit key when `vault_addr` is set, else the
-    development key file under data_dir/keys (ADR 0016)."""
+    development key file under data_dir/keys (ADR 0017)."""
     if settings.vault_addr:
         from mnemo.adapters.vault_signer import VaultTransitSigner
 
@@ -267,7 +267,7 @@ class Platform:
     access: Access
     distributed: Distributed | None = None
     sealer: Sealer | None = None
-    checkpoints: AuditCheckpoints | None = None  # signed audit checkpoints (ADR 0016)
+    checkpoints: AuditCheckpoints | None = None  # signed audit checkpoints (ADR 0017)
     signer: Signer | None = None
 
     @property

@@ -1,7 +1,7 @@
 """Signed checkpoints of the audit chains: what is signed, and how checkpoints chain.
 
 A checkpoint says "link n of this tenant's stream had this hash", signed by a key the
-store's writers cannot use to forge (ADR 0016). Checkpoints of a stream are numbered from 1
+store's writers cannot use to forge (ADR 0017). Checkpoints of a stream are numbered from 1
 (`index`) and each names the digest of the one before it (`prev`), so one removed from the
 middle of a stream's checkpoints, or two swapped, no longer line up.
 

@@ -124,7 +124,7 @@ def heads_digest(heads: Sequence[AuditRecord]) -> str:
     return digest.hexdigest()
 
 
-# ---- signed checkpoints (ADR 0016) ----------------------------------------------------------
+# ---- signed checkpoints (ADR 0017) ----------------------------------------------------------
 
 
 def checkpoint_due(

@@ -1,6 +1,6 @@
 """The audit consumer's signed checkpoints: after the links it writes, it signs each
 stream's chain head every `every` links and at least `seconds` after a link was left
-unsigned, and stores the checkpoint where a rebuild does not reach (ADR 0016).
+unsigned, and stores the checkpoint where a rebuild does not reach (ADR 0017).
 
 A checkpoint is a pure function of the log (the chain is), so signing one before the
 links' commit is safe: a redone batch computes the same links. Checkpoints are only ever

@@ -542,7 +542,7 @@ class Insights:
 
     def audit(self, ctx: RequestContext) -> AuditStatus:
         """Verify the tenant's hash chains, one per stream, against the events the log holds
-        now, then the chains against their signed checkpoints (ADR 0016).
+        now, then the chains against their signed checkpoints (ADR 0017).
 
         Broken (code AUDIT_CHAIN_BROKEN) when a link's hash does not match its event, a link
         is missing or out of order, an audited event is gone from the log, a link does not

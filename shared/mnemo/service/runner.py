@@ -267,7 +267,7 @@ class EmbeddedRunner:
         return decision
 
     def checkpoint_tick(self) -> int:
-        """Sign the audit chain heads that have waited long enough (ADR 0016)."""
+        """Sign the audit chain heads that have waited long enough (ADR 0017)."""
         return self.checkpointer.tick() if self.checkpointer is not None else 0
 
     def step_registrar(self) -> int:

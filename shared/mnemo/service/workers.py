@@ -274,7 +274,7 @@ class Worker:
 
             @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
             async def checkpoint() -> None:
-                """Sign the chain heads that waited long enough (ADR 0016), also when no
+                """Sign the chain heads that waited long enough (ADR 0017), also when no
                 records arrive."""
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self.executor, self.platform.runner.checkpoint_tick)
