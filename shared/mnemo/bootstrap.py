@@ -29,6 +29,7 @@ from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.handlers import indexing as index_consumer
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
+    AuditCheckpoints,
     Clock,
     Embedder,
     EventArchive,
@@ -36,11 +37,13 @@ from mnemo.ports import (
     KeyVault,
     LogTopic,
     MemoryStore,
+    Signer,
     Tokenizer,
     VectorIndex,
 )
 from mnemo.service.access import Access
 from mnemo.service.app import Mnemo
+from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import DistributedEventLog, PartitionProgress
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
@@ -50,6 +53,7 @@ from mnemo.settings import MnemoSettings
 if TYPE_CHECKING:
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
     from mnemo.adapters.kafka_topic import KafkaConfig
+    from mnemo.adapters.vault_key_vault import TokenFile
 
 __all__ = ["Platform", "build_embedded", "load_rules"]
 
@@ -117,34 +121,37 @@ def load_security_policy(path: Path | None = None) -> SecurityPolicy:
     return SecurityPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
+def _vault_token(settings: MnemoSettings) -> str | TokenFile:
+    """The Vault token: a string, or the token file Vault Agent keeps current."""
+    from mnemo.adapters.vault_key_vault import TokenFile
+
+    if settings.vault_token is not None and settings.vault_token_file is not None:
+        raise InvalidInput(
+            "MNEMO_VAULT_TOKEN and MNEMO_VAULT_TOKEN_FILE are both set: set one",
+            code="VAULT_TOKEN_AMBIGUOUS",
+            field="vault_token_file",
+        )
+    if settings.vault_token_file is not None:
+        return TokenFile(settings.vault_token_file)
+    if settings.vault_token is not None:
+        return settings.vault_token.get_secret_value()
+    raise InvalidInput(
+        "MNEMO_VAULT_ADDR is set but neither MNEMO_VAULT_TOKEN nor MNEMO_VAULT_TOKEN_FILE is",
+        code="VAULT_TOKEN_MISSING",
+        field="vault_token",
+    )
+
+
 def make_key_vault(settings: MnemoSettings) -> KeyVault:
     """Vault's transit engine when `vault_addr` is set, else the development key file."""
     if settings.vault_addr:
-        from mnemo.adapters.vault_key_vault import TokenFile, VaultKeyVault
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
         from mnemo.telemetry import traced_vault
 
-        token: str | TokenFile
-        if settings.vault_token is not None and settings.vault_token_file is not None:
-            raise InvalidInput(
-                "MNEMO_VAULT_TOKEN and MNEMO_VAULT_TOKEN_FILE are both set: set one",
-                code="VAULT_TOKEN_AMBIGUOUS",
-                field="vault_token_file",
-            )
-        if settings.vault_token_file is not None:
-            token = TokenFile(settings.vault_token_file)
-        elif settings.vault_token is not None:
-            token = settings.vault_token.get_secret_value()
-        else:
-            raise InvalidInput(
-                "MNEMO_VAULT_ADDR is set but neither MNEMO_VAULT_TOKEN nor "
-                "MNEMO_VAULT_TOKEN_FILE is",
-                code="VAULT_TOKEN_MISSING",
-                field="vault_token",
-            )
         return traced_vault(
             VaultKeyVault(
                 settings.vault_addr,
-                token,
+                _vault_token(settings),
                 mount=settings.vault_transit_mount,
                 prefix=settings.vault_key_prefix,
                 timeout=settings.vault_timeout,
@@ -153,6 +160,37 @@ def make_key_vault(settings: MnemoSettings) -> KeyVault:
     from mnemo.adapters.local_key_vault import LocalKeyFileVault
 
     return LocalKeyFileVault(settings.key_file or settings.data_dir / "keys" / "vault.json")
+
+
+def make_signer(settings: MnemoSettings) -> Signer:
+    """The audit checkpoint signer: a transit key when `vault_addr` is set, else the
+    development key file under data_dir/keys (ADR 0017)."""
+    if settings.vault_addr:
+        from mnemo.adapters.vault_signer import VaultTransitSigner
+
+        return VaultTransitSigner(
+            settings.vault_addr,
+            _vault_token(settings),
+            settings.audit_signing_key,
+            key_type=settings.audit_signing_key_type,
+            mount=settings.vault_transit_mount,
+            timeout=settings.vault_timeout,
+        )
+    from mnemo.adapters.local_signer import LocalFileSigner
+
+    return LocalFileSigner(settings.data_dir / "keys" / "audit-signing.json")
+
+
+def make_checkpointer(
+    settings: MnemoSettings, checkpoints: AuditCheckpoints, signer: Signer, clock: Clock
+) -> AuditCheckpointer:
+    return AuditCheckpointer(
+        signer,
+        checkpoints,
+        clock,
+        every=settings.audit_checkpoint_every,
+        seconds=settings.audit_checkpoint_seconds,
+    )
 
 
 def make_sealer(settings: MnemoSettings, vault: KeyVault | None = None) -> Sealer:
@@ -229,6 +267,8 @@ class Platform:
     access: Access
     distributed: Distributed | None = None
     sealer: Sealer | None = None
+    checkpoints: AuditCheckpoints | None = None  # signed audit checkpoints (ADR 0017)
+    signer: Signer | None = None
 
     @property
     def mode(self) -> str:
@@ -247,6 +287,8 @@ class Platform:
         self.store.close()
         self.log.close()
         self.access.store.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()
 
 
 @dataclass
@@ -341,7 +383,18 @@ def build_embedded(
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
     index = make_index(settings, embedder.dim)
     reindex_if_recreated(index, store, event_log)
-    runner = make_runner(settings, event_log, store, index, embedder, clock, consumers)
+    checkpoints = embedded_checkpoints(settings)
+    signer = make_signer(settings)
+    runner = make_runner(
+        settings,
+        event_log,
+        store,
+        index,
+        embedder,
+        clock,
+        consumers,
+        make_checkpointer(settings, checkpoints, signer, clock),
+    )
     tokenizer = make_tokenizer(settings)
     contexts = ContextAssembler(
         event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
@@ -351,7 +404,28 @@ def build_embedded(
         event_log, store, index, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
     )
     access = open_access(settings, clock)
-    return Platform(settings, event_log, store, index, runner, app, access, sealer=sealer)
+    return Platform(
+        settings,
+        event_log,
+        store,
+        index,
+        runner,
+        app,
+        access,
+        sealer=sealer,
+        checkpoints=checkpoints,
+        signer=signer,
+    )
+
+
+def embedded_checkpoints(settings: MnemoSettings) -> AuditCheckpoints:
+    """The signed audit checkpoints of a data directory: a file of their own, which a
+    rebuild of the read models does not touch."""
+    from mnemo.adapters.sqlite_checkpoints import SqliteAuditCheckpoints
+
+    return SqliteAuditCheckpoints(
+        settings.data_dir / "audit-checkpoints.sqlite3", settings.sqlite_synchronous
+    )
 
 
 def make_runner(
@@ -362,6 +436,7 @@ def make_runner(
     embedder: Embedder,
     clock: Clock,
     consumers: tuple[str, ...] = CONSUMERS,
+    checkpointer: AuditCheckpointer | None = None,
 ) -> EmbeddedRunner:
     """The consumers' handlers over given adapters, with the settings' rules and policy.
     The embedded mode drives it; the distributed workers call its steps."""
@@ -376,6 +451,7 @@ def make_runner(
         embed_batch=settings.embed_batch,
         consumers=consumers,
         decay_policy=load_decay_policy(settings.decay_policy_file),
+        checkpointer=checkpointer,
     )
 
 
@@ -398,14 +474,21 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
     event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
     reindex_if_recreated(index, store, event_log)
+    clock = SystemClock()
+    checkpointer = (
+        make_checkpointer(settings, embedded_checkpoints(settings), make_signer(settings), clock)
+        if consumer == "audit"
+        else None
+    )
     return make_runner(
         settings,
         event_log,
         store,
         index,
         embedder,
-        SystemClock(),
+        clock,
         (consumer,),
+        checkpointer,
     )
 
 
@@ -618,7 +701,25 @@ def build_distributed(
     except BaseException:
         store.close()
         raise
-    runner = make_runner(settings, event_log, store, index, embedder, clock)
+    try:
+        from mnemo.adapters.cassandra_checkpoints import CassandraAuditCheckpoints
+
+        checkpoints = CassandraAuditCheckpoints(
+            store.session, settings.audit_checkpoint_keyspace or store.home
+        )
+        signer = make_signer(settings)
+    except BaseException:
+        store.close()
+        raise
+    runner = make_runner(
+        settings,
+        event_log,
+        store,
+        index,
+        embedder,
+        clock,
+        checkpointer=make_checkpointer(settings, checkpoints, signer, clock),
+    )
     progress = PartitionProgress(store, topic)
     tokenizer = make_tokenizer(settings)
     contexts = ContextAssembler(
@@ -652,4 +753,6 @@ def build_distributed(
         cassandra_access(settings, store, clock),
         Distributed(topic, archive, progress, archive.next_position),
         sealer=sealer,
+        checkpoints=checkpoints,
+        signer=signer,
     )

@@ -1382,11 +1382,12 @@ def audit() -> None:
 @DATA_DIR_OPTION
 @pass_state
 def audit_verify(state: State, data_dir: Path | None) -> None:
-    """Check the tenant's audit chains (one per stream) against the log; print OK, or the
-    first broken link.
+    """Check the tenant's audit chains (one per stream) against the log, and the chains
+    against their signed checkpoints; print OK, or what is wrong with its code.
 
     With --data-dir, offline on a data directory no server runs on; else the running
-    server (--url) checks it. Exit code 4 when the chain is broken.
+    server (--url) checks it. Exit code 4 when the trail is broken or its signatures
+    cannot be checked (AUDIT_SIGNER_UNAVAILABLE): only a verified trail passes.
     """
     if data_dir is not None:
         from mnemo.service.app import RequestContext
@@ -1395,11 +1396,16 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
         if state.api.tenant is None:
             raise CliError("--tenant (or MNEMO_TENANT) names whose audit trail to verify")
         with offline_platform(data_dir) as platform:
-            status = Insights(platform.log, platform.store, platform.app.clock).audit(
-                RequestContext(state.api.tenant, state.api.principal or "cli")
-            )
+            status = Insights(
+                platform.log,
+                platform.store,
+                platform.app.clock,
+                checkpoints=platform.checkpoints,
+                signer=platform.signer,
+            ).audit(RequestContext(state.api.tenant, state.api.principal or "cli"))
             answer: dict[str, Any] = {
                 "status": status.status,
+                "code": status.code,
                 "links": status.links,
                 "pending": status.pending,
                 "first_broken": status.first_broken,
@@ -1407,25 +1413,34 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
                 "streams": status.streams,
                 "reason": status.reason,
                 "head_hash": status.head_hash,
+                "checkpoints": status.checkpoints,
+                "signed": status.signed,
+                "unsigned": status.unsigned,
             }
     else:
         answer = state.api.call("GET", "/v1/insights/audit")
+    passed = answer["status"] in ("intact", "empty")
     if state.as_json:
         state.emit_json(answer)
-    elif answer["status"] != "broken":
+    elif passed:
         links = int(answer["links"])
         head = answer.get("head_hash") or "-"
         streams = int(answer.get("streams") or 0)
         click.echo(
             f"OK: {links} links in {streams} stream chains intact for tenant "
-            f"{state.api.tenant} (heads digest {head})"
+            f"{state.api.tenant} (heads digest {head}); {int(answer.get('signed') or 0)} "
+            f"links under {int(answer.get('checkpoints') or 0)} signed checkpoints, "
+            f"{int(answer.get('unsigned') or 0)} not yet signed"
         )
-    if answer["status"] == "broken":
+    if not passed:
         where = answer.get("first_broken")
-        raise AuditBroken(
-            f"BROKEN: first broken link {where if where is not None else '?'}: "
-            f"{answer.get('reason')}"
-        )
+        code = answer.get("code") or "AUDIT_CHAIN_BROKEN"
+        if answer["status"] == "broken":
+            raise AuditBroken(
+                f"BROKEN: first broken link {where if where is not None else '?'} ({code}): "
+                f"{answer.get('reason')}"
+            )
+        raise AuditBroken(f"UNVERIFIED ({code}): {answer.get('reason')}")
 
 
 # ---- keys -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from mnemo.domain.access import ApiKey, Tenant
+from mnemo.domain.checkpoint import Checkpoint, Signature
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.events import Envelope, LoggedEvent, sealed_key_ids
 from mnemo.domain.keywords import SparseVector
@@ -32,6 +33,7 @@ __all__ = [
     "AccessStore",
     "Appended",
     "ArchivedEvent",
+    "AuditCheckpoints",
     "Clock",
     "Coordinates",
     "Embedder",
@@ -45,6 +47,7 @@ __all__ = [
     "MemoryStore",
     "RecordFate",
     "RecordStatus",
+    "Signer",
     "SparseVector",
     "StoreTransaction",
     "Tokenizer",
@@ -474,6 +477,48 @@ class KeyVault(abc.ABC):
     @abc.abstractmethod
     def destroy(self, key_id: str) -> None:
         """Crypto-shred: afterwards nothing wrapped under this key can be unwrapped."""
+
+
+# ---- audit checkpoints: a signer and where signed checkpoints are kept -------------------
+
+
+class Signer(abc.ABC):
+    """Signs audit checkpoints with a key that the store's writers cannot read. `tenant`
+    says whose checkpoint it is (an adapter may keep a key per tenant)."""
+
+    name: str  # what status pages show: the technology and the key's name
+
+    @abc.abstractmethod
+    def sign(self, tenant: str, message: bytes) -> Signature:
+        """A signature over `message` under the key's newest version. Raises Unavailable
+        when the signer cannot be reached."""
+
+    @abc.abstractmethod
+    def verify(self, tenant: str, message: bytes, signature: Signature) -> bool:
+        """Whether `signature` is this signer's over `message`: False for anything else (a
+        changed message, another key, a malformed signature). Raises Unavailable when it
+        cannot tell."""
+
+
+class AuditCheckpoints(abc.ABC):
+    """Signed checkpoints of the audit chains. Not a read model: a rebuild from the log
+    neither drops nor rewrites them, so a rebuilt chain is checked against them."""
+
+    @abc.abstractmethod
+    def add(self, checkpoint: Checkpoint) -> bool:
+        """Store a checkpoint unless the stream already has one with its index: True when
+        stored, False when the index was taken (never overwrites)."""
+
+    @abc.abstractmethod
+    def last(self, tenant: str, stream: str) -> Checkpoint | None:
+        """The stream's checkpoint with the highest index, if any."""
+
+    @abc.abstractmethod
+    def of_tenant(self, tenant: str) -> list[Checkpoint]:
+        """Every checkpoint of the tenant, by stream then index."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
 
 
 # ---- the distributed log: a partitioned topic plus its sequenced archive ----------------

@@ -163,6 +163,36 @@ class MnemoSettings(BaseSettings):
         description="seconds a plaintext data key (or search key) stays cached in memory; "
         "while Vault is down, sealing and opening work from the cache for at most this long",
     )
+    audit_checkpoint_every: int = Field(
+        default=1_000,
+        ge=1,
+        le=1_000_000,
+        description="the audit consumer signs a checkpoint of a stream's chain at least every "
+        "this many links",
+    )
+    audit_checkpoint_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="and at least this many seconds after a link was written (links past a "
+        "stream's last checkpoint are reported unsigned until then)",
+    )
+    audit_signing_key: str = Field(
+        default="mnemo-audit",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="the transit key (in vault_transit_mount) that signs audit checkpoints; "
+        "created at first use, never exportable. Without vault_addr: a development key file "
+        "under data_dir/keys",
+    )
+    audit_signing_key_type: Literal["ed25519", "ecdsa-p256"] = Field(
+        default="ed25519", description="the type the audit signing key is created with"
+    )
+    audit_checkpoint_keyspace: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9_]{0,47}$",
+        description="distributed mode: the keyspace holding the signed audit checkpoints "
+        "(unset: cassandra_keyspace). A rebuild into a fresh keyspace keeps it on the live one",
+    )
     pii_policy_file: Path | None = Field(
         default=None,
         description="per-tenant PII policy (YAML: default and tenants, each with actions "

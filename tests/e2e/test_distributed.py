@@ -96,6 +96,8 @@ class Deployment:
             "MNEMO_LOG_LEVEL": "WARNING",
             "MNEMO_GATEWAY_ADMIN_TOKEN": OPERATOR,
             "MNEMO_KEY_PEPPER": f"e2e-pepper-{tag}-0123456789",
+            # the audit worker signs idle chain heads after a second (its timer)
+            "MNEMO_AUDIT_CHECKPOINT_SECONDS": "1",
             # co-located: none, even if this process's environment names a server
             "MNEMO_QDRANT_URL": qdrant_server_url() if topology == "server" else "",
             "MNEMO_QDRANT_COLLECTION": f"e2e_{tag}",
@@ -304,6 +306,17 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
     assert status["services"]["qdrant"] == (
         "ready" if d.topology == "server" else "embedded (qdrant-edge)"
     )
+    # the audit worker signed every chain head on its own (no further records came), and
+    # the gateway verifies the chains against those checkpoints
+    deadline, audit = time.monotonic() + 60, {}
+    while time.monotonic() < deadline:
+        audit = d.http.get("/v1/insights/audit").json()
+        if audit["status"] != "intact" or (audit["unsigned"] == 0 and audit["checkpoints"]):
+            break
+        time.sleep(0.3)
+    assert (audit["status"], audit["code"], audit["unsigned"]) == ("intact", None, 0), audit
+    assert audit["checkpoints"] >= len({"user:U1", "user:U2"})
+    assert audit["signed"] == audit["links"]
     # the CLI's status is the same answer, rendered
     cli = subprocess.run(
         [sys.executable, "-m", "mnemo.cli", "--url", d.url, "--api-key", d.key, "status"],

@@ -162,6 +162,8 @@ def test_pods_get_settings_from_the_configmap_and_their_own_service_name(render:
     assert data["MNEMO_CASSANDRA_HOSTS"] == "cassandra.cassandra.svc"
     assert data["MNEMO_QDRANT_URL"] == "http://qdrant.qdrant.svc:6333"
     assert data["MNEMO_VAULT_ADDR"] == "http://vault.vault.svc:8200"
+    assert data["MNEMO_AUDIT_SIGNING_KEY"] == "mnemo-audit"
+    assert data["MNEMO_AUDIT_SIGNING_KEY_TYPE"] == "ed25519"
     assert data["MNEMO_HEALTH_PORT"] == "8081"
     for name, deployment in deployments(manifests).items():
         (container,) = pod_spec(deployment)["containers"]
@@ -173,6 +175,13 @@ def test_pods_get_settings_from_the_configmap_and_their_own_service_name(render:
         # the kubelet expands $(POD_NAME) only from variables defined before it
         names = [entry["name"] for entry in container["env"]]
         assert names.index("POD_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES")
+
+
+def test_the_audit_signing_key_is_chosen_in_values(render: Render) -> None:
+    overrides = {"vault.auditSigningKey": "prod-audit", "vault.auditSigningKeyType": "ecdsa-p256"}
+    data = config(render("minimal", overrides=overrides))
+    assert data["MNEMO_AUDIT_SIGNING_KEY"] == "prod-audit"
+    assert data["MNEMO_AUDIT_SIGNING_KEY_TYPE"] == "ecdsa-p256"
 
 
 def test_indexer_keeps_blas_to_one_thread(render: Render) -> None:

@@ -78,6 +78,11 @@ def test_lint_fails_on_a_bad_values_file(helm: Helm, tmp_path: Path) -> None:
             id="tenant-with-a-hyphen",
         ),
         pytest.param(
+            {"vault": {"auditSigningKeyType": "aes256-gcm96"}},
+            "/vault/auditSigningKeyType",
+            id="audit-signing-key-that-cannot-sign",
+        ),
+        pytest.param(
             {"cassandra": {"keyspace": "Mnemo"}},
             "/cassandra/keyspace",
             id="keyspace-in-upper-case",

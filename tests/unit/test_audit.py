@@ -3,10 +3,18 @@ replay of the log, whatever the order in which streams interleave."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mnemo.domain.checkpoint import (
+    FIRST,
+    Checkpoint,
+    Signature,
+    checkpoint_digest,
+    checkpoint_message,
+)
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import AuditRecord, PutAudit
@@ -151,3 +159,92 @@ def test_only_sequenced_events_are_linked() -> None:
     unsequenced = events(1)[0].model_copy(update={"seq": None})
     with pytest.raises(ValueError, match="sequenced"):
         audit.handle(unsequenced, 1, None)
+
+
+# ---- signed checkpoints -------------------------------------------------------------------
+
+
+def signed_chain(records: list[AuditRecord], at: list[int]) -> list[Checkpoint]:
+    """Checkpoints of `records` at the given link numbers, chained; the 'signature' is a
+    label the test's validity check recognises."""
+    out: list[Checkpoint] = []
+    for index, n in enumerate(at, 1):
+        prev = checkpoint_digest(out[-1]) if out else FIRST
+        out.append(
+            Checkpoint(
+                "acme", "user:U1", index, n, records[n - 1].hash, prev, T0, Signature(1, "ok")
+            )
+        )
+    return out
+
+
+def genuine(cp: Checkpoint) -> bool:
+    return cp.signature.value == "ok"
+
+
+def test_checkpoints_of_an_untouched_chain_hold() -> None:
+    records = chain(events(6))
+    cps = signed_chain(records, [2, 5])
+    hashes = {r.n: r.hash for r in records}
+    assert audit.check_checkpoints("user:U1", cps, 6, hashes, genuine) is None
+
+
+def test_a_recomputed_chain_disagrees_with_its_checkpoints() -> None:
+    evs = events(6)
+    cps = signed_chain(chain(evs), [2, 5])
+    evs[3] = evs[3].model_copy(update={"payload": {"text": "forged"}})
+    relinked = chain(evs)  # every link recomputed: the chain verifies on its own
+    assert audit.verify(relinked, {e.event_id: e for e in evs}) is None
+    problem = audit.check_checkpoints("user:U1", cps, 6, {r.n: r.hash for r in relinked}, genuine)
+    assert problem is not None
+    assert (problem.code, problem.n, problem.index) == ("AUDIT_CHECKPOINT_MISMATCH", 5, 2)
+
+
+def test_a_chain_shorter_than_a_checkpoint_lost_its_tail() -> None:
+    records = chain(events(6))
+    cps = signed_chain(records, [3, 6])
+    problem = audit.check_checkpoints(
+        "user:U1", cps, 5, {r.n: r.hash for r in records[:5]}, genuine
+    )
+    assert problem is not None
+    assert (problem.code, problem.n) == ("AUDIT_TAIL_MISSING", 6)
+
+
+def test_a_bad_signature_or_a_missing_checkpoint_is_named() -> None:
+    records = chain(events(6))
+    hashes = {r.n: r.hash for r in records}
+    cps = signed_chain(records, [2, 4, 6])
+    forged = [cps[0], replace(cps[1], signature=Signature(1, "theirs")), cps[2]]
+    problem = audit.check_checkpoints("user:U1", forged, 6, hashes, genuine)
+    assert problem is not None
+    assert (problem.code, problem.index) == ("AUDIT_SIGNATURE_INVALID", 2)
+    problem = audit.check_checkpoints("user:U1", [cps[0], cps[2]], 6, hashes, genuine)
+    assert problem is not None
+    assert (problem.code, problem.index) == ("AUDIT_CHECKPOINT_MISSING", 3)
+    other_stream = [replace(cps[0], stream="user:U2")]
+    problem = audit.check_checkpoints("user:U1", other_stream, 6, hashes, genuine)
+    assert problem is not None
+    assert problem.code == "AUDIT_SIGNATURE_INVALID"
+
+
+def test_a_checkpoint_is_due_after_n_links_or_t_seconds() -> None:
+    now = T0 + timedelta(seconds=100)
+    assert audit.checkpoint_due(0, 4, now, now, every=4, seconds=60)
+    assert not audit.checkpoint_due(0, 3, now, now, every=4, seconds=60)
+    assert audit.checkpoint_due(4, 5, now - timedelta(seconds=60), now, every=4, seconds=60)
+    assert not audit.checkpoint_due(4, 5, now - timedelta(seconds=59), now, every=4, seconds=60)
+    assert not audit.checkpoint_due(5, 5, T0, now, every=1, seconds=1)
+
+
+def test_the_signed_message_tells_every_field_apart() -> None:
+    base = ("acme", "user:U1", 1, 7, "a" * 64, FIRST, T0)
+    messages = {
+        checkpoint_message(*base),
+        checkpoint_message("acme\tuser:U1", "", 1, 7, "a" * 64, FIRST, T0),
+        checkpoint_message("acme", "user:U1", 1, 8, "a" * 64, FIRST, T0),
+        checkpoint_message("acme", "user:U1", 2, 7, "a" * 64, FIRST, T0),
+        checkpoint_message(
+            "acme", "user:U1", 1, 7, "a" * 64, FIRST, T0 + timedelta(microseconds=1)
+        ),
+    }
+    assert len(messages) == 5

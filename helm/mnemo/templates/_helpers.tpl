@@ -147,6 +147,8 @@ MNEMO_QDRANT_CA_FILE: /etc/mnemo/tls/qdrant/{{ $v.qdrant.tls.caKey }}
 {{- end }}
 MNEMO_VAULT_ADDR: {{ required "vault.addr is required" $v.vault.addr | quote }}
 MNEMO_VAULT_TRANSIT_MOUNT: {{ $v.vault.transitMount | quote }}
+MNEMO_AUDIT_SIGNING_KEY: {{ $v.vault.auditSigningKey | quote }}
+MNEMO_AUDIT_SIGNING_KEY_TYPE: {{ $v.vault.auditSigningKeyType | quote }}
 {{- if $v.vault.agent.enabled }}
 MNEMO_VAULT_TOKEN_FILE: /vault/secrets/token
 {{- end }}

@@ -16,13 +16,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest
 from mnemo.domain.events import Envelope
 from mnemo.domain.projection import AuditRecord, PutAudit
 from mnemo.handlers import Decision
 
-__all__ = ["CONSUMER", "GENESIS", "canonical", "handle", "heads_digest", "link_hash", "verify"]
+__all__ = [
+    "CONSUMER",
+    "GENESIS",
+    "CheckpointProblem",
+    "canonical",
+    "check_checkpoints",
+    "checkpoint_due",
+    "handle",
+    "heads_digest",
+    "link_hash",
+    "verify",
+]
 
 CONSUMER = "audit"
 GENESIS = "0" * 64
@@ -108,3 +122,90 @@ def heads_digest(heads: Sequence[AuditRecord]) -> str:
     for head in sorted(heads, key=lambda h: h.stream):
         digest.update(f"{head.stream}\t{head.n}\t{head.hash}\n".encode())
     return digest.hexdigest()
+
+
+# ---- signed checkpoints (ADR 0017) ----------------------------------------------------------
+
+
+def checkpoint_due(
+    last_n: int, head_n: int, unsigned_since: datetime, now: datetime, every: int, seconds: float
+) -> bool:
+    """Whether a stream whose last checkpoint signed link `last_n` (0: none) and whose chain
+    now ends at `head_n` gets a checkpoint: after `every` new links, or once the first link
+    past the checkpoint has waited `seconds`."""
+    if head_n <= last_n:
+        return False
+    return head_n - last_n >= every or now - unsigned_since >= timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointProblem:
+    """Why a stream's signed checkpoints and its chain disagree; `code` is stable."""
+
+    code: str  # AUDIT_SIGNATURE_INVALID, AUDIT_CHECKPOINT_MISSING, AUDIT_CHECKPOINT_MISMATCH
+    # or AUDIT_TAIL_MISSING
+    stream: str
+    n: int  # the link the checkpoint signed
+    index: int  # the checkpoint's number in its stream
+    message: str
+
+
+def check_checkpoints(
+    stream: str,
+    checkpoints: Sequence[Checkpoint],
+    head_n: int,
+    hashes: Mapping[int, str],
+    valid: Callable[[Checkpoint], bool],
+) -> CheckpointProblem | None:
+    """The first problem with one stream's checkpoints (by index), or None.
+
+    `head_n` is the stream's chain length as verified against the log, `hashes` the hash of
+    each verified link a checkpoint names, `valid` checks a checkpoint's signature. In order
+    for each checkpoint: its signature holds; it follows the one before (index + 1, `prev`
+    is that one's digest, a link no lower); the chain still reaches its link (else the tail
+    was cut); and that link has the signed hash (else the log, or the chain, was changed
+    before it, however the links were recomputed)."""
+    before: Checkpoint | None = None
+    for cp in checkpoints:
+        if cp.stream != stream or not valid(cp):
+            return CheckpointProblem(
+                "AUDIT_SIGNATURE_INVALID",
+                stream,
+                cp.n,
+                cp.index,
+                f"{stream} checkpoint {cp.index} (link {cp.n}): the signature does not verify",
+            )
+        expected = (
+            (1, FIRST, 0)
+            if before is None
+            else (before.index + 1, checkpoint_digest(before), before.n)
+        )
+        if cp.index != expected[0] or cp.prev != expected[1] or cp.n < expected[2]:
+            return CheckpointProblem(
+                "AUDIT_CHECKPOINT_MISSING",
+                stream,
+                cp.n,
+                cp.index,
+                f"{stream} checkpoint {cp.index} (link {cp.n}) does not follow checkpoint "
+                f"{expected[0] - 1}: a checkpoint was removed or replaced",
+            )
+        if cp.n > head_n:
+            return CheckpointProblem(
+                "AUDIT_TAIL_MISSING",
+                stream,
+                cp.n,
+                cp.index,
+                f"{stream} checkpoint {cp.index} signed link {cp.n}, but the chain ends at "
+                f"link {head_n}: events were removed from the end of the stream",
+            )
+        if hashes.get(cp.n) != cp.hash:
+            return CheckpointProblem(
+                "AUDIT_CHECKPOINT_MISMATCH",
+                stream,
+                cp.n,
+                cp.index,
+                f"{stream} checkpoint {cp.index}: link {cp.n} is not the one signed; the log "
+                f"was changed at or before event {cp.n}",
+            )
+        before = cp
+    return None

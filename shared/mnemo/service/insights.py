@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from mnemo.domain.errors import InvalidInput, NotFound
+from mnemo.domain.checkpoint import Checkpoint
+from mnemo.domain.errors import InvalidInput, MnemoError, NotFound, Unavailable
 from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus
@@ -32,7 +33,7 @@ from mnemo.domain.sealed import without_secrets
 from mnemo.handlers import audit, timeline
 from mnemo.handlers.decay import decayed_weight
 from mnemo.handlers.registration import MISSED
-from mnemo.ports import Clock, EventLog, MemoryQuery, MemoryStore
+from mnemo.ports import AuditCheckpoints, Clock, EventLog, MemoryQuery, MemoryStore, Signer
 from mnemo.service.app import RequestContext
 
 __all__ = [
@@ -217,7 +218,7 @@ class RejectionPage:
 
 @dataclass(frozen=True, slots=True)
 class AuditStatus:
-    status: str  # intact, broken or empty
+    status: str  # intact, broken, empty, or unverified (the signatures could not be checked)
     links: int  # links checked
     pending: int  # the tenant's events the audit consumer has not linked yet
     first_broken: int | None = None
@@ -226,6 +227,10 @@ class AuditStatus:
     last_offset: int = 0
     stream: str | None = None  # the stream whose chain is broken
     streams: int = 0  # streams with a chain
+    code: str | None = None  # what is wrong, when status is broken or unverified
+    checkpoints: int = 0  # signed checkpoints verified
+    signed: int = 0  # links covered by a verified checkpoint
+    unsigned: int = 0  # links past their stream's last checkpoint: consistent, not yet signed
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +278,20 @@ def _blank_none(text: str | None) -> str | None:
 class Insights:
     """Read-only views for the console. Adapters come in through the constructor."""
 
-    def __init__(self, log: EventLog, store: MemoryStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        store: MemoryStore,
+        clock: Clock,
+        *,
+        checkpoints: AuditCheckpoints | None = None,
+        signer: Signer | None = None,
+    ) -> None:
         self.log = log
         self.store = store
         self.clock = clock
+        self.checkpoints = checkpoints  # without them, only the hash chains are checked
+        self.signer = signer
 
     # ---- heat map -------------------------------------------------------------------------
 
@@ -527,19 +542,38 @@ class Insights:
 
     def audit(self, ctx: RequestContext) -> AuditStatus:
         """Verify the tenant's hash chains, one per stream, against the events the log holds
-        now.
+        now, then the chains against their signed checkpoints (ADR 0017).
 
-        Broken when a link's hash does not match its event, a link is missing or out of
-        order, an audited event is gone from the log, a link does not hold its stream's
-        event of the same number, a chain does not reach its stream's recorded head, or (in
-        the embedded mode, where the audit consumer's position is one log offset) an event
-        the audit consumer has passed has no link. `pending` counts the tenant's events
-        that have no link yet."""
+        Broken (code AUDIT_CHAIN_BROKEN) when a link's hash does not match its event, a link
+        is missing or out of order, an audited event is gone from the log, a link does not
+        hold its stream's event of the same number, a chain does not reach its stream's
+        recorded head, or (in the embedded mode, where the audit consumer's position is one
+        log offset) an event the audit consumer has passed has no link. Then, for each
+        stream's checkpoints: a signature that does not verify (AUDIT_SIGNATURE_INVALID), a
+        checkpoint removed or replaced (AUDIT_CHECKPOINT_MISSING), a chain shorter than a
+        checkpoint (AUDIT_TAIL_MISSING) or a link with another hash than the one signed
+        (AUDIT_CHECKPOINT_MISMATCH: the log was edited, however the chain was recomputed or
+        rebuilt). Links past a stream's last checkpoint count as `unsigned`. When the
+        signatures cannot be checked, the status is `unverified`, never intact. `pending`
+        counts the tenant's events that have no link yet."""
         tenant = ctx.tenant
         # the position first: the links of every event up to it were committed with it, so
         # the heads read next cover them (0 where positions are per partition)
         passed = self.store.position(audit.CONSUMER)
         heads = self.store.audit_heads(tenant)
+        try:
+            signed = self._signed(tenant)
+        except MnemoError as exc:
+            return AuditStatus(
+                "unverified",
+                0,
+                0,
+                reason=f"the signed checkpoints cannot be read ({exc.code})",
+                code="AUDIT_CHECKPOINTS_UNAVAILABLE",
+                streams=len(heads),
+            )
+        wanted = {stream: {cp.n for cp in cps} for stream, cps in signed.items()}
+        hashes: dict[str, dict[int, str]] = {}
         links = 0
         for head in heads:
             prev, after_n = audit.GENESIS, 0
@@ -557,6 +591,10 @@ class Insights:
                         tenant, heads, passed, head.stream, broken, links, records, events
                     )
                 links += len(records)
+                marks = wanted.get(head.stream, set())
+                for r in records:
+                    if r.n in marks:
+                        hashes.setdefault(head.stream, {})[r.n] = r.hash
                 prev, after_n = records[-1].hash, records[-1].n
             if (after_n, prev) != (head.n, head.hash):
                 return self._broken(tenant, heads, passed, head.stream, after_n + 1, links, [], {})
@@ -572,7 +610,46 @@ class Insights:
                 "was passed by the audit consumer and has no link",
                 stream=e.envelope.stream,
                 streams=len(heads),
+                code="AUDIT_CHAIN_BROKEN",
             )
+        lengths = {h.stream: h.n for h in heads}
+        checked = covered = 0
+        for stream, cps in sorted(signed.items()):
+            try:
+                problem = audit.check_checkpoints(
+                    stream,
+                    cps,
+                    lengths.get(stream, 0),
+                    hashes.get(stream, {}),
+                    lambda cp: self._signature_holds(tenant, cp),
+                )
+            except MnemoError as exc:
+                return AuditStatus(
+                    "unverified",
+                    links,
+                    unlinked.pending,
+                    reason=f"the checkpoint signatures cannot be checked ({exc.code}): "
+                    "the trail is not known to be intact",
+                    stream=stream,
+                    streams=len(heads),
+                    code="AUDIT_SIGNER_UNAVAILABLE",
+                    checkpoints=checked,
+                )
+            if problem is not None:
+                return AuditStatus(
+                    "broken",
+                    links,
+                    unlinked.pending,
+                    first_broken=problem.n,
+                    reason=problem.message,
+                    stream=stream,
+                    streams=len(heads),
+                    code=problem.code,
+                    checkpoints=checked,
+                )
+            checked += len(cps)
+            covered += cps[-1].n if cps else 0
+        unsigned = links - covered
         if links == 0:
             return AuditStatus("empty", 0, unlinked.pending)
         return AuditStatus(
@@ -582,7 +659,26 @@ class Insights:
             head_hash=audit.heads_digest(heads),
             last_offset=max(h.offset for h in heads),
             streams=len(heads),
+            checkpoints=checked,
+            signed=covered,
+            unsigned=unsigned,
         )
+
+    def _signed(self, tenant: str) -> dict[str, list[Checkpoint]]:
+        """The tenant's signed checkpoints by stream, each stream's by index."""
+        if self.checkpoints is None:
+            return {}
+        out: dict[str, list[Checkpoint]] = {}
+        for cp in self.checkpoints.of_tenant(tenant):
+            if cp.tenant == tenant:
+                out.setdefault(cp.stream, []).append(cp)
+        return {s: sorted(cps, key=lambda c: c.index) for s, cps in out.items()}
+
+    def _signature_holds(self, tenant: str, cp: Checkpoint) -> bool:
+        """Fails closed: no signer means the signature cannot be checked (Unavailable)."""
+        if self.signer is None:
+            raise Unavailable("no audit signer is configured", code="AUDIT_SIGNER_UNAVAILABLE")
+        return self.signer.verify(tenant, cp.message(), cp.signature)
 
     def _broken(
         self,
@@ -616,6 +712,7 @@ class Insights:
             reason=what,
             stream=stream,
             streams=len(heads),
+            code="AUDIT_CHAIN_BROKEN",
         )
 
     def _unlinked(self, tenant: str, heads: Sequence[AuditRecord], passed_up_to: int) -> _Unlinked:

@@ -25,7 +25,7 @@ from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
 from mnemo.domain.keywords import memory_keyword_text, passage_vector
-from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
+from mnemo.domain.projection import Outcome, OutcomeKind, PutAudit, PutOutcome
 from mnemo.domain.rules import RuleSet
 from mnemo.handlers import Decision, audit, decay, indexing, registration, timeline
 from mnemo.ports import (
@@ -37,6 +37,7 @@ from mnemo.ports import (
     VectorIndex,
     VectorPoint,
 )
+from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.examples import EmbeddingSelector
 
 __all__ = ["CONSUMERS", "EmbeddedRunner", "rewind", "tenant_position"]
@@ -85,6 +86,7 @@ class EmbeddedRunner:
         poll_seconds: float = 0.2,
         consumers: tuple[str, ...] = CONSUMERS,
         decay_policy: decay.DecayPolicy | None = None,
+        checkpointer: AuditCheckpointer | None = None,
     ) -> None:
         self.log = log_
         self.store = store
@@ -101,6 +103,7 @@ class EmbeddedRunner:
             raise ValueError(f"unknown consumers: {sorted(unknown)}")
         self.consumers = consumers
         self.decay_policy = decay_policy or decay.DecayPolicy()
+        self.checkpointer = checkpointer
         self._progress = threading.Condition()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -256,7 +259,16 @@ class EmbeddedRunner:
 
     def decide_audit(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         env = record.envelope
-        return audit.handle(env, record.offset, tx.last_audit(env.tenant, env.stream))
+        decision = audit.handle(env, record.offset, tx.last_audit(env.tenant, env.stream))
+        if self.checkpointer is not None:
+            for write in decision.writes:
+                if isinstance(write, PutAudit):
+                    self.checkpointer.observe(write.record)
+        return decision
+
+    def checkpoint_tick(self) -> int:
+        """Sign the audit chain heads that have waited long enough (ADR 0017)."""
+        return self.checkpointer.tick() if self.checkpointer is not None else 0
 
     def step_registrar(self) -> int:
         return self._consume(registration.CONSUMER, self.decide_registrar)
@@ -343,7 +355,7 @@ class EmbeddedRunner:
         steps = {
             registration.CONSUMER: (self.step_registrar,),
             decay.CONSUMER: (self.step_decay, self._scan_when_caught_up),
-            audit.CONSUMER: (self.step_audit,),
+            audit.CONSUMER: (self.step_audit, self.checkpoint_tick),
             indexing.CONSUMER: (self.step_indexer,),
         }
         done = 0

@@ -270,6 +270,15 @@ class Worker:
                 except MnemoError as exc:
                     log.warning("decay scan skipped (%s)", exc.code)
 
+        if self.consumer == audit.CONSUMER:
+
+            @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
+            async def checkpoint() -> None:
+                """Sign the chain heads that waited long enough (ADR 0017), also when no
+                records arrive."""
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self.executor, self.platform.runner.checkpoint_tick)
+
         @app.page("/healthz")
         async def healthz(web: Any, request: Any) -> Any:
             return web.json({"status": "ok", "consumer": self.consumer})

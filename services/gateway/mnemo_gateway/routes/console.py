@@ -42,7 +42,13 @@ TAG = "insights"
 
 
 def insights_of(platform: PlatformDep) -> Insights:
-    return Insights(platform.log, platform.store, platform.app.clock)
+    return Insights(
+        platform.log,
+        platform.store,
+        platform.app.clock,
+        checkpoints=platform.checkpoints,
+        signer=platform.signer,
+    )
 
 
 InsightsDep = Annotated[Insights, Depends(insights_of)]
@@ -310,7 +316,10 @@ class DeadLetterOut(BaseModel):
 
 
 class AuditOut(BaseModel):
-    status: str = Field(description="intact, broken or empty")
+    status: str = Field(
+        description="intact, broken, empty, or unverified (the checkpoint signatures could "
+        "not be checked: never taken as intact)"
+    )
     links: int = Field(description="links verified")
     pending: int = Field(description="events the audit consumer has not linked yet")
     first_broken: int | None = Field(description="the first broken link's number in its stream")
@@ -319,6 +328,17 @@ class AuditOut(BaseModel):
     reason: str | None
     head_hash: str | None = Field(description="one digest over every stream's last link")
     last_offset: int
+    code: str | None = Field(
+        default=None,
+        description="what is wrong: AUDIT_CHAIN_BROKEN, AUDIT_SIGNATURE_INVALID, "
+        "AUDIT_CHECKPOINT_MISSING, AUDIT_CHECKPOINT_MISMATCH, AUDIT_TAIL_MISSING, "
+        "AUDIT_SIGNER_UNAVAILABLE or AUDIT_CHECKPOINTS_UNAVAILABLE",
+    )
+    checkpoints: int = Field(default=0, description="signed checkpoints verified")
+    signed: int = Field(default=0, description="links covered by a verified checkpoint")
+    unsigned: int = Field(
+        default=0, description="links past their stream's last checkpoint (not yet signed)"
+    )
 
 
 # ---- endpoints ------------------------------------------------------------------------------
@@ -483,6 +503,10 @@ def audit_status(ctx: AuditCtx, insights: InsightsDep) -> AuditOut:
         reason=s.reason,
         head_hash=s.head_hash,
         last_offset=s.last_offset,
+        code=s.code,
+        checkpoints=s.checkpoints,
+        signed=s.signed,
+        unsigned=s.unsigned,
     )
 
 

@@ -1,0 +1,160 @@
+"""The audit consumer's signed checkpoints: after the links it writes, it signs each
+stream's chain head every `every` links and at least `seconds` after a link was left
+unsigned, and stores the checkpoint where a rebuild does not reach (ADR 0017).
+
+A checkpoint is a pure function of the log (the chain is), so signing one before the
+links' commit is safe: a redone batch computes the same links. Checkpoints are only ever
+added past a stream's last one, under the next index, never rewritten; a rebuild therefore
+re-signs nothing it signed before. When a replayed chain reaches the link a checkpoint
+signed and finds another hash there, the stream is left unsigned from then on (logged as
+AUDIT_CHECKPOINT_MISMATCH): the process never signs over a changed log, and
+`mnemo audit verify` reports the mismatch.
+
+Signing failures never stop the audit consumer: the links are still written, the stream's
+head stays pending and is signed at a later link or tick, and verification shows the links
+past the last checkpoint as unsigned meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+
+from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest, checkpoint_message
+from mnemo.domain.errors import MnemoError
+from mnemo.domain.projection import AuditRecord
+from mnemo.handlers import audit
+from mnemo.ports import AuditCheckpoints, Clock, Signer
+
+__all__ = ["AuditCheckpointer"]
+
+log = logging.getLogger("mnemo.audit")
+
+RETRY_SECONDS = 5.0  # after a failed signature, wait this long before the next attempt
+
+_Key = tuple[str, str]
+
+
+class AuditCheckpointer:
+    """Signs and stores checkpoints of the chains the audit consumer extends."""
+
+    def __init__(
+        self,
+        signer: Signer,
+        checkpoints: AuditCheckpoints,
+        clock: Clock,
+        *,
+        every: int = 1_000,
+        seconds: float = 60.0,
+    ) -> None:
+        self.signer = signer
+        self.checkpoints = checkpoints
+        self.clock = clock
+        self.every = every
+        self.seconds = seconds
+        self._lock = threading.RLock()
+        self._last: dict[_Key, Checkpoint | None] = {}
+        self._pending: dict[_Key, tuple[AuditRecord, datetime]] = {}
+        self._diverged: set[_Key] = set()
+        self._retry_at = 0.0
+        self.signed = 0
+        self.failures = 0
+
+    def observe(self, record: AuditRecord) -> None:
+        """A link the audit consumer is writing: sign its stream's head when it is due."""
+        key = (record.tenant, record.stream)
+        with self._lock:
+            try:
+                last = self._last_of(key)
+            except MnemoError as exc:
+                self._failed(key, exc)
+                return
+            if key in self._diverged:
+                return
+            if last is not None and record.n <= last.n:
+                if record.n == last.n and record.hash != last.hash:
+                    self._diverged.add(key)
+                    self._pending.pop(key, None)
+                    log.error(
+                        "AUDIT_CHECKPOINT_MISMATCH: %s/%s link %d differs from checkpoint %d; "
+                        "no further checkpoints are signed for this stream",
+                        record.tenant,
+                        record.stream,
+                        record.n,
+                        last.index,
+                    )
+                return
+            pending = self._pending.get(key)
+            since = pending[1] if pending is not None else self.clock.now()
+            self._pending[key] = (record, since)
+            self._sign_if_due(key)
+
+    def tick(self) -> int:
+        """Sign the pending heads whose time has come (a consumer calls this when idle);
+        how many checkpoints were signed."""
+        with self._lock:
+            before = self.signed
+            for key in list(self._pending):
+                self._sign_if_due(key)
+            return self.signed - before
+
+    def reset(self) -> None:
+        """Forget what this process knows (a rebuild starts the chains again)."""
+        with self._lock:
+            self._last.clear()
+            self._pending.clear()
+            self._diverged.clear()
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _last_of(self, key: _Key) -> Checkpoint | None:
+        if key not in self._last:
+            self._last[key] = self.checkpoints.last(*key)
+        return self._last[key]
+
+    def _sign_if_due(self, key: _Key) -> None:
+        pending = self._pending.get(key)
+        if pending is None or time.monotonic() < self._retry_at:
+            return
+        record, since = pending
+        last = self._last.get(key)
+        now = self.clock.now()
+        if not audit.checkpoint_due(
+            last.n if last else 0, record.n, since, now, self.every, self.seconds
+        ):
+            return
+        index = last.index + 1 if last else 1
+        prev = checkpoint_digest(last) if last else FIRST
+        message = checkpoint_message(
+            record.tenant, record.stream, index, record.n, record.hash, prev, now
+        )
+        try:
+            signature = self.signer.sign(record.tenant, message)
+            checkpoint = Checkpoint(
+                record.tenant, record.stream, index, record.n, record.hash, prev, now, signature
+            )
+            stored = self.checkpoints.add(checkpoint)
+            if not stored:  # another writer took the index: start again from its checkpoint
+                self._last[key] = self.checkpoints.last(*key)
+                fresh = self._last[key]
+                if fresh is not None and fresh.n >= record.n:
+                    self._pending.pop(key, None)
+                return
+        except MnemoError as exc:
+            self._failed(key, exc)
+            return
+        self._last[key] = checkpoint
+        self._pending.pop(key, None)
+        self.signed += 1
+
+    def _failed(self, key: _Key, exc: MnemoError) -> None:
+        self.failures += 1
+        self._retry_at = time.monotonic() + RETRY_SECONDS
+        log.warning(
+            "audit checkpoint of %s/%s not signed (%s); links stay unsigned until it is",
+            key[0],
+            key[1],
+            exc.code,
+        )
