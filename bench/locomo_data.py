@@ -13,6 +13,7 @@ import time
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,17 @@ class Turn:
         """The memory content: "<date>: <speaker>: <text>" plus the shared photo."""
         shared = f" [shares {self.caption}]" if self.caption else ""
         return f"{self.date}: {self.speaker}: {self.text}{shared}"
+
+    def plain_content(self) -> str:
+        """What a plain chat client stores: "<speaker>: <text>" plus the shared photo, with
+        no date (the date travels as the event time)."""
+        shared = f" [shares {self.caption}]" if self.caption else ""
+        return f"{self.speaker}: {self.text}{shared}"
+
+    @property
+    def when(self) -> datetime:
+        """The session's date and time ("1:56 pm on 8 May, 2023"), read as UTC."""
+        return datetime.strptime(self.date, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
 
     @property
     def dia_tag(self) -> str:

@@ -180,6 +180,20 @@ class StoreTransaction(abc.ABC):
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
         """Every memory of a stream whatever its status, by memory id."""
 
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None:
+        """The memory of this type in a stream with the greatest id below `memory_id`,
+        whatever its status: the turn right before a new one (ids are time-ordered). This
+        default scans the stream; an adapter with an ordered index answers directly."""
+        found = None
+        for m in self.stream_memories(tenant, stream):
+            if m.memory_id >= memory_id:
+                break
+            if m.type is type:
+                found = m
+        return found
+
     @abc.abstractmethod
     def tenant_memories(self, tenant: str) -> list[Memory]:
         """Every memory of a tenant whatever its status, by memory id (forgetting a tenant)."""

@@ -104,6 +104,30 @@ class MemoryStoreContract:
             assert tx.current_for_key("acme", "user:U1", "size") is None
             assert tx.find_by_hash("acme", "user:U1", "hash1") is None
 
+    def test_the_memory_before_is_the_latest_earlier_one_of_its_type(
+        self, store: MemoryStore
+    ) -> None:
+        turns = [mem(n, mtype=MemoryType.HISTORY) for n in (1, 3, 6)]
+        fact = mem(4)
+        elsewhere = mem(5, mtype=MemoryType.HISTORY, stream="user:U2")
+        other_tenant = mem(5, mtype=MemoryType.HISTORY, tenant="other")
+        self.put(store, turns[0], turns[1], fact, elsewhere, other_tenant)
+        history = MemoryType.HISTORY
+        with store.transaction() as tx:
+            tx.apply(
+                [PutMemory(turns[2]), SetStatus("acme", turns[1].memory_id, MemoryStatus.FORGOTTEN)]
+            )
+            before = [tx.memory_before("acme", "user:U1", m.memory_id, history) for m in turns]
+            assert before == [
+                None,
+                turns[0],
+                turns[1].model_copy(update={"status": MemoryStatus.FORGOTTEN}),
+            ]
+            last = derived_id(T0 + timedelta(seconds=7), "acme", "7")
+            assert tx.memory_before("acme", "user:U1", last, history) == turns[2]
+            assert tx.memory_before("acme", "user:U1", last, MemoryType.FACT) == fact
+            assert tx.memory_before("acme", "user:U3", last, history) is None
+
     def test_a_failed_transaction_leaves_nothing_behind(self, store: MemoryStore) -> None:
         class Boom(Exception):
             pass

@@ -10,6 +10,7 @@ from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.memory import MemoryStatus, MemoryType
 from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
 
 CTX = RequestContext("acme", "agent")
 S = "user:U1"
@@ -51,3 +52,58 @@ def test_imported_history_stays_visible_until_unused_for_its_period_after_arriva
     clock.advance(timedelta(days=91))
     platform.runner.drain()
     assert {platform.app.get(CTX, i).status for i in ids} == {MemoryStatus.ARCHIVED}
+
+
+def test_a_plain_import_gets_episodes_from_its_pauses_and_context_neighbours_from_them(
+    platform: Platform, clock: FixedClock
+) -> None:
+    first = clock.now() - timedelta(days=30)
+    second = first + timedelta(days=9)
+    turns = [
+        ("Caroline: I signed up for a pottery class.", first),
+        ("Melanie: Which studio did you pick?", first + timedelta(seconds=30)),
+        ("Caroline: The one by the harbour, on Tuesdays.", first + timedelta(seconds=60)),
+        ("Melanie: We went camping by the lake.", second),
+        ("Caroline: Did the kids like it?", second + timedelta(seconds=30)),
+    ]
+    result = platform.app.publish(CTX, [turn(text, at) for text, at in turns])
+    platform.runner.drain()
+    ids = [platform.app.outcome(CTX, a.event_id)[0].memory_id for a in result.accepted]
+    memories = [platform.app.get(CTX, i) for i in ids]
+    episodes = [next(t for t in m.tags if t.startswith("episode:")) for m in memories]
+    assert episodes == [f"episode:{ids[0]}"] * 3 + [f"episode:{ids[3]}"] * 2
+    assert [next(t for t in m.tags if t.startswith("speaker:")) for m in memories] == [
+        "speaker:caroline",
+        "speaker:melanie",
+        "speaker:caroline",
+        "speaker:melanie",
+        "speaker:caroline",
+    ]
+    # the derived episode feeds the neighbours: the best hit brings the turn after it, and
+    # nothing from the other session
+    platform.app.register_template(CTX, ONE_HIT_TEMPLATE)
+    platform.runner.drain()
+    response = platform.app.context(
+        CTX,
+        ContextRequest(subjects=(S,), query="pottery class", budget=1_000, template="one-hit"),
+    )
+    via = {i.candidate.memory.memory_id: i.candidate.via for i in response.assembly.included}
+    assert via == {ids[0]: "retrieval", ids[1]: "neighbour"}
+
+
+ONE_HIT_TEMPLATE: dict[str, Any] = {
+    "name": "one-hit",
+    "version": 1,
+    "sections": [
+        {"name": "rules", "priority": 1, "budget": 200, "types": ["constraint"], "query": ""},
+        {
+            "name": "history",
+            "priority": 2,
+            "budget": 800,
+            "types": ["history"],
+            "limit": 1,
+            "neighbours": 1,
+            "render": "- {text}",
+        },
+    ],
+}

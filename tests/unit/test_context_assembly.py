@@ -647,3 +647,32 @@ def test_a_subject_named_twice_brings_its_memories_once(platform: Platform) -> N
         assert len(ids(once.assembly)) == 2
         assert ids(twice.assembly) == ids(once.assembly)
         assert twice.assembly.text == once.assembly.text
+
+
+def neighbour(memory: Memory, *, score: float) -> Candidate:
+    return Candidate(memory, 0.5, None, memory.semantic_weight, 1.0, 0.5, score, "neighbour")
+
+
+def test_neighbouring_turns_only_fill_what_the_hits_leave_of_the_budget() -> None:
+    turn = dict(type=MemoryType.HISTORY)
+    hits = [
+        cand(mem("h1", "Caroline: I joined a support group.", **turn), score=0.9),
+        cand(mem("h2", "Melanie: We went camping in June.", **turn), score=0.3),
+    ]
+    # the turn right after the best hit scores above the weaker hit, yet goes first
+    after = neighbour(mem("h1n", "Melanie: How did it feel?", **turn), score=0.45)
+    tpl = template(section("history", 1, types=(MemoryType.HISTORY,)))
+    hits_only = run(10_000, {"history": hits}, tpl)
+    tight = run(hits_only.tokens, {"history": [hits[0], after, hits[1]]}, tpl)
+    assert ids(tight) == ["h1", "h2"]
+    assert dropped(tight) == ["h1n"]
+    roomy = run(10_000, {"history": [hits[0], after, hits[1]]}, tpl)
+    assert ids(roomy) == ["h1", "h1n", "h2"]
+    # among neighbours, the one around the weaker hit goes first
+    other = neighbour(mem("h2n", "Caroline: Where did you camp?", **turn), score=0.15)
+    lines = [hits[0], after, hits[1], other]
+    one_spare = run(
+        hits_only.tokens + COUNT("\n- Melanie: How did it feel?"), {"history": lines}, tpl
+    )
+    assert ids(one_spare) == ["h1", "h1n", "h2"]
+    assert dropped(one_spare) == ["h2n"]

@@ -48,6 +48,11 @@ class NoMemories:
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
         return []
 
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None:
+        return None
+
     def tenant_memories(self, tenant: str) -> list[Memory]:
         return []
 

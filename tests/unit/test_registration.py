@@ -62,6 +62,16 @@ class DictState:
             key=lambda m: m.memory_id,
         )
 
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None:
+        earlier = [
+            m
+            for m in self.stream_memories(tenant, stream)
+            if m.memory_id < memory_id and m.type is type
+        ]
+        return earlier[-1] if earlier else None
+
     def tenant_memories(self, tenant: str) -> list[Memory]:
         return sorted(
             (m for m in self.memories.values() if m.tenant == tenant), key=lambda m: m.memory_id
@@ -459,3 +469,42 @@ def test_rewrapped_keys_replace_only_the_wrapped_key_they_name() -> None:
     # under another key id, nothing moves
     wrong = rewrap.model_copy(update={"payload": {**rewrap.payload, "key_id": "acme"}})
     assert [w for w in run(state, wrong).writes if isinstance(w, PutMemory)] == []
+
+
+# ---- what registration derives for history ------------------------------------------------
+
+
+def turn_tags(state: DictState, content: str, at: datetime, **extra: Any) -> tuple[str, ...]:
+    [memory] = registered(run(state, declare({"type": "history", "content": content, **extra}, at)))
+    return memory.tags
+
+
+def test_history_turns_get_episodes_from_the_pauses_and_speakers_from_the_text() -> None:
+    state = DictState()
+    first = turn_tags(state, "Caroline: I went to a support group yesterday.", T0)
+    second = turn_tags(state, "Melanie: That's great!", T0 + timedelta(seconds=40))
+    later = turn_tags(state, "Caroline: Hey, long time!", T0 + timedelta(days=17))
+    zh = turn_tags(state, "张伟：好的，谢谢", T0 + timedelta(days=17, minutes=2))
+    episode = [t for t in first if t.startswith("episode:")]
+    assert len(episode) == 1
+    assert first == (episode[0], "speaker:caroline")
+    assert second == (episode[0], "speaker:melanie")
+    assert later[0].startswith("episode:")
+    assert later[0] != episode[0]
+    assert zh == (later[0], "speaker:张伟")
+
+
+def test_an_episode_tag_the_client_sent_is_kept_and_nothing_is_derived_for_other_types() -> None:
+    state = DictState()
+    tagged = turn_tags(state, "I'll call back", T0, tags=["episode:call-7"])
+    assert tagged == ("episode:call-7",)
+    assert turn_tags(state, "ok", T0 + timedelta(minutes=1)) == ("episode:call-7",)
+    [fact] = registered(run(state, declare({"type": "fact", "content": "Ana: lives in Porto"}, T0)))
+    assert fact.tags == ()
+
+
+def test_a_turn_recorded_with_its_speaker_is_tagged_with_that_speaker() -> None:
+    state = DictState()
+    [memory] = registered(run(state, observe("好的，谢谢", kind="turn", speaker="客户")))
+    assert "speaker:客户" in memory.tags
+    assert any(t.startswith("episode:") for t in memory.tags)

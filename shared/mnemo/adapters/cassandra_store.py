@@ -152,7 +152,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import ConflictError, FencedOff, InvalidInput, Unavailable
-from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import (
     AuditRecord,
     BumpStats,
@@ -455,6 +455,8 @@ _QUERIES: dict[str, str] = {
     "mem_scan": "SELECT {cols} FROM {ks}.memories WHERE tenant = ? AND memory_id > ?",
     "stream_scan": "SELECT {cols} FROM {ks}.memories_by_stream "
     "WHERE tenant = ? AND stream = ? AND memory_id > ?",
+    "stream_before": "SELECT {cols} FROM {ks}.memories_by_stream "
+    "WHERE tenant = ? AND stream = ? AND memory_id < ? ORDER BY memory_id DESC",
     "key_rows": "SELECT version, memory_id, status FROM {ks}.memory_keys "
     "WHERE tenant = ? AND stream = ? AND mkey = ?",
     "hash_ids": "SELECT memory_id FROM {ks}.memory_hashes "
@@ -518,7 +520,7 @@ _QUERIES: dict[str, str] = {
     "purge:weights": "SELECT memory_id FROM {ks}.decay_weights WHERE tenant = ?",
     "keyspace_list": "SELECT name FROM {ks}.keyspaces WHERE shard = 0",
 }
-for _name in ("mem_filters", "mem_scan", "stream_scan"):
+for _name in ("mem_filters", "mem_scan", "stream_scan", "stream_before"):
     _QUERIES[_name] = _QUERIES[_name].replace("{cols}", _FILTER_COLS)
 # the generic row statements of every table: the names come from _TABLES, values are bound
 for _table, (_key, _values) in _TABLES.items():
@@ -866,6 +868,27 @@ class _Tx(StoreTransaction):
         ids += [m.memory_id for m in self._pending(tenant) if m.stream == stream]
         found = [m for m in self._current(tenant, ids) if m.stream == stream]
         return sorted(found, key=lambda m: m.memory_id)
+
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None:
+        # the stream's rows newest first from just below `memory_id`, until one of the type
+        ids = [
+            m.memory_id
+            for m in self._pending(tenant)
+            if m.stream == stream and m.type is type and m.memory_id < memory_id
+        ]
+        ks = self._store._keyspace(tenant)
+        for row in self._store._iterate(ks, "stream_before", [tenant, stream, memory_id], 50):
+            if row[2] == type.value:
+                ids.append(str(row[0]))
+                break
+        found = [
+            m
+            for m in self._current(tenant, ids)
+            if m.stream == stream and m.type is type and m.memory_id < memory_id
+        ]
+        return max(found, key=lambda m: m.memory_id, default=None)
 
     def tenant_memories(self, tenant: str) -> list[Memory]:
         ids = (

@@ -23,7 +23,7 @@ from pathlib import Path
 from mnemo.adapters.sqlite_log import connect
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import FencedOff, Unavailable
-from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import (
     AuditRecord,
     BumpStats,
@@ -185,6 +185,16 @@ class _Tx(StoreTransaction):
             (tenant, stream),
         )
         return [_memory(r) for r in rows]
+
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None:
+        row = self._cur.execute(
+            "SELECT body FROM memories WHERE tenant = ? AND stream = ? AND type = ? "
+            "AND memory_id < ? ORDER BY memory_id DESC LIMIT 1",
+            (tenant, stream, type.value, memory_id),
+        ).fetchone()
+        return _memory(row) if row else None
 
     def tenant_memories(self, tenant: str) -> list[Memory]:
         rows = self._cur.execute(

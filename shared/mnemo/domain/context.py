@@ -402,14 +402,16 @@ def _binding(candidate: Candidate) -> bool:
     return candidate.memory.type is MemoryType.CONSTRAINT and candidate.via != "history"
 
 
-def _drop_order(line: _Line) -> tuple[bool, bool, float, float, str]:
+def _drop_order(line: _Line) -> tuple[bool, bool, bool, float, float, str]:
     """The line a section gives up first: older versions shown as history (never left
-    without their current version), then anything before a binding constraint; among
-    those the lowest weight, then the lowest score, then the newest id."""
+    without their current version), then turns that came in as a hit's neighbours (they
+    only fill what the hits leave of the budget), then anything before a binding
+    constraint; among those the lowest weight, then the lowest score, then the newest id."""
     c = line.candidate
     return (
         _binding(c),
         c.via != "history",
+        c.via != "neighbour",
         c.weight,
         c.score,
         "".join(chr(0x10FFFF - ord(ch)) for ch in c.memory.memory_id),

@@ -21,6 +21,13 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.derivation import (
+    derived_episode,
+    episode_of,
+    speaker_name,
+    speaker_of,
+    speaker_tag,
+)
 from mnemo.domain.events import (
     ContextAssembled,
     ContextResponseReported,
@@ -92,6 +99,10 @@ class RegistrationState(Protocol):
 
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]: ...
 
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None: ...
+
     def tenant_memories(self, tenant: str) -> list[Memory]: ...
 
 
@@ -133,6 +144,7 @@ def _register(
     draft: MemoryDraft,
     index: int,
     rule_id: str | None,
+    speaker: str | None = None,
 ) -> Decision:
     if draft.timezone is not None:
         try:
@@ -177,6 +189,9 @@ def _register(
         if have != draft.expected_version:
             detail = f"{draft.key} is at version {have}, not {draft.expected_version}"
             return _reject(event, index, "VERSION_CONFLICT", detail, current)
+    tags = draft.tags
+    if draft.type is MemoryType.HISTORY:
+        tags = _derived_tags(event, state, draft, memory_id, speaker)
     memory = Memory(
         memory_id=memory_id,
         tenant=event.tenant,
@@ -186,7 +201,7 @@ def _register(
         content=draft.content.strip(),
         key=draft.key,
         value=draft.value,
-        tags=draft.tags,
+        tags=tags,
         semantic_weight=draft.semantic_weight,
         provenance=draft.provenance,
         guard=draft.guard,
@@ -227,6 +242,29 @@ def _register(
     return decision
 
 
+def _derived_tags(
+    event: Envelope,
+    state: RegistrationState,
+    draft: MemoryDraft,
+    memory_id: str,
+    speaker: str | None,
+) -> tuple[str, ...]:
+    """A history memory's tags plus what registration derives (mnemo.domain.derivation):
+    its episode from the pause since the subject's turn before it, unless the client
+    tagged one, and its speaker, from the turn's speaker or else from its text."""
+    tags = set(draft.tags)
+    if episode_of(draft.tags) is None:
+        before = state.memory_before(event.tenant, event.stream, memory_id, MemoryType.HISTORY)
+        previous = (before.created_at, before.tags) if before is not None else None
+        tags.add(derived_episode(memory_id, event.occurred_at, previous))
+    if speaker_name(draft.tags) is None:
+        name = speaker or speaker_of(draft.content)
+        tag = speaker_tag(name) if name else None
+        if tag is not None:
+            tags.add(tag)
+    return tuple(sorted(tags))
+
+
 def _turn(
     event: Envelope,
     state: RegistrationState,
@@ -244,7 +282,7 @@ def _turn(
         timezone=payload.timezone,
         tags=("turn",),
     )
-    decision = _register(event, state, draft, 0, None)
+    decision = _register(event, state, draft, 0, None, payload.speaker)
     try:
         zone_of(payload.timezone)
     except ValueError:

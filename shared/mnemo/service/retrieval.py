@@ -5,12 +5,14 @@
    BM25 keyword vector, with the tenant's own IDF; see mnemo.domain.keywords), fused by the
    engine's weighted reciprocal-rank fusion, 1 / (K - 1 + rank / weight), K = 6, weights
    1.0 (dense) and 1.25 (keyword): a small K lets the top of each list count for more.
-2. Episodes: memories tagged `episode:<id>` are turns of one conversation or task. A turn
+2. Episodes: memories tagged `episode:<id>` (by the client, or by registration from the
+   pauses between a subject's turns) are turns of one conversation or task. A turn
    gains 0.4 x the fused score of its best adjacent turn (an answer often sits next to
    the turn that matches the question), then 0.75 x the best score in its episode; turns
    of the candidates' episodes join the pool.
 3. Named sources: when every word of a memory's source (provenance.source_id, e.g. the
-   person who said it) appears in the query, its score is multiplied by 1.5.
+   person who said it, or else the speaker registration derived for a turn) appears in
+   the query, its score is multiplied by 1.5.
 Relevance is the result divided by the best in the pool, so the top memory has 1.0. The
 weights were chosen on the LoCoMo conversations (see bench/locomo.py) and checked on
 held-out halves; the bench's ablation ladder measures what each step is worth.
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from mnemo.domain.derivation import episode_of, speaker_name
 from mnemo.domain.keywords import query_vector
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.text import keyword_terms
@@ -62,7 +65,7 @@ def _admitted(memory: Memory, base: MemoryQuery) -> bool:
 
 
 def _episode(memory: Memory) -> str | None:
-    return next((t for t in memory.tags if t.startswith("episode:")), None)
+    return episode_of(memory.tags)
 
 
 def rank(
@@ -103,7 +106,7 @@ def rank(
     if ranking.source:
         named = set(keyword_terms(text))
         for mid, memory in pool.items():
-            source = memory.provenance.source_id
+            source = memory.provenance.source_id or speaker_name(memory.tags)
             if source and (words := set(keyword_terms(source))) and words <= named:
                 score[mid] *= 1.0 + ranking.source
     best = max(score.values(), default=0.0) or 1.0
