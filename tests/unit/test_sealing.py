@@ -262,3 +262,38 @@ def test_values_the_review_found_in_plaintext_are_sealed(
         return
     assert secret not in sealed.model_dump_json()
     assert sealer.open_json(sealed.model_dump(mode="json"))["payload"]["text"] == text
+
+
+def test_every_field_with_a_persons_words_is_sealed_whole_on_a_user_stream(
+    sealer: Sealer,
+) -> None:
+    """Finding 6: nothing here is a detected value, yet none of it reaches the log in clear
+    on a user stream; the key and tags stand in as keyed hashes (equal keys, equal hashes)."""
+    words = {
+        "content": "likes oolong tea",
+        "key": "favourite_tea",
+        "value": "oolong",
+        "tags": ["drinks"],
+        "provenance": {"source_id": "crm-77", "source_location": "call notes"},
+    }
+    event = declared({"type": "preference", **words}).model_copy(
+        update={"correlation_id": "ticket-4711"}
+    )
+    sealed = sealer.seal(event)
+    raw = sealed.model_dump_json()
+    plain = ("oolong", "favourite_tea", "drinks", "crm-77", "call notes", "ticket-4711", '"a1"')
+    assert [text for text in plain if text in raw] == []
+    again = sealer.seal(declared({"type": "preference", **words}))
+    assert again.payload["memory"]["key"] == sealed.payload["memory"]["key"]  # blind index
+    assert (
+        sealer.seal(declared({"type": "preference", **words}, stream="user:U2")).payload["memory"][
+            "key"
+        ]
+        != sealed.payload["memory"]["key"]
+    )  # another subject, another key
+    opened = sealer.open_private_envelope(sealed)
+    assert opened.payload["memory"] == words | {"type": "preference"}
+    assert (opened.actor.id, opened.correlation_id) == ("a1", "ticket-4711")
+    # moved onto another event, a ciphertext does not open: each is bound to its event
+    moved = again.model_copy(update={"encryption": sealed.encryption})
+    assert sealer.open_private_envelope(moved).payload["memory"]["content"] == REDACTED

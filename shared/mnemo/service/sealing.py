@@ -739,15 +739,18 @@ def _put(event: dict[str, Any], path: str, value: str) -> None:
         path[1:].split(".") if path.startswith("@") else ["payload", *path.split(".")]
     )
     node: Any = event
-    for part in parts[:-1]:
-        node = node[int(part)] if isinstance(node, list) else node.get(part)
-        if node is None:
-            return
-    last = parts[-1]
-    if isinstance(node, list):
-        node[int(last)] = value
-    elif isinstance(node, dict):
-        node[last] = value
+    try:  # a ref naming no such place (a malformed block) changes nothing
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if node is None:
+                return
+        last = parts[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+    except (ValueError, IndexError, AttributeError):
+        return
 
 
 def _with_fields(
