@@ -318,14 +318,12 @@ class Mnemo:
         vault cannot be reached: then nothing is appended)."""
         assert self.sealer is not None
         try:
-            sealed = self.sealer.seal(envelope)
-        except InvalidInput as exc:
-            exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
-            raise
-        if sealed is envelope:
-            return envelope
-        try:  # placeholders are longer than some values: the result must still be valid
-            return validate_envelope(sealed.model_dump(mode="json"))
+            found = self.sealer.seal_found(envelope)
+            if found is not envelope:
+                # placeholders are longer than some values: the result must still be valid
+                found = validate_envelope(found.model_dump(mode="json"))
+            # what seals a user's fields whole stands in with valid values by construction
+            return self.sealer.seal_private(found) if self.sealer.seals_whole(found) else found
         except InvalidInput as exc:
             exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
             raise

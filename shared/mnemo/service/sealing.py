@@ -289,10 +289,21 @@ class Sealer:
         if self.seal_whole and is_private_stream(envelope.stream):
             if _has_private(envelope.encryption):
                 return envelope  # sealed already (by the publish path)
-            return self.seal_private(self._seal_found(envelope, strict), strict=strict)
-        return self._seal_found(envelope, strict)
+            return self.seal_private(self.seal_found(envelope, strict), strict=strict)
+        return self.seal_found(envelope, strict)
 
-    def _seal_found(self, envelope: Envelope, strict: bool) -> Envelope:
+    def seals_whole(self, envelope: Envelope) -> bool:
+        """Whether `seal` seals this event's private fields whole (a user stream's, not
+        sealed so already)."""
+        return (
+            self.seal_whole
+            and is_private_stream(envelope.stream)
+            and not _has_private(envelope.encryption)
+        )
+
+    def seal_found(self, envelope: Envelope, strict: bool = True) -> Envelope:
+        """The detector's part of `seal`: its values replaced by placeholders (sealed) or
+        masks; a rejected value refuses the event when `strict`."""
         model = CATALOG.models.get((envelope.type, envelope.schema_version))
         paths = model.SCANNED if model is not None else ()
         if not paths:
@@ -758,11 +769,23 @@ def _with_fields(
     stand_ins: Mapping[str, str],
     block: EncryptionBlock | None,
 ) -> Envelope:
-    event = envelope.model_dump(mode="json")
+    """The event with its private fields replaced by their stand-ins (each valid where the
+    field was: `⟦sealed⟧` for free text, a short keyed hash for checked fields)."""
+    event: dict[str, Any] = {
+        "payload": copy.deepcopy(envelope.payload),
+        "actor": {"id": envelope.actor.id},
+        "correlation_id": envelope.correlation_id,
+    }
     for ref, value in stand_ins.items():
         _put(event, ref[len(PRIVATE_REF) :], value)
-    event["encryption"] = block.model_dump(mode="json") if block is not None else None
-    return Envelope.model_validate(event)
+    return envelope.model_copy(
+        update={
+            "payload": event["payload"],
+            "actor": envelope.actor.model_copy(update={"id": event["actor"]["id"]}),
+            "correlation_id": event["correlation_id"],
+            "encryption": block,
+        }
+    )
 
 
 class SealingEventLog(EventLog):
