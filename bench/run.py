@@ -9,9 +9,10 @@ prints a short summary; progress goes to stderr. Sections, in this order:
             embedding excluded), index optimize time; RSS after loading the largest size
 3. replay   reading one 100k-event stream back in pages of 1,000
 4. sync     replica catch-up, live tail, decay scan
-5. encryption  ingest rate and context latency with sealing off, 0% and 10% sensitive
-            events, side by side in many short interleaved rounds; overheads are medians
-            of per-round ratios with p25/p75 (bench/encryption.py)
+5. encryption  ingest rate and context latency with sealing off, detector-only sealing
+            and every user-scoped payload sealed whole, side by side in many short
+            interleaved rounds; overheads are medians of per-round ratios with p25/p75
+            (bench/encryption.py)
 6. distributed  embedded and distributed mode side by side over HTTP: ingest rate,
             freshness at half of it, recovery after a registrar outage, context latency
             at 100k memories (bench/distributed.py; writes DIR/distributed-<time>.json;
@@ -377,16 +378,17 @@ def _summary(results: Results, elapsed: dict[str, float], total: float) -> str:
             if m.name in ("encryption.ingest_rate", "encryption.publish_rate"):
                 what = "ingest rate" if m.name.endswith("ingest_rate") else "publish calls only"
                 side = m.params["side"]
-                label = f"{what}, {'sealing off' if side == 'off' else side + ' sensitive'}"
+                names = {"off": "sealing off", "detector": "detector-only", "whole": "sealed whole"}
+                label = f"{what}, {names.get(side, side)}"
                 lines.append(f"  {label:<42} {m.value:>11,.1f} {m.unit}")
             elif m.name in ("encryption.context.p50", "encryption.context.p99"):
                 label = f"context {m.name.rsplit('.', 1)[1]}, {m.params['side']}"
                 lines.append(f"  {label:<42} {m.value:>11,.2f} {m.unit}")
         for label, name in (
-            ("ingest overhead, 10% vs 0% sensitive", "encryption.ingest_overhead"),
-            ("ingest overhead, 10% vs sealing off", "encryption.ingest_overhead_vs_off"),
-            ("publish-call overhead, 10% vs 0%", "encryption.publish_overhead"),
-            ("context latency added, 10% vs 0%", "encryption.context_overhead"),
+            ("ingest overhead, whole vs detector-only", "encryption.ingest_overhead"),
+            ("ingest overhead, whole vs sealing off", "encryption.ingest_overhead_vs_off"),
+            ("publish-call overhead, whole vs detector", "encryption.publish_overhead"),
+            ("context latency added, whole vs detector", "encryption.context_overhead"),
         ):
             row(label, name)
             m = find(name, None)
@@ -511,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench.encryption import run_encryption
 
             t0 = time.perf_counter()
-            progress("encryption", "sealing off vs 0% vs 10% sensitive events")
+            progress("encryption", "sealing off vs detector-only vs user payloads sealed whole")
             run_encryption(
                 results,
                 texts=anchor_texts[: args.ingest_texts],

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mnemo.domain.pii import cn_id_check_char, luhn_valid
 
-__all__ = ["Markers", "plant_markers", "scan"]
+__all__ = ["Markers", "Words", "plant_markers", "scan"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,36 @@ def plant_markers(seed: int | None = None) -> Markers:
         email=f"shred.{tag}@example.org",
         password=f"Pw{tag}x9",
     )
+
+
+@dataclass(frozen=True)
+class Words:
+    """One marker word per field that can carry a person's words (none of them a value the
+    PII detector would find: these are sealed because they are a user's, not because they
+    look sensitive)."""
+
+    observation: str
+    speaker: str
+    content: str
+    value: str
+    key: str
+    tag: str
+    source_id: str
+    source_location: str
+    correlation: str
+    actor: str
+    principal: str
+
+    @classmethod
+    def fresh(cls) -> Words:
+        return cls(*(f"w{name[:3]}{uuid.uuid4().hex[:12]}" for name in cls.__dataclass_fields__))
+
+    def all(self) -> list[str]:
+        return [getattr(self, name) for name in self.__dataclass_fields__]
+
+    def stored(self) -> list[str]:
+        """The markers a read model keeps while the user is not forgotten."""
+        return [self.content, self.value, self.key, self.tag, self.source_id, self.source_location]
 
 
 def _forms(marker: str) -> set[bytes]:

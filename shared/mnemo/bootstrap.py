@@ -47,7 +47,14 @@ from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import DistributedEventLog, PartitionProgress
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
-from mnemo.service.sealing import KeyCache, Sealer
+from mnemo.service.sealing import (
+    BlindTagIndex,
+    KeyCache,
+    OpenedEventLog,
+    OpenedMemoryStore,
+    Sealer,
+    SealingEventLog,
+)
 from mnemo.settings import MnemoSettings
 
 if TYPE_CHECKING:
@@ -385,6 +392,7 @@ def build_embedded(
     reindex_if_recreated(index, store, event_log)
     checkpoints = embedded_checkpoints(settings)
     signer = make_signer(settings)
+    sealer = make_sealer(settings, vault)
     runner = make_runner(
         settings,
         event_log,
@@ -394,14 +402,23 @@ def build_embedded(
         clock,
         consumers,
         make_checkpointer(settings, checkpoints, signer, clock),
+        sealer,
     )
     tokenizer = make_tokenizer(settings)
+    reads = OpenedMemoryStore(store, sealer)  # every use case reads memories opened, once
+    searched = BlindTagIndex(index, sealer)
     contexts = ContextAssembler(
-        event_log, store, index, query_embedder, tokenizer, tokenizer_for_model, clock
+        SealingEventLog(event_log, sealer),
+        reads,
+        searched,
+        query_embedder,
+        tokenizer,
+        tokenizer_for_model,
+        clock,
     )
-    sealer = make_sealer(settings, vault)
+    replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(
-        event_log, store, index, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
+        replays, reads, searched, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
     )
     access = open_access(settings, clock)
     return Platform(
@@ -437,13 +454,16 @@ def make_runner(
     clock: Clock,
     consumers: tuple[str, ...] = CONSUMERS,
     checkpointer: AuditCheckpointer | None = None,
+    sealer: Sealer | None = None,
 ) -> EmbeddedRunner:
     """The consumers' handlers over given adapters, with the settings' rules and policy.
-    The embedded mode drives it; the distributed workers call its steps."""
+    The embedded mode drives it; the distributed workers call its steps. The handlers read
+    user streams' events opened, and what they emit is sealed before the log (ADR 0010)."""
+    sealer = sealer or make_sealer(settings)
     return EmbeddedRunner(
-        event_log,
+        SealingEventLog(event_log, sealer),
         store,
-        index,
+        BlindTagIndex(index, sealer),
         embedder,
         clock,
         load_rules(settings.rules_file),
@@ -452,6 +472,7 @@ def make_runner(
         consumers=consumers,
         decay_policy=load_decay_policy(settings.decay_policy_file),
         checkpointer=checkpointer,
+        opener=sealer.open_private_envelope,
     )
 
 
@@ -711,6 +732,12 @@ def build_distributed(
     except BaseException:
         store.close()
         raise
+    if not settings.vault_addr:
+        log.warning(
+            "distributed mode without MNEMO_VAULT_ADDR: this process seals with its own "
+            "development key file; values it seals cannot be opened by other processes"
+        )
+    sealer = make_sealer(settings)
     runner = make_runner(
         settings,
         event_log,
@@ -719,22 +746,25 @@ def build_distributed(
         embedder,
         clock,
         checkpointer=make_checkpointer(settings, checkpoints, signer, clock),
+        sealer=sealer,
     )
     progress = PartitionProgress(store, topic)
     tokenizer = make_tokenizer(settings)
+    reads = OpenedMemoryStore(store, sealer)  # every use case reads memories opened, once
+    searched = BlindTagIndex(index, sealer)
     contexts = ContextAssembler(
-        event_log, store, index, embedder, tokenizer, tokenizer_for_model, clock
+        SealingEventLog(event_log, sealer),
+        reads,
+        searched,
+        embedder,
+        tokenizer,
+        tokenizer_for_model,
+        clock,
     )
-    if not settings.vault_addr:
-        log.warning(
-            "distributed mode without MNEMO_VAULT_ADDR: this process seals with its own "
-            "development key file; values it seals cannot be opened by other processes"
-        )
-    sealer = make_sealer(settings)
     app = Mnemo(
-        event_log,
-        store,
-        index,
+        OpenedEventLog(event_log, sealer, store),
+        reads,
+        searched,
         embedder,
         tokenizer,
         clock,

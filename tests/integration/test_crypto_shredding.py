@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.shred_support import Markers, plant_markers, scan
+from tests.shred_support import Markers, Words, plant_markers, scan
 from tests.support import headers_for, missing, running_server
 from tests.vault_support import vault_settings
 
@@ -223,3 +223,111 @@ def test_forgetting_shreds_users_and_tenants(
     for raw in vault.secrets:
         secrets += [raw.hex(), base64.b64encode(raw).decode(), raw.decode("latin-1")]
     assert scan(secrets, [], logs) == []
+
+
+def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> str:
+    """Publish a user's words in every free-text field, and assemble a context for them;
+    the context's request id."""
+    turn = event(
+        "ObservationRecorded",
+        user,
+        {"text": f"we spoke about {w.observation} today", "kind": "turn", "speaker": w.speaker},
+    )
+    turn["actor"] = {"kind": "agent", "id": w.actor}
+    turn["correlation_id"] = w.correlation
+    declared = event(
+        "MemoryDeclared",
+        user,
+        {
+            "memory": {
+                "type": "preference",
+                "content": f"likes {w.content} tea",
+                "key": w.key,
+                "value": w.value,
+                "tags": [w.tag],
+                "provenance": {"source_id": w.source_id, "source_location": w.source_location},
+            }
+        },
+    )
+    declared["correlation_id"] = w.correlation
+    as_principal = headers_for(tenant, w.principal)
+    r = client.post(
+        "/v1/events?wait=indexed", json={"events": [turn, declared]}, headers=as_principal
+    )
+    assert r.status_code == 202, r.text
+    assert r.json()["complete"] is True
+    ctx = client.post(
+        "/v1/context",
+        json={"subjects": [user], "query": f"tea {w.content}", "budget": 800},
+        headers=as_principal,
+    )
+    assert ctx.status_code == 200, ctx.text
+    assert w.content in ctx.json()["context"]
+    return str(ctx.json()["request_id"])
+
+
+def test_forgetting_a_user_leaves_none_of_their_words(
+    tmp_path: Path, vault: Recording, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finding 6: every field a person's words can sit in is sealed under the subject's key
+    before the log, whatever the detector finds; after forgetting the user no byte of any
+    store or log holds them, and no read gives them back, while a control user's words are
+    still there (so the scan can fail)."""
+    caplog.set_level(logging.DEBUG)
+    data = tmp_path / "data"
+    alice, bob = Words.fresh(), Words.fresh()
+    with running_server(data, vault=vault) as (url, platform):
+        client = httpx.Client(base_url=url, timeout=30)
+        acme = headers_for("acme", "agent-1")
+        alice_ctx = plant_words(client, "acme", "user:alice", alice)
+        plant_words(client, "acme", "user:bob", bob)
+        waited = client.get("/v1/subjects/user:alice/events", headers=acme)
+        assert waited.status_code == 200
+        for word in alice.all():  # replay opens every field
+            if word != alice.principal:
+                assert word in waited.text, word
+        ctx_view = client.get(f"/v1/insights/contexts/{alice_ctx}", headers=acme).json()
+        assert alice.content in (ctx_view["rendered"] or "")
+        # the log holds no one's words at all, forgotten or not
+        logs_files = [p for p in data.iterdir() if p.name.startswith("log.sqlite3")]
+        assert logs_files
+        assert scan(alice.all() + bob.all(), logs_files) == []
+
+        r = client.post(
+            "/v1/events?wait=indexed",
+            json=event("ForgetRequested", "user:alice", {"reason": "user asked"}),
+            headers=acme,
+        )
+        assert r.status_code == 202, r.text
+        assert r.json()["complete"] is True
+        platform.index.flush()
+
+        def served(method: str, path: str, body: Any = None) -> str:
+            r = client.request(method, path, json=body, headers=acme)
+            assert r.status_code in (200, 404), (path, r.status_code, r.text)
+            return r.text
+
+        reads = [
+            served("GET", "/v1/subjects/user:alice/events"),
+            served("GET", "/v1/subjects/user:alice/memories?include_inactive=true"),
+            served("GET", "/v1/subjects/user:alice/snapshot"),
+            served("GET", "/v1/events?after_offset=0&limit=1000"),
+            served("POST", "/v1/search", {"query": f"tea {alice.content}"}),
+            served("POST", "/v1/context", {"subjects": ["user:alice"], "query": alice.content}),
+            served("GET", "/v1/insights/events?after_offset=0&limit=1000"),
+            served("GET", "/v1/insights/heatmap?include_inactive=true"),
+            served("GET", "/v1/insights/contexts"),
+            served("GET", f"/v1/insights/contexts/{alice_ctx}"),
+            served("GET", "/v1/insights/rejections"),
+        ]
+        for text in reads:
+            assert not [w for w in alice.all() if w in text], text[:400]
+        # bob, the control, reads back whole
+        assert bob.content in served("GET", "/v1/subjects/user:bob/memories")
+        client.close()
+
+    logs = [r.getMessage() for r in caplog.records] + [caplog.text]
+    assert scan(alice.all(), [data], logs) == []
+    found = scan(bob.all(), [data], logs)
+    for word in bob.stored():  # the read models keep what a live user's reads need
+        assert any(hit.startswith(word) for hit in found), (word, found)

@@ -7,6 +7,7 @@ import base64
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 from tests.vault_support import SwitchableVault
 
@@ -14,7 +15,7 @@ from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.events import Envelope, validate_envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED, SecurityPolicy
-from mnemo.service.sealing import KeyCache, Sealer
+from mnemo.service.sealing import SEALED_TEXT, KeyCache, Sealer
 
 ID = "11010519491231002X"
 PHONE = "13800138000"
@@ -73,12 +74,21 @@ def sealer(vault: SwitchableVault, ticker: Ticker) -> Sealer:
     return Sealer(KeyCache(vault, ttl=30.0, now=ticker))
 
 
+def detected(sealer: Sealer, event: Envelope) -> Envelope:
+    """What the detector made of an event: sealed, then its whole-sealed fields opened (as
+    Mnemo's consumers read a user stream's events)."""
+    return sealer.open_private_envelope(sealer.seal(event))
+
+
 def test_sealed_event_holds_no_plaintext_and_opens(sealer: Sealer) -> None:
     event = observation(f"remember my id is {ID} and my phone is {PHONE}")
     sealed = sealer.seal(event)
     raw = sealed.model_dump_json()
     assert ID not in raw
     assert PHONE not in raw
+    assert "remember" not in raw  # a user stream's text is sealed whole
+    assert sealed.payload["text"] == SEALED_TEXT
+    sealed = sealer.open_private_envelope(sealed)
     block = sealed.encryption
     assert block is not None
     assert block.key_id == "acme/user:U1"  # users get their own key by default
@@ -94,9 +104,9 @@ def test_sealed_event_holds_no_plaintext_and_opens(sealer: Sealer) -> None:
 
 
 def test_placeholders_are_stable_per_key_and_differ_across_keys(sealer: Sealer) -> None:
-    a = sealer.seal(observation(f"call {PHONE}")).payload["text"]
-    b = sealer.seal(observation("call +86 138-0013-8000")).payload["text"]
-    other_user = sealer.seal(observation(f"call {PHONE}", stream="user:U2")).payload["text"]
+    a = detected(sealer, observation(f"call {PHONE}")).payload["text"]
+    b = detected(sealer, observation("call +86 138-0013-8000")).payload["text"]
+    other_user = detected(sealer, observation(f"call {PHONE}", stream="user:U2")).payload["text"]
     assert a == b  # the same number, normalised
     assert a != other_user  # another key, another keyed hash
 
@@ -104,9 +114,15 @@ def test_placeholders_are_stable_per_key_and_differ_across_keys(sealer: Sealer) 
 def test_nothing_sensitive_leaves_the_event_untouched(
     sealer: Sealer, vault: SwitchableVault
 ) -> None:
-    event = observation("remember my size is L")
+    event = observation("remember my size is L", stream="agent:A1")
     assert sealer.seal(event) is event
     assert vault.calls == 0
+    # on a user stream it is sealed whole all the same: the detector does not decide that
+    mine = sealer.seal(observation("remember my size is L"))
+    assert "size" not in mine.model_dump_json()
+    assert sealer.open_json(mine.model_dump(mode="json"))["payload"]["text"] == (
+        "remember my size is L"
+    )
 
 
 def test_policy_mask_and_reject(vault: SwitchableVault, ticker: Ticker) -> None:
@@ -114,7 +130,7 @@ def test_policy_mask_and_reject(vault: SwitchableVault, ticker: Ticker) -> None:
         {"default": {"actions": {"phone": "mask", "bank_card": "reject"}}}
     )
     sealer = Sealer(KeyCache(vault, 30.0, now=ticker), policy)
-    masked = sealer.seal(observation(f"call {PHONE}"))
+    masked = detected(sealer, observation(f"call {PHONE}"))
     assert masked.payload["text"] == "call 138****8000"
     assert masked.encryption is None
     with pytest.raises(InvalidInput) as info:
@@ -124,11 +140,9 @@ def test_policy_mask_and_reject(vault: SwitchableVault, ticker: Ticker) -> None:
 
 
 def test_sensitive_draft_is_sealed_whole(sealer: Sealer) -> None:
-    sealed = sealer.seal(
-        declared(
-            {"type": "fact", "key": "locker_code", "value": "left 12, right 7", "sensitive": True}
-        )
-    )
+    draft = {"type": "fact", "key": "locker_code", "value": "left 12, right 7", "sensitive": True}
+    assert "left 12" not in sealer.seal(declared(draft)).model_dump_json()
+    sealed = detected(sealer, declared(draft))
     assert "left 12" not in sealed.model_dump_json()
     assert sealed.payload["memory"]["value"].startswith("⟦sensitive:h")
 
@@ -137,13 +151,15 @@ def test_destroyed_key_reads_redacted(sealer: Sealer) -> None:
     sealed = sealer.seal(observation(f"my id is {ID}"))
     sealer.keys.destroy("acme/user:U1")
     opened = sealer.open_json(sealed.model_dump(mode="json"))
-    assert opened["payload"]["text"] == f"my id is {REDACTED}"
+    assert opened["payload"]["text"] == REDACTED  # all of it: it was sealed whole
+    assert opened["actor"]["id"].startswith("h")  # a checked field keeps its keyed hash
+    assert '"a1"' not in orjson.dumps(opened).decode()
 
 
 def test_tampered_ciphertext_reads_redacted(sealer: Sealer) -> None:
     sealed = sealer.seal(observation(f"my id is {ID}"))
     assert sealed.encryption is not None
-    ((ref, ct),) = sealed.encryption.values.items()
+    ((ref, ct),) = ((r, c) for r, c in sealed.encryption.values.items() if ":h" in r)
     raw = bytearray(base64.b64decode(ct))
     raw[-1] ^= 1
     bad = sealed.model_dump(mode="json")
@@ -192,7 +208,7 @@ def test_rotation_seals_with_the_new_version_and_opens_the_old(sealer: Sealer) -
 
 
 def test_query_text_matches_the_placeholder(sealer: Sealer) -> None:
-    sealed = sealer.seal(observation(f"call {PHONE}")).payload["text"]
+    sealed = detected(sealer, observation(f"call {PHONE}")).payload["text"]
     query = sealer.query_text("acme", ["user:U1"], f"who has +86 {PHONE}?")
     assert PHONE not in query
     assert sealed.split()[-1] in query
@@ -239,9 +255,45 @@ def test_values_the_review_found_in_plaintext_are_sealed(
     sealer: Sealer, text: str, secret: str | None
 ) -> None:
     """Finding 5, end to end through the sealer: none of these reaches the log in clear."""
-    sealed = sealer.seal(observation(text))
+    assert text not in sealer.seal(observation(text)).model_dump_json()
+    sealed = detected(sealer, observation(text))
     if secret is None:
         assert sealed.encryption is None
         return
     assert secret not in sealed.model_dump_json()
     assert sealer.open_json(sealed.model_dump(mode="json"))["payload"]["text"] == text
+
+
+def test_every_field_with_a_persons_words_is_sealed_whole_on_a_user_stream(
+    sealer: Sealer,
+) -> None:
+    """Finding 6: nothing here is a detected value, yet none of it reaches the log in clear
+    on a user stream; the key and tags stand in as keyed hashes (equal keys, equal hashes)."""
+    words = {
+        "content": "likes oolong tea",
+        "key": "favourite_tea",
+        "value": "oolong",
+        "tags": ["drinks"],
+        "provenance": {"source_id": "crm-77", "source_location": "call notes"},
+    }
+    event = declared({"type": "preference", **words}).model_copy(
+        update={"correlation_id": "ticket-4711"}
+    )
+    sealed = sealer.seal(event)
+    raw = sealed.model_dump_json()
+    plain = ("oolong", "favourite_tea", "drinks", "crm-77", "call notes", "ticket-4711", '"a1"')
+    assert [text for text in plain if text in raw] == []
+    again = sealer.seal(declared({"type": "preference", **words}))
+    assert again.payload["memory"]["key"] == sealed.payload["memory"]["key"]  # blind index
+    assert (
+        sealer.seal(declared({"type": "preference", **words}, stream="user:U2")).payload["memory"][
+            "key"
+        ]
+        != sealed.payload["memory"]["key"]
+    )  # another subject, another key
+    opened = sealer.open_private_envelope(sealed)
+    assert opened.payload["memory"] == words | {"type": "preference"}
+    assert (opened.actor.id, opened.correlation_id) == ("a1", "ticket-4711")
+    # moved onto another event, a ciphertext does not open: each is bound to its event
+    moved = again.model_copy(update={"encryption": sealed.encryption})
+    assert sealer.open_private_envelope(moved).payload["memory"]["content"] == REDACTED

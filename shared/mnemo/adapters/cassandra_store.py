@@ -939,10 +939,7 @@ class _Tx(StoreTransaction):
                 current = self.get(write.tenant, write.memory_id)
                 if current is None:
                     continue
-                update: dict[str, object] = {"status": write.status}
-                if write.erase_content:
-                    update.update(content="", value=None, content_hash="erased", sealed=None)
-                self.memories[(write.tenant, write.memory_id)] = current.model_copy(update=update)
+                self.memories[(write.tenant, write.memory_id)] = write.applied_to(current)
             elif isinstance(write, PurgeTenant):
                 # every read-model row of the tenant goes at commit (see _plan_purges); what
                 # this batch recorded for it so far goes now, what it records next stays

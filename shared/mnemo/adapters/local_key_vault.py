@@ -60,6 +60,12 @@ class LocalKeyFileVault(VersionedKeyVault):
     def _persist(self, state: KeyState) -> None:
         _write(self.path, state)
 
+    def _reload(self) -> None:
+        # a consumer process opens what the gateway sealed under keys it made after this
+        # process loaded the file (users' streams are sealed whole, ADR 0010)
+        if self.path.exists():
+            self._state = _load(self.path)
+
     def _tighten_mode(self) -> None:
         mode = stat.S_IMODE(self.path.stat().st_mode)
         if mode != FILE_MODE:

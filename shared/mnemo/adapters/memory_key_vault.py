@@ -69,12 +69,23 @@ class VersionedKeyVault(KeyVault):
         self._lock = threading.RLock()
         self._state = state if state is not None else KeyState()
 
+    def _known(self, key_id: str) -> dict[int, bytearray] | None:
+        """A key's versions; for one not held, the state is reloaded first (`_reload`)."""
+        versions = self._state.keys.get(key_id)
+        if versions is None and key_id not in self._state.destroyed:
+            self._reload()
+            versions = self._state.keys.get(key_id)
+        return versions
+
+    def _reload(self) -> None:
+        """Take in keys another process added meanwhile (a shared development file)."""
+
     # ---- the port -------------------------------------------------------------------
 
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
         _check_key_id(key_id)
         with self._lock:
-            versions = self._state.keys.get(key_id)
+            versions = self._known(key_id)
             if versions is None:
                 self._refuse_destroyed(key_id)
                 self._mutate(lambda state: _add_version(state, key_id))
@@ -93,7 +104,7 @@ class VersionedKeyVault(KeyVault):
             raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
         version = int(match.group(1))
         with self._lock:
-            versions = self._state.keys.get(key_id)
+            versions = self._known(key_id)
             if versions is None:
                 raise KeyDestroyed(f"key {key_id!r} was destroyed or never existed")
             master = versions.get(version)
@@ -127,7 +138,7 @@ class VersionedKeyVault(KeyVault):
     def search_key(self, key_id: str) -> bytes:
         _check_key_id(key_id)
         with self._lock:
-            versions = self._state.keys.get(key_id)
+            versions = self._known(key_id)
             if versions is None:
                 self._refuse_destroyed(key_id)
                 self._mutate(lambda state: _add_version(state, key_id))

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS streams (
 
 
 def connect(path: Path, synchronous: str = "FULL") -> sqlite3.Connection:
-    """A connection in WAL mode; autocommit, transactions are explicit."""
+    """A connection in WAL mode with secure_delete on; autocommit, transactions are
+    explicit."""
     if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
         raise ValueError(f"unknown synchronous mode {synchronous!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,6 +55,8 @@ def connect(path: Path, synchronous: str = "FULL") -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=30000")
+    # deleted rows are overwritten, not left in free pages (forgetting must really forget)
+    conn.execute("PRAGMA secure_delete=ON")
     return conn
 
 

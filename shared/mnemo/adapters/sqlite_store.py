@@ -156,6 +156,7 @@ def _context_record(body: str) -> ContextRecord:
 class _Tx(StoreTransaction):
     def __init__(self, cur: sqlite3.Cursor) -> None:
         self._cur = cur
+        self.erased = False  # whether a write forgot something (see `transaction`)
 
     def get(self, tenant: str, memory_id: str) -> Memory | None:
         row = self._cur.execute(
@@ -239,11 +240,10 @@ class _Tx(StoreTransaction):
                 current = self.get(write.tenant, write.memory_id)
                 if current is None:
                     continue
-                update: dict[str, object] = {"status": write.status}
-                if write.erase_content:
-                    update.update(content="", value=None, content_hash="erased", sealed=None)
-                self._put_memory(current.model_copy(update=update))
+                self.erased = self.erased or write.erase_content
+                self._put_memory(write.applied_to(current))
             elif isinstance(write, PurgeTenant):
+                self.erased = True
                 self._purge_tenant(write.tenant)
             elif isinstance(write, PutOutcome):
                 o = write.outcome
@@ -493,8 +493,13 @@ class SqliteMemoryStore(MemoryStore):
             cur = self._write.cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                yield _Tx(cur)
+                tx = _Tx(cur)
+                yield tx
                 cur.execute("COMMIT")
+                if tx.erased:
+                    # the write-ahead log still holds the pages as they were before the
+                    # forget: copy it back into the (securely deleted) file and truncate it
+                    cur.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except BaseException as exc:
                 if self._write.in_transaction:
                     cur.execute("ROLLBACK")

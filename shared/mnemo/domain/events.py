@@ -139,6 +139,12 @@ class EventPayload(BaseModel):
     PUBLIC: ClassVar[bool] = True  # may agents publish it, or only consumers emit it
     # free-text payload paths (dotted) the PII detector reads before the event is logged
     SCANNED: ClassVar[tuple[str, ...]] = ()
+    # payload paths (dotted; a list's items each) that may carry a person's words: on a
+    # user stream each is sealed whole under the subject's key before the log (ADR 0010)
+    PRIVATE: ClassVar[tuple[str, ...]] = ()
+    # PRIVATE paths Mnemo's consumers leave sealed (read models keep the stand-in; the views
+    # open the logged event)
+    UNOPENED: ClassVar[tuple[str, ...]] = ()
 
 
 # ---- published by agents -------------------------------------------------------------
@@ -150,6 +156,14 @@ class MemoryDeclared(EventPayload):
     TYPE = "MemoryDeclared"
     VERSION = 1
     SCANNED = ("memory.content", "memory.value", "memory.provenance.source_location")
+    PRIVATE = (
+        "memory.content",
+        "memory.value",
+        "memory.key",
+        "memory.tags",
+        "memory.provenance.source_id",
+        "memory.provenance.source_location",
+    )
     memory: MemoryDraft
 
 
@@ -159,6 +173,7 @@ class ObservationRecordedV1(EventPayload):
     TYPE = "ObservationRecorded"
     VERSION = 1
     SCANNED = ("utterance",)
+    PRIVATE = ("utterance",)
     utterance: str = Field(min_length=1, max_length=8_000)
     kind: str = "utterance"
 
@@ -171,6 +186,7 @@ class ObservationRecorded(EventPayload):
     TYPE = "ObservationRecorded"
     VERSION = 2
     SCANNED = ("text",)
+    PRIVATE = ("text", "speaker")
     text: str = Field(min_length=1, max_length=8_000)
     kind: Annotated[str, Field(pattern=r"^(utterance|action|turn)$")] = "utterance"
     timezone: str | None = Field(default=None, max_length=64)
@@ -200,6 +216,7 @@ class MemoryCorrected(EventPayload):
     TYPE = "MemoryCorrected"
     VERSION = 1
     SCANNED = ("reason",)
+    PRIVATE = ("reason",)
     memory_ids: tuple[MemoryId, ...] = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=1_000)
     request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
@@ -220,6 +237,7 @@ class MemoryContradicted(EventPayload):
     TYPE = "MemoryContradicted"
     VERSION = 1
     SCANNED = ("reason",)
+    PRIVATE = ("reason",)
     memory_id: MemoryId
     reason: str = Field(min_length=1, max_length=1_000)
 
@@ -232,6 +250,7 @@ class ForgetRequested(EventPayload):
     TYPE = "ForgetRequested"
     VERSION = 1
     SCANNED = ("reason",)
+    PRIVATE = ("reason",)
     memory_id: MemoryId | None = None
     reason: str | None = Field(default=None, max_length=1_000)
     tenant: JsonBool = Field(
@@ -288,6 +307,11 @@ class ContextAssembled(EventPayload):
     TYPE = "ContextAssembled"
     VERSION = 1
     PUBLIC = False
+    # the rendered context holds opened memories: sealed like what agents publish, and
+    # the context record keeps it sealed (the inspector opens it from this event)
+    SCANNED = ("rendered",)
+    PRIVATE = ("rendered",)
+    UNOPENED = ("rendered",)
     request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
     template: str = Field(max_length=128, description="name@version")
     template_fingerprint: str = Field(max_length=64)
@@ -335,6 +359,14 @@ class MemoryRegistered(EventPayload):
     TYPE = "MemoryRegistered"
     VERSION = 1
     PUBLIC = False
+    PRIVATE = (
+        "memory.content",
+        "memory.value",
+        "memory.key",
+        "memory.tags",
+        "memory.provenance.source_id",
+        "memory.provenance.source_location",
+    )
     memory: Memory
     draft_index: int = Field(default=0, ge=0, description="which memory of the cause this is")
 
@@ -343,6 +375,7 @@ class MemorySuperseded(EventPayload):
     TYPE = "MemorySuperseded"
     VERSION = 1
     PUBLIC = False
+    PRIVATE = ("key",)
     memory_id: str
     superseded_by: str
     key: str
@@ -352,6 +385,7 @@ class MemoryRejected(EventPayload):
     TYPE = "MemoryRejected"
     VERSION = 1
     PUBLIC = False
+    PRIVATE = ("detail",)
     reason_code: str
     detail: str
     rejected_event_id: str

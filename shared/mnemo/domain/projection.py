@@ -92,6 +92,25 @@ class SetStatus:
     status: MemoryStatus
     erase_content: bool = False
 
+    def applied_to(self, memory: Memory) -> Memory:
+        """The memory with this status; erasing keeps nothing a person said or where it
+        came from: content, value, key, tags, sources, guard and sealed values go."""
+        update: dict[str, object] = {"status": self.status}
+        if self.erase_content:
+            update.update(
+                content="",
+                value=None,
+                key=None,
+                tags=(),
+                provenance=memory.provenance.model_copy(
+                    update={"source_id": None, "source_location": None}
+                ),
+                guard=None,
+                content_hash="erased",
+                sealed=None,
+            )
+        return memory.model_copy(update=update)
+
 
 @dataclass(frozen=True, slots=True)
 class PutOutcome:

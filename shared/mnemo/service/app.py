@@ -55,7 +55,7 @@ from mnemo.service.context import (
     Feedback,
 )
 from mnemo.service.runner import EmbeddedRunner
-from mnemo.service.sealing import Sealer, is_sealed
+from mnemo.service.sealing import Sealer
 
 __all__ = [
     "MAX_BATCH",
@@ -318,14 +318,12 @@ class Mnemo:
         vault cannot be reached: then nothing is appended)."""
         assert self.sealer is not None
         try:
-            sealed = self.sealer.seal(envelope)
-        except InvalidInput as exc:
-            exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
-            raise
-        if sealed is envelope:
-            return envelope
-        try:  # placeholders are longer than some values: the result must still be valid
-            return validate_envelope(sealed.model_dump(mode="json"))
+            found = self.sealer.seal_found(envelope)
+            if found is not envelope:
+                # placeholders are longer than some values: the result must still be valid
+                found = validate_envelope(found.model_dump(mode="json"))
+            # what seals a user's fields whole stands in with valid values by construction
+            return self.sealer.seal_private(found) if self.sealer.seals_whole(found) else found
         except InvalidInput as exc:
             exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
             raise
@@ -338,41 +336,6 @@ class Mnemo:
         self.sealer.shred_forgotten(
             ctx.tenant, envelopes, lambda: self.log.sealed_key_ids(ctx.tenant)
         )
-
-    def _open(self, memory: Memory) -> Memory:
-        return memory if self.sealer is None else self.sealer.open_memory(memory)
-
-    def _open_all(self, memories: Sequence[Memory]) -> list[Memory]:
-        return [self._open(m) for m in memories]
-
-    def _open_events(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
-        if self.sealer is None:
-            return list(events)
-        sealer = self.sealer
-        return [
-            sealer.open_event(e, redact=self._forgotten(e.envelope.tenant, e.envelope))
-            if is_sealed(e.envelope)
-            else e
-            for e in events
-        ]
-
-    def _forgotten(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
-        """Whether a sealed event is about memories that were all forgotten: its values then
-        read as redacted, even while the key that sealed them lives on (one forgotten
-        memory does not shred a key; see docs/security.md)."""
-        if isinstance(envelope, Envelope):
-            event_id, payload = envelope.event_id, envelope.payload
-        else:
-            event_id, payload = str(envelope.get("event_id")), envelope.get("payload") or {}
-        memory = payload.get("memory") if isinstance(payload, Mapping) else None
-        if isinstance(memory, Mapping) and "memory_id" in memory:
-            ids = [str(memory["memory_id"])]
-        else:
-            ids = [o.memory_id for o in self.store.outcome(tenant, event_id) if o.memory_id]
-        if not ids:
-            return False
-        found = self.store.get_many(tenant, ids)
-        return len(found) == len(ids) and all(m.status is MemoryStatus.FORGOTTEN for m in found)
 
     def _wait(self, tenant: str, offset: int, wait: Wait, timeout: float) -> bool:
         """Until the consumers have handled the tenant's events up to `offset` (the other
@@ -392,7 +355,7 @@ class Mnemo:
         memory = self.store.get(ctx.tenant, memory_id)
         if memory is None:
             raise NotFound(f"no memory {memory_id}", code="MEMORY_NOT_FOUND", field="memory_id")
-        return self._open(memory)
+        return memory
 
     def list_memories(
         self,
@@ -428,7 +391,7 @@ class Mnemo:
             limit=max(1, min(limit, 1_000)),
             after=after,
         )
-        return self._open_all(self.store.query(ctx.tenant, query))
+        return self.store.query(ctx.tenant, query)
 
     def due_verifications(self, ctx: RequestContext, stream: str) -> list[Memory]:
         """Memories the agent should confirm with the user ("is your size still L?")."""
@@ -438,10 +401,10 @@ class Mnemo:
             live_at=self.clock.now(),
             limit=200,
         )
-        return self._open_all(self.store.query(ctx.tenant, query))
+        return self.store.query(ctx.tenant, query)
 
     def history(self, ctx: RequestContext, stream: str, key: str) -> list[Memory]:
-        return self._open_all(self.store.history(ctx.tenant, _stream_or_error(stream), key))
+        return self.store.history(ctx.tenant, _stream_or_error(stream), key)
 
     def search(
         self,
@@ -488,7 +451,7 @@ class Mnemo:
                 as_of=now,
                 relevance=r.relevance,
             )
-            hits.append(SearchHit(self._open(r.memory), c.score, r.fused_rank, c.weight))
+            hits.append(SearchHit(r.memory, c.score, r.fused_rank, c.weight))
         hits.sort(key=lambda h: (-h.score, h.memory.memory_id))
         return hits[:limit]
 
@@ -502,7 +465,7 @@ class Mnemo:
             query = self.sealer.query_text(ctx.tenant, request.subjects, request.query)
             request = dataclasses.replace(request, query=query)
         response = self.contexts.assemble(ctx.tenant, ctx.principal, request)
-        return self.sealer.open_context(response)
+        return response
 
     def report(
         self,
@@ -580,10 +543,8 @@ class Mnemo:
     ) -> list[LoggedEvent]:
         if from_seq < 1:
             raise InvalidInput("from_seq starts at 1", code="INVALID_SEQUENCE", field="from_seq")
-        return self._open_events(
-            self.log.read_stream(
-                ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
-            )
+        return self.log.read_stream(
+            ctx.tenant, _stream_or_error(stream), from_seq, max(1, min(limit, 10_000))
         )
 
     def replay_json(
@@ -593,18 +554,7 @@ class Mnemo:
         if from_seq < 1:
             raise InvalidInput("from_seq starts at 1", code="INVALID_SEQUENCE", field="from_seq")
         limit = max(1, min(limit, 10_000))
-        bodies = self.log.read_stream_json(ctx.tenant, _stream_or_error(stream), from_seq, limit)
-        if self.sealer is None:
-            return bodies
-        opened = []
-        for body in bodies:
-            if b'"encryption":{' not in body and b'"sealed":{' not in body:
-                opened.append(body)
-                continue
-            event = orjson.loads(body)
-            redact = self._forgotten(ctx.tenant, event)
-            opened.append(orjson.dumps(self.sealer.open_json(event, redact=redact)))
-        return opened
+        return self.log.read_stream_json(ctx.tenant, _stream_or_error(stream), from_seq, limit)
 
     def snapshot(self, ctx: RequestContext, stream: str) -> tuple[int, dict[str, dict[str, Any]]]:
         """A stream's memories as of its latest sequence number: (seq, memory id -> memory
@@ -640,9 +590,7 @@ class Mnemo:
         return found
 
     def tail(self, ctx: RequestContext, after_offset: int, limit: int) -> list[LoggedEvent]:
-        return self._open_events(
-            self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))
-        )
+        return self.log.read_tenant(ctx.tenant, max(0, after_offset), max(1, min(limit, 1_000)))
 
     def outcome(self, ctx: RequestContext, event_id: str) -> list[Outcome]:
         found = self.store.outcome(ctx.tenant, event_id)

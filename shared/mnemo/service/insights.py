@@ -13,7 +13,7 @@ Every call is scoped to the tenant of the request context, like every other use 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -286,12 +286,14 @@ class Insights:
         *,
         checkpoints: AuditCheckpoints | None = None,
         signer: Signer | None = None,
+        logged: EventLog | None = None,
     ) -> None:
-        self.log = log
+        self.log = log  # as the views read it (opened at the read port)
         self.store = store
         self.clock = clock
         self.checkpoints = checkpoints  # without them, only the hash chains are checked
         self.signer = signer
+        self.logged = logged or log  # as stored: what the audit chain hashed
 
     # ---- heat map -------------------------------------------------------------------------
 
@@ -424,6 +426,10 @@ class Insights:
             left.append((mid, reason) if mid else (item, "unknown"))
         ids = [*record.memory_ids, *(m for m, _ in left)]
         memories = {m.memory_id: bare_memory(m) for m in self.store.get_many(ctx.tenant, ids)}
+        if record.rendered is not None:  # kept sealed: shown opened from the logged event
+            logged = self.log.get(ctx.tenant, record.event_id)
+            shown = logged.envelope.payload.get("rendered") if logged is not None else None
+            record = replace(record, rendered=shown if isinstance(shown, str) else None)
         return ContextView(
             record=record,
             included=[
@@ -583,7 +589,7 @@ class Insights:
                     break
                 events = {
                     e.envelope.event_id: e.envelope
-                    for e in self.log.read_stream(tenant, head.stream, after_n + 1, len(records))
+                    for e in self.logged.read_stream(tenant, head.stream, after_n + 1, len(records))
                 }
                 broken = audit.verify(records, events, prev, after_n)
                 if broken is not None:
@@ -699,7 +705,7 @@ class Insights:
                 f"{stream} link {n} (event {record.event_id}): the link does not match its "
                 "event, its number or the link before it"
             )
-        elif self.log.get(tenant, record.event_id) is None:
+        elif self.logged.get(tenant, record.event_id) is None:
             what = f"{stream} link {n} (event {record.event_id}): the event is missing from the log"
         else:
             what = f"{stream} link {n} (event {record.event_id}): not the stream's event {n}"
@@ -723,7 +729,7 @@ class Insights:
         first_passed: LoggedEvent | None = None
         position = 0
         while True:
-            batch = self.log.read_tenant(tenant, position, AUDIT_PAGE)
+            batch = self.logged.read_tenant(tenant, position, AUDIT_PAGE)
             if not batch:
                 break
             for e in batch:

@@ -37,7 +37,7 @@ from mnemo.domain.ids import new_event_id, valid_stream
 from mnemo.domain.memory import MemoryStatus
 from mnemo.handlers.registration import wrapped_digest
 from mnemo.ports import MemoryQuery
-from mnemo.service.sealing import Sealer
+from mnemo.service.sealing import OpenedMemoryStore, Sealer
 
 __all__ = ["MAX_PAGE", "RewrapPage", "key_id_for", "rewrap_page", "rotate"]
 
@@ -104,7 +104,8 @@ def rewrap_page(
     query = MemoryQuery(
         stream=stream, statuses=tuple(MemoryStatus), limit=limit, after=after or None
     )
-    page = app.store.query(tenant, query)
+    stored = app.store.inner if isinstance(app.store, OpenedMemoryStore) else app.store
+    page = stored.query(tenant, query)  # as stored: the wrapped keys are what moves
     moved: dict[str, tuple[str, int]] = {}  # stored wrapped key -> (rewrapped, version)
     by_version: dict[int, list[RewrappedKey]] = {}
     for memory in page:
@@ -148,6 +149,8 @@ def rewrap_page(
         for version, entries in sorted(by_version.items())
     ]
     if events:
+        if app.sealer is not None:  # a user stream's actor id is sealed like any other
+            events = [app.sealer.seal(e, strict=False) for e in events]
         app.log.append(events)
         if app.runner is not None:
             app.runner.wake()

@@ -87,8 +87,12 @@ class EmbeddedRunner:
         consumers: tuple[str, ...] = CONSUMERS,
         decay_policy: decay.DecayPolicy | None = None,
         checkpointer: AuditCheckpointer | None = None,
+        opener: Callable[[Envelope], Envelope] | None = None,
     ) -> None:
         self.log = log_
+        # what a user stream's events sealed whole are opened by before a handler reads
+        # them (the audit consumer chains the events as logged)
+        self.opener = opener
         self.store = store
         self.index = index
         self.embedder = embedder
@@ -201,6 +205,13 @@ class EmbeddedRunner:
         telemetry.committed(consumer, [r.envelope for r in batch])
         return len(batch)
 
+    def opened(self, record: LoggedEvent) -> LoggedEvent:
+        """A logged event as the handlers read it (see `opener`)."""
+        if self.opener is None:
+            return record
+        env = self.opener(record.envelope)
+        return record if env is record.envelope else LoggedEvent(offset=record.offset, envelope=env)
+
     def _register(
         self,
         record: LoggedEvent,
@@ -214,7 +225,7 @@ class EmbeddedRunner:
                 if caused is None:
                     caused = self.log.caused_by(env.tenant, env.event_id)
                 prior = [
-                    e.envelope
+                    self.opened(e).envelope
                     for e in caused
                     if e.envelope.actor.kind is ActorKind.SYSTEM
                     and e.envelope.actor.id == registration.CONSUMER
@@ -250,12 +261,13 @@ class EmbeddedRunner:
         """Registration, plus the timeline entries of the memories the event touched.
         `caused`: the log's events caused by this one, when the caller looked them up
         already (the distributed registrar does, for a whole batch at once)."""
+        record = self.opened(record)
         decision = self._register(record, tx, caused)
         decision.writes.extend(timeline.entries(record.envelope, record.offset))
         return decision
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
-        return decay.handle(record.envelope, tx, self.decay_policy)
+        return decay.handle(self.opened(record).envelope, tx, self.decay_policy)
 
     def decide_audit(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         env = record.envelope
@@ -300,6 +312,8 @@ class EmbeddedRunner:
     def index_events(self, envelopes: list[Envelope]) -> None:
         """Embed and upsert what the events registered, each with its keyword vector; drop
         what they ended."""
+        if self.opener is not None:
+            envelopes = [self.opener(e) for e in envelopes]
         plan = indexing.plan(envelopes)
         for tenant in sorted(plan.purges):  # a forgotten tenant: before these upserts
             self.index.delete(tenant, self.index.ids(tenant))

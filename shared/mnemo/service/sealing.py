@@ -26,17 +26,27 @@ import hmac
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, TypeVar
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mnemo.domain.context import neutral_text
+from mnemo.domain.context import ContextTemplate, neutral_text
 from mnemo.domain.errors import InvalidInput, KeyDestroyed
-from mnemo.domain.events import CATALOG, Envelope, ForgetRequested, LoggedEvent, decode_payload
-from mnemo.domain.memory import Memory
+from mnemo.domain.events import (
+    CATALOG,
+    ActorKind,
+    Envelope,
+    ForgetRequested,
+    LoggedEvent,
+    decode_payload,
+)
+from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.pii import (
     PLACEHOLDER,
     REDACTED,
@@ -49,11 +59,43 @@ from mnemo.domain.pii import (
     normalize,
     placeholder,
 )
+from mnemo.domain.projection import (
+    AuditRecord,
+    ContextRecord,
+    MemoryStats,
+    Outcome,
+    TimelineEntry,
+    Timer,
+)
 from mnemo.domain.sealed import EncryptionBlock
-from mnemo.ports import KeyVault
+from mnemo.ports import (
+    Appended,
+    EventLog,
+    Fusion,
+    KeyVault,
+    MemoryQuery,
+    MemoryStore,
+    SparseVector,
+    StoreTransaction,
+    Vector,
+    VectorFilter,
+    VectorIndex,
+    VectorPoint,
+)
 from mnemo.service.context import ContextResponse
 
-__all__ = ["KeyCache", "Sealer", "is_sealed", "replace_envelope"]
+__all__ = [
+    "SEALED_TEXT",
+    "BlindTagIndex",
+    "KeyCache",
+    "OpenedEventLog",
+    "OpenedMemoryStore",
+    "Sealer",
+    "SealingEventLog",
+    "is_private_stream",
+    "is_sealed",
+    "replace_envelope",
+]
 
 NONCE_BYTES = 12
 MAX_SEALED_VALUES = 512  # EncryptionBlock.values holds at most this many
@@ -175,6 +217,9 @@ class Sealer:
     def __init__(self, keys: KeyCache, policy: SecurityPolicy | None = None) -> None:
         self.keys = keys
         self.policy = policy or SecurityPolicy()
+        # seal a user stream's words whole (ADR 0010); off only where a benchmark measures
+        # what it costs against detector-only sealing
+        self.seal_whole = True
 
     # ---- keys -------------------------------------------------------------------------
 
@@ -231,12 +276,34 @@ class Sealer:
 
     # ---- sealing ------------------------------------------------------------------------
 
-    def seal(self, envelope: Envelope) -> Envelope:
-        """The event with its sensitive values replaced and sealed (itself when it has none).
+    def seal(self, envelope: Envelope, *, strict: bool = True) -> Envelope:
+        """The event as the log may hold it (itself when nothing needs sealing): the
+        detector's values replaced by placeholders (or masks), then, on a user stream, every
+        field that may carry a person's words sealed whole (`seal_private`).
 
         Raises InvalidInput (SENSITIVE_VALUE_REJECTED) when the policy rejects a value,
         Unavailable when Vault cannot be reached (nothing may then be logged), KeyDestroyed
-        when the subject's key was shredded."""
+        when the subject's key was shredded. Mnemo's own events (`strict` False) are never
+        refused: a rejected value is masked, and on a shredded key the private fields are
+        blanked (nothing can open them again anyway)."""
+        if self.seal_whole and is_private_stream(envelope.stream):
+            if _has_private(envelope.encryption):
+                return envelope  # sealed already (by the publish path)
+            return self.seal_private(self.seal_found(envelope, strict), strict=strict)
+        return self.seal_found(envelope, strict)
+
+    def seals_whole(self, envelope: Envelope) -> bool:
+        """Whether `seal` seals this event's private fields whole (a user stream's, not
+        sealed so already)."""
+        return (
+            self.seal_whole
+            and is_private_stream(envelope.stream)
+            and not _has_private(envelope.encryption)
+        )
+
+    def seal_found(self, envelope: Envelope, strict: bool = True) -> Envelope:
+        """The detector's part of `seal`: its values replaced by placeholders (sealed) or
+        masks; a rejected value refuses the event when `strict`."""
         model = CATALOG.models.get((envelope.type, envelope.schema_version))
         paths = model.SCANNED if model is not None else ()
         if not paths:
@@ -271,6 +338,8 @@ class Sealer:
             pos = 0
             for found in findings:
                 action = policy.action(found.kind)
+                if action is Action.REJECT and not strict:
+                    action = Action.MASK
                 if action is Action.REJECT:
                     raise InvalidInput(
                         f"payload.{path} holds a {found.kind.value} value, which this tenant's "
@@ -299,6 +368,69 @@ class Sealer:
                 "payload": payload,
                 "encryption": self._block(envelope, key_id, plan, fields),
             }
+        )
+
+    def seal_private(self, envelope: Envelope, *, strict: bool = True) -> Envelope:
+        """Seal whole every field of a user stream's event that may carry a person's words:
+        the payload's PRIVATE paths, the actor id (unless Mnemo's own) and the correlation
+        id. Each is AES-256-GCM sealed under the subject's data key, bound to the event id
+        and its path (ref ``f:<path>``), and stands in the event as SEALED_TEXT, or, where
+        a field's format is checked (keys, tags, ids), as a keyed hash of its value under
+        the subject's search key: a blind index, equal for equal values of one subject."""
+        fields = _private_fields(envelope)
+        if not fields:
+            return envelope
+        key_id = self.key_id(envelope.tenant, envelope.stream)
+        try:
+            search = self.keys.search_key(key_id)
+            stand_ins = {ref: _stand_in(ref, value, search) for ref, value in fields.items()}
+            block = self._private_block(envelope, key_id, fields)
+        except KeyDestroyed:
+            if strict:
+                raise
+            # Mnemo's own event about a shredded subject: nothing may open it again
+            noise = os.urandom(32)
+            blank = {ref: _stand_in(ref, v, noise, REDACTED) for ref, v in fields.items()}
+            return _with_fields(envelope, blank, envelope.encryption)
+        return _with_fields(envelope, stand_ins, block)
+
+    def _private_block(
+        self, envelope: Envelope, key_id: str, fields: Mapping[str, str]
+    ) -> EncryptionBlock:
+        prior = envelope.encryption
+        values: dict[str, str] = {}
+        sealed_fields: tuple[str, ...] = ()
+        if prior is not None and prior.wrapped_key is not None:
+            if prior.key_id != key_id:
+                raise InvalidInput(
+                    f"the event is sealed under key {prior.key_id!r}, not {key_id!r}",
+                    code="INVALID_ENCRYPTION",
+                    field="encryption.key_id",
+                )
+            wrapped = self._wrapped(prior)
+            data_key = self.keys.unwrap(key_id, wrapped)
+            version = prior.key_version
+            values.update(prior.values)
+            sealed_fields = prior.fields
+        else:
+            data_key, wrapped, version = self.keys.data_key(key_id)
+        if len(values) + len(fields) > MAX_SEALED_VALUES:
+            raise InvalidInput(
+                f"an event may hold at most {MAX_SEALED_VALUES} sealed values",
+                code="TOO_MANY_SENSITIVE_VALUES",
+                field="payload",
+            )
+        aead = AESGCM(data_key)
+        for ref, value in fields.items():
+            nonce = os.urandom(NONCE_BYTES)
+            aad = _field_aad(envelope.tenant, key_id, envelope.event_id, ref)
+            values[ref] = _b64(nonce + aead.encrypt(nonce, value.encode(), aad))
+        return EncryptionBlock(
+            key_id=key_id,
+            key_version=version,
+            fields=sealed_fields,
+            wrapped_key=_b64(wrapped),
+            values=values,
         )
 
     def _block(
@@ -425,10 +557,75 @@ class Sealer:
             }
         )
 
+    def open_private(
+        self,
+        event: dict[str, Any],
+        *,
+        redact: bool = False,
+        drop_empty: bool = False,
+        kept: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        """An event as JSON with its whole-sealed fields put back (or, with `redact` or
+        under a shredded key, free text as the redaction marker and checked fields left as
+        their keyed hashes) and their ciphertexts taken out of the block; the detector's
+        placeholders stay as they are."""
+        block_raw = event.get("encryption")
+        if not isinstance(block_raw, dict):
+            return event
+        values = block_raw.get("values")
+        if not isinstance(values, dict) or not any(str(r).startswith(PRIVATE_REF) for r in values):
+            return event
+        block = EncryptionBlock.model_validate(block_raw)
+        tenant, event_id = str(event.get("tenant", "")), str(event.get("event_id", ""))
+        aead: AESGCM | None = None
+        if not redact:
+            try:
+                aead = AESGCM(self.keys.unwrap(block.key_id, self._wrapped(block)))
+            except (KeyDestroyed, InvalidInput):
+                aead = None
+        opened: dict[str, str | None] = {}
+        left = {PRIVATE_REF + path for path in kept}
+        for ref, text in block.values.items():
+            if not ref.startswith(PRIVATE_REF) or ref in left:
+                continue
+            opened[ref] = None
+            if aead is None:
+                continue
+            try:
+                raw = _unb64(text)
+                aad = _field_aad(tenant, block.key_id, event_id, ref)
+                opened[ref] = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad).decode()
+            except (InvalidTag, binascii.Error, ValueError):
+                continue
+        event = copy.deepcopy(event)
+        for ref, value in opened.items():
+            if value is None and _leaf(ref) in _TOKEN_LEAVES:
+                continue  # a checked field keeps its keyed hash
+            _put(event, ref[len(PRIVATE_REF) :], REDACTED if value is None else value)
+        rest = {r: v for r, v in block.values.items() if r not in opened}
+        if rest:
+            event["encryption"] = {**block_raw, "values": rest}
+        elif drop_empty:
+            event["encryption"] = None
+        else:  # views show which key sealed the event, never a wrapped key
+            event["encryption"] = {**block_raw, "values": {}, "wrapped_key": None}
+        return event
+
+    def open_private_envelope(self, envelope: Envelope) -> Envelope:
+        """An event as Mnemo's consumers read it: whole-sealed fields opened, the
+        detector's placeholders (and their ciphertexts) kept."""
+        if not _has_private(envelope.encryption):
+            return envelope
+        model = CATALOG.models.get((envelope.type, envelope.schema_version))
+        kept = model.UNOPENED if model is not None else ()
+        opened = self.open_private(envelope.model_dump(mode="json"), drop_empty=True, kept=kept)
+        return Envelope.model_validate(opened)
+
     def open_json(self, event: dict[str, Any], *, redact: bool = False) -> dict[str, Any]:
         """An event as JSON (a dict) with its values opened (or, with `redact`, replaced by
         the redaction marker); the encryption block keeps its key id and version but no
         ciphertext."""
+        event = self.open_private(event, redact=redact)
         tenant = str(event.get("tenant", ""))
         block_raw = event.get("encryption")
         payload = event.get("payload")
@@ -488,6 +685,396 @@ class Sealer:
             included=included,
         )
         return replace(response, assembly=assembly)
+
+
+# ---- fields sealed whole on user streams -------------------------------------------------
+
+SEALED_TEXT = "⟦sealed⟧"  # what a whole-sealed free-text field reads in the log
+PRIVATE_REF = "f:"  # refs of whole-sealed fields: f:<payload path>, f:@actor.id, ...
+# fields whose format is checked (keys, tags, ids): they stand in as a keyed hash
+_TOKEN_LEAVES = frozenset({"key", "tags", "source_id", "speaker", "@actor.id", "@correlation_id"})
+
+
+def is_private_stream(stream: str) -> bool:
+    """Whether a stream is a person's (its events are sealed whole, ADR 0010)."""
+    return stream.startswith("user:")
+
+
+def _has_private(block: EncryptionBlock | None) -> bool:
+    return block is not None and any(r.startswith(PRIVATE_REF) for r in block.values)
+
+
+def _private_fields(envelope: Envelope) -> dict[str, str]:
+    """ref -> plaintext of every non-empty field of the event to seal whole."""
+    model = CATALOG.models.get((envelope.type, envelope.schema_version))
+    found: dict[str, str] = {}
+    for path in model.PRIVATE if model is not None else ():
+        spot = _locate(envelope.payload, path)
+        value = spot[0].get(spot[1]) if spot is not None else None
+        if isinstance(value, str) and value:
+            found[PRIVATE_REF + path] = value
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, str) and item:
+                    found[f"{PRIVATE_REF}{path}.{i}"] = item
+    if envelope.actor.kind is not ActorKind.SYSTEM:
+        found[PRIVATE_REF + "@actor.id"] = envelope.actor.id
+    if envelope.correlation_id:
+        found[PRIVATE_REF + "@correlation_id"] = envelope.correlation_id
+    return found
+
+
+def _leaf(ref: str) -> str:
+    path = ref[len(PRIVATE_REF) :]
+    if path.startswith("@"):
+        return path
+    names = [p for p in path.split(".") if not p.isdigit()]
+    return names[-1] if names else path
+
+
+def _stand_in(ref: str, value: str, search_key: bytes, text: str = SEALED_TEXT) -> str:
+    if _leaf(ref) not in _TOKEN_LEAVES:
+        return text
+    digest = hmac.new(search_key, f"field\x00{value}".encode(), hashlib.sha256).hexdigest()
+    return "h" + digest[:16]
+
+
+def _field_aad(tenant: str, key_id: str, event_id: str, ref: str) -> bytes:
+    return f"mnemo-field\x00{tenant}\x00{key_id}\x00{event_id}\x00{ref}".encode()
+
+
+def _put(event: dict[str, Any], path: str, value: str) -> None:
+    """Set a field of an event's JSON: `@actor.id`, `@correlation_id`, or a payload path
+    whose numeric parts index lists."""
+    parts: list[str] = (
+        path[1:].split(".") if path.startswith("@") else ["payload", *path.split(".")]
+    )
+    node: Any = event
+    try:  # a ref naming no such place (a malformed block) changes nothing
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if node is None:
+                return
+        last = parts[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+    except (ValueError, IndexError, AttributeError):
+        return
+
+
+def _with_fields(
+    envelope: Envelope,
+    stand_ins: Mapping[str, str],
+    block: EncryptionBlock | None,
+) -> Envelope:
+    """The event with its private fields replaced by their stand-ins (each valid where the
+    field was: `⟦sealed⟧` for free text, a short keyed hash for checked fields)."""
+    event: dict[str, Any] = {
+        "payload": copy.deepcopy(envelope.payload),
+        "actor": {"id": envelope.actor.id},
+        "correlation_id": envelope.correlation_id,
+    }
+    for ref, value in stand_ins.items():
+        _put(event, ref[len(PRIVATE_REF) :], value)
+    return envelope.model_copy(
+        update={
+            "payload": event["payload"],
+            "actor": envelope.actor.model_copy(update={"id": event["actor"]["id"]}),
+            "correlation_id": event["correlation_id"],
+            "encryption": block,
+        }
+    )
+
+
+class SealingEventLog(EventLog):
+    """The log as Mnemo's consumers and context assembler append to it: every event is
+    sealed (`Sealer.seal`, not strict) on its way in; reads pass through as logged."""
+
+    def __init__(self, inner: EventLog, sealer: Sealer) -> None:
+        self.inner = inner
+        self.sealer = sealer
+
+    def append(self, events: Sequence[Envelope]) -> list[Appended]:
+        return self.inner.append([self.sealer.seal(e, strict=False) for e in events])
+
+    def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self.inner.read(after_offset, limit)
+
+    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
+        return self.inner.read_stream(tenant, stream, from_seq, limit)
+
+    def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        return self.inner.read_stream_json(tenant, stream, from_seq, limit)
+
+    def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self.inner.read_tenant(tenant, after_offset, limit)
+
+    def head(self) -> int:
+        return self.inner.head()
+
+    def stream_head(self, tenant: str, stream: str) -> int:
+        return self.inner.stream_head(tenant, stream)
+
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
+        return self.inner.get(tenant, event_id)
+
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        return self.inner.caused_by(tenant, event_id)
+
+    def sealed_key_ids(self, tenant: str) -> set[str]:
+        return self.inner.sealed_key_ids(tenant)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+_NO_FILTER = VectorFilter()
+_FUSION = Fusion()
+
+
+class BlindTagIndex(VectorIndex):
+    """The vector index with no tag in clear: each tag a point carries, and each tag a
+    search filters on, becomes a keyed hash under the tenant's search key, so the index's
+    files (segments, payload indexes, write-ahead log) hold no word a person chose even
+    before a forget deletes the points. Everything else passes through."""
+
+    def __init__(self, inner: VectorIndex, sealer: Sealer) -> None:
+        self.inner = inner
+        self.sealer = sealer
+
+    def _tokens(self, tenant: str, tags: Iterable[str]) -> tuple[str, ...]:
+        try:
+            key = self.sealer.keys.search_key(tenant)
+        except KeyDestroyed:  # a forgotten tenant: nothing of it matches, nothing is kept
+            key = os.urandom(32)
+        return tuple(
+            "#" + hmac.new(key, f"tag\x00{tag}".encode(), hashlib.sha256).hexdigest()[:20]
+            for tag in tags
+        )
+
+    def _filter(self, tenant: str, flt: VectorFilter) -> VectorFilter:
+        return replace(flt, tags=self._tokens(tenant, flt.tags)) if flt.tags else flt
+
+    def upsert(self, points: Sequence[VectorPoint]) -> None:
+        self.inner.upsert(
+            [replace(p, tags=self._tokens(p.tenant, p.tags)) if p.tags else p for p in points]
+        )
+
+    def delete(self, tenant: str, memory_ids: Sequence[str]) -> None:
+        self.inner.delete(tenant, memory_ids)
+
+    def search(
+        self, tenant: str, vector: Vector, limit: int, flt: VectorFilter = _NO_FILTER
+    ) -> list[tuple[str, float]]:
+        return self.inner.search(tenant, vector, limit, self._filter(tenant, flt))
+
+    def keyword_search(
+        self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = _NO_FILTER
+    ) -> list[tuple[str, float]]:
+        return self.inner.keyword_search(tenant, keywords, limit, self._filter(tenant, flt))
+
+    def hybrid_search(
+        self,
+        tenant: str,
+        vector: Vector | None,
+        keywords: SparseVector,
+        limit: int,
+        flt: VectorFilter = _NO_FILTER,
+        fusion: Fusion = _FUSION,
+    ) -> list[tuple[str, float]]:
+        return self.inner.hybrid_search(
+            tenant, vector, keywords, limit, self._filter(tenant, flt), fusion
+        )
+
+    def ids(self, tenant: str | None = None) -> list[str]:
+        return self.inner.ids(tenant)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def optimize(self) -> None:
+        self.inner.optimize()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # an adapter's own extras (dim, path, count)
+        return getattr(self.inner, name)
+
+
+class OpenedEventLog(EventLog):
+    """The log as every use case reads it (replay, tail, insights, the console): events
+    come out opened, whole-sealed fields and the detector's values alike, or redacted
+    under a shredded key and when every memory the event made was forgotten (one forgotten
+    memory does not shred a key). Views never see a wrapped key or a ciphertext. Appends
+    pass through: the publish path seals before it appends."""
+
+    def __init__(self, inner: EventLog, sealer: Sealer, store: MemoryStore) -> None:
+        self.inner = inner
+        self.sealer = sealer
+        self.store = store  # the read models as stored, to tell forgotten memories
+
+    def _forgotten(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
+        if isinstance(envelope, Envelope):
+            event_id, payload = envelope.event_id, envelope.payload
+        else:
+            event_id, payload = str(envelope.get("event_id")), envelope.get("payload") or {}
+        memory = payload.get("memory") if isinstance(payload, Mapping) else None
+        if isinstance(memory, Mapping) and "memory_id" in memory:
+            ids = [str(memory["memory_id"])]
+        else:
+            ids = [o.memory_id for o in self.store.outcome(tenant, event_id) if o.memory_id]
+        if not ids:
+            return False
+        found = self.store.get_many(tenant, ids)
+        return len(found) == len(ids) and all(m.status is MemoryStatus.FORGOTTEN for m in found)
+
+    def _open(self, logged: LoggedEvent) -> LoggedEvent:
+        env = logged.envelope
+        if not is_sealed(env):
+            return logged
+        return self.sealer.open_event(logged, redact=self._forgotten(env.tenant, env))
+
+    def _opened(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
+        return [self._open(e) for e in events]
+
+    def append(self, events: Sequence[Envelope]) -> list[Appended]:
+        return self.inner.append(events)
+
+    def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self._opened(self.inner.read(after_offset, limit))
+
+    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
+        return self._opened(self.inner.read_stream(tenant, stream, from_seq, limit))
+
+    def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        opened = []
+        for body in self.inner.read_stream_json(tenant, stream, from_seq, limit):
+            if b'"encryption":{' not in body and b'"sealed":{' not in body:
+                opened.append(body)
+                continue
+            event = orjson.loads(body)
+            redact = self._forgotten(tenant, event)
+            opened.append(orjson.dumps(self.sealer.open_json(event, redact=redact)))
+        return opened
+
+    def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
+        return self._opened(self.inner.read_tenant(tenant, after_offset, limit))
+
+    def head(self) -> int:
+        return self.inner.head()
+
+    def stream_head(self, tenant: str, stream: str) -> int:
+        return self.inner.stream_head(tenant, stream)
+
+    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
+        found = self.inner.get(tenant, event_id)
+        return None if found is None else self._open(found)
+
+    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        return self._opened(self.inner.caused_by(tenant, event_id))
+
+    def sealed_key_ids(self, tenant: str) -> set[str]:
+        return self.inner.sealed_key_ids(tenant)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # an adapter's own extras
+        return getattr(self.inner, name)
+
+
+class OpenedMemoryStore(MemoryStore):
+    """The read models as every use case reads them: memories come out opened (their
+    sealed values put back, or redacted under a shredded key), so the API, the console, the
+    search and the context assembler, and with it the token count, all see one text: the
+    one the model receives. Writes (`transaction`) and everything else pass through."""
+
+    def __init__(self, inner: MemoryStore, sealer: Sealer) -> None:
+        self.inner = inner
+        self.sealer = sealer
+
+    def _open(self, memory: Memory) -> Memory:
+        return self.sealer.open_memory(memory)
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        found = self.inner.get(tenant, memory_id)
+        return None if found is None else self._open(found)
+
+    def get_many(self, tenant: str, memory_ids: Sequence[str]) -> list[Memory]:
+        return [self._open(m) for m in self.inner.get_many(tenant, memory_ids)]
+
+    def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        return [self._open(m) for m in self.inner.query(tenant, query)]
+
+    def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
+        return [self._open(m) for m in self.inner.history(tenant, stream, key)]
+
+    def transaction(self) -> AbstractContextManager[StoreTransaction]:
+        return self.inner.transaction()
+
+    def position(self, consumer: str) -> int:
+        return self.inner.position(consumer)
+
+    def claim(self, consumer: str) -> int:
+        return self.inner.claim(consumer)
+
+    def positions(self, consumers: Sequence[str]) -> dict[str, int]:
+        return self.inner.positions(consumers)
+
+    def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
+        return self.inner.outcome(tenant, event_id)
+
+    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        return self.inner.due_timers(now, limit)
+
+    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
+        return self.inner.audit_trail(tenant, stream, after_n, limit)
+
+    def audit_heads(self, tenant: str) -> list[AuditRecord]:
+        return self.inner.audit_heads(tenant)
+
+    def template(
+        self, tenant: str, name: str, version: int | None = None
+    ) -> ContextTemplate | None:
+        return self.inner.template(tenant, name, version)
+
+    def templates(self, tenant: str) -> list[ContextTemplate]:
+        return self.inner.templates(tenant)
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        return self.inner.context_record(tenant, request_id)
+
+    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        return self.inner.memory_stats(tenant, memory_ids)
+
+    def context_records(
+        self, tenant: str, limit: int, before: str | None = None
+    ) -> list[ContextRecord]:
+        return self.inner.context_records(tenant, limit, before)
+
+    def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
+        return self.inner.timeline(tenant, memory_id, limit)
+
+    def counts(self) -> dict[str, int]:
+        return self.inner.counts()
+
+    def checksum(self) -> str:
+        return self.inner.checksum()
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # an adapter's own extras (a session, a path)
+        return getattr(self.inner, name)
 
 
 def replace_envelope(logged: LoggedEvent, envelope: Envelope) -> LoggedEvent:

@@ -42,12 +42,15 @@ TAG = "insights"
 
 
 def insights_of(platform: PlatformDep) -> Insights:
+    # the app's read ports: events and memories opened once, as every other view reads them;
+    # the audit checks the log as stored
     return Insights(
-        platform.log,
-        platform.store,
+        platform.app.log,
+        platform.app.store,
         platform.app.clock,
         checkpoints=platform.checkpoints,
         signer=platform.signer,
+        logged=platform.log,
     )
 
 
