@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from tests.support import audit_trails
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
-from mnemo.ports import LogRecord, MemoryQuery, RecordStatus, StoreTransaction
+from mnemo.ports import ArchivedEvent, LogRecord, MemoryQuery, RecordStatus, StoreTransaction
 from mnemo.service.app import RequestContext
 from mnemo.service.distributed import Follower, Ownership, Sequencer, position_name
 
@@ -296,3 +297,48 @@ def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) 
             worker._unwatch()
         Pump(platform, ("indexer", "decay", "audit")).drain()
         assert_each_event_once(platform, accepted)
+
+
+def test_a_zombie_sequencers_late_archive_rows_do_not_list_an_event_twice(
+    tmp_path: Path,
+) -> None:
+    """A sequencer that lost its partition places an event again, independently of the new
+    owner: same stream and number, another archive position, written after the owner's
+    (earlier or later). Replay and the tails list the event once, at one position."""
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(CTX, [declare(f"fact {i}", "user:U1") for i in range(3)])
+        Pump(platform, ("registrar",)).drain()
+        archive = platform.distributed.archive  # type: ignore[union-attr]
+
+        def tails() -> tuple[list[tuple[str, int]], ...]:
+            deadline = time.monotonic() + 30
+            while True:  # a tail lists positions once they are a second old
+                found = tuple(
+                    [(e.envelope.event_id, e.offset) for e in archive.read(0, 1_000, scope)]
+                    for scope in ("acme", None)
+                )
+                if all(len(f) == 6 for f in found) or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.2)
+
+        before = tails()
+        assert before[0] == before[1]
+        assert len(before[0]) == 6  # 3 declared, 3 registered
+        target = result.accepted[1].event_id
+        fate = archive.locate([("acme", target)])[("acme", target)]
+        stored = archive.get("acme", target)
+        assert stored is not None
+        for shift in (2_000, -2_000):  # a later position, then an earlier one
+            late = ArchivedEvent(
+                stored.envelope, fate.partition, fate.offset, fate.position + shift
+            )
+            archive.record([late], [replace(fate, position=late.position)])
+            after = tails()
+            for listed in after:
+                assert [e for e, _ in listed].count(target) == 1, listed
+                assert sorted(e for e, _ in listed) == sorted(e for e, _ in before[0])
+            position = dict(after[0])[target]
+            assert position == min(fate.position, fate.position + shift)
+        replayed = platform.app.replay(CTX, "user:U1", 1, 100)
+        assert [e.envelope.event_id for e in replayed].count(target) == 1
+        assert [e.envelope.seq for e in replayed] == [1, 2, 3, 4, 5, 6]
