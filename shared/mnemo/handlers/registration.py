@@ -33,6 +33,7 @@ from mnemo.domain.events import (
     ContextResponseReported,
     Envelope,
     EventPayload,
+    FeedbackRelayed,
     ForgetRequested,
     MemoriesRewrapped,
     MemoryArchived,
@@ -454,10 +455,30 @@ def _verification(
         return Decision(
             writes=[PutMemory(memory.model_copy(update={"verification_due_at": payload.due_at}))]
         )
+    if memory.stream != event.stream:
+        # renewed in its own stream, where the decay consumer relays the verification
+        # (FeedbackRelayed): a memory's row is written by its stream's partition only
+        return Decision(writes=[_outcome(event, 0, OutcomeKind.APPLIED)])
     renewed = memory.model_copy(
         update={"verified_at": event.occurred_at, "verification_due_at": None}
     )
     return Decision(writes=[PutMemory(renewed), _outcome(event, 0, OutcomeKind.APPLIED)])
+
+
+def _relayed(event: Envelope, state: RegistrationState, relayed: FeedbackRelayed) -> Decision:
+    """A verification published on another stream renews memories of this one."""
+    if relayed.feedback != MemoryVerified.TYPE:
+        return Decision()  # usage was counted from the original event
+    writes: list[Write] = []
+    for memory_id in relayed.memory_ids:
+        memory = state.get(event.tenant, memory_id)
+        if memory is None or memory.status is not MemoryStatus.ACTIVE:
+            continue
+        renewed = memory.model_copy(
+            update={"verified_at": event.occurred_at, "verification_due_at": None}
+        )
+        writes.append(PutMemory(renewed))
+    return Decision(writes=writes)
 
 
 _HANDLED = {
@@ -475,6 +496,7 @@ _HANDLED = {
     ContextResponseReported.TYPE,
     MemoryCited.TYPE,
     MemoryCorrected.TYPE,
+    FeedbackRelayed.TYPE,
 }
 
 
@@ -616,6 +638,8 @@ def handle(
         return _template(event, state, payload)
     if isinstance(payload, MemoriesRewrapped):
         return _rewrap(event, state, payload)
+    if isinstance(payload, FeedbackRelayed):
+        return _relayed(event, state, payload)
     return _usage(event, payload, state)
 
 
