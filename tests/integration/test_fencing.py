@@ -342,3 +342,84 @@ def test_a_zombie_sequencers_late_archive_rows_do_not_list_an_event_twice(
         replayed = platform.app.replay(CTX, "user:U1", 1, 100)
         assert [e.envelope.event_id for e in replayed].count(target) == 1
         assert [e.envelope.seq for e in replayed] == [1, 2, 3, 4, 5, 6]
+
+
+def test_feedback_from_several_partitions_moves_a_memory_only_in_its_own_partition(
+    tmp_path: Path,
+) -> None:
+    """A memory is cited from eight other streams, spread over the partitions, and two
+    decay processes hold half of the partitions each: neither moves the memory where the
+    citations are; each relays them to the memory's stream. There, the owner that lost the
+    partition moves nothing (its commit is refused) and the new owner moves the weight
+    once per citation, in the stream's order."""
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        declared = platform.app.publish(CTX, [declare("the office opens at nine", "team:facts")])
+        Pump(platform).drain()
+        [outcome] = platform.store.outcome("acme", declared.accepted[0].event_id)
+        memory_id = str(outcome.memory_id)
+        with platform.store.transaction() as tx:
+            start = tx.weight_of("acme", memory_id)
+        assert start is not None
+        archive = platform.distributed.archive  # type: ignore[union-attr]
+        home = archive.locate([("acme", declared.accepted[0].event_id)])
+        home_partition = home[("acme", declared.accepted[0].event_id)].partition
+        cites = [
+            {
+                "type": "MemoryCited",
+                "schema_version": 1,
+                "stream": f"user:C{i}",
+                "payload": {"memory_id": memory_id, "position": "beginning"},
+            }
+            for i in range(8)
+        ]
+        platform.app.publish(CTX, cites)
+        Pump(platform, ("registrar",)).drain()
+        everything = sorted(fetch_all(platform))
+        first = Follower(platform.runner, platform.store, archive, "decay")
+        owned(first, platform).assign([p for p in everything if p % 2 == 0])
+        with second_process(platform) as other:
+            second = Follower(other.runner, other.store, other.distributed.archive, "decay")  # type: ignore[union-attr]
+            owned(second, other).assign([p for p in everything if p % 2 == 1])
+            for partition, records in fetch_all(platform).items():
+                start_at = platform.store.position(position_name("decay", partition))
+                todo = [r for r in records if r.offset >= start_at]
+                if todo:
+                    (first if partition % 2 == 0 else second).process(todo)
+            with platform.store.transaction() as tx:
+                assert tx.weight_of("acme", memory_id) == start  # nothing moved elsewhere
+            Pump(platform, ("registrar",)).drain()  # sequences the relays
+            relays = [
+                e.envelope
+                for e in platform.log.read_stream("acme", "team:facts", 1, 100)
+                if e.envelope.type == "FeedbackRelayed"
+            ]
+            assert len(relays) == 8
+            # the memory's partition changes hands before its owner handles the relays
+            zombie, successor = (first, second) if home_partition % 2 == 0 else (second, first)
+            new_owner = other if successor is second else platform
+            owned(successor, new_owner).assign(
+                [*sorted(successor.ownership.assigned), home_partition]
+            )  # type: ignore[union-attr]
+            records = fetch_all(platform)[home_partition]
+            start_at = platform.store.position(position_name("decay", home_partition))
+            todo = [r for r in records if r.offset >= start_at]
+            assert zombie.process(todo) == 0
+            with platform.store.transaction() as tx:
+                assert tx.weight_of("acme", memory_id) == start
+            assert successor.process(todo) == len(todo)
+        Pump(platform).drain()
+        with platform.store.transaction() as tx:
+            moved = tx.weight_of("acme", memory_id)
+        assert moved is not None
+        assert moved[0] == round(min(0.99, start[0] + 8 * 0.05), 6)
+        assert moved[1] == round(min(1.0, start[1] + 8 * 0.02), 6)
+
+        def decided(stream: str) -> list[Any]:
+            events = platform.log.read_stream("acme", stream, 1, 1_000)
+            return [e for e in events if e.envelope.type == "MemoryDecayed"]
+
+        assert len(decided("team:facts")) == 8
+        assert [decided(f"user:C{i}") for i in range(8)] == [[]] * 8
+        assert platform.app.get(CTX, memory_id).semantic_weight == moved[0]
+        [stats] = platform.store.memory_stats("acme", [memory_id])
+        assert stats.cited == 8
