@@ -11,7 +11,15 @@ from mnemo.bootstrap import load_rules
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
-from mnemo.domain.projection import DropTimer, DropWeight, PutMemory, PutTimer, PutWeight, Timer
+from mnemo.domain.projection import (
+    BumpStats,
+    DropTimer,
+    DropWeight,
+    PutMemory,
+    PutTimer,
+    PutWeight,
+    Timer,
+)
 from mnemo.domain.rules import end_of_local_day
 from mnemo.handlers import decay, registration
 from mnemo.handlers.decay import DecayPolicy, decayed_weight
@@ -355,6 +363,11 @@ def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream(
     assert (relay.stream, relay.payload["position"]) == ("user:U2", "beginning")
     [moved] = decay.handle(relay, state).events
     assert moved.payload["semantic_weight"] == 0.45
+    # the registrar counts the citation once, in the memory's stream, from the relay
+    assert registration.handle(cited, state, RULES).writes == []
+    assert registration.handle(relay, state, RULES).writes == [
+        BumpStats("acme", M2, cited.occurred_at, cited=1)
+    ]
     unknown = "019ad4f0-8000-7000-8000-000000000009"
     assert decay.handle(feedback("MemoryCited", {"memory_id": unknown}), state).events == []
 

@@ -394,8 +394,9 @@ class FeedbackRelayed(EventPayload):
     contradiction, a verification, a use in a context), carried by the decay consumer to
     the stream the memories belong to, which is where their weight, trust, timers and
     verification move: in one partition, under its fence (ADR 0014). The causation id is
-    the feedback event; `feedback` is its type. The usage counters are kept by the
-    original event."""
+    the feedback event; `feedback` is its type. The registrar counts relayed citations
+    and corrections in the memories' stream (uses in a context are counted from the
+    context's own event)."""
 
     TYPE = "FeedbackRelayed"
     VERSION = 1
