@@ -22,6 +22,7 @@ from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
     DropTimer,
+    MemoryStats,
     Outcome,
     OutcomeKind,
     PurgeTenant,
@@ -376,6 +377,34 @@ class MemoryStoreContract:
         assert store.position("registrar/3") == 8
         assert store.positions(["registrar/3"]) == {"registrar/3": 8}
         assert store.get("acme", mem(3).memory_id) == mem(3)
+
+    def test_usage_counted_by_several_partitions_adds_up_and_a_fenced_owner_counts_nothing(
+        self, store: MemoryStore
+    ) -> None:
+        m = mem(1, stream="user:U2")
+        self.put(store, m)
+        early, late = T0 + timedelta(minutes=1), T0 + timedelta(minutes=5)
+        one, two = store.claim("registrar/1"), store.claim("registrar/2")
+
+        def bump(name: str | None, epoch: int | None, at: datetime, **counts: int) -> None:
+            with store.transaction() as tx:
+                tx.apply([BumpStats("acme", m.memory_id, at, **counts)])
+                tx.apply([BumpStats("acme", m.memory_id, at, included=1)])
+                if name is not None:
+                    tx.set_position(name, 3, epoch=epoch)
+
+        bump("registrar/1", one, late, cited=1)
+        bump("registrar/2", two, early, cited=2, corrected=1)
+        bump(None, None, early, truncated=1)  # a commit outside any partition counts too
+        expected = MemoryStats("acme", m.memory_id, 3, 1, 3, 1, late)
+        assert store.memory_stats("acme", [m.memory_id]) == [expected]
+        # partition 1 changes hands: its former owner's usage is refused with its commit
+        store.claim("registrar/1")
+        with pytest.raises(FencedOff):
+            bump("registrar/1", one, late + timedelta(days=1), cited=5)
+        assert store.memory_stats("acme", [m.memory_id]) == [expected]
+        assert store.memory_stats("acme", [mem(2).memory_id]) == []
+        assert store.counts()["memory_stats"] == 1
 
     def test_checksum_follows_content_and_reset_clears_everything(self, store: MemoryStore) -> None:
         empty = store.checksum()

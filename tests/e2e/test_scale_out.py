@@ -4,7 +4,10 @@ publish burst, with replicas killed (SIGKILL), added and restarted while the bur
 consumed: five rounds on one deployment, and after each one every accepted event has
 exactly one outcome and one memory, every stream is gapless and in publish order, and the
 audit chains verify; at the end a rebuild from offset 0 gives the live read models, table
-by table, and the whole checksum (ADR 0014).
+by table, and the whole checksum (ADR 0014). Every consumer runs at least two replicas, and
+each one loses a replica in some round. From the second round on, the bursts also cite and
+correct a few memories from every other stream (so from every partition): their usage
+counters count each citation once, and their weights match the rebuild's.
 
 The indexer replicas share a Qdrant server (`tests.support.qdrant_server_url`; required
 under CI), and the vectors then hold one point per memory. On a developer machine without
@@ -50,7 +53,8 @@ from mnemo.settings import MnemoSettings
 CTX = RequestContext("acme", "scale-test")
 PARTITIONS = 6
 STREAMS = 24
-BURST = 180  # events per round: enough that a fault lands while they are consumed
+BURST = 180  # declared memories per round: enough that a fault lands while they are consumed
+CITES = 10  # per round and popular memory: citations from as many other streams
 MODULES = {c: f"mnemo_{c}" for c in ("registrar", "indexer", "decay", "audit")}
 
 
@@ -60,13 +64,15 @@ class Round:
     indexers: int
     fault: str  # kill | add | restart
     target: str  # the consumer it hits
+    also_killed: str | None = None  # another consumer that loses a replica at that moment
 
 
+FOLLOWERS = 2  # replicas of decay and of audit, every round
 ROUNDS = (
-    Round(2, 2, "kill", "registrar"),
-    Round(3, 3, "kill", "indexer"),
+    Round(2, 2, "kill", "registrar", also_killed="decay"),
+    Round(3, 3, "kill", "indexer", also_killed="audit"),
     Round(2, 2, "add", "registrar"),
-    Round(3, 2, "restart", "registrar"),
+    Round(3, 2, "restart", "registrar", also_killed="decay"),
     Round(2, 3, "add", "indexer"),
 )
 
@@ -205,6 +211,10 @@ class Deployment:
         )
         self.accepted: list[str] = []
         self.order: dict[str, list[str]] = {}  # stream -> event ids in publish order
+        self.feedback: dict[str, list[str]] = {}  # stream -> feedback event ids, in order
+        self.popular: list[tuple[str, str]] = []  # (memory id, stream): cited from elsewhere
+        self.cited: dict[str, int] = {}  # memory id -> citations published
+        self.corrected: dict[str, int] = {}
         self.published = 0
 
     def publish_burst(self, count: int) -> None:
@@ -225,6 +235,37 @@ class Deployment:
                 self.accepted.append(accepted.event_id)
                 self.order.setdefault(event["stream"], []).append(accepted.event_id)
         self.published += count
+        self.publish_feedback()
+
+    def publish_feedback(self) -> None:
+        """Citations of each popular memory from CITES other streams, and a correction of
+        them all from one more: read-modify-write of one memory's counters and weight
+        from several partitions at once, were they not kept per partition or relayed."""
+        if not self.popular:  # two memories registered by now become popular
+            memories = self.platform.store.query("acme", MemoryQuery(limit=100_000))
+            by_stream = {m.stream: m.memory_id for m in memories}
+            self.popular = [(by_stream[s], s) for s in sorted(by_stream)[:2]]
+            if len(self.popular) < 2:
+                self.popular = []
+                return
+        events = []
+        for n, (memory_id, home) in enumerate(self.popular):
+            others = [f"user:U{i}" for i in range(STREAMS) if f"user:U{i}" != home]
+            start = (self.published // BURST + n) % len(others)
+            for k in range(CITES):
+                stream = others[(start + k) % len(others)]
+                position = ("beginning", "end")[k % 2]
+                events.append(
+                    feedback("MemoryCited", stream, memory_id=memory_id, position=position)
+                )
+                self.cited[memory_id] = self.cited.get(memory_id, 0) + 1
+        ids = [m for m, _ in self.popular]
+        events.append(feedback("MemoryCorrected", "user:U23", memory_ids=ids, reason="outdated"))
+        for memory_id in ids:
+            self.corrected[memory_id] = self.corrected.get(memory_id, 0) + 1
+        result = self.platform.app.publish(CTX, events)
+        for event, accepted in zip(events, result.accepted, strict=True):
+            self.feedback.setdefault(event["stream"], []).append(accepted.event_id)
 
     def lag(self) -> dict[str, int]:
         d = self.platform.distributed
@@ -261,6 +302,10 @@ class Deployment:
         self.platform.close()
 
 
+def feedback(event_type: str, stream: str, **payload: Any) -> dict[str, Any]:
+    return {"type": event_type, "schema_version": 1, "stream": stream, "payload": payload}
+
+
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
     require_services()
@@ -280,16 +325,36 @@ def assert_each_accepted_event_once(d: Deployment) -> None:
     assert sorted(m.source_event_id for m in memories) == sorted(d.accepted)
     if d.qdrant:  # one point per memory in the shared collection
         assert sorted(d.platform.index.ids("acme")) == sorted(m.memory_id for m in memories)
+    popular = dict(d.popular)
+    total = 0
     for stream, published in d.order.items():
         events = log.read_stream("acme", stream, 1, 100_000)
+        total += len(events)
         assert [e.envelope.seq for e in events] == list(range(1, len(events) + 1)), stream
         declared = [e.envelope.event_id for e in events if e.envelope.type == "MemoryDeclared"]
         assert declared == published, stream  # gapless, once each, in publish order
-        assert len(events) == 2 * len(published)  # each with its MemoryRegistered
+        registered = [e for e in events if e.envelope.type == "MemoryRegistered"]
+        assert len(registered) == len(published)  # each with its MemoryRegistered
+        feedback = [
+            e.envelope.event_id
+            for e in events
+            if e.envelope.type in ("MemoryCited", "MemoryCorrected")
+        ]
+        assert feedback == d.feedback.get(stream, []), stream
+        for e in events:  # a popular memory's weight moves only in its own stream
+            if e.envelope.type == "MemoryDecayed":
+                assert popular.get(e.envelope.payload["memory_id"], stream) == stream
+    # each citation and correction counted once, whichever partition counted it
+    for memory_id in popular:
+        [stats] = store.memory_stats("acme", [memory_id])
+        assert (stats.cited, stats.corrected) == (
+            d.cited.get(memory_id, 0),
+            d.corrected.get(memory_id, 0),
+        ), memory_id
     # what `mnemo audit verify` checks, through the same service call
     verdict = Insights(log, store, d.platform.app.clock).audit(CTX)
     assert verdict.status == "intact", verdict
-    assert verdict.links == 2 * len(d.accepted)
+    assert verdict.links == total
 
 
 def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothing(
@@ -297,7 +362,7 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
 ) -> None:
     d = deployment
     fleet = d.fleet
-    names = [fleet.start("decay"), fleet.start("audit")]
+    names = fleet.scale("decay", FOLLOWERS) + fleet.scale("audit", FOLLOWERS)
     names += fleet.scale("registrar", ROUNDS[0].registrars)
     names += fleet.scale("indexer", ROUNDS[0].indexers)
     fleet.wait_ready(names)
@@ -305,10 +370,13 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
     for number, plan in enumerate(ROUNDS, 1):
         fleet.wait_ready(fleet.scale("registrar", plan.registrars))
         fleet.wait_ready(fleet.scale("indexer", plan.indexers))
+        fleet.wait_ready(fleet.scale("decay", FOLLOWERS) + fleet.scale("audit", FOLLOWERS))
         d.publish_burst(BURST)
         # the fault lands once a fifth of the burst is consumed
         d.wait_progress(plan.target, BURST // 5)
         victims = fleet.running(plan.target)
+        if plan.also_killed is not None:
+            fleet.kill(fleet.running(plan.also_killed)[0])
         if plan.fault == "kill":
             fleet.kill(victims[0])
         elif plan.fault == "restart":
@@ -329,6 +397,9 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
             assert body["checks"]["partitions"]["fenced"] == []
     live = d.platform.store.checksum()
     rebuilt_checksum = ""
+    everything = [m.memory_id for m in d.platform.store.query("acme", MemoryQuery(limit=100_000))]
+    live_usage = d.platform.store.memory_stats("acme", everything)
+    assert {s.memory_id for s in live_usage} == set(dict(d.popular))
     fresh = d.settings.model_copy(
         update={
             "cassandra_keyspace": f"{d.keyspace}_r",
@@ -341,6 +412,9 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
         Pump(rebuilt).drain(timeout=600)
         rebuilt_tables = table_digests(rebuilt)
         rebuilt_checksum = rebuilt.store.checksum()
+        rebuilt_usage = rebuilt.store.memory_stats("acme", everything)
+    # the usage counters are what one process reading the log from offset 0 counts
+    assert rebuilt_usage == live_usage
     # every table, then the whole checksum (no read model is shared across partitions
     # outside the fence since keyword statistics moved into the vector engine, ADR 0015)
     assert rebuilt_tables == live_tables

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from tests.support import missing
 
-from mnemo.domain.errors import ConflictError, InvalidInput, Unavailable
+from mnemo.domain.errors import ConflictError, FencedOff, InvalidInput, Unavailable
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import (
@@ -256,6 +256,109 @@ def test_partitions_commit_side_by_side(store: CassandraMemoryStore) -> None:
     assert errors == []
     assert store.get("acme", mem(1).memory_id) is not None
     assert store.positions(["registrar/0", "registrar/1"]) == {"registrar/0": 1, "registrar/1": 1}
+
+
+def test_two_processes_counting_one_memorys_usage_from_their_partitions_lose_nothing(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Process A plans its commit (reads what it adds to) before process B commits, and
+    writes after it: each partition has a row of its own, so neither addition is lost.
+    Then partition 0 changes hands, and A, its former owner, moves no counter."""
+    other = restart(store)  # a second process on the same keyspace
+    a = mem(1, stream="user:U9")
+    put(store, a)
+    epoch_a, epoch_b = store.claim("registrar/0"), other.claim("registrar/1")
+    b_done = threading.Event()
+    real_seal = store._seal_fenced
+
+    def seal_after_b(*args: Any) -> None:
+        b_done.wait(timeout=60)
+        real_seal(*args)
+
+    monkeypatch.setattr(store, "_seal_fenced", seal_after_b)
+    errors: list[BaseException] = []
+
+    def count_in_a() -> None:
+        try:
+            with store.transaction() as tx:
+                tx.apply([BumpStats("acme", a.memory_id, T0, cited=1, included=2)])
+                tx.set_position("registrar/0", 5, epoch=epoch_a)
+        except BaseException as e:
+            errors.append(e)
+
+    first = threading.Thread(target=count_in_a)
+    first.start()
+    with other.transaction() as tx:
+        tx.apply([BumpStats("acme", a.memory_id, T0 + timedelta(hours=1), cited=3)])
+        tx.set_position("registrar/1", 7, epoch=epoch_b)
+    b_done.set()
+    first.join(timeout=120)
+    assert errors == []
+    [stats] = store.memory_stats("acme", [a.memory_id])
+    assert (stats.included, stats.cited, stats.last_used) == (2, 4, T0 + timedelta(hours=1))
+    # repeated batches of both partitions side by side still add up exactly
+    monkeypatch.undo()
+
+    def many(s: CassandraMemoryStore, name: str, epoch: int, start: int) -> None:
+        try:
+            for n in range(10):
+                with s.transaction() as tx:
+                    tx.apply([BumpStats("acme", a.memory_id, T0, cited=1)])
+                    tx.set_position(name, start + n, epoch=epoch)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=many, args=(store, "registrar/0", epoch_a, 10)),
+        threading.Thread(target=many, args=(other, "registrar/1", epoch_b, 10)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == []
+    assert [s.cited for s in other.memory_stats("acme", [a.memory_id])] == [24]
+    # partition 0 moves to the other process: A's late usage is refused with its commit
+    other.claim("registrar/0")
+
+    def late() -> None:
+        with store.transaction() as tx:
+            tx.apply([BumpStats("acme", a.memory_id, T0 + timedelta(days=1), cited=100)])
+            tx.set_position("registrar/0", 99, epoch=epoch_a)
+
+    with pytest.raises(FencedOff):
+        late()
+    [stats] = other.memory_stats("acme", [a.memory_id])
+    assert (stats.cited, stats.last_used) == (24, T0 + timedelta(hours=1))
+
+
+def test_usage_counted_before_the_per_partition_rows_is_kept(
+    cassandra: tuple[Any, str, list[int]], tmp_path: Path
+) -> None:
+    """Migration 8 moves a keyspace's usage counters into the per-partition table."""
+    session, home, _ = cassandra
+    keyspace = f"{home}_v7"
+    _create(session, keyspace)
+    older = tmp_path / "cql"
+    older.mkdir()
+    for path in cassandra_store.MIGRATIONS_DIR.glob("000[1-7]_*.cql"):
+        shutil.copy(path, older / path.name)
+    assert cassandra_store.migrate(session, keyspace, older) == [1, 2, 3, 4, 5, 6, 7]
+    a = mem(1)
+    session.execute(
+        f"INSERT INTO {keyspace}.memory_stats (tenant, memory_id, included, truncated, cited, "
+        "corrected, last_used) VALUES (%s, %s, 4, 1, 2, 0, %s)",
+        ("acme", a.memory_id, T0.isoformat()),
+    )
+    assert 8 in cassandra_store.migrate(session, keyspace)
+    store = CassandraMemoryStore(session, keyspace, migrate_schema=False, settle_seconds=0)
+    epoch = store.claim("registrar/2")
+    with store.transaction() as tx:
+        tx.apply([BumpStats("acme", a.memory_id, T0 + timedelta(hours=2), cited=1)])
+        tx.set_position("registrar/2", 1, epoch=epoch)
+    [stats] = store.memory_stats("acme", [a.memory_id])
+    assert (stats.included, stats.truncated, stats.cited) == (4, 1, 3)
+    assert stats.last_used == T0 + timedelta(hours=2)
 
 
 # ---- interrupted commits -------------------------------------------------------------------

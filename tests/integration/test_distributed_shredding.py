@@ -34,7 +34,7 @@ OTHER = RequestContext("globex", "tester")
 READ_MODELS = (
     "memories", "memories_by_stream", "memory_keys", "memory_hashes", "memory_tags",
     "outcomes", "outcome_events", "timers", "timers_by_due", "context_records",
-    "memory_stats", "decay_weights", "timeline",
+    "memory_usage", "decay_weights", "timeline",
 )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from tests.support import audit_trails
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
-from mnemo.ports import LogRecord, MemoryQuery, RecordStatus, StoreTransaction
+from mnemo.ports import ArchivedEvent, LogRecord, MemoryQuery, RecordStatus, StoreTransaction
 from mnemo.service.app import RequestContext
 from mnemo.service.distributed import Follower, Ownership, Sequencer, position_name
 
@@ -296,3 +297,129 @@ def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) 
             worker._unwatch()
         Pump(platform, ("indexer", "decay", "audit")).drain()
         assert_each_event_once(platform, accepted)
+
+
+def test_a_zombie_sequencers_late_archive_rows_do_not_list_an_event_twice(
+    tmp_path: Path,
+) -> None:
+    """A sequencer that lost its partition places an event again, independently of the new
+    owner: same stream and number, another archive position, written after the owner's
+    (earlier or later). Replay and the tails list the event once, at one position."""
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(CTX, [declare(f"fact {i}", "user:U1") for i in range(3)])
+        Pump(platform, ("registrar",)).drain()
+        archive = platform.distributed.archive  # type: ignore[union-attr]
+
+        def tails() -> tuple[list[tuple[str, int]], ...]:
+            deadline = time.monotonic() + 30
+            while True:  # a tail lists positions once they are a second old
+                found = tuple(
+                    [(e.envelope.event_id, e.offset) for e in archive.read(0, 1_000, scope)]
+                    for scope in ("acme", None)
+                )
+                if all(len(f) == 6 for f in found) or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.2)
+
+        before = tails()
+        assert before[0] == before[1]
+        assert len(before[0]) == 6  # 3 declared, 3 registered
+        target = result.accepted[1].event_id
+        fate = archive.locate([("acme", target)])[("acme", target)]
+        stored = archive.get("acme", target)
+        assert stored is not None
+        for shift in (2_000, -2_000):  # a later position, then an earlier one
+            late = ArchivedEvent(
+                stored.envelope, fate.partition, fate.offset, fate.position + shift
+            )
+            archive.record([late], [replace(fate, position=late.position)])
+            after = tails()
+            for listed in after:
+                assert [e for e, _ in listed].count(target) == 1, listed
+                assert sorted(e for e, _ in listed) == sorted(e for e, _ in before[0])
+            position = dict(after[0])[target]
+            assert position == min(fate.position, fate.position + shift)
+        replayed = platform.app.replay(CTX, "user:U1", 1, 100)
+        assert [e.envelope.event_id for e in replayed].count(target) == 1
+        assert [e.envelope.seq for e in replayed] == [1, 2, 3, 4, 5, 6]
+
+
+def test_feedback_from_several_partitions_moves_a_memory_only_in_its_own_partition(
+    tmp_path: Path,
+) -> None:
+    """A memory is cited from eight other streams, spread over the partitions, and two
+    decay processes hold half of the partitions each: neither moves the memory where the
+    citations are; each relays them to the memory's stream. There, the owner that lost the
+    partition moves nothing (its commit is refused) and the new owner moves the weight
+    once per citation, in the stream's order."""
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        declared = platform.app.publish(CTX, [declare("the office opens at nine", "team:facts")])
+        Pump(platform).drain()
+        [outcome] = platform.store.outcome("acme", declared.accepted[0].event_id)
+        memory_id = str(outcome.memory_id)
+        with platform.store.transaction() as tx:
+            start = tx.weight_of("acme", memory_id)
+        assert start is not None
+        archive = platform.distributed.archive  # type: ignore[union-attr]
+        home = archive.locate([("acme", declared.accepted[0].event_id)])
+        home_partition = home[("acme", declared.accepted[0].event_id)].partition
+        cites = [
+            {
+                "type": "MemoryCited",
+                "schema_version": 1,
+                "stream": f"user:C{i}",
+                "payload": {"memory_id": memory_id, "position": "beginning"},
+            }
+            for i in range(8)
+        ]
+        platform.app.publish(CTX, cites)
+        Pump(platform, ("registrar",)).drain()
+        everything = sorted(fetch_all(platform))
+        first = Follower(platform.runner, platform.store, archive, "decay")
+        owned(first, platform).assign([p for p in everything if p % 2 == 0])
+        with second_process(platform) as other:
+            second = Follower(other.runner, other.store, other.distributed.archive, "decay")  # type: ignore[union-attr]
+            owned(second, other).assign([p for p in everything if p % 2 == 1])
+            for partition, records in fetch_all(platform).items():
+                start_at = platform.store.position(position_name("decay", partition))
+                todo = [r for r in records if r.offset >= start_at]
+                if todo:
+                    (first if partition % 2 == 0 else second).process(todo)
+            with platform.store.transaction() as tx:
+                assert tx.weight_of("acme", memory_id) == start  # nothing moved elsewhere
+            Pump(platform, ("registrar",)).drain()  # sequences the relays
+            relays = [
+                e.envelope
+                for e in platform.log.read_stream("acme", "team:facts", 1, 100)
+                if e.envelope.type == "FeedbackRelayed"
+            ]
+            assert len(relays) == 8
+            # the memory's partition changes hands before its owner handles the relays
+            zombie, successor = (first, second) if home_partition % 2 == 0 else (second, first)
+            new_owner = other if successor is second else platform
+            owned(successor, new_owner).assign(
+                [*sorted(successor.ownership.assigned), home_partition]
+            )  # type: ignore[union-attr]
+            records = fetch_all(platform)[home_partition]
+            start_at = platform.store.position(position_name("decay", home_partition))
+            todo = [r for r in records if r.offset >= start_at]
+            assert zombie.process(todo) == 0
+            with platform.store.transaction() as tx:
+                assert tx.weight_of("acme", memory_id) == start
+            assert successor.process(todo) == len(todo)
+        Pump(platform).drain()
+        with platform.store.transaction() as tx:
+            moved = tx.weight_of("acme", memory_id)
+        assert moved is not None
+        assert moved[0] == round(min(0.99, start[0] + 8 * 0.05), 6)
+        assert moved[1] == round(min(1.0, start[1] + 8 * 0.02), 6)
+
+        def decided(stream: str) -> list[Any]:
+            events = platform.log.read_stream("acme", stream, 1, 1_000)
+            return [e for e in events if e.envelope.type == "MemoryDecayed"]
+
+        assert len(decided("team:facts")) == 8
+        assert [decided(f"user:C{i}") for i in range(8)] == [[]] * 8
+        assert platform.app.get(CTX, memory_id).semantic_weight == moved[0]
+        [stats] = platform.store.memory_stats("acme", [memory_id])
+        assert stats.cited == 8

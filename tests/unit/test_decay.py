@@ -10,8 +10,16 @@ import pytest
 from mnemo.bootstrap import load_rules
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
-from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
-from mnemo.domain.projection import DropTimer, DropWeight, PutTimer, Timer
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.projection import (
+    BumpStats,
+    DropTimer,
+    DropWeight,
+    PutMemory,
+    PutTimer,
+    PutWeight,
+    Timer,
+)
 from mnemo.domain.rules import end_of_local_day
 from mnemo.handlers import decay, registration
 from mnemo.handlers.decay import DecayPolicy, decayed_weight
@@ -64,11 +72,27 @@ def registered_memory(text: str, at: datetime, zone: str | None) -> tuple[Envelo
 
 
 class Weights:
+    """Decay's weights, and an active fact for each memory that has one (in user:U1 unless
+    `streams` names another stream)."""
+
     def __init__(self) -> None:
         self.values: dict[str, tuple[float, float, float]] = {}
+        self.streams: dict[str, str] = {}
 
     def get(self, tenant: str, memory_id: str) -> Memory | None:
-        return None
+        if memory_id not in self.values:
+            return None
+        return Memory(
+            memory_id=memory_id,
+            tenant=tenant,
+            stream=self.streams.get(memory_id, "user:U1"),
+            type=MemoryType.FACT,
+            scope=Scope.USER,
+            content="a fact",
+            created_at=INSTANT - timedelta(days=1),
+            source_event_id=memory_id,
+            content_hash=f"hash-{memory_id}",
+        )
 
     def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
         return self.values.get(memory_id)
@@ -304,6 +328,66 @@ def test_a_correction_lowers_weight_and_trust_of_each_memory_used() -> None:
     }
     assert moved == {M1: (0.56, 0.4), M2: (0.28, 0.0)}
     assert all(e.payload["reason"] == "corrected:wrong size" for e in decision.events)
+
+
+def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream() -> None:
+    """An answer in user:U1 cites and corrects memories of user:U2 and team:ops: nothing of
+    theirs moves in user:U1's partition; each stream gets one relay, and handling the relay
+    there moves them as the feedback itself would have."""
+    state = Weights()
+    state.values.update({M1: (0.8, 0.5, 0.8), M2: (0.4, 0.5, 0.4), M3: (0.6, 0.5, 0.6)})
+    state.streams.update({M2: "user:U2", M3: "team:ops"})
+    corrected = feedback("MemoryCorrected", {"memory_ids": [M1, M2, M3], "reason": "wrong"})
+    decision = decay.handle(corrected, state)
+    decided = [e for e in decision.events if e.type == "MemoryDecayed"]
+    assert [e.payload["memory_id"] for e in decided] == [M1]  # its own stream's only
+    assert {w.memory_id for w in decision.writes if isinstance(w, PutWeight)} == {M1}
+    relays = {e.stream: e for e in decision.events if e.type == "FeedbackRelayed"}
+    assert sorted(relays) == ["team:ops", "user:U2"]
+    relay = relays["user:U2"]
+    assert relay.payload["memory_ids"] == [M2]
+    assert (relay.payload["feedback"], relay.payload["reason"]) == ("MemoryCorrected", "wrong")
+    assert relay.causation_id == corrected.event_id
+    assert relay.actor.kind is ActorKind.SYSTEM
+    assert decay.handle(corrected, state).events == decision.events  # redelivered: same ids
+    there = decay.handle(relay, state)
+    [moved] = there.events
+    assert (moved.stream, moved.payload["memory_id"]) == ("user:U2", M2)
+    assert (moved.payload["semantic_weight"], moved.payload["trust"]) == (0.28, 0.4)
+    assert [w for w in there.writes if isinstance(w, PutWeight)] == [
+        PutWeight("acme", M2, 0.28, 0.4, 0.4)
+    ]
+    # a citation and a use in a context travel the same way; an unknown memory goes nowhere
+    cited = feedback("MemoryCited", {"memory_id": M2, "position": "beginning"})
+    [relay] = decay.handle(cited, state).events
+    assert (relay.stream, relay.payload["position"]) == ("user:U2", "beginning")
+    [moved] = decay.handle(relay, state).events
+    assert moved.payload["semantic_weight"] == 0.45
+    # the registrar counts the citation once, in the memory's stream, from the relay
+    assert registration.handle(cited, state, RULES).writes == []
+    assert registration.handle(relay, state, RULES).writes == [
+        BumpStats("acme", M2, cited.occurred_at, cited=1)
+    ]
+    unknown = "019ad4f0-8000-7000-8000-000000000009"
+    assert decay.handle(feedback("MemoryCited", {"memory_id": unknown}), state).events == []
+
+
+def test_a_verification_from_another_stream_renews_the_memory_in_its_own_stream() -> None:
+    state = Weights()
+    state.values[M2] = (0.1, 0.5, 0.7)
+    state.streams[M2] = "user:U2"
+    verified = feedback("MemoryVerified", {"memory_id": M2})
+    [relay] = decay.handle(verified, state).events
+    assert (relay.type, relay.stream) == ("FeedbackRelayed", "user:U2")
+    there = decay.handle(relay, state)
+    assert [e.payload["semantic_weight"] for e in there.events] == [0.7]  # restored
+    assert DropTimer("acme", M2, "verify_deadline") in there.writes
+    # registration: the outcome where it was published, the renewal where the memory lives
+    here = registration.handle(verified, state, RULES)
+    assert [w for w in here.writes if isinstance(w, PutMemory)] == []
+    [renewed] = registration.handle(relay, state, RULES).writes
+    assert isinstance(renewed, PutMemory)
+    assert renewed.memory.verified_at == verified.occurred_at
 
 
 def test_a_recorded_decision_sets_the_weight_and_a_gone_memory_moves_no_more() -> None:

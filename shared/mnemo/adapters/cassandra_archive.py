@@ -23,6 +23,13 @@ Archive positions order events across streams for tails. They are microseconds o
 sequencer's clock, kept strictly increasing within a process; reads only return positions
 older than `settle_seconds`, so an event a slower sequencer archives a moment later with
 an earlier position is not skipped by a reader that already passed it.
+
+Two sequencers can place one event independently (one that lost its partition, still
+writing, and the new owner): same stream and number, two positions. Each event is listed
+once by a tail all the same: the stream row keeps the earliest position whatever the order
+the writes land in (see `_EARLIEST_WINS`), and a tail lists an event only at the position
+its stream row holds. A reader that listed the event at the later position before the
+earlier one landed has passed the earlier one already, so it does not list it again.
 """
 
 from __future__ import annotations
@@ -46,17 +53,25 @@ from mnemo.ports import ArchivedEvent, EventArchive, RecordFate, RecordStatus
 __all__ = ["CassandraEventArchive"]
 
 _BLOCK = 100_000
+# Placements of one event by two sequencers (one that lost the partition and its successor)
+# differ only in their archive position. The rows that name an event's position
+# (`events_by_stream`, `events_by_id`) are written with the write timestamp
+# _EARLIEST_WINS - position: whichever lands last, the placement with the earlier position
+# is the one kept, so the position of an event only ever moves down. These tables are
+# insert-only (TRUNCATE empties them for a rebuild), so nothing else competes with these
+# timestamps.
+_EARLIEST_WINS = 1 << 53
 _DAY_US = 86_400_000_000
 _ALL = "*"
 
 # Only identifiers are formatted into CQL: "{ks}" becomes a validated keyspace name.
 _Q = {
     "by_id:put": "INSERT INTO {ks}.events_by_id (tenant, event_id, stream, seq, part, koffset, "
-    "position) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    "position) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
     "by_id:get": "SELECT stream, seq, part, koffset, position FROM {ks}.events_by_id "
     "WHERE tenant = ? AND event_id = ?",
     "stream:put": "INSERT INTO {ks}.events_by_stream (tenant, stream, seq, event_id, part, "
-    "koffset, position, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    "koffset, position, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
     "stream:head": "SELECT seq FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
     "ORDER BY seq DESC LIMIT 1",
     "stream:top": "SELECT seq, part, koffset FROM {ks}.events_by_stream WHERE tenant = ? "
@@ -281,6 +296,7 @@ class CassandraEventArchive(EventArchive):
                         e.partition,
                         e.offset,
                         e.position,
+                        _EARLIEST_WINS - e.position,
                     ],
                 )
                 for e in events
@@ -306,6 +322,7 @@ class CassandraEventArchive(EventArchive):
                         e.offset,
                         e.position,
                         body,
+                        _EARLIEST_WINS - e.position,
                     ],
                 )
             )
@@ -378,7 +395,10 @@ class CassandraEventArchive(EventArchive):
         events = []
         for position, owner, stream, seq in out:
             found = self._logged(owner, stream, seq)
-            if found is not None:
+            # an event placed twice (by a sequencer that lost its partition, and again by
+            # its successor) has a position row for each placement: it is listed at the one
+            # its stream row keeps, the earliest, and only there
+            if found is not None and found.offset == position:
                 events.append(LoggedEvent(offset=position, envelope=found.envelope))
         return events
 

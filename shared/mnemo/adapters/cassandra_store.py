@@ -13,9 +13,11 @@ Schema (schemas/cql/, applied by `migrate`)
     by due hour (`timers_by_due` plus the `timer_buckets` list of hours), the audit chain of
     each stream in partitions of 10,000 links ((tenant, stream, n // 10000): links carry no
     time, so they cannot be cut by day) with each stream's last link in `audit_stream_heads`
-    (tenant), templates, context records, usage stats, decay weights, and a timeline per
-    memory. Filters a table cannot express (type, scope, status, validity, tags) are applied
-    by the client while it pages through the one partition a query names.
+    (tenant), templates, context records, usage counters (`memory_usage`: a row per memory
+    and consumer partition, summed on read, so that partitions never share a row; ADR 0014),
+    decay weights, and a timeline per memory. Filters a table cannot express (type, scope,
+    status, validity, tags) are applied by the client while it pages through the one
+    partition a query names.
     Trade-off: a tenant's `memories` (and `context_records`) partition grows with the
     tenant. That is fine up to a few hundred thousand memories per tenant; beyond that, cut
     the partition by the month encoded in the (UUIDv7) memory id.
@@ -44,8 +46,9 @@ Transactions: a sealed redo record, then idempotent writes, then the position
     batch sees what it has just decided. Nothing is written before commit; an exception
     inside the block discards the overlay. Commit:
       1. turns the overlay into row writes (upserts and deletes of index rows, diffed
-         against the stored state; usage stats become absolute values computed from the
-         stored ones), all with ONE write timestamp (USING TIMESTAMP),
+         against the stored state; usage counters become absolute values computed from
+         the stored row of the committing partition), all with ONE write timestamp (USING
+         TIMESTAMP),
          strictly above every earlier commit of this process and of the consumer;
       2. moves the current memory of each key it changes, by compare-and-set (finding the
          target already there is this same batch repeated; finding another memory means a
@@ -264,8 +267,24 @@ def _relink_audit(session: Any, ks: str) -> None:
     log.warning("%s: the audit consumer links the log again, one chain per stream", ks)
 
 
+def _usage_per_partition(session: Any, ks: str) -> None:
+    """Version 8 keeps usage counters per consumer partition: the counts so far move to
+    the new table under the part '' (no partition), and every later count goes to the
+    row of the partition that made it."""
+    insert = session.prepare(
+        f"INSERT INTO {ks}.memory_usage (tenant, memory_id, part, included, truncated, "  # noqa: S608
+        "cited, corrected, last_used) VALUES (?, ?, '', ?, ?, ?, ?, ?)"
+    )
+    columns = "tenant, memory_id, included, truncated, cited, corrected, last_used"
+    for row in session.execute(f"SELECT {columns} FROM {ks}.memory_stats"):  # noqa: S608
+        session.execute(insert, tuple(row))
+
+
 # steps beyond DDL that a version needs on a keyspace that already held data
-_DATA_STEPS: dict[int, Callable[[Any, str], None]] = {4: _relink_audit}
+_DATA_STEPS: dict[int, Callable[[Any, str], None]] = {
+    4: _relink_audit,
+    8: _usage_per_partition,
+}
 
 
 def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[int]:
@@ -374,8 +393,9 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "templates": (("tenant", "name", "version"), ("body",)),
     "context_records": (("tenant", "request_id"), ("body",)),
-    "memory_stats": (
-        ("tenant", "memory_id"),
+    # usage counters: one row per memory and consumer partition (`part`), summed on read
+    "memory_usage": (
+        ("tenant", "memory_id", "part"),
         ("included", "truncated", "cited", "corrected", "last_used"),
     ),
     "decay_weights": (("tenant", "memory_id"), ("weight", "trust", "base")),
@@ -426,7 +446,7 @@ _PURGED: dict[str, int] = {
     "timers": 1,
     "timers_by_due": 5,
     "context_records": 1,
-    "memory_stats": 1,
+    "memory_usage": 1,
     "decay_weights": 1,
     "timeline": 2,
 }
@@ -441,7 +461,7 @@ _COUNTED = {
     "positions": "positions",
     "templates": "templates",
     "context_records": "context_records",
-    "memory_stats": "memory_stats",
+    "memory_stats": "memory_usage",
     "decay_weights": "decay_weights",
     "timeline": "timeline",
 }
@@ -483,8 +503,8 @@ _QUERIES: dict[str, str] = {
     "record": "SELECT body FROM {ks}.context_records WHERE tenant = ? AND request_id = ?",
     "records_before": "SELECT body FROM {ks}.context_records "
     "WHERE tenant = ? AND request_id < ? LIMIT ?",
-    "stats_of": "SELECT memory_id, included, truncated, cited, corrected, last_used "
-    "FROM {ks}.memory_stats WHERE tenant = ? AND memory_id IN ?",
+    "stats_of": "SELECT memory_id, part, included, truncated, cited, corrected, last_used "
+    "FROM {ks}.memory_usage WHERE tenant = ? AND memory_id IN ?",
     "weight": "SELECT weight, trust, base FROM {ks}.decay_weights "
     "WHERE tenant = ? AND memory_id = ?",
     "timeline": "SELECT log_offset, event_id, event_type, what, occurred_at, detail "
@@ -516,7 +536,7 @@ _QUERIES: dict[str, str] = {
     "WHERE tenant = ?",
     "purge:timers": "SELECT memory_id, kind, due_us FROM {ks}.timers WHERE tenant = ?",
     "purge:events": "SELECT event_id FROM {ks}.outcome_events WHERE tenant = ?",
-    "purge:stats": "SELECT memory_id FROM {ks}.memory_stats WHERE tenant = ?",
+    "purge:stats": "SELECT memory_id FROM {ks}.memory_usage WHERE tenant = ?",
     "purge:weights": "SELECT memory_id FROM {ks}.decay_weights WHERE tenant = ?",
     "keyspace_list": "SELECT name FROM {ks}.keyspaces WHERE shard = 0",
 }
@@ -764,6 +784,23 @@ def _current_holder(memories: Iterable[Memory | None], stream: str, key: str) ->
         if m is not None and m.stream == stream and m.key == key and m.status is MemoryStatus.ACTIVE
     ]
     return max(live, key=_newest) if live else None
+
+
+class _Usage:
+    """Usage counters being summed: over a memory's partitions, or a row plus a batch."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0, 0]  # included, truncated, cited, corrected
+        self.last = ""  # the latest use, ISO 8601 in UTC ('' for none)
+
+    def add(self, values: Sequence[Any]) -> None:
+        for i in range(4):
+            self.counts[i] += int(values[i] or 0)
+        self.last = max(self.last, str(values[4] or ""))
+
+    @property
+    def last_used(self) -> str | None:
+        return self.last or None
 
 
 class _WriteClock:
@@ -1159,22 +1196,31 @@ class _Tx(StoreTransaction):
         post.extend([s.home, "timer_buckets", "put", [0, b]] for b in sorted(buckets))
 
     def _plan_stats(self, muts: list[Mutation]) -> None:
+        """Usage counters: this batch's additions go to the row of its own consumer
+        partition (the position it commits), which no other process writes while the
+        commit is fenced, so reading that row and writing back the sum loses nothing. A
+        commit without a position counts under ''; such commits take the store's lock."""
         s = self._store
+        part = self.position[0] if self.position is not None else ""
         by_tenant: dict[str, list[str]] = {}
         for tenant, memory_id in self.stats:
             by_tenant.setdefault(tenant, []).append(memory_id)
         for tenant, ids in sorted(by_tenant.items()):
             stored: dict[str, Row] = {}
             for chunk in _chunks(sorted(ids) if tenant not in self.purged else []):
-                stored.update((str(r[0]), r) for r in s._rows(tenant, "stats_of", [tenant, chunk]))
+                stored.update(
+                    (str(r[0]), r[2:])
+                    for r in s._rows(tenant, "stats_of", [tenant, chunk])
+                    if r[1] == part
+                )
             for memory_id in sorted(ids):
                 delta = self.stats[(tenant, memory_id)]
-                have = stored.get(memory_id)
-                counts = [int(have[i] or 0) if have else 0 for i in range(1, 5)]
-                last = max(str(have[5] or "") if have else "", delta[4] or "") or None
-                total = [c + d for c, d in zip(counts, delta[:4], strict=True)]
-                row = [tenant, memory_id, *total, last]
-                muts.append([s._keyspace(tenant), "memory_stats", "put", row])
+                usage = _Usage()
+                if memory_id in stored:
+                    usage.add(stored[memory_id])
+                usage.add((*delta[:4], delta[4]))
+                row = [tenant, memory_id, part, *usage.counts, usage.last_used]
+                muts.append([s._keyspace(tenant), "memory_usage", "put", row])
 
 
 # ---- the store ---------------------------------------------------------------------------------
@@ -1395,10 +1441,12 @@ class CassandraMemoryStore(MemoryStore):
         yield tx
         # Transactions of different consumers (the registrar's partitions) run and commit
         # side by side: each writes its own rows, moves keys by compare-and-set and seals
-        # under its own owner. Usage counters are read-modify-write (absolute values from
-        # the stored ones) and a purge names partitions from stored rows: those commits
-        # take the lock, one at a time.
-        with self._lock if (tx.stats or tx.purged) else nullcontext():
+        # under its own owner, and adds usage to its own partition's counter rows. Usage
+        # counted outside a fenced partition is read-modify-write on a row others share,
+        # and a purge names partitions from stored rows: those commits take the lock, one
+        # at a time.
+        shared_rows = bool(tx.stats) and tx.epoch is None
+        with self._lock if (shared_rows or tx.purged) else nullcontext():
             self._commit(tx)
 
     def _commit(self, tx: _Tx) -> None:
@@ -1872,14 +1920,22 @@ class CassandraMemoryStore(MemoryStore):
 
     def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
         ids = sorted(set(memory_ids))
-        out: list[MemoryStats] = []
+        totals: dict[str, _Usage] = {}
         for chunk in _chunks(ids):
             for r in self._rows(tenant, "stats_of", [tenant, chunk]):
-                last = datetime.fromisoformat(r[5]) if r[5] else None
-                out.append(
-                    MemoryStats(tenant, str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), last)
-                )
-        return out
+                totals.setdefault(str(r[0]), _Usage()).add(r[2:])
+        return [
+            MemoryStats(
+                tenant,
+                memory_id,
+                included=usage.counts[0],
+                truncated=usage.counts[1],
+                cited=usage.counts[2],
+                corrected=usage.counts[3],
+                last_used=datetime.fromisoformat(usage.last) if usage.last else None,
+            )
+            for memory_id, usage in sorted(totals.items())
+        ]
 
     def context_records(
         self, tenant: str, limit: int, before: str | None = None
@@ -1906,16 +1962,22 @@ class CassandraMemoryStore(MemoryStore):
 
     def counts(self) -> dict[str, int]:
         result = dict.fromkeys(_COUNTED, 0)
+        named = {table: name for name, table in _COUNTED.items()}
         statuses = Counter[str]()
+        used: set[tuple[str, str]] = set()  # memories with usage rows (one per partition)
         for ks, table in self._tables():
-            if table not in _COUNTED.values():
+            if table not in named:
                 continue
             for row in self._iterate(ks, f"{table}:scan", [], 5_000):
                 if table == "positions" and row[1] is None:
                     continue
-                result[table] += 1
+                if table == "memory_usage":
+                    used.add((str(row[0]), str(row[1])))
+                    continue
+                result[named[table]] += 1
                 if table == "memories":
                     statuses[str(row[6])] += 1
+        result["memory_stats"] = len(used)
         for status in MemoryStatus:
             result[f"memories_{status.value}"] = statuses[status.value]
         return result

@@ -414,6 +414,33 @@ class MemoryDecayed(EventPayload):
     reason: str = Field(max_length=300)
 
 
+RELAYED_FEEDBACK = (
+    "MemoryCited",
+    "MemoryCorrected",
+    "MemoryContradicted",
+    "MemoryVerified",
+    "ContextAssembled",
+)
+
+
+class FeedbackRelayed(EventPayload):
+    """Feedback about memories of another stream (a citation, a correction, a
+    contradiction, a verification, a use in a context), carried by the decay consumer to
+    the stream the memories belong to, which is where their weight, trust, timers and
+    verification move: in one partition, under its fence (ADR 0014). The causation id is
+    the feedback event; `feedback` is its type. The registrar counts relayed citations
+    and corrections in the memories' stream (uses in a context are counted from the
+    context's own event)."""
+
+    TYPE = "FeedbackRelayed"
+    VERSION = 1
+    PUBLIC = False
+    feedback: Annotated[str, Field(pattern="^(" + "|".join(RELAYED_FEEDBACK) + ")$")]
+    memory_ids: tuple[str, ...] = Field(min_length=1)
+    position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
+    reason: str | None = Field(default=None, max_length=1_000)
+
+
 class VerificationDue(EventPayload):
     """A long-lived memory should be confirmed with the user by `deadline`."""
 
@@ -460,6 +487,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryRejected,
     MemoryExpired,
     MemoryDecayed,
+    FeedbackRelayed,
     VerificationDue,
     MemoryArchived,
     MemoryForgotten,

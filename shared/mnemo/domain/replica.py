@@ -37,6 +37,11 @@ def apply(state: dict[str, Json], event: Mapping[str, Any]) -> None:
         memory = p["memory"]
         state[memory["memory_id"]] = dict(memory)
         return
+    if kind == "FeedbackRelayed":  # a verification published on another stream
+        if p.get("feedback") == "MemoryVerified":
+            for relayed_id in p.get("memory_ids", ()):
+                _apply_verified(state, relayed_id, event)
+        return
     memory_id = p.get("memory_id")
     if not isinstance(memory_id, str) or memory_id not in state:
         return
@@ -55,10 +60,24 @@ def apply(state: dict[str, Json], event: Mapping[str, Any]) -> None:
     elif kind == "VerificationDue" and active:
         updated = {**current, "verification_due_at": p["due_at"]}
     elif kind == "MemoryVerified" and active:
-        updated = {**current, "verified_at": event["occurred_at"], "verification_due_at": None}
+        _apply_verified(state, memory_id, event)
+        return
     else:
         return
     state[memory_id] = updated
+
+
+def _apply_verified(state: dict[str, Json], memory_id: str, event: Mapping[str, Any]) -> None:
+    current = state.get(memory_id)
+    if current is None or current.get("status") != "active":
+        return
+    if current.get("stream", event.get("stream")) != event.get("stream"):
+        return  # renewed by the relayed verification in the memory's own stream
+    state[memory_id] = {
+        **current,
+        "verified_at": event["occurred_at"],
+        "verification_due_at": None,
+    }
 
 
 def fold(

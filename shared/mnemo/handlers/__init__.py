@@ -23,17 +23,29 @@ class Decision:
         self.writes.extend(other.writes)
 
 
-def emit(cause: Envelope, payload: EventPayload, consumer: str, *parts: str) -> Envelope:
+def emit(
+    cause: Envelope,
+    payload: EventPayload,
+    consumer: str,
+    *parts: str,
+    stream: str | None = None,
+) -> Envelope:
     """An event caused by `cause`, with an id derived from it so redelivery emits the same id.
 
-    Event time is the cause's: a derived event happened when its cause did.
+    Event time is the cause's: a derived event happened when its cause did. It goes to the
+    cause's stream unless `stream` names another one of the tenant (the id then derives
+    from that stream too).
     """
+    target = cause.stream if stream is None else stream
+    extra = () if stream is None else (stream,)
     return Envelope(
-        event_id=derived_id(cause.occurred_at, consumer, cause.event_id, payload.TYPE, *parts),
+        event_id=derived_id(
+            cause.occurred_at, consumer, cause.event_id, payload.TYPE, *parts, *extra
+        ),
         type=payload.TYPE,
         schema_version=payload.VERSION,
         tenant=cause.tenant,
-        stream=cause.stream,
+        stream=target,
         occurred_at=cause.occurred_at,
         actor=Actor(kind=ActorKind.SYSTEM, id=consumer),
         causation_id=cause.event_id,

@@ -13,6 +13,13 @@
 - Weight also fades with age by a half-life per type; that is a pure function of the
   memory and the instant (`decayed_weight`), so it needs no event.
 
+Feedback moves a memory only in its own stream: feedback published on another stream
+(an answer citing memories of several streams) is relayed to each memory's stream as a
+FeedbackRelayed event, and handled there. A memory's weight, trust and timers are then
+moved by one partition of the log, in that partition's order, under its fence (ADR 0014):
+two consumers never read-modify-write them side by side, and a rebuild moves them in the
+same order.
+
 Timers live in a read model built from the log, so they survive restarts. Scans read the
 time from the clock port, and each emitted event's id derives from the memory, the timer
 kind and the due instant: the same decision is never emitted twice. Every decision is an
@@ -34,6 +41,7 @@ from mnemo.domain.events import (
     ContextAssembled,
     Envelope,
     EventPayload,
+    FeedbackRelayed,
     MemoryArchived,
     MemoryCited,
     MemoryContradicted,
@@ -240,26 +248,24 @@ def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None
         put = PutWeight(event.tenant, decayed.memory_id, decayed.semantic_weight, trust, current[2])
         return Decision(writes=[put])
     payload = decode_payload(event) if event.type in _FEEDBACK else None
-    if isinstance(payload, MemoryCited):
-        d_weight, d_trust = CITED[payload.position]
-        reason = f"cited:{payload.position or 'unknown'}"
-        decision = _moved(event, state, payload.memory_id, (1.0, d_weight, d_trust), reason)
-        decision.extend(_used(event, [payload.memory_id], state, policy))
-        return decision
-    if isinstance(payload, MemoryCorrected):
-        decision = Decision()
-        move = (CORRECTED_WEIGHT_FACTOR, 0.0, -CORRECTED_TRUST_STEP)
-        for memory_id in payload.memory_ids:
-            decision.extend(_moved(event, state, memory_id, move, f"corrected:{payload.reason}"))
-        return decision
-    if isinstance(payload, MemoryContradicted):
-        move = (CONTRADICTED_WEIGHT_FACTOR, 0.0, -CONTRADICTED_TRUST_STEP)
-        return _moved(event, state, payload.memory_id, move, f"contradicted:{payload.reason}")
-    if isinstance(payload, MemoryVerified):
-        return _verified(event, payload.memory_id, state, policy)
-    if isinstance(payload, ContextAssembled):
-        return _used(event, payload.memory_ids, state, policy)
-    return Decision()
+    if isinstance(payload, FeedbackRelayed):
+        # feedback from another stream about memories of this one: handled here, in the
+        # partition of the memories' own stream
+        return _feedback(event, state, policy, payload.feedback, payload.memory_ids, payload)
+    if payload is None:
+        return Decision()
+    ids = _feedback_ids(payload)
+    here, away = _by_stream(event, state, ids)
+    decision = _feedback(event, state, policy, payload.TYPE, here, payload)
+    for stream, memory_ids in sorted(away.items()):
+        relayed = FeedbackRelayed(
+            feedback=payload.TYPE,
+            memory_ids=tuple(memory_ids),
+            position=getattr(payload, "position", None),
+            reason=getattr(payload, "reason", None),
+        )
+        decision.events.append(emit(event, relayed, CONSUMER, stream=stream))
+    return decision
 
 
 _FEEDBACK = {
@@ -268,7 +274,67 @@ _FEEDBACK = {
     MemoryContradicted.TYPE,
     MemoryVerified.TYPE,
     ContextAssembled.TYPE,
+    FeedbackRelayed.TYPE,
 }
+
+
+def _feedback_ids(payload: EventPayload) -> tuple[str, ...]:
+    if isinstance(payload, MemoryCorrected | ContextAssembled):
+        return payload.memory_ids
+    memory_id = getattr(payload, "memory_id", None)
+    return (memory_id,) if isinstance(memory_id, str) else ()
+
+
+def _by_stream(
+    event: Envelope, state: DecayState, memory_ids: Sequence[str]
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The memories of the event's own stream, and those of each other stream. A memory
+    that is not in the read model (unknown, another tenant's) is in neither."""
+    here: list[str] = []
+    away: dict[str, list[str]] = {}
+    for memory_id in dict.fromkeys(memory_ids):
+        memory = state.get(event.tenant, memory_id)
+        if memory is None:
+            continue
+        if memory.stream == event.stream:
+            here.append(memory_id)
+        else:
+            away.setdefault(memory.stream, []).append(memory_id)
+    return here, away
+
+
+def _feedback(
+    event: Envelope,
+    state: DecayState,
+    policy: DecayPolicy,
+    kind: str,
+    memory_ids: Sequence[str],
+    payload: EventPayload,
+) -> Decision:
+    """What feedback of type `kind` does to memories of the event's stream."""
+    decision = Decision()
+    position = getattr(payload, "position", None)
+    reason = getattr(payload, "reason", None) or ""
+    if kind == MemoryCited.TYPE:
+        d_weight, d_trust = CITED[position]
+        why = f"cited:{position or 'unknown'}"
+        for memory_id in memory_ids:
+            decision.extend(_moved(event, state, memory_id, (1.0, d_weight, d_trust), why))
+        decision.extend(_used(event, memory_ids, state, policy))
+    elif kind == MemoryCorrected.TYPE:
+        move = (CORRECTED_WEIGHT_FACTOR, 0.0, -CORRECTED_TRUST_STEP)
+        for memory_id in memory_ids:
+            decision.extend(_moved(event, state, memory_id, move, f"corrected:{reason}"))
+    elif kind == MemoryContradicted.TYPE:
+        move = (CONTRADICTED_WEIGHT_FACTOR, 0.0, -CONTRADICTED_TRUST_STEP)
+        for memory_id in memory_ids:
+            decision.extend(_moved(event, state, memory_id, move, f"contradicted:{reason}"))
+    elif kind == MemoryVerified.TYPE:
+        for memory_id in memory_ids:
+            decision.extend(_verified(event, memory_id, state, policy))
+    elif kind == ContextAssembled.TYPE:
+        decision.extend(_used(event, memory_ids, state, policy))
+    return decision
 
 
 def _verified(event: Envelope, memory_id: str, state: DecayState, policy: DecayPolicy) -> Decision:

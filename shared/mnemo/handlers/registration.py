@@ -33,6 +33,7 @@ from mnemo.domain.events import (
     ContextResponseReported,
     Envelope,
     EventPayload,
+    FeedbackRelayed,
     ForgetRequested,
     MemoriesRewrapped,
     MemoryArchived,
@@ -433,13 +434,27 @@ def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> 
             writes=[PutContextRecord(replace(found, response_hash=payload.response_hash))]
         )
     if isinstance(payload, MemoryCited):
-        if state.get(event.tenant, payload.memory_id) is None:
-            return Decision()  # no such memory in this tenant: nothing to count
-        return Decision(writes=[BumpStats(event.tenant, payload.memory_id, at, cited=1)])
+        known = _of_stream(event, state, (payload.memory_id,))
+        return Decision(writes=[BumpStats(event.tenant, m, at, cited=1) for m in known])
     if isinstance(payload, MemoryCorrected):
-        known = [m for m in payload.memory_ids if state.get(event.tenant, m) is not None]
+        known = _of_stream(event, state, payload.memory_ids)
         return Decision(writes=[BumpStats(event.tenant, m, at, corrected=1) for m in known])
     return Decision()
+
+
+def _of_stream(event: Envelope, state: RegistrationState, memory_ids: Sequence[str]) -> list[str]:
+    """The memories named that belong to the event's stream. Citations and corrections of
+    another stream's memories are counted where those memories live, from the relay the
+    decay consumer appends there (FeedbackRelayed): whether the read model here already
+    holds a memory of another partition depends on timing (a rebuild reads partitions in
+    another order), and a count must not. Unknown memories (another tenant's, or none)
+    count nothing."""
+    known = []
+    for memory_id in memory_ids:
+        memory = state.get(event.tenant, memory_id)
+        if memory is not None and memory.stream == event.stream:
+            known.append(memory_id)
+    return known
 
 
 def _verification(
@@ -454,10 +469,39 @@ def _verification(
         return Decision(
             writes=[PutMemory(memory.model_copy(update={"verification_due_at": payload.due_at}))]
         )
+    if memory.stream != event.stream:
+        # renewed in its own stream, where the decay consumer relays the verification
+        # (FeedbackRelayed): a memory's row is written by its stream's partition only
+        return Decision(writes=[_outcome(event, 0, OutcomeKind.APPLIED)])
     renewed = memory.model_copy(
         update={"verified_at": event.occurred_at, "verification_due_at": None}
     )
     return Decision(writes=[PutMemory(renewed), _outcome(event, 0, OutcomeKind.APPLIED)])
+
+
+def _relayed(event: Envelope, state: RegistrationState, relayed: FeedbackRelayed) -> Decision:
+    """Feedback published on another stream about memories of this one: citations and
+    corrections are counted here, a verification renews them. (Uses in a context are
+    counted from the context's own event.)"""
+    at = event.occurred_at
+    if relayed.feedback == MemoryCited.TYPE:
+        known = _of_stream(event, state, relayed.memory_ids)
+        return Decision(writes=[BumpStats(event.tenant, m, at, cited=1) for m in known])
+    if relayed.feedback == MemoryCorrected.TYPE:
+        known = _of_stream(event, state, relayed.memory_ids)
+        return Decision(writes=[BumpStats(event.tenant, m, at, corrected=1) for m in known])
+    if relayed.feedback != MemoryVerified.TYPE:
+        return Decision()
+    writes: list[Write] = []
+    for memory_id in relayed.memory_ids:
+        memory = state.get(event.tenant, memory_id)
+        if memory is None or memory.status is not MemoryStatus.ACTIVE:
+            continue
+        renewed = memory.model_copy(
+            update={"verified_at": event.occurred_at, "verification_due_at": None}
+        )
+        writes.append(PutMemory(renewed))
+    return Decision(writes=writes)
 
 
 _HANDLED = {
@@ -475,6 +519,7 @@ _HANDLED = {
     ContextResponseReported.TYPE,
     MemoryCited.TYPE,
     MemoryCorrected.TYPE,
+    FeedbackRelayed.TYPE,
 }
 
 
@@ -616,6 +661,8 @@ def handle(
         return _template(event, state, payload)
     if isinstance(payload, MemoriesRewrapped):
         return _rewrap(event, state, payload)
+    if isinstance(payload, FeedbackRelayed):
+        return _relayed(event, state, payload)
     return _usage(event, payload, state)
 
 
