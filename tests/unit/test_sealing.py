@@ -297,3 +297,69 @@ def test_every_field_with_a_persons_words_is_sealed_whole_on_a_user_stream(
     # moved onto another event, a ciphertext does not open: each is bound to its event
     moved = again.model_copy(update={"encryption": sealed.encryption})
     assert sealer.open_private_envelope(moved).payload["memory"]["content"] == REDACTED
+
+
+# Text fields of event payloads that hold no person's words: identifiers, codes, hashes,
+# names of templates and tokenizers, and labels Mnemo itself writes. Every other text
+# field must be PRIVATE (sealed on a user stream): a new field is classified here or there.
+NOT_PERSONAL = {
+    ("ObservationRecorded", "kind"),
+    ("ObservationRecorded", "timezone"),
+    ("ObservationRecorded", "language"),
+    ("MemoryCited", "request_id"),
+    ("MemoryCorrected", "request_id"),
+    ("MemoriesRewrapped", "key_id"),
+    ("ContextAssembled", "request_id"),
+    ("ContextAssembled", "template"),
+    ("ContextAssembled", "template_fingerprint"),
+    ("ContextAssembled", "protocol"),
+    ("ContextAssembled", "query_hash"),
+    ("ContextAssembled", "memory_ids"),
+    ("ContextAssembled", "memory_types"),
+    ("ContextAssembled", "sections"),
+    ("ContextAssembled", "tokenizer"),
+    ("ContextAssembled", "truncated"),
+    ("ContextAssembled", "left_out"),
+    ("ContextAssembled", "conflicts"),
+    ("ContextAssembled", "response_hash"),
+    ("ContextResponseReported", "request_id"),
+    ("ContextResponseReported", "response_hash"),
+    ("ContextResponseReported", "cited"),
+    ("ContextResponseReported", "violations"),
+    ("MemorySuperseded", "memory_id"),
+    ("MemorySuperseded", "superseded_by"),
+    ("MemoryRejected", "reason_code"),
+    ("MemoryRejected", "rejected_event_id"),
+    ("MemoryRejected", "current_memory_id"),
+    ("MemoryExpired", "memory_id"),
+    ("MemoryDecayed", "memory_id"),
+    ("FeedbackRelayed", "memory_ids"),
+    ("VerificationDue", "memory_id"),
+    ("MemoryArchived", "memory_id"),
+    ("MemoryForgotten", "memory_id"),
+}
+
+
+def test_every_free_text_field_of_every_event_is_sealed_or_known_not_personal() -> None:
+    import typing
+
+    from mnemo.domain import events
+
+    def kinds(cls: type) -> typing.Iterator[type]:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from kinds(sub)
+
+    unclassified = []
+    for cls in kinds(events.EventPayload):
+        if not hasattr(cls, "TYPE"):
+            continue
+        private = {path.split(".")[0] for path in cls.PRIVATE}
+        for name, info in cls.model_fields.items():
+            args = typing.get_args(info.annotation) or (info.annotation,)
+            constrained = any(getattr(m, "pattern", None) for m in info.metadata)
+            if str not in args or constrained or name in private:
+                continue
+            if (cls.TYPE, name) not in NOT_PERSONAL:
+                unclassified.append((cls.TYPE, name))
+    assert unclassified == []

@@ -407,6 +407,7 @@ class MemoryDecayed(EventPayload):
 
     TYPE = "MemoryDecayed"
     VERSION = 1
+    PRIVATE = ("reason",)  # "corrected:<reason>" carries the user's words
     PUBLIC = False
     memory_id: str
     semantic_weight: float = Field(ge=0.0, le=0.99)
@@ -435,6 +436,7 @@ class FeedbackRelayed(EventPayload):
     TYPE = "FeedbackRelayed"
     VERSION = 1
     PUBLIC = False
+    PRIVATE = ("reason",)  # a correction's reason, in the user's words
     feedback: Annotated[str, Field(pattern="^(" + "|".join(RELAYED_FEEDBACK) + ")$")]
     memory_ids: tuple[str, ...] = Field(min_length=1)
     position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
