@@ -40,7 +40,8 @@ from tests.distributed_support import (
     running_distributed,
     table_digests,
 )
-from tests.support import free_port
+from tests.support import free_port, missing
+from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
@@ -200,6 +201,14 @@ class Deployment:
         if self.qdrant:
             self.env["MNEMO_QDRANT_URL"] = self.qdrant
             self.env["MNEMO_QDRANT_COLLECTION"] = f"scale_{tag}"
+        # every replica opens what the gateway sealed (a user's words are always sealed):
+        # one vault for all of them, as in production
+        vault_url, vault_token = vault_settings()
+        if vault_token is None:
+            missing("OpenBao", "no MNEMO_VAULT_TOKEN and no services.env")
+        self.env["MNEMO_VAULT_ADDR"] = vault_url
+        self.env["MNEMO_VAULT_TOKEN"] = vault_token
+        self.env["MNEMO_VAULT_KEY_PREFIX"] = f"scale-{tag}"
         self.root = root
         self.fleet = Fleet(root / "fleet", self.env)
         values = {k.removeprefix("MNEMO_").lower(): v for k, v in self.env.items()}
