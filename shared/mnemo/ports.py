@@ -349,11 +349,14 @@ class VectorFilter:
 
 @dataclass(frozen=True, slots=True)
 class Fusion:
-    """How a hybrid search fuses its dense and keyword lists: the engine's weighted
-    reciprocal-rank fusion, sum over lists of 1 / (k - 1 + rank / weight), rank from 1
-    (with weight 1: 1 / (k - 1 + rank)). `depth` candidates are taken from each list."""
+    """How a hybrid search fuses its dense and keyword lists: weighted reciprocal-rank
+    fusion, sum over lists of weight / (k + rank), rank from 1, a list that misses a memory
+    adding nothing. `depth` candidates are taken from each list. The engine computes it in
+    the one query: each list's reciprocal ranks by its RRF over that list alone, their
+    weighted sum by a formula. (Its weighted RRF, 1 / (k - 1 + rank / weight), divides the
+    rank by the weight, so a weight also moves where a list's scores start to fall.)"""
 
-    k: int = 6
+    k: int = 5
     dense_weight: float = 1.0
     keyword_weight: float = 1.25
     depth: int = 40

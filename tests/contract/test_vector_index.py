@@ -78,8 +78,8 @@ def idf(points: int, holding: int) -> float:
 
 
 def fused(ranks: list[tuple[int | None, float]], k: int) -> float:
-    """Weighted RRF of (rank from 1 or None, weight) pairs: 1 / (k - 1 + rank / weight)."""
-    return sum(1 / (k - 1 + rank / weight) for rank, weight in ranks if rank is not None)
+    """Weighted RRF of (rank from 1 or None, weight) pairs: weight / (k + rank)."""
+    return sum(weight / (k + rank) for rank, weight in ranks if rank is not None)
 
 
 def ranked_ids(hits: list[tuple[str, float]]) -> list[str]:

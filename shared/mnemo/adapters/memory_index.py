@@ -1,6 +1,6 @@
 """An exact, in-process VectorIndex: brute-force cosine similarity over numpy matrices,
-BM25 over keyword vectors with the engine's IDF, and the engine's weighted reciprocal-rank
-fusion, computed the way Qdrant computes them (float32).
+BM25 over keyword vectors with the engine's IDF, and weighted reciprocal-rank fusion,
+computed the way Qdrant computes them (float32).
 
 It has the semantics and the errors of the Qdrant adapters, so unit tests can use it as a
 fast fake, and the congruence test holds the three to the same rankings. It also defines
@@ -117,17 +117,17 @@ def idf(points: int, holding: int) -> float:
 
 
 def rrf(ranked_lists: Sequence[Sequence[str]], fusion: Fusion) -> dict[str, float]:
-    """The engine's weighted reciprocal-rank fusion of ranked lists (dense first, then
-    keyword), in float32 as the engine sums it."""
+    """Weighted reciprocal-rank fusion of ranked lists (dense first, then keyword), as the
+    engine computes it: each reciprocal rank 1 / (k + rank) in float32, the weighted sum in
+    float64 (the engine's formula precision), the result in float32."""
     weights = (fusion.dense_weight, fusion.keyword_weight)
-    fused: dict[str, np.float32] = {}
-    k = np.float32(fusion.k - 1)
+    fused: dict[str, float] = {}
+    k = np.float32(fusion.k)
     for ids, weight in zip(ranked_lists, weights, strict=False):
-        w = np.float32(weight)
         for rank, memory_id in enumerate(ids, 1):
-            part = np.float32(1.0) / (k + np.float32(rank) / w)
-            fused[memory_id] = fused.get(memory_id, np.float32(0.0)) + part
-    return {m: float(v) for m, v in fused.items()}
+            part = float(np.float32(1.0) / (np.float32(rank) + k))
+            fused[memory_id] = fused.get(memory_id, 0.0) + weight * part
+    return {m: float(np.float32(v)) for m, v in fused.items()}
 
 
 # ---- the index ---------------------------------------------------------------------------

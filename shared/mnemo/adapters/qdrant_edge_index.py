@@ -9,7 +9,8 @@ the point id.
 Each point has two named vectors: `dense` (the embedding, cosine) and `keywords` (BM25 term
 weights, a sparse vector with the IDF modifier). Keyword queries set the IDF corpus to the
 tenant's points (SearchParams.idf), so inverse document frequencies are the tenant's own.
-A hybrid search is one query: a dense and a keyword prefetch fused by weighted RRF.
+A hybrid search is one query: a dense and a keyword prefetch, each turned into reciprocal
+ranks by the engine's RRF, summed with their weights by a formula (see ports.Fusion).
 
 A shard made before keyword vectors (one unnamed dense vector) cannot take them: it is moved
 aside to `<dir>.pre-keywords` and an empty shard is created; `recreated` tells the caller,
@@ -35,9 +36,11 @@ from qdrant_edge import (
     EdgeShard,
     EdgeSparseVectorParams,
     EdgeVectorParams,
+    Expression,
     FacetRequest,
     FieldCondition,
     Filter,
+    Formula,
     Fusion,
     HasIdCondition,
     HasVectorCondition,
@@ -267,22 +270,32 @@ class QdrantEdgeIndex(VectorIndex):
         if not hybrid_wanted(vector, keywords, limit, self._dim):
             return []
         where = self._where(tenant, flt)
-        prefetches: list[Prefetch] = []
+        lists: list[Prefetch] = []
         weights: list[float] = []
         if vector is not None:
             dense = Query.Nearest(list(vector), using=DENSE)
-            prefetches.append(Prefetch(limit=fusion.depth, query=dense, filter=where))
+            lists.append(Prefetch(limit=fusion.depth, query=dense, filter=where))
             weights.append(fusion.dense_weight)
         if keywords:
             sparse = Query.Nearest(_sparse(keywords), using=KEYWORDS)
-            prefetches.append(
+            lists.append(
                 Prefetch(limit=fusion.depth, query=sparse, filter=where, params=self._idf(tenant))
             )
             weights.append(fusion.keyword_weight)
-        fuse = cast("Fusion", Fusion.Rrf(k=fusion.k, weights=weights))  # the stub misses Rrf
+        # each list's ranks become 1 / (k + rank) (the engine's RRF over that list alone), and
+        # a formula adds them up, weighted; a point missing from a list gets 0 from it
+        ranks = cast("Fusion", Fusion.Rrf(k=fusion.k + 1))  # the stub misses Rrf
+        prefetches = [Prefetch(limit=fusion.depth, prefetches=[p], query=ranks) for p in lists]
+        total = Expression.Sum(
+            [
+                Expression.Mult([Expression.Constant(w), Expression.Variable(f"$score[{i}]")])
+                for i, w in enumerate(weights)
+            ]
+        )
+        formula = Formula(total, defaults={f"$score[{i}]": 0.0 for i in range(len(weights))})
         return self._query(
             lambda fetch: QueryRequest(
-                limit=fetch, prefetches=prefetches, query=fuse, filter=where, with_payload=False
+                limit=fetch, prefetches=prefetches, query=formula, filter=where, with_payload=False
             ),
             limit,
             "hybrid search",

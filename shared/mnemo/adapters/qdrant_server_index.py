@@ -11,7 +11,8 @@ with the IDF modifier). The server computes IDF over a whole collection (Qdrant 
 a query's `params.idf` corpus filter), so a collection per tenant is what keeps each
 tenant's keyword statistics its own (docs/adr/0015). Queries still filter by tenant there,
 as a second line of defence. A hybrid search is one Query API request: a dense and a
-keyword prefetch fused by the server's weighted RRF. The memory id (a canonical UUID) is
+keyword prefetch, each turned into reciprocal ranks by the server's RRF and summed with
+their weights by a formula (see ports.Fusion). The memory id (a canonical UUID) is
 the point id.
 
 Collections are created on first use (create if missing; a concurrent creator is tolerated),
@@ -313,26 +314,36 @@ class QdrantServerIndex(VectorIndex):
         if not hybrid_wanted(vector, keywords, limit, self._dim):
             return []
         where = _search_filter(tenant, flt)
-        prefetch: list[models.Prefetch] = []
+        lists: list[models.Prefetch] = []
         weights: list[float] = []
         if vector is not None:
-            prefetch.append(
+            lists.append(
                 models.Prefetch(query=list(vector), using=DENSE, filter=where, limit=fusion.depth)
             )
             weights.append(fusion.dense_weight)
         if keywords:
-            prefetch.append(
+            lists.append(
                 models.Prefetch(
                     query=_sparse(keywords), using=KEYWORDS, filter=where, limit=fusion.depth
                 )
             )
             weights.append(fusion.keyword_weight)
+        # each list's ranks become 1 / (k + rank) (the server's RRF over that list alone), and
+        # a formula adds them up, weighted; a point missing from a list gets 0 from it
+        ranks = models.RrfQuery(rrf=models.Rrf(k=fusion.k + 1))
+        prefetch = [models.Prefetch(prefetch=[p], query=ranks, limit=fusion.depth) for p in lists]
+        formula = models.FormulaQuery(
+            formula=models.SumExpression(
+                sum=[models.MultExpression(mult=[w, f"$score[{i}]"]) for i, w in enumerate(weights)]
+            ),
+            defaults={f"$score[{i}]": 0.0 for i in range(len(weights))},
+        )
         return self._query(
             tenant,
             limit,
             "hybrid search",
             prefetch=prefetch,
-            query=models.RrfQuery(rrf=models.Rrf(k=fusion.k, weights=weights)),
+            query=formula,
             query_filter=where,
         )
 

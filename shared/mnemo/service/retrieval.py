@@ -2,9 +2,10 @@
 
 1. One query to the vector engine within the tenant: a dense prefetch (the query embedding
    against the memories') and a keyword prefetch (the query's terms against each memory's
-   BM25 keyword vector, with the tenant's own IDF; see mnemo.domain.keywords), fused by the
-   engine's weighted reciprocal-rank fusion, 1 / (K - 1 + rank / weight), K = 6, weights
-   1.0 (dense) and 1.25 (keyword): a small K lets the top of each list count for more.
+   BM25 keyword vector, with the tenant's own IDF; see mnemo.domain.keywords), fused by
+   weighted reciprocal rank, weight / (K + rank), K = 5, weights 1.0 (dense) and 1.25
+   (keyword), computed by the engine (ports.Fusion): a small K lets the top of each list
+   count for more.
 2. Episodes: memories tagged `episode:<id>` (by the client, or by registration from the
    pauses between a subject's turns) are turns of one conversation or task. A turn
    gains 0.4 x the fused score of its best adjacent turn (an answer often sits next to
@@ -34,7 +35,7 @@ __all__ = ["RANKING", "Ranked", "Ranking", "rank"]
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    rrf_k: int = 6
+    rrf_k: int = 5
     w_vector: float = 1.0
     w_keyword: float = 1.25
     neighbour: float = 0.4
