@@ -320,6 +320,16 @@ class DistributedDeployment:
             "MNEMO_LOG_LEVEL": "WARNING",
             **GATEWAY_ENV,
         }
+        # one vault for every process, as in production: a user's words are always sealed,
+        # and a development key file is not safe to share between processes
+        known = {
+            **_stack_module().services_env(REPO / "var" / "run" / "services.env"),
+            **os.environ,
+        }
+        if known.get("MNEMO_VAULT_ADDR") and known.get("MNEMO_VAULT_TOKEN"):
+            self.env["MNEMO_VAULT_ADDR"] = known["MNEMO_VAULT_ADDR"]
+            self.env["MNEMO_VAULT_TOKEN"] = known["MNEMO_VAULT_TOKEN"]
+            self.env["MNEMO_VAULT_KEY_PREFIX"] = f"bench-{self.tag}"
         qdrant = _qdrant_server_url()
         if qdrant:
             # the chart's topology: vectors on the Qdrant server, the indexer a process of

@@ -53,6 +53,7 @@ from tests.support import (
     stack_module,
     verify_trails,
 )
+from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.ids import new_event_id
@@ -102,6 +103,14 @@ class Deployment:
             "MNEMO_QDRANT_URL": qdrant_server_url() if topology == "server" else "",
             "MNEMO_QDRANT_COLLECTION": f"e2e_{tag}",
         }
+        # one vault for every process, as in production: a user's words are always sealed,
+        # and a development key file is not safe to share between processes
+        vault_url, vault_token = vault_settings()
+        if vault_token is None:
+            missing("OpenBao", "no MNEMO_VAULT_TOKEN and no services.env")
+        self.env["MNEMO_VAULT_ADDR"] = vault_url
+        self.env["MNEMO_VAULT_TOKEN"] = vault_token
+        self.env["MNEMO_VAULT_KEY_PREFIX"] = f"e2e-{tag}"
         self.stack = Stack(
             root / "run",
             self.env,

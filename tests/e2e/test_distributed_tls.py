@@ -13,8 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.support import free_port, stack_module
+from tests.support import free_port, missing, stack_module
 from tests.tls_support import CASSANDRA_USER, SASL_USER, TlsServices, tls_services
+from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import connect_store
 from mnemo.settings import MnemoSettings
@@ -51,6 +52,15 @@ def deployment(tmp_path: Path) -> Iterator[tuple[object, httpx.Client, TlsServic
         "MNEMO_CASSANDRA_SSL_CAFILE": str(tls.ca),
         "MNEMO_CASSANDRA_SSL_CERTFILE": str(tls.client_cert),
         "MNEMO_CASSANDRA_SSL_KEYFILE": str(tls.client_key),
+    }
+    # one vault for every process, as in production (a user's words are always sealed)
+    vault_url, vault_token = vault_settings()
+    if vault_token is None:
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN and no services.env")
+    env |= {
+        "MNEMO_VAULT_ADDR": vault_url,
+        "MNEMO_VAULT_TOKEN": vault_token,
+        "MNEMO_VAULT_KEY_PREFIX": f"tls-{tag}",
     }
     stack = Stack(
         tmp_path / "run",
