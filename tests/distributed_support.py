@@ -69,6 +69,9 @@ def distributed_settings(data: Path, partitions: int = 4, **overrides: object) -
         "cassandra_hosts": CASSANDRA_HOSTS,
         "cassandra_port": CASSANDRA_PORT,
         "cassandra_keyspace": f"mnemo_d_{tag}",
+        # one development key file for every platform a test builds on this topic (a
+        # user's words are always sealed: a second process must open the first's)
+        "key_file": data.parent / f"keys-{tag}.json",
     }
     values.update(overrides)
     return MnemoSettings(**values)  # type: ignore[arg-type]

@@ -101,7 +101,9 @@ def edit_event(data: Path, stream: str, seq: int) -> None:
             (stream, seq),
         ).fetchall()
         event = json.loads(body)
-        event["payload"]["text"] = "something the user never said"
+        # the user's words are sealed (a stand-in is replaced on opening): move its time
+        stamp = datetime.fromisoformat(event["occurred_at"]) + timedelta(hours=1)
+        event["occurred_at"] = stamp.isoformat()
         db.execute(
             "UPDATE events SET body = ? WHERE tenant = 'acme' AND stream = ? AND seq = ?",
             (json.dumps(event).encode(), stream, seq),

@@ -110,6 +110,15 @@ def session(platform: Platform) -> Any:
     return platform.store.session  # type: ignore[attr-defined]
 
 
+# the archive writes its rows with timestamps that keep the earliest placement (ADR 0014):
+# an attacker with access to the tables writes above them
+ABOVE = 2**53 + 1
+
+
+def an_hour_later(stamp: str) -> str:
+    return (datetime.fromisoformat(stamp) + timedelta(hours=1)).isoformat()
+
+
 def edit_archived(platform: Platform, stream: str, seq: int) -> None:
     [row] = list(
         session(platform).execute(
@@ -119,9 +128,10 @@ def edit_archived(platform: Platform, stream: str, seq: int) -> None:
         )
     )
     body = json.loads(row[0])
-    body["payload"]["text"] = "something the user never said"
+    # the user's words are sealed (a stand-in is replaced on opening): move its time
+    body["occurred_at"] = an_hour_later(body["occurred_at"])
     session(platform).execute(
-        f"UPDATE {ks(platform)}.events_by_stream SET body = %s "
+        f"UPDATE {ks(platform)}.events_by_stream USING TIMESTAMP {ABOVE} SET body = %s "
         "WHERE tenant = %s AND stream = %s AND seq = %s",
         (json.dumps(body), "acme", stream, seq),
     )
@@ -215,13 +225,16 @@ def test_a_rebuild_from_an_edited_log_is_reported(
     with running(rebuild, clock) as rebuilt:
         assert rebuilt.distributed is not None
         copied = []
+        notes = 0  # user:U1's observations in log order: the fifth is "note 4"
         for partition in live.distributed.topic.partitions():
             for r in live.distributed.topic.fetch(partition, 0, 10_000):
                 assert r.key is not None
                 assert r.value is not None
                 value = json.loads(r.value)
-                if value["stream"] == "user:U1" and value["payload"].get("text") == "note 4":
-                    value["payload"]["text"] = "something the user never said"
+                if value["stream"] == "user:U1" and value["type"] == "ObservationRecorded":
+                    if notes == 4:  # its words are sealed: move its time instead
+                        value["occurred_at"] = an_hour_later(value["occurred_at"])
+                    notes += 1
                 copied.append((r.key, json.dumps(value).encode(), r.headers))
         rebuilt.distributed.topic.produce(copied)
         Pump(rebuilt).drain()
@@ -243,11 +256,12 @@ def test_a_deleted_tail_event_with_its_link_is_reported(platform: Platform) -> N
     last = trail[-1]
     s, k = session(platform), ks(platform)
     s.execute(
-        f"DELETE FROM {k}.events_by_stream WHERE tenant = %s AND stream = %s AND seq = %s",
+        f"DELETE FROM {k}.events_by_stream USING TIMESTAMP {ABOVE} "
+        "WHERE tenant = %s AND stream = %s AND seq = %s",
         ("acme", "user:U2", last.n),
     )
     s.execute(
-        f"DELETE FROM {k}.events_by_id WHERE tenant = %s AND event_id = %s",
+        f"DELETE FROM {k}.events_by_id USING TIMESTAMP {ABOVE} WHERE tenant = %s AND event_id = %s",
         ("acme", last.event_id),
     )
     s.execute(

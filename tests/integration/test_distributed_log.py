@@ -225,7 +225,9 @@ def test_each_stream_keeps_its_publishers_order_over_many_partitions(tmp_path: P
         for s in streams:
             events = platform.log.read_stream("acme", s, 1, 1000)
             assert [e.envelope.seq for e in events] == list(range(1, len(events) + 1))
-            texts = [e.envelope.payload["text"] for e in events]
+            # the log holds the user's words sealed: open them as the read ports do
+            opened = [platform.sealer.open_private_envelope(e.envelope) for e in events]
+            texts = [e.payload["text"] for e in opened]
             assert len(texts) == 12
             numbers = [int(t.split(" n")[1]) for t in texts]
             assert numbers == sorted(numbers)  # each publisher's order, kept

@@ -407,7 +407,6 @@ class MemoryDecayed(EventPayload):
 
     TYPE = "MemoryDecayed"
     VERSION = 1
-    PRIVATE = ("reason",)  # "corrected:<reason>" carries the user's words
     PUBLIC = False
     memory_id: str
     semantic_weight: float = Field(ge=0.0, le=0.99)
