@@ -45,7 +45,7 @@ import yaml
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
 from mnemo.domain.rules import end_of_local_day, parse_duration
-from mnemo.service.app import RequestContext
+from mnemo.service.app import MAX_SUBJECT_KEYS_PER_REQUEST, RequestContext
 from mnemo.settings import MnemoSettings
 
 __all__ = ["Item", "load_items", "main", "run_registration"]
@@ -181,6 +181,20 @@ def _observe(stream: str, text: str, at: datetime) -> dict[str, Any]:
     }
 
 
+def _batches(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The events in order, cut so no request seals for more new subjects than one request
+    may (MAX_SUBJECT_KEYS_PER_REQUEST; every item here is a user of its own)."""
+    batches: list[list[dict[str, Any]]] = [[]]
+    streams: set[str] = set()
+    for event in events:
+        if event["stream"] not in streams and len(streams) == MAX_SUBJECT_KEYS_PER_REQUEST:
+            batches.append([])
+            streams = set()
+        streams.add(event["stream"])
+        batches[-1].append(event)
+    return [b for b in batches if b]
+
+
 def score(platform: Platform, items: list[Item]) -> tuple[Scored, float]:
     """Publish every item (its earlier turns first) and compare what was registered."""
     app = platform.app
@@ -195,8 +209,8 @@ def score(platform: Platform, items: list[Item]) -> tuple[Scored, float]:
         events.append(_observe(stream, item.text, T0 + timedelta(minutes=5)))
     started = time.perf_counter()
     accepted = []
-    for start in range(0, len(events), 200):
-        accepted += app.publish(CTX, events[start : start + 200]).accepted
+    for batch in _batches(events):
+        accepted += app.publish(CTX, batch).accepted
     platform.runner.drain()
     seconds = time.perf_counter() - started
     for item, index in zip(items, final_index, strict=True):

@@ -65,3 +65,7 @@ class SwitchableVault(KeyVault):
     def destroy(self, key_id: str) -> None:
         self._gate()
         self.inner.destroy(key_id)
+
+    def has_key(self, key_id: str) -> bool:
+        self._gate()
+        return self.inner.has_key(key_id)

@@ -495,6 +495,11 @@ class KeyVault(abc.ABC):
     def destroy(self, key_id: str) -> None:
         """Crypto-shred: afterwards nothing wrapped under this key can be unwrapped."""
 
+    @abc.abstractmethod
+    def has_key(self, key_id: str) -> bool:
+        """Whether key_id has a live key now, so that sealing under it makes no new one
+        (False for a key never made and for a destroyed one). Never creates a key."""
+
 
 # ---- audit checkpoints: a signer and where signed checkpoints are kept -------------------
 

@@ -77,6 +77,17 @@ class KeyVaultContract:
             vault.rotate("tenant-a")
         vault.destroy("tenant-a")  # idempotent
 
+    def test_has_key_says_whether_sealing_makes_a_key(self, vault: KeyVault) -> None:
+        assert not vault.has_key("t1/user:new")
+        assert not vault.has_key("t1/user:new")  # asking made nothing
+        vault.data_key("t1/user:new")
+        assert vault.has_key("t1/user:new")
+        assert not vault.has_key("t1/user:other")
+        vault.search_key("t1/user:searched")
+        assert vault.has_key("t1/user:searched")
+        vault.destroy("t1/user:new")
+        assert not vault.has_key("t1/user:new")
+
     def test_destroy_leaves_other_keys_alone(self, vault: KeyVault) -> None:
         _, wrapped_a, _ = vault.data_key("tenant-a")
         plain_b, wrapped_b, _ = vault.data_key("tenant-b")

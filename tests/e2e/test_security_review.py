@@ -543,11 +543,31 @@ def test_one_request_cannot_make_hundreds_of_vault_keys(
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "TOO_MANY_SUBJECT_KEYS"
     assert platform.log.head() == before
-    assert len(_user_keys(platform)) <= MAX_SUBJECT_KEYS_PER_REQUEST + 1
+    assert len(_user_keys(platform)) <= MAX_SUBJECT_KEYS_PER_REQUEST
     # a batch within the cap goes through
     batch = [observed(n) for n in range(1_000, 1_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
     ok = client.post("/v1/events", json={"events": batch}, headers=H)
     assert ok.status_code == 202, ok.text
+    # the cap is on new keys: users whose keys exist count for nothing, so one batch may
+    # write to any number of them, with at most the cap of new users among them
+    more = [observed(n) for n in range(2_000, 2_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
+    assert client.post("/v1/events", json={"events": more}, headers=H).status_code == 202
+    known = [observed(n) for n in range(1_000, 1_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
+    known += [observed(n) for n in range(2_000, 2_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
+    keys_before = len(_user_keys(platform))
+    mixed = known + [observed(n) for n in range(3_000, 3_000 + MAX_SUBJECT_KEYS_PER_REQUEST)]
+    r = client.post("/v1/events", json={"events": mixed}, headers=H)
+    assert r.status_code == 202, r.text
+    assert len(_user_keys(platform)) == keys_before + MAX_SUBJECT_KEYS_PER_REQUEST
+    # one new user more than the cap, among known ones: refused, nothing appended
+    head = platform.log.head()
+    over = known + [observed(n) for n in range(4_000, 4_001 + MAX_SUBJECT_KEYS_PER_REQUEST)]
+    r = client.post("/v1/events", json={"events": over}, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "TOO_MANY_SUBJECT_KEYS"
+    first_over = len(known) + MAX_SUBJECT_KEYS_PER_REQUEST
+    assert r.json()["error"]["field"] == f"events[{first_over}].stream"
+    assert platform.log.head() == head
 
 
 def test_a_template_cannot_be_registered_through_the_event_api_without_admin(

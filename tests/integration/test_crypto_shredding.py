@@ -60,6 +60,9 @@ class Recording(KeyVault):
     def destroy(self, key_id: str) -> None:
         self.inner.destroy(key_id)
 
+    def has_key(self, key_id: str) -> bool:
+        return self.inner.has_key(key_id)
+
 
 @pytest.fixture
 def token() -> str:

@@ -166,6 +166,11 @@ class VersionedKeyVault(KeyVault):
             for material in doomed:  # best effort: Python may hold other copies
                 material[:] = bytes(len(material))
 
+    def has_key(self, key_id: str) -> bool:
+        _check_key_id(key_id)
+        with self._lock:
+            return self._known(key_id) is not None
+
     # ---- for subclasses and tests ----------------------------------------------------
 
     def versions(self, key_id: str) -> list[int]:

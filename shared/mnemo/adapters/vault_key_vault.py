@@ -251,6 +251,9 @@ class VaultKeyVault(KeyVault):
             pass  # never created, or already destroyed
         log.info("key %s destroyed (crypto-shredded)", key_id)
 
+    def has_key(self, key_id: str) -> bool:
+        return self._exists(key_id, self.name_of(key_id))
+
     # ---- helpers --------------------------------------------------------------------------
 
     def name_of(self, key_id: str) -> str:

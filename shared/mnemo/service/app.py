@@ -293,24 +293,27 @@ class Mnemo:
         return PublishResult(accepted, outcomes, complete)
 
     def _seal_all(self, ctx: RequestContext, envelopes: Sequence[Envelope]) -> list[Envelope]:
-        """Seal a batch; refused (TOO_MANY_SUBJECT_KEYS) once its values need more than
-        MAX_SUBJECT_KEYS_PER_REQUEST subject keys, before any further key is made."""
+        """Seal a batch; refused (TOO_MANY_SUBJECT_KEYS) once it would make more than
+        MAX_SUBJECT_KEYS_PER_REQUEST new subject keys in the vault, before the next one is
+        made. Subjects whose keys exist already do not count: a batch may touch any
+        number of known users."""
+        assert self.sealer is not None
         sealed: list[Envelope] = []
-        subject_keys: set[str] = set()
+        checked: set[str] = set()
+        new_keys = 0
         for i, envelope in enumerate(envelopes):
-            out = self._seal(i, envelope)
-            block = out.encryption
-            if block is not None and block.key_id != ctx.tenant:
-                subject_keys.add(block.key_id)
-                if len(subject_keys) > MAX_SUBJECT_KEYS_PER_REQUEST:
-                    raise InvalidInput(
-                        f"one request may seal values for at most "
-                        f"{MAX_SUBJECT_KEYS_PER_REQUEST} subjects with keys of their own; "
-                        "split the batch",
-                        code="TOO_MANY_SUBJECT_KEYS",
-                        field=f"events[{i}].stream",
-                    )
-            sealed.append(out)
+            if envelope.stream not in checked:
+                checked.add(envelope.stream)
+                if self.sealer.makes_key(ctx.tenant, envelope.stream):
+                    new_keys += 1
+                    if new_keys > MAX_SUBJECT_KEYS_PER_REQUEST:
+                        raise InvalidInput(
+                            f"one request may make at most {MAX_SUBJECT_KEYS_PER_REQUEST} "
+                            "new subject keys (users seen for the first time); split the batch",
+                            code="TOO_MANY_SUBJECT_KEYS",
+                            field=f"events[{i}].stream",
+                        )
+            sealed.append(self._seal(i, envelope))
         return sealed
 
     def _seal(self, i: int, envelope: Envelope) -> Envelope:

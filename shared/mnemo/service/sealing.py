@@ -128,6 +128,17 @@ class KeyCache:
     def search_key(self, key_id: str) -> bytes:
         return self._cached(self._search, key_id, lambda: self.vault.search_key(key_id))
 
+    def has_key(self, key_id: str) -> bool:
+        """Whether the key exists; a key this cache holds a live entry of counts as
+        existing without asking the vault (a destroyed key leaves the cache at once)."""
+        now = self._now()
+        with self._lock:
+            for table in (self._data, self._search):
+                hit = table.get(key_id)
+                if hit is not None and hit[0] > now:
+                    return True
+        return self.vault.has_key(key_id)
+
     def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         """A stored wrapped data key moved to the key's current version (never cached)."""
         return self.vault.rewrap(key_id, wrapped)
@@ -229,6 +240,12 @@ class Sealer:
         if self.policy.for_tenant(tenant).user_keys and stream.startswith("user:"):
             return f"{tenant}/{stream}"
         return tenant
+
+    def makes_key(self, tenant: str, stream: str) -> bool:
+        """Whether sealing into `stream` would make a new key in the vault: a stream with a
+        key of its own that does not exist yet."""
+        key_id = self.key_id(tenant, stream)
+        return key_id != tenant and not self.keys.has_key(key_id)
 
     def owns_key(self, tenant: str, stream: str) -> bool:
         """Whether a stream is sealed under a key of its own (forgetting it shreds that key)."""
