@@ -33,3 +33,15 @@ def test_ttls_and_values_compare_as_labelled() -> None:
         ("fact", "budget", "500dollars", "permanent"),
     )
     assert not _same(("fact", "budget", "500", "permanent"), ("fact", "budget", "600", "permanent"))
+
+
+def test_the_bench_sends_its_new_users_in_batches_the_api_accepts() -> None:
+    from bench.registration import _batches
+
+    from mnemo.service.app import MAX_SUBJECT_KEYS_PER_REQUEST
+
+    events = [{"stream": f"user:item-{n // 3}", "n": n} for n in range(300)]  # 100 users
+    batches = _batches(events)
+    assert [e for b in batches for e in b] == events  # nothing lost, order kept
+    assert all(len({e["stream"] for e in b}) <= MAX_SUBJECT_KEYS_PER_REQUEST for b in batches)
+    assert len(batches) == 4
