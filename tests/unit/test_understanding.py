@@ -334,3 +334,53 @@ def test_the_upper_normalizer_upper_cases_the_value() -> None:
     )
     [match] = RuleSet([rule]).read("my plate is ab123", T0, None).matches
     assert match.draft.value == "AB123"
+
+
+# ---- the default rules' phrasings ------------------------------------------------------
+
+
+def test_every_slot_of_the_default_rules_captures_what_its_templates_name() -> None:
+    """A slot that lacks a group its rule's templates name can never make a memory (the
+    utterance is answered VALUE_NOT_FOUND however well it was heard)."""
+    import re
+    import string
+
+    def named(template: str | None) -> set[str]:
+        if not template:
+            return set()
+        return {f for _, f, _, _ in string.Formatter().parse(template) if f}
+
+    for rule in RULES.rules:
+        needed = named(rule.value) | named(rule.content)
+        if rule.key and "{" in rule.key:
+            needed |= named(rule.key)
+        for slot in rule.slots:
+            missing = needed - set(re.compile(slot).groupindex)
+            assert not missing, f"rule {rule.id}: slot {slot!r} lacks {sorted(missing)}"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("I stopped eating pork", "avoid.pork", "pork"),
+        ("never recommend penny stocks to me", "avoid.penny_stocks", "penny stocks"),
+        ("quit suggesting crypto to me", "avoid.crypto", "crypto"),
+        ("以后不要提醒我喝水了", "avoid.喝水", "喝水"),
+        ("I recently moved to Lisbon", "home_city", "Lisbon"),
+        ("please answer me in Spanish", "language", "Spanish"),
+        ("预算控制在八百元以内", "budget", "800元"),
+    ],
+)
+def test_patterns_hear_common_variants_and_leave_the_framing_words_out(
+    text: str, key: str, value: str
+) -> None:
+    reading = RULES.read(text, T0, None)  # no selector: the pattern alone
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [(key, value)]
+
+
+def test_a_correction_names_the_new_value_not_the_one_it_replaces() -> None:
+    state = DictState()
+    run(state, "I usually wear a large")
+    run(state, "remember my size is L", at=T0 + timedelta(minutes=1))
+    run(state, "wait, it's medium not large", at=T0 + timedelta(minutes=2))
+    assert current(state, "size") == "M"
