@@ -859,6 +859,34 @@ class TestQdrantServerIndexLocalMode(VectorIndexContract):
         finally:
             index.close()
 
+    def test_a_collection_of_another_keyword_format_needs_a_rebuild(self, tmp_path: Path) -> None:
+        """Keyword weights made with other BM25 constants or terms would rank beside new
+        ones as if they were comparable: the collection records its format and is refused
+        (503 INDEX_NEEDS_REBUILD) under another one."""
+        client = QdrantClient(path=str(tmp_path / "q"))
+        index = self.server_index(client)
+        try:
+            index.upsert([point(1, basis(0))])
+            assert index.legacy_collections() == []
+            client.update_collection(
+                "mnemo_test_acme", metadata={"mnemo_keyword_format": "terms-v0;bm25;ref=24.0"}
+            )
+        finally:
+            index.close()
+        client = QdrantClient(path=str(tmp_path / "q"))
+        reopened = self.server_index(client)
+        try:
+            assert reopened.legacy_collections() == ["mnemo_test_acme"]
+            with pytest.raises(Unavailable) as raised:
+                reopened.search("acme", basis(0), 5)
+            assert raised.value.code == "INDEX_NEEDS_REBUILD"
+            reopened.clear()  # what a rebuild does first
+            reopened.upsert([point(1, basis(0))])
+            assert reopened.legacy_collections() == []
+            assert [hit[0] for hit in reopened.search("acme", basis(0), 5)] == [mid(1)]
+        finally:
+            reopened.close()
+
 
 class TestQdrantServerIndexOnServer(VectorIndexContract):
     """The contract on a real Qdrant server, each test in collections of its own."""

@@ -128,3 +128,40 @@ def test_a_data_dir_from_before_keyword_vectors_is_reindexed_on_start(tmp_path: 
         assert len(reopened.index.ids("acme")) == 2
     finally:
         reopened.close()
+
+
+@pytest.mark.parametrize("recorded", ['{"keyword_format": "terms-v0;bm25;ref=24.0"}', None])
+def test_an_index_of_another_keyword_format_is_rebuilt_at_start(
+    tmp_path: Path, recorded: str | None
+) -> None:
+    """Keyword weights of another release (other BM25 constants or terms, or a shard from
+    before the format was recorded) are not mixed with this one's: the shard is set aside
+    and the indexer re-indexes from the log."""
+    settings = MnemoSettings(data_dir=tmp_path / "d", embedder="hashing")
+    platform = build_embedded(settings)
+    ctx = RequestContext("acme", "a")
+    platform.app.publish(
+        ctx, [{"type": "MemoryDeclared", "schema_version": 1, "stream": "user:U1",
+               "payload": {"memory": {"type": "fact", "content": "Lunch is in the rosebud room"}}}]
+    )  # fmt: skip
+    platform.runner.drain()
+    platform.close()
+    marker = settings.data_dir / "vectors" / "mnemo_index.json"
+    assert marker.is_file()  # written when the shard was made
+    build_embedded(settings).close()  # the same format opens as it is
+    assert not (settings.data_dir / "vectors.pre-keywords").exists()
+    if recorded is None:
+        marker.unlink()
+    else:
+        marker.write_text(recorded, encoding="utf-8")
+
+    reopened = build_embedded(settings)
+    try:
+        assert (settings.data_dir / "vectors.pre-keywords").is_dir()  # kept aside
+        assert reopened.store.position("indexer") == 0  # re-indexes from the start
+        reopened.runner.drain()
+        hits = reopened.app.search(ctx, "rosebud")
+        assert [h.memory.content for h in hits] == ["Lunch is in the rosebud room"]
+        assert "terms-v" in marker.read_text(encoding="utf-8")
+    finally:
+        reopened.close()

@@ -12,9 +12,11 @@ tenant's points (SearchParams.idf), so inverse document frequencies are the tena
 A hybrid search is one query: a dense and a keyword prefetch, each turned into reciprocal
 ranks by the engine's RRF, summed with their weights by a formula (see ports.Fusion).
 
-A shard made before keyword vectors (one unnamed dense vector) cannot take them: it is moved
-aside to `<dir>.pre-keywords` and an empty shard is created; `recreated` tells the caller,
-which re-indexes from the log (see bootstrap).
+A shard made before keyword vectors (one unnamed dense vector), or whose keyword vectors
+were made with another format (keywords.KEYWORD_FORMAT, recorded in `mnemo_index.json` in
+the shard when it is created), cannot serve with this release's weights: it is moved aside
+to `<dir>.pre-keywords` and an empty shard is created; `recreated` tells the caller, which
+re-indexes from the log (see bootstrap).
 
 The shard holds a lock on its write-ahead log: one QdrantEdgeIndex per directory per process.
 """
@@ -86,6 +88,7 @@ _FILTER_FIELDS = ("stream", "type", "scope", "tags")
 DENSE = "dense"
 KEYWORDS = "keywords"
 LEGACY_SUFFIX = ".pre-keywords"
+FORMAT_FILE = "mnemo_index.json"  # the keyword format the shard's vectors were made with
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +124,26 @@ def _sparse(keywords: kw.SparseVector) -> SparseVector:
 
 
 def is_legacy_shard(path: Path) -> bool:
-    """Whether a shard directory was made before keyword vectors (no `keywords` vector)."""
+    """Whether a shard directory was made by an older Mnemo: before keyword vectors (no
+    `keywords` vector), or with keyword vectors of another format (keywords.KEYWORD_FORMAT,
+    recorded in FORMAT_FILE when the shard is created)."""
     config = path / _CONFIG_FILE
     if not config.exists():
         return False
     found = json.loads(config.read_text(encoding="utf-8"))
-    return KEYWORDS not in (found.get("sparse_vectors") or {})
+    if KEYWORDS not in (found.get("sparse_vectors") or {}):
+        return True
+    return keyword_format_of(path) != kw.KEYWORD_FORMAT
+
+
+def keyword_format_of(path: Path) -> str | None:
+    """The keyword format a shard records (None: a shard from before formats were kept)."""
+    try:
+        found = json.loads((path / FORMAT_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    value = found.get("keyword_format") if isinstance(found, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _translate(exc: Exception, action: str) -> MnemoError:
@@ -417,6 +434,9 @@ class QdrantEdgeIndex(VectorIndex):
                 shard = EdgeShard.load(str(self._path), self._config)
             else:
                 shard = EdgeShard.create(str(self._path), self._config)
+                (self._path / FORMAT_FILE).write_text(
+                    json.dumps({"keyword_format": kw.KEYWORD_FORMAT}), encoding="utf-8"
+                )
         except Exception as e:
             raise _translate(e, f"open {self._path}") from e
         try:
@@ -427,7 +447,8 @@ class QdrantEdgeIndex(VectorIndex):
         return shard
 
     def _move_aside(self) -> None:
-        """Keep a shard without keyword vectors next to the new one; the caller re-indexes."""
+        """Keep a shard without keyword vectors, or with vectors of another keyword format,
+        next to the new one; the caller re-indexes."""
         target = self._path.with_name(self._path.name + LEGACY_SUFFIX)
         n = 1
         while target.exists():
@@ -436,10 +457,13 @@ class QdrantEdgeIndex(VectorIndex):
         self._path.rename(target)
         self.recreated = True
         log.warning(
-            "the vector index at %s has no keyword vectors (made by an older Mnemo); it was "
-            "moved to %s and an empty one created: the indexer re-indexes every memory from "
-            "the log, and keyword matches are incomplete until it has caught up",
+            "the vector index at %s was made by an older Mnemo (keyword vectors missing or "
+            "of format %s, this one writes %s); it was moved to %s and an empty one created: "
+            "the indexer re-indexes every memory from the log, and keyword matches are "
+            "incomplete until it has caught up",
             self._path,
+            keyword_format_of(self._path),
+            kw.KEYWORD_FORMAT,
             target,
         )
 

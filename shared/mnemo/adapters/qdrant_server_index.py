@@ -18,7 +18,8 @@ the point id.
 Collections are created on first use (create if missing; a concurrent creator is tolerated),
 with keyword payload indexes on tenant, stream, type, scope and tags. Reads of a collection
 that does not exist yet find nothing and create nothing. A collection of another shape (one
-made before keyword vectors) is refused with 503 INDEX_NEEDS_REBUILD: `legacy_collections()`
+made before keyword vectors, or one whose metadata records another keyword format than
+keywords.KEYWORD_FORMAT) is refused with 503 INDEX_NEEDS_REBUILD: `legacy_collections()`
 names them, and a rebuild of the index from the log replaces them.
 
 Durability. Every write is sent with wait=True, so it has been applied (and written to the
@@ -55,7 +56,7 @@ from mnemo.adapters.memory_index import (
     is_memory_id,
 )
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
-from mnemo.domain.keywords import SparseVector
+from mnemo.domain.keywords import KEYWORD_FORMAT, SparseVector
 from mnemo.ports import Fusion, Vector, VectorFilter, VectorIndex, VectorPoint
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ _FUSION = Fusion()
 DENSE: Final = "dense"
 KEYWORDS: Final = "keywords"
 _TENANT = "tenant"
+_FORMAT_KEY = "mnemo_keyword_format"  # collection metadata: keywords.KEYWORD_FORMAT
 _FILTER_FIELDS = ("stream", "type", "scope", "tags")
 _NAME = re.compile(r"[a-z0-9_-]{1,128}")
 _SCROLL_PAGE = 1024
@@ -456,14 +458,16 @@ class QdrantServerIndex(VectorIndex):
 
     def legacy_collections(self) -> list[str]:
         """Collections an older Mnemo made that this one cannot use: the shared collection
-        (`collection` itself) and per-tenant ones without keyword vectors. Rebuild the
+        (`collection` itself) and per-tenant ones without keyword vectors or with keyword
+        vectors of another format (keywords.KEYWORD_FORMAT). Rebuild the
         index from the log to replace them (docs/adr/0015)."""
         self._check_open()
         try:
             names = [c.name for c in self._call(self._client.get_collections).collections]
             old = [n for n in names if n == self._collection]
             for name in self._collections():
-                if not self._has_keywords(self._call(self._client.get_collection, name)):
+                info = self._call(self._client.get_collection, name)
+                if not self._has_keywords(info) or self._format_of(info) != KEYWORD_FORMAT:
                     old.append(name)
         except Exception as e:
             raise _translate(e, "list collections") from e
@@ -545,6 +549,7 @@ class QdrantServerIndex(VectorIndex):
                 sparse_vectors_config={
                     KEYWORDS: models.SparseVectorParams(modifier=models.Modifier.IDF)
                 },
+                metadata={_FORMAT_KEY: KEYWORD_FORMAT},
             )
         except Exception:
             # Another process (or replica) may have created it between our check and create;
@@ -562,6 +567,13 @@ class QdrantServerIndex(VectorIndex):
             raise Unavailable(
                 f"collection {name} was made by an older Mnemo (no `{DENSE}` and `{KEYWORDS}` "
                 "vectors): rebuild the vector index from the log (mnemo admin rebuild)",
+                code="INDEX_NEEDS_REBUILD",
+            )
+        if self._format_of(info) != KEYWORD_FORMAT:
+            raise Unavailable(
+                f"collection {name} holds keyword vectors of format {self._format_of(info)}, "
+                f"this Mnemo writes {KEYWORD_FORMAT}: rebuild the vector index from the log "
+                "(mnemo admin rebuild)",
                 code="INDEX_NEEDS_REBUILD",
             )
         if params.size != self._dim:
@@ -594,6 +606,11 @@ class QdrantServerIndex(VectorIndex):
                 self._call(
                     self._client.create_payload_index, name, field, field_schema=schema, wait=True
                 )
+
+    @staticmethod
+    def _format_of(info: models.CollectionInfo) -> str | None:
+        found = (info.config.metadata or {}).get(_FORMAT_KEY)
+        return found if isinstance(found, str) else None
 
     @staticmethod
     def _has_keywords(info: models.CollectionInfo) -> bool:

@@ -33,6 +33,7 @@ from mnemo.domain.text import keyword_terms, query_terms
 __all__ = [
     "BM25_B",
     "BM25_K1",
+    "KEYWORD_FORMAT",
     "REFERENCE_LENGTH",
     "SparseVector",
     "fold_term",
@@ -49,6 +50,14 @@ BM25_B = 0.75
 # over all ten); the FTS5 index this replaced normalised by that corpus mean, and 24 (the
 # words of the text alone) ranked long turns too low.
 REFERENCE_LENGTH = 35.0
+# Bumped with any change to how terms are made (keyword_terms, fold_term, term_id): terms
+# and weights of another release do not mix with these.
+TERMS_VERSION = 1
+# What the stored keyword vectors were made with. An index records it when it is created;
+# one made with another format is rebuilt from the log (embedded: at start; server: 503
+# INDEX_NEEDS_REBUILD until `mnemo admin rebuild`), since its weights would rank
+# differently from every new memory's.
+KEYWORD_FORMAT = f"terms-v{TERMS_VERSION};bm25;k1={BM25_K1};b={BM25_B};ref={REFERENCE_LENGTH}"
 
 
 @dataclass(frozen=True, slots=True)
