@@ -69,3 +69,7 @@ class SwitchableVault(KeyVault):
     def has_key(self, key_id: str) -> bool:
         self._gate()
         return self.inner.has_key(key_id)
+
+    def is_destroyed(self, key_id: str) -> bool:
+        self._gate()
+        return self.inner.is_destroyed(key_id)

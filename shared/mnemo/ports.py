@@ -496,6 +496,11 @@ class KeyVault(abc.ABC):
         """Crypto-shred: afterwards nothing wrapped under this key can be unwrapped."""
 
     @abc.abstractmethod
+    def is_destroyed(self, key_id: str) -> bool:
+        """Whether key_id's key was destroyed (crypto-shredded): for good, so a forgotten
+        tenant's reads can answer nothing. False for a key never made."""
+
+    @abc.abstractmethod
     def has_key(self, key_id: str) -> bool:
         """Whether key_id has a live key now, so that sealing under it makes no new one
         (False for a key never made and for a destroyed one). Never creates a key."""

@@ -85,8 +85,11 @@ class KeyVaultContract:
         assert not vault.has_key("t1/user:other")
         vault.search_key("t1/user:searched")
         assert vault.has_key("t1/user:searched")
+        assert not vault.is_destroyed("t1/user:new")
         vault.destroy("t1/user:new")
         assert not vault.has_key("t1/user:new")
+        assert vault.is_destroyed("t1/user:new")
+        assert not vault.is_destroyed("t1/user:other")  # never made is not destroyed
 
     def test_destroy_leaves_other_keys_alone(self, vault: KeyVault) -> None:
         _, wrapped_a, _ = vault.data_key("tenant-a")

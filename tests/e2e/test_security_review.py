@@ -203,6 +203,39 @@ def test_forgetting_a_tenant_or_a_user_needs_the_admin_scope(
     assert client.get(f"/v1/memories/{first}", headers=H).json()["status"] == "forgotten"
 
 
+def test_a_forgotten_tenant_answers_nothing_on_every_read(
+    client: TestClient, platform: Platform
+) -> None:
+    """Forgetting the tenant purged its read models, but its shared streams (which hold
+    the detector's values sealed, the rest in clear) were still served by replay, tail,
+    snapshot and insights, the snapshot showing their memories as active."""
+    _declare(client, "session:S1", {"type": "fact", "content": "zqshared lunch is at noon"})
+    mine = _declare(client, "user:U1", {"type": "fact", "content": "zqmine likes tea"})
+    seen = client.get("/v1/subjects/session:S1/events", headers=H).json()
+    assert "zqshared" in str(seen)  # before: served (so the checks below can fail)
+    r = client.post("/v1/events?wait=registered", json=_forget("tenant", tenant=True), headers=H)
+    assert r.status_code == 202, r.text
+    reads = {
+        "replay": "/v1/subjects/session:S1/events",
+        "user replay": "/v1/subjects/user:U1/events",
+        "tail": "/v1/events?after_offset=0",
+        "snapshot": "/v1/subjects/session:S1/snapshot",
+        "insights": "/v1/insights/events",
+        "memories": "/v1/subjects/session:S1/memories",
+    }
+    for name, path in reads.items():
+        got = client.get(path, headers=H)
+        assert got.status_code in (200, 404, 410), (name, got.text)
+        assert "zqshared" not in got.text, (name, got.text)
+        assert "zqmine" not in got.text, (name, got.text)
+        if name not in ("replay", "snapshot", "memories"):  # these name it in their request
+            assert "session:S1" not in got.text, (name, got.text)
+    snapshot = client.get("/v1/subjects/session:S1/snapshot", headers=H)
+    if snapshot.status_code == 200:
+        assert snapshot.json().get("memories") in ({}, [], None), snapshot.text
+    assert client.get(f"/v1/memories/{mine}", headers=H).status_code in (404, 410)
+
+
 @pytest.mark.parametrize("truthy", ["true", 1, "yes"])
 def test_sensitive_takes_only_a_json_boolean(
     client: TestClient, platform: Platform, truthy: Any

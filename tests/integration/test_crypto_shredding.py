@@ -63,6 +63,9 @@ class Recording(KeyVault):
     def has_key(self, key_id: str) -> bool:
         return self.inner.has_key(key_id)
 
+    def is_destroyed(self, key_id: str) -> bool:
+        return self.inner.is_destroyed(key_id)
+
 
 @pytest.fixture
 def token() -> str:

@@ -171,6 +171,13 @@ class VersionedKeyVault(KeyVault):
         with self._lock:
             return self._known(key_id) is not None
 
+    def is_destroyed(self, key_id: str) -> bool:
+        _check_key_id(key_id)
+        with self._lock:
+            if key_id not in self._state.destroyed:
+                self._reload()  # another process may have destroyed it meanwhile
+            return key_id in self._state.destroyed
+
     # ---- for subclasses and tests ----------------------------------------------------
 
     def versions(self, key_id: str) -> list[int]:

@@ -254,6 +254,9 @@ class VaultKeyVault(KeyVault):
     def has_key(self, key_id: str) -> bool:
         return self._exists(key_id, self.name_of(key_id))
 
+    def is_destroyed(self, key_id: str) -> bool:
+        return self._exists(key_id, self.name_of(key_id) + TOMBSTONE)
+
     # ---- helpers --------------------------------------------------------------------------
 
     def name_of(self, key_id: str) -> str:

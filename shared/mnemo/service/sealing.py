@@ -115,6 +115,7 @@ class KeyCache:
         self._data: dict[str, tuple[float, tuple[bytes, bytes, int]]] = {}
         self._unwrapped: dict[tuple[str, bytes], tuple[float, bytes]] = {}
         self._search: dict[str, tuple[float, bytes]] = {}
+        self._destroyed: set[str] = set()
 
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
         """(plaintext, wrapped, version): one data key per key_id for the TTL."""
@@ -139,6 +140,18 @@ class KeyCache:
                     return True
         return self.vault.has_key(key_id)
 
+    def is_destroyed(self, key_id: str) -> bool:
+        """Whether the key was shredded; a yes is kept (it is for good), a no is asked again
+        each time, so a forget in another process shows at once."""
+        with self._lock:
+            if key_id in self._destroyed:
+                return True
+        gone = self.vault.is_destroyed(key_id)
+        if gone:
+            with self._lock:
+                self._destroyed.add(key_id)
+        return gone
+
     def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         """A stored wrapped data key moved to the key's current version (never cached)."""
         return self.vault.rewrap(key_id, wrapped)
@@ -155,6 +168,8 @@ class KeyCache:
         self.forget(key_id)
         self.vault.destroy(key_id)
         self.forget(key_id)
+        with self._lock:
+            self._destroyed.add(key_id)
 
     def forget(self, key_id: str) -> None:
         with self._lock:
@@ -960,6 +975,11 @@ class OpenedEventLog(EventLog):
     def _opened(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
         return [self._open(e) for e in events]
 
+    def _tenant_gone(self, tenant: str) -> bool:
+        """A forgotten tenant (its key shredded): every read of it answers nothing, its
+        streams in the log included, whatever they hold in clear."""
+        return self.sealer.keys.is_destroyed(tenant)
+
     def append(self, events: Sequence[Envelope]) -> list[Appended]:
         return self.inner.append(events)
 
@@ -967,9 +987,13 @@ class OpenedEventLog(EventLog):
         return self._opened(self.inner.read(after_offset, limit))
 
     def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
+        if self._tenant_gone(tenant):
+            return []
         return self._opened(self.inner.read_stream(tenant, stream, from_seq, limit))
 
     def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
+        if self._tenant_gone(tenant):
+            return []
         opened = []
         for body in self.inner.read_stream_json(tenant, stream, from_seq, limit):
             if b'"encryption":{' not in body and b'"sealed":{' not in body:
@@ -981,6 +1005,8 @@ class OpenedEventLog(EventLog):
         return opened
 
     def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
+        if self._tenant_gone(tenant):
+            return []
         return self._opened(self.inner.read_tenant(tenant, after_offset, limit))
 
     def head(self) -> int:
@@ -990,10 +1016,14 @@ class OpenedEventLog(EventLog):
         return self.inner.stream_head(tenant, stream)
 
     def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
+        if self._tenant_gone(tenant):
+            return None
         found = self.inner.get(tenant, event_id)
         return None if found is None else self._open(found)
 
     def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
+        if self._tenant_gone(tenant):
+            return []
         return self._opened(self.inner.caused_by(tenant, event_id))
 
     def sealed_key_ids(self, tenant: str) -> set[str]:
