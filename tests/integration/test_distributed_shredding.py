@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +148,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
     m = plant_markers()
     alice, bob = Words.fresh(), Words.fresh()
     control = f"ctrl{uuid.uuid4().hex}"
-    with running_distributed(settings) as platform:
+    with running_distributed(settings) as platform, _collections_dropped(platform):
         session = platform.store.session  # type: ignore[attr-defined]
         ks = settings.cassandra_keyspace
         # SSTables are LZ4-compressed by default, which can cut a value into pieces a raw
@@ -244,7 +246,6 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         # stream's name, which the payload keeps in clear
         assert scan(alice.all() + bob.all(), collections) == []
         assert scan(["user:bob"], collections) != []
-        platform.index.clear()  # the test's own collections only (its prefix)
 
         no_jmx = jmx_missing()
         if no_jmx is not None:
@@ -267,6 +268,15 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         assert {table for _, table in leaks} == {"memory_keys", "memory_tags", "memory_key_heads"}
         assert {marker for marker, _ in leaks} <= {alice.key, alice.tag, alice.speaker}
         assert scan([bob.content], _table_dirs(cassandra_data, ks, ("memories",))) != []
+
+
+@contextmanager
+def _collections_dropped(platform: Any) -> Iterator[None]:
+    """Drop the test's own Qdrant collections (its prefix) from the shared server after it."""
+    try:
+        yield
+    finally:
+        platform.index.clear()
 
 
 def _insights(platform: Any) -> Insights:
