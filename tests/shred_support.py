@@ -70,6 +70,8 @@ class Words:
     correlation: str
     actor: str
     principal: str
+    correction: str  # a correction's reason
+    contradiction: str  # a contradiction's reason
 
     @classmethod
     def fresh(cls) -> Words:

@@ -231,9 +231,10 @@ def test_forgetting_shreds_users_and_tenants(
     assert scan(secrets, [], logs) == []
 
 
-def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> str:
-    """Publish a user's words in every free-text field, and assemble a context for them;
-    the context's request id."""
+def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple[str, str]:
+    """Publish a user's words in every free-text field, correct and contradict the memory
+    declared, and assemble a context for them; the context's request id and the memory's
+    id."""
     turn = event(
         "ObservationRecorded",
         user,
@@ -262,6 +263,22 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> str:
     )
     assert r.status_code == 202, r.text
     assert r.json()["complete"] is True
+    [memory_id] = [o["memory_id"] for o in r.json()["accepted"][1]["outcomes"]]
+    # reasons in the user's words (the timeline, the decay decisions), and a stale write
+    # of their key (the outcome's detail)
+    stale = event(
+        "MemoryDeclared",
+        user,
+        {"memory": {"type": "preference", "key": w.key, "value": "x", "expected_version": 7}},
+    )
+    feedback = [
+        event("MemoryCorrected", user, {"memory_ids": [memory_id], "reason": w.correction}),
+        event("MemoryContradicted", user, {"memory_id": memory_id, "reason": w.contradiction}),
+        stale,
+    ]
+    r = client.post("/v1/events?wait=indexed", json={"events": feedback}, headers=as_principal)
+    assert r.status_code == 202, r.text
+    assert r.json()["accepted"][2]["outcomes"][0]["reason_code"] == "VERSION_CONFLICT"
     ctx = client.post(
         "/v1/context",
         json={"subjects": [user], "query": f"tea {w.content}", "budget": 800},
@@ -269,7 +286,7 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> str:
     )
     assert ctx.status_code == 200, ctx.text
     assert w.content in ctx.json()["context"]
-    return str(ctx.json()["request_id"])
+    return str(ctx.json()["request_id"]), memory_id
 
 
 def test_forgetting_a_user_leaves_none_of_their_words(
@@ -285,8 +302,8 @@ def test_forgetting_a_user_leaves_none_of_their_words(
     with running_server(data, vault=vault) as (url, platform):
         client = httpx.Client(base_url=url, timeout=30)
         acme = headers_for("acme", "agent-1")
-        alice_ctx = plant_words(client, "acme", "user:alice", alice)
-        plant_words(client, "acme", "user:bob", bob)
+        alice_ctx, alice_memory = plant_words(client, "acme", "user:alice", alice)
+        _, bob_memory = plant_words(client, "acme", "user:bob", bob)
         waited = client.get("/v1/subjects/user:alice/events", headers=acme)
         assert waited.status_code == 200
         for word in alice.all():  # replay opens every field
@@ -294,6 +311,9 @@ def test_forgetting_a_user_leaves_none_of_their_words(
                 assert word in waited.text, word
         ctx_view = client.get(f"/v1/insights/contexts/{alice_ctx}", headers=acme).json()
         assert alice.content in (ctx_view["rendered"] or "")
+        life = client.get(f"/v1/insights/memories/{alice_memory}/life", headers=acme).text
+        assert alice.correction in life  # opened from the log
+        assert alice.contradiction in life
         # the log holds no one's words at all, forgotten or not
         logs_files = [p for p in data.iterdir() if p.name.startswith("log.sqlite3")]
         assert logs_files
@@ -325,11 +345,13 @@ def test_forgetting_a_user_leaves_none_of_their_words(
             served("GET", "/v1/insights/contexts"),
             served("GET", f"/v1/insights/contexts/{alice_ctx}"),
             served("GET", "/v1/insights/rejections"),
+            served("GET", f"/v1/insights/memories/{alice_memory}/life"),
         ]
         for text in reads:
             assert not [w for w in alice.all() if w in text], text[:400]
         # bob, the control, reads back whole
         assert bob.content in served("GET", "/v1/subjects/user:bob/memories")
+        assert bob.correction in served("GET", f"/v1/insights/memories/{bob_memory}/life")
         client.close()
 
     logs = [r.getMessage() for r in caplog.records] + [caplog.text]

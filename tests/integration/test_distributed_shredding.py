@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,13 @@ from tests.distributed_support import (
     running_distributed,
 )
 from tests.shred_support import Words, plant_markers, scan
-from tests.support import missing
+from tests.support import missing, qdrant_server_url
 from tests.vault_support import vault_settings
 
 from mnemo.domain.errors import NotFound
 from mnemo.domain.pii import REDACTED
 from mnemo.service.app import RequestContext
+from mnemo.service.insights import Insights
 from mnemo.settings import MnemoSettings
 
 CTX = RequestContext("acme", "tester")
@@ -50,7 +53,7 @@ def _run_dir() -> Path:
     return Path(os.environ.get("MNEMO_RUN_DIR", default))
 
 
-def _shredding_setup(tmp_path: Path) -> tuple[MnemoSettings, Path, Path]:
+def _shredding_setup(tmp_path: Path, **overrides: object) -> tuple[MnemoSettings, Path, Path]:
     """Settings on the real OpenBao (a key prefix of the test's own), and the Kafka and
     Cassandra data directories to scan."""
     url, token = vault_settings()
@@ -66,8 +69,26 @@ def _shredding_setup(tmp_path: Path) -> tuple[MnemoSettings, Path, Path]:
         vault_addr=url,
         vault_token=token,
         vault_key_prefix=f"dist{uuid.uuid4().hex[:10]}",
+        **overrides,
     )
     return settings, kafka_data, cassandra_data
+
+
+def _qdrant_setup() -> tuple[dict[str, object], Path]:
+    """Settings that put the vectors on the shared Qdrant server, in collections of the
+    test's own, and that server's storage directory (infra/services.py starts it with
+    QDRANT__STORAGE__STORAGE_PATH=<run>/qdrant/storage)."""
+    url = qdrant_server_url()
+    storage = _run_dir() / "qdrant" / "storage"
+    if not (storage / "collections").is_dir():
+        missing("the Qdrant server's storage", f"not under {_run_dir()} (MNEMO_RUN_DIR)")
+    return {"qdrant_url": url, "qdrant_collection": f"shred{uuid.uuid4().hex[:10]}"}, storage
+
+
+# what a point's payload holds: ids, routing and filter fields, tags as keyed hashes; never
+# a person's words (the index is not sealed: a text field here would outlive a forget in
+# the server's segments and write-ahead log until they are compacted)
+PAYLOAD_FIELDS = {"tenant", "stream", "type", "scope", "tags", "memory_id"}
 
 
 def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -106,14 +127,39 @@ def _words(user: str, w: Words) -> list[dict[str, Any]]:
     ]
 
 
+def _reasons(user: str, w: Words, memory_id: str) -> list[dict[str, Any]]:
+    """A correction and a contradiction of a memory in the user's words, and a stale write
+    of their key (a rejection whose detail once named it)."""
+    stale = {"type": "preference", "key": w.key, "value": "x", "expected_version": 7}
+    return [
+        event("MemoryCorrected", user, {"memory_ids": [memory_id], "reason": w.correction}),
+        event("MemoryContradicted", user, {"memory_id": memory_id, "reason": w.contradiction}),
+        event("MemoryDeclared", user, {"memory": stale}),
+    ]
+
+
 def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
     tmp_path: Path,
 ) -> None:
-    settings, kafka_data, cassandra_data = _shredding_setup(tmp_path)
+    """...nor in the Qdrant server's storage, nor in any table of the keyspace (tombstones
+    included) once flushed and compacted; reasons in the user's words included."""
+    qdrant, qdrant_storage = _qdrant_setup()
+    settings, kafka_data, cassandra_data = _shredding_setup(tmp_path, **qdrant)
     m = plant_markers()
     alice, bob = Words.fresh(), Words.fresh()
     control = f"ctrl{uuid.uuid4().hex}"
-    with running_distributed(settings) as platform:
+    with running_distributed(settings) as platform, _collections_dropped(platform):
+        session = platform.store.session  # type: ignore[attr-defined]
+        ks = settings.cassandra_keyspace
+        # SSTables are LZ4-compressed by default, which can cut a value into pieces a raw
+        # scan misses: every table of this keyspace stores its rows uncompressed
+        names = session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,)
+        )
+        for (table,) in list(names):
+            session.execute(
+                f"ALTER TABLE {ks}.{table} WITH compression = {{'enabled': 'false'}}", timeout=120
+            )
         app = platform.app
         app.publish(
             CTX,
@@ -138,9 +184,19 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
                 ),
             ],
         )
-        app.publish(RequestContext("acme", alice.principal), _words("user:alice", alice))
-        app.publish(RequestContext("acme", bob.principal), _words("user:bob", bob))
+        declared_ids: dict[str, str] = {}
+        for user, w in (("user:alice", alice), ("user:bob", bob)):
+            as_user = RequestContext("acme", w.principal)
+            declared = app.publish(as_user, _words(user, w)).accepted[1].event_id
+            Pump(platform).drain()
+            [memory_id] = [o.memory_id for o in platform.store.outcome("acme", declared)]
+            assert memory_id is not None
+            app.publish(as_user, _reasons(user, w, memory_id))
+            declared_ids[user] = memory_id
         Pump(platform).drain()
+        life = str(_insights(platform).life(CTX, declared_ids["user:alice"]))
+        assert alice.correction in life  # opened from the log
+        assert alice.contradiction in life
         memories = app.list_memories(CTX, "user:alice")
         assert {(x.key, x.value) for x in memories if x.key} == {
             ("phone", m.phone),
@@ -155,6 +211,18 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         assert scan(m.all(), [*segments, cassandra_data, tmp_path / "data"]) == []
         # no user's words at all reach the log: Kafka's segments hold none of them
         assert scan(alice.all() + bob.all(), segments) == []
+        collections = sorted(
+            (qdrant_storage / "collections").glob(f"{qdrant['qdrant_collection']}_*")
+        )
+        assert collections, "no Qdrant collection of the test's"
+        # the points' payloads carry no word of anyone's: the fields are known, the tags hashed
+        client = platform.index.inner._client  # type: ignore[attr-defined]
+        points, _ = client.scroll(
+            f"{qdrant['qdrant_collection']}_acme", limit=100, with_payload=True
+        )
+        assert len(points) >= 4
+        assert all(set(p.payload) == PAYLOAD_FIELDS for p in points)
+        assert not [w for w in alice.all() + bob.all() if w in str([p.payload for p in points])]
 
         app.publish(CTX, [event("ForgetRequested", "user:alice", {"reason": "asked"})])
         Pump(platform).drain()
@@ -170,21 +238,51 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         assert [w for w in alice.all() if w in shown] == []
         assert bob.content in str(app.list_memories(CTX, "user:bob"))
         assert scan(m.all() + alice.all(), [*segments, tmp_path / "data"]) == []
+        life = str(_insights(platform).life(CTX, declared_ids["user:alice"]))
+        assert not [w for w in alice.all() if w in life]
+        assert bob.correction in str(_insights(platform).life(CTX, declared_ids["user:bob"]))
+        # the Qdrant server's files (segments, payload storage, write-ahead log) hold none of
+        # alice's words, nor anyone's: the scan reads them, since it finds the control
+        # stream's name, which the payload keeps in clear
+        assert scan(alice.all() + bob.all(), collections) == []
+        assert scan(["user:bob"], collections) != []
 
         no_jmx = jmx_missing()
         if no_jmx is not None:
             pytest.skip(f"reads and Kafka checked; the SSTable scan needs a flush: {no_jmx}")
-        ks = settings.cassandra_keyspace
         nodetool("flush", ks)
-        nodetool("compact", ks, *BODIES)
-        bodies = _table_dirs(cassandra_data, ks, BODIES)
-        assert bodies, f"no SSTable directory for the read models of {ks}"
-        # the memories' bodies, context records, timelines, commit records and the event
-        # archive keep nothing of alice once compacted; bob's memories are still there.
-        # (Keys and tags are also lookup keys: memory_keys and memory_tags keep them in
-        # tombstones until gc_grace_seconds, see docs/security.md; not scanned here.)
-        assert scan(alice.all(), bodies) == []
+        nodetool("compact", ks)
+        tables = sorted(d for d in (cassandra_data / "data" / ks).glob("*-*") if d.is_dir())
+        assert len(tables) > len(BODIES), f"no SSTable directory for the tables of {ks}"
+        # no table of the keyspace keeps anything of alice once compacted (the bodies,
+        # outcomes, timelines, commit records, the event archive...) but the lookup tables
+        # keyed by a memory's key or tag in clear. KNOWN GAP, pinned here so that a new
+        # leak or the fix both fail this line: memory_keys and memory_tags keep them in
+        # tombstones until gc_grace_seconds (3 hours), and memory_key_heads for good (a
+        # head is moved to no memory, never deleted); the fix is keyed hashes in those
+        # key columns (a turn's speaker is one of its tags)
+        leaks = {
+            (hit.split(" in ")[0], Path(hit.split(" in ")[1]).parent.name.split("-")[0])
+            for hit in scan(alice.all(), tables)
+        }
+        assert {table for _, table in leaks} == {"memory_keys", "memory_tags", "memory_key_heads"}
+        assert {marker for marker, _ in leaks} <= {alice.key, alice.tag, alice.speaker}
         assert scan([bob.content], _table_dirs(cassandra_data, ks, ("memories",))) != []
+
+
+@contextmanager
+def _collections_dropped(platform: Any) -> Iterator[None]:
+    """Drop the test's own Qdrant collections (its prefix) from the shared server after it."""
+    try:
+        yield
+    finally:
+        platform.index.clear()
+
+
+def _insights(platform: Any) -> Insights:
+    """The console's views, on the app's read ports (as the gateway builds them)."""
+    app = platform.app
+    return Insights(app.log, app.store, app.clock, logged=platform.log)
 
 
 def _table_dirs(cassandra_data: Path, keyspace: str, tables: tuple[str, ...]) -> list[Path]:

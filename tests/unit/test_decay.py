@@ -265,7 +265,8 @@ def test_contradicting_behaviour_lowers_weight_instead_of_deleting() -> None:
     [moved] = decision.events
     assert moved.type == "MemoryDecayed"
     assert moved.payload["semantic_weight"] == 0.25
-    assert moved.payload["reason"] == "contradicted:bought cilantro"
+    assert moved.payload["reason"] == "contradicted"  # a code: the words stay in the cause
+    assert "cilantro" not in moved.model_dump_json()
     assert not any(e.type in ("MemoryForgotten", "MemoryExpired") for e in decision.events)
 
 
@@ -327,7 +328,25 @@ def test_a_correction_lowers_weight_and_trust_of_each_memory_used() -> None:
         for e in decision.events
     }
     assert moved == {M1: (0.56, 0.4), M2: (0.28, 0.0)}
-    assert all(e.payload["reason"] == "corrected:wrong size" for e in decision.events)
+    assert all(e.payload["reason"] == "corrected" for e in decision.events)
+    assert not any("wrong size" in e.model_dump_json() for e in decision.events)
+
+
+def test_a_decay_reason_is_a_code_and_never_a_persons_words() -> None:
+    """MemoryDecayed is not sealed on a user stream: its reason must hold no words. One
+    logged before the reason was a code reads as the code alone."""
+    from pydantic import ValidationError
+
+    from mnemo.domain.events import MemoryDecayed
+
+    with pytest.raises(ValidationError):
+        MemoryDecayed(memory_id=M1, semantic_weight=0.5, reason="my size is XL")
+    with pytest.raises(ValidationError):
+        MemoryDecayed(memory_id=M1, semantic_weight=0.5, reason="cited:whatever I said")
+    old = MemoryDecayed.model_validate(
+        {"memory_id": M1, "semantic_weight": 0.5, "reason": "corrected:wrong size"}
+    )
+    assert old.reason == "corrected"
 
 
 def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream() -> None:
@@ -395,7 +414,12 @@ def test_a_recorded_decision_sets_the_weight_and_a_gone_memory_moves_no_more() -
     state = Known(memory)
     recorded = feedback(
         "MemoryDecayed",
-        {"memory_id": memory.memory_id, "semantic_weight": 0.12, "trust": 0.4, "reason": "x"},
+        {
+            "memory_id": memory.memory_id,
+            "semantic_weight": 0.12,
+            "trust": 0.4,
+            "reason": "corrected",
+        },
     )
     [put] = decay.handle(recorded, state).writes
     assert (put.weight, put.trust, put.base) == (0.12, 0.4, 0.72)  # type: ignore[union-attr]

@@ -337,10 +337,6 @@ NOT_PERSONAL = {
     ("VerificationDue", "memory_id"),
     ("MemoryArchived", "memory_id"),
     ("MemoryForgotten", "memory_id"),
-    # KNOWN GAP, not personal-free: the decay consumer copies a correction's reason into
-    # it ("corrected:<reason>") in clear; sealing it hid the reason from the decay tests'
-    # readers of the raw log, and the fix (no user words in it) is still to be made
-    ("MemoryDecayed", "reason"),
 }
 
 

@@ -402,6 +402,13 @@ class MemoryExpired(EventPayload):
     expired_at: datetime
 
 
+# why a decay decision moved a weight: a code, never a person's words (a correction's or a
+# contradiction's own reason stays sealed in the feedback event, the decision's cause)
+DECAY_REASON = (
+    r"^(unverified|verified|corrected|contradicted|cited:(beginning|middle|end|unknown))$"
+)
+
+
 class MemoryDecayed(EventPayload):
     """A decay decision: the memory's weight (and perhaps trust) moved, and why."""
 
@@ -411,7 +418,16 @@ class MemoryDecayed(EventPayload):
     memory_id: str
     semantic_weight: float = Field(ge=0.0, le=0.99)
     trust: float | None = Field(default=None, ge=0.0, le=1.0)
-    reason: str = Field(max_length=300)
+    reason: Annotated[str, Field(pattern=DECAY_REASON)]
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _coded(cls, value: Any) -> Any:
+        """Events logged before the reason was a code carry `corrected:<the user's
+        reason>` (or `contradicted:`): read them as the code alone."""
+        if isinstance(value, str) and value.startswith(("corrected:", "contradicted:")):
+            return value.split(":", 1)[0]
+        return value
 
 
 RELAYED_FEEDBACK = (

@@ -512,8 +512,10 @@ class RuleSet:
         try:
             return self._build_one(rule, hit, text, occurred_at, zone_name, stream, via)
         except ValueError as exc:
-            first = str(exc).splitlines()[0][:200]
-            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} could not make a memory: {first}")
+            # the error's own text may quote the value: a person's words, kept out of the
+            # outcome (which is no sealed event); its class says enough
+            kind = type(exc).__name__
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} could not make a memory ({kind})")
 
     def _build_one(
         self,
@@ -601,7 +603,7 @@ class RuleSet:
         if chosen is None or chosen.key is None or chosen.type is None:
             return (
                 Reason.TARGET_NOT_FOUND,
-                f"a correction to {raw!r}, but of which memory is unclear: ask the user",
+                "a correction, but of which memory is unclear: ask the user",
             )
         value = self.normalized(chosen, raw)
         ttl = ttl_from_text(text) if chosen.ttl == "from_text" else chosen.ttl

@@ -159,7 +159,7 @@ def _moved(
     new_weight = round(min(MAX_SEMANTIC_WEIGHT, max(0.0, weight * factor + d_weight)), 6)
     new_trust = round(min(1.0, max(0.0, trust + d_trust)), 6)
     payload = MemoryDecayed(
-        memory_id=memory_id, semantic_weight=new_weight, trust=new_trust, reason=reason[:300]
+        memory_id=memory_id, semantic_weight=new_weight, trust=new_trust, reason=reason
     )
     return Decision(
         events=[emit(event, payload, CONSUMER, memory_id)],
@@ -314,7 +314,6 @@ def _feedback(
     """What feedback of type `kind` does to memories of the event's stream."""
     decision = Decision()
     position = getattr(payload, "position", None)
-    reason = getattr(payload, "reason", None) or ""
     if kind == MemoryCited.TYPE:
         d_weight, d_trust = CITED[position]
         why = f"cited:{position or 'unknown'}"
@@ -324,11 +323,11 @@ def _feedback(
     elif kind == MemoryCorrected.TYPE:
         move = (CORRECTED_WEIGHT_FACTOR, 0.0, -CORRECTED_TRUST_STEP)
         for memory_id in memory_ids:
-            decision.extend(_moved(event, state, memory_id, move, f"corrected:{reason}"))
+            decision.extend(_moved(event, state, memory_id, move, "corrected"))
     elif kind == MemoryContradicted.TYPE:
         move = (CONTRADICTED_WEIGHT_FACTOR, 0.0, -CONTRADICTED_TRUST_STEP)
         for memory_id in memory_ids:
-            decision.extend(_moved(event, state, memory_id, move, f"contradicted:{reason}"))
+            decision.extend(_moved(event, state, memory_id, move, "contradicted"))
     elif kind == MemoryVerified.TYPE:
         for memory_id in memory_ids:
             decision.extend(_verified(event, memory_id, state, policy))

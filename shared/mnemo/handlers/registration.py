@@ -188,7 +188,9 @@ def _register(
     if draft.expected_version is not None and draft.key:
         have = current.version if current else 0
         if have != draft.expected_version:
-            detail = f"{draft.key} is at version {have}, not {draft.expected_version}"
+            # no key in it: the outcome read model keeps details in clear (the agent knows
+            # which key it wrote; the event's current_memory_id names the memory)
+            detail = f"the key is at version {have}, not {draft.expected_version}"
             return _reject(event, index, "VERSION_CONFLICT", detail, current)
     tags = draft.tags
     if draft.type is MemoryType.HISTORY:

@@ -1,12 +1,21 @@
 """A memory's life: which events touched it. A pure reading of each event; the registrar
-projects the entries into a timeline read model that the console shows."""
+projects the entries into a timeline read model that the console shows.
+
+An entry's detail never holds a person's words: the timeline is no sealed event and is
+not purged when its user is forgotten. A correction's or a contradiction's reason stays
+in its event, sealed on a user stream; the memory's life view opens it from the log
+(`WORDS_FROM_EVENT`), so a forgotten user's reasons are gone with their key."""
 
 from __future__ import annotations
 
 from mnemo.domain.events import Envelope
 from mnemo.domain.projection import PutTimeline, TimelineEntry
 
-__all__ = ["entries"]
+__all__ = ["WORDS_FROM_EVENT", "entries"]
+
+# the entries whose event holds a reason in a person's words (its `reason` field): the
+# read model keeps the entry without it
+WORDS_FROM_EVENT = frozenset({"corrected", "contradicted"})
 
 _BY_MEMORY_ID = {
     "MemorySuperseded": "superseded",
@@ -48,15 +57,16 @@ def entries(event: Envelope, offset: int) -> list[PutTimeline]:
             _entry(event, offset, memory["memory_id"], what, f"version {memory.get('version', 1)}")
         ]
     if event.type in _BY_MEMORY_ID and isinstance(p.get("memory_id"), str):
-        detail = str(p.get("reason") or p.get("position") or "")
+        what = _BY_MEMORY_ID[event.type]
+        detail = "" if what in WORDS_FROM_EVENT else str(p.get("position") or "")
         if event.type == "MemoryDecayed":
-            detail = f"weight {p.get('semantic_weight')}: {p.get('reason', '')}"
-        return [_entry(event, offset, p["memory_id"], _BY_MEMORY_ID[event.type], detail)]
+            # a code; one logged before it was (`corrected:<words>`) is cut to the code
+            code = str(p.get("reason", "")).split(":", 1)
+            coded = code[0] if code[0] in WORDS_FROM_EVENT else ":".join(code)
+            detail = f"weight {p.get('semantic_weight')}: {coded}"
+        return [_entry(event, offset, p["memory_id"], what, detail)]
     if event.type == "MemoryCorrected":
-        return [
-            _entry(event, offset, m, "corrected", str(p.get("reason", "")))
-            for m in p.get("memory_ids", [])
-        ]
+        return [_entry(event, offset, m, "corrected") for m in p.get("memory_ids", [])]
     if event.type == "ContextAssembled":
         rid = str(p.get("request_id", ""))
         used = [_entry(event, offset, m, "in_context", rid) for m in p.get("memory_ids", [])]

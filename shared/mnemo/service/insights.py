@@ -363,6 +363,8 @@ class Insights:
         entries = self.store.timeline(ctx.tenant, memory_id) or self._timeline_from_log(
             ctx.tenant, memory_id
         )
+        if memory.status is not MemoryStatus.FORGOTTEN:  # a forgotten one's stay unsaid
+            entries = [self._with_reason(ctx.tenant, entry) for entry in entries]
         contexts: list[ContextUse] = []
         seen: set[str] = set()
         for entry in entries:
@@ -377,6 +379,15 @@ class Insights:
         return MemoryLife(
             bare_memory(memory), cell, [bare_memory(v) for v in versions], entries, contexts
         )
+
+    def _with_reason(self, tenant: str, entry: TimelineEntry) -> TimelineEntry:
+        """A correction's or contradiction's reason, opened from its logged event (the
+        timeline keeps none of a person's words): redacted once the user is forgotten."""
+        if entry.what not in timeline.WORDS_FROM_EVENT or entry.detail:
+            return entry
+        logged = self.log.get(tenant, entry.event_id)
+        reason = logged.envelope.payload.get("reason") if logged is not None else None
+        return replace(entry, detail=reason) if isinstance(reason, str) else entry
 
     def _timeline_from_log(self, tenant: str, memory_id: str) -> list[TimelineEntry]:
         """The timeline read by the pure timeline handler straight from the log: for when
