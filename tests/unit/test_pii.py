@@ -200,3 +200,36 @@ def test_a_resident_id_with_a_wrong_check_character_is_still_found() -> None:
     card = body + luhn_digit(body)
     assert not cn_id_valid(card)
     assert kinds(f"card {card}") == [("bank_card", card)]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "value"),
+    [
+        ("电话１３８００１３８０００", PiiKind.PHONE, "１３８００１３８０００"),
+        ("رقمي ١٣٨٠٠١٣٨٠٠٠ شكرا", PiiKind.PHONE, "١٣٨٠٠١٣٨٠٠٠"),
+        ("call 138\u200b0013\u200b8000", PiiKind.PHONE, "138\u200b0013\u200b8000"),
+        ("my number is 138.0013.8000", PiiKind.PHONE, "138.0013.8000"),
+        ("card 4111.1111.1111.1111 please", PiiKind.BANK_CARD, "4111.1111.1111.1111"),
+        ("身份证 110105 19491231 002X 谢谢", PiiKind.ID_NUMBER, "110105 19491231 002X"),
+        ("mail zhang＠example.org now", PiiKind.EMAIL, "zhang＠example.org"),
+        ("reach me at +1 (415) 555-0199", PiiKind.PHONE, "+1 (415) 555-0199"),
+    ],
+)
+def test_values_in_other_written_forms_are_found_as_written(
+    text: str, kind: PiiKind, value: str
+) -> None:
+    """Full-width, other scripts' digits, zero-width or dotted separators and grouped IDs
+    read as the same value; the finding spans the original characters."""
+    [found] = detect(text)
+    assert (found.kind, found.value, text[found.start : found.end]) == (kind, value, value)
+
+
+def test_a_value_in_another_written_form_hashes_like_its_ascii_form() -> None:
+    assert normalize(PiiKind.PHONE, "１３８００１３８０００") == "13800138000"
+    assert normalize(PiiKind.ID_NUMBER, "110105 19491231 002x") == "11010519491231002X"
+    assert normalize(PiiKind.EMAIL, "Zhang＠Example.org") == "zhang@example.org"
+
+
+@pytest.mark.parametrize("text", ["pi is 3.14159265358979", "version 10.2.13.4", "1.0.0.1"])
+def test_dotted_numbers_that_are_no_card_or_phone_stay(text: str) -> None:
+    assert detect(text) == []

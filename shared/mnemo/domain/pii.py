@@ -20,6 +20,7 @@ value gives the same placeholder and exact matches stay searchable (see docs/sec
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
@@ -128,10 +129,35 @@ REDACTED = "⟦redacted⟧"
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9_.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
 )
-_ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{16}[\dXx](?![0-9A-Za-z])")
-_CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){12,18}(?![\d])")
-_CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?!\d)")
-_E164 = re.compile(r"(?<![A-Za-z0-9_+])\+[1-9]\d{0,2}(?:[ -]?\d){6,13}(?!\d)")
+# An ID may be written in its groups (area, birth date, sequence): "110105 19491231 002X".
+_ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{5}[ -]?\d{8}[ -]?\d{3}[\dXx](?![0-9A-Za-z])")
+# Digits grouped by spaces, dashes or dots ("4111.1111.1111.1111", "138.0013.8000").
+_CARD = re.compile(
+    r"(?<![\d+.-])\d(?:[ -]?\d){12,18}(?![\d])|(?<![\d.])\d{4}(?:\.\d{4}){2}\.\d{1,7}(?![\d.])"
+)
+_CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ .-]?)?1[3-9]\d(?:[ .-]?\d{4}){2}(?![\d])")
+_E164 = re.compile(r"(?<![A-Za-z0-9_+])\+[1-9]\d{0,2}(?:[ .()-]{0,2}\d){6,13}(?!\d)")
+# Written forms that read as the same characters: full-width letters, digits and signs
+# ("１３８００１３８０００", "＠"), other scripts' decimal digits, and spaces of other
+# widths or none (no-break, ideographic, zero-width) as separators. Each folds to one
+# ASCII character, so a finding's place in the folded text is its place in the original.
+_FOLD = {cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)} | dict.fromkeys(
+    (0x00A0, 0x2007, 0x202F, 0x3000, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF), 0x20
+)
+
+
+def fold(text: str) -> str:
+    """`text` with every character that reads as an ASCII one replaced by it (same length)."""
+    if text.isascii():
+        return text
+    out = text.translate(_FOLD)
+    if out.isascii():
+        return out
+    return "".join(
+        str(unicodedata.decimal(ch)) if not ch.isascii() and ch.isdecimal() else ch for ch in out
+    )
+
+
 # Introduced by "is", ":", "=", "是" or "为", a secret runs to the end of its clause, spaces
 # included (a passphrase is several words); else it is the one word after the label.
 _SECRET_CONTEXT = re.compile(
@@ -159,7 +185,7 @@ _SECRET_HINT = re.compile(r"(?i)pass|pwd|密码|口令")
 
 
 def _digits(value: str) -> str:
-    return "".join(ch for ch in value if ch.isdigit())
+    return "".join(ch for ch in fold(value) if ch.isdigit())
 
 
 def _candidates(text: str) -> list[Finding]:
@@ -187,9 +213,8 @@ def _candidates(text: str) -> list[Finding]:
         return found
     for m in _ID.finditer(text):
         # a wrong check character is a mistyped ID, unless the digits are a card's
-        if cn_id_valid(m.group()) or (
-            cn_id_shaped(m.group()) and not luhn_valid(_digits(m.group()))
-        ):
+        whole = re.sub(r"[ -]", "", m.group())
+        if cn_id_valid(whole) or (cn_id_shaped(whole) and not luhn_valid(_digits(whole))):
             found.append(Finding(PiiKind.ID_NUMBER, m.start(), m.end(), m.group()))
     for m in _CARD.finditer(text):
         digits = _digits(m.group())
@@ -221,11 +246,12 @@ def detect(text: str) -> list[Finding]:
     contested span (a password that looks like a phone number stays a password)."""
     taken = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)]
     chosen: list[Finding] = []
-    for f in sorted(_candidates(text), key=lambda f: (_PRIORITY[f.kind], f.start, -f.end)):
+    folded = fold(text)  # same length: a span in it is the same span in `text`
+    for f in sorted(_candidates(folded), key=lambda f: (_PRIORITY[f.kind], f.start, -f.end)):
         if any(f.start < end and start < f.end for start, end in taken):
             continue
         taken.append((f.start, f.end))
-        chosen.append(f)
+        chosen.append(Finding(f.kind, f.start, f.end, text[f.start : f.end]))
     return sorted(chosen, key=lambda f: f.start)
 
 
@@ -245,9 +271,9 @@ def normalize(kind: PiiKind, value: str) -> str:
     if kind is PiiKind.BANK_CARD:
         return _digits(value)
     if kind is PiiKind.ID_NUMBER:
-        return value.upper()
+        return re.sub(r"[ -]", "", fold(value)).upper()
     if kind is PiiKind.EMAIL:
-        return value.lower()
+        return fold(value).lower()
     return value
 
 
