@@ -398,3 +398,17 @@ def test_rate_limits_answer_429_with_retry_after(platform: Platform) -> None:
         assert client.get("/v1/whoami", headers=headers_for("globex")).status_code == 200
         # unauthenticated requests never reach (or drain) a bucket
         assert client.get("/v1/whoami").status_code == 401
+
+
+def test_two_different_keys_in_one_request_are_refused(world: tuple[TestClient, Seeded]) -> None:
+    """Authorization carried globex's key and X-Mnemo-Key acme's: the request ran as
+    globex. With two keys it is not clear who speaks, so neither does."""
+    client, _ = world
+    both = {**headers_for("globex"), "X-Mnemo-Key": fixed_key("acme")}
+    r = client.get("/v1/whoami", headers=both)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "CREDENTIALS_CONFLICT"
+    same = {**headers_for("acme"), "X-Mnemo-Key": fixed_key("acme")}
+    assert client.get("/v1/whoami", headers=same).json()["tenant"] == "acme"
+    alone = {"X-Mnemo-Key": fixed_key("acme")}
+    assert client.get("/v1/whoami", headers=alone).json()["tenant"] == "acme"

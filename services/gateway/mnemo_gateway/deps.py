@@ -66,6 +66,13 @@ def presented_key(request: Request) -> str | None:
             raise Unauthenticated(
                 "use Authorization: Bearer <API key>", code="UNAUTHENTICATED", field="Authorization"
             )
+        if direct is not None and direct.strip() != value.strip():
+            # two keys: which one speaks is ambiguous, so neither does
+            raise Unauthenticated(
+                f"Authorization and {KEY_HEADER} carry different keys; send one",
+                code="CREDENTIALS_CONFLICT",
+                field=KEY_HEADER,
+            )
         return value.strip()
     if direct is not None:
         return direct.strip()
