@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from mnemo.adapters.kafka_topic import KafkaConfig
     from mnemo.adapters.vault_key_vault import TokenFile
 
-__all__ = ["Platform", "build_embedded", "load_rules"]
+__all__ = ["Platform", "build_distributed", "build_embedded", "load_rules", "require_vault"]
 
 log = logging.getLogger("mnemo.bootstrap")
 
@@ -147,6 +147,23 @@ def _vault_token(settings: MnemoSettings) -> str | TokenFile:
         code="VAULT_TOKEN_MISSING",
         field="vault_token",
     )
+
+
+def require_vault(settings: MnemoSettings) -> None:
+    """The distributed mode seals with the vault's keys, never with a development key file.
+    Every user's words are sealed, and a process sealing with a key file of its own (or
+    one file written by several processes) leaves the others opening stand-ins: every
+    event would then read as the same memory. Refused at the start, naming the setting,
+    with no fallback (VAULT_REQUIRED); a token that is not configured is refused too."""
+    if not settings.vault_addr:
+        raise InvalidInput(
+            "the distributed mode needs a vault: set MNEMO_VAULT_ADDR (OpenBao or Vault) "
+            "and MNEMO_VAULT_TOKEN or MNEMO_VAULT_TOKEN_FILE; a development key file cannot "
+            "be shared by several processes",
+            code="VAULT_REQUIRED",
+            field="vault_addr",
+        )
+    _vault_token(settings)
 
 
 def make_key_vault(settings: MnemoSettings) -> KeyVault:
@@ -694,11 +711,13 @@ def build_distributed(
     """A distributed Mnemo process: the log on Kafka (plus its archive), read models on
     Cassandra, vectors on the Qdrant server at `qdrant_url` or, without one, in a
     qdrant-edge shard under data_dir (the co-located topology: the indexer and the
-    query path in one process). `role` names the process for Kafka's client id."""
+    query path in one process). `role` names the process for Kafka's client id. Without
+    a vault it refuses to start (VAULT_REQUIRED, `require_vault`)."""
     from mnemo.adapters.cassandra_archive import CassandraEventArchive
     from mnemo.adapters.kafka_topic import KafkaTopic
     from mnemo.adapters.memory_index import InMemoryVectorIndex
 
+    require_vault(settings)  # before anything is connected or created
     clock = clock or SystemClock()
     embedder = embedder or make_embedder(settings)
     store = connect_store(settings)
@@ -732,11 +751,6 @@ def build_distributed(
     except BaseException:
         store.close()
         raise
-    if not settings.vault_addr:
-        log.warning(
-            "distributed mode without MNEMO_VAULT_ADDR: this process seals with its own "
-            "development key file; values it seals cannot be opened by other processes"
-        )
     sealer = make_sealer(settings)
     runner = make_runner(
         settings,
