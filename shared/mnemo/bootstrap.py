@@ -30,6 +30,7 @@ from mnemo.handlers import indexing as index_consumer
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
     AuditCheckpoints,
+    CheckpointAnchors,
     Clock,
     Embedder,
     EventArchive,
@@ -205,8 +206,33 @@ def make_signer(settings: MnemoSettings) -> Signer:
     return LocalFileSigner(settings.data_dir / "keys" / "audit-signing.json")
 
 
+def make_anchors(settings: MnemoSettings) -> CheckpointAnchors:
+    """Where each stream's newest signed checkpoint is anchored, out of the store's reach:
+    the vault's KV v2 engine when `vault_addr` is set, else a development file under
+    data_dir/keys (ADR 0017)."""
+    if settings.vault_addr:
+        from mnemo.adapters.vault_anchors import VaultKvAnchors
+
+        return VaultKvAnchors(
+            settings.vault_addr,
+            _vault_token(settings),
+            mount=settings.audit_anchor_mount,
+            prefix=settings.vault_key_prefix,
+            timeout=settings.vault_timeout,
+        )
+    from mnemo.adapters.sqlite_anchors import SqliteCheckpointAnchors
+
+    return SqliteCheckpointAnchors(
+        settings.data_dir / "keys" / "audit-anchors.sqlite3", settings.sqlite_synchronous
+    )
+
+
 def make_checkpointer(
-    settings: MnemoSettings, checkpoints: AuditCheckpoints, signer: Signer, clock: Clock
+    settings: MnemoSettings,
+    checkpoints: AuditCheckpoints,
+    signer: Signer,
+    clock: Clock,
+    anchors: CheckpointAnchors | None = None,
 ) -> AuditCheckpointer:
     return AuditCheckpointer(
         signer,
@@ -214,6 +240,7 @@ def make_checkpointer(
         clock,
         every=settings.audit_checkpoint_every,
         seconds=settings.audit_checkpoint_seconds,
+        anchors=anchors,
     )
 
 
@@ -293,6 +320,7 @@ class Platform:
     sealer: Sealer | None = None
     checkpoints: AuditCheckpoints | None = None  # signed audit checkpoints (ADR 0017)
     signer: Signer | None = None
+    anchors: CheckpointAnchors | None = None  # each stream's newest checkpoint, outside
 
     @property
     def mode(self) -> str:
@@ -313,6 +341,8 @@ class Platform:
         self.access.store.close()
         if self.checkpoints is not None:
             self.checkpoints.close()
+        if self.anchors is not None:
+            self.anchors.close()
 
 
 @dataclass
@@ -409,6 +439,7 @@ def build_embedded(
     reindex_if_recreated(index, store, event_log)
     checkpoints = embedded_checkpoints(settings)
     signer = make_signer(settings)
+    anchors = make_anchors(settings)
     sealer = make_sealer(settings, vault)
     runner = make_runner(
         settings,
@@ -418,7 +449,7 @@ def build_embedded(
         embedder,
         clock,
         consumers,
-        make_checkpointer(settings, checkpoints, signer, clock),
+        make_checkpointer(settings, checkpoints, signer, clock, anchors),
         sealer,
     )
     tokenizer = make_tokenizer(settings)
@@ -449,6 +480,7 @@ def build_embedded(
         sealer=sealer,
         checkpoints=checkpoints,
         signer=signer,
+        anchors=anchors,
     )
 
 
@@ -514,7 +546,13 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     reindex_if_recreated(index, store, event_log)
     clock = SystemClock()
     checkpointer = (
-        make_checkpointer(settings, embedded_checkpoints(settings), make_signer(settings), clock)
+        make_checkpointer(
+            settings,
+            embedded_checkpoints(settings),
+            make_signer(settings),
+            clock,
+            make_anchors(settings),
+        )
         if consumer == "audit"
         else None
     )
@@ -748,6 +786,7 @@ def build_distributed(
             store.session, settings.audit_checkpoint_keyspace or store.home
         )
         signer = make_signer(settings)
+        anchors = make_anchors(settings)  # in the vault: the distributed mode has one
     except BaseException:
         store.close()
         raise
@@ -759,7 +798,7 @@ def build_distributed(
         index,
         embedder,
         clock,
-        checkpointer=make_checkpointer(settings, checkpoints, signer, clock),
+        checkpointer=make_checkpointer(settings, checkpoints, signer, clock, anchors),
         sealer=sealer,
     )
     progress = PartitionProgress(store, topic)
@@ -799,4 +838,5 @@ def build_distributed(
         sealer=sealer,
         checkpoints=checkpoints,
         signer=signer,
+        anchors=anchors,
     )
