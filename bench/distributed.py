@@ -133,6 +133,17 @@ def _service_addresses() -> tuple[str, str, int]:
     return kafka, hosts, port
 
 
+def _vault_address() -> tuple[str, str] | None:
+    """OpenBao's address and token (the environment's, else services.env's), if both are
+    known."""
+    known = {
+        **_stack_module().services_env(REPO / "var" / "run" / "services.env"),
+        **os.environ,
+    }
+    addr, token = known.get("MNEMO_VAULT_ADDR"), known.get("MNEMO_VAULT_TOKEN")
+    return (addr, token) if addr and token else None
+
+
 def _qdrant_server_url() -> str | None:
     """The Qdrant server that infra/services.py started (MNEMO_QDRANT_URL, else its
     services.env), if it answers; None means the co-located topology."""
@@ -160,6 +171,13 @@ def services_reachable() -> list[str]:
         missing.append(f"Kafka at {kafka}")
     if not _reachable(hosts.split(",")[0], port):
         missing.append(f"Cassandra at {hosts}:{port}")
+    vault = _vault_address()
+    if vault is None:
+        missing.append("OpenBao (no MNEMO_VAULT_ADDR and MNEMO_VAULT_TOKEN)")
+    else:
+        vhost, _, vport = vault[0].split("://")[-1].rstrip("/").partition(":")
+        if not _reachable(vhost, int(vport or 8200)):
+            missing.append(f"OpenBao at {vault[0]}")
     return missing
 
 
@@ -320,16 +338,13 @@ class DistributedDeployment:
             "MNEMO_LOG_LEVEL": "WARNING",
             **GATEWAY_ENV,
         }
-        # one vault for every process, as in production: a user's words are always sealed,
-        # and a development key file is not safe to share between processes
-        known = {
-            **_stack_module().services_env(REPO / "var" / "run" / "services.env"),
-            **os.environ,
-        }
-        if known.get("MNEMO_VAULT_ADDR") and known.get("MNEMO_VAULT_TOKEN"):
-            self.env["MNEMO_VAULT_ADDR"] = known["MNEMO_VAULT_ADDR"]
-            self.env["MNEMO_VAULT_TOKEN"] = known["MNEMO_VAULT_TOKEN"]
-            self.env["MNEMO_VAULT_KEY_PREFIX"] = f"bench-{self.tag}"
+        # one vault for every process, as in production: the distributed mode does not
+        # start without one (a development key file is not safe to share between processes)
+        vault = _vault_address()
+        if vault is None:
+            raise RuntimeError("the distributed mode needs OpenBao: MNEMO_VAULT_ADDR and _TOKEN")
+        self.env["MNEMO_VAULT_ADDR"], self.env["MNEMO_VAULT_TOKEN"] = vault
+        self.env["MNEMO_VAULT_KEY_PREFIX"] = f"bench-{self.tag}"
         qdrant = _qdrant_server_url()
         if qdrant:
             # the chart's topology: vectors on the Qdrant server, the indexer a process of
@@ -1035,12 +1050,13 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
 
 
 def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]) -> bool:
-    """Runs the selected parts; False (with a note) when Kafka or Cassandra is missing."""
+    """Runs the selected parts; False (with a note) when Kafka, Cassandra or OpenBao is
+    missing."""
     missing = services_reachable()
     if missing:
         notes.append(
             " and ".join(missing) + " not reachable: the distributed section was skipped "
-            "(make bench starts them; or infra/services.py up cassandra kafka)"
+            "(make bench starts them; or infra/services.py up cassandra kafka openbao)"
         )
         progress("distributed", notes[-1])
         return False

@@ -70,12 +70,16 @@ class Timings:
 
 @contextmanager
 def _platform(partitions: int) -> Iterator[Any]:
+    from bench.distributed import _vault_address
     from mnemo.adapters.kafka_topic import ensure_topics
     from mnemo.bootstrap import build_distributed, dead_letter_topic, kafka_config
     from mnemo.settings import MnemoSettings
 
     tag = uuid.uuid4().hex[:10]
     data = Path(tempfile.mkdtemp(prefix="mnemo-profile-"))
+    vault = _vault_address()
+    if vault is None:  # the distributed mode does not start without a vault
+        raise SystemExit("the profile needs OpenBao: MNEMO_VAULT_ADDR and MNEMO_VAULT_TOKEN")
     settings = MnemoSettings(  # type: ignore[call-arg]
         mode="distributed",
         data_dir=data,
@@ -83,6 +87,9 @@ def _platform(partitions: int) -> Iterator[Any]:
         kafka_topic=f"profile.{tag}",
         kafka_partitions=partitions,
         cassandra_keyspace=f"mnemo_prof_{tag}",
+        vault_addr=vault[0],
+        vault_token=vault[1],
+        vault_key_prefix=f"prof-{tag}",
     )
     ensure_topics(
         kafka_config(settings),

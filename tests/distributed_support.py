@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.support import missing
+from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import Platform, build_distributed, dead_letter_topic, kafka_config
 from mnemo.service.distributed import Follower, NotReady, Sequencer, position_name
@@ -57,8 +58,12 @@ def require_services() -> None:
 
 
 def distributed_settings(data: Path, partitions: int = 4, **overrides: object) -> MnemoSettings:
-    """Settings for a distributed platform on its own topic and keyspace."""
+    """Settings for a distributed platform on its own topic and keyspace, sealing with
+    the shared OpenBao under key names of its own (skipped without it; CI fails)."""
     tag = uuid.uuid4().hex[:10]
+    vault_url, vault_token = vault_settings()
+    if vault_token is None:
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN and no var/run/services.env")
     values: dict[str, object] = {
         "mode": "distributed",
         "data_dir": data,
@@ -69,9 +74,11 @@ def distributed_settings(data: Path, partitions: int = 4, **overrides: object) -
         "cassandra_hosts": CASSANDRA_HOSTS,
         "cassandra_port": CASSANDRA_PORT,
         "cassandra_keyspace": f"mnemo_d_{tag}",
-        # one development key file for every platform a test builds on this topic (a
-        # user's words are always sealed: a second process must open the first's)
-        "key_file": data.parent / f"keys-{tag}.json",
+        # the real OpenBao, as in production: the distributed mode refuses to start without
+        # a vault, and every platform a test builds on this topic opens what another sealed
+        "vault_addr": vault_url,
+        "vault_token": vault_token,
+        "vault_key_prefix": f"t{tag}",
     }
     values.update(overrides)
     return MnemoSettings(**values)  # type: ignore[arg-type]

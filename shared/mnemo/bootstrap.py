@@ -30,6 +30,7 @@ from mnemo.handlers import indexing as index_consumer
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
     AuditCheckpoints,
+    CheckpointAnchors,
     Clock,
     Embedder,
     EventArchive,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from mnemo.adapters.kafka_topic import KafkaConfig
     from mnemo.adapters.vault_key_vault import TokenFile
 
-__all__ = ["Platform", "build_embedded", "load_rules"]
+__all__ = ["Platform", "build_distributed", "build_embedded", "load_rules", "require_vault"]
 
 log = logging.getLogger("mnemo.bootstrap")
 
@@ -149,6 +150,23 @@ def _vault_token(settings: MnemoSettings) -> str | TokenFile:
     )
 
 
+def require_vault(settings: MnemoSettings) -> None:
+    """The distributed mode seals with the vault's keys, never with a development key file.
+    Every user's words are sealed, and a process sealing with a key file of its own (or
+    one file written by several processes) leaves the others opening stand-ins: every
+    event would then read as the same memory. Refused at the start, naming the setting,
+    with no fallback (VAULT_REQUIRED); a token that is not configured is refused too."""
+    if not settings.vault_addr:
+        raise InvalidInput(
+            "the distributed mode needs a vault: set MNEMO_VAULT_ADDR (OpenBao or Vault) "
+            "and MNEMO_VAULT_TOKEN or MNEMO_VAULT_TOKEN_FILE; a development key file cannot "
+            "be shared by several processes",
+            code="VAULT_REQUIRED",
+            field="vault_addr",
+        )
+    _vault_token(settings)
+
+
 def make_key_vault(settings: MnemoSettings) -> KeyVault:
     """Vault's transit engine when `vault_addr` is set, else the development key file."""
     if settings.vault_addr:
@@ -188,8 +206,33 @@ def make_signer(settings: MnemoSettings) -> Signer:
     return LocalFileSigner(settings.data_dir / "keys" / "audit-signing.json")
 
 
+def make_anchors(settings: MnemoSettings) -> CheckpointAnchors:
+    """Where each stream's newest signed checkpoint is anchored, out of the store's reach:
+    the vault's KV v2 engine when `vault_addr` is set, else a development file under
+    data_dir/keys (ADR 0017)."""
+    if settings.vault_addr:
+        from mnemo.adapters.vault_anchors import VaultKvAnchors
+
+        return VaultKvAnchors(
+            settings.vault_addr,
+            _vault_token(settings),
+            mount=settings.audit_anchor_mount,
+            prefix=settings.vault_key_prefix,
+            timeout=settings.vault_timeout,
+        )
+    from mnemo.adapters.sqlite_anchors import SqliteCheckpointAnchors
+
+    return SqliteCheckpointAnchors(
+        settings.data_dir / "keys" / "audit-anchors.sqlite3", settings.sqlite_synchronous
+    )
+
+
 def make_checkpointer(
-    settings: MnemoSettings, checkpoints: AuditCheckpoints, signer: Signer, clock: Clock
+    settings: MnemoSettings,
+    checkpoints: AuditCheckpoints,
+    signer: Signer,
+    clock: Clock,
+    anchors: CheckpointAnchors | None = None,
 ) -> AuditCheckpointer:
     return AuditCheckpointer(
         signer,
@@ -197,6 +240,7 @@ def make_checkpointer(
         clock,
         every=settings.audit_checkpoint_every,
         seconds=settings.audit_checkpoint_seconds,
+        anchors=anchors,
     )
 
 
@@ -276,6 +320,7 @@ class Platform:
     sealer: Sealer | None = None
     checkpoints: AuditCheckpoints | None = None  # signed audit checkpoints (ADR 0017)
     signer: Signer | None = None
+    anchors: CheckpointAnchors | None = None  # each stream's newest checkpoint, outside
 
     @property
     def mode(self) -> str:
@@ -296,6 +341,8 @@ class Platform:
         self.access.store.close()
         if self.checkpoints is not None:
             self.checkpoints.close()
+        if self.anchors is not None:
+            self.anchors.close()
 
 
 @dataclass
@@ -392,6 +439,7 @@ def build_embedded(
     reindex_if_recreated(index, store, event_log)
     checkpoints = embedded_checkpoints(settings)
     signer = make_signer(settings)
+    anchors = make_anchors(settings)
     sealer = make_sealer(settings, vault)
     runner = make_runner(
         settings,
@@ -401,7 +449,7 @@ def build_embedded(
         embedder,
         clock,
         consumers,
-        make_checkpointer(settings, checkpoints, signer, clock),
+        make_checkpointer(settings, checkpoints, signer, clock, anchors),
         sealer,
     )
     tokenizer = make_tokenizer(settings)
@@ -432,6 +480,7 @@ def build_embedded(
         sealer=sealer,
         checkpoints=checkpoints,
         signer=signer,
+        anchors=anchors,
     )
 
 
@@ -497,7 +546,13 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     reindex_if_recreated(index, store, event_log)
     clock = SystemClock()
     checkpointer = (
-        make_checkpointer(settings, embedded_checkpoints(settings), make_signer(settings), clock)
+        make_checkpointer(
+            settings,
+            embedded_checkpoints(settings),
+            make_signer(settings),
+            clock,
+            make_anchors(settings),
+        )
         if consumer == "audit"
         else None
     )
@@ -694,11 +749,13 @@ def build_distributed(
     """A distributed Mnemo process: the log on Kafka (plus its archive), read models on
     Cassandra, vectors on the Qdrant server at `qdrant_url` or, without one, in a
     qdrant-edge shard under data_dir (the co-located topology: the indexer and the
-    query path in one process). `role` names the process for Kafka's client id."""
+    query path in one process). `role` names the process for Kafka's client id. Without
+    a vault it refuses to start (VAULT_REQUIRED, `require_vault`)."""
     from mnemo.adapters.cassandra_archive import CassandraEventArchive
     from mnemo.adapters.kafka_topic import KafkaTopic
     from mnemo.adapters.memory_index import InMemoryVectorIndex
 
+    require_vault(settings)  # before anything is connected or created
     clock = clock or SystemClock()
     embedder = embedder or make_embedder(settings)
     store = connect_store(settings)
@@ -729,14 +786,10 @@ def build_distributed(
             store.session, settings.audit_checkpoint_keyspace or store.home
         )
         signer = make_signer(settings)
+        anchors = make_anchors(settings)  # in the vault: the distributed mode has one
     except BaseException:
         store.close()
         raise
-    if not settings.vault_addr:
-        log.warning(
-            "distributed mode without MNEMO_VAULT_ADDR: this process seals with its own "
-            "development key file; values it seals cannot be opened by other processes"
-        )
     sealer = make_sealer(settings)
     runner = make_runner(
         settings,
@@ -745,7 +798,7 @@ def build_distributed(
         index,
         embedder,
         clock,
-        checkpointer=make_checkpointer(settings, checkpoints, signer, clock),
+        checkpointer=make_checkpointer(settings, checkpoints, signer, clock, anchors),
         sealer=sealer,
     )
     progress = PartitionProgress(store, topic)
@@ -785,4 +838,5 @@ def build_distributed(
         sealer=sealer,
         checkpoints=checkpoints,
         signer=signer,
+        anchors=anchors,
     )

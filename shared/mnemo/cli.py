@@ -1402,6 +1402,7 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
                 platform.app.clock,
                 checkpoints=platform.checkpoints,
                 signer=platform.signer,
+                anchors=platform.anchors,
             ).audit(RequestContext(state.api.tenant, state.api.principal or "cli"))
             answer: dict[str, Any] = {
                 "status": status.status,
@@ -1416,6 +1417,7 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
                 "checkpoints": status.checkpoints,
                 "signed": status.signed,
                 "unsigned": status.unsigned,
+                "anchored": status.anchored,
             }
     else:
         answer = state.api.call("GET", "/v1/insights/audit")

@@ -34,6 +34,7 @@ __all__ = [
     "Appended",
     "ArchivedEvent",
     "AuditCheckpoints",
+    "CheckpointAnchors",
     "Clock",
     "Coordinates",
     "Embedder",
@@ -543,6 +544,32 @@ class AuditCheckpoints(abc.ABC):
     @abc.abstractmethod
     def of_tenant(self, tenant: str) -> list[Checkpoint]:
         """Every checkpoint of the tenant, by stream then index."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+class CheckpointAnchors(abc.ABC):
+    """The newest signed checkpoint of each (tenant, stream), kept outside the store, where
+    the store's writers cannot roll it back (ADR 0017). An anchor only moves forward: a
+    rollback of the store to an older checkpoint is seen against it."""
+
+    name: str  # what status pages show: the technology and where the anchors are
+
+    @abc.abstractmethod
+    def advance(self, checkpoint: Checkpoint) -> bool:
+        """Make `checkpoint` its stream's anchor when the stream has none or it is the next
+        checkpoint after the anchor (`domain.checkpoint.anchor_moves`): True when it moved,
+        False when the anchor is at its index or past it. Raises ConflictError with code
+        AUDIT_ANCHOR_GAP when checkpoints between them must be anchored first, and with
+        AUDIT_CHECKPOINT_ROLLBACK when it does not descend from the anchor. Decided and
+        written atomically: concurrent writers never move an anchor back or aside. Raises
+        Unavailable when the anchors cannot be reached."""
+
+    @abc.abstractmethod
+    def of_tenant(self, tenant: str) -> list[Checkpoint]:
+        """The tenant's anchors, one per anchored stream, by stream. Raises Unavailable
+        when they cannot be read (never an empty answer instead)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

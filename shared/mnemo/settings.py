@@ -150,7 +150,7 @@ class MnemoSettings(BaseSettings):
     vault_key_prefix: str = Field(
         default="mnemo",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
-        description="prefix of Mnemo's transit key names",
+        description="prefix of Mnemo's transit key names and of its audit anchors' paths",
     )
     vault_timeout: float = Field(default=3.0, gt=0, le=60, description="seconds per Vault call")
     key_file: Path | None = Field(
@@ -186,6 +186,14 @@ class MnemoSettings(BaseSettings):
     )
     audit_signing_key_type: Literal["ed25519", "ecdsa-p256"] = Field(
         default="ed25519", description="the type the audit signing key is created with"
+    )
+    audit_anchor_mount: str = Field(
+        default="mnemo-anchors",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_/-]{0,63}$",
+        description="the KV version 2 mount where the audit consumer anchors each stream's "
+        "newest signed checkpoint, by check-and-set (only forward), out of the store "
+        "writers' reach; created at first use with cas_required. Without vault_addr: a "
+        "development file under data_dir/keys",
     )
     audit_checkpoint_keyspace: str | None = Field(
         default=None,

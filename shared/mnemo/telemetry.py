@@ -365,7 +365,8 @@ def shutdown() -> None:
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, the current trace and span
-    ids when a span is recording, the exception's type and traceback when there is one."""
+    ids when a span is recording, the event id, error code and setting a record carries,
+    the exception's type and traceback when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -380,9 +381,10 @@ class JsonFormatter(logging.Formatter):
         if span.is_valid:
             out["trace_id"] = format(span.trace_id, "032x")
             out["span_id"] = format(span.span_id, "016x")
-        event_id = getattr(record, "event_id", None)
-        if isinstance(event_id, str):
-            out["event_id"] = event_id
+        for field in ("event_id", "error_code", "setting"):
+            value = getattr(record, field, None)
+            if isinstance(value, str):
+                out[field] = value
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)

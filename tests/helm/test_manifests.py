@@ -182,6 +182,9 @@ def test_the_audit_signing_key_is_chosen_in_values(render: Render) -> None:
     data = config(render("minimal", overrides=overrides))
     assert data["MNEMO_AUDIT_SIGNING_KEY"] == "prod-audit"
     assert data["MNEMO_AUDIT_SIGNING_KEY_TYPE"] == "ecdsa-p256"
+    assert config(render("minimal"))["MNEMO_AUDIT_ANCHOR_MOUNT"] == "mnemo-anchors"
+    moved = config(render("minimal", overrides={"vault.auditAnchorMount": "audit/anchors"}))
+    assert moved["MNEMO_AUDIT_ANCHOR_MOUNT"] == "audit/anchors"
 
 
 def test_indexer_keeps_blas_to_one_thread(render: Render) -> None:

@@ -5,7 +5,10 @@ code and exit 4 (issue 16, finding 7).
 Each attack is made the way someone who can write the data directory (but cannot sign)
 would make it: an event edited in the log with every link after it recomputed, an edited
 log rebuilt with `mnemo admin rebuild`, the last event of a stream deleted with its link, a
-checkpoint altered to match, and checkpoints re-signed with a key of the attacker's own."""
+checkpoint altered to match, and checkpoints re-signed with a key of the attacker's own.
+With OpenBao as the vault, a stream rolled back to an older checkpoint (the newer
+checkpoints and the events after it removed) is reported against the anchor kept in the
+vault's KV engine, which the data directory's writers cannot move back."""
 
 from __future__ import annotations
 
@@ -13,16 +16,20 @@ import itertools
 import json
 import logging
 import sqlite3
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests.support import missing
+from tests.vault_support import vault_settings
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.adapters.local_signer import LocalFileSigner
 from mnemo.adapters.sqlite_checkpoints import SqliteAuditCheckpoints
+from mnemo.adapters.vault_anchors import VaultKvAnchors
 from mnemo.bootstrap import build_embedded
 from mnemo.cli import cli
 from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest
@@ -31,6 +38,7 @@ from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import PutAudit
 from mnemo.handlers import audit
 from mnemo.service.app import RequestContext
+from mnemo.service.insights import Insights
 from mnemo.settings import MnemoSettings
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
@@ -59,11 +67,11 @@ def observation(text: str, stream: str) -> dict[str, Any]:
     }
 
 
-def fill(data: Path, *, sign_tail: bool = True) -> None:
+def fill(data: Path, *, sign_tail: bool = True, **extra: Any) -> None:
     """Six events in user:U1 and two in user:U2, linked; with `sign_tail`, the time limit
     passes and the idle consumer signs each stream's head."""
     clock = FixedClock(T0)
-    platform = build_embedded(settings(data), clock=clock)
+    platform = build_embedded(settings(data, **extra), clock=clock)
     try:
         platform.app.publish(
             CTX,
@@ -301,3 +309,111 @@ def test_a_removed_checkpoint_is_reported(data: Path, runner: CliRunner) -> None
     code, answer = verify(runner, data)
     assert code == 4, answer
     assert (answer["code"], answer["stream"]) == ("AUDIT_CHECKPOINT_MISSING", "user:U1")
+
+
+# ---- a stream rolled back to an older checkpoint, against the vault's anchor --------------
+
+
+@pytest.fixture
+def vault(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """OpenBao as the vault, for the filling platform and for `mnemo audit verify`, under
+    names of this test's own."""
+    url, token = vault_settings()
+    if token is None:
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN and no var/run/services.env")
+    values: dict[str, Any] = {
+        "vault_addr": url,
+        "vault_token": token,
+        "vault_key_prefix": f"emb{uuid.uuid4().hex[:10]}",
+        "audit_signing_key": f"audit-{uuid.uuid4().hex[:12]}",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(f"MNEMO_{name.upper()}", value)
+    return values
+
+
+def roll_back(data: Path, stream: str, to_index: int) -> Checkpoint:
+    """What someone who can write the data directory (not the vault) does to take a
+    stream back to its checkpoint `to_index`: the events after it and their links
+    removed, the newer checkpoints too. The checkpoint kept is returned."""
+    kept = [c for c in checkpoints(data) if c.stream == stream][to_index - 1]
+    with sqlite3.connect(data / "log.sqlite3") as db:
+        db.execute(
+            "DELETE FROM events WHERE tenant = 'acme' AND stream = ? AND seq > ?",
+            (stream, kept.n),
+        )
+        db.execute(
+            "UPDATE streams SET head = ? WHERE tenant = 'acme' AND stream = ?", (kept.n, stream)
+        )
+    with sqlite3.connect(data / "store.sqlite3") as db:
+        db.execute(
+            "DELETE FROM audit_links WHERE tenant = 'acme' AND stream = ? AND n > ?",
+            (stream, kept.n),
+        )
+    with sqlite3.connect(data / "audit-checkpoints.sqlite3") as db:
+        db.execute("DELETE FROM audit_checkpoints WHERE stream = ? AND idx > ?", (stream, to_index))
+    return kept
+
+
+def unanchored_status(data: Path, vault: dict[str, Any]) -> str:
+    """The verification as it was before anchors: everything but the vault's anchor."""
+    platform = build_embedded(settings(data, **vault))
+    try:
+        return (
+            Insights(
+                platform.log,
+                platform.store,
+                platform.app.clock,
+                checkpoints=platform.checkpoints,
+                signer=platform.signer,
+            )
+            .audit(CTX)
+            .status
+        )
+    finally:
+        platform.close()
+
+
+def test_a_stream_rolled_back_to_an_older_checkpoint_is_reported(
+    tmp_path: Path, runner: CliRunner, vault: dict[str, Any]
+) -> None:
+    data = tmp_path / "data"
+    fill(data, **vault)
+    code, answer = verify(runner, data)
+    assert (code, answer["status"], answer["anchored"]) == (0, "intact", 2)
+    anchors = VaultKvAnchors(
+        vault["vault_addr"], vault["vault_token"], prefix=vault["vault_key_prefix"]
+    )
+    [anchor] = [a for a in anchors.of_tenant("acme") if a.stream == "user:U1"]
+    assert anchor == [c for c in checkpoints(data) if c.stream == "user:U1"][-1]
+    kept = roll_back(data, "user:U1", 1)
+    assert kept.index < anchor.index
+    assert unanchored_status(data, vault) == "intact"  # the store alone cannot tell
+    code, answer = verify(runner, data)
+    assert code == 4, answer
+    assert (answer["status"], answer["code"], answer["stream"], answer["first_broken"]) == (
+        "broken",
+        "AUDIT_CHECKPOINT_ROLLBACK",
+        "user:U1",
+        anchor.n,
+    )
+    text = runner.invoke(cli, ["--tenant", "acme", "audit", "verify", "--data-dir", str(data)])
+    assert text.exit_code == 4
+    assert "AUDIT_CHECKPOINT_ROLLBACK" in text.output
+    # the consumer signing the rolled-back stream again does not take its anchor back
+    fill(data, **vault)
+    assert [a for a in anchors.of_tenant("acme") if a.stream == "user:U1"] == [anchor]
+    code, answer = verify(runner, data)
+    assert (code, answer["code"]) == (4, "AUDIT_CHECKPOINT_ROLLBACK")
+
+
+def test_with_the_vault_out_of_reach_the_trail_is_unverified(
+    tmp_path: Path, runner: CliRunner, vault: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    fill(data, **vault)
+    monkeypatch.setenv("MNEMO_VAULT_ADDR", "http://127.0.0.1:9")
+    monkeypatch.setenv("MNEMO_VAULT_TIMEOUT", "0.5")
+    code, answer = verify(runner, data)
+    assert code == 4, answer
+    assert (answer["status"], answer["code"]) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")

@@ -1,9 +1,11 @@
 """Signed audit checkpoints in the distributed mode: Kafka, Cassandra and OpenBao's transit
-engine, all real. The attacks a hash chain alone lets through (issue 16, finding 7) are
-reported with their code: an archived event edited with every link after it recomputed, a
-rebuild from a log with an edited record, the last event of a stream deleted with its link,
-a checkpoint altered to match an edit, checkpoints signed by another transit key; and with
-the vault out of reach, verification says it could not verify instead of passing."""
+and KV engines, all real. The attacks a hash chain alone lets through (issue 16, finding 7)
+are reported with their code: an archived event edited with every link after it
+recomputed, a rebuild from a log with an edited record, the last event of a stream deleted
+with its link, a checkpoint altered to match an edit, checkpoints signed by another transit
+key, and a stream rolled back to an older checkpoint (its newer checkpoints and events
+removed), which only the anchor kept in the vault reveals; and with the vault out of
+reach, verification says it could not verify instead of passing."""
 
 from __future__ import annotations
 
@@ -97,7 +99,11 @@ def fill(platform: Platform, clock: FixedClock) -> None:
 
 
 def verify(platform: Platform, **replace: Any) -> AuditStatus:
-    parts: dict[str, Any] = {"checkpoints": platform.checkpoints, "signer": platform.signer}
+    parts: dict[str, Any] = {
+        "checkpoints": platform.checkpoints,
+        "signer": platform.signer,
+        "anchors": platform.anchors,
+    }
     parts.update(replace)
     return Insights(platform.log, platform.store, platform.runner.clock, **parts).audit(CTX)
 
@@ -180,6 +186,7 @@ def platform(tmp_path: Path, clock: FixedClock) -> Iterator[Platform]:
 def test_heads_are_signed_by_the_transit_key_and_verify(platform: Platform) -> None:
     status = verify(platform)
     assert (status.status, status.code, status.unsigned) == ("intact", None, 0)
+    assert status.anchored == 2  # each stream's newest checkpoint is anchored in the vault
     assert status.signed == status.links == 9
     signed = platform.checkpoints.of_tenant("acme")  # type: ignore[union-attr]
     assert {(c.stream, c.n) for c in signed} == {
@@ -337,4 +344,95 @@ def test_without_the_vault_the_trail_is_unverified_not_intact(platform: Platform
     status = verify(platform, signer=away)
     assert (status.status, status.code) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")
     status = verify(platform, signer=None)
+    assert (status.status, status.code) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")
+
+
+def roll_back(platform: Platform, stream: str, to_index: int) -> Checkpoint:
+    """What someone who can write Cassandra (not the vault) does to take a stream back to
+    its checkpoint `to_index`: the events after it, their links and the newer checkpoints
+    removed, the chain's head moved back. The checkpoint kept is returned."""
+    signed = [c for c in platform.checkpoints.of_tenant("acme") if c.stream == stream]  # type: ignore[union-attr]
+    kept = signed[to_index - 1]
+    trail = platform.store.audit_trail("acme", stream, 0, 1_000)
+    s, k = session(platform), ks(platform)
+    for r in trail[kept.n :]:
+        s.execute(
+            f"DELETE FROM {k}.events_by_stream USING TIMESTAMP {ABOVE} "
+            "WHERE tenant = %s AND stream = %s AND seq = %s",
+            ("acme", stream, r.n),
+        )
+        s.execute(
+            f"DELETE FROM {k}.events_by_id USING TIMESTAMP {ABOVE} "
+            "WHERE tenant = %s AND event_id = %s",
+            ("acme", r.event_id),
+        )
+        s.execute(
+            f"DELETE FROM {k}.audit_links WHERE tenant = %s AND stream = %s AND chunk = 0 "
+            "AND n = %s",
+            ("acme", stream, r.n),
+        )
+    write_link(platform, trail[kept.n - 1], head=True)
+    s.execute(
+        f"DELETE FROM {k}.audit_checkpoints WHERE tenant = %s AND stream = %s AND idx > %s",
+        ("acme", stream, to_index),
+    )
+    return kept
+
+
+def test_a_stream_rolled_back_to_an_older_checkpoint_is_reported(platform: Platform) -> None:
+    assert platform.anchors is not None
+    [anchor] = [a for a in platform.anchors.of_tenant("acme") if a.stream == "user:U1"]
+    assert anchor.index == 3  # checkpoints at links 3, 6 and 7
+    kept = roll_back(platform, "user:U1", 1)
+    # everything the store holds agrees with itself: without the anchor it verifies
+    unanchored = verify(platform, anchors=None)
+    assert (unanchored.status, unanchored.code) == ("intact", None)
+    assert unanchored.links == 9 - (7 - kept.n)
+    status = verify(platform)
+    assert (status.status, status.code, status.stream, status.first_broken) == (
+        "broken",
+        "AUDIT_CHECKPOINT_ROLLBACK",
+        "user:U1",
+        anchor.n,
+    )
+    # the anchor only moves forward: the older checkpoint does not take it back
+    assert not platform.anchors.advance(kept)
+    assert [a for a in platform.anchors.of_tenant("acme") if a.stream == "user:U1"] == [anchor]
+
+
+def test_a_stream_removed_with_all_its_checkpoints_is_reported(platform: Platform) -> None:
+    roll_back(platform, "user:U2", 1)
+    s, k = session(platform), ks(platform)
+    for table, where in (
+        ("events_by_stream", ""),
+        ("audit_links", " AND chunk = 0"),
+        ("audit_stream_heads", ""),
+    ):
+        s.execute(
+            f"DELETE FROM {k}.{table} USING TIMESTAMP {ABOVE} "
+            f"WHERE tenant = %s AND stream = %s{where}",
+            ("acme", "user:U2"),
+        )
+    s.execute(
+        f"DELETE FROM {k}.audit_checkpoints WHERE tenant = %s AND stream = %s",
+        ("acme", "user:U2"),
+    )
+    assert verify(platform, anchors=None).status == "intact"
+    status = verify(platform)
+    assert (status.status, status.code, status.stream) == (
+        "broken",
+        "AUDIT_CHECKPOINT_ROLLBACK",
+        "user:U2",
+    )
+
+
+def test_anchors_out_of_reach_leave_the_trail_unverified(platform: Platform) -> None:
+    from mnemo.adapters.vault_anchors import VaultKvAnchors
+    from mnemo.adapters.vault_signer import VaultTransitSigner
+
+    anchors = VaultKvAnchors("http://127.0.0.1:9", "s.unused", prefix="gone", timeout=0.5)
+    status = verify(platform, anchors=anchors)
+    assert (status.status, status.code) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")
+    signer = VaultTransitSigner("http://127.0.0.1:9", "s.unused", "mnemo-audit", timeout=0.5)
+    status = verify(platform, anchors=anchors, signer=signer)
     assert (status.status, status.code) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")

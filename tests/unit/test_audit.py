@@ -12,9 +12,13 @@ from mnemo.domain.checkpoint import (
     FIRST,
     Checkpoint,
     Signature,
+    anchor_moves,
     checkpoint_digest,
+    checkpoint_from_record,
     checkpoint_message,
+    checkpoint_record,
 )
+from mnemo.domain.errors import ConflictError
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import AuditRecord, PutAudit
@@ -248,3 +252,77 @@ def test_the_signed_message_tells_every_field_apart() -> None:
         ),
     }
     assert len(messages) == 5
+
+
+# ---- anchors: each stream's newest checkpoint, kept outside the store --------------------
+
+
+def test_checkpoints_that_reach_their_anchor_hold() -> None:
+    cps = signed_chain(chain(events(6)), [2, 4, 6])
+    assert audit.check_anchor("user:U1", cps[2], cps, genuine) is None
+    # the store may be ahead of its anchor (anchoring follows storing)
+    assert audit.check_anchor("user:U1", cps[1], cps, genuine) is None
+
+
+def test_a_store_behind_its_anchor_was_rolled_back() -> None:
+    cps = signed_chain(chain(events(6)), [2, 4, 6])
+    # the newest two checkpoints removed with the events after link 2: the rest agrees
+    problem = audit.check_anchor("user:U1", cps[2], cps[:1], genuine)
+    assert problem is not None
+    assert (problem.code, problem.n, problem.index) == ("AUDIT_CHECKPOINT_ROLLBACK", 6, 3)
+    problem = audit.check_anchor("user:U1", cps[2], [], genuine)  # the whole stream gone
+    assert problem is not None
+    assert problem.code == "AUDIT_CHECKPOINT_ROLLBACK"
+
+
+def test_a_store_signed_again_after_a_rollback_is_rolled_back() -> None:
+    evs = events(6)
+    cps = signed_chain(chain(evs), [2, 4])
+    evs[2] = evs[2].model_copy(update={"payload": {"text": "other"}})
+    again = signed_chain(chain(evs), [2, 4])  # back to checkpoint 1, then signed again
+    assert again[0] == cps[0]
+    assert again[1] != cps[1]
+    problem = audit.check_anchor("user:U1", cps[1], again, genuine)
+    assert problem is not None
+    assert (problem.code, problem.index) == ("AUDIT_CHECKPOINT_ROLLBACK", 2)
+
+
+def test_an_anchor_that_was_never_signed_is_named() -> None:
+    cps = signed_chain(chain(events(6)), [2, 4])
+    planted = replace(cps[1], index=3, n=6, signature=Signature(1, "theirs"))
+    problem = audit.check_anchor("user:U1", planted, cps, genuine)
+    assert problem is not None
+    assert problem.code == "AUDIT_SIGNATURE_INVALID"
+
+
+def test_an_anchor_moves_to_the_next_checkpoint_of_its_chain_only() -> None:
+    evs = events(6)
+    cps = signed_chain(chain(evs), [2, 4, 6])
+    assert anchor_moves(None, cps[1])  # a stream's first anchor
+    assert anchor_moves(cps[0], cps[1])
+    assert not anchor_moves(cps[1], cps[0])
+    assert not anchor_moves(cps[1], cps[1])
+    with pytest.raises(ConflictError) as gap:
+        anchor_moves(cps[0], cps[2])
+    assert gap.value.code == "AUDIT_ANCHOR_GAP"
+    evs[2] = evs[2].model_copy(update={"payload": {"text": "other"}})
+    forked = signed_chain(chain(evs), [2, 4, 6])
+    with pytest.raises(ConflictError) as fork:
+        anchor_moves(cps[1], forked[2])
+    assert fork.value.code == "AUDIT_CHECKPOINT_ROLLBACK"
+
+
+def test_a_checkpoint_record_reads_back_and_nothing_else_does() -> None:
+    [cp] = signed_chain(chain(events(2)), [2])
+    assert checkpoint_from_record(checkpoint_record(cp)) == cp
+    for broken in (
+        None,
+        [],
+        {**checkpoint_record(cp), "format": 2},
+        {**checkpoint_record(cp), "index": "1"},
+        {**checkpoint_record(cp), "index": -1},
+        {**checkpoint_record(cp), "signed_at": "2026-12-02T09:00:00"},
+        {k: v for k, v in checkpoint_record(cp).items() if k != "hash"},
+    ):
+        with pytest.raises(ValueError, match="checkpoint record"):
+            checkpoint_from_record(broken)

@@ -149,6 +149,7 @@ MNEMO_VAULT_ADDR: {{ required "vault.addr is required" $v.vault.addr | quote }}
 MNEMO_VAULT_TRANSIT_MOUNT: {{ $v.vault.transitMount | quote }}
 MNEMO_AUDIT_SIGNING_KEY: {{ $v.vault.auditSigningKey | quote }}
 MNEMO_AUDIT_SIGNING_KEY_TYPE: {{ $v.vault.auditSigningKeyType | quote }}
+MNEMO_AUDIT_ANCHOR_MOUNT: {{ $v.vault.auditAnchorMount | quote }}
 {{- if $v.vault.agent.enabled }}
 MNEMO_VAULT_TOKEN_FILE: /vault/secrets/token
 {{- end }}

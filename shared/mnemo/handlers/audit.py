@@ -30,6 +30,7 @@ __all__ = [
     "GENESIS",
     "CheckpointProblem",
     "canonical",
+    "check_anchor",
     "check_checkpoints",
     "checkpoint_due",
     "handle",
@@ -209,3 +210,51 @@ def check_checkpoints(
             )
         before = cp
     return None
+
+
+def check_anchor(
+    stream: str,
+    anchor: Checkpoint,
+    checkpoints: Sequence[Checkpoint],
+    valid: Callable[[Checkpoint], bool],
+) -> CheckpointProblem | None:
+    """Whether a stream's checkpoints in the store (by index, already checked with
+    `check_checkpoints`) still reach its anchor: the newest checkpoint recorded outside the
+    store, which only moves forward. The store may be ahead of the anchor (anchoring
+    follows storing); it may not be behind it. A store that lost the anchored checkpoint
+    (and with it, usually, the events after an older one) was rolled back
+    (AUDIT_CHECKPOINT_ROLLBACK), and so was a store holding another checkpoint under the
+    anchored index (rolled back, then signed again). An anchor whose signature does not
+    verify was not written by the audit consumer (AUDIT_SIGNATURE_INVALID)."""
+    stored = next((cp for cp in checkpoints if cp.index == anchor.index), None)
+    if stored is not None:
+        if checkpoint_digest(stored) == checkpoint_digest(anchor):
+            return None
+        return CheckpointProblem(
+            "AUDIT_CHECKPOINT_ROLLBACK",
+            stream,
+            anchor.n,
+            anchor.index,
+            f"{stream} checkpoint {anchor.index} is not the one anchored outside the store: "
+            "the stream was rolled back before it and signed again",
+        )
+    if anchor.stream != stream or not valid(anchor):
+        return CheckpointProblem(
+            "AUDIT_SIGNATURE_INVALID",
+            stream,
+            anchor.n,
+            anchor.index,
+            f"{stream}: the anchored checkpoint {anchor.index} (link {anchor.n}): the "
+            "signature does not verify",
+        )
+    newest = checkpoints[-1] if checkpoints else None
+    held = f"checkpoint {newest.index} (link {newest.n})" if newest else "no checkpoint"
+    return CheckpointProblem(
+        "AUDIT_CHECKPOINT_ROLLBACK",
+        stream,
+        anchor.n,
+        anchor.index,
+        f"{stream}: the store's newest is {held}, but checkpoint {anchor.index} (link "
+        f"{anchor.n}) was signed and anchored: the stream was rolled back, its newer "
+        "checkpoints and events removed",
+    )

@@ -13,6 +13,13 @@ AUDIT_CHECKPOINT_MISMATCH): the process never signs over a changed log, and
 Signing failures never stop the audit consumer: the links are still written, the stream's
 head stays pending and is signed at a later link or tick, and verification shows the links
 past the last checkpoint as unsigned meanwhile.
+
+Each stored checkpoint then becomes its stream's anchor, outside the store (the vault's
+KV engine, by check-and-set, only ever forward along one chain), so a store rolled back to
+an older checkpoint is seen; a chain signed again after such a rollback does not move the
+anchor (logged as AUDIT_CHECKPOINT_ROLLBACK). An anchor that cannot be written is tried
+again at the next tick; so is the store's newest checkpoint of each stream this process
+reads first (a crash between storing a checkpoint and anchoring it leaves nothing behind).
 """
 
 from __future__ import annotations
@@ -23,10 +30,10 @@ import time
 from datetime import datetime
 
 from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest, checkpoint_message
-from mnemo.domain.errors import MnemoError
+from mnemo.domain.errors import ConflictError, MnemoError
 from mnemo.domain.projection import AuditRecord
 from mnemo.handlers import audit
-from mnemo.ports import AuditCheckpoints, Clock, Signer
+from mnemo.ports import AuditCheckpoints, CheckpointAnchors, Clock, Signer
 
 __all__ = ["AuditCheckpointer"]
 
@@ -48,9 +55,11 @@ class AuditCheckpointer:
         *,
         every: int = 1_000,
         seconds: float = 60.0,
+        anchors: CheckpointAnchors | None = None,
     ) -> None:
         self.signer = signer
         self.checkpoints = checkpoints
+        self.anchors = anchors
         self.clock = clock
         self.every = every
         self.seconds = seconds
@@ -59,8 +68,11 @@ class AuditCheckpointer:
         self._pending: dict[_Key, tuple[AuditRecord, datetime]] = {}
         self._diverged: set[_Key] = set()
         self._retry_at = 0.0
+        self._unanchored: dict[_Key, Checkpoint] = {}
+        self._anchor_retry_at = 0.0
         self.signed = 0
         self.failures = 0
+        self.anchored = 0
 
     def observe(self, record: AuditRecord) -> None:
         """A link the audit consumer is writing: sign its stream's head when it is due."""
@@ -98,6 +110,10 @@ class AuditCheckpointer:
             before = self.signed
             for key in list(self._pending):
                 self._sign_if_due(key)
+            if time.monotonic() >= self._anchor_retry_at:
+                for key in list(self._unanchored):
+                    if not self._anchor(key):
+                        break
             return self.signed - before
 
     def reset(self) -> None:
@@ -106,12 +122,15 @@ class AuditCheckpointer:
             self._last.clear()
             self._pending.clear()
             self._diverged.clear()
+            self._unanchored.clear()
 
     # ---- helpers ----------------------------------------------------------------------------
 
     def _last_of(self, key: _Key) -> Checkpoint | None:
         if key not in self._last:
-            self._last[key] = self.checkpoints.last(*key)
+            last = self._last[key] = self.checkpoints.last(*key)
+            if last is not None and self.anchors is not None:
+                self._unanchored.setdefault(key, last)  # anchored at the next tick
         return self._last[key]
 
     def _sign_if_due(self, key: _Key) -> None:
@@ -148,6 +167,62 @@ class AuditCheckpointer:
         self._last[key] = checkpoint
         self._pending.pop(key, None)
         self.signed += 1
+        if self.anchors is not None:
+            self._unanchored[key] = checkpoint
+            if time.monotonic() >= self._anchor_retry_at:
+                self._anchor(key)
+
+    def _anchor(self, key: _Key) -> bool:
+        """Move the stream's anchor to its newest stored checkpoint; False when the anchors
+        cannot be reached (tried again at a later tick)."""
+        checkpoint = self._unanchored.get(key)
+        if checkpoint is None or self.anchors is None:
+            return True
+        try:
+            try:
+                self._advance(checkpoint)
+            except ConflictError as exc:
+                if exc.code != "AUDIT_ANCHOR_GAP":
+                    raise
+                # anchoring failed before: the checkpoints in between first, in order
+                for stored in sorted(
+                    (
+                        c
+                        for c in self.checkpoints.of_tenant(key[0])
+                        if c.stream == key[1] and c.index <= checkpoint.index
+                    ),
+                    key=lambda c: c.index,
+                ):
+                    self._advance(stored)
+        except ConflictError as exc:  # the store's chain does not extend the anchor
+            del self._unanchored[key]
+            log.error(
+                "%s: %s/%s checkpoint %d does not descend from the stream's anchor; the "
+                "anchor stays where it is",
+                exc.code,
+                key[0],
+                key[1],
+                checkpoint.index,
+            )
+            return True
+        except MnemoError as exc:
+            self._anchor_retry_at = time.monotonic() + RETRY_SECONDS
+            log.warning(
+                "audit checkpoint %d of %s/%s not anchored (%s); tried again later",
+                checkpoint.index,
+                key[0],
+                key[1],
+                exc.code,
+            )
+            return False
+        if self._unanchored.get(key) is checkpoint:
+            del self._unanchored[key]
+        return True
+
+    def _advance(self, checkpoint: Checkpoint) -> None:
+        assert self.anchors is not None
+        if self.anchors.advance(checkpoint):
+            self.anchored += 1
 
     def _failed(self, key: _Key, exc: MnemoError) -> None:
         self.failures += 1

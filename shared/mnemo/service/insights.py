@@ -31,9 +31,18 @@ from mnemo.domain.projection import (
 )
 from mnemo.domain.sealed import without_secrets
 from mnemo.handlers import audit, timeline
+from mnemo.handlers.audit import CheckpointProblem
 from mnemo.handlers.decay import decayed_weight
 from mnemo.handlers.registration import MISSED
-from mnemo.ports import AuditCheckpoints, Clock, EventLog, MemoryQuery, MemoryStore, Signer
+from mnemo.ports import (
+    AuditCheckpoints,
+    CheckpointAnchors,
+    Clock,
+    EventLog,
+    MemoryQuery,
+    MemoryStore,
+    Signer,
+)
 from mnemo.service.app import RequestContext
 
 __all__ = [
@@ -231,6 +240,7 @@ class AuditStatus:
     checkpoints: int = 0  # signed checkpoints verified
     signed: int = 0  # links covered by a verified checkpoint
     unsigned: int = 0  # links past their stream's last checkpoint: consistent, not yet signed
+    anchored: int = 0  # streams whose checkpoints reach their anchor outside the store
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +297,7 @@ class Insights:
         checkpoints: AuditCheckpoints | None = None,
         signer: Signer | None = None,
         logged: EventLog | None = None,
+        anchors: CheckpointAnchors | None = None,
     ) -> None:
         self.log = log  # as the views read it (opened at the read port)
         self.store = store
@@ -294,6 +305,7 @@ class Insights:
         self.checkpoints = checkpoints  # without them, only the hash chains are checked
         self.signer = signer
         self.logged = logged or log  # as stored: what the audit chain hashed
+        self.anchors = anchors  # each stream's newest checkpoint, kept outside the store
 
     # ---- heat map -------------------------------------------------------------------------
 
@@ -570,9 +582,12 @@ class Insights:
         checkpoint removed or replaced (AUDIT_CHECKPOINT_MISSING), a chain shorter than a
         checkpoint (AUDIT_TAIL_MISSING) or a link with another hash than the one signed
         (AUDIT_CHECKPOINT_MISMATCH: the log was edited, however the chain was recomputed or
-        rebuilt). Links past a stream's last checkpoint count as `unsigned`. When the
-        signatures cannot be checked, the status is `unverified`, never intact. `pending`
-        counts the tenant's events that have no link yet."""
+        rebuilt). Then each stream's anchor, its newest checkpoint kept outside the store:
+        the store's checkpoints must still reach it (AUDIT_CHECKPOINT_ROLLBACK: the newest
+        checkpoints were removed, with the events after an older one). Links past a stream's
+        last checkpoint count as `unsigned`. When the signatures or the anchors cannot be
+        checked, the status is `unverified` (AUDIT_SIGNER_UNAVAILABLE), never intact.
+        `pending` counts the tenant's events that have no link yet."""
         tenant = ctx.tenant
         # the position first: the links of every event up to it were committed with it, so
         # the heads read next cover them (0 where positions are per partition)
@@ -666,6 +681,31 @@ class Insights:
                 )
             checked += len(cps)
             covered += cps[-1].n if cps else 0
+        try:
+            anchored = self._anchored(tenant, signed)
+        except MnemoError as exc:
+            return AuditStatus(
+                "unverified",
+                links,
+                unlinked.pending,
+                reason=f"the audit anchors cannot be checked ({exc.code}): the trail is not "
+                "known to be intact",
+                streams=len(heads),
+                code="AUDIT_SIGNER_UNAVAILABLE",
+                checkpoints=checked,
+            )
+        if isinstance(anchored, CheckpointProblem):
+            return AuditStatus(
+                "broken",
+                links,
+                unlinked.pending,
+                first_broken=anchored.n,
+                reason=anchored.message,
+                stream=anchored.stream,
+                streams=len(heads),
+                code=anchored.code,
+                checkpoints=checked,
+            )
         unsigned = links - covered
         if links == 0:
             return AuditStatus("empty", 0, unlinked.pending)
@@ -679,7 +719,30 @@ class Insights:
             checkpoints=checked,
             signed=covered,
             unsigned=unsigned,
+            anchored=anchored,
         )
+
+    def _anchored(
+        self, tenant: str, signed: dict[str, list[Checkpoint]]
+    ) -> int | CheckpointProblem:
+        """How many streams reach their anchor, or the first that does not. Raises
+        MnemoError when the anchors (or a signature) cannot be checked."""
+        if self.anchors is None:
+            return 0
+        reached = 0
+        for anchor in self.anchors.of_tenant(tenant):
+            if anchor.tenant != tenant:
+                continue
+            problem = audit.check_anchor(
+                anchor.stream,
+                anchor,
+                signed.get(anchor.stream, []),
+                lambda cp: self._signature_holds(tenant, cp),
+            )
+            if problem is not None:
+                return problem
+            reached += 1
+        return reached
 
     def _signed(self, tenant: str) -> dict[str, list[Checkpoint]]:
         """The tenant's signed checkpoints by stream, each stream's by index."""

@@ -41,6 +41,7 @@ from mnemo.bootstrap import (
     dead_letter_topic,
     kafka_config,
     kafka_tls,
+    require_vault,
 )
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.handlers import audit, decay, indexing, registration
@@ -536,9 +537,16 @@ class ConfigurationError(SystemExit):
     exits at once with status 78 (EX_CONFIG) instead of retrying."""
 
     def __init__(self, what: str, exc: MnemoError) -> None:
-        setting = f" (setting MNEMO_{exc.field.upper()})" if exc.field else ""
+        self.error_code = exc.code  # (SystemExit's own `code` is the exit status)
+        self.setting = f"MNEMO_{exc.field.upper()}" if exc.field else None
+        named = f" (setting {self.setting})" if self.setting else ""
         super().__init__(78)
-        self.message = f"{what}: configuration error {exc.code}{setting}: {exc.message}"
+        self.message = f"{what}: configuration error {exc.code}{named}: {exc.message}"
+
+    def log(self) -> None:
+        """One error line; in JSON logs `error_code` and `setting` are fields of their own."""
+        fields = {"error_code": self.error_code, "setting": self.setting}
+        log.error("%s", self.message, extra={k: v for k, v in fields.items() if v})
 
 
 def _starting(what: str, build: Callable[[], T], attempts: int = 20, delay: float = 1.0) -> T:
@@ -558,15 +566,27 @@ def _starting(what: str, build: Callable[[], T], attempts: int = 20, delay: floa
             delay = min(delay * 1.5, 10.0)
         except MnemoError as exc:
             failure = ConfigurationError(what, exc)
-            log.error("%s", failure.message)
+            failure.log()
             raise failure from None
     raise AssertionError("unreachable")
+
+
+def _preflight(settings: MnemoSettings) -> None:
+    """What a distributed process checks before it touches Kafka, Cassandra or the vault:
+    a vault to seal with (VAULT_REQUIRED); on failure nothing was created or published."""
+    try:
+        require_vault(settings)
+    except MnemoError as exc:
+        failure = ConfigurationError("checking the configuration", exc)
+        failure.log()
+        raise failure from None
 
 
 def run_worker(consumer: str) -> None:
     """`python -m mnemo_<consumer>` in the distributed mode."""
     settings = worker_settings(consumer)
     telemetry.configure_logging(settings.log_level, settings.log_format)
+    _preflight(settings)
     telemetry.configure(
         consumer, prometheus_port=settings.prometheus_port, prometheus_host=settings.health_host
     )
@@ -578,6 +598,7 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
     """The gateway in the distributed mode. With a Qdrant server, it is only the HTTP API;
     without one, it also runs the indexer (the co-located topology)."""
     telemetry.configure_logging(settings.log_level, settings.log_format)
+    _preflight(settings)
     telemetry.configure(
         "gateway", prometheus_port=settings.prometheus_port, prometheus_host=gateway.host
     )

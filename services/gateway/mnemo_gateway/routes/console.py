@@ -51,6 +51,7 @@ def insights_of(platform: PlatformDep) -> Insights:
         checkpoints=platform.checkpoints,
         signer=platform.signer,
         logged=platform.log,
+        anchors=platform.anchors,
     )
 
 
@@ -335,12 +336,16 @@ class AuditOut(BaseModel):
         default=None,
         description="what is wrong: AUDIT_CHAIN_BROKEN, AUDIT_SIGNATURE_INVALID, "
         "AUDIT_CHECKPOINT_MISSING, AUDIT_CHECKPOINT_MISMATCH, AUDIT_TAIL_MISSING, "
-        "AUDIT_SIGNER_UNAVAILABLE or AUDIT_CHECKPOINTS_UNAVAILABLE",
+        "AUDIT_CHECKPOINT_ROLLBACK, AUDIT_SIGNER_UNAVAILABLE or AUDIT_CHECKPOINTS_UNAVAILABLE",
     )
     checkpoints: int = Field(default=0, description="signed checkpoints verified")
     signed: int = Field(default=0, description="links covered by a verified checkpoint")
     unsigned: int = Field(
         default=0, description="links past their stream's last checkpoint (not yet signed)"
+    )
+    anchored: int = Field(
+        default=0,
+        description="streams whose checkpoints reach their anchor kept outside the store",
     )
 
 
@@ -510,6 +515,7 @@ def audit_status(ctx: AuditCtx, insights: InsightsDep) -> AuditOut:
         checkpoints=s.checkpoints,
         signed=s.signed,
         unsigned=s.unsigned,
+        anchored=s.anchored,
     )
 
 

@@ -1,0 +1,224 @@
+"""Audit anchors in Vault's (or OpenBao's) KV version 2 engine, through hvac.
+
+Each (tenant, stream) with a signed checkpoint has one secret,
+`<prefix>/<tenant>/<stream as hex>` in the mount `MNEMO_AUDIT_ANCHOR_MOUNT`, holding the
+stream's newest stored checkpoint with its transit signature (ADR 0017). Whoever can write
+the store (SQLite files, Cassandra tables) cannot write here, so a store rolled back to an
+older checkpoint no longer matches its anchor.
+
+An anchor only moves forward, along one chain, by KV v2 check-and-set: the writer reads
+the secret and its version, decides with `anchor_moves` (the next checkpoint after the
+anchor moves it; one at its index or below leaves it; one further ahead or not descended
+from it is refused), and writes with `cas` set to the version it read (0: only when there
+is none yet). A writer
+that lost a race sees the vault refuse its write, reads again and decides again, so two
+audit consumers never move an anchor back. Before its first write a process makes sure the
+mount requires check-and-set of every writer (`cas_required`), creating the mount as KV v2
+when it is missing (a fresh development vault). The audit consumer's policy needs
+`create`, `update` and `read` on `<mount>/data/<prefix>/*` and `read` (and `update`, until
+it is set) on `<mount>/config`; whoever verifies needs `read` on `<mount>/data/<prefix>/*`
+and `list` on `<mount>/metadata/<prefix>/*`; nobody needs `delete` or `destroy`
+(docs/security.md).
+
+Errors: an unreachable vault or a refused token raise Unavailable (VAULT_UNAVAILABLE), an
+anchor that is not a checkpoint record raises Unavailable (AUDIT_ANCHOR_UNREADABLE);
+messages name the path and the status, never the token. The vault plumbing (token file,
+error translation) is `VaultKeyVault`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from typing import Any
+
+import hvac
+
+from mnemo.adapters.vault_key_vault import TokenFile, VaultKeyVault, _Missing, _Refused
+from mnemo.domain.checkpoint import (
+    Checkpoint,
+    anchor_moves,
+    checkpoint_from_record,
+    checkpoint_record,
+)
+from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.ports import CheckpointAnchors
+
+__all__ = ["VaultKvAnchors"]
+
+ATTEMPTS = 8  # check-and-set rounds before a contended write gives up (Unavailable)
+_MOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_/-]{0,63}$")
+_HEX = re.compile(r"^(?:[0-9a-f]{2})+$")
+
+
+class VaultKvAnchors(CheckpointAnchors):
+    """Anchors under `prefix` in the KV v2 mount `mount`; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | TokenFile,
+        *,
+        mount: str = "mnemo-anchors",
+        prefix: str = "mnemo",
+        timeout: float = 3.0,
+        client: hvac.Client | None = None,
+    ) -> None:
+        if not _MOUNT.fullmatch(mount):
+            raise InvalidInput(
+                "the audit anchor mount must be 1-64 letters, digits, '_', '-' or '/'",
+                code="INVALID_SETTING",
+                field="audit_anchor_mount",
+            )
+        self._vault = VaultKeyVault(
+            url, token, mount=mount, prefix=prefix, timeout=timeout, client=client
+        )
+        self.mount = self._vault.mount
+        self.prefix = prefix
+        self.name = f"vault kv {self.mount}/{prefix}"
+        self._lock = threading.Lock()
+        self._mount_ready = False
+
+    # ---- the port -------------------------------------------------------------------------
+
+    def advance(self, checkpoint: Checkpoint) -> bool:
+        path = self._path(checkpoint.tenant, checkpoint.stream)
+        record = checkpoint_record(checkpoint)
+        self._ensure_mount()
+        for attempt in range(ATTEMPTS):
+            version, current = self._read(path)
+            if not anchor_moves(current, checkpoint):
+                return False
+            try:
+                self._write(path, record, version)
+            except _Refused:  # another writer moved it since it was read: decide again
+                time.sleep(0.02 * attempt)
+                continue
+            return True
+        raise Unavailable(
+            f"the audit anchor {path} kept changing while it was written",
+            code="VAULT_UNAVAILABLE",
+        )
+
+    def of_tenant(self, tenant: str) -> list[Checkpoint]:
+        folder = f"{self.prefix}/{_segment(tenant)}"
+        try:
+            listed = self._call(
+                f"the audit anchors of {tenant!r}",
+                lambda: self._kv.list_secrets(path=folder, mount_point=self.mount),
+            )
+        except _Missing:  # nothing anchored yet (or no mount yet)
+            return []
+        names = sorted(str(k) for k in (listed.get("data") or {}).get("keys") or [])
+        out = []
+        for name in names:
+            if not _HEX.fullmatch(name):
+                continue  # a folder or another tool's entry: not an anchor of this layout
+            _, anchor = self._read(f"{folder}/{name}")
+            if anchor is None:
+                continue
+            if (anchor.tenant, anchor.stream.encode("utf-8").hex()) != (tenant, name):
+                raise Unavailable(
+                    f"the audit anchor {folder}/{name} names another stream",
+                    code="AUDIT_ANCHOR_UNREADABLE",
+                )
+            out.append(anchor)
+        return sorted(out, key=lambda c: c.stream)
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    @property
+    def _kv(self) -> Any:
+        return self._vault._client.secrets.kv.v2
+
+    def _call(self, what: str, call: Any) -> Any:
+        return self._vault._vault(what, call)
+
+    def _path(self, tenant: str, stream: str) -> str:
+        return f"{self.prefix}/{_segment(tenant)}/{stream.encode('utf-8').hex()}"
+
+    def _read(self, path: str) -> tuple[int, Checkpoint | None]:
+        """(version, anchor) of a path; (0, None) when nothing was written there."""
+        try:
+            answer = self._call(
+                f"the audit anchor {path}",
+                lambda: self._kv.read_secret_version(
+                    path=path, mount_point=self.mount, raise_on_deleted_version=True
+                ),
+            )
+        except _Missing:
+            return 0, None
+        except _Refused:  # a mount still being set up answers 400 for a moment
+            raise Unavailable(
+                f"the vault refused to read the audit anchor {path}", code="VAULT_UNAVAILABLE"
+            ) from None
+        data = answer.get("data") or {}
+        version = (data.get("metadata") or {}).get("version")
+        try:
+            if type(version) is not int or version < 1:
+                raise ValueError("no version")
+            return version, checkpoint_from_record(data.get("data"))
+        except ValueError:
+            raise Unavailable(
+                f"the audit anchor {path} is not a checkpoint record",
+                code="AUDIT_ANCHOR_UNREADABLE",
+            ) from None
+
+    def _write(self, path: str, record: dict[str, Any], version: int) -> None:
+        self._call(
+            f"the audit anchor {path}",
+            lambda: self._kv.create_or_update_secret(
+                path=path, secret=record, cas=version, mount_point=self.mount
+            ),
+        )
+
+    def _ensure_mount(self) -> None:
+        """Before this process's first write: the KV v2 mount exists (made when missing, on
+        a fresh development vault) and takes only check-and-set writes (`cas_required`)."""
+        if self._mount_ready:
+            return
+        what = f"the audit anchor mount {self.mount!r}"
+        with self._lock:
+            if self._mount_ready:
+                return
+            try:
+                config = self._call(
+                    what, lambda: self._kv.read_configuration(mount_point=self.mount)
+                )
+                required = (config.get("data") or {}).get("cas_required") is True
+            except _Missing:
+                # _Refused: someone else enabled it meanwhile ("path is already in use")
+                with contextlib.suppress(_Refused):
+                    self._call(
+                        what,
+                        lambda: self._vault._client.sys.enable_secrets_engine(
+                            "kv", path=self.mount, options={"version": "2"}
+                        ),
+                    )
+                required = False
+            for attempt in range(ATTEMPTS * 4):
+                if required:
+                    break
+                try:
+                    self._call(
+                        what, lambda: self._kv.configure(cas_required=True, mount_point=self.mount)
+                    )
+                    required = True
+                except (_Refused, _Missing):  # a new mount is ready after a moment
+                    time.sleep(0.05 * (attempt + 1))
+            if not required:
+                raise Unavailable(
+                    f"{what} cannot be set to require check-and-set", code="VAULT_UNAVAILABLE"
+                )
+            self._mount_ready = True
+
+    def __repr__(self) -> str:
+        return f"VaultKvAnchors({self._vault.url!r}, {self.mount}/{self.prefix})"
+
+
+def _segment(tenant: str) -> str:
+    if not tenant or "/" in tenant or tenant in (".", ".."):
+        raise InvalidInput("not a tenant name", code="INVALID_TENANT", field="tenant")
+    return tenant

@@ -1,0 +1,105 @@
+"""The audit consumer anchors each stored checkpoint outside the store: an anchor it could
+not write is written at a later tick, the checkpoints in between first; a store rolled
+back and signed again does not move the anchor, and the consumer says so."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from tests.unit.test_audit import chain, events
+
+from mnemo.adapters.clocks import FixedClock
+from mnemo.adapters.local_signer import LocalFileSigner
+from mnemo.adapters.sqlite_anchors import SqliteCheckpointAnchors
+from mnemo.adapters.sqlite_checkpoints import SqliteAuditCheckpoints
+from mnemo.domain.checkpoint import Checkpoint
+from mnemo.domain.errors import Unavailable
+from mnemo.ports import CheckpointAnchors
+from mnemo.service import checkpoints as checkpointing
+from mnemo.service.checkpoints import AuditCheckpointer
+
+T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+
+
+class SwitchableAnchors(CheckpointAnchors):
+    """Real anchors that can be switched off."""
+
+    def __init__(self, inner: CheckpointAnchors) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.down = False
+
+    def advance(self, checkpoint: Checkpoint) -> bool:
+        if self.down:
+            raise Unavailable("vault down", code="VAULT_UNAVAILABLE")
+        return self.inner.advance(checkpoint)
+
+    def of_tenant(self, tenant: str) -> list[Checkpoint]:
+        return self.inner.of_tenant(tenant)
+
+
+@pytest.fixture(autouse=True)
+def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpointing, "RETRY_SECONDS", 0.0)
+
+
+def checkpointer(tmp_path: Path, anchors: CheckpointAnchors) -> AuditCheckpointer:
+    return AuditCheckpointer(
+        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
+        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
+        FixedClock(T0),
+        every=2,
+        seconds=600,
+        anchors=anchors,
+    )
+
+
+def stored(c: AuditCheckpointer) -> list[Checkpoint]:
+    return c.checkpoints.of_tenant("acme")
+
+
+def test_a_missed_anchor_is_written_later_through_the_checkpoints_between(
+    tmp_path: Path,
+) -> None:
+    anchors = SwitchableAnchors(SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL"))
+    c = checkpointer(tmp_path, anchors)
+    records = chain(events(6))
+    for r in records[:2]:
+        c.observe(r)
+    assert anchors.of_tenant("acme") == stored(c)  # checkpoint 1, anchored at once
+    anchors.down = True
+    for r in records[2:]:
+        c.observe(r)
+    assert [cp.index for cp in stored(c)] == [1, 2, 3]  # signed and stored all the same
+    assert anchors.of_tenant("acme") == stored(c)[:1]
+    anchors.down = False
+    c.tick()
+    assert anchors.of_tenant("acme") == stored(c)[2:]
+    assert c.anchored == 3  # 1, then 2 and 3 in order
+
+
+def test_a_store_rolled_back_and_signed_again_does_not_move_the_anchor(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    anchors = SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL")
+    first = checkpointer(tmp_path, anchors)
+    evs = events(8)
+    for r in chain(evs[:6]):
+        first.observe(r)
+    [anchor] = anchors.of_tenant("acme")
+    assert anchor.index == 3
+    # the store taken back to checkpoint 1 (link 2), then other events after it
+    first.checkpoints._fetch("DELETE FROM audit_checkpoints WHERE idx > 1", ())  # type: ignore[attr-defined]
+    forked = evs[:2] + [e.model_copy(update={"payload": {"text": "other"}}) for e in evs[2:]]
+    again = checkpointer(tmp_path, anchors)  # a fresh audit consumer
+    with caplog.at_level(logging.ERROR, "mnemo.audit"):
+        for r in chain(forked):
+            again.observe(r)
+        again.tick()
+    assert [cp.index for cp in stored(again)] == [1, 2, 3, 4]
+    assert stored(again)[2] != anchor
+    assert anchors.of_tenant("acme") == [anchor]
+    assert "AUDIT_CHECKPOINT_ROLLBACK" in caplog.text
