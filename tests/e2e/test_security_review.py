@@ -622,3 +622,23 @@ def test_a_template_cannot_be_registered_through_the_event_api_without_admin(
     assert (r.json()["error"]["code"], r.json()["error"]["scope"]) == ("SCOPE_MISSING", "admin")
     assert platform.log.head() == before
     assert client.post("/v1/events?wait=registered", json=event, headers=H).status_code == 202
+
+
+@pytest.mark.parametrize("stream", ["agent:A9", "session:S9"])
+def test_forgetting_a_whole_shared_stream_needs_the_admin_scope(
+    client: TestClient, platform: Platform, stream: str
+) -> None:
+    """A memory:write key forgot every memory of a shared stream (its constraints, read by
+    every agent) with one ForgetRequested without a memory id."""
+    kept = _declare(client, stream, {"type": "constraint", "content": "never sell to minors"})
+    before = platform.log.head()
+    r = client.post("/v1/events", json=_forget(stream), headers=WRITER)
+    assert r.status_code == 403, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["scope"]) == ("SCOPE_MISSING", "admin")
+    assert platform.log.head() == before
+    assert client.get(f"/v1/memories/{kept}", headers=H).json()["status"] == "active"
+    one = client.post(
+        "/v1/events?wait=registered", json=_forget(stream, memory_id=kept), headers=WRITER
+    )
+    assert one.status_code == 202, one.text
+    assert client.get(f"/v1/memories/{kept}", headers=H).json()["status"] == "forgotten"

@@ -32,7 +32,7 @@ NOTHING = "none"
 # what a route checks beyond its dependency, in its use case
 FURTHER = {
     ("POST", "/v1/events"): "`admin` for a `TemplateRegistered`, and for a `ForgetRequested` "
-    "of a whole user or tenant",
+    "of a whole stream or tenant",
 }
 
 

@@ -140,9 +140,10 @@ def _stream_or_error(stream: str) -> str:
 
 def _check_admin_events(ctx: RequestContext, i: int, envelope: Envelope) -> None:
     """Events that need the admin scope whoever publishes them: a template (it shapes every
-    context assembled with it), and forgetting a whole tenant or a whole user (a `user:`
-    stream without a memory id, which destroys the user's key), which cannot be undone.
-    Forgetting one memory needs only memory:write."""
+    context assembled with it), and forgetting a whole tenant or a whole stream (without a
+    memory id: a user's, which destroys the user's key, or a shared one, whose constraints
+    every agent reads), which cannot be undone. Forgetting one memory needs only
+    memory:write."""
     if ctx.allows(ADMIN_SCOPE):
         return
     if envelope.type == TemplateRegistered.TYPE:
@@ -150,10 +151,9 @@ def _check_admin_events(ctx: RequestContext, i: int, envelope: Envelope) -> None
     elif envelope.type == ForgetRequested.TYPE:
         request = decode_payload(envelope)
         assert isinstance(request, ForgetRequested)
-        user = request.memory_id is None and envelope.stream.startswith("user:")
-        if not (request.tenant or user):
+        if not (request.tenant or request.memory_id is None):
             return
-        what = "forgetting a whole tenant or a whole user"
+        what = "forgetting a whole tenant or a whole stream"
     else:
         return
     raise MnemoError(
