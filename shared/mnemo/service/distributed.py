@@ -47,7 +47,7 @@ from mnemo.client.kafka import record_headers, record_key, record_key_ids
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
-from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.handlers import indexing, registration, registry
 from mnemo.ports import (
     Appended,
     ArchivedEvent,
@@ -679,7 +679,7 @@ class Follower(_Processor):
         topic: LogTopic | None = None,
     ) -> None:
         super().__init__(runner, store)
-        if consumer not in (indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
+        if consumer not in registry.FOLLOWERS:
             raise ValueError(f"{consumer} is not a following consumer")
         self.consumer = consumer
         self.archive = archive
@@ -771,11 +771,7 @@ class Follower(_Processor):
         if not ready:
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         name = position_name(self.consumer, partition)
-        decide = (
-            self.runner.decide_decay
-            if self.consumer == decay.CONSUMER
-            else self.runner.decide_audit
-        )
+        decide = self.runner.decider(self.consumer)
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
             for record in events:
@@ -840,7 +836,7 @@ class PartitionProgress:
     def lag(self) -> dict[str, dict[int, int]]:
         """Records each consumer still has to read, per partition."""
         ends = self.topic.end_offsets()
-        consumers = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+        consumers = registry.NAMES
         at = self.store.positions([position_name(c, p) for c in consumers for p in ends])
         return {
             c: {p: max(0, end - at[position_name(c, p)]) for p, end in sorted(ends.items())}
