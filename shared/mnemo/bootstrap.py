@@ -27,6 +27,7 @@ from mnemo.domain.errors import InvalidInput
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.handlers import indexing as index_consumer
+from mnemo.handlers import registry
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
     AuditCheckpoints,
@@ -530,9 +531,10 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     index (one process per index directory); the others need the log and the store."""
     from mnemo.adapters.memory_index import InMemoryVectorIndex
 
+    spec = registry.consumer(consumer)
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
-    indexing = consumer == "indexer"
+    indexing = spec.indexes
     embedder = make_embedder(settings)
     if indexing:
         check_data_dir(data, embedder)
@@ -553,7 +555,7 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
             clock,
             make_anchors(settings),
         )
-        if consumer == "audit"
+        if "checkpoint" in spec.periodic
         else None
     )
     return make_runner(

@@ -45,17 +45,14 @@ from typing import Any
 
 import orjson
 
+from mnemo.domain.acceptance import accept
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.events import (
-    MAX_PAYLOAD_BYTES,
-    Actor,
-    ActorKind,
     Envelope,
     ForgetRequested,
     sealed_key_ids,
     validate_envelope,
 )
-from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.ports import KeyVault
 from mnemo.service.sealing import KeyCache, Sealer
@@ -85,27 +82,11 @@ def build_envelope(
 ) -> Envelope:
     """The envelope the gateway would accept for `event` from this tenant and principal:
     event id, occurred_at and actor filled in when absent, the tenant enforced, the whole
-    event validated. Raises InvalidInput with the gateway's codes."""
-    when = now or datetime.now(UTC)
-    raw = dict(event)
-    claimed = raw.get("tenant")
-    if claimed is not None and claimed != tenant:
-        raise InvalidInput(
-            "the event names another tenant than the publisher",
-            code="TENANT_MISMATCH",
-            field="tenant",
-        )
-    if "seq" in raw:
-        raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
-    if "payload" in raw and len(orjson.dumps(raw["payload"])) > MAX_PAYLOAD_BYTES:
-        raise InvalidInput(
-            f"payload over {MAX_PAYLOAD_BYTES} bytes", code="PAYLOAD_TOO_LARGE", field="payload"
-        )
-    raw["tenant"] = tenant
-    raw.setdefault("event_id", new_event_id(when))
-    raw.setdefault("occurred_at", when.isoformat())
-    raw.setdefault("actor", Actor(kind=ActorKind.AGENT, id=principal).model_dump())
-    return validate_envelope(raw)
+    event checked by the gateway's own rule (`mnemo.domain.acceptance.accept`). Raises
+    InvalidInput with the gateway's codes."""
+    return accept(
+        event, tenant=tenant, principal=principal, now=now or datetime.now(UTC), trusted=False
+    )
 
 
 def record_key(envelope: Envelope) -> bytes:
@@ -242,12 +223,15 @@ class EventPublisher:
         vault: KeyVault | None = None,
         policy: SecurityPolicy | None = None,
         data_key_ttl: float = 30.0,
+        clock: Callable[[], datetime] | None = None,
         **producer_overrides: Any,
     ) -> None:
         self.sealer = Sealer(KeyCache(vault, data_key_ttl), policy) if vault is not None else None
         self.tenant = tenant
         self.principal = principal
         self.topic = topic
+        # the instant the events' checks and defaults are taken at (the system's clock)
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.config = producer_config(bootstrap_servers, **producer_overrides)
         self._factory = producer_factory or _aiokafka_producer
         self._consumer_factory = consumer_factory or _aiokafka_consumer
@@ -281,7 +265,7 @@ class EventPublisher:
         return [record_for(e, self.topic) for e in self._envelopes(events)]
 
     def _envelopes(self, events: Sequence[Mapping[str, Any]]) -> list[Envelope]:
-        now = datetime.now(UTC)
+        now = self.clock()
         out = []
         for i, event in enumerate(events):
             try:

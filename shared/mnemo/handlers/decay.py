@@ -63,6 +63,7 @@ from mnemo.handlers import Decision, emit
 __all__ = [
     "CONSUMER",
     "HALF_LIFE_DAYS",
+    "HANDLED",
     "DecayPolicy",
     "DecayState",
     "decayed_weight",
@@ -225,12 +226,7 @@ def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None
         registered = decode_payload(event)
         assert isinstance(registered, MemoryRegistered)
         return _registered(registered.memory, policy)
-    if event.type in (
-        MemorySuperseded.TYPE,
-        MemoryExpired.TYPE,
-        MemoryForgotten.TYPE,
-        MemoryArchived.TYPE,
-    ):
+    if event.type in _ENDED:
         memory_id = str(event.payload["memory_id"])
         gone: list[Write] = [DropTimer(event.tenant, memory_id, kind) for kind in TIMER_KINDS]
         if event.type != MemoryArchived.TYPE:  # an archived memory can still be cited
@@ -276,6 +272,15 @@ _FEEDBACK = {
     ContextAssembled.TYPE,
     FeedbackRelayed.TYPE,
 }
+# what ends a memory's timers (and, but for archiving, its weight)
+_ENDED = {
+    MemorySuperseded.TYPE,
+    MemoryExpired.TYPE,
+    MemoryForgotten.TYPE,
+    MemoryArchived.TYPE,
+}
+# the event types the decay handler reads (handlers/registry.py lists them)
+HANDLED = frozenset({MemoryRegistered.TYPE, MemoryDecayed.TYPE, *_ENDED, *_FEEDBACK})
 
 
 def _feedback_ids(payload: EventPayload) -> tuple[str, ...]:

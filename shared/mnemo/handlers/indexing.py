@@ -20,9 +20,13 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.memory import Memory
 
-__all__ = ["CONSUMER", "IndexPlan", "plan"]
+__all__ = ["CONSUMER", "HANDLED", "IndexPlan", "plan"]
 
 CONSUMER = "indexer"
+# what removes a memory's vector
+_ENDED = (MemorySuperseded.TYPE, MemoryExpired.TYPE, MemoryForgotten.TYPE)
+# the event types the plan reads (handlers/registry.py lists them)
+HANDLED = frozenset({MemoryRegistered.TYPE, ForgetRequested.TYPE, *_ENDED})
 
 
 @dataclass
@@ -52,7 +56,7 @@ def plan(events: Sequence[Envelope]) -> IndexPlan:
             for memory_id, tenant in list(result.deletes.items()):
                 if tenant == event.tenant:
                     del result.deletes[memory_id]
-        elif event.type in (MemorySuperseded.TYPE, MemoryExpired.TYPE, MemoryForgotten.TYPE):
+        elif event.type in _ENDED:
             memory_id = str(event.payload["memory_id"])
             result.upserts.pop(memory_id, None)
             result.deletes[memory_id] = event.tenant

@@ -80,7 +80,7 @@ from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.handlers import Decision, emit
 
-__all__ = ["CONSUMER", "RegistrationState", "handle"]
+__all__ = ["CONSUMER", "HANDLED", "RegistrationState", "handle"]
 
 CONSUMER = "registrar"
 
@@ -506,23 +506,26 @@ def _relayed(event: Envelope, state: RegistrationState, relayed: FeedbackRelayed
     return Decision(writes=writes)
 
 
-_HANDLED = {
-    MemoryDeclared.TYPE,
-    MemoryArchived.TYPE,
-    VerificationDue.TYPE,
-    MemoryVerified.TYPE,
-    ObservationRecorded.TYPE,
-    ForgetRequested.TYPE,
-    MemoryExpired.TYPE,
-    MemoryDecayed.TYPE,
-    TemplateRegistered.TYPE,
-    MemoriesRewrapped.TYPE,
-    ContextAssembled.TYPE,
-    ContextResponseReported.TYPE,
-    MemoryCited.TYPE,
-    MemoryCorrected.TYPE,
-    FeedbackRelayed.TYPE,
-}
+# the event types registration decides on or projects (handlers/registry.py lists them)
+HANDLED = frozenset(
+    {
+        MemoryDeclared.TYPE,
+        MemoryArchived.TYPE,
+        VerificationDue.TYPE,
+        MemoryVerified.TYPE,
+        ObservationRecorded.TYPE,
+        ForgetRequested.TYPE,
+        MemoryExpired.TYPE,
+        MemoryDecayed.TYPE,
+        TemplateRegistered.TYPE,
+        MemoriesRewrapped.TYPE,
+        ContextAssembled.TYPE,
+        ContextResponseReported.TYPE,
+        MemoryCited.TYPE,
+        MemoryCorrected.TYPE,
+        FeedbackRelayed.TYPE,
+    }
+)
 
 
 _COMMANDS = {
@@ -594,7 +597,7 @@ def handle(
     again rather than decided anew. `selector` ranks the rules whose examples an utterance
     is close to (the platform measures it with its embedder); without one, only the rules'
     patterns trigger."""
-    if event.type not in _HANDLED:
+    if event.type not in HANDLED:
         return Decision()
     if prior:
         return replay(event, prior, state)

@@ -1,5 +1,6 @@
-"""A memory's life: which events touched it. A pure reading of each event; the registrar
-projects the entries into a timeline read model that the console shows.
+"""A memory's life: which events touched it. A pure reading of each event into the
+timeline read model that the console shows; the registrar projects it (handlers/registry.py
+declares it).
 
 An entry's detail never holds a person's words: the timeline is no sealed event and is
 not purged when its user is forgotten. A correction's or a contradiction's reason stays
@@ -11,7 +12,7 @@ from __future__ import annotations
 from mnemo.domain.events import Envelope
 from mnemo.domain.projection import PutTimeline, TimelineEntry
 
-__all__ = ["WORDS_FROM_EVENT", "entries"]
+__all__ = ["HANDLED", "WORDS_FROM_EVENT", "entries"]
 
 # the entries whose event holds a reason in a person's words (its `reason` field): the
 # read model keeps the entry without it
@@ -28,6 +29,8 @@ _BY_MEMORY_ID = {
     "VerificationDue": "verification_due",
     "MemoryContradicted": "contradicted",
 }
+# the event types that give timeline entries (handlers/registry.py lists them)
+HANDLED = frozenset({"MemoryRegistered", "MemoryCorrected", "ContextAssembled", *_BY_MEMORY_ID})
 
 
 def _entry(

@@ -4,12 +4,10 @@ replay a stream. Every call is scoped to the tenant of the request context."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -17,13 +15,11 @@ import orjson
 from pydantic import ValidationError
 
 from mnemo.domain import replica
+from mnemo.domain.acceptance import accept
 from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import ConflictError, InvalidInput, MnemoError, NotFound, Unavailable
 from mnemo.domain.events import (
-    MAX_PAYLOAD_BYTES,
-    Actor,
-    ActorKind,
     Envelope,
     ForgetRequested,
     LoggedEvent,
@@ -31,7 +27,7 @@ from mnemo.domain.events import (
     decode_payload,
     validate_envelope,
 )
-from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
+from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import Outcome
 from mnemo.handlers import indexing, registration
@@ -70,8 +66,6 @@ MAX_BATCH = 1_000
 # distinct subject keys (users' own vault keys) one request may seal values under: each may
 # be a new key in the vault, so a request cannot make hundreds of them at once
 MAX_SUBJECT_KEYS_PER_REQUEST = 32
-MAX_CLOCK_SKEW = timedelta(minutes=5)
-_PUBLISHED_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 RRF_K = 60
 CONTEXT_PROTOCOL = "v1"
 
@@ -213,67 +207,13 @@ class Mnemo:
         now = self.clock.now()
         envelopes = []
         for i, raw in enumerate(raw_events):
-            if not isinstance(raw, Mapping):
-                raise InvalidInput(
-                    "an event must be a JSON object", code="INVALID_ENVELOPE", field=f"events[{i}]"
-                )
-            event = dict(raw)
-            claimed = event.get("tenant")
-            if claimed is not None and claimed != ctx.tenant:
-                raise InvalidInput(
-                    "the event names another tenant than the request",
-                    code="TENANT_MISMATCH",
-                    field=f"events[{i}].tenant",
-                )
-            event["tenant"] = ctx.tenant
-            event.setdefault("event_id", new_event_id(now))
-            event.setdefault("occurred_at", now.isoformat())
-            event.setdefault("actor", Actor(kind=ActorKind.AGENT, id=ctx.principal).model_dump())
-            if "payload" in event and len(orjson.dumps(event["payload"])) > MAX_PAYLOAD_BYTES:
-                raise InvalidInput(
-                    f"payload over {MAX_PAYLOAD_BYTES} bytes",
-                    code="PAYLOAD_TOO_LARGE",
-                    field=f"events[{i}].payload",
-                )
-            actor = event.get("actor")
-            if isinstance(actor, Mapping) and actor.get("kind") == ActorKind.SYSTEM.value:
-                raise InvalidInput(
-                    "system actors are Mnemo's own consumers",
-                    code="ACTOR_NOT_ALLOWED",
-                    field=f"events[{i}].actor",
-                )
-            event_id = event.get("event_id")
-            if isinstance(event_id, str) and not _PUBLISHED_ID.fullmatch(event_id):
-                raise InvalidInput(
-                    "event_id must be a lowercase UUIDv7",
-                    code="INVALID_EVENT_ID",
-                    field=f"events[{i}].event_id",
-                )
-            if "seq" in event:
-                raise InvalidInput(
-                    "seq is assigned by the log", code="INVALID_ENVELOPE", field=f"events[{i}].seq"
-                )
-            if event.get("encryption") is not None:
-                # only Mnemo seals what reaches the log through it: a client's block could
-                # carry ciphertexts copied from elsewhere (a forgotten memory's) and have
-                # them opened as this event's
-                raise InvalidInput(
-                    "events published to Mnemo carry no encryption block; Mnemo seals "
-                    "sensitive values itself (trusted producers may seal on the topic)",
-                    code="ENCRYPTION_NOT_ALLOWED",
-                    field=f"events[{i}].encryption",
-                )
             try:
-                envelope = validate_envelope(event)
+                envelope = accept(
+                    raw, tenant=ctx.tenant, principal=ctx.principal, now=now, trusted=False
+                )
             except InvalidInput as exc:
                 exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
                 raise
-            if envelope.occurred_at > now + MAX_CLOCK_SKEW:
-                raise InvalidInput(
-                    f"occurred_at is more than {MAX_CLOCK_SKEW} ahead of the server's clock",
-                    code="OCCURRED_IN_FUTURE",
-                    field=f"events[{i}].occurred_at",
-                )
             _check_admin_events(ctx, i, envelope)
             envelopes.append(envelope)
         if self.sealer is not None:

@@ -44,10 +44,11 @@ import orjson
 
 from mnemo import telemetry
 from mnemo.client.kafka import record_headers, record_key, record_key_ids
+from mnemo.domain.acceptance import accept
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
-from mnemo.domain.events import ActorKind, Envelope, LoggedEvent, validate_envelope
+from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
-from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.handlers import indexing, registration, registry
 from mnemo.ports import (
     Appended,
     ArchivedEvent,
@@ -80,8 +81,6 @@ log = logging.getLogger("mnemo.distributed")
 
 MAX_PARTITIONS = 1024
 MAX_RECORD_BYTES = 1_048_576
-_PUBLISHED_VERSION = "7"  # the version nibble of a published (UUIDv7) event id
-_DERIVED_VERSION = "8"  # consumers' derived ids (UUIDv8)
 
 
 def encode_offset(partition: int, offset: int) -> int:
@@ -96,9 +95,11 @@ def position_name(consumer: str, partition: int) -> str:
     return f"{consumer}/{partition}"
 
 
-def parse_record(record: LogRecord, now: datetime, max_skew_seconds: float = 300.0) -> Envelope:
-    """Check one topic record as the gateway checks a published event; raises InvalidInput
-    with the reason code a dead letter carries."""
+def parse_record(record: LogRecord, now: datetime) -> Envelope:
+    """Check one topic record by the rule every event is accepted by (`accept`, trusted:
+    whoever may write to the topic is trusted like the gateway, and Kafka's ACLs decide who
+    may), plus the record's own framing; raises InvalidInput with the reason code a dead
+    letter carries."""
     value = record.value
     if value is None or not value:
         raise InvalidInput("the record has no value", code="EMPTY_RECORD")
@@ -108,27 +109,7 @@ def parse_record(record: LogRecord, now: datetime, max_skew_seconds: float = 300
         raw = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput("the record is not UTF-8 JSON", code="NOT_JSON") from exc
-    if not isinstance(raw, dict):
-        raise InvalidInput("an event must be a JSON object", code="INVALID_ENVELOPE")
-    if "seq" in raw:
-        raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
-    actor = raw.get("actor")
-    system = isinstance(actor, dict) and actor.get("kind") == ActorKind.SYSTEM.value
-    # Whoever may write to the topic is trusted like the gateway (Kafka ACLs decide who
-    # may): the gateway itself records contexts and feedback (types agents cannot publish
-    # over HTTP) through it. The schema of every type still holds.
-    envelope = validate_envelope(raw, public=False)
-    version = envelope.event_id[14]
-    if system and version != _DERIVED_VERSION:
-        raise InvalidInput(
-            "events of Mnemo's consumers carry derived (UUIDv8) ids",
-            code="INVALID_EVENT_ID",
-            field="event_id",
-        )
-    if version not in (_PUBLISHED_VERSION, _DERIVED_VERSION):
-        raise InvalidInput("event_id must be a UUIDv7", code="INVALID_EVENT_ID", field="event_id")
-    if not system and (envelope.occurred_at - now).total_seconds() > max_skew_seconds:
-        raise InvalidInput("occurred_at is too far ahead", code="OCCURRED_IN_FUTURE")
+    envelope = accept(raw, tenant=None, principal=None, now=now, trusted=True)
     if record.key != record_key(envelope):
         raise InvalidInput(
             "the record key must be tenant + ':' + stream of its event",
@@ -679,7 +660,7 @@ class Follower(_Processor):
         topic: LogTopic | None = None,
     ) -> None:
         super().__init__(runner, store)
-        if consumer not in (indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER):
+        if consumer not in registry.FOLLOWERS:
             raise ValueError(f"{consumer} is not a following consumer")
         self.consumer = consumer
         self.archive = archive
@@ -771,11 +752,7 @@ class Follower(_Processor):
         if not ready:
             raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
         name = position_name(self.consumer, partition)
-        decide = (
-            self.runner.decide_decay
-            if self.consumer == decay.CONSUMER
-            else self.runner.decide_audit
-        )
+        decide = self.runner.decider(self.consumer)
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
             for record in events:
@@ -840,7 +817,7 @@ class PartitionProgress:
     def lag(self) -> dict[str, dict[int, int]]:
         """Records each consumer still has to read, per partition."""
         ends = self.topic.end_offsets()
-        consumers = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+        consumers = registry.NAMES
         at = self.store.positions([position_name(c, p) for c in consumers for p in ends])
         return {
             c: {p: max(0, end - at[position_name(c, p)]) for p, end in sorted(ends.items())}

@@ -1,4 +1,4 @@
-"""Drives the four consumers (registrar, indexer, decay, audit) over the event log.
+"""Drives the consumers of handlers/registry.py over the event log.
 
 Each consumer reads a batch after its position, runs the pure handler, appends what the
 handler emitted (idempotent by event id), and then commits its projection writes together
@@ -15,6 +15,7 @@ tenant's events are always taken in log order, so each stream keeps its order.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -27,7 +28,7 @@ from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
 from mnemo.domain.keywords import memory_keyword_text, passage_vector
 from mnemo.domain.projection import Outcome, OutcomeKind, PutAudit, PutOutcome
 from mnemo.domain.rules import RuleSet
-from mnemo.handlers import Decision, audit, decay, indexing, registration, timeline
+from mnemo.handlers import Decision, audit, decay, indexing, registration, registry, timeline
 from mnemo.ports import (
     Clock,
     Embedder,
@@ -44,7 +45,10 @@ __all__ = ["CONSUMERS", "EmbeddedRunner", "rewind", "tenant_position"]
 
 log = logging.getLogger("mnemo.runner")
 
-CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+CONSUMERS = registry.NAMES
+
+
+_REGISTRAR = registry.consumer(registration.CONSUMER)
 
 
 def tenant_position(consumer: str, tenant: str) -> str:
@@ -118,6 +122,7 @@ class EmbeddedRunner:
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
         self._served: dict[str, str] = {}  # per consumer, the tenant served last in a turn
+        self._steps = self._steps_of_consumers()
 
     # ---- one step of each consumer ----------------------------------------------------
 
@@ -263,7 +268,8 @@ class EmbeddedRunner:
         already (the distributed registrar does, for a whole batch at once)."""
         record = self.opened(record)
         decision = self._register(record, tx, caused)
-        decision.writes.extend(timeline.entries(record.envelope, record.offset))
+        if _REGISTRAR.projects("timeline"):
+            decision.writes.extend(timeline.entries(record.envelope, record.offset))
         return decision
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
@@ -364,14 +370,43 @@ class EmbeddedRunner:
             return 0
         return self.decay_scan()
 
+    def decider(self, consumer: str) -> Callable[[LoggedEvent, StoreTransaction], Decision]:
+        """How a consumer that projects through store writes decides on one event (both
+        modes call it; the indexer writes vectors in batches instead: `index_events`)."""
+        deciders: dict[str, Callable[[LoggedEvent, StoreTransaction], Decision]] = {
+            registration.CONSUMER: self.decide_registrar,
+            decay.CONSUMER: self.decide_decay,
+            audit.CONSUMER: self.decide_audit,
+        }
+        if consumer not in deciders:
+            raise LookupError(f"the runner has no decision for consumer {consumer!r}")
+        return deciders[consumer]
+
+    def _steps_of_consumers(self) -> dict[str, tuple[Callable[[], int], ...]]:
+        """Each consumer of the registry's table: its step over the log's events, then its
+        periodic work."""
+        periodic: dict[str, Callable[[], int]] = {
+            "scan": self._scan_when_caught_up,
+            "checkpoint": self.checkpoint_tick,
+        }
+        steps = {}
+        for spec in registry.CONSUMERS:
+            on_events = (
+                self.step_indexer
+                if spec.indexes
+                else functools.partial(self._consume, spec.name, self.decider(spec.name))
+            )
+            missing = [p for p in spec.periodic if p not in periodic]
+            if missing:
+                raise LookupError(
+                    f"the embedded runner has no periodic work {missing} of {spec.name!r}"
+                )
+            steps[spec.name] = (on_events, *(periodic[p] for p in spec.periodic))
+        return steps
+
     def run_once(self) -> int:
         """One step of every consumer; how many events (and timers) they handled."""
-        steps = {
-            registration.CONSUMER: (self.step_registrar,),
-            decay.CONSUMER: (self.step_decay, self._scan_when_caught_up),
-            audit.CONSUMER: (self.step_audit, self.checkpoint_tick),
-            indexing.CONSUMER: (self.step_indexer,),
-        }
+        steps = self._steps
         done = 0
         with self._step_lock:  # one driver at a time: a batch is never taken twice
             for name in CONSUMERS:

@@ -44,7 +44,7 @@ from mnemo.bootstrap import (
     require_vault,
 )
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
-from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.handlers import decay, indexing, registry
 from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Ownership, Sequencer, position_name
 from mnemo.settings import GatewaySettings, MnemoSettings, worker_settings
@@ -55,7 +55,9 @@ log = logging.getLogger("mnemo.worker")
 
 T = TypeVar("T")
 
-CONSUMERS = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
+CONSUMERS = registry.NAMES
+# the periodic work a worker knows how to run (handlers/registry.py says whose it is)
+PERIODIC = ("scan", "checkpoint")
 _TAKE_WITHIN = 0.01  # seconds
 _MAX_TAKE = 2_048  # records in one batch at most
 _DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
@@ -109,13 +111,11 @@ class Worker:
     ) -> None:
         import faust
 
-        if consumer not in CONSUMERS:
-            raise ValueError(f"unknown consumer {consumer!r}; one of {CONSUMERS}")
+        spec = registry.consumer(consumer)  # ValueError for a consumer it does not hold
+        self.spec = spec
         self.consumer = consumer
         self.settings = settings
-        self.platform = platform or build_distributed(
-            settings, consumer, with_index=consumer == indexing.CONSUMER
-        )
+        self.platform = platform or build_distributed(settings, consumer, with_index=spec.indexes)
         d = self.platform.distributed
         assert d is not None, "workers run on a distributed platform"
         self.distributed = d
@@ -128,7 +128,7 @@ class Worker:
                 self.platform.runner.clock,
                 d.next_position,
             )
-            if consumer == registration.CONSUMER
+            if spec.sequencer
             else Follower(self.platform.runner, self.platform.store, d.archive, consumer, d.topic)
         )
         self.ownership = Ownership(self.platform.store, consumer)
@@ -261,7 +261,11 @@ class Worker:
             except MnemoError as exc:
                 log.warning("%s: filling in skipped (%s)", self.consumer, exc.code)
 
-        if self.consumer == decay.CONSUMER:
+        unknown = [p for p in self.spec.periodic if p not in PERIODIC]
+        if unknown:
+            raise LookupError(f"the worker has no periodic work {unknown} of {self.consumer!r}")
+
+        if "scan" in self.spec.periodic:
 
             @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
             async def scan() -> None:
@@ -271,7 +275,7 @@ class Worker:
                 except MnemoError as exc:
                     log.warning("decay scan skipped (%s)", exc.code)
 
-        if self.consumer == audit.CONSUMER:
+        if "checkpoint" in self.spec.periodic:
 
             @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
             async def checkpoint() -> None:

@@ -1,0 +1,130 @@
+"""The one rule for accepting an event into the log, whichever way it comes.
+
+Three paths bring events: the gateway (`POST /v1/events`), the SDK's Kafka publisher
+(`mnemo.client.kafka`), both on behalf of a tenant's principal, and the registrar reading
+the topic, where whoever may write is trusted like the gateway (Kafka's ACLs decide who
+may: the gateway and the consumers themselves, trusted ingestion pipelines). All three
+call `accept`, so an event gets the same verdict and error code on each, and the two
+trust levels differ only where this list says:
+
+- missing event_id, occurred_at, actor: a publisher's are filled in (now, the
+  principal); on the topic the record is the event, and they are refused.
+- tenant: a publisher's own (another one is TENANT_MISMATCH); on the topic, the
+  envelope's (its reader checks the record key).
+- `seq`: refused on both (INVALID_ENVELOPE).
+- payload over MAX_PAYLOAD_BYTES: PAYLOAD_TOO_LARGE from a publisher; on the topic the
+  record size bounds it instead (sealing lengthens a payload).
+- actor `system`: ACTOR_NOT_ALLOWED from a publisher; on the topic only with a derived
+  (UUIDv8) id, else ACTOR_NOT_ALLOWED.
+- event_id: a lowercase UUIDv7 from a publisher; on the topic a UUIDv7 or a derived
+  UUIDv8 (the gateway's feedback events have derived ids too); else INVALID_EVENT_ID.
+- `encryption`: ENCRYPTION_NOT_ALLOWED from a publisher (Mnemo seals itself); on the
+  topic allowed (a trusted producer may seal).
+- event types: a publisher's must be public (EVENT_TYPE_NOT_PUBLISHABLE); on the topic
+  every type of the catalog.
+- occurred_at: at most MAX_CLOCK_SKEW ahead of now (OCCURRED_IN_FUTURE), on both; a
+  consumer's (system) event keeps its cause's time and is not held to it.
+
+Pure: the caller gives the instant (`now`, from its Clock).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.events import (
+    MAX_PAYLOAD_BYTES,
+    Actor,
+    ActorKind,
+    Envelope,
+    validate_envelope,
+)
+from mnemo.domain.ids import new_event_id
+
+__all__ = ["MAX_CLOCK_SKEW", "accept"]
+
+# how far ahead of the accepting clock an event's occurred_at may be
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+
+_PUBLISHED_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+_DERIVED_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def accept(
+    raw: object,
+    *,
+    tenant: str | None,
+    principal: str | None,
+    now: datetime,
+    trusted: bool,
+) -> Envelope:
+    """The envelope `raw` is accepted as, or InvalidInput with the code that refuses it
+    (`field` names the envelope's field, relative to the event). `tenant`: the tenant the
+    event must belong to (None on the topic, where the envelope names it); `principal`:
+    the actor filled in for a publisher's event without one."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("an event must be a JSON object", code="INVALID_ENVELOPE")
+    event: dict[str, Any] = dict(raw)
+    if tenant is not None:
+        claimed = event.get("tenant")
+        if claimed is not None and claimed != tenant:
+            raise InvalidInput(
+                "the event names another tenant than its publisher",
+                code="TENANT_MISMATCH",
+                field="tenant",
+            )
+        event["tenant"] = tenant
+    if "seq" in event:
+        raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
+    if not trusted:
+        if "payload" in event and len(orjson.dumps(event["payload"])) > MAX_PAYLOAD_BYTES:
+            raise InvalidInput(
+                f"payload over {MAX_PAYLOAD_BYTES} bytes", code="PAYLOAD_TOO_LARGE", field="payload"
+            )
+        event.setdefault("event_id", new_event_id(now))
+        event.setdefault("occurred_at", now.isoformat())
+        if principal is not None:
+            event.setdefault("actor", Actor(kind=ActorKind.AGENT, id=principal).model_dump())
+    actor = event.get("actor")
+    system = isinstance(actor, Mapping) and actor.get("kind") == ActorKind.SYSTEM.value
+    event_id = event.get("event_id")
+    derived = isinstance(event_id, str) and _DERIVED_ID.fullmatch(event_id) is not None
+    if system and not (trusted and derived):
+        raise InvalidInput(
+            "system actors are Mnemo's own consumers, whose events carry derived ids",
+            code="ACTOR_NOT_ALLOWED",
+            field="actor",
+        )
+    if isinstance(event_id, str) and not (
+        _PUBLISHED_ID.fullmatch(event_id) or (trusted and derived)
+    ):
+        raise InvalidInput(
+            "event_id must be a lowercase UUIDv7"
+            + (" (or a consumer's derived UUIDv8)" if trusted else ""),
+            code="INVALID_EVENT_ID",
+            field="event_id",
+        )
+    if not trusted and event.get("encryption") is not None:
+        # only Mnemo seals what reaches the log through a publisher: a client's block could
+        # carry ciphertexts copied from elsewhere (a forgotten memory's) and have them
+        # opened as this event's
+        raise InvalidInput(
+            "events published to Mnemo carry no encryption block; Mnemo seals sensitive "
+            "values itself (trusted producers may seal on the topic)",
+            code="ENCRYPTION_NOT_ALLOWED",
+            field="encryption",
+        )
+    envelope = validate_envelope(event, public=not trusted)
+    if not system and envelope.occurred_at > now + MAX_CLOCK_SKEW:
+        raise InvalidInput(
+            f"occurred_at is more than {MAX_CLOCK_SKEW} ahead of the accepting clock",
+            code="OCCURRED_IN_FUTURE",
+            field="occurred_at",
+        )
+    return envelope

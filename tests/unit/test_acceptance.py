@@ -1,0 +1,200 @@
+"""One acceptance rule (mnemo.domain.acceptance.accept) on every path an event comes in by:
+the same events go through the gateway over HTTP, the SDK's Kafka publisher (its records,
+built without a broker) and the registrar's check of a topic record, and get the same
+verdicts and codes. The publisher paths (HTTP, Kafka publisher) and the topic differ only
+where the trust levels do (the list in mnemo/domain/acceptance.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.conftest import T0
+from tests.support import headers_for
+
+from mnemo.bootstrap import Platform
+from mnemo.client.kafka import EventPublisher
+from mnemo.domain.acceptance import MAX_CLOCK_SKEW
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.ids import derived_id, new_event_id
+from mnemo.ports import LogRecord
+from mnemo.service.distributed import parse_record
+from mnemo.settings import GatewaySettings
+
+ACCEPTED = "accepted"
+AGENT = {"kind": "agent", "id": "tester"}
+SYSTEM = {"kind": "system", "id": "registrar"}
+BLOCK = {
+    "key_id": "acme/user:U1",
+    "key_version": 1,
+    "fields": ["text"],
+    "wrapped_key": "dmF1bHQ6djE6eHh4",
+    "values": {"email:h0123456789abcdef": "AAAA"},
+}
+
+
+def event(**changes: Any) -> dict[str, Any]:
+    """A whole envelope (every path sees the same fields), with `changes` applied; a change
+    to None removes the field."""
+    base: dict[str, Any] = {
+        "event_id": new_event_id(T0),
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "tenant": "acme",
+        "stream": "user:U1",
+        "occurred_at": T0.isoformat(),
+        "actor": AGENT,
+        "payload": {"text": "remember my size is M"},
+    }
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+SAME_ON_EVERY_PATH = [
+    ("a valid observation", event(), ACCEPTED),
+    ("just within the clock skew", event(occurred_at=(T0 + MAX_CLOCK_SKEW).isoformat()), ACCEPTED),
+    (
+        "past the clock skew",
+        event(occurred_at=(T0 + MAX_CLOCK_SKEW + timedelta(seconds=1)).isoformat()),
+        "OCCURRED_IN_FUTURE",
+    ),
+    ("a time without offset", event(occurred_at="2026-11-30T12:00:00"), "INVALID_ENVELOPE"),
+    ("a UUIDv4 id", event(event_id="0190a6a0-0000-4000-8000-000000000001"), "INVALID_EVENT_ID"),
+    ("an upper-case id", event(event_id=new_event_id(T0).upper()), "INVALID_EVENT_ID"),
+    ("an id that is no UUID", event(event_id="evt-1"), "INVALID_EVENT_ID"),
+    ("a system actor with a published id", event(actor=SYSTEM), "ACTOR_NOT_ALLOWED"),
+    ("a seq", event(seq=1), "INVALID_ENVELOPE"),
+    ("an unknown type", event(type="Nope"), "UNKNOWN_EVENT_TYPE"),
+    ("an unknown version", event(schema_version=99), "UNSUPPORTED_SCHEMA_VERSION"),
+    ("no stream", event(stream=None), "INVALID_ENVELOPE"),
+    (
+        "a payload off its schema",
+        event(
+            type="MemoryDeclared",
+            schema_version=1,
+            payload={"memory": {"type": "fact", "content": "x", "ttl_seconds": 10**12}},
+        ),
+        "INVALID_PAYLOAD",
+    ),
+]
+
+# (what, event, verdict from a publisher, verdict on the topic)
+BY_TRUST = [
+    (
+        "a system actor with a derived id",
+        event(actor=SYSTEM, event_id=derived_id(T0, "registrar", "x")),
+        "ACTOR_NOT_ALLOWED",
+        ACCEPTED,
+    ),
+    (
+        "an agent with a derived id (the gateway's feedback has them)",
+        event(event_id=derived_id(T0, "feedback", "x")),
+        "INVALID_EVENT_ID",
+        ACCEPTED,
+    ),
+    (
+        "a type only consumers emit",
+        event(
+            type="MemoryExpired",
+            schema_version=1,
+            payload={"memory_id": "m1", "expired_at": T0.isoformat()},
+        ),
+        "EVENT_TYPE_NOT_PUBLISHABLE",
+        ACCEPTED,
+    ),
+    ("an encryption block", event(encryption=BLOCK), "ENCRYPTION_NOT_ALLOWED", ACCEPTED),
+    ("another tenant", event(tenant="globex"), "TENANT_MISMATCH", ACCEPTED),
+    (
+        "a system event ahead of the clock",
+        event(
+            actor=SYSTEM,
+            event_id=derived_id(T0, "decay", "y"),
+            occurred_at=(T0 + timedelta(hours=1)).isoformat(),
+        ),
+        "ACTOR_NOT_ALLOWED",
+        ACCEPTED,
+    ),
+]
+
+
+Verdict = tuple[str, str | None]  # (ACCEPTED or the error code, the field it names)
+Judge = Callable[[dict[str, Any]], Verdict]
+
+
+def _refused(exc: InvalidInput) -> Verdict:
+    return exc.code, _own_field(exc.field)
+
+
+def _own_field(field: str | None) -> str | None:
+    """A batch's paths name `events[0].<field>`: the event's own field."""
+    if field is None or not field.startswith("events[0]"):
+        return field
+    return field.removeprefix("events[0]").removeprefix(".") or None
+
+
+@pytest.fixture
+def paths(platform: Platform) -> Iterator[dict[str, Judge]]:
+    """Each path as a function from an event to its verdict."""
+    publisher = EventPublisher("127.0.0.1:1", tenant="acme", principal="tester", clock=lambda: T0)
+
+    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as client:
+
+        def http(raw: dict[str, Any]) -> Verdict:
+            r = client.post("/v1/events", json=raw, headers=headers_for("acme", "tester"))
+            if r.status_code == 202:
+                return ACCEPTED, None
+            assert 400 <= r.status_code < 500, r.text
+            error = r.json()["error"]
+            return str(error["code"]), _own_field(error.get("field"))
+
+        def producer(raw: dict[str, Any]) -> Verdict:
+            try:
+                publisher.records([raw])
+            except InvalidInput as exc:
+                return _refused(exc)
+            return ACCEPTED, None
+
+        def topic(raw: dict[str, Any]) -> Verdict:
+            key = f"{raw.get('tenant')}:{raw.get('stream')}".encode()
+            try:
+                parse_record(LogRecord(0, 0, key, orjson.dumps(raw)), T0)
+            except InvalidInput as exc:
+                return _refused(exc)
+            return ACCEPTED, None
+
+        yield {"http": http, "kafka publisher": producer, "topic": topic}
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [(e, v) for _, e, v in SAME_ON_EVERY_PATH],
+    ids=[w for w, _, _ in SAME_ON_EVERY_PATH],
+)
+def test_every_path_gives_the_same_verdict_code_and_field(
+    paths: dict[str, Judge], raw: dict[str, Any], code: str
+) -> None:
+    verdicts = {name: judge(raw) for name, judge in paths.items()}
+    assert {name: v[0] for name, v in verdicts.items()} == dict.fromkeys(paths, code)
+    assert len(set(verdicts.values())) == 1, verdicts  # the same field named, too
+
+
+@pytest.mark.parametrize(
+    ("raw", "published", "on_topic"),
+    [(e, p, t) for _, e, p, t in BY_TRUST],
+    ids=[w for w, _, _, _ in BY_TRUST],
+)
+def test_the_publishers_agree_and_the_topic_differs_only_by_trust(
+    paths: dict[str, Judge], raw: dict[str, Any], published: str, on_topic: str
+) -> None:
+    verdicts = {name: judge(raw) for name, judge in paths.items()}
+    assert verdicts["http"] == verdicts["kafka publisher"]
+    assert {name: v[0] for name, v in verdicts.items()} == {
+        "http": published,
+        "kafka publisher": published,
+        "topic": on_topic,
+    }
