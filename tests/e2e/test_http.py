@@ -50,7 +50,9 @@ def real_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform
 
 @pytest.fixture(scope="module")
 def client(real_platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(real_platform)) as c:
+    # the real embedder's first batch on a loaded 2-core machine can take past the 10 s
+    # default: the read-your-writes waits get the largest budget the gateway allows
+    with TestClient(create_app(real_platform, GatewaySettings(wait_timeout=120))) as c:
         yield c
 
 
