@@ -58,9 +58,10 @@ BM25_B = 0.75
 # over all ten); the FTS5 index this replaced normalised by that corpus mean, and 24 (the
 # words of the text alone) ranked long turns too low.
 REFERENCE_LENGTH = 35.0
-# Bumped with any change to how terms are made (keyword_terms, fold_term, term_id): terms
-# and weights of another release do not mix with these.
-TERMS_VERSION = 1
+# Bumped with any change to how terms are made (keyword_terms, fold_term, term_id, which
+# terms a memory carries): terms and weights of another release do not mix with these.
+# 2: a history memory also carries its date's terms (date_terms).
+TERMS_VERSION = 2
 # What the stored keyword vectors were made with. An index records it when it is created;
 # one made with another format is rebuilt from the log (embedded: at start; server: 503
 # INDEX_NEEDS_REBUILD until `mnemo admin rebuild`), since its weights would rank
