@@ -1,11 +1,11 @@
 """Hybrid retrieval, shared by search and context assembly.
 
-1. One request to the vector engine within the tenant: a dense list (the query embedding
-   against the memories') and a keyword list (the query's terms against each memory's
+1. One query to the vector engine within the tenant: a dense prefetch (the query embedding
+   against the memories') and a keyword prefetch (the query's terms against each memory's
    BM25 keyword vector, with the tenant's own IDF; see mnemo.domain.keywords), fused by
    weighted reciprocal rank, weight / (K + rank), K = 5, weights 1.0 (dense) and 1.25
-   (keyword), tied memories of one list sharing its positions' reciprocal ranks
-   (ports.Fusion, mnemo.domain.fusion): a small K lets the top of each list count for more.
+   (keyword), computed by the engine (ports.Fusion): a small K lets the top of each list
+   count for more.
    A query mostly in Chinese, Japanese or Korean weighs its keyword list 0.25: its terms
    are single characters and character bigrams, and sharing one is far weaker evidence
    than sharing an English word stem (chosen on half of tests/data/zh_retrieval, the
