@@ -233,8 +233,13 @@ def _fusion_sweep(
     from mnemo.ports import Fusion, VectorFilter
     from mnemo.service.retrieval import RANKING
 
-    out: dict[str, Any] = {"shipped": RANKING.w_keyword, "rrf_k": RANKING.rrf_k}
-    for weight in sorted({RANKING.w_keyword, 1.0, 0.5, 0.25}, reverse=True):
+    # the set's queries are Chinese: Mnemo.search weighs their keyword list w_keyword_cjk
+    out: dict[str, Any] = {
+        "shipped": RANKING.w_keyword_cjk,
+        "shipped_for_other_scripts": RANKING.w_keyword,
+        "rrf_k": RANKING.rrf_k,
+    }
+    for weight in sorted({RANKING.w_keyword, RANKING.w_keyword_cjk, 1.0, 0.5}, reverse=True):
         fusion = Fusion(
             k=RANKING.rrf_k,
             dense_weight=RANKING.w_vector,

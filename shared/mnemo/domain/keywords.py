@@ -17,6 +17,10 @@ keeps corpus statistics.
   BM25 normalises by the corpus's mean length; a fixed reference length keeps the value a
   property of the memory alone (what changes with the corpus would have to be rewritten
   into every point), and only sets where "long" begins.
+* A conversation turn's date: a history memory also carries the terms of the calendar date
+  it was said on ("8 May 2023", in the memory's time zone), so "what did she say in May
+  2023" matches the turns of that day by keyword. Like a field of its own (BM25F), the
+  date's terms do not make the memory longer: its text alone sets the length.
 * Query values: 1.0 per distinct query term (stopwords dropped, see `query_terms`), so the
   score of a memory is sum over shared terms of idf(term) * its value: BM25.
 """
@@ -26,7 +30,10 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from mnemo.domain.text import keyword_terms, query_terms
 
@@ -36,6 +43,7 @@ __all__ = [
     "KEYWORD_FORMAT",
     "REFERENCE_LENGTH",
     "SparseVector",
+    "date_terms",
     "fold_term",
     "memory_keyword_text",
     "passage_vector",
@@ -50,9 +58,10 @@ BM25_B = 0.75
 # over all ten); the FTS5 index this replaced normalised by that corpus mean, and 24 (the
 # words of the text alone) ranked long turns too low.
 REFERENCE_LENGTH = 35.0
-# Bumped with any change to how terms are made (keyword_terms, fold_term, term_id): terms
-# and weights of another release do not mix with these.
-TERMS_VERSION = 1
+# Bumped with any change to how terms are made (keyword_terms, fold_term, term_id, which
+# terms a memory carries): terms and weights of another release do not mix with these.
+# 2: a history memory also carries its date's terms (date_terms).
+TERMS_VERSION = 2
 # What the stored keyword vectors were made with. An index records it when it is created;
 # one made with another format is rebuilt from the log (embedded: at start; server: 503
 # INDEX_NEEDS_REBUILD until `mnemo admin rebuild`), since its weights would rank
@@ -98,14 +107,44 @@ def memory_keyword_text(key: str | None, value: str | None, content: str) -> str
     return f"{key or ''} {value or ''} {content}"
 
 
-def passage_vector(text: str) -> SparseVector:
-    """A memory's keyword vector: BM25's term weight of each of its terms."""
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+def date_terms(at: datetime, timezone: str | None = None) -> list[str]:
+    """The keyword terms of the calendar date of `at` ("8 May 2023" -> 8, may, 2023), in the
+    given IANA time zone (UTC when none, or one this machine does not know)."""
+    zone: tzinfo = UTC
+    if timezone:
+        try:
+            zone = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            zone = UTC
+    day = at.astimezone(zone)
+    return keyword_terms(f"{day.day} {_MONTHS[day.month - 1]} {day.year}")
+
+
+def passage_vector(text: str, dated: Sequence[str] = ()) -> SparseVector:
+    """A memory's keyword vector: BM25's term weight of each of its terms, plus the `dated`
+    terms (see date_terms), which count as occurrences but not towards the length."""
     terms = [fold_term(t) for t in keyword_terms(text)]
-    if not terms:
+    if not terms and not dated:
         return SparseVector()
-    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * len(terms) / REFERENCE_LENGTH)
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * max(len(terms), 1) / REFERENCE_LENGTH)
     weights: Counter[int] = Counter()
-    for term, tf in Counter(terms).items():
+    for term, tf in Counter([*terms, *dated]).items():
         weights[term_id(term)] += tf
     ordered = sorted(weights.items())
     return SparseVector(

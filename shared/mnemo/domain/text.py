@@ -10,7 +10,7 @@ import unicodedata
 
 import snowballstemmer
 
-__all__ = ["keyword_terms"]
+__all__ = ["keyword_terms", "mostly_cjk"]
 
 _TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+|[^\W_]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
@@ -22,6 +22,19 @@ _ENGLISH = snowballstemmer.stemmer("english")
 def _stem(word: str) -> str:
     """English words to their stem (seats, seat -> seat), so a query matches inflections."""
     return str(_ENGLISH.stemWord(word))
+
+
+def mostly_cjk(text: str) -> bool:
+    """Whether most of a text's letters are Chinese, Japanese or Korean characters (whose
+    keyword terms are single characters and bigrams rather than words)."""
+    cjk = other = 0
+    for match in _TOKEN.finditer(unicodedata.normalize("NFKC", text)):
+        run = match.group(0)
+        if _CJK.match(run):
+            cjk += len(run)
+        else:
+            other += len(run)
+    return cjk > other
 
 
 def keyword_terms(text: str) -> list[str]:

@@ -6,6 +6,10 @@
    weighted reciprocal rank, weight / (K + rank), K = 5, weights 1.0 (dense) and 1.25
    (keyword), computed by the engine (ports.Fusion): a small K lets the top of each list
    count for more.
+   A query mostly in Chinese, Japanese or Korean weighs its keyword list 0.25: its terms
+   are single characters and character bigrams, and sharing one is far weaker evidence
+   than sharing an English word stem (chosen on half of tests/data/zh_retrieval, the
+   other half held out; docs/adr/0015).
 2. Episodes: memories tagged `episode:<id>` (by the client, or by registration from the
    pauses between a subject's turns) are turns of one conversation or task. A turn
    gains 0.4 x the fused score of its best adjacent turn (an answer often sits next to
@@ -27,7 +31,7 @@ from dataclasses import dataclass, replace
 from mnemo.domain.derivation import episode_of, speaker_name
 from mnemo.domain.keywords import query_vector
 from mnemo.domain.memory import Memory, MemoryStatus
-from mnemo.domain.text import keyword_terms
+from mnemo.domain.text import keyword_terms, mostly_cjk
 from mnemo.ports import Fusion, MemoryQuery, MemoryStore, VectorFilter, VectorIndex
 
 __all__ = ["RANKING", "Ranked", "Ranking", "rank"]
@@ -38,6 +42,7 @@ class Ranking:
     rrf_k: int = 5
     w_vector: float = 1.0
     w_keyword: float = 1.25
+    w_keyword_cjk: float = 0.25  # for a query mostly in Chinese, Japanese or Korean
     neighbour: float = 0.4
     episode: float = 0.75
     source: float = 0.5
@@ -91,7 +96,7 @@ def rank(
     fusion = Fusion(
         k=ranking.rrf_k,
         dense_weight=ranking.w_vector,
-        keyword_weight=ranking.w_keyword,
+        keyword_weight=ranking.w_keyword_cjk if mostly_cjk(text) else ranking.w_keyword,
         depth=depth,
     )
     # the whole fused union (up to `depth` from each list), as the pool to boost from

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
-from mnemo.domain.keywords import memory_keyword_text, passage_vector
+from mnemo.domain.keywords import date_terms, memory_keyword_text, passage_vector
+from mnemo.domain.memory import MemoryType
 from mnemo.domain.projection import Outcome, OutcomeKind, PutAudit, PutOutcome
 from mnemo.domain.rules import RuleSet
 from mnemo.handlers import Decision, audit, decay, indexing, registration, registry, timeline
@@ -337,7 +338,12 @@ class EmbeddedRunner:
                         m.scope.value,
                         m.tags,
                         v,
-                        passage_vector(memory_keyword_text(m.key, m.value, m.content)),
+                        passage_vector(
+                            memory_keyword_text(m.key, m.value, m.content),
+                            date_terms(m.created_at, m.timezone)
+                            if m.type is MemoryType.HISTORY
+                            else (),
+                        ),
                     )
                     for m, v in zip(chunk, vectors, strict=True)
                 ]
