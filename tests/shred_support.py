@@ -72,6 +72,15 @@ class Words:
     principal: str
     correction: str  # a correction's reason
     contradiction: str  # a contradiction's reason
+    causation: str  # the envelope's causation id
+    tracestate: str  # the W3C trace state, copied onto derived events
+    rule: str  # a constraint's guard: its rule id
+    pattern: str  # and its pattern
+    language: str  # an observation's language (at most 16 characters)
+    zone: str  # an observation's time zone (an unknown one: the rejection must not quote it)
+    memory_zone: str  # a memory's time zone (likewise)
+    cited_request: str  # a citation's request id
+    corrected_request: str  # a correction's request id
 
     @classmethod
     def fresh(cls) -> Words:
@@ -82,7 +91,16 @@ class Words:
 
     def stored(self) -> list[str]:
         """The markers a read model keeps while the user is not forgotten."""
-        return [self.content, self.value, self.key, self.tag, self.source_id, self.source_location]
+        return [
+            self.content,
+            self.value,
+            self.key,
+            self.tag,
+            self.source_id,
+            self.source_location,
+            self.rule,
+            self.pattern,
+        ]
 
 
 def _forms(marker: str) -> set[bytes]:

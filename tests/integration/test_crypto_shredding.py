@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from mnemo.domain.errors import Unavailable
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED
 from mnemo.ports import KeyVault
+from mnemo.service.runner import CONSUMERS
 
 
 class Recording(KeyVault):
@@ -240,8 +242,12 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
         user,
         {"text": f"we spoke about {w.observation} today", "kind": "turn", "speaker": w.speaker},
     )
+    trace = {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}
+    trace["tracestate"] = f"vendor={w.tracestate}"
     turn["actor"] = {"kind": "agent", "id": w.actor}
     turn["correlation_id"] = w.correlation
+    turn["causation_id"] = w.causation
+    turn["trace"] = trace
     declared = event(
         "MemoryDeclared",
         user,
@@ -257,13 +263,43 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
         },
     )
     declared["correlation_id"] = w.correlation
+    declared["causation_id"] = w.causation
+    declared["trace"] = trace  # copied onto the MemoryRegistered derived from it
+    guarded = event(
+        "MemoryDeclared",
+        user,
+        {
+            "memory": {
+                "type": "constraint",
+                "content": "never call after nine",
+                "guard": {"rule_id": w.rule, "patterns": [w.pattern]},
+            }
+        },
+    )
+    # unknown time zones: refused, and the rejection's detail must not quote them
+    spoken = event(
+        "ObservationRecorded",
+        user,
+        {"text": "call me tomorrow at 9", "language": w.language, "timezone": w.zone},
+    )
+    zoned = event(
+        "MemoryDeclared",
+        user,
+        {"memory": {"type": "fact", "content": "works nights", "timezone": w.memory_zone}},
+    )
     as_principal = headers_for(tenant, w.principal)
     r = client.post(
-        "/v1/events?wait=indexed", json={"events": [turn, declared]}, headers=as_principal
+        "/v1/events?wait=indexed",
+        json={"events": [turn, declared, guarded, spoken, zoned]},
+        headers=as_principal,
     )
     assert r.status_code == 202, r.text
     assert r.json()["complete"] is True
     [memory_id] = [o["memory_id"] for o in r.json()["accepted"][1]["outcomes"]]
+    assert [o["reason_code"] for a in r.json()["accepted"][3:] for o in a["outcomes"]] == [
+        "INVALID_TIMEZONE",
+        "INVALID_TIMEZONE",
+    ]
     # reasons in the user's words (the timeline, the decay decisions), and a stale write
     # of their key (the outcome's detail)
     stale = event(
@@ -272,9 +308,14 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
         {"memory": {"type": "preference", "key": w.key, "value": "x", "expected_version": 7}},
     )
     feedback = [
-        event("MemoryCorrected", user, {"memory_ids": [memory_id], "reason": w.correction}),
+        event(
+            "MemoryCorrected",
+            user,
+            {"memory_ids": [memory_id], "reason": w.correction, "request_id": w.corrected_request},
+        ),
         event("MemoryContradicted", user, {"memory_id": memory_id, "reason": w.contradiction}),
         stale,
+        event("MemoryCited", user, {"memory_id": memory_id, "request_id": w.cited_request}),
     ]
     r = client.post("/v1/events?wait=indexed", json={"events": feedback}, headers=as_principal)
     assert r.status_code == 202, r.text
@@ -327,6 +368,12 @@ def test_forgetting_a_user_leaves_none_of_their_words(
         assert r.status_code == 202, r.text
         assert r.json()["complete"] is True
         platform.index.flush()
+        forgotten_at = platform.log.stream_head("acme", "user:alice")
+        # feedback from another stream about the forgotten memory (the decay consumer would
+        # relay it to the user's stream)
+        cited = event("MemoryCited", "team:ops", {"memory_id": alice_memory})
+        r = client.post("/v1/events?wait=indexed", json=cited, headers=acme)
+        assert r.status_code == 202, r.text
 
         def served(method: str, path: str, body: Any = None) -> str:
             r = client.request(method, path, json=body, headers=acme)
@@ -349,6 +396,16 @@ def test_forgetting_a_user_leaves_none_of_their_words(
         ]
         for text in reads:
             assert not [w for w in alice.all() if w in text], text[:400]
+        deadline = time.monotonic() + 10
+        while (
+            time.monotonic() < deadline
+            and min(platform.store.positions(CONSUMERS).values(), default=0) < platform.log.head()
+        ):
+            time.sleep(0.05)  # the consumers catch up (the decay consumer relays feedback)
+        # the forgotten stream took no record of use: no context, no relayed feedback
+        after = platform.log.read_stream("acme", "user:alice", 1, 10_000)
+        taken = [e.envelope.type for e in after if (e.envelope.seq or 0) > forgotten_at]
+        assert not {"ContextAssembled", "FeedbackRelayed"} & set(taken), taken
         # bob, the control, reads back whole
         assert bob.content in served("GET", "/v1/subjects/user:bob/memories")
         assert bob.correction in served("GET", f"/v1/insights/memories/{bob_memory}/life")

@@ -10,7 +10,7 @@ from tests.support import audit_trails, verify_trails
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
-from mnemo.domain.memory import MemoryStatus
+from mnemo.domain.memory import Guard, MemoryStatus
 from mnemo.domain.rules import RuleSet
 from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
@@ -177,3 +177,37 @@ def test_a_memorys_timeline_records_the_events_that_touched_it(platform: Platfor
     assert "superseded" in whats
     assert "cited" in whats
     assert platform.store.timeline("globex", str(registered.memory_id)) == []
+
+
+def test_sealed_time_zones_and_guards_still_work(platform: Platform) -> None:
+    """On a user stream the time zones, the language and a guard reach the log sealed; the
+    consumers open them before handling, so a known zone is taken (not refused as unknown)
+    and the read model keeps the zone and the guard as the agent wrote them."""
+    from mnemo.service.sealing import SEALED_TEXT
+
+    app = platform.app
+    guard = {"rule_id": "no-peanuts", "patterns": ["peanut"]}
+    result = app.publish(
+        CTX,
+        [
+            obs("hello there", timezone="Asia/Shanghai", language="en"),
+            declare(type="constraint", content="no peanuts", timezone="Asia/Shanghai", guard=guard),
+            obs("hello again", timezone="Mars/Base"),
+        ],
+    )
+    platform.runner.drain()
+    known, declared, unknown = (app.outcome(CTX, a.event_id) for a in result.accepted)
+    assert known
+    assert all(o.reason_code != "INVALID_TIMEZONE" for o in known)
+    [registered] = declared
+    assert registered.memory_id is not None
+    memory = app.get(CTX, registered.memory_id)
+    assert (memory.timezone, memory.guard) == ("Asia/Shanghai", Guard(**guard))
+    [refused] = unknown
+    assert refused.reason_code == "INVALID_TIMEZONE"
+    assert "Mars" not in (refused.detail or "")  # the detail quotes no one's words
+    logged = [e.envelope for e in platform.log.read(0, 100) if e.envelope.stream == "user:U1"]
+    raw = "".join(e.model_dump_json() for e in logged)
+    assert [w for w in ("Asia/Shanghai", "peanut", "Mars/Base") if w in raw] == []
+    [decl] = [e for e in logged if e.type == "MemoryDeclared"]
+    assert decl.payload["memory"]["timezone"] == SEALED_TEXT

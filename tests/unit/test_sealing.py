@@ -4,7 +4,12 @@ cache and its TTL while the vault is down."""
 from __future__ import annotations
 
 import base64
+import typing
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -299,17 +304,125 @@ def test_every_field_with_a_persons_words_is_sealed_whole_on_a_user_stream(
     assert sealer.open_private_envelope(moved).payload["memory"]["content"] == REDACTED
 
 
-# Text fields of event payloads that hold no person's words: identifiers, codes, hashes,
-# names of templates and tokenizers, and labels Mnemo itself writes. Every other text
-# field must be PRIVATE (sealed on a user stream): a new field is classified here or there.
+def test_envelope_and_nested_fields_the_review_found_are_sealed_whole(sealer: Sealer) -> None:
+    """The second review: the causation id, the trace state, a constraint's guard, the
+    memory's and the observation's time zone and language, and a feedback event's request
+    id reach the log sealed on a user stream, and Mnemo's consumers read them back whole."""
+    words = {
+        "cause": "wcause-ticket-981",
+        "state": "vendor=wstate-user-442",
+        "rule": "wrule-no-peanuts",
+        "pattern": "wpattern-peanut",
+        "zone": "Asia/Shanghai",
+        "lang": "wlang-x1",
+        "request": "wrequest-call-77",
+    }
+    trace = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "tracestate": words["state"]}
+    base = {
+        "tenant": "acme",
+        "stream": "user:U1",
+        "occurred_at": datetime.now(UTC).isoformat(),
+        "actor": {"kind": "agent", "id": "a1"},
+        "causation_id": words["cause"],
+        "trace": trace,
+    }
+    events = [
+        {
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "payload": {
+                "memory": {
+                    "type": "constraint",
+                    "content": "no peanuts",
+                    "timezone": words["zone"],
+                    "guard": {"rule_id": words["rule"], "patterns": [words["pattern"]]},
+                }
+            },
+        },
+        {
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "payload": {"text": "hello", "timezone": words["zone"], "language": words["lang"]},
+        },
+        {
+            "type": "MemoryCited",
+            "schema_version": 1,
+            "payload": {"memory_id": str(uuid.uuid4()), "request_id": words["request"]},
+        },
+        {
+            "type": "MemoryCorrected",
+            "schema_version": 1,
+            "payload": {
+                "memory_ids": [str(uuid.uuid4())],
+                "reason": "wrong",
+                "request_id": words["request"],
+            },
+        },
+    ]
+    for raw in events:
+        event = validate_envelope({**base, **raw, "event_id": new_event_id(datetime.now(UTC))})
+        sealed = sealer.seal(event)
+        text = sealed.model_dump_json()
+        assert [w for w in words.values() if w in text] == [], raw["type"]
+        # a sealed event still validates as the log reads it (checked ids stand in as hashes)
+        again = validate_envelope(sealed.model_dump(mode="json"))
+        assert again.causation_id is not None
+        assert again.causation_id.startswith("h")
+        opened = sealer.open_private_envelope(again)
+        assert opened.payload == event.payload, raw["type"]
+        assert (opened.causation_id, opened.trace) == (event.causation_id, event.trace)
+    # a cause named by its event id (Mnemo's own events) stays in clear: the log finds
+    # derived events by it
+    cause = new_event_id(datetime.now(UTC))
+    own = observation("hello").model_copy(update={"causation_id": cause})
+    assert sealer.seal(own).causation_id == cause
+
+
+def test_a_forgotten_stream_takes_no_record_of_use(sealer: Sealer, tmp_path: Path) -> None:
+    """After a user's key is shredded, Mnemo's records of use (an assembled context, relayed
+    feedback) are not appended to their stream; other streams, and other events, still are."""
+    from mnemo.adapters.sqlite_log import SqliteEventLog
+    from mnemo.service.sealing import SealingEventLog
+
+    inner = SqliteEventLog(tmp_path / "log.sqlite3")
+    log = SealingEventLog(inner, sealer)
+
+    def relayed(stream: str) -> Envelope:
+        return validate_envelope(
+            {
+                "event_id": new_event_id(datetime.now(UTC)),
+                "type": "FeedbackRelayed",
+                "schema_version": 1,
+                "tenant": "acme",
+                "stream": stream,
+                "occurred_at": datetime.now(UTC).isoformat(),
+                "actor": {"kind": "system", "id": "decay"},
+                "payload": {"feedback": "MemoryCited", "memory_ids": [str(uuid.uuid4())]},
+            },
+            public=False,
+        )
+
+    sealer.seal(observation("hello"))  # the user's key exists
+    sealer.keys.destroy(sealer.key_id("acme", "user:U1"))
+    log.append([relayed("user:U1"), relayed("user:U2"), observation("x", stream="team:T")])
+    logged = [(e.envelope.type, e.envelope.stream) for e in inner.read(0, 100)]
+    assert logged == [("FeedbackRelayed", "user:U2"), ("ObservationRecorded", "team:T")]
+    inner.close()
+
+
+# Text fields of event payloads (nested models included, by dotted path) and of the
+# envelope that hold no person's words: identifiers Mnemo assigns, codes, hashes, names of
+# templates and tokenizers, and labels Mnemo itself writes. Every other text field must be
+# PRIVATE (sealed on a user stream): a new field is classified here or there. A path
+# names a nested model whole when all of it is classified at once.
 NOT_PERSONAL = {
     ("ObservationRecorded", "kind"),
-    ("ObservationRecorded", "timezone"),
-    ("ObservationRecorded", "language"),
-    ("MemoryCited", "request_id"),
-    ("MemoryCorrected", "request_id"),
     ("MemoriesRewrapped", "key_id"),
+    ("MemoriesRewrapped", "memories"),  # memory ids and wrapped keys
+    # templates are the tenant's, registered with the admin scope, never a user stream's
+    ("TemplateRegistered", "template"),
     ("ContextAssembled", "request_id"),
+    ("ContextAssembled", "subjects"),  # stream names, which every envelope holds in clear
     ("ContextAssembled", "template"),
     ("ContextAssembled", "template_fingerprint"),
     ("ContextAssembled", "protocol"),
@@ -326,6 +439,14 @@ NOT_PERSONAL = {
     ("ContextResponseReported", "response_hash"),
     ("ContextResponseReported", "cited"),
     ("ContextResponseReported", "violations"),
+    ("MemoryRegistered", "memory.memory_id"),
+    ("MemoryRegistered", "memory.tenant"),
+    ("MemoryRegistered", "memory.stream"),
+    ("MemoryRegistered", "memory.supersedes"),
+    ("MemoryRegistered", "memory.source_event_id"),
+    ("MemoryRegistered", "memory.rule_id"),  # the registration rule's id, an operator's
+    ("MemoryRegistered", "memory.content_hash"),
+    ("MemoryRegistered", "memory.sealed"),  # ciphertexts and key ids
     ("MemorySuperseded", "memory_id"),
     ("MemorySuperseded", "superseded_by"),
     ("MemoryRejected", "reason_code"),
@@ -337,29 +458,90 @@ NOT_PERSONAL = {
     ("VerificationDue", "memory_id"),
     ("MemoryArchived", "memory_id"),
     ("MemoryForgotten", "memory_id"),
+    ("@", "type"),
+    ("@", "tenant"),
+    ("@", "stream"),
+    ("@", "encryption"),  # ciphertexts and key ids
+    ("@", "payload"),  # classified per event type above
 }
+# envelope fields sealed whole on a user stream (Sealer.seal_private)
+ENVELOPE_PRIVATE = {"actor.id", "correlation_id", "causation_id", "trace.tracestate"}
+
+
+def _text_fields(model: type, prefix: str = "") -> Iterator[str]:
+    """Dotted paths of every text field of a model, nested models walked; a field whose
+    every text is held to a pattern (ids, enumerations) carries no words and is left out."""
+    from pydantic import BaseModel
+
+    def texts(tp: Any, metadata: Sequence[Any]) -> tuple[bool, list[type]]:
+        """(whether it holds free text, the nested models in it)"""
+        if any(getattr(m, "pattern", None) for m in metadata):
+            return False, []
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            inner, *more = typing.get_args(tp)
+            extra = [x for m in more for x in (getattr(m, "metadata", None) or [m])]
+            return texts(inner, [*metadata, *more, *extra])
+        if tp is str:
+            return True, []
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return False, [tp]
+        if isinstance(tp, type) and issubclass(tp, Enum):
+            return False, []
+        free, models = False, []
+        for arg in typing.get_args(tp):
+            if arg is Ellipsis:
+                continue
+            f, m = texts(arg, [])
+            free, models = free or f, models + m
+        if tp is typing.Any or (origin is dict):
+            return True, models
+        return free, models
+
+    for name, info in model.model_fields.items():
+        path = prefix + name
+        free, nested = texts(info.annotation, info.metadata)
+        if free:
+            yield path
+        for sub in nested:
+            yield path  # the model as a whole, to classify it at once
+            yield from _text_fields(sub, path + ".")
 
 
 def test_every_free_text_field_of_every_event_is_sealed_or_known_not_personal() -> None:
-    import typing
-
     from mnemo.domain import events
 
-    def kinds(cls: type) -> typing.Iterator[type]:
+    def kinds(cls: type) -> Iterator[type]:
         for sub in cls.__subclasses__():
             yield sub
             yield from kinds(sub)
 
+    def classified(owner: str, path: str, private: Iterable[str]) -> bool:
+        parts = path.split(".")
+        prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
+        whole = {(owner, p) for p in prefixes}
+        return (
+            path in private
+            or bool(whole & NOT_PERSONAL)
+            or (
+                # a nested model's own entry is classified by its fields
+                any(p.startswith(path + ".") for p in private)
+                or any(o == owner and n.startswith(path + ".") for o, n in NOT_PERSONAL)
+            )
+        )
+
     unclassified = []
+    seen: set[tuple[str, str]] = set()
     for cls in kinds(events.EventPayload):
         if not hasattr(cls, "TYPE"):
             continue
-        private = {path.split(".")[0] for path in cls.PRIVATE}
-        for name, info in cls.model_fields.items():
-            args = typing.get_args(info.annotation) or (info.annotation,)
-            constrained = any(getattr(m, "pattern", None) for m in info.metadata)
-            if str not in args or constrained or name in private:
-                continue
-            if (cls.TYPE, name) not in NOT_PERSONAL:
-                unclassified.append((cls.TYPE, name))
-    assert unclassified == []
+        for path in _text_fields(cls):
+            seen.add((cls.TYPE, path))
+            if not classified(cls.TYPE, path, cls.PRIVATE):
+                unclassified.append((cls.TYPE, path))
+    for path in _text_fields(Envelope):
+        seen.add(("@", path))
+        if not classified("@", path, ENVELOPE_PRIVATE):
+            unclassified.append(("@", path))
+    assert NOT_PERSONAL - seen == set()  # every entry names a field that is there
+    assert sorted(set(unclassified)) == [], sorted(set(unclassified))

@@ -163,6 +163,9 @@ class MemoryDeclared(EventPayload):
         "memory.tags",
         "memory.provenance.source_id",
         "memory.provenance.source_location",
+        "memory.timezone",
+        "memory.guard.rule_id",
+        "memory.guard.patterns",
     )
     memory: MemoryDraft
 
@@ -186,7 +189,7 @@ class ObservationRecorded(EventPayload):
     TYPE = "ObservationRecorded"
     VERSION = 2
     SCANNED = ("text",)
-    PRIVATE = ("text", "speaker")
+    PRIVATE = ("text", "speaker", "timezone", "language")
     text: str = Field(min_length=1, max_length=8_000)
     kind: Annotated[str, Field(pattern=r"^(utterance|action|turn)$")] = "utterance"
     timezone: str | None = Field(default=None, max_length=64)
@@ -207,6 +210,7 @@ MemoryId = Annotated[
 class MemoryCited(EventPayload):
     TYPE = "MemoryCited"
     VERSION = 1
+    PRIVATE = ("request_id",)  # a caller-chosen id: it may carry words
     memory_id: MemoryId
     request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
     position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
@@ -216,7 +220,7 @@ class MemoryCorrected(EventPayload):
     TYPE = "MemoryCorrected"
     VERSION = 1
     SCANNED = ("reason",)
-    PRIVATE = ("reason",)
+    PRIVATE = ("reason", "request_id")
     memory_ids: tuple[MemoryId, ...] = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=1_000)
     request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
@@ -366,6 +370,9 @@ class MemoryRegistered(EventPayload):
         "memory.tags",
         "memory.provenance.source_id",
         "memory.provenance.source_location",
+        "memory.timezone",
+        "memory.guard.rule_id",
+        "memory.guard.patterns",
     )
     memory: Memory
     draft_index: int = Field(default=0, ge=0, description="which memory of the cause this is")

@@ -122,6 +122,10 @@ def _outcome(
     )
 
 
+# the zone's name stays out of the detail: the outcome read model keeps details in clear
+_UNKNOWN_ZONE = "the time zone is neither an IANA zone name nor a UTC offset such as +08:00"
+
+
 def _reject(
     event: Envelope, index: int, code: str, detail: str, current: Memory | None = None
 ) -> Decision:
@@ -150,8 +154,8 @@ def _register(
     if draft.timezone is not None:
         try:
             zone_of(draft.timezone)
-        except ValueError as exc:
-            return _reject(event, index, "INVALID_TIMEZONE", str(exc))
+        except ValueError:
+            return _reject(event, index, "INVALID_TIMEZONE", _UNKNOWN_ZONE)
     valid_until = expiry(draft, event.occurred_at)
     if valid_until is not None and valid_until <= event.occurred_at:
         return _reject(
@@ -618,8 +622,8 @@ def handle(
             return _turn(event, state, rules, payload, selector)
         try:
             zone_of(payload.timezone)
-        except ValueError as exc:
-            return _reject(event, 0, "INVALID_TIMEZONE", str(exc))
+        except ValueError:
+            return _reject(event, 0, "INVALID_TIMEZONE", _UNKNOWN_ZONE)
         reading = rules.read(
             payload.text,
             event.occurred_at,

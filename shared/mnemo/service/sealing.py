@@ -24,6 +24,7 @@ import copy
 import hashlib
 import hmac
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,9 +42,14 @@ from mnemo.domain.errors import InvalidInput, KeyDestroyed
 from mnemo.domain.events import (
     CATALOG,
     ActorKind,
+    ContextAssembled,
+    ContextResponseReported,
     Envelope,
+    FeedbackRelayed,
     ForgetRequested,
     LoggedEvent,
+    MemoryCited,
+    MemoryCorrected,
     decode_payload,
 )
 from mnemo.domain.memory import Memory, MemoryStatus
@@ -404,11 +410,13 @@ class Sealer:
 
     def seal_private(self, envelope: Envelope, *, strict: bool = True) -> Envelope:
         """Seal whole every field of a user stream's event that may carry a person's words:
-        the payload's PRIVATE paths, the actor id (unless Mnemo's own) and the correlation
-        id. Each is AES-256-GCM sealed under the subject's data key, bound to the event id
-        and its path (ref ``f:<path>``), and stands in the event as SEALED_TEXT, or, where
-        a field's format is checked (keys, tags, ids), as a keyed hash of its value under
-        the subject's search key: a blind index, equal for equal values of one subject."""
+        the payload's PRIVATE paths, the actor id (unless Mnemo's own), the correlation id,
+        the causation id (unless an event id) and the trace state. Each is AES-256-GCM
+        sealed under the subject's data key, bound to the event id and its path (ref
+        ``f:<path>``), and stands in the event as SEALED_TEXT, or, where a field's format is
+        checked (keys, tags, ids, a rule id) or it travels in headers (the trace state), as
+        a keyed hash of its value under the subject's search key: a blind index, equal for
+        equal values of one subject."""
         fields = _private_fields(envelope)
         if not fields:
             return envelope
@@ -723,8 +731,25 @@ class Sealer:
 
 SEALED_TEXT = "⟦sealed⟧"  # what a whole-sealed free-text field reads in the log
 PRIVATE_REF = "f:"  # refs of whole-sealed fields: f:<payload path>, f:@actor.id, ...
-# fields whose format is checked (keys, tags, ids): they stand in as a keyed hash
-_TOKEN_LEAVES = frozenset({"key", "tags", "source_id", "speaker", "@actor.id", "@correlation_id"})
+# fields whose format is checked (keys, tags, ids, a guard's rule id) or that travel in
+# headers (the trace state): they stand in as a keyed hash, which still validates there and
+# is kept when the field cannot be opened any more
+_TOKEN_LEAVES = frozenset(
+    {
+        "key",
+        "tags",
+        "source_id",
+        "speaker",
+        "rule_id",
+        "request_id",
+        "@actor.id",
+        "@correlation_id",
+        "@causation_id",
+        "@trace.tracestate",
+    }
+)
+# an event id (what Mnemo's own events name as their cause): hex digits, no one's words
+_EVENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[78][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
 def is_private_stream(stream: str) -> bool:
@@ -753,6 +778,12 @@ def _private_fields(envelope: Envelope) -> dict[str, str]:
         found[PRIVATE_REF + "@actor.id"] = envelope.actor.id
     if envelope.correlation_id:
         found[PRIVATE_REF + "@correlation_id"] = envelope.correlation_id
+    # a cause named by its event id stays in clear (the log finds derived events by it);
+    # any other causation id is the caller's own text
+    if envelope.causation_id and not _EVENT_ID.fullmatch(envelope.causation_id):
+        found[PRIVATE_REF + "@causation_id"] = envelope.causation_id
+    if envelope.trace is not None and envelope.trace.tracestate:
+        found[PRIVATE_REF + "@trace.tracestate"] = envelope.trace.tracestate
     return found
 
 
@@ -776,8 +807,8 @@ def _field_aad(tenant: str, key_id: str, event_id: str, ref: str) -> bytes:
 
 
 def _put(event: dict[str, Any], path: str, value: str) -> None:
-    """Set a field of an event's JSON: `@actor.id`, `@correlation_id`, or a payload path
-    whose numeric parts index lists."""
+    """Set a field of an event's JSON: `@actor.id`, `@correlation_id`, `@causation_id`,
+    `@trace.tracestate`, or a payload path whose numeric parts index lists."""
     parts: list[str] = (
         path[1:].split(".") if path.startswith("@") else ["payload", *path.split(".")]
     )
@@ -803,10 +834,13 @@ def _with_fields(
 ) -> Envelope:
     """The event with its private fields replaced by their stand-ins (each valid where the
     field was: `⟦sealed⟧` for free text, a short keyed hash for checked fields)."""
+    trace = envelope.trace
     event: dict[str, Any] = {
         "payload": copy.deepcopy(envelope.payload),
         "actor": {"id": envelope.actor.id},
         "correlation_id": envelope.correlation_id,
+        "causation_id": envelope.causation_id,
+        "trace": {"tracestate": trace.tracestate if trace is not None else None},
     }
     for ref, value in stand_ins.items():
         _put(event, ref[len(PRIVATE_REF) :], value)
@@ -815,21 +849,46 @@ def _with_fields(
             "payload": event["payload"],
             "actor": envelope.actor.model_copy(update={"id": event["actor"]["id"]}),
             "correlation_id": event["correlation_id"],
+            "causation_id": event["causation_id"],
+            "trace": None
+            if trace is None
+            else trace.model_copy(update={"tracestate": event["trace"]["tracestate"]}),
             "encryption": block,
         }
     )
 
 
+# Mnemo's records of a subject's memories being used (an assembled context, the feedback on
+# it, feedback relayed from another stream): a forgotten subject's stream takes none of them
+_RECORDS_OF_USE = frozenset(
+    {
+        ContextAssembled.TYPE,
+        ContextResponseReported.TYPE,
+        MemoryCited.TYPE,
+        MemoryCorrected.TYPE,
+        FeedbackRelayed.TYPE,
+    }
+)
+
+
 class SealingEventLog(EventLog):
     """The log as Mnemo's consumers and context assembler append to it: every event is
-    sealed (`Sealer.seal`, not strict) on its way in; reads pass through as logged."""
+    sealed (`Sealer.seal`, not strict) on its way in, and records of use bound for a
+    forgotten subject's stream (its key shredded) are left out; reads pass through as
+    logged."""
 
     def __init__(self, inner: EventLog, sealer: Sealer) -> None:
         self.inner = inner
         self.sealer = sealer
 
+    def _forgotten_stream(self, envelope: Envelope) -> bool:
+        if envelope.type not in _RECORDS_OF_USE or not is_private_stream(envelope.stream):
+            return False
+        return self.sealer.keys.is_destroyed(self.sealer.key_id(envelope.tenant, envelope.stream))
+
     def append(self, events: Sequence[Envelope]) -> list[Appended]:
-        return self.inner.append([self.sealer.seal(e, strict=False) for e in events])
+        kept = [self.sealer.seal(e, strict=False) for e in events if not self._forgotten_stream(e)]
+        return self.inner.append(kept) if kept else []
 
     def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self.inner.read(after_offset, limit)
