@@ -177,6 +177,12 @@ class StoreTransaction(abc.ABC):
     def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
         """An active memory with exactly this content, if any."""
 
+    def prefetch_hashes(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        """A hint: `find_by_hash` will be asked about these (tenant, stream, content hash)
+        keys. A store that pays a round trip per lookup reads them all at once here; the
+        answers are the same either way. This default does nothing."""
+        return None
+
     @abc.abstractmethod
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
         """Every memory of a stream whatever its status, by memory id."""

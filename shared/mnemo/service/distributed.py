@@ -595,15 +595,22 @@ class Sequencer(_Processor):
         )
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
-            for event in archived:
-                record = LoggedEvent(
-                    offset=encode_offset(partition, event.offset), envelope=event.envelope
-                )
+            # opened, and their content-hash lookups read, for the whole batch at once
+            records_opened = self.runner.prepare_registrar(
+                [
+                    LoggedEvent(offset=encode_offset(partition, e.offset), envelope=e.envelope)
+                    for e in archived
+                ],
+                tx,
+            )
+            for event, record in zip(archived, records_opened, strict=True):
                 key = (event.envelope.tenant, event.envelope.event_id)
                 with telemetry.handling(
                     batch, event.envelope, parents[event.offset], offset=event.offset
                 ):
-                    decision = self.runner.decide_registrar(record, tx, caused.get(key, []))
+                    decision = self.runner.decide_registrar(
+                        record, tx, caused.get(key, []), opened=True
+                    )
                 tx.apply(decision.writes)
                 emitted.extend(decision.events)
             for env in stale:

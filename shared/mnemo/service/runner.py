@@ -263,15 +263,29 @@ class EmbeddedRunner:
         record: LoggedEvent,
         tx: StoreTransaction,
         caused: Sequence[LoggedEvent] | None = None,
+        *,
+        opened: bool = False,
     ) -> Decision:
         """Registration, plus the timeline entries of the memories the event touched.
         `caused`: the log's events caused by this one, when the caller looked them up
-        already (the distributed registrar does, for a whole batch at once)."""
-        record = self.opened(record)
+        already (the distributed registrar does, for a whole batch at once); `opened`: the
+        record comes from `prepare_registrar`, its sealed fields opened already."""
+        if not opened:
+            record = self.opened(record)
         decision = self._register(record, tx, caused)
         if _REGISTRAR.projects("timeline"):
             decision.writes.extend(timeline.entries(record.envelope, record.offset))
         return decision
+
+    def prepare_registrar(
+        self, records: Sequence[LoggedEvent], tx: StoreTransaction
+    ) -> list[LoggedEvent]:
+        """A batch's records opened as registration reads them, with the transaction told
+        the content-hash lookups registration will make, so a store that pays a round trip
+        per lookup reads them all at once. Hand each to `decide_registrar(opened=True)`."""
+        opened = [self.opened(r) for r in records]
+        tx.prefetch_hashes([k for r in opened for k in registration.hash_lookups(r.envelope)])
+        return opened
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         return decay.handle(self.opened(record).envelope, tx, self.decay_policy)
