@@ -131,7 +131,13 @@ def _records(topic: LogTopic, partition: int, end: int, page: int = 1_000) -> It
 
 
 class NotReady(Exception):
-    """A follower reached records the sequencer has not decided on yet; retry shortly."""
+    """A follower reached records the sequencer has not decided on yet; retry shortly.
+    `waits` names, per partition, the first offset still undecided: the batch is worth
+    handling again once the registrar's position there is past it."""
+
+    def __init__(self, message: str, waits: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.waits: dict[int, int] = dict(waits or {})
 
 
 # ---- the log port over topic + archive ----------------------------------------------------
@@ -443,7 +449,11 @@ class _Processor:
             if not isinstance(error, NotReady):
                 raise error
         if errors:
-            raise errors[0]
+            waits: dict[int, int] = {}
+            for error in errors:
+                assert isinstance(error, NotReady)
+                waits.update(error.waits)
+            raise NotReady(str(errors[0]), waits)
         return done
 
     def _partition(
@@ -722,8 +732,11 @@ class Follower(_Processor):
                 spans.enter_context(self._consuming(partition, fresh))
                 ready, events, accepted_at, _ = self._ready(partition, fresh)
                 if len(ready) < len(fresh):
+                    waits = waiting.waits if waiting is not None else {}
+                    waits[partition] = fresh[len(ready)].offset
                     waiting = NotReady(
-                        f"{self.consumer} waits for the registrar on partition {partition}"
+                        f"{self.consumer} waits for the registrar on partition {partition}",
+                        waits,
                     )
                 if ready:
                     steps.append((partition, ready[-1].offset + 1, events, accepted_at, epoch))
@@ -756,8 +769,11 @@ class Follower(_Processor):
         epoch: int | None,
     ) -> int:
         ready, events, accepted_at, parents = self._ready(partition, records)
+        waits = {partition: records[len(ready)].offset} if len(ready) < len(records) else {}
         if not ready:
-            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
+            raise NotReady(
+                f"{self.consumer} waits for the registrar on partition {partition}", waits
+            )
         name = position_name(self.consumer, partition)
         decide = self.runner.decider(self.consumer)
         with self.store.transaction() as tx:
@@ -772,8 +788,10 @@ class Follower(_Processor):
                 self.runner.log.append(emitted)
             tx.set_position(name, ready[-1].offset + 1, epoch)
         telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
-        if len(ready) < len(records):
-            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
+        if waits:
+            raise NotReady(
+                f"{self.consumer} waits for the registrar on partition {partition}", waits
+            )
         return len(ready)
 
 
