@@ -436,3 +436,33 @@ def test_every_free_text_field_of_every_event_is_sealed_or_known_not_personal() 
             if (cls.TYPE, name) not in NOT_PERSONAL:
                 unclassified.append((cls.TYPE, name))
     assert unclassified == []
+
+
+def test_a_batch_opens_as_one_at_a_time_with_each_key_fetched_once(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    writer = Sealer(KeyCache(vault, 30.0, now=ticker))
+    sealed = [
+        writer.seal(observation(f"note {i} for {stream}", stream=stream))
+        for i, stream in enumerate(["user:A", "user:B", "user:A", "user:C", "user:B"])
+    ]
+    sealed.append(observation("a team note", stream="team:T"))  # nothing sealed whole
+    vault.inner.destroy("acme/user:C")  # forgotten: its event reads redacted
+    one_by_one = [
+        Sealer(KeyCache(vault, 30.0, now=ticker)).open_private_envelope(e) for e in sealed
+    ]
+    reader = Sealer(KeyCache(vault, 30.0, now=ticker))
+    calls = vault.calls
+    batch = reader.open_private_envelopes(sealed)
+    assert batch == one_by_one
+    assert [e.payload["text"] for e in batch[:3]] == [
+        "note 0 for user:A",
+        "note 1 for user:B",
+        "note 2 for user:A",
+    ]
+    assert batch[3].payload["text"] != "note 3 for user:C"
+    # A, B and C once each side by side; C (destroyed) once more when its event is opened
+    assert vault.calls - calls == 4
+    vault.down = True
+    with pytest.raises(Unavailable):  # nothing cached for a new reader: fail closed
+        Sealer(KeyCache(vault, 30.0, now=ticker)).open_private_envelopes(sealed)
