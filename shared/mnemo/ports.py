@@ -7,7 +7,7 @@ passes the same contract suite in tests/contract.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -690,6 +690,10 @@ class EventArchive(abc.ABC):
     @abc.abstractmethod
     def fates(self, partition: int, first: int, last: int) -> dict[int, RecordFate]:
         """The recorded fates of the offsets first..last of a partition."""
+
+    def decided(self, offsets: Mapping[int, int]) -> bool:
+        """Whether the sequencer has recorded the fate of each {partition: offset}."""
+        return all(o in self.fates(p, o, o) for p, o in offsets.items())
 
     @abc.abstractmethod
     def locate(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], RecordFate]:

@@ -133,7 +133,7 @@ def _records(topic: LogTopic, partition: int, end: int, page: int = 1_000) -> It
 class NotReady(Exception):
     """A follower reached records the sequencer has not decided on yet; retry shortly.
     `waits` names, per partition, the first offset still undecided: the batch is worth
-    handling again once the registrar's position there is past it."""
+    handling again once the sequencer has recorded its fate (`EventArchive.decided`)."""
 
     def __init__(self, message: str, waits: dict[int, int] | None = None) -> None:
         super().__init__(message)
@@ -346,6 +346,7 @@ class _Processor:
         self.counters = Counters()
         self._counting = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._reads: ThreadPoolExecutor | None = None
 
     def _consuming(
         self, partition: int, records: Sequence[LogRecord]
@@ -401,6 +402,15 @@ class _Processor:
                 partition,
             )
         return [once[o] for o in sorted(once)]
+
+    def _side_by_side(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`fn(*args)` for each of `calls`, on this processor's threads when there are
+        several; results in order, the first error raised."""
+        if len(calls) < 2:
+            return [fn(*args) for args in calls]
+        if self._reads is None:
+            self._reads = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-read")
+        return [f.result() for f in [self._reads.submit(fn, *args) for args in calls]]
 
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
@@ -720,17 +730,27 @@ class Follower(_Processor):
             by_partition.setdefault(r.partition, []).append(r)
         waiting: NotReady | None = None
         done = 0
+        held: list[tuple[int, list[LogRecord], int | None]] = []
+        for partition, items in sorted(by_partition.items()):
+            owned, epoch = self._held(partition, items)
+            if owned:
+                held.append((partition, list(items), epoch))
+
+        def look(
+            partition: int, items: list[LogRecord]
+        ) -> tuple[list[LogRecord], tuple[Any, ...] | None]:
+            fresh = self._fresh(partition, items)
+            return fresh, (self._ready(partition, fresh) if fresh else None)
+
+        # each partition's stored position and fates read side by side, not in turn
+        looked = self._side_by_side(look, [(p, items) for p, items, _ in held])
         with ExitStack() as spans:
             steps: list[tuple[int, int, list[LoggedEvent], list[float | None], int | None]] = []
-            for partition, items in sorted(by_partition.items()):
-                held, epoch = self._held(partition, items)
-                if not held:
-                    continue
-                fresh = self._fresh(partition, items)
-                if not fresh:
+            for (partition, _, epoch), (fresh, found) in zip(held, looked, strict=True):
+                if not fresh or found is None:
                     continue
                 spans.enter_context(self._consuming(partition, fresh))
-                ready, events, accepted_at, _ = self._ready(partition, fresh)
+                ready, events, accepted_at, _ = found
                 if len(ready) < len(fresh):
                     waits = waiting.waits if waiting is not None else {}
                     waits[partition] = fresh[len(ready)].offset

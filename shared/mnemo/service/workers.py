@@ -199,25 +199,22 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
 
     async def _until_decided(self, waiting: NotReady) -> None:
-        """Returns once the registrar's position passed every offset `waiting` names (or
-        after `_WAIT_LOOK_LIMIT` seconds, or at once when it names none): then the batch
-        is worth handling again."""
+        """Returns once the registrar has decided every record `waiting` names (or after
+        `_WAIT_LOOK_LIMIT` seconds, or at once when it names none): then the batch is
+        worth handling again."""
         loop = asyncio.get_running_loop()
-        names = {
-            position_name(registration.CONSUMER, p): offset for p, offset in waiting.waits.items()
-        }
         deadline = time.monotonic() + _WAIT_LOOK_LIMIT
         while True:
             await asyncio.sleep(_WAIT_LOOK)
-            if not names or time.monotonic() >= deadline:
+            if not waiting.waits or time.monotonic() >= deadline:
                 return
             try:
-                at = await loop.run_in_executor(
-                    self.executor, self.platform.store.positions, list(names)
+                decided = await loop.run_in_executor(
+                    self.executor, self.distributed.archive.decided, waiting.waits
                 )
             except MnemoError:
                 return  # the retry reports the store's trouble
-            if all(at.get(n, 0) > offset for n, offset in names.items()):
+            if decided:
                 return
 
     def _install(self, with_http: GatewaySettings | None) -> None:
