@@ -408,9 +408,15 @@ class _Processor:
         several; results in order, the first error raised."""
         if len(calls) < 2:
             return [fn(*args) for args in calls]
-        if self._reads is None:
-            self._reads = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-read")
-        return [f.result() for f in [self._reads.submit(fn, *args) for args in calls]]
+        pool = self._reader()
+        return [f.result() for f in [pool.submit(fn, *args) for args in calls]]
+
+    def _reader(self) -> ThreadPoolExecutor:
+        """Threads for reads made side by side (never for writes, whose order matters)."""
+        with self._counting:
+            if self._reads is None:
+                self._reads = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-read")
+            return self._reads
 
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
@@ -507,7 +513,6 @@ class Sequencer(_Processor):
         batch: telemetry.Consumed,
         epoch: int | None,
     ) -> int:
-        known = self.archive.fates(partition, records[0].offset, records[-1].offset)
         now = self.clock.now()
         parsed: list[tuple[LogRecord, Envelope | InvalidInput]] = []
         for r in records:
@@ -515,13 +520,24 @@ class Sequencer(_Processor):
                 parsed.append((r, parse_record(r, now)))
             except InvalidInput as exc:
                 parsed.append((r, exc))
-        located = self.archive.locate(
-            [(e.tenant, e.event_id) for _, e in parsed if isinstance(e, Envelope)]
-        )
-        # every stream's head in one round trip; kept up to date below
-        heads = self.archive.stream_heads(
-            [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
-            below=(partition, records[0].offset),
+        # the fates recorded before, where each id went, and every stream's head (kept up
+        # to date below): three reads side by side
+        known, located, heads = self._side_by_side(
+            lambda read: read(),
+            [
+                (lambda: self.archive.fates(partition, records[0].offset, records[-1].offset),),
+                (
+                    lambda: self.archive.locate(
+                        [(e.tenant, e.event_id) for _, e in parsed if isinstance(e, Envelope)]
+                    ),
+                ),
+                (
+                    lambda: self.archive.stream_heads(
+                        [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
+                        below=(partition, records[0].offset),
+                    ),
+                ),
+            ],
         )
         seen: set[tuple[str, str]] = set()
         fates: list[RecordFate] = []
@@ -605,7 +621,8 @@ class Sequencer(_Processor):
                 )
         self.archive.record(archived, fates)
         self._count(fates, archived, letters)
-        # what registration emitted for these events before (a redo), all in one round trip
+        # what registration emitted for these events before (a redo), all in one round trip;
+        # read after the archive step, which may have placed some of them in this batch
         caused = self.archive.caused_by_many(
             [
                 (e.envelope.tenant, e.envelope.event_id)
