@@ -51,7 +51,15 @@ from typing import Any
 
 import httpx
 
-from bench.common import Aim, Results, latency_summary, percentile, progress, ratio_summary
+from bench.common import (
+    Aim,
+    Results,
+    latency_summary,
+    load_average,
+    percentile,
+    progress,
+    ratio_summary,
+)
 from bench.corpus import memory_texts, query_texts, variant
 
 __all__ = [
@@ -61,6 +69,7 @@ __all__ = [
     "recovery",
     "run_distributed",
     "services_reachable",
+    "subject_batches",
 ]
 
 PARTS = ("ingest", "freshness", "outage", "context")
@@ -76,6 +85,9 @@ REPO = Path(__file__).resolve().parent.parent
 MODES = ("embedded", "distributed")
 PRINCIPAL = "bench"
 PUBLISH_THREADS = 2
+# the gateway seals a request's user streams under one key each, at most 32 per request
+# (mnemo.service.app.MAX_SUBJECT_KEYS_PER_REQUEST): a batch is split to stay under it
+SUBJECTS_PER_REQUEST = 32
 INGEST_BATCH = 200
 CORPUS_BATCH = 1_000
 BACKLOG_SECONDS = 20.0
@@ -85,6 +97,22 @@ _TYPES = ("fact", "preference", "episode", "history", "context", "fact", "prefer
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
+
+
+def subject_batches(
+    events: Sequence[dict[str, Any]], limit: int = SUBJECTS_PER_REQUEST
+) -> list[list[dict[str, Any]]]:
+    """`events` as requests of at most `limit` distinct streams each (a request may seal
+    for at most that many subjects): grouped by stream, each stream's events in their
+    order, streams in order of first appearance."""
+    by_stream: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        by_stream.setdefault(str(e["stream"]), []).append(e)
+    out: list[list[dict[str, Any]]] = []
+    streams = list(by_stream.values())
+    for i in range(0, len(streams), limit):
+        out.append([e for group in streams[i : i + limit] for e in group])
+    return out
 
 
 def pace(rate: float, ticks_per_second: float = 10.0) -> tuple[int, float]:
@@ -230,9 +258,14 @@ class Server:
         )
 
     def publish(self, tenant: str, events: list[dict[str, Any]]) -> None:
-        answer = self.http.post("/v1/events", json={"events": events}, headers=self.headers(tenant))
-        if answer.status_code != 202:
-            raise RuntimeError(f"{self.mode}: publish answered {answer.status_code}: {answer.text}")
+        for part in subject_batches(events):
+            answer = self.http.post(
+                "/v1/events", json={"events": part}, headers=self.headers(tenant)
+            )
+            if answer.status_code != 202:
+                raise RuntimeError(
+                    f"{self.mode}: publish answered {answer.status_code}: {answer.text}"
+                )
 
     def status(self) -> dict[str, Any]:
         answer = self.http.get("/v1/admin/status", headers=self.headers("bench-admin"))
@@ -753,6 +786,7 @@ def _ingest_rounds(
     seconds: dict[str, list[float]] = {m: [] for m in servers}
     publish_seconds: dict[str, list[float]] = {m: [] for m in servers}
     counts: list[int] = []
+    loads: list[list[float]] = []  # the machine's load average after each round
     modes = list(servers)
     for r in range(opts.rounds):
         first = r * per_round
@@ -771,10 +805,12 @@ def _ingest_rounds(
             t2 = time.monotonic()
             seconds[mode].append(t2 - t0)
             publish_seconds[mode].append(t1 - t0)
+        loads.append(load_average())
         progress(
             "distributed",
             f"ingest{label} round {r + 1}/{opts.rounds} ({n} events): "
-            + ", ".join(f"{m} {n / seconds[m][-1]:.0f}/s" for m in modes),
+            + ", ".join(f"{m} {n / seconds[m][-1]:.0f}/s" for m in modes)
+            + f" (load average {loads[-1]})",
         )
     total = sum(counts)
     rates: dict[str, float] = {}
@@ -796,6 +832,7 @@ def _ingest_rounds(
                 "path": "POST /v1/events on the real gateway (HTTP, loopback)",
                 "until": "/v1/admin/status lag 0 for the registrar and the indexer",
                 "per_round": [round(c / s, 2) for c, s in zip(counts, seconds[mode], strict=True)],
+                "load_average_per_round": loads,
                 "accept_rate": round(total / sum(publish_seconds[mode]), 2),
                 "seconds": round(sum(seconds[mode]), 3),
             },
@@ -812,6 +849,7 @@ def _ingest_rounds(
                 "definition": "distributed rate / embedded rate, median over rounds",
                 "registrar_replicas": registrars,
                 "embedder": embedder,
+                "load_average_per_round": loads,
                 **ratios,
             },
             aim=Aim(">", 0.5, "distributed ingest at least half of embedded"),
@@ -856,6 +894,7 @@ def _freshness(
             "probe_search_p50_ms": search["p50"],
             "from": "the 202 of the publish call",
             "to": "the answer of the first search whose hits carry the word",
+            "load_average": load_average(),
         }
         summary = results.add_latencies(
             f"distributed.freshness.{mode}", prober.latencies, params, FRESHNESS_AIM
@@ -864,7 +903,7 @@ def _freshness(
             "distributed",
             f"freshness {mode}: p50 {summary['p50']:.0f} ms, p99 {summary['p99']:.0f} ms "
             f"({len(prober.latencies)} samples, {prober.missed} missed; achieved "
-            f"{load.achieved_rate():.0f}/s)",
+            f"{load.achieved_rate():.0f}/s; load average {params['load_average']})",
         )
         with suppress(TimeoutError):
             s.wait_caught_up(timeout=300)
@@ -997,6 +1036,7 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
             "publish_seconds": round(t1 - t0, 1),
             "rate": round(sent / (t2 - t0), 2),
             "complete": sent == opts.context_size,
+            "load_average": load_average(),
         }
         progress("distributed", f"context {mode}: {sent:,} memories loaded in {t2 - t0:.0f}s")
         results.add(
@@ -1040,6 +1080,7 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
                 "budget": 1_000,
                 "call": "POST /v1/context, one subject, HTTP round trip on loopback",
                 "context_chars_p50": percentile(sorted(sizes[mode]), 50),
+                "load_average": load_average(),
             },
         )
         progress(

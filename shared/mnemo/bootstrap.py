@@ -523,6 +523,7 @@ def make_runner(
         decay_policy=load_decay_policy(settings.decay_policy_file),
         checkpointer=checkpointer,
         opener=sealer.open_private_envelope,
+        open_many=sealer.open_private_envelopes,
     )
 
 

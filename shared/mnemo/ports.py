@@ -7,7 +7,7 @@ passes the same contract suite in tests/contract.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -176,6 +176,12 @@ class StoreTransaction(abc.ABC):
     @abc.abstractmethod
     def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
         """An active memory with exactly this content, if any."""
+
+    def prefetch_hashes(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        """A hint: `find_by_hash` will be asked about these (tenant, stream, content hash)
+        keys. A store that pays a round trip per lookup reads them all at once here; the
+        answers are the same either way. This default does nothing."""
+        return None
 
     @abc.abstractmethod
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
@@ -684,6 +690,10 @@ class EventArchive(abc.ABC):
     @abc.abstractmethod
     def fates(self, partition: int, first: int, last: int) -> dict[int, RecordFate]:
         """The recorded fates of the offsets first..last of a partition."""
+
+    def decided(self, offsets: Mapping[int, int]) -> bool:
+        """Whether the sequencer has recorded the fate of each {partition: offset}."""
+        return all(o in self.fates(p, o, o) for p, o in offsets.items())
 
     @abc.abstractmethod
     def locate(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], RecordFate]:

@@ -105,6 +105,35 @@ class MemoryStoreContract:
             assert tx.current_for_key("acme", "user:U1", "size") is None
             assert tx.find_by_hash("acme", "user:U1", "hash1") is None
 
+    def test_hash_lookups_read_ahead_answer_as_one_at_a_time(self, store: MemoryStore) -> None:
+        stored = mem(1)  # content hash "hash1"
+        retired = mem(2)
+        other_stream = mem(3, stream="user:U2")
+        other_tenant = mem(4, tenant="other")
+        self.put(store, stored, retired, other_stream, other_tenant)
+        with store.transaction() as tx:
+            tx.apply([SetStatus("acme", retired.memory_id, MemoryStatus.SUPERSEDED)])
+        keys = [
+            ("acme", "user:U1", stored.content_hash),
+            ("acme", "user:U1", retired.content_hash),
+            ("acme", "user:U1", other_stream.content_hash),
+            ("acme", "user:U1", "nothing"),
+            ("other", "user:U1", other_tenant.content_hash),
+        ]
+        with store.transaction() as tx:
+            one_at_a_time = [tx.find_by_hash(*k) for k in keys]
+        assert one_at_a_time == [stored, None, None, None, other_tenant]
+        fresh = mem(5)
+        with store.transaction() as tx:
+            tx.prefetch_hashes([*keys, ("acme", "user:U1", fresh.content_hash)])
+            assert [tx.find_by_hash(*k) for k in keys] == one_at_a_time
+            # the batch's own writes still count after the read-ahead
+            tx.apply(
+                [PutMemory(fresh), SetStatus("acme", stored.memory_id, MemoryStatus.FORGOTTEN)]
+            )
+            assert tx.find_by_hash("acme", "user:U1", fresh.content_hash) == fresh
+            assert tx.find_by_hash("acme", "user:U1", stored.content_hash) is None
+
     def test_the_memory_before_is_the_latest_earlier_one_of_its_type(
         self, store: MemoryStore
     ) -> None:

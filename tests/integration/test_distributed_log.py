@@ -28,7 +28,7 @@ from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import LogRecord, MemoryQuery, RecordStatus
 from mnemo.service.app import RequestContext
-from mnemo.service.distributed import record_key
+from mnemo.service.distributed import NotReady, record_key
 
 CTX = RequestContext("acme", "tester")
 
@@ -134,6 +134,25 @@ def test_a_repeated_event_id_is_archived_and_registered_once(platform: Platform)
     ]
     assert len(platform.app.outcome(CTX, event["event_id"])) == 1
     assert len(platform.store.audit_trail("acme", "user:U1", 0, 100)) == 2
+
+
+def test_a_waiting_follower_names_where_the_registrar_must_get_to(platform: Platform) -> None:
+    platform.app.publish(CTX, [declare(f"note {i}", stream=f"user:W{i}") for i in range(8)])
+    topic = platform.distributed.topic  # type: ignore[union-attr]
+    ends = {p: end for p, end in topic.end_offsets().items() if end}
+    followers = Pump(platform, ("indexer", "audit")).processors
+    for follower in followers.values():
+        records = [r for p in sorted(ends) for r in topic.fetch(p, 0, 100)]
+        with pytest.raises(NotReady) as waiting:
+            follower.process(records)
+        assert waiting.value.waits == dict.fromkeys(ends, 0)  # nothing has a fate yet
+    archive = platform.distributed.archive  # type: ignore[union-attr]
+    assert not archive.decided(waiting.value.waits)
+    Pump(platform, ("registrar",)).step()
+    assert archive.decided(waiting.value.waits)  # worth handling again now
+    assert not archive.decided({p: end + 5 for p, end in ends.items()})
+    Pump(platform).drain()
+    assert len(platform.store.audit_trail("acme", "user:W0", 0, 100)) == 2
 
 
 def test_a_stale_expected_sequence_is_refused_with_an_outcome(platform: Platform) -> None:

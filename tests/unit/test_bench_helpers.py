@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from bench.common import Results, latency_summary, percentile, ratio_summary
-from bench.distributed import pace, recovery
+from bench.distributed import pace, recovery, subject_batches
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -93,3 +93,14 @@ def test_the_guard_benchmark_passes_only_within_both_aims_and_with_every_answer(
     assert not _verdict(_guard_results(20.0, 40.0), _guard_facts("500"))["report_within_50ms"]
     failed = _verdict(_guard_results(20.0, 40.0), _guard_facts(failures=1))
     assert not failed["healthz_within_100ms"]
+
+
+def test_subject_batches_keep_each_request_under_the_subject_limit_and_streams_in_order() -> None:
+    events = [{"stream": f"user:S{i % 50:02d}", "n": i} for i in range(200)]
+    parts = subject_batches(events, limit=32)
+    assert [len({e["stream"] for e in p}) for p in parts] == [32, 18]
+    assert sorted(e["n"] for p in parts for e in p) == list(range(200))
+    for stream in {e["stream"] for e in events}:
+        sent = [e["n"] for p in parts for e in p if e["stream"] == stream]
+        assert sent == sorted(sent)  # a stream's events keep their order
+    assert subject_batches([], limit=32) == []

@@ -508,3 +508,41 @@ def test_a_turn_recorded_with_its_speaker_is_tagged_with_that_speaker() -> None:
     [memory] = registered(run(state, observe("好的，谢谢", kind="turn", speaker="客户")))
     assert "speaker:客户" in memory.tags
     assert any(t.startswith("episode:") for t in memory.tags)
+
+
+class AskedState(DictState):
+    """Records the content-hash lookups registration makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, str, str]] = []
+
+    def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
+        self.asked.append((tenant, stream, content_hash))
+        return super().find_by_hash(tenant, stream, content_hash)
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        {"type": "fact", "content": "The user ships to Lisbon."},
+        {"type": "history", "content": "User: Thanks!"},  # hashed with its instant
+        {"type": "preference", "content": "Window seats", "key": "seat", "value": "window"},
+    ],
+)
+def test_the_hash_lookups_named_ahead_are_the_ones_registration_makes(
+    memory: dict[str, Any],
+) -> None:
+    state = AskedState()
+    env = declare(memory, T0 + timedelta(hours=5))
+    run(state, env)
+    assert state.asked
+    assert registration.hash_lookups(env) == state.asked
+
+
+def test_no_hash_lookups_are_named_for_other_events_or_undecodable_payloads() -> None:
+    assert registration.hash_lookups(observe("remember that I live in Porto")) == []
+    broken = declare({"type": "fact", "content": "x"}, T0).model_copy(
+        update={"payload": {"memory": {"type": "no such type"}}}
+    )
+    assert registration.hash_lookups(broken) == []

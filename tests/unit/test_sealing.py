@@ -16,7 +16,7 @@ import orjson
 import pytest
 from tests.vault_support import SwitchableVault
 
-from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
 from mnemo.domain.events import Envelope, validate_envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED, SecurityPolicy
@@ -199,6 +199,79 @@ def test_cached_keys_work_only_for_their_ttl(
     vault.down = False  # back: everything works again, nothing was lost
     third = sealer.seal(observation(f"call {PHONE}"))
     assert sealer.open_json(third.model_dump(mode="json"))["payload"]["text"] == f"call {PHONE}"
+
+
+def _at_once(job: Any) -> None:
+    job()
+
+
+def test_a_busy_key_is_fetched_again_before_it_runs_out(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    keys = KeyCache(vault, 30.0, now=ticker, refresher=_at_once)
+    first = keys.data_key("acme/user:U1")
+    calls = vault.calls
+    ticker.t += 10.0  # first half of its life: from the cache, no refresh
+    assert keys.data_key("acme/user:U1") == first
+    assert vault.calls == calls
+    ticker.t += 10.0  # second half: still the cached key, and a refresh behind it
+    assert keys.data_key("acme/user:U1") == first
+    assert vault.calls == calls + 1
+    vault.down = True
+    ticker.t += 15.0  # past the first fetch's TTL, within the refresh's
+    refreshed = keys.data_key("acme/user:U1")
+    assert refreshed != first  # a data key refreshed is a fresh data key
+    ticker.t += 16.0  # past the refresh's TTL too: the vault is away, fail closed
+    with pytest.raises(Unavailable):
+        keys.data_key("acme/user:U1")
+
+
+def test_a_failed_refresh_leaves_the_key_its_own_expiry(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    keys = KeyCache(vault, 30.0, now=ticker, refresher=_at_once)
+    search = keys.search_key("acme/user:U1")
+    vault.down = True
+    ticker.t += 20.0
+    assert keys.search_key("acme/user:U1") == search  # the refresh behind it failed
+    ticker.t += 9.0
+    assert keys.search_key("acme/user:U1") == search
+    ticker.t += 2.0
+    with pytest.raises(Unavailable):
+        keys.search_key("acme/user:U1")
+
+
+def test_a_refresh_that_finds_the_key_destroyed_forgets_it(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    keys = KeyCache(vault, 30.0, now=ticker, refresher=_at_once)
+    _, wrapped, _ = keys.data_key("acme/user:U1")
+    keys.unwrap("acme/user:U1", wrapped)
+    vault.inner.destroy("acme/user:U1")  # another process forgot the subject
+    ticker.t += 20.0
+    keys.unwrap("acme/user:U1", wrapped)  # still cached; the refresh behind it fails
+    with pytest.raises(KeyDestroyed):  # everything cached from the key is gone at once
+        keys.unwrap("acme/user:U1", wrapped)
+    with pytest.raises(KeyDestroyed):
+        keys.data_key("acme/user:U1")
+
+
+def test_a_key_forgotten_during_its_fetch_is_not_cached(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    keys = KeyCache(vault, 30.0, now=ticker, refresher=_at_once)
+    fetch = vault.data_key
+
+    def forgotten_meanwhile(key_id: str) -> tuple[bytes, bytes, int]:
+        found = fetch(key_id)
+        keys.forget(key_id)  # a destroy or rotation lands while the fetch is on its way
+        return found
+
+    vault.data_key = forgotten_meanwhile  # type: ignore[method-assign]
+    keys.data_key("acme/user:U1")
+    calls = vault.calls
+    keys.data_key("acme/user:U1")
+    assert vault.calls == calls + 1  # fetched again: the stale answer was not kept
 
 
 def test_rotation_seals_with_the_new_version_and_opens_the_old(sealer: Sealer) -> None:
@@ -545,3 +618,33 @@ def test_every_free_text_field_of_every_event_is_sealed_or_known_not_personal() 
             unclassified.append(("@", path))
     assert NOT_PERSONAL - seen == set()  # every entry names a field that is there
     assert sorted(set(unclassified)) == [], sorted(set(unclassified))
+
+
+def test_a_batch_opens_as_one_at_a_time_with_each_key_fetched_once(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    writer = Sealer(KeyCache(vault, 30.0, now=ticker))
+    sealed = [
+        writer.seal(observation(f"note {i} for {stream}", stream=stream))
+        for i, stream in enumerate(["user:A", "user:B", "user:A", "user:C", "user:B"])
+    ]
+    sealed.append(observation("a team note", stream="team:T"))  # nothing sealed whole
+    vault.inner.destroy("acme/user:C")  # forgotten: its event reads redacted
+    one_by_one = [
+        Sealer(KeyCache(vault, 30.0, now=ticker)).open_private_envelope(e) for e in sealed
+    ]
+    reader = Sealer(KeyCache(vault, 30.0, now=ticker))
+    calls = vault.calls
+    batch = reader.open_private_envelopes(sealed)
+    assert batch == one_by_one
+    assert [e.payload["text"] for e in batch[:3]] == [
+        "note 0 for user:A",
+        "note 1 for user:B",
+        "note 2 for user:A",
+    ]
+    assert batch[3].payload["text"] != "note 3 for user:C"
+    # A, B and C once each side by side; C (destroyed) once more when its event is opened
+    assert vault.calls - calls == 4
+    vault.down = True
+    with pytest.raises(Unavailable):  # nothing cached for a new reader: fail closed
+        Sealer(KeyCache(vault, 30.0, now=ticker)).open_private_envelopes(sealed)

@@ -841,6 +841,10 @@ class _Tx(StoreTransaction):
         self.position: tuple[str, int] | None = None
         self.epoch: int | None = None  # the claim the commit must still hold (fenced)
         self.purged: set[str] = set()  # tenants purged by this batch: their stored rows go
+        # memory ids of stored content-hash rows, read for the whole batch by prefetch_hashes:
+        # a partition's streams have one writer (its fenced owner), so nobody else adds or
+        # drops them while the batch runs, and the batch's own changes are in the overlay
+        self.hash_rows: dict[tuple[str, str, str], list[str]] = {}
 
     # -- reads: the overlay over the stored rows
 
@@ -882,10 +886,30 @@ class _Tx(StoreTransaction):
         ids += [m.memory_id for m in self._pending(tenant) if m.stream == stream and m.key == key]
         return _current_holder(self._current(tenant, ids), stream, key)
 
+    def prefetch_hashes(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        missing = [k for k in dict.fromkeys(keys) if k not in self.hash_rows]
+        if not missing:
+            return
+        found = self._store._concurrently(
+            [(self._store._keyspace(k[0]), "hash_ids", list(k)) for k in missing]
+        )
+        by_tenant: dict[str, list[str]] = {}
+        for k, rows in zip(missing, found, strict=True):
+            self.hash_rows[k] = [str(r[0]) for r in rows]
+            by_tenant.setdefault(k[0], []).extend(self.hash_rows[k])
+        for tenant, ids in by_tenant.items():
+            self._load(tenant, ids)
+
     def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
-        ids = [
-            str(r[0]) for r in self._store._rows(tenant, "hash_ids", [tenant, stream, content_hash])
-        ]
+        stored = self.hash_rows.get((tenant, stream, content_hash))
+        ids = (
+            list(stored)
+            if stored is not None
+            else [
+                str(r[0])
+                for r in self._store._rows(tenant, "hash_ids", [tenant, stream, content_hash])
+            ]
+        )
         ids += [
             m.memory_id
             for m in self._pending(tenant)

@@ -143,6 +143,32 @@ def _reject(
     )
 
 
+def _digest(event: Envelope, draft: MemoryDraft) -> str:
+    """The content hash a draft deduplicates on."""
+    digest = content_hash(draft)
+    if draft.type is MemoryType.HISTORY:
+        # a conversation repeats itself ("Thanks!" in two sessions): each occurrence is a
+        # memory of its own; only the same turn at the same instant (a re-import) is a
+        # duplicate. Declared memories of other types deduplicate on content alone.
+        digest = occurrence_hash(digest, event.occurred_at)
+    return digest
+
+
+def hash_lookups(event: Envelope) -> list[tuple[str, str, str]]:
+    """The (tenant, stream, content hash) lookups `handle` will make for a declared memory
+    (its event opened), so that a store can read them for a whole batch at once. Only a
+    hint: other events, or a payload that does not decode, give none."""
+    if event.type != MemoryDeclared.TYPE:
+        return []
+    try:
+        payload = decode_payload(event)
+    except (ValidationError, KeyError, ValueError):
+        return []
+    if not isinstance(payload, MemoryDeclared):
+        return []
+    return [(event.tenant, event.stream, _digest(event, payload.memory))]
+
+
 def _register(
     event: Envelope,
     state: RegistrationState,
@@ -161,12 +187,7 @@ def _register(
         return _reject(
             event, index, "ALREADY_EXPIRED", "the memory's validity ends before it began"
         )
-    digest = content_hash(draft)
-    if draft.type is MemoryType.HISTORY:
-        # a conversation repeats itself ("Thanks!" in two sessions): each occurrence is a
-        # memory of its own; only the same turn at the same instant (a re-import) is a
-        # duplicate. Declared memories of other types deduplicate on content alone.
-        digest = occurrence_hash(digest, event.occurred_at)
+    digest = _digest(event, draft)
     memory_id = derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index))
     existing = state.find_by_hash(event.tenant, event.stream, digest)
     if existing is not None and existing.memory_id == memory_id:

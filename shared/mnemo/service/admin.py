@@ -15,6 +15,21 @@ from mnemo.domain.errors import ConflictError, MnemoError
 __all__ = ["distributed_status", "platform_checksum", "rebuild_read_models"]
 
 _REBUILDING = threading.Lock()
+_PROBES: httpx.Client | None = None
+_PROBES_LOCK = threading.Lock()
+
+
+def _probes() -> httpx.Client:
+    """One HTTP client for every health probe of the status page, made once: a client
+    builds its TLS context when it is made (CA bundle loading, tens of milliseconds of
+    CPU), and the page probes six services on every call, which monitors and `?wait`
+    loops make several times a second. No connection is kept between probes, so each
+    one still opens its own, as a client per probe did."""
+    global _PROBES
+    with _PROBES_LOCK:
+        if _PROBES is None:
+            _PROBES = httpx.Client(timeout=2.0, limits=httpx.Limits(max_keepalive_connections=0))
+        return _PROBES
 
 
 def platform_checksum(platform: Platform) -> str:
@@ -93,7 +108,7 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
         if not name or not url:
             continue
         try:
-            answer = httpx.get(f"{url.rstrip('/')}/readyz", timeout=2.0)
+            answer = _probes().get(f"{url.rstrip('/')}/readyz")
             health[name] = "ready" if answer.status_code == 200 else _not_ready(answer)
         except httpx.HTTPError:
             health[name] = "unreachable"
@@ -105,7 +120,7 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
 
 def _http_state(url: str, states: dict[int, str]) -> str:
     try:
-        answer = httpx.get(url, timeout=2.0)
+        answer = _probes().get(url)
     except httpx.HTTPError:
         return "unreachable"
     return states.get(answer.status_code, f"not_ready ({answer.status_code})")

@@ -131,7 +131,13 @@ def _records(topic: LogTopic, partition: int, end: int, page: int = 1_000) -> It
 
 
 class NotReady(Exception):
-    """A follower reached records the sequencer has not decided on yet; retry shortly."""
+    """A follower reached records the sequencer has not decided on yet; retry shortly.
+    `waits` names, per partition, the first offset still undecided: the batch is worth
+    handling again once the sequencer has recorded its fate (`EventArchive.decided`)."""
+
+    def __init__(self, message: str, waits: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.waits: dict[int, int] = dict(waits or {})
 
 
 # ---- the log port over topic + archive ----------------------------------------------------
@@ -340,6 +346,7 @@ class _Processor:
         self.counters = Counters()
         self._counting = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._reads: ThreadPoolExecutor | None = None
 
     def _consuming(
         self, partition: int, records: Sequence[LogRecord]
@@ -396,6 +403,21 @@ class _Processor:
             )
         return [once[o] for o in sorted(once)]
 
+    def _side_by_side(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`fn(*args)` for each of `calls`, on this processor's threads when there are
+        several; results in order, the first error raised."""
+        if len(calls) < 2:
+            return [fn(*args) for args in calls]
+        pool = self._reader()
+        return [f.result() for f in [pool.submit(fn, *args) for args in calls]]
+
+    def _reader(self) -> ThreadPoolExecutor:
+        """Threads for reads made side by side (never for writes, whose order matters)."""
+        with self._counting:
+            if self._reads is None:
+                self._reads = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-read")
+            return self._reads
+
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
         held, epoch = self._held(partition, items)
@@ -443,7 +465,11 @@ class _Processor:
             if not isinstance(error, NotReady):
                 raise error
         if errors:
-            raise errors[0]
+            waits: dict[int, int] = {}
+            for error in errors:
+                assert isinstance(error, NotReady)
+                waits.update(error.waits)
+            raise NotReady(str(errors[0]), waits)
         return done
 
     def _partition(
@@ -487,7 +513,6 @@ class Sequencer(_Processor):
         batch: telemetry.Consumed,
         epoch: int | None,
     ) -> int:
-        known = self.archive.fates(partition, records[0].offset, records[-1].offset)
         now = self.clock.now()
         parsed: list[tuple[LogRecord, Envelope | InvalidInput]] = []
         for r in records:
@@ -495,13 +520,24 @@ class Sequencer(_Processor):
                 parsed.append((r, parse_record(r, now)))
             except InvalidInput as exc:
                 parsed.append((r, exc))
-        located = self.archive.locate(
-            [(e.tenant, e.event_id) for _, e in parsed if isinstance(e, Envelope)]
-        )
-        # every stream's head in one round trip; kept up to date below
-        heads = self.archive.stream_heads(
-            [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
-            below=(partition, records[0].offset),
+        # the fates recorded before, where each id went, and every stream's head (kept up
+        # to date below): three reads side by side
+        known, located, heads = self._side_by_side(
+            lambda read: read(),
+            [
+                (lambda: self.archive.fates(partition, records[0].offset, records[-1].offset),),
+                (
+                    lambda: self.archive.locate(
+                        [(e.tenant, e.event_id) for _, e in parsed if isinstance(e, Envelope)]
+                    ),
+                ),
+                (
+                    lambda: self.archive.stream_heads(
+                        [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
+                        below=(partition, records[0].offset),
+                    ),
+                ),
+            ],
         )
         seen: set[tuple[str, str]] = set()
         fates: list[RecordFate] = []
@@ -585,7 +621,8 @@ class Sequencer(_Processor):
                 )
         self.archive.record(archived, fates)
         self._count(fates, archived, letters)
-        # what registration emitted for these events before (a redo), all in one round trip
+        # what registration emitted for these events before (a redo), all in one round trip;
+        # read after the archive step, which may have placed some of them in this batch
         caused = self.archive.caused_by_many(
             [
                 (e.envelope.tenant, e.envelope.event_id)
@@ -595,15 +632,22 @@ class Sequencer(_Processor):
         )
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
-            for event in archived:
-                record = LoggedEvent(
-                    offset=encode_offset(partition, event.offset), envelope=event.envelope
-                )
+            # opened, and their content-hash lookups read, for the whole batch at once
+            records_opened = self.runner.prepare_registrar(
+                [
+                    LoggedEvent(offset=encode_offset(partition, e.offset), envelope=e.envelope)
+                    for e in archived
+                ],
+                tx,
+            )
+            for event, record in zip(archived, records_opened, strict=True):
                 key = (event.envelope.tenant, event.envelope.event_id)
                 with telemetry.handling(
                     batch, event.envelope, parents[event.offset], offset=event.offset
                 ):
-                    decision = self.runner.decide_registrar(record, tx, caused.get(key, []))
+                    decision = self.runner.decide_registrar(
+                        record, tx, caused.get(key, []), opened=True
+                    )
                 tx.apply(decision.writes)
                 emitted.extend(decision.events)
             for env in stale:
@@ -703,20 +747,33 @@ class Follower(_Processor):
             by_partition.setdefault(r.partition, []).append(r)
         waiting: NotReady | None = None
         done = 0
+        held: list[tuple[int, list[LogRecord], int | None]] = []
+        for partition, items in sorted(by_partition.items()):
+            owned, epoch = self._held(partition, items)
+            if owned:
+                held.append((partition, list(items), epoch))
+
+        def look(
+            partition: int, items: list[LogRecord]
+        ) -> tuple[list[LogRecord], tuple[Any, ...] | None]:
+            fresh = self._fresh(partition, items)
+            return fresh, (self._ready(partition, fresh) if fresh else None)
+
+        # each partition's stored position and fates read side by side, not in turn
+        looked = self._side_by_side(look, [(p, items) for p, items, _ in held])
         with ExitStack() as spans:
             steps: list[tuple[int, int, list[LoggedEvent], list[float | None], int | None]] = []
-            for partition, items in sorted(by_partition.items()):
-                held, epoch = self._held(partition, items)
-                if not held:
-                    continue
-                fresh = self._fresh(partition, items)
-                if not fresh:
+            for (partition, _, epoch), (fresh, found) in zip(held, looked, strict=True):
+                if not fresh or found is None:
                     continue
                 spans.enter_context(self._consuming(partition, fresh))
-                ready, events, accepted_at, _ = self._ready(partition, fresh)
+                ready, events, accepted_at, _ = found
                 if len(ready) < len(fresh):
+                    waits = waiting.waits if waiting is not None else {}
+                    waits[partition] = fresh[len(ready)].offset
                     waiting = NotReady(
-                        f"{self.consumer} waits for the registrar on partition {partition}"
+                        f"{self.consumer} waits for the registrar on partition {partition}",
+                        waits,
                     )
                 if ready:
                     steps.append((partition, ready[-1].offset + 1, events, accepted_at, epoch))
@@ -749,8 +806,11 @@ class Follower(_Processor):
         epoch: int | None,
     ) -> int:
         ready, events, accepted_at, parents = self._ready(partition, records)
+        waits = {partition: records[len(ready)].offset} if len(ready) < len(records) else {}
         if not ready:
-            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
+            raise NotReady(
+                f"{self.consumer} waits for the registrar on partition {partition}", waits
+            )
         name = position_name(self.consumer, partition)
         decide = self.runner.decider(self.consumer)
         with self.store.transaction() as tx:
@@ -765,8 +825,10 @@ class Follower(_Processor):
                 self.runner.log.append(emitted)
             tx.set_position(name, ready[-1].offset + 1, epoch)
         telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
-        if len(ready) < len(records):
-            raise NotReady(f"{self.consumer} waits for the registrar on partition {partition}")
+        if waits:
+            raise NotReady(
+                f"{self.consumer} waits for the registrar on partition {partition}", waits
+            )
         return len(ready)
 
 

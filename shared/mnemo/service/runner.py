@@ -93,11 +93,14 @@ class EmbeddedRunner:
         decay_policy: decay.DecayPolicy | None = None,
         checkpointer: AuditCheckpointer | None = None,
         opener: Callable[[Envelope], Envelope] | None = None,
+        open_many: Callable[[Sequence[Envelope]], list[Envelope]] | None = None,
     ) -> None:
         self.log = log_
         # what a user stream's events sealed whole are opened by before a handler reads
         # them (the audit consumer chains the events as logged)
         self.opener = opener
+        # the opener over a batch at once (its keys fetched side by side), when there is one
+        self.open_many = open_many
         self.store = store
         self.index = index
         self.embedder = embedder
@@ -211,6 +214,13 @@ class EmbeddedRunner:
         telemetry.committed(consumer, [r.envelope for r in batch])
         return len(batch)
 
+    def _opened_all(self, envelopes: list[Envelope]) -> list[Envelope]:
+        if self.open_many is not None:
+            return self.open_many(envelopes)
+        if self.opener is not None:
+            return [self.opener(e) for e in envelopes]
+        return envelopes
+
     def opened(self, record: LoggedEvent) -> LoggedEvent:
         """A logged event as the handlers read it (see `opener`)."""
         if self.opener is None:
@@ -263,15 +273,33 @@ class EmbeddedRunner:
         record: LoggedEvent,
         tx: StoreTransaction,
         caused: Sequence[LoggedEvent] | None = None,
+        *,
+        opened: bool = False,
     ) -> Decision:
         """Registration, plus the timeline entries of the memories the event touched.
         `caused`: the log's events caused by this one, when the caller looked them up
-        already (the distributed registrar does, for a whole batch at once)."""
-        record = self.opened(record)
+        already (the distributed registrar does, for a whole batch at once); `opened`: the
+        record comes from `prepare_registrar`, its sealed fields opened already."""
+        if not opened:
+            record = self.opened(record)
         decision = self._register(record, tx, caused)
         if _REGISTRAR.projects("timeline"):
             decision.writes.extend(timeline.entries(record.envelope, record.offset))
         return decision
+
+    def prepare_registrar(
+        self, records: Sequence[LoggedEvent], tx: StoreTransaction
+    ) -> list[LoggedEvent]:
+        """A batch's records opened as registration reads them, with the transaction told
+        the content-hash lookups registration will make, so a store that pays a round trip
+        per lookup reads them all at once. Hand each to `decide_registrar(opened=True)`."""
+        envelopes = self._opened_all([r.envelope for r in records])
+        opened = [
+            r if e is r.envelope else LoggedEvent(offset=r.offset, envelope=e)
+            for r, e in zip(records, envelopes, strict=True)
+        ]
+        tx.prefetch_hashes([k for r in opened for k in registration.hash_lookups(r.envelope)])
+        return opened
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         return decay.handle(self.opened(record).envelope, tx, self.decay_policy)
@@ -319,8 +347,7 @@ class EmbeddedRunner:
     def index_events(self, envelopes: list[Envelope]) -> None:
         """Embed and upsert what the events registered, each with its keyword vector; drop
         what they ended."""
-        if self.opener is not None:
-            envelopes = [self.opener(e) for e in envelopes]
+        envelopes = self._opened_all(envelopes)
         plan = indexing.plan(envelopes)
         for tenant in sorted(plan.purges):  # a forgotten tenant: before these upserts
             self.index.delete(tenant, self.index.ids(tenant))

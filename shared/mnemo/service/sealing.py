@@ -3,7 +3,10 @@ on authorized reads.
 
 * `KeyCache` sits in front of a KeyVault: a data key (and a search key) per key_id is kept
   in memory for `ttl` seconds, then dropped. While Vault is down, sealing and opening work
-  from the cache until the TTL runs out, then fail closed with Unavailable (503).
+  from the cache until the TTL runs out, then fail closed with Unavailable (503). A key
+  used in the second half of its life is fetched again in the background (refresh ahead),
+  so a busy subject's key never makes a caller wait for Vault; the TTL still counts from
+  the last time Vault answered, and a refresh that finds the key destroyed drops it.
 * `Sealer.seal` runs the PII detector over an event's free-text fields (the payload model's
   SCANNED paths); what the tenant's policy says to encrypt is replaced by a placeholder
   ``⟦kind:token⟧`` (token: a keyed hash of the normalised value) and its AES-256-GCM
@@ -20,14 +23,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import copy
 import hashlib
 import hmac
+import logging
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
@@ -90,6 +96,8 @@ from mnemo.ports import (
 )
 from mnemo.service.context import ContextResponse
 
+log = logging.getLogger("mnemo.sealing")
+
 __all__ = [
     "SEALED_TEXT",
     "BlindTagIndex",
@@ -109,10 +117,17 @@ _T = TypeVar("_T")
 
 
 class KeyCache:
-    """Short-lived plaintext keys in front of a KeyVault (see the module docstring)."""
+    """Short-lived plaintext keys in front of a KeyVault (see the module docstring).
+
+    `refresher` runs a background refresh (a callable taking a job); by default a small
+    thread pool of this cache's own. Tests pass one that runs the job at once."""
 
     def __init__(
-        self, vault: KeyVault, ttl: float, now: Callable[[], float] = time.monotonic
+        self,
+        vault: KeyVault,
+        ttl: float,
+        now: Callable[[], float] = time.monotonic,
+        refresher: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
         self.vault = vault
         self.ttl = ttl
@@ -122,18 +137,32 @@ class KeyCache:
         self._unwrapped: dict[tuple[str, bytes], tuple[float, bytes]] = {}
         self._search: dict[str, tuple[float, bytes]] = {}
         self._destroyed: set[str] = set()
+        # bumped by forget(): a fetch that began before it must not put the key back
+        self._generation: dict[str, int] = {}
+        self._refreshing: set[tuple[int, Any]] = set()
+        self._refresher = refresher
+        self._pool: ThreadPoolExecutor | None = None
 
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
         """(plaintext, wrapped, version): one data key per key_id for the TTL."""
-        return self._cached(self._data, key_id, lambda: self.vault.data_key(key_id))
+        return self._cached(self._data, key_id, key_id, lambda: self.vault.data_key(key_id))
 
     def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
         return self._cached(
-            self._unwrapped, (key_id, wrapped), lambda: self.vault.unwrap(key_id, wrapped)
+            self._unwrapped,
+            (key_id, wrapped),
+            key_id,
+            lambda: self.vault.unwrap(key_id, wrapped),
         )
 
+    def holds(self, key_id: str, wrapped: bytes) -> bool:
+        """Whether `unwrap(key_id, wrapped)` would be answered from the cache now."""
+        with self._lock:
+            hit = self._unwrapped.get((key_id, wrapped))
+            return hit is not None and hit[0] > self._now()
+
     def search_key(self, key_id: str) -> bytes:
-        return self._cached(self._search, key_id, lambda: self.vault.search_key(key_id))
+        return self._cached(self._search, key_id, key_id, lambda: self.vault.search_key(key_id))
 
     def has_key(self, key_id: str) -> bool:
         """Whether the key exists; a key this cache holds a live entry of counts as
@@ -166,6 +195,7 @@ class KeyCache:
         """A new key version; new seals use it at once, old ones keep opening."""
         version = self.vault.rotate(key_id)
         with self._lock:
+            self._generation[key_id] = self._generation.get(key_id, 0) + 1
             self._data.pop(key_id, None)
         return version
 
@@ -179,25 +209,91 @@ class KeyCache:
 
     def forget(self, key_id: str) -> None:
         with self._lock:
+            self._generation[key_id] = self._generation.get(key_id, 0) + 1
             self._data.pop(key_id, None)
             self._search.pop(key_id, None)
             for entry in [k for k in self._unwrapped if k[0] == key_id]:
                 del self._unwrapped[entry]
 
-    def _cached(self, table: dict[Any, tuple[float, _T]], key: Any, load: Callable[[], _T]) -> _T:
+    def _cached(
+        self,
+        table: dict[Any, tuple[float, _T]],
+        key: Any,
+        key_id: str,
+        load: Callable[[], _T],
+    ) -> _T:
         now = self._now()
         with self._lock:
             hit = table.get(key)
-            if hit is not None and hit[0] > now:
-                return hit[1]
-            if hit is not None:
+            fresh = hit is not None and hit[0] > now
+            job = (
+                self._refresh_job(table, key, key_id, load)
+                if hit is not None and fresh and hit[0] - now < self.ttl / 2
+                else None
+            )
+            if hit is not None and not fresh:
                 del table[key]
+            generation = self._generation.get(key_id, 0)
+        if hit is not None and fresh:
+            if job is not None:
+                self._submit(job)
+            return hit[1]
         value = load()  # outside the lock: a slow Vault must not hold every other caller
         if self.ttl > 0:
             with self._lock:
                 self._sweep(now)
-                table[key] = (now + self.ttl, value)
+                if self._generation.get(key_id, 0) == generation:
+                    table[key] = (now + self.ttl, value)
         return value
+
+    def _refresh_job(
+        self,
+        table: dict[Any, tuple[float, _T]],
+        key: Any,
+        key_id: str,
+        load: Callable[[], _T],
+    ) -> Callable[[], None] | None:
+        """A background fetch of a cached key (planned with the lock held; None when one
+        is under way). On success the key's TTL starts again from just before the call; a
+        destroyed key is forgotten; any other failure leaves the entry to run out at its
+        own time, so a vault that stays away fails closed exactly as without the refresh."""
+        slot = (id(table), key)
+        if slot in self._refreshing:
+            return None
+        self._refreshing.add(slot)
+        generation = self._generation.get(key_id, 0)
+
+        def job() -> None:
+            started = self._now()
+            try:
+                value = load()
+            except KeyDestroyed:
+                self.forget(key_id)
+            except Exception:
+                log.debug("refreshing a cached key failed; it keeps its expiry")
+            else:
+                with self._lock:
+                    if self._generation.get(key_id, 0) == generation:
+                        table[key] = (started + self.ttl, value)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(slot)
+
+        return job
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        if self._refresher is not None:
+            self._refresher(job)
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(2, thread_name_prefix="mnemo-key-refresh")
+            pool = self._pool
+        try:
+            pool.submit(job)
+        except RuntimeError:  # the pool is shut down (interpreter exit): no refresh
+            with self._lock:
+                self._refreshing.clear()
 
     def _sweep(self, now: float) -> None:
         tables: tuple[dict[Any, tuple[float, Any]], ...] = (
@@ -650,6 +746,29 @@ class Sealer:
         else:  # views show which key sealed the event, never a wrapped key
             event["encryption"] = {**block_raw, "values": {}, "wrapped_key": None}
         return event
+
+    def open_private_envelopes(self, envelopes: Sequence[Envelope]) -> list[Envelope]:
+        """`open_private_envelope` over a batch. The data keys the batch needs that are
+        not cached yet are unwrapped first, side by side (one vault call per key, not one
+        after the other); a key that cannot be unwrapped then is left to the opening
+        itself, which answers as it always does (redacted, or Unavailable)."""
+        wanted: dict[tuple[str, bytes], None] = {}
+        for envelope in envelopes:
+            block = envelope.encryption
+            if _has_private(block):
+                assert block is not None
+                with contextlib.suppress(InvalidInput, ValueError):
+                    wanted[(block.key_id, self._wrapped(block))] = None
+        missing = [k for k in wanted if not self.keys.holds(*k)]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(min(8, len(missing))) as pool:
+                for _ in pool.map(self._try_unwrap, missing):
+                    pass
+        return [self.open_private_envelope(e) for e in envelopes]
+
+    def _try_unwrap(self, key: tuple[str, bytes]) -> None:
+        with contextlib.suppress(Exception):
+            self.keys.unwrap(*key)
 
     def open_private_envelope(self, envelope: Envelope) -> Envelope:
         """An event as Mnemo's consumers read it: whole-sealed fields opened, the

@@ -61,6 +61,8 @@ PERIODIC = ("scan", "checkpoint")
 _TAKE_WITHIN = 0.01  # seconds
 _MAX_TAKE = 2_048  # records in one batch at most
 _DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
+_WAIT_LOOK = 0.02  # seconds between looks at the registrar's positions while a follower waits
+_WAIT_LOOK_LIMIT = 2.0  # after this long the batch is handled again whatever they say
 _FILL_EVERY = 1.0  # seconds between looks for records the stream left behind
 _QUIET_SECONDS = 3.0  # a partition behind its end with no batch for this long is filled in
 
@@ -179,8 +181,10 @@ class Worker:
                 await loop.run_in_executor(self.executor, self.processor.process, records)
                 self.failures = 0
                 return
-            except NotReady:
-                await asyncio.sleep(0.02)  # the registrar is a step behind
+            except NotReady as waiting:
+                # the registrar is a step behind: watch its positions (one small read per
+                # look) rather than handling the whole batch again every few milliseconds
+                await self._until_decided(waiting)
             except MnemoError as exc:
                 self.failures += 1
                 self.last_error = exc.code
@@ -193,6 +197,25 @@ class Worker:
                 log.exception("%s: batch failed; retrying", self.consumer)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def _until_decided(self, waiting: NotReady) -> None:
+        """Returns once the registrar has decided every record `waiting` names (or after
+        `_WAIT_LOOK_LIMIT` seconds, or at once when it names none): then the batch is
+        worth handling again."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + _WAIT_LOOK_LIMIT
+        while True:
+            await asyncio.sleep(_WAIT_LOOK)
+            if not waiting.waits or time.monotonic() >= deadline:
+                return
+            try:
+                decided = await loop.run_in_executor(
+                    self.executor, self.distributed.archive.decided, waiting.waits
+                )
+            except MnemoError:
+                return  # the retry reports the store's trouble
+            if decided:
+                return
 
     def _install(self, with_http: GatewaySettings | None) -> None:
         app = self.app

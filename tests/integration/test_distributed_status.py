@@ -1,0 +1,90 @@
+"""The distributed status page (`mnemo status`, /v1/admin/status) on a real Kafka and
+Cassandra: each component's /readyz and each backing service's health, read again on
+every call, with one HTTP client for every probe."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from tests.distributed_support import distributed_settings, running_distributed
+
+from mnemo.bootstrap import Platform
+from mnemo.service.admin import distributed_status
+
+
+class Component:
+    """A worker's health port: /readyz answers `status` (200 ready, 503 fenced)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.code = 200
+        self.calls = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.calls += 1
+                body = b'{"status": "fenced"}' if outer.code == 503 else b'{"status": "ready"}'
+                self.send_response(outer.code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    with running_distributed(distributed_settings(tmp_path / "data", partitions=2)) as built:
+        yield built
+
+
+def test_every_status_call_probes_each_component_again(platform: Platform) -> None:
+    registrar, indexer = Component(), Component()
+    gone = Component()
+    gone_port = gone.port
+    gone.stop()
+    components = (
+        f"registrar=http://127.0.0.1:{registrar.port},indexer=http://127.0.0.1:{indexer.port},"
+        f"decay=http://127.0.0.1:{gone_port}"
+    )
+    try:
+        first = distributed_status(platform, components)
+        assert first["components"] == {
+            "gateway": "ready",
+            "registrar": "ready",
+            "indexer": "ready",
+            "decay": "unreachable",
+        }
+        assert first["consumers_running"] is False
+        assert first["services"]["kafka"] == first["services"]["cassandra"] == "ready"
+        indexer.code = 503  # fenced now: the next call sees it, nothing is remembered
+        second = distributed_status(platform, components)
+        assert second["components"]["indexer"] == "fenced"
+        assert second["components"]["registrar"] == "ready"
+        # a component restarted on its port between two calls is reached again
+        port = registrar.port
+        registrar.stop()
+        assert distributed_status(platform, components)["components"]["registrar"] == (
+            "unreachable"
+        )
+        registrar = Component(port)
+        assert distributed_status(platform, components)["components"]["registrar"] == "ready"
+        assert indexer.calls == 4
+    finally:
+        registrar.stop()
+        indexer.stop()
