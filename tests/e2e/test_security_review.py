@@ -498,6 +498,116 @@ def test_a_memory_ref_in_stored_text_is_not_rendered_nor_credited(
     assert r.json()["unknown_refs"] == [outside]
 
 
+def _settle(platform: Platform) -> None:
+    """Every consumer caught up, with what the consumers themselves emitted."""
+    for _ in range(20):
+        head = platform.log.head()
+        for consumer in CONSUMERS:
+            assert platform.runner.wait_for(consumer, head, 60), consumer
+        if platform.log.head() == head:
+            return
+    raise AssertionError("the consumers never caught up")
+
+
+def _weight_and_trust(client: TestClient, memory_id: str) -> tuple[float, float]:
+    memory = client.get(f"/v1/memories/{memory_id}", headers=H).json()
+    return memory["semantic_weight"], memory["provenance"]["trust"]
+
+
+def test_a_client_cannot_credit_a_memory_its_context_never_included(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 9, weight inflation: a memory:write key published 50 MemoryCited events in
+    session:ATT about a memory of session:OTHER that no context had included, and its
+    weight went 0.52 -> 0.99, its trust 0.5 -> 1.0."""
+    victim = _declare(client, "session:OTHER", {"type": "fact", "content": "ships on Fridays"})
+    _declare(client, "session:ATT", {"type": "fact", "content": "asked about returns"})
+    _settle(platform)
+    before = _weight_and_trust(client, victim)
+    elsewhere = client.post("/v1/context", json={"subjects": ["session:ATT"]}, headers=H).json()
+    assert victim not in [i["memory"]["memory_id"] for i in elsewhere["included"]]
+
+    def cited(**extra: str) -> dict[str, Any]:
+        payload = {"memory_id": victim, "position": "beginning", **extra}
+        return {"type": "MemoryCited", "schema_version": 1, "stream": "session:ATT",
+                "payload": payload}  # fmt: skip
+
+    head = platform.log.head()
+    refused = [
+        (cited(), "CITATION_WITHOUT_CONTEXT", "payload.request_id"),
+        (
+            cited(request_id="019ad4f0-8000-7000-8000-0000000000c2"),
+            "CONTEXT_NOT_FOUND",
+            "payload.request_id",
+        ),
+        (cited(request_id=elsewhere["request_id"]), "CITATION_NOT_IN_CONTEXT", "payload.memory_id"),
+    ]
+    for event, code, field in refused:
+        r = client.post("/v1/events", json={"events": [event] * 50}, headers=WRITER)
+        assert r.status_code == 400, r.text
+        assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+            code,
+            f"events[0].{field}",
+        )
+    assert platform.log.head() == head
+    _settle(platform)
+    assert _weight_and_trust(client, victim) == before
+    assert sum(s.cited for s in platform.store.memory_stats("acme", [victim])) == 0
+    # a context that did include it: fifty published citations credit it once, in the
+    # context's own stream, whatever stream the client named
+    shown = client.post("/v1/context", json={"subjects": ["session:OTHER"]}, headers=H).json()
+    assert victim in [i["memory"]["memory_id"] for i in shown["included"]]
+    batch = [cited(request_id=shown["request_id"])] * 50
+    r = client.post("/v1/events", json={"events": batch}, headers=WRITER)
+    assert r.status_code == 202, r.text
+    assert len({a["event_id"] for a in r.json()["accepted"]}) == 1
+    _settle(platform)
+    weight, trust = _weight_and_trust(client, victim)
+    assert (weight, trust) == (pytest.approx(before[0] + 0.05), pytest.approx(before[1] + 0.02))
+    assert platform.store.memory_stats("acme", [victim])[0].cited == 1
+    again = client.post("/v1/events", json={"events": batch[:1]}, headers=WRITER)
+    assert again.status_code == 202, again.text
+    _settle(platform)
+    assert _weight_and_trust(client, victim) == (weight, trust)
+
+
+def test_one_context_credits_each_memory_once_however_many_answers_are_reported(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 9, trust inflation: twelve different answers reported to ONE context, each
+    citing the same memory, each counted (weight 0.5 -> 0.99, trust 0.5 -> 0.74)."""
+    install_keys(platform, "acme", label="ctx", scopes=("context", "memory:read"))
+    agent = headers_for("acme", "agent", label="ctx")
+    cited = _declare(client, "user:U1", {"type": "fact", "content": "likes green tea"})
+    _settle(platform)
+    start = _weight_and_trust(client, cited)
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
+    url = f"/v1/context/{ctx['request_id']}/response"
+    weights = []
+    for i in range(12):
+        answer = {"response": f'<memory_ref id="{cited}"/> answer {i}'}
+        r = client.post(url, json=answer, headers=agent)
+        assert r.status_code == 200, r.text
+        assert [c["memory_id"] for c in r.json()["cited"]] == [cited]
+        _settle(platform)
+        weights.append(_weight_and_trust(client, cited))
+    once = weights[0]
+    assert once[0] > start[0]  # a genuine citation still counts
+    assert once[1] > start[1]
+    assert weights == [once] * 12
+    assert platform.store.memory_stats("acme", [cited])[0].cited == 1
+    # another context that includes the memory credits it again, once
+    again = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
+    for i in range(3):
+        answer = {"response": f'<memory_ref id="{cited}"/> later answer {i}'}
+        r = client.post(f"/v1/context/{again['request_id']}/response", json=answer, headers=agent)
+        assert r.status_code == 200, r.text
+    _settle(platform)
+    twice = _weight_and_trust(client, cited)
+    assert twice[0] > once[0]
+    assert platform.store.memory_stats("acme", [cited])[0].cited == 2
+
+
 LONG = "x" * 10_000
 
 
@@ -536,13 +646,22 @@ def test_every_envelope_string_has_a_bound(
     ("payload", "field"),
     [
         (
-            {"memory_id": "01a22b37-8074-7521-b09f-311a1489c4cd", "request_id": LONG},
+            {
+                "memory_ids": ["01a22b37-8074-7521-b09f-311a1489c4cd"],
+                "reason": "wrong",
+                "request_id": LONG,
+            },
             "payload.request_id",
         ),
     ],
 )
 def test_payload_ids_have_a_bound(client: TestClient, payload: dict[str, Any], field: str) -> None:
-    event = {"type": "MemoryCited", "schema_version": 1, "stream": "user:U1", "payload": payload}
+    event = {
+        "type": "MemoryCorrected",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": payload,
+    }
     r = client.post("/v1/events", json=event, headers=H)
     assert r.status_code == 400, r.text
     assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (

@@ -7,7 +7,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from mnemo import telemetry
 from mnemo.domain.conflicts import find_conflicts
@@ -33,8 +33,9 @@ from mnemo.domain.events import (
     MemoryCited,
     MemoryCorrected,
 )
-from mnemo.domain.ids import derived_id, new_event_id, valid_stream
+from mnemo.domain.ids import derived_id, id_time, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
+from mnemo.domain.projection import ContextRecord
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
     Clock,
@@ -587,13 +588,7 @@ class ContextAssembler:
                     record.stream,
                     principal,
                     payload,
-                    derived_id(
-                        assembled_at,
-                        "feedback",
-                        *basis,
-                        payload.TYPE,
-                        getattr(payload, "memory_id", ""),
-                    ),
+                    _feedback_id(record, assembled_at, basis, payload),
                     now,
                 )
                 for payload in events
@@ -609,6 +604,32 @@ class ContextAssembler:
                 extra={"rule_ids": feedback.violations, "request_id": request_id},
             )
         return feedback
+
+
+def citation_id(record: ContextRecord, memory_id: str) -> str:
+    """The one id a citation of `memory_id` in the context of `record` has, whoever files
+    it (a reported answer, or a client naming the context): the log keeps the first, so
+    one context credits a memory once."""
+    at = _assembled_at(record) or id_time(record.request_id) or datetime(1970, 1, 1, tzinfo=UTC)
+    return derived_id(at, "citation", record.tenant, record.request_id, memory_id)
+
+
+def _assembled_at(record: ContextRecord) -> datetime | None:
+    return datetime.fromisoformat(record.occurred_at) if record.occurred_at else None
+
+
+def _feedback_id(
+    record: ContextRecord, assembled_at: datetime, basis: tuple[str, ...], payload: EventPayload
+) -> str:
+    """The id of a feedback event, derived so that repeats collapse in the log. A citation
+    is one per (context, memory): however many answers are reported to one context, and
+    wherever in them the memory is cited, it credits the memory once (the first report's
+    position stands). The other events are one per distinct report."""
+    if isinstance(payload, MemoryCited):
+        return citation_id(record, payload.memory_id)
+    return derived_id(
+        assembled_at, "feedback", *basis, payload.TYPE, getattr(payload, "memory_id", "")
+    )
 
 
 def _envelope(
