@@ -22,6 +22,8 @@ from mnemo_gateway.app import create_app
 from tests.support import auth, free_port, headers_for, install_keys, wait_healthy
 
 from mnemo.bootstrap import Platform
+from mnemo.domain.events import Actor, ActorKind, Envelope
+from mnemo.domain.ids import new_event_id
 from mnemo.service.runner import CONSUMERS
 from mnemo.settings import GatewaySettings
 
@@ -426,10 +428,129 @@ def test_templates_need_the_admin_scope_and_must_be_able_to_show_constraints(
     ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
     assert ctx["template"] == "default@1"
     assert rule in [i["memory"]["memory_id"] for i in ctx["included"]]
-    # a section taking every type, or naming constraints, can show them
-    for section in ({"name": "all"}, {"name": "rules", "types": ["fact", "constraint"]}):
+    # a section taking every type, or naming constraints, shows them when it takes them all
+    for section in (
+        {"name": "all", "query": ""},
+        {"name": "rules", "types": ["fact", "constraint"], "query": ""},
+    ):
         ok = _template(f"t-{section['name']}", {"priority": 1, "budget": 300, **section})
         assert client.post("/v1/templates", json=ok, headers=H).status_code == 201
+
+
+NARROWED = [
+    ({"tags": ["zz-none"]}, "tags"),
+    ({"scopes": ["agent"]}, "scopes"),
+    ({"query": "xyzzy unrelated"}, "query"),
+    ({"limit": 1}, "limit"),
+    ({"render": "-"}, "render"),
+    ({"render": "- {text:.3}"}, "render"),  # cut to three characters
+    ({"kv_render": "- {key}"}, "kv_render"),
+]
+
+
+@pytest.mark.parametrize(("narrowing", "field"), NARROWED)
+def test_a_template_whose_constraint_section_hides_constraints_is_refused(
+    client: TestClient, platform: Platform, narrowing: dict[str, Any], field: str
+) -> None:
+    """Finding 8, second form: the check looked only at `types`, so a constraints section
+    with tags ["zz-none"] (or scopes ["agent"], render "-", an unrelated query, limit 1)
+    was registered, and constraints then vanished from every default context."""
+    rule = _declare(client, "user:U1", {"type": "constraint", "content": "No credit for minors"})
+    constraints = {"name": "c", "priority": 1, "budget": 300, "types": ["constraint"]}
+    constraints |= {"query": "", **narrowing}
+    facts = {"name": "facts", "priority": 2, "budget": 200, "types": ["fact"]}
+    template = _template("default", constraints, facts)
+    before = platform.log.head()
+    for path, body in (
+        ("/v1/templates", template),
+        (
+            "/v1/events",
+            {
+                "type": "TemplateRegistered",
+                "schema_version": 1,
+                "stream": "templates",
+                "payload": {"template": template},
+            },
+        ),
+    ):
+        r = client.post(path, json=body, headers=H)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "TEMPLATE_WITHOUT_CONSTRAINTS"
+        assert error["field"].endswith(f"sections.0.{field}"), error
+    assert platform.log.head() == before
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=H).json()
+    assert rule in [i["memory"]["memory_id"] for i in ctx["included"]]
+    # the same section after one that shows every constraint hides nothing: it gets none
+    shows = {"name": "all-rules", "priority": 1, "budget": 300, "types": ["constraint"]}
+    later = {**constraints, "name": "c", "priority": 3}
+    if field in ("render", "kv_render"):
+        later["types"] = ["fact"]  # a section that holds constraints must render them
+    ok = _template("default", {**shows, "query": ""}, later, facts)
+    assert client.post("/v1/templates", json=ok, headers=H).status_code == 201
+
+
+def _stored_unchecked(platform: Platform, template: dict[str, Any]) -> None:
+    """A template that reached the log without the edge's checks (one registered before
+    them, or by a trusted producer on the topic)."""
+    now = platform.app.clock.now()
+    event = Envelope(
+        event_id=new_event_id(now),
+        type="TemplateRegistered",
+        schema_version=1,
+        tenant="acme",
+        stream="templates",
+        occurred_at=now,
+        actor=Actor(kind=ActorKind.USER, id="admin"),
+        payload={"template": template},
+    )
+    platform.log.append([event])
+    _settle(platform)
+
+
+@pytest.mark.parametrize(
+    ("narrowing", "reason"),
+    [
+        ({"tags": ["zz-none"]}, "not_shown"),
+        ({"scopes": ["agent"]}, "not_shown"),
+        ({"render": "-"}, "not_shown"),
+        ({"query": "xyzzy unrelated", "limit": 1}, "low_relevance"),
+    ],
+)
+def test_a_constraint_a_stored_template_does_not_show_is_dropped_loudly(
+    client: TestClient, platform: Platform, narrowing: dict[str, Any], reason: str
+) -> None:
+    """Finding 8, at assembly: constraints that a stored template would not show were left
+    out with no CONSTRAINT_DROPPED, no left_out entry (or only low_relevance) and no
+    warning."""
+    words = ("Never offer credit to minors.", "Always answer in French.")
+    rules = [_declare(client, "user:U1", {"type": "constraint", "content": w}) for w in words]
+    _declare(client, "user:U1", {"type": "fact", "content": "likes green tea"})
+    constraints = {"name": "c", "priority": 1, "budget": 300, "types": ["constraint"]}
+    facts = {"name": "facts", "priority": 2, "budget": 200, "types": ["fact"]}
+    _stored_unchecked(platform, _template("default", {**constraints, **narrowing}, facts))
+    body: dict[str, Any] = {"subjects": ["user:U1"]}
+    r = client.post("/v1/context", json=body, headers=H)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "CONSTRAINT_DROPPED"
+    allowed = client.post("/v1/context", json={**body, "allow_constraint_drop": True}, headers=H)
+    assert allowed.status_code == 200, allowed.text
+    ctx = allowed.json()
+    assert ctx["template"] == "default@2"
+    shown = [i["memory"]["memory_id"] for i in ctx["included"]]
+    dropped = {o["memory_id"] for o in ctx["left_out"] if o["reason"] in (reason, "not_shown")}
+    assert set(error["memory_ids"]) == set(rules) - set(shown)
+    for rule, text in zip(rules, words, strict=True):
+        if rule in shown:  # a limit of 1 keeps one of them, with its words
+            assert text in ctx["context"]
+            continue
+        assert rule in dropped
+        assert f"CONSTRAINT_DROPPED:{rule}" in ctx["warnings"]
+    assert len([r for r in rules if r not in shown]) >= 1
+    # the built-in default (version 1) still shows them all
+    first = client.post("/v1/context", json={**body, "template_version": 1}, headers=H).json()
+    assert set(rules) <= {i["memory"]["memory_id"] for i in first["included"]}
 
 
 def _headings(context: str) -> list[str]:
@@ -727,7 +848,8 @@ def test_a_template_cannot_be_registered_through_the_event_api_without_admin(
 ) -> None:
     """Finding 8 through the other door: TemplateRegistered published to /v1/events."""
     template = _template(
-        "default", {"name": "all", "priority": 1, "budget": 300, "render": "- {text}"}
+        "default",
+        {"name": "all", "priority": 1, "budget": 300, "render": "- {text}", "query": ""},
     )
     event = {
         "type": "TemplateRegistered",

@@ -26,6 +26,7 @@ from mnemo.domain.events import (
     MemoryCited,
     TemplateRegistered,
     decode_payload,
+    error_path,
     validate_envelope,
 )
 from mnemo.domain.ids import valid_stream, valid_tenant
@@ -484,7 +485,7 @@ class Mnemo:
             parsed = ContextTemplate.model_validate(template, context=EDGE)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"])
+            field = error_path(err)
             code = (
                 "TEMPLATE_WITHOUT_CONSTRAINTS"
                 if err["type"] == "template_without_constraints"
