@@ -79,7 +79,6 @@ class Words:
     language: str  # an observation's language (at most 16 characters)
     zone: str  # an observation's time zone (an unknown one: the rejection must not quote it)
     memory_zone: str  # a memory's time zone (likewise)
-    cited_request: str  # a citation's request id
     corrected_request: str  # a correction's request id
 
     @classmethod

@@ -567,8 +567,9 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
         description="Report how memories were used. With `request_id` (from get_context) "
         'and `response` (your answer, citing memories as <memory_ref id="..."/>), the '
         "cited memories gain weight; a `correction` from the user lowers the weight of the "
-        "memories used (or of `corrected_memory_ids`). Without a context, `cite`, `correct` "
-        "(needs `correction` as the reason) and `verify` act on memory ids directly.",
+        "memories used (or of `corrected_memory_ids`). `cite` (with the `request_id` of "
+        "the context that included them), `correct` (needs `correction` as the reason) and "
+        "`verify` act on memory ids directly.",
         annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
     )
     async def feedback(
@@ -597,7 +598,13 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
             return error_result(
                 "NOTHING_TO_REPORT", "give request_id and response, or cite/correct/verify"
             )
-        if request_id is not None and response is None:
+        if cite and request_id is None:
+            return error_result(
+                "CITATION_WITHOUT_CONTEXT",
+                "`cite` names memories of a context: give its request_id",
+                "request_id",
+            )
+        if request_id is not None and response is None and not cite:
             return error_result("MISSING_RESPONSE", "a report needs your answer", "response")
         if correct and correction is None:
             return error_result("MISSING_REASON", "`correct` needs `correction`", "correction")
@@ -623,7 +630,9 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 out.corrected += fb.corrected
             events: list[dict[str, Any]] = []
             streams = {m: (await api.get(m)).stream for m in {*cite, *correct, *verify}}
-            events += [_core.cited(m, streams[m], request_id, None) for m in cite]
+            if cite:
+                assert request_id is not None
+                events += [_core.cited(m, streams[m], request_id, None) for m in cite]
             if correct:
                 by_stream: dict[str, list[str]] = {}
                 for m in correct:

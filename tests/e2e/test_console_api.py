@@ -34,8 +34,9 @@ OTHER = headers_for("globex", "intruder")
 CONSOLE_DIR = Path(__file__).parents[2] / "services/gateway/mnemo_gateway/console"
 
 # Two templates make the counters exact: "roomy" renders every memory of the subject;
-# "tight" renders the memories tagged pin, and its 12-token section for those tagged cut
-# can hold none of them (each is one long sentence, so it cannot be trimmed either).
+# "tight" renders the memories tagged pin, and its 12-token sections for the constraints
+# (which must come first and take them all) and for those tagged cut can hold none of them
+# (each is one long sentence, so it cannot be trimmed either).
 ROOMY = {
     "name": "roomy",
     "version": 1,
@@ -45,8 +46,9 @@ TIGHT = {
     "name": "tight",
     "version": 1,
     "sections": [
-        {"name": "pinned", "priority": 1, "budget": 400, "tags": ["pin"], "query": ""},
-        {"name": "long", "priority": 2, "budget": 12, "tags": ["cut"], "query": ""},
+        {"name": "rules", "priority": 1, "budget": 12, "types": ["constraint"], "query": ""},
+        {"name": "pinned", "priority": 2, "budget": 400, "tags": ["pin"], "query": ""},
+        {"name": "long", "priority": 3, "budget": 12, "tags": ["cut"], "query": ""},
     ],
 }
 

@@ -135,13 +135,17 @@ def test_a_second_rebuild_at_the_same_time_is_refused(platform: Platform) -> Non
 
 def test_citing_an_unknown_memory_counts_nothing(client: TestClient, platform: Platform) -> None:
     ghost = new_event_id(T0)
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=H).json()
     cited = {
         "type": "MemoryCited",
         "schema_version": 1,
         "stream": "user:U1",
-        "payload": {"memory_id": ghost},
+        "payload": {"memory_id": ghost, "request_id": ctx["request_id"]},
     }
-    assert client.post("/v1/events?wait=registered", json=cited, headers=H).status_code == 202
+    before = platform.log.head()
+    r = client.post("/v1/events?wait=registered", json=cited, headers=H)
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "CITATION_NOT_IN_CONTEXT")
+    assert platform.log.head() == before
     assert platform.store.memory_stats("acme", [ghost]) == []
 
 

@@ -251,8 +251,20 @@ async def test_every_tool(server_url: str, transport: str, sdk: MnemoClient) -> 
 
         direct = data(
             await client.call_tool(
-                "feedback", {"cite": [tea["memory_id"]], "verify": [bigger["memory_id"]]}
+                "feedback",
+                {
+                    "request_id": ctx["request_id"],
+                    "cite": [tea["memory_id"]],
+                    "verify": [bigger["memory_id"]],
+                },
             )
+        )
+        # a citation names the context that included the memory
+        bare = await client.call_tool("feedback", {"cite": [tea["memory_id"]]})
+        assert bare.is_error
+        assert (error(bare)["code"], error(bare)["field"]) == (
+            "CITATION_WITHOUT_CONTEXT",
+            "request_id",
         )
         assert direct["verified"] == [bigger["memory_id"]]
         assert len(direct["event_ids"]) == 2

@@ -47,6 +47,7 @@ from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import MemoryQuery
 from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
 from mnemo.service.insights import Insights
 from mnemo.service.workers import ensure_topics_from
 from mnemo.settings import MnemoSettings
@@ -223,6 +224,10 @@ class Deployment:
         self.feedback: dict[str, list[str]] = {}  # stream -> feedback event ids, in order
         self.popular: list[tuple[str, str]] = []  # (memory id, stream): cited from elsewhere
         self.cited: dict[str, int] = {}  # memory id -> citations published
+        # contexts that showed a popular memory, cited in the next round (request id,
+        # memory id, the context's stream); and every memory a context showed
+        self.pending: list[tuple[str, str, str]] = []
+        self.shown: set[str] = set()
         self.corrected: dict[str, int] = {}
         self.published = 0
 
@@ -249,7 +254,9 @@ class Deployment:
     def publish_feedback(self) -> None:
         """Citations of each popular memory from CITES other streams, and a correction of
         them all from one more: read-modify-write of one memory's counters and weight
-        from several partitions at once, were they not kept per partition or relayed."""
+        from several partitions at once, were they not kept per partition or relayed. A
+        citation names a context that showed the memory: the contexts are assembled in
+        one round and cited in the next, once the registrars have recorded them."""
         if not self.popular:  # two memories registered by now become popular
             memories = self.platform.store.query("acme", MemoryQuery(limit=100_000))
             by_stream = {m.stream: m.memory_id for m in memories}
@@ -258,16 +265,34 @@ class Deployment:
                 self.popular = []
                 return
         events = []
+        for k, (request_id, memory_id, stream) in enumerate(self.pending):
+            position = ("beginning", "end")[k % 2]
+            events.append(
+                feedback(
+                    "MemoryCited",
+                    stream,
+                    memory_id=memory_id,
+                    request_id=request_id,
+                    position=position,
+                )
+            )
+            self.cited[memory_id] = self.cited.get(memory_id, 0) + 1
+        self.pending = []
         for n, (memory_id, home) in enumerate(self.popular):
             others = [f"user:U{i}" for i in range(STREAMS) if f"user:U{i}" != home]
             start = (self.published // BURST + n) % len(others)
+            memory = self.platform.app.get(CTX, memory_id)  # opened: the query is its text
             for k in range(CITES):
                 stream = others[(start + k) % len(others)]
-                position = ("beginning", "end")[k % 2]
-                events.append(
-                    feedback("MemoryCited", stream, memory_id=memory_id, position=position)
+                request = ContextRequest(
+                    subjects=(stream, home), query=memory.content or "", budget=4_000
                 )
-                self.cited[memory_id] = self.cited.get(memory_id, 0) + 1
+                shown = self.platform.app.context(CTX, request)
+                ids = {i.candidate.memory.memory_id for i in shown.assembly.included}
+                self.shown |= ids
+                if memory_id in ids:
+                    self.pending.append((shown.request_id, memory_id, stream))
+        assert self.pending, "no context showed a popular memory"
         ids = [m for m, _ in self.popular]
         events.append(feedback("MemoryCorrected", "user:U23", memory_ids=ids, reason="outdated"))
         for memory_id in ids:
@@ -408,7 +433,7 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
     rebuilt_checksum = ""
     everything = [m.memory_id for m in d.platform.store.query("acme", MemoryQuery(limit=100_000))]
     live_usage = d.platform.store.memory_stats("acme", everything)
-    assert {s.memory_id for s in live_usage} == set(dict(d.popular))
+    assert {s.memory_id for s in live_usage} == set(dict(d.popular)) | d.shown
     fresh = d.settings.model_copy(
         update={
             "cassandra_keyspace": f"{d.keyspace}_r",

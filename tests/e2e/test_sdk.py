@@ -367,7 +367,15 @@ def test_typed_models_parse_real_answers(mnemo: MnemoClient) -> None:
 def test_feedback_forget_and_templates(mnemo: MnemoClient) -> None:
     mid = mnemo.remember("user:fb", "likes jazz", type="preference").memory_ids[0]
     other = mnemo.remember("user:fb", "owns a cat", type="fact").memory_ids[0]
-    assert mnemo.cite(mid, position="beginning").accepted
+    ctx = mnemo.context(["user:fb"], "what music?", budget=400)
+    assert mid in ctx.memory_ids
+    cited = mnemo.cite(mid, request_id=ctx.request_id, position="beginning")
+    assert cited.accepted
+    again = mnemo.cite(mid, request_id=ctx.request_id, position="end")
+    assert again.event_ids == cited.event_ids  # once per context and memory
+    with pytest.raises(MnemoAPIError) as refused:
+        mnemo.cite(other, request_id="01a22b07-8623-7c5d-b658-fa7a79aa796b")
+    assert refused.value.code == "CONTEXT_NOT_FOUND"
     assert len(mnemo.correct([mid, other], "not true any more").accepted) == 1  # one stream
     assert mnemo.verify(other).accepted
     kinds = [e.type for e in mnemo.replay("user:fb").events]

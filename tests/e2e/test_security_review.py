@@ -22,6 +22,8 @@ from mnemo_gateway.app import create_app
 from tests.support import auth, free_port, headers_for, install_keys, wait_healthy
 
 from mnemo.bootstrap import Platform
+from mnemo.domain.events import Actor, ActorKind, Envelope
+from mnemo.domain.ids import new_event_id
 from mnemo.service.runner import CONSUMERS
 from mnemo.settings import GatewaySettings
 
@@ -426,10 +428,129 @@ def test_templates_need_the_admin_scope_and_must_be_able_to_show_constraints(
     ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
     assert ctx["template"] == "default@1"
     assert rule in [i["memory"]["memory_id"] for i in ctx["included"]]
-    # a section taking every type, or naming constraints, can show them
-    for section in ({"name": "all"}, {"name": "rules", "types": ["fact", "constraint"]}):
+    # a section taking every type, or naming constraints, shows them when it takes them all
+    for section in (
+        {"name": "all", "query": ""},
+        {"name": "rules", "types": ["fact", "constraint"], "query": ""},
+    ):
         ok = _template(f"t-{section['name']}", {"priority": 1, "budget": 300, **section})
         assert client.post("/v1/templates", json=ok, headers=H).status_code == 201
+
+
+NARROWED = [
+    ({"tags": ["zz-none"]}, "tags"),
+    ({"scopes": ["agent"]}, "scopes"),
+    ({"query": "xyzzy unrelated"}, "query"),
+    ({"limit": 1}, "limit"),
+    ({"render": "-"}, "render"),
+    ({"render": "- {text:.3}"}, "render"),  # cut to three characters
+    ({"kv_render": "- {key}"}, "kv_render"),
+]
+
+
+@pytest.mark.parametrize(("narrowing", "field"), NARROWED)
+def test_a_template_whose_constraint_section_hides_constraints_is_refused(
+    client: TestClient, platform: Platform, narrowing: dict[str, Any], field: str
+) -> None:
+    """Finding 8, second form: the check looked only at `types`, so a constraints section
+    with tags ["zz-none"] (or scopes ["agent"], render "-", an unrelated query, limit 1)
+    was registered, and constraints then vanished from every default context."""
+    rule = _declare(client, "user:U1", {"type": "constraint", "content": "No credit for minors"})
+    constraints = {"name": "c", "priority": 1, "budget": 300, "types": ["constraint"]}
+    constraints |= {"query": "", **narrowing}
+    facts = {"name": "facts", "priority": 2, "budget": 200, "types": ["fact"]}
+    template = _template("default", constraints, facts)
+    before = platform.log.head()
+    for path, body in (
+        ("/v1/templates", template),
+        (
+            "/v1/events",
+            {
+                "type": "TemplateRegistered",
+                "schema_version": 1,
+                "stream": "templates",
+                "payload": {"template": template},
+            },
+        ),
+    ):
+        r = client.post(path, json=body, headers=H)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "TEMPLATE_WITHOUT_CONSTRAINTS"
+        assert error["field"].endswith(f"sections.0.{field}"), error
+    assert platform.log.head() == before
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=H).json()
+    assert rule in [i["memory"]["memory_id"] for i in ctx["included"]]
+    # the same section after one that shows every constraint hides nothing: it gets none
+    shows = {"name": "all-rules", "priority": 1, "budget": 300, "types": ["constraint"]}
+    later = {**constraints, "name": "c", "priority": 3}
+    if field in ("render", "kv_render"):
+        later["types"] = ["fact"]  # a section that holds constraints must render them
+    ok = _template("default", {**shows, "query": ""}, later, facts)
+    assert client.post("/v1/templates", json=ok, headers=H).status_code == 201
+
+
+def _stored_unchecked(platform: Platform, template: dict[str, Any]) -> None:
+    """A template that reached the log without the edge's checks (one registered before
+    them, or by a trusted producer on the topic)."""
+    now = platform.app.clock.now()
+    event = Envelope(
+        event_id=new_event_id(now),
+        type="TemplateRegistered",
+        schema_version=1,
+        tenant="acme",
+        stream="templates",
+        occurred_at=now,
+        actor=Actor(kind=ActorKind.USER, id="admin"),
+        payload={"template": template},
+    )
+    platform.log.append([event])
+    _settle(platform)
+
+
+@pytest.mark.parametrize(
+    ("narrowing", "reason"),
+    [
+        ({"tags": ["zz-none"]}, "not_shown"),
+        ({"scopes": ["agent"]}, "not_shown"),
+        ({"render": "-"}, "not_shown"),
+        ({"query": "xyzzy unrelated", "limit": 1}, "low_relevance"),
+    ],
+)
+def test_a_constraint_a_stored_template_does_not_show_is_dropped_loudly(
+    client: TestClient, platform: Platform, narrowing: dict[str, Any], reason: str
+) -> None:
+    """Finding 8, at assembly: constraints that a stored template would not show were left
+    out with no CONSTRAINT_DROPPED, no left_out entry (or only low_relevance) and no
+    warning."""
+    words = ("Never offer credit to minors.", "Always answer in French.")
+    rules = [_declare(client, "user:U1", {"type": "constraint", "content": w}) for w in words]
+    _declare(client, "user:U1", {"type": "fact", "content": "likes green tea"})
+    constraints = {"name": "c", "priority": 1, "budget": 300, "types": ["constraint"]}
+    facts = {"name": "facts", "priority": 2, "budget": 200, "types": ["fact"]}
+    _stored_unchecked(platform, _template("default", {**constraints, **narrowing}, facts))
+    body: dict[str, Any] = {"subjects": ["user:U1"]}
+    r = client.post("/v1/context", json=body, headers=H)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "CONSTRAINT_DROPPED"
+    allowed = client.post("/v1/context", json={**body, "allow_constraint_drop": True}, headers=H)
+    assert allowed.status_code == 200, allowed.text
+    ctx = allowed.json()
+    assert ctx["template"] == "default@2"
+    shown = [i["memory"]["memory_id"] for i in ctx["included"]]
+    dropped = {o["memory_id"] for o in ctx["left_out"] if o["reason"] in (reason, "not_shown")}
+    assert set(error["memory_ids"]) == set(rules) - set(shown)
+    for rule, text in zip(rules, words, strict=True):
+        if rule in shown:  # a limit of 1 keeps one of them, with its words
+            assert text in ctx["context"]
+            continue
+        assert rule in dropped
+        assert f"CONSTRAINT_DROPPED:{rule}" in ctx["warnings"]
+    assert len([r for r in rules if r not in shown]) >= 1
+    # the built-in default (version 1) still shows them all
+    first = client.post("/v1/context", json={**body, "template_version": 1}, headers=H).json()
+    assert set(rules) <= {i["memory"]["memory_id"] for i in first["included"]}
 
 
 def _headings(context: str) -> list[str]:
@@ -498,6 +619,116 @@ def test_a_memory_ref_in_stored_text_is_not_rendered_nor_credited(
     assert r.json()["unknown_refs"] == [outside]
 
 
+def _settle(platform: Platform) -> None:
+    """Every consumer caught up, with what the consumers themselves emitted."""
+    for _ in range(20):
+        head = platform.log.head()
+        for consumer in CONSUMERS:
+            assert platform.runner.wait_for(consumer, head, 60), consumer
+        if platform.log.head() == head:
+            return
+    raise AssertionError("the consumers never caught up")
+
+
+def _weight_and_trust(client: TestClient, memory_id: str) -> tuple[float, float]:
+    memory = client.get(f"/v1/memories/{memory_id}", headers=H).json()
+    return memory["semantic_weight"], memory["provenance"]["trust"]
+
+
+def test_a_client_cannot_credit_a_memory_its_context_never_included(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 9, weight inflation: a memory:write key published 50 MemoryCited events in
+    session:ATT about a memory of session:OTHER that no context had included, and its
+    weight went 0.52 -> 0.99, its trust 0.5 -> 1.0."""
+    victim = _declare(client, "session:OTHER", {"type": "fact", "content": "ships on Fridays"})
+    _declare(client, "session:ATT", {"type": "fact", "content": "asked about returns"})
+    _settle(platform)
+    before = _weight_and_trust(client, victim)
+    elsewhere = client.post("/v1/context", json={"subjects": ["session:ATT"]}, headers=H).json()
+    assert victim not in [i["memory"]["memory_id"] for i in elsewhere["included"]]
+
+    def cited(**extra: str) -> dict[str, Any]:
+        payload = {"memory_id": victim, "position": "beginning", **extra}
+        return {"type": "MemoryCited", "schema_version": 1, "stream": "session:ATT",
+                "payload": payload}  # fmt: skip
+
+    head = platform.log.head()
+    refused = [
+        (cited(), "CITATION_WITHOUT_CONTEXT", "payload.request_id"),
+        (
+            cited(request_id="019ad4f0-8000-7000-8000-0000000000c2"),
+            "CONTEXT_NOT_FOUND",
+            "payload.request_id",
+        ),
+        (cited(request_id=elsewhere["request_id"]), "CITATION_NOT_IN_CONTEXT", "payload.memory_id"),
+    ]
+    for event, code, field in refused:
+        r = client.post("/v1/events", json={"events": [event] * 50}, headers=WRITER)
+        assert r.status_code == 400, r.text
+        assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+            code,
+            f"events[0].{field}",
+        )
+    assert platform.log.head() == head
+    _settle(platform)
+    assert _weight_and_trust(client, victim) == before
+    assert sum(s.cited for s in platform.store.memory_stats("acme", [victim])) == 0
+    # a context that did include it: fifty published citations credit it once, in the
+    # context's own stream, whatever stream the client named
+    shown = client.post("/v1/context", json={"subjects": ["session:OTHER"]}, headers=H).json()
+    assert victim in [i["memory"]["memory_id"] for i in shown["included"]]
+    batch = [cited(request_id=shown["request_id"])] * 50
+    r = client.post("/v1/events", json={"events": batch}, headers=WRITER)
+    assert r.status_code == 202, r.text
+    assert len({a["event_id"] for a in r.json()["accepted"]}) == 1
+    _settle(platform)
+    weight, trust = _weight_and_trust(client, victim)
+    assert (weight, trust) == (pytest.approx(before[0] + 0.05), pytest.approx(before[1] + 0.02))
+    assert platform.store.memory_stats("acme", [victim])[0].cited == 1
+    again = client.post("/v1/events", json={"events": batch[:1]}, headers=WRITER)
+    assert again.status_code == 202, again.text
+    _settle(platform)
+    assert _weight_and_trust(client, victim) == (weight, trust)
+
+
+def test_one_context_credits_each_memory_once_however_many_answers_are_reported(
+    client: TestClient, platform: Platform
+) -> None:
+    """Finding 9, trust inflation: twelve different answers reported to ONE context, each
+    citing the same memory, each counted (weight 0.5 -> 0.99, trust 0.5 -> 0.74)."""
+    install_keys(platform, "acme", label="ctx", scopes=("context", "memory:read"))
+    agent = headers_for("acme", "agent", label="ctx")
+    cited = _declare(client, "user:U1", {"type": "fact", "content": "likes green tea"})
+    _settle(platform)
+    start = _weight_and_trust(client, cited)
+    ctx = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
+    url = f"/v1/context/{ctx['request_id']}/response"
+    weights = []
+    for i in range(12):
+        answer = {"response": f'<memory_ref id="{cited}"/> answer {i}'}
+        r = client.post(url, json=answer, headers=agent)
+        assert r.status_code == 200, r.text
+        assert [c["memory_id"] for c in r.json()["cited"]] == [cited]
+        _settle(platform)
+        weights.append(_weight_and_trust(client, cited))
+    once = weights[0]
+    assert once[0] > start[0]  # a genuine citation still counts
+    assert once[1] > start[1]
+    assert weights == [once] * 12
+    assert platform.store.memory_stats("acme", [cited])[0].cited == 1
+    # another context that includes the memory credits it again, once
+    again = client.post("/v1/context", json={"subjects": ["user:U1"]}, headers=agent).json()
+    for i in range(3):
+        answer = {"response": f'<memory_ref id="{cited}"/> later answer {i}'}
+        r = client.post(f"/v1/context/{again['request_id']}/response", json=answer, headers=agent)
+        assert r.status_code == 200, r.text
+    _settle(platform)
+    twice = _weight_and_trust(client, cited)
+    assert twice[0] > once[0]
+    assert platform.store.memory_stats("acme", [cited])[0].cited == 2
+
+
 LONG = "x" * 10_000
 
 
@@ -536,13 +767,22 @@ def test_every_envelope_string_has_a_bound(
     ("payload", "field"),
     [
         (
-            {"memory_id": "01a22b37-8074-7521-b09f-311a1489c4cd", "request_id": LONG},
+            {
+                "memory_ids": ["01a22b37-8074-7521-b09f-311a1489c4cd"],
+                "reason": "wrong",
+                "request_id": LONG,
+            },
             "payload.request_id",
         ),
     ],
 )
 def test_payload_ids_have_a_bound(client: TestClient, payload: dict[str, Any], field: str) -> None:
-    event = {"type": "MemoryCited", "schema_version": 1, "stream": "user:U1", "payload": payload}
+    event = {
+        "type": "MemoryCorrected",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": payload,
+    }
     r = client.post("/v1/events", json=event, headers=H)
     assert r.status_code == 400, r.text
     assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
@@ -608,7 +848,8 @@ def test_a_template_cannot_be_registered_through_the_event_api_without_admin(
 ) -> None:
     """Finding 8 through the other door: TemplateRegistered published to /v1/events."""
     template = _template(
-        "default", {"name": "all", "priority": 1, "budget": 300, "render": "- {text}"}
+        "default",
+        {"name": "all", "priority": 1, "budget": 300, "render": "- {text}", "query": ""},
     )
     event = {
         "type": "TemplateRegistered",

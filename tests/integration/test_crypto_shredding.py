@@ -315,7 +315,6 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
         ),
         event("MemoryContradicted", user, {"memory_id": memory_id, "reason": w.contradiction}),
         stale,
-        event("MemoryCited", user, {"memory_id": memory_id, "request_id": w.cited_request}),
     ]
     r = client.post("/v1/events?wait=indexed", json={"events": feedback}, headers=as_principal)
     assert r.status_code == 202, r.text
@@ -327,7 +326,12 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
     )
     assert ctx.status_code == 200, ctx.text
     assert w.content in ctx.json()["context"]
-    return str(ctx.json()["request_id"]), memory_id
+    request_id = str(ctx.json()["request_id"])
+    # a citation names the context that showed the memory (its request id is no free text)
+    cited = event("MemoryCited", user, {"memory_id": memory_id, "request_id": request_id})
+    r = client.post("/v1/events?wait=indexed", json=cited, headers=as_principal)
+    assert r.status_code == 202, r.text
+    return request_id, memory_id
 
 
 def test_forgetting_a_user_leaves_none_of_their_words(
@@ -371,8 +375,10 @@ def test_forgetting_a_user_leaves_none_of_their_words(
         forgotten_at = platform.log.stream_head("acme", "user:alice")
         # feedback from another stream about the forgotten memory (the decay consumer would
         # relay it to the user's stream)
-        cited = event("MemoryCited", "team:ops", {"memory_id": alice_memory})
-        r = client.post("/v1/events?wait=indexed", json=cited, headers=acme)
+        corrected = event(
+            "MemoryCorrected", "team:ops", {"memory_ids": [alice_memory], "reason": "outdated"}
+        )
+        r = client.post("/v1/events?wait=indexed", json=corrected, headers=acme)
         assert r.status_code == 202, r.text
 
         def served(method: str, path: str, body: Any = None) -> str:

@@ -12,6 +12,7 @@ from mnemo.bootstrap import Platform
 from mnemo.domain.memory import MemoryStatus
 from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
 
 CTX = RequestContext("acme", "agent")
 S = "user:U1"
@@ -27,6 +28,18 @@ def remember(platform: Platform, text: str) -> str:
     [outcome] = platform.app.outcome(CTX, result.accepted[0].event_id)
     assert outcome.memory_id is not None
     return outcome.memory_id
+
+
+def cite(platform: Platform, memory_id: str) -> None:
+    """A citation as the model makes one: a context is assembled that includes the memory,
+    and the answer reported to it names the memory first."""
+    ctx = platform.app.context(CTX, ContextRequest(subjects=(S,), budget=2_000))
+    assert memory_id in [i.candidate.memory.memory_id for i in ctx.assembly.included]
+    platform.runner.drain()
+    answer = f'<memory_ref id="{memory_id}"/> is what I went by'
+    feedback = platform.app.report(CTX, ctx.request_id, answer)
+    assert [c[0] for c in feedback.cited] == [memory_id]
+    platform.runner.drain()
 
 
 def test_verification_due_shows_then_an_answer_renews_it(
@@ -100,10 +113,7 @@ def test_use_keeps_a_memory_from_being_archived(platform: Platform, clock: Fixed
     memory_id = remember(platform, "I want to buy coffee today")
     for _ in range(3):
         clock.advance(timedelta(hours=6))
-        platform.app.publish(
-            CTX, [event("MemoryCited", {"memory_id": memory_id, "position": "beginning"})]
-        )
-        platform.runner.drain()
+        cite(platform, memory_id)
     weight = platform.app.get(CTX, memory_id).semantic_weight
     assert weight == 0.65  # 0.5 + 3 x 0.05
     stats = platform.store.memory_stats("acme", [memory_id])
@@ -126,7 +136,7 @@ def test_contradicting_behaviour_lowers_without_deleting(platform: Platform) -> 
 def test_replaying_the_log_reproduces_every_weight(platform: Platform, clock: FixedClock) -> None:
     size = remember(platform, "记住我的尺码是L")
     cilantro = remember(platform, "I don't like cilantro")
-    platform.app.publish(CTX, [event("MemoryCited", {"memory_id": size, "position": "beginning"})])
+    cite(platform, size)
     platform.app.publish(CTX, [event("MemoryContradicted", {"memory_id": cilantro, "reason": "x"})])
     clock.advance(timedelta(days=98))
     platform.runner.drain()

@@ -14,6 +14,7 @@ from mnemo.domain.memory import Guard, MemoryStatus
 from mnemo.domain.rules import RuleSet
 from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
+from mnemo.service.context import ContextRequest
 
 CTX = RequestContext("acme", "tester")
 
@@ -167,10 +168,10 @@ def test_a_memorys_timeline_records_the_events_that_touched_it(platform: Platfor
     first = app.publish(CTX, [obs("记住我的尺码是L")])
     platform.runner.drain()
     [registered] = app.outcome(CTX, first.accepted[0].event_id)
+    shown = app.context(CTX, ContextRequest(subjects=("user:U1",)))
+    platform.runner.drain()
+    app.report(CTX, shown.request_id, f'L <memory_ref id="{registered.memory_id}"/>')
     app.publish(CTX, [obs("remember my size is XL")])
-    cited = {"type": "MemoryCited", "schema_version": 1, "stream": "user:U1",
-             "payload": {"memory_id": registered.memory_id, "position": "end"}}  # fmt: skip
-    app.publish(CTX, [cited])
     platform.runner.drain()
     whats = [e.what for e in platform.store.timeline("acme", str(registered.memory_id))]
     assert whats[0] == "registered"

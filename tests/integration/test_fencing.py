@@ -22,6 +22,7 @@ from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import ArchivedEvent, LogRecord, MemoryQuery, RecordStatus, StoreTransaction
 from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
 from mnemo.service.distributed import Follower, Ownership, Sequencer, position_name
 
 CTX = RequestContext("acme", "tester")
@@ -363,14 +364,28 @@ def test_feedback_from_several_partitions_moves_a_memory_only_in_its_own_partiti
         archive = platform.distributed.archive  # type: ignore[union-attr]
         home = archive.locate([("acme", declared.accepted[0].event_id)])
         home_partition = home[("acme", declared.accepted[0].event_id)].partition
+        # eight contexts, one per stream, each showing the memory, and the answer to each
+        # citing it: a citation names the context that showed the memory
+        shown = [
+            platform.app.context(CTX, ContextRequest(subjects=(f"user:C{i}", "team:facts")))
+            for i in range(8)
+        ]
+        assert all(
+            memory_id in [i.candidate.memory.memory_id for i in s.assembly.included] for s in shown
+        )
+        Pump(platform, ("registrar",)).drain()
         cites = [
             {
                 "type": "MemoryCited",
                 "schema_version": 1,
                 "stream": f"user:C{i}",
-                "payload": {"memory_id": memory_id, "position": "beginning"},
+                "payload": {
+                    "memory_id": memory_id,
+                    "request_id": s.request_id,
+                    "position": "beginning",
+                },
             }
-            for i in range(8)
+            for i, s in enumerate(shown)
         ]
         platform.app.publish(CTX, cites)
         Pump(platform, ("registrar",)).drain()
@@ -392,6 +407,7 @@ def test_feedback_from_several_partitions_moves_a_memory_only_in_its_own_partiti
                 e.envelope
                 for e in platform.log.read_stream("acme", "team:facts", 1, 100)
                 if e.envelope.type == "FeedbackRelayed"
+                and e.envelope.payload["feedback"] == "MemoryCited"
             ]
             assert len(relays) == 8
             # the memory's partition changes hands before its owner handles the relays

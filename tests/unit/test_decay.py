@@ -13,6 +13,7 @@ from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import (
     BumpStats,
+    ContextRecord,
     DropTimer,
     DropWeight,
     PutMemory,
@@ -78,6 +79,7 @@ class Weights:
     def __init__(self) -> None:
         self.values: dict[str, tuple[float, float, float]] = {}
         self.streams: dict[str, str] = {}
+        self.hidden: set[str] = set()
 
     def get(self, tenant: str, memory_id: str) -> Memory | None:
         if memory_id not in self.values:
@@ -97,7 +99,16 @@ class Weights:
     def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None:
         return self.values.get(memory_id)
 
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        """One assembled context, R1 in user:U1, that included every memory known here
+        (the memories a test leaves out of `shown` excepted)."""
+        if request_id != R1:
+            return None
+        shown = tuple(m for m in self.values if m not in self.hidden)
+        return ContextRecord(tenant, R1, "user:U1", "e1", "default@1", shown, (), 10)
 
+
+R1 = "019ad4f0-8000-7000-8000-0000000000c1"
 M1 = "019ad4f0-8000-7000-8000-000000000001"
 M2 = "019ad4f0-8000-7000-8000-000000000002"
 M3 = "019ad4f0-8000-7000-8000-000000000003"
@@ -242,7 +253,11 @@ def test_unused_memories_are_archived_and_use_pushes_the_archive_back() -> None:
     state = Known(memory)
     used_at = INSTANT + timedelta(days=10)
     used = decay.handle(
-        feedback("MemoryCited", {"memory_id": memory.memory_id, "position": "middle"}, used_at),
+        feedback(
+            "MemoryCited",
+            {"request_id": R1, "memory_id": memory.memory_id, "position": "middle"},
+            used_at,
+        ),
         state,
     )
     assert timers_of(used.writes) == {"archive": used_at + timedelta(days=30)}
@@ -297,18 +312,22 @@ def feedback(event_type: str, payload: dict[str, object], at: datetime = INSTANT
 def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
     state = Weights()
     state.values[M1] = (0.5, 0.6, 0.5)
-    early = decay.handle(feedback("MemoryCited", {"memory_id": M1, "position": "beginning"}), state)
+    early = decay.handle(
+        feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "beginning"}), state
+    )
     [event] = early.events
     assert event.type == "MemoryDecayed"
     assert (event.payload["semantic_weight"], event.payload["trust"]) == (0.55, 0.62)
-    late = decay.handle(feedback("MemoryCited", {"memory_id": M1, "position": "end"}), state)
+    late = decay.handle(
+        feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "end"}), state
+    )
     assert (late.events[0].payload["semantic_weight"], late.events[0].payload["trust"]) == (
         0.52,
         0.6,
     )
     state.values[M1] = (0.98, 1.0, 0.5)
     capped = decay.handle(
-        feedback("MemoryCited", {"memory_id": M1, "position": "beginning"}), state
+        feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "beginning"}), state
     )
     assert (capped.events[0].payload["semantic_weight"], capped.events[0].payload["trust"]) == (
         0.99,
@@ -377,7 +396,7 @@ def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream(
         PutWeight("acme", M2, 0.28, 0.4, 0.4)
     ]
     # a citation and a use in a context travel the same way; an unknown memory goes nowhere
-    cited = feedback("MemoryCited", {"memory_id": M2, "position": "beginning"})
+    cited = feedback("MemoryCited", {"request_id": R1, "memory_id": M2, "position": "beginning"})
     [relay] = decay.handle(cited, state).events
     assert (relay.stream, relay.payload["position"]) == ("user:U2", "beginning")
     [moved] = decay.handle(relay, state).events
@@ -388,7 +407,12 @@ def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream(
         BumpStats("acme", M2, cited.occurred_at, cited=1)
     ]
     unknown = "019ad4f0-8000-7000-8000-000000000009"
-    assert decay.handle(feedback("MemoryCited", {"memory_id": unknown}), state).events == []
+    assert (
+        decay.handle(
+            feedback("MemoryCited", {"request_id": R1, "memory_id": unknown}), state
+        ).events
+        == []
+    )
 
 
 def test_a_verification_from_another_stream_renews_the_memory_in_its_own_stream() -> None:
@@ -473,3 +497,30 @@ def test_imported_history_is_archived_from_its_arrival_not_its_past_event_time()
     assert timers_of(decay.handle(live, Weights()).writes)["archive"] == INSTANT + timedelta(
         days=90
     )
+
+
+def test_a_citation_credits_only_a_memory_the_cited_context_included() -> None:
+    """A citation naming no context, an unknown one, one assembled on another stream, or
+    one that did not include the memory moves nothing; nor does the registrar count it."""
+    state = Weights()
+    state.values.update({M1: (0.5, 0.5, 0.5), M2: (0.5, 0.5, 0.5)})
+    state.streams[M2] = "user:OTHER"
+    state.hidden.add(M2)  # M2 lives in another stream and was in no context
+    genuine = feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "end"})
+    assert [e.type for e in decay.handle(genuine, state).events] == ["MemoryDecayed"]
+    assert registration.handle(genuine, state, RULES).writes == [
+        BumpStats("acme", M1, genuine.occurred_at, cited=1)
+    ]
+    unknown_context = "019ad4f0-8000-7000-8000-0000000000c2"
+    for payload in (
+        {"memory_id": M1, "position": "beginning"},
+        {"request_id": unknown_context, "memory_id": M1, "position": "beginning"},
+        {"request_id": R1, "memory_id": M2, "position": "beginning"},
+    ):
+        forged = feedback("MemoryCited", payload)
+        moved = decay.handle(forged, state)
+        assert (moved.events, moved.writes) == ([], []), payload
+        assert registration.handle(forged, state, RULES).writes == [], payload
+    # the context is user:U1's: the same citation published on another stream is nothing
+    elsewhere = genuine.model_copy(update={"stream": "user:U3"})
+    assert decay.handle(elsewhere, state).events == []

@@ -268,13 +268,15 @@ class AsyncMnemoClient:
         self,
         memory_id: str,
         *,
+        request_id: str,
         stream: str | None = None,
-        request_id: str | None = None,
         position: str | None = None,
         wait: Wait = "none",
     ) -> PublishResult:
-        """Say a memory was used (its weight and trust rise). `stream` defaults to the
-        memory's own, looked up first."""
+        """Say a memory was used in the answer to the context `request_id` (its weight and
+        trust rise). The context must have included the memory (else
+        CITATION_NOT_IN_CONTEXT); Mnemo files the citation on the context's stream, once
+        per context and memory. `stream` defaults to the memory's own, looked up first."""
         stream = stream or (await self.get(memory_id)).stream
         return await self.publish(_core.cited(memory_id, stream, request_id, position), wait=wait)
 

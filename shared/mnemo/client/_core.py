@@ -421,12 +421,8 @@ def due_verifications(subject: str) -> Call[list[dict[str, Any]]]:
 # ---- feedback events ------------------------------------------------------------------------
 
 
-def cited(
-    memory_id: str, stream: str, request_id: str | None, position: str | None
-) -> dict[str, Any]:
-    payload: dict[str, Any] = {"memory_id": memory_id}
-    if request_id is not None:
-        payload["request_id"] = request_id
+def cited(memory_id: str, stream: str, request_id: str, position: str | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"memory_id": memory_id, "request_id": request_id}
     if position is not None:
         payload["position"] = position
     return envelope("MemoryCited", 1, stream, payload)

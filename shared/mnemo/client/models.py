@@ -167,7 +167,9 @@ class IncludedMemory(_Model):
 class LeftOut(_Model):
     memory_id: str
     section: str
-    reason: str = Field(description="budget, expired, superseded, low_relevance or conflict")
+    reason: str = Field(
+        description="budget, expired, superseded, low_relevance, not_shown or conflict"
+    )
 
 
 class ContextResponse(_Model):

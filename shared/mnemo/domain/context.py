@@ -180,9 +180,46 @@ class SectionSpec(BaseModel):
     def title(self) -> str:
         return self.heading if self.heading is not None else f"## {self.name}"
 
-    def shows_constraints(self) -> bool:
-        """Whether constraints can be rendered in this section (its types allow them)."""
+    def holds_constraints(self) -> bool:
+        """Whether constraints are offered to this section (its types allow them)."""
         return not self.types or MemoryType.CONSTRAINT in self.types
+
+    def hides_constraints(self) -> str | None:
+        """Why this section, holding constraints, would not show their words: the field at
+        fault, or None. A line must carry the constraint's text whole, plainly (a format
+        spec such as `{text:.5}` cuts it)."""
+        if not _shows_plainly(self.render, ("text", "content")):
+            return "render"
+        if not _shows_plainly(self.kv_render, ("text", "value")):
+            return "kv_render"
+        return None
+
+    def narrows_constraints(self) -> str | None:
+        """Why this section would show only some of the subjects' constraints: the field
+        at fault, or None. It must take every tag and scope, rank by no text of its own
+        (query "" or the request's), and keep at least CONSTRAINT_LIMIT_FLOOR of them. (A
+        constraint the request's query does not reach is reported at assembly, as
+        CONSTRAINT_DROPPED.)"""
+        if self.tags:
+            return "tags"
+        if self.scopes and set(self.scopes) != set(Scope):
+            return "scopes"
+        if self.query:
+            return "query"
+        if self.limit < CONSTRAINT_LIMIT_FLOOR:
+            return "limit"
+        return None
+
+
+# the fewest constraints the section that shows them may keep: a section's default limit
+CONSTRAINT_LIMIT_FLOOR = 20
+
+
+def _shows_plainly(pattern: str, names: tuple[str, ...]) -> bool:
+    return any(
+        name in names and not spec and not conversion
+        for _, name, spec, conversion in string.Formatter().parse(pattern)
+    )
 
 
 class ContextTemplate(BaseModel):
@@ -208,14 +245,52 @@ class ContextTemplate(BaseModel):
         names = [s.name for s in self.sections]
         if len(names) != len(set(names)):
             raise ValueError("section names must be unique")
-        if at_edge(info) and not any(s.shows_constraints() for s in self.sections):
-            # constraints would vanish from every context rendered with it, silently
+        if at_edge(info):
+            self._shows_constraints()
+        return self
+
+    def _shows_constraints(self) -> None:
+        """Constraints must not vanish from the contexts rendered with this template: the
+        first section offered them (in order) shows every one of the subjects', and each
+        section offered them renders their words. Refused with the field at fault."""
+        holding = [(self.sections.index(s), s) for s in self.ordered() if s.holds_constraints()]
+        if not holding:
             raise PydanticCustomError(
                 "template_without_constraints",
-                "a template needs a section that can show constraints (types empty or "
-                "naming constraint)",
+                "a template needs a section that shows constraints (types empty or naming "
+                "constraint)",
+                {"path": "sections"},
             )
-        return self
+        index, first = holding[0]
+        narrowed = first.narrows_constraints()
+        if narrowed is not None:
+            raise PydanticCustomError(
+                "template_without_constraints",
+                "the first section offered constraints must show all of them: no tags or "
+                "scopes, no query text of its own and a limit of at least {floor}; section "
+                "{section} "
+                "narrows them by {narrowed}",
+                {
+                    "path": f"sections.{index}.{narrowed}",
+                    "section": first.name,
+                    "narrowed": narrowed,
+                    "floor": CONSTRAINT_LIMIT_FLOOR,
+                },
+            )
+        for index, section in holding:
+            hidden = section.hides_constraints()
+            if hidden is not None:
+                raise PydanticCustomError(
+                    "template_without_constraints",
+                    "a section offered constraints renders their words plainly (the text "
+                    "or content field, without a format spec; value or text for key-value "
+                    "ones); section {section} does not in {hidden}",
+                    {
+                        "path": f"sections.{index}.{hidden}",
+                        "section": section.name,
+                        "hidden": hidden,
+                    },
+                )
 
     def fingerprint(self) -> str:
         canonical = json.dumps(
@@ -364,7 +439,7 @@ class Included:
 class LeftOut:
     memory_id: str
     section: str
-    reason: str  # budget, expired, superseded, low_relevance, conflict
+    reason: str  # budget, expired, superseded, low_relevance, not_shown, conflict
 
 
 @dataclass

@@ -573,8 +573,18 @@ _CODES_BY_ERROR_TYPE = {
 
 def _first_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    loc = error_path(err)
     return (f"{prefix}{loc}" if loc else prefix.rstrip(".")), str(err["msg"])
+
+
+def error_path(err: Any) -> str:
+    """Where a validation error lies, dotted: its location, then the path a model-level
+    check names within it (`sections.0.tags`)."""
+    parts = [str(p) for p in err["loc"]]
+    within = (err.get("ctx") or {}).get("path")
+    if isinstance(within, str) and within:
+        parts.append(within)
+    return ".".join(parts)
 
 
 def _error_type(exc: ValidationError) -> str:

@@ -160,6 +160,14 @@ class ContextRecord:
     occurred_at: str | None = None
 
 
+def credits_citation(record: ContextRecord | None, stream: str, memory_id: str) -> bool:
+    """Whether a citation of `memory_id`, published on `stream` and naming the context
+    `record`, is worth anything: only when that context exists, was assembled on the same
+    stream and included the memory. A citation of a memory the model never saw (or one
+    that names no context) moves no weight, trust or count."""
+    return record is not None and record.stream == stream and memory_id in record.memory_ids
+
+
 @dataclass(frozen=True, slots=True)
 class PutContextRecord:
     record: ContextRecord

@@ -57,7 +57,16 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.ids import derived_id, id_time
 from mnemo.domain.memory import MAX_SEMANTIC_WEIGHT, Memory, MemoryStatus, MemoryType
-from mnemo.domain.projection import DropTimer, DropWeight, PutTimer, PutWeight, Timer, Write
+from mnemo.domain.projection import (
+    ContextRecord,
+    DropTimer,
+    DropWeight,
+    PutTimer,
+    PutWeight,
+    Timer,
+    Write,
+    credits_citation,
+)
 from mnemo.handlers import Decision, emit
 
 __all__ = [
@@ -130,6 +139,8 @@ class DecayState(Protocol):
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
 
     def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None: ...
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
 
 
 def decayed_weight(memory: Memory, now: datetime) -> float:
@@ -251,6 +262,8 @@ def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None
     if payload is None:
         return Decision()
     ids = _feedback_ids(payload)
+    if isinstance(payload, MemoryCited) and not _genuine(event, state, payload):
+        return Decision()
     here, away = _by_stream(event, state, ids)
     decision = _feedback(event, state, policy, payload.TYPE, here, payload)
     for stream, memory_ids in sorted(away.items()):
@@ -281,6 +294,15 @@ _ENDED = {
 }
 # the event types the decay handler reads (handlers/registry.py lists them)
 HANDLED = frozenset({MemoryRegistered.TYPE, MemoryDecayed.TYPE, *_ENDED, *_FEEDBACK})
+
+
+def _genuine(event: Envelope, state: DecayState, cited: MemoryCited) -> bool:
+    """A citation counts only when it names the context it comes from and that context
+    included the memory (the relay to the memory's own stream is made after this check)."""
+    if cited.request_id is None:
+        return False
+    record = state.context_record(event.tenant, cited.request_id)
+    return credits_citation(record, event.stream, cited.memory_id)
 
 
 def _feedback_ids(payload: EventPayload) -> tuple[str, ...]:

@@ -75,6 +75,7 @@ from mnemo.domain.projection import (
     PutTemplate,
     SetStatus,
     Write,
+    credits_citation,
 )
 from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
@@ -461,6 +462,13 @@ def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> 
             writes=[PutContextRecord(replace(found, response_hash=payload.response_hash))]
         )
     if isinstance(payload, MemoryCited):
+        cited_in = (
+            state.context_record(event.tenant, payload.request_id)
+            if payload.request_id is not None
+            else None
+        )
+        if not credits_citation(cited_in, event.stream, payload.memory_id):
+            return Decision()  # no context, or one that did not include the memory
         known = _of_stream(event, state, (payload.memory_id,))
         return Decision(writes=[BumpStats(event.tenant, m, at, cited=1) for m in known])
     if isinstance(payload, MemoryCorrected):

@@ -23,13 +23,15 @@ from mnemo.domain.events import (
     Envelope,
     ForgetRequested,
     LoggedEvent,
+    MemoryCited,
     TemplateRegistered,
     decode_payload,
+    error_path,
     validate_envelope,
 )
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
-from mnemo.domain.projection import Outcome
+from mnemo.domain.projection import ContextRecord, Outcome, credits_citation
 from mnemo.handlers import indexing, registration
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
@@ -49,6 +51,7 @@ from mnemo.service.context import (
     ContextRequest,
     ContextResponse,
     Feedback,
+    citation_id,
 )
 from mnemo.service.runner import EmbeddedRunner
 from mnemo.service.sealing import Sealer
@@ -215,6 +218,8 @@ class Mnemo:
                 exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
                 raise
             _check_admin_events(ctx, i, envelope)
+            if envelope.type == MemoryCited.TYPE:
+                envelope = self._citation(ctx, i, envelope)
             envelopes.append(envelope)
         if self.sealer is not None:
             envelopes = self._seal_all(ctx, envelopes)
@@ -231,6 +236,50 @@ class Mnemo:
             complete = self._wait(ctx.tenant, max(a.offset for a in accepted), wait, timeout)
         outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
         return PublishResult(accepted, outcomes, complete)
+
+    def _citation(self, ctx: RequestContext, i: int, envelope: Envelope) -> Envelope:
+        """A citation moves a memory's weight and trust, so it is taken only for a memory
+        that the context it names included. It is filed on that context's stream under an
+        id derived from (context, memory), as a reported answer files it: one context
+        credits a memory once, however many times it is cited."""
+        cited = decode_payload(envelope)
+        assert isinstance(cited, MemoryCited)
+        if cited.request_id is None:
+            raise InvalidInput(
+                "a citation names the context it comes from (payload.request_id); or "
+                "report the answer at POST /v1/context/{request_id}/response",
+                code="CITATION_WITHOUT_CONTEXT",
+                field=f"events[{i}].payload.request_id",
+            )
+        record = self._context_record(ctx.tenant, cited.request_id)
+        if record is None:
+            raise InvalidInput(
+                f"no assembled context {cited.request_id}",
+                code="CONTEXT_NOT_FOUND",
+                field=f"events[{i}].payload.request_id",
+            )
+        if not credits_citation(record, record.stream, cited.memory_id):
+            raise InvalidInput(
+                "the cited context did not include that memory",
+                code="CITATION_NOT_IN_CONTEXT",
+                field=f"events[{i}].payload.memory_id",
+            )
+        return envelope.model_copy(
+            update={"stream": record.stream, "event_id": citation_id(record, cited.memory_id)}
+        )
+
+    def _context_record(
+        self, tenant: str, request_id: str, timeout: float = 5.0
+    ) -> ContextRecord | None:
+        """The record of an assembled context, waiting briefly for the registrar when the
+        context is in the log but not yet recorded."""
+        record = self.store.context_record(tenant, request_id)
+        if record is None and self.runner is not None and self.runner.running:
+            found = self.log.get(tenant, request_id)
+            if found is not None:
+                self.runner.wait_for(registration.CONSUMER, found.offset, timeout, tenant)
+                record = self.store.context_record(tenant, request_id)
+        return record
 
     def _seal_all(self, ctx: RequestContext, envelopes: Sequence[Envelope]) -> list[Envelope]:
         """Seal a batch; refused (TOO_MANY_SUBJECT_KEYS) once it would make more than
@@ -420,10 +469,7 @@ class Mnemo:
         timeout: float = 5.0,
     ) -> Feedback:
         """Record the model's answer to an assembled context (citations, corrections)."""
-        if self.store.context_record(ctx.tenant, request_id) is None and self.runner is not None:
-            found = self.log.get(ctx.tenant, request_id)
-            if found is not None and self.runner.running:
-                self.runner.wait_for(registration.CONSUMER, found.offset, timeout, ctx.tenant)
+        self._context_record(ctx.tenant, request_id, timeout)
         if self.sealer is not None and correction:  # the correction becomes a logged reason
             correction = self.sealer.mask_text(correction)
         return self.contexts.report(
@@ -439,7 +485,7 @@ class Mnemo:
             parsed = ContextTemplate.model_validate(template, context=EDGE)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"])
+            field = error_path(err)
             code = (
                 "TEMPLATE_WITHOUT_CONSTRAINTS"
                 if err["type"] == "template_without_constraints"

@@ -7,7 +7,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from mnemo import telemetry
 from mnemo.domain.conflicts import find_conflicts
@@ -33,8 +33,9 @@ from mnemo.domain.events import (
     MemoryCited,
     MemoryCorrected,
 )
-from mnemo.domain.ids import derived_id, new_event_id, valid_stream
+from mnemo.domain.ids import derived_id, id_time, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
+from mnemo.domain.projection import ContextRecord
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
     Clock,
@@ -187,6 +188,7 @@ class ContextAssembler:
 
         claimed: set[str] = set()
         left_out: list[LeftOut] = []
+        unshown: list[LeftOut] = []  # binding constraints of the subjects no line will show
         conflicts: list[dict[str, object]] = []
         sections: dict[str, list[Candidate]] = {}
         vectors: dict[str, list[float] | None] = {}
@@ -216,12 +218,39 @@ class ContextAssembler:
             left_out.extend(
                 LeftOut(c.memory.memory_id, spec.name, "low_relevance") for c in rest[:20]
             )
+            # a constraint past the limit is dropped, never silently: every one is listed
+            cut = [LeftOut(c.memory.memory_id, spec.name, "low_relevance") for c in rest]
+            unshown += [o for o, c in zip(cut, rest, strict=True) if _binding(c)]
+            left_out.extend(o for o, c in zip(cut[20:], rest[20:], strict=True) if _binding(c))
+            if spec.holds_constraints() and spec.hides_constraints() is not None:
+                # its lines would not carry the constraints' words (a template stored
+                # before templates were checked for this)
+                hidden = [c for c in kept if _binding(c)]
+                kept = [c for c in kept if not _binding(c)]
+                claimed.update(c.memory.memory_id for c in hidden)
+                unshown += [LeftOut(c.memory.memory_id, spec.name, "not_shown") for c in hidden]
             kept = self._with_neighbours(tenant, spec, kept, claimed, as_of)
             kept = self._with_history(tenant, spec, kept, left_out, request.include_history, as_of)
             claimed.update(c.memory.memory_id for c in kept)
             claimed.update(c.memory.memory_id for c in rest)
             sections[spec.name] = kept
 
+        seen = claimed | {o.memory_id for o in left_out}
+        unshown += [
+            LeftOut(m.memory_id, "", "not_shown")
+            for m in self._constraints(tenant, request.subjects, as_of)
+            if m.memory_id not in seen
+        ]
+        if unshown and not request.allow_constraint_drop:
+            ids = list(dict.fromkeys(o.memory_id for o in unshown))
+            raise MnemoError(
+                f"template {name} does not show constraint(s) {', '.join(ids)} of the subjects",
+                code="CONSTRAINT_DROPPED",
+                field="template",
+                extra={"memory_ids": ids, "section": unshown[0].section},
+            )
+        listed = {(o.memory_id, o.reason) for o in left_out}
+        left_out.extend(o for o in unshown if (o.memory_id, o.reason) not in listed)
         assembly = assemble(
             template,
             sections,
@@ -230,6 +259,9 @@ class ContextAssembler:
             header=header,
             allow_constraint_drop=request.allow_constraint_drop,
         )
+        assembly.warnings[:0] = [
+            f"CONSTRAINT_DROPPED:{m}" for m in dict.fromkeys(o.memory_id for o in unshown)
+        ]
         response = ContextResponse(
             request_id=new_event_id(self.clock.now()),
             protocol=protocol,
@@ -249,6 +281,17 @@ class ContextAssembler:
         )
         self._record(tenant, principal, request, response)
         return response
+
+    def _constraints(self, tenant: str, subjects: Sequence[str], as_of: datetime) -> list[Memory]:
+        """The subjects' constraints in force at `as_of`: each must reach the context, or
+        be reported as dropped."""
+        found: list[Memory] = []
+        for subject in subjects:
+            query = MemoryQuery(
+                stream=subject, types=(MemoryType.CONSTRAINT,), live_at=as_of, limit=1_000
+            )
+            found.extend(m for m in self.store.query(tenant, query) if m.is_live(as_of))
+        return found
 
     def _retrieve(
         self,
@@ -587,13 +630,7 @@ class ContextAssembler:
                     record.stream,
                     principal,
                     payload,
-                    derived_id(
-                        assembled_at,
-                        "feedback",
-                        *basis,
-                        payload.TYPE,
-                        getattr(payload, "memory_id", ""),
-                    ),
+                    _feedback_id(record, assembled_at, basis, payload),
                     now,
                 )
                 for payload in events
@@ -611,6 +648,32 @@ class ContextAssembler:
         return feedback
 
 
+def citation_id(record: ContextRecord, memory_id: str) -> str:
+    """The one id a citation of `memory_id` in the context of `record` has, whoever files
+    it (a reported answer, or a client naming the context): the log keeps the first, so
+    one context credits a memory once."""
+    at = _assembled_at(record) or id_time(record.request_id) or datetime(1970, 1, 1, tzinfo=UTC)
+    return derived_id(at, "citation", record.tenant, record.request_id, memory_id)
+
+
+def _assembled_at(record: ContextRecord) -> datetime | None:
+    return datetime.fromisoformat(record.occurred_at) if record.occurred_at else None
+
+
+def _feedback_id(
+    record: ContextRecord, assembled_at: datetime, basis: tuple[str, ...], payload: EventPayload
+) -> str:
+    """The id of a feedback event, derived so that repeats collapse in the log. A citation
+    is one per (context, memory): however many answers are reported to one context, and
+    wherever in them the memory is cited, it credits the memory once (the first report's
+    position stands). The other events are one per distinct report."""
+    if isinstance(payload, MemoryCited):
+        return citation_id(record, payload.memory_id)
+    return derived_id(
+        assembled_at, "feedback", *basis, payload.TYPE, getattr(payload, "memory_id", "")
+    )
+
+
 def _envelope(
     tenant: str, stream: str, principal: str, payload: EventPayload, event_id: str, at: datetime
 ) -> Envelope:
@@ -624,6 +687,11 @@ def _envelope(
         actor=Actor(kind=ActorKind.AGENT, id=principal),
         payload=payload.model_dump(mode="json"),
     )
+
+
+def _binding(c: Candidate) -> bool:
+    """A constraint in force, not an older version shown as history."""
+    return c.memory.type is MemoryType.CONSTRAINT and c.via != "history"
 
 
 def _scaled(c: Candidate, relevance: float) -> Candidate:

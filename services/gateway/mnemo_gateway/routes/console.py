@@ -220,7 +220,8 @@ class PlacedOut(BaseModel):
     memory_id: str
     section: str
     reason: str | None = Field(
-        description="why it was left out: budget, expired, superseded, low_relevance, conflict"
+        description="why it was left out: budget, expired, superseded, low_relevance, "
+        "not_shown, conflict"
     )
     type: str | None
     label: str | None = Field(description="null when the memory is unknown or forgotten")

@@ -73,7 +73,9 @@ class IncludedOut(BaseModel):
 class LeftOutOut(BaseModel):
     memory_id: str
     section: str
-    reason: str = Field(description="budget, expired, superseded, low_relevance or conflict")
+    reason: str = Field(
+        description="budget, expired, superseded, low_relevance, not_shown or conflict"
+    )
 
 
 class ContextOut(BaseModel):
