@@ -48,6 +48,7 @@ from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import MemoryQuery
 from mnemo.service.app import RequestContext
 from mnemo.service.context import ContextRequest
+from mnemo.service.distributed import position_name
 from mnemo.service.insights import Insights
 from mnemo.service.workers import ensure_topics_from
 from mnemo.settings import MnemoSettings
@@ -306,12 +307,22 @@ class Deployment:
         assert d is not None
         return {c: sum(v.values()) for c, v in d.progress.lag().items()}
 
-    def wait_progress(self, consumer: str, records: int, timeout: float = 180.0) -> None:
-        """Until `consumer` has `records` fewer to read than the log holds past its start:
-        the fault then lands while the burst is being consumed."""
+    def consumed(self, consumer: str) -> int:
+        """Records `consumer` has committed past, over every partition."""
+        d = self.platform.distributed
+        assert d is not None
+        ends = d.progress.topic.end_offsets()
+        names = [position_name(consumer, p) for p in ends]
+        return sum(d.progress.store.positions(names).values())
+
+    def wait_progress(
+        self, consumer: str, since: int, records: int, timeout: float = 180.0
+    ) -> None:
+        """Until `consumer` has committed past `records` more records than `since` (what it
+        had before the burst was published): the fault then lands while the burst is being
+        consumed, or just after when the consumers outrun the publisher."""
         deadline = time.monotonic() + timeout
-        first = self.lag()[consumer]
-        while first - self.lag()[consumer] < records:
+        while self.consumed(consumer) - since < records:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{consumer} made no progress: {self.lag()}")
             time.sleep(0.1)
@@ -405,9 +416,10 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
         fleet.wait_ready(fleet.scale("registrar", plan.registrars))
         fleet.wait_ready(fleet.scale("indexer", plan.indexers))
         fleet.wait_ready(fleet.scale("decay", FOLLOWERS) + fleet.scale("audit", FOLLOWERS))
+        since = d.consumed(plan.target)
         d.publish_burst(BURST)
         # the fault lands once a fifth of the burst is consumed
-        d.wait_progress(plan.target, BURST // 5)
+        d.wait_progress(plan.target, since, BURST // 5)
         victims = fleet.running(plan.target)
         if plan.also_killed is not None:
             fleet.kill(fleet.running(plan.also_killed)[0])
