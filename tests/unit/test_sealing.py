@@ -648,3 +648,21 @@ def test_a_batch_opens_as_one_at_a_time_with_each_key_fetched_once(
     vault.down = True
     with pytest.raises(Unavailable):  # nothing cached for a new reader: fail closed
         Sealer(KeyCache(vault, 30.0, now=ticker)).open_private_envelopes(sealed)
+
+
+def test_a_key_seen_to_exist_is_not_asked_for_again_within_the_ttl(
+    vault: SwitchableVault, ticker: Ticker
+) -> None:
+    """The per-request new-key cap asks whether each user's key exists: a busy tenant's
+    requests must not each cost a vault call per user."""
+    keys = KeyCache(vault, 30.0, now=ticker)
+    vault.inner.data_key("acme/user:A")
+    assert keys.has_key("acme/user:A")
+    calls = vault.calls
+    assert keys.has_key("acme/user:A")
+    assert vault.calls == calls  # from the cache
+    assert not keys.has_key("acme/user:new")
+    assert not keys.has_key("acme/user:new")  # a no is asked again: it may exist by now
+    assert vault.calls == calls + 2
+    keys.destroy("acme/user:A")
+    assert not keys.has_key("acme/user:A")  # a destroyed key leaves the cache at once

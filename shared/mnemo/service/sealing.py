@@ -137,6 +137,7 @@ class KeyCache:
         self._unwrapped: dict[tuple[str, bytes], tuple[float, bytes]] = {}
         self._search: dict[str, tuple[float, bytes]] = {}
         self._destroyed: set[str] = set()
+        self._exists: dict[str, tuple[float, bool]] = {}  # keys seen to exist, until when
         # bumped by forget(): a fetch that began before it must not put the key back
         self._generation: dict[str, int] = {}
         self._refreshing: set[tuple[int, Any]] = set()
@@ -165,15 +166,20 @@ class KeyCache:
         return self._cached(self._search, key_id, key_id, lambda: self.vault.search_key(key_id))
 
     def has_key(self, key_id: str) -> bool:
-        """Whether the key exists; a key this cache holds a live entry of counts as
-        existing without asking the vault (a destroyed key leaves the cache at once)."""
+        """Whether the key exists; a key this cache holds a live entry of, or saw exist
+        within the TTL, counts as existing without asking the vault (a destroyed or
+        forgotten key leaves the cache at once)."""
         now = self._now()
         with self._lock:
-            for table in (self._data, self._search):
+            for table in (self._data, self._search, self._exists):
                 hit = table.get(key_id)
                 if hit is not None and hit[0] > now:
                     return True
-        return self.vault.has_key(key_id)
+        found = self.vault.has_key(key_id)
+        if found and self.ttl > 0:
+            with self._lock:
+                self._exists[key_id] = (now + self.ttl, True)
+        return found
 
     def is_destroyed(self, key_id: str) -> bool:
         """Whether the key was shredded; a yes is kept (it is for good), a no is asked again
@@ -212,6 +218,7 @@ class KeyCache:
             self._generation[key_id] = self._generation.get(key_id, 0) + 1
             self._data.pop(key_id, None)
             self._search.pop(key_id, None)
+            self._exists.pop(key_id, None)
             for entry in [k for k in self._unwrapped if k[0] == key_id]:
                 del self._unwrapped[entry]
 
@@ -300,6 +307,7 @@ class KeyCache:
             self._data,
             self._unwrapped,
             self._search,
+            self._exists,
         )
         for table in tables:
             if len(table) > 4_096:
