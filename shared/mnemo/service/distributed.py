@@ -30,6 +30,7 @@ every replay of the topic, which keeps a rebuild's checksum equal to the live on
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -409,7 +410,10 @@ class _Processor:
         if len(calls) < 2:
             return [fn(*args) for args in calls]
         pool = self._reader()
-        return [f.result() for f in [pool.submit(fn, *args) for args in calls]]
+        # each call runs in a copy of this thread's context, so the trace's current span
+        # (and anything else kept in context variables) is its parent there too
+        futures = [pool.submit(contextvars.copy_context().run, fn, *args) for args in calls]
+        return [f.result() for f in futures]
 
     def _reader(self) -> ThreadPoolExecutor:
         """Threads for reads made side by side (never for writes, whose order matters)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import contextvars
 import copy
 import hashlib
 import hmac
@@ -770,8 +771,12 @@ class Sealer:
         missing = [k for k in wanted if not self.keys.holds(*k)]
         if len(missing) > 1:
             with ThreadPoolExecutor(min(8, len(missing))) as pool:
-                for _ in pool.map(self._try_unwrap, missing):
-                    pass
+                # in copies of this thread's context: the vault calls' spans keep their parent
+                for future in [
+                    pool.submit(contextvars.copy_context().run, self._try_unwrap, k)
+                    for k in missing
+                ]:
+                    future.result()
         return [self.open_private_envelope(e) for e in envelopes]
 
     def _try_unwrap(self, key: tuple[str, bytes]) -> None:
