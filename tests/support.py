@@ -26,13 +26,15 @@ import pytest
 import uvicorn
 from mnemo_gateway.app import create_app
 
+from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.bootstrap import Platform, build_embedded, key_pepper
 from mnemo.domain.access import ALL_SCOPES, ApiKey, Scope, format_key, key_digest, parse_key
 from mnemo.domain.errors import ConflictError
 from mnemo.domain.events import Envelope
 from mnemo.domain.projection import AuditRecord
 from mnemo.handlers import audit
-from mnemo.ports import KeyVault, MemoryStore
+from mnemo.ports import Blinder, KeyVault, MemoryStore
+from mnemo.service.sealing import KeyCache, TenantBlinder
 from mnemo.settings import GatewaySettings, MnemoSettings
 
 __all__ = [
@@ -54,6 +56,10 @@ __all__ = [
 
 ALL = tuple(s.value for s in ALL_SCOPES)
 # tenants whose fixed keys the shared fixtures (the `platform` fixture, running_server) install
+# the blind indexes of stores built by tests: one vault for the process, so that a store
+# opened again over the same keyspace finds what an earlier one wrote
+BLINDER: Blinder = TenantBlinder(KeyCache(InMemoryKeyVault(), ttl=3600.0))
+
 TEST_TENANTS = ("acme", "globex", "mallory", "crash", "default")
 
 

@@ -31,6 +31,7 @@ from mnemo.handlers import registry
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
     AuditCheckpoints,
+    Blinder,
     CheckpointAnchors,
     Clock,
     Embedder,
@@ -56,6 +57,7 @@ from mnemo.service.sealing import (
     OpenedMemoryStore,
     Sealer,
     SealingEventLog,
+    TenantBlinder,
 )
 from mnemo.settings import MnemoSettings
 
@@ -694,8 +696,10 @@ def tenant_keyspaces(settings: MnemoSettings) -> Callable[[str], str] | None:
     return keyspace_for
 
 
-def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
-    """The Cassandra read models: keyspace created and migrated when missing."""
+def connect_store(settings: MnemoSettings, blinder: Blinder | None = None) -> CassandraMemoryStore:
+    """The Cassandra read models: keyspace created and migrated when missing. Memories'
+    keys, tags and content hashes are stored as `blinder`'s keyed hashes; without one the
+    store serves migrations and checks only, and refuses to touch memories."""
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
 
     replication = ast.literal_eval(settings.cassandra_replication)
@@ -713,6 +717,7 @@ def connect_store(settings: MnemoSettings) -> CassandraMemoryStore:
         local_dc=settings.cassandra_local_dc,
         keyspace_for=tenant_keyspaces(settings),
         ssl_context=cassandra_tls(settings),
+        blinder=blinder,
     )
     telemetry.instrument_cassandra(store.session)  # the event archive shares this session
     return store
@@ -761,7 +766,8 @@ def build_distributed(
     require_vault(settings)  # before anything is connected or created
     clock = clock or SystemClock()
     embedder = embedder or make_embedder(settings)
-    store = connect_store(settings)
+    sealer = make_sealer(settings)
+    store = connect_store(settings, TenantBlinder(sealer.keys))
     try:
         topic = KafkaTopic(
             kafka_config(settings, f"mnemo-{role}"),
@@ -793,7 +799,6 @@ def build_distributed(
     except BaseException:
         store.close()
         raise
-    sealer = make_sealer(settings)
     runner = make_runner(
         settings,
         event_log,

@@ -34,6 +34,7 @@ __all__ = [
     "Appended",
     "ArchivedEvent",
     "AuditCheckpoints",
+    "Blinder",
     "CheckpointAnchors",
     "Clock",
     "Coordinates",
@@ -467,6 +468,19 @@ class Clock(abc.ABC):
     @abc.abstractmethod
     def now(self) -> datetime:
         """The current instant, timezone-aware (UTC)."""
+
+
+class Blinder(abc.ABC):
+    """Keyed hashes for a read model's lookup columns (blind indexes): a store that finds
+    memories by key, tag or content hash keeps the hash in those columns, never the value,
+    so its files (and the tombstones a delete leaves) hold nothing a dictionary could be
+    tested against without the tenant's key, which lives in the vault."""
+
+    @abc.abstractmethod
+    def blind(self, tenant: str, kind: str, value: str) -> str:
+        """The keyed hash of `value` for `tenant` (`kind` separates what is hashed: "key",
+        "tag", "hash"). The same for equal inputs for as long as the tenant's key lives;
+        once it is destroyed, a hash that matches nothing stored before."""
 
 
 class KeyVault(abc.ABC):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import missing
+from tests.support import BLINDER, missing
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.context import ContextTemplate
@@ -509,6 +509,8 @@ class TestCassandraMemoryStore(MemoryStoreContract):
     def make_store(self, path: Path) -> MemoryStore:
         from mnemo.adapters.cassandra_store import CassandraMemoryStore
 
-        store = CassandraMemoryStore(self.session, self.keyspace, migrate_schema=False)
+        store = CassandraMemoryStore(
+            self.session, self.keyspace, migrate_schema=False, blinder=BLINDER
+        )
         store.reset()
         return store

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import missing
+from tests.support import BLINDER, missing
 
 from mnemo.domain.errors import ConflictError, FencedOff, InvalidInput, Unavailable
 from mnemo.domain.ids import derived_id
@@ -121,7 +121,9 @@ def cassandra() -> Iterator[tuple[Any, str, list[int]]]:
 @pytest.fixture
 def store(cassandra: tuple[Any, str, list[int]]) -> CassandraMemoryStore:
     session, keyspace, _ = cassandra
-    built = CassandraMemoryStore(session, keyspace, migrate_schema=False, settle_seconds=0)
+    built = CassandraMemoryStore(
+        session, keyspace, migrate_schema=False, settle_seconds=0, blinder=BLINDER
+    )
     built.reset()
     return built
 
@@ -150,7 +152,9 @@ def commit(store: MemoryStore, writes: Sequence[Write], position: int | None = N
 
 
 def restart(store: CassandraMemoryStore) -> CassandraMemoryStore:
-    return CassandraMemoryStore(store._session, store.home, migrate_schema=False, settle_seconds=0)
+    return CassandraMemoryStore(
+        store._session, store.home, migrate_schema=False, settle_seconds=0, blinder=BLINDER
+    )
 
 
 # ---- migrations ----------------------------------------------------------------------------
@@ -351,7 +355,9 @@ def test_usage_counted_before_the_per_partition_rows_is_kept(
         ("acme", a.memory_id, T0.isoformat()),
     )
     assert 8 in cassandra_store.migrate(session, keyspace)
-    store = CassandraMemoryStore(session, keyspace, migrate_schema=False, settle_seconds=0)
+    store = CassandraMemoryStore(
+        session, keyspace, migrate_schema=False, settle_seconds=0, blinder=BLINDER
+    )
     epoch = store.claim("registrar/2")
     with store.transaction() as tx:
         tx.apply([BumpStats("acme", a.memory_id, T0 + timedelta(hours=2), cited=1)])
@@ -426,7 +432,7 @@ def test_a_batch_read_past_an_unfinished_commit_is_refused(
     # position(): its batch rests on a partial state
     # (settle_seconds long enough that a slow machine cannot make it too late)
     again = CassandraMemoryStore(
-        store._session, store.home, migrate_schema=False, settle_seconds=60
+        store._session, store.home, migrate_schema=False, settle_seconds=60, blinder=BLINDER
     )
     with pytest.raises(Unavailable, match="unfinished"):
         commit(again, [PutMemory(mem(2))], 6)
@@ -536,15 +542,16 @@ def test_a_key_made_current_by_another_writer_is_a_conflict(store: CassandraMemo
     put(store, v1)
     heads = store._session.prepare(
         f"UPDATE {store.home}.memory_key_heads SET memory_id = ? "
-        "WHERE tenant = 'acme' AND stream = 'user:U1' AND mkey = 'size'"
+        "WHERE tenant = 'acme' AND stream = 'user:U1' AND mkey = ?"
     )
     v2 = mem(2, key="size", value="XL", version=2)
     batch = [PutMemory(v2), SetStatus("acme", v1.memory_id, MemoryStatus.SUPERSEDED)]
-    store._session.execute(heads, ["decided-elsewhere"])  # a second writer got there first
+    size = store._blind("acme", "key", "size")  # the key as the heads table holds it
+    store._session.execute(heads, ["decided-elsewhere", size])  # a second writer got there first
     with pytest.raises(ConflictError):
         commit(store, batch)
     assert store.get("acme", v2.memory_id) is None
-    store._session.execute(heads, [v2.memory_id])  # this very batch, redone after a crash
+    store._session.execute(heads, [v2.memory_id, size])  # this very batch, redone after a crash
     commit(store, batch)
     assert [m.value for m in store.query("acme", MemoryQuery(key="size"))] == ["XL"]
     # once the key has no current memory, version 1 may be registered again
@@ -590,6 +597,7 @@ def test_a_tenant_can_have_a_keyspace_of_its_own(store: CassandraMemoryStore) ->
         store.home,
         migrate_schema=True,
         keyspace_for=lambda tenant: own if tenant == "vip" else store.home,
+        blinder=BLINDER,
     )
     shared, vip = mem(1), mem(2, tenant="vip", content="private words")
     put(isolated, shared, vip)
@@ -639,13 +647,55 @@ def test_a_replication_the_cluster_refuses_is_a_configuration_error_naming_the_s
 
 def test_connect_creates_migrates_and_serves(cassandra: tuple[Any, str, list[int]]) -> None:
     _, keyspace, _ = cassandra
-    store = CassandraMemoryStore.connect(HOSTS, PORT, keyspace, local_dc="datacenter1")
+    store = CassandraMemoryStore.connect(
+        HOSTS, PORT, keyspace, local_dc="datacenter1", blinder=BLINDER
+    )
     try:
         put(store, mem(7))
         assert store.get("acme", mem(7).memory_id) == mem(7)
         store.reset()
     finally:
         store.close()
+
+
+def test_lookup_columns_hold_keyed_hashes_never_a_key_or_a_tag(
+    store: CassandraMemoryStore,
+) -> None:
+    """A memory's key, tags and content hash reach every lookup table (and so the
+    tombstones a forget leaves there) only as keyed hashes; lookups still find them."""
+    words = mem(1, key="shoe size", value="44").model_copy(
+        update={"tags": ("marathon-runner",), "content_hash": "f00dcafe"}
+    )
+    put(store, words)
+    assert store.query("acme", MemoryQuery(key="shoe size")) == [words]
+    assert store.query("acme", MemoryQuery(tags=("marathon-runner",))) == [words]
+    assert store.history("acme", "user:U1", "shoe size") == [words]
+    with store.transaction() as tx:
+        assert tx.current_for_key("acme", "user:U1", "shoe size") == words
+        assert tx.find_by_hash("acme", "user:U1", "f00dcafe") == words
+    seen: list[str] = []
+    for table in ("memory_keys", "memory_key_heads", "memory_tags", "memory_hashes"):
+        seen += [repr(row) for row in store._session.execute(f"SELECT * FROM {store.home}.{table}")]
+    columns = "mkey, tags, chash"
+    seen += [
+        repr(row) for row in store._session.execute(f"SELECT {columns} FROM {store.home}.memories")
+    ]
+    seen += [
+        repr(row)
+        for row in store._session.execute(f"SELECT mkey, tags FROM {store.home}.memories_by_stream")
+    ]
+    assert len(seen) == 6  # a row in each
+    for clear in ("shoe size", "marathon", "f00dcafe"):
+        assert not [row for row in seen if clear in row], clear
+    # the hashes are keyed: another tenant's key makes others
+    assert store._blind("acme", "key", "shoe size") != store._blind("globex", "key", "shoe size")
+
+
+def test_a_store_without_a_blinder_refuses_memories(store: CassandraMemoryStore) -> None:
+    bare = CassandraMemoryStore(store._session, store.home, migrate_schema=False)
+    with pytest.raises(RuntimeError, match="without a blinder"):
+        put(bare, mem(1, key="size"))
+    assert store.get("acme", mem(1).memory_id) is None
 
 
 def test_timeouts_are_store_unavailable(

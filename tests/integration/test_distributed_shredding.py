@@ -255,18 +255,11 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         tables = sorted(d for d in (cassandra_data / "data" / ks).glob("*-*") if d.is_dir())
         assert len(tables) > len(BODIES), f"no SSTable directory for the tables of {ks}"
         # no table of the keyspace keeps anything of alice once compacted (the bodies,
-        # outcomes, timelines, commit records, the event archive...) but the lookup tables
-        # keyed by a memory's key or tag in clear. KNOWN GAP, pinned here so that a new
-        # leak or the fix both fail this line: memory_keys and memory_tags keep them in
-        # tombstones until gc_grace_seconds (3 hours), and memory_key_heads for good (a
-        # head is moved to no memory, never deleted); the fix is keyed hashes in those
-        # key columns (a turn's speaker is one of its tags)
-        leaks = {
-            (hit.split(" in ")[0], Path(hit.split(" in ")[1]).parent.name.split("-")[0])
-            for hit in scan(alice.all(), tables)
-        }
-        assert {table for _, table in leaks} == {"memory_keys", "memory_tags", "memory_key_heads"}
-        assert {marker for marker, _ in leaks} <= {alice.key, alice.tag, alice.speaker}
+        # outcomes, timelines, commit records, the event archive...), tombstones included:
+        # the lookup tables keyed by a memory's key, tags or content hash (memory_keys,
+        # memory_tags, memory_hashes, whose tombstones live until gc_grace_seconds, and
+        # memory_key_heads, never deleted) hold keyed hashes, not the words
+        assert scan(alice.all(), tables) == []
         assert scan([bob.content], _table_dirs(cassandra_data, ks, ("memories",))) != []
 
 

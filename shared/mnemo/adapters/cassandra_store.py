@@ -18,6 +18,15 @@ Schema (schemas/cql/, applied by `migrate`)
     decay weights, and a timeline per memory. Filters a table cannot express (type, scope,
     status, validity, tags) are applied by the client while it pages through the one
     partition a query names.
+    A memory's key, tags and content hash are stored as keyed hashes (the `Blinder` the
+    store is given: HMAC under the tenant's search key in the vault) in every column and
+    key that holds them (`memories`, `memories_by_stream`, `memory_keys`, `memory_key_heads`,
+    `memory_tags`, `memory_hashes`); lookups and filters hash what they look for the same
+    way, and only the body holds the words. So the tombstones a forget leaves, and the key
+    heads that are never deleted, name no word. A store opened without a blinder (schema
+    migrations) refuses to touch memories. Keyspaces written before keep clear values in
+    those columns, which lookups no longer find: rebuild their read models once
+    (`mnemo admin rebuild`).
     Trade-off: a tenant's `memories` (and `context_records`) partition grows with the
     tenant. That is fine up to a few hundred thousand memories per tenant; beyond that, cut
     the partition by the month encoded in the (UUIDv7) memory id.
@@ -139,7 +148,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -178,7 +187,7 @@ from mnemo.domain.projection import (
     Timer,
     Write,
 )
-from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
+from mnemo.ports import Blinder, MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
 
@@ -574,14 +583,19 @@ def _us_or_none(value: datetime | None) -> int | None:
 RowSet = dict[tuple[str, str], dict[tuple[Any, ...], tuple[Any, ...]]]
 
 
-def _memory_rows(memory: Memory, ks: str) -> RowSet:
-    """Every row a memory owns, by (keyspace, table): primary key -> values."""
+def _memory_rows(memory: Memory, ks: str, blinder: Blinder) -> RowSet:
+    """Every row a memory owns, by (keyspace, table): primary key -> values. The key, the
+    tags and the content hash are stored as the blinder's keyed hashes in every column
+    (lookups and filters hash what they look for the same way); only the body holds them
+    in clear, and a forget overwrites the body."""
     t, mid = memory.tenant, memory.memory_id
-    tags = sorted(memory.tags)
+    tags = sorted({blinder.blind(t, "tag", tag) for tag in memory.tags})
+    mkey = blinder.blind(t, "key", memory.key) if memory.key is not None else None
+    chash = blinder.blind(t, "hash", memory.content_hash)
     filters = (
         memory.type.value,
         memory.scope.value,
-        memory.key,
+        mkey,
         memory.status.value,
         _us_or_none(memory.valid_until),
         _us_or_none(memory.verification_due_at),
@@ -592,7 +606,7 @@ def _memory_rows(memory: Memory, ks: str) -> RowSet:
                 memory.stream,
                 *filters,
                 memory.version,
-                memory.content_hash,
+                chash,
                 tuple(tags),
                 memory.model_dump_json(),
             )
@@ -600,12 +614,12 @@ def _memory_rows(memory: Memory, ks: str) -> RowSet:
         (ks, "memories_by_stream"): {(t, memory.stream, mid): (*filters, tuple(tags))},
         (ks, "memory_tags"): {(t, tag, mid): () for tag in tags},
     }
-    if memory.key is not None:
+    if mkey is not None:
         rows[(ks, "memory_keys")] = {
-            (t, memory.stream, memory.key, memory.version, mid): (memory.status.value,)
+            (t, memory.stream, mkey, memory.version, mid): (memory.status.value,)
         }
     if memory.status is MemoryStatus.ACTIVE:
-        rows[(ks, "memory_hashes")] = {(t, memory.stream, memory.content_hash, mid): ()}
+        rows[(ks, "memory_hashes")] = {(t, memory.stream, chash, mid): ()}
     return rows
 
 
@@ -657,7 +671,8 @@ def _audit(tenant: str, stream: str, row: Row) -> AuditRecord:
 
 
 def _matches(query: MemoryQuery, row: Row) -> bool:
-    """Whether a row of filter columns (_FILTER_COLS) passes the query's filters."""
+    """Whether a row of filter columns (_FILTER_COLS) passes the query's filters (a query
+    whose key and tags were blinded like the rows', see `_blinded`)."""
     _, stream, mtype, scope, mkey, status, valid_until, verify_due, tags = row
     if query.stream is not None and stream != query.stream:
         return False
@@ -761,9 +776,18 @@ def write_batched(session: Any, bound: Sequence[Any]) -> None:
                 raise result
 
 
+class _NoBlinder(Blinder):
+    """The blinder of a store opened without one (schema migrations, connectivity checks):
+    it refuses, so that no memory row is ever written or looked up with a clear key."""
+
+    def blind(self, tenant: str, kind: str, value: str) -> str:
+        raise RuntimeError("this store was opened without a blinder: it cannot touch memories")
+
+
 @dataclass(frozen=True, slots=True)
 class HeadMove:
-    """A key's active memory changes from `old` (an id, None: none) to `new`."""
+    """A key's active memory (the key blinded) changes from `old` (an id, None: none) to
+    `new`."""
 
     tenant: str
     stream: str
@@ -776,12 +800,14 @@ def _newest(memory: Memory) -> tuple[int, str]:
     return memory.version, memory.memory_id
 
 
-def _current_holder(memories: Iterable[Memory | None], stream: str, key: str) -> Memory | None:
+def _current_holder(
+    memories: Iterable[Memory | None], stream: str, has_key: Callable[[Memory], bool]
+) -> Memory | None:
     """The memory current_for_key answers with: active, that key, the highest version."""
     live = [
         m
         for m in memories
-        if m is not None and m.stream == stream and m.key == key and m.status is MemoryStatus.ACTIVE
+        if m is not None and m.stream == stream and has_key(m) and m.status is MemoryStatus.ACTIVE
     ]
     return max(live, key=_newest) if live else None
 
@@ -878,20 +904,25 @@ class _Tx(StoreTransaction):
         return found[0] if found else None
 
     def current_for_key(self, tenant: str, stream: str, key: str) -> Memory | None:
+        mkey = self._store._blind(tenant, "key", key)
         ids = [
             str(r[1])
-            for r in self._store._rows(tenant, "key_rows", [tenant, stream, key])
+            for r in self._store._rows(tenant, "key_rows", [tenant, stream, mkey])
             if r[2] == MemoryStatus.ACTIVE.value
         ]
         ids += [m.memory_id for m in self._pending(tenant) if m.stream == stream and m.key == key]
-        return _current_holder(self._current(tenant, ids), stream, key)
+        return _current_holder(self._current(tenant, ids), stream, lambda m: m.key == key)
 
     def prefetch_hashes(self, keys: Sequence[tuple[str, str, str]]) -> None:
         missing = [k for k in dict.fromkeys(keys) if k not in self.hash_rows]
         if not missing:
             return
+        blind = self._store._blind
         found = self._store._concurrently(
-            [(self._store._keyspace(k[0]), "hash_ids", list(k)) for k in missing]
+            [
+                (self._store._keyspace(t), "hash_ids", [t, st, blind(t, "hash", h)])
+                for t, st, h in missing
+            ]
         )
         by_tenant: dict[str, list[str]] = {}
         for k, rows in zip(missing, found, strict=True):
@@ -907,7 +938,11 @@ class _Tx(StoreTransaction):
             if stored is not None
             else [
                 str(r[0])
-                for r in self._store._rows(tenant, "hash_ids", [tenant, stream, content_hash])
+                for r in self._store._rows(
+                    tenant,
+                    "hash_ids",
+                    [tenant, stream, self._store._blind(tenant, "hash", content_hash)],
+                )
             ]
         )
         ids += [
@@ -1065,7 +1100,7 @@ class _Tx(StoreTransaction):
         s = self._store
         muts: list[Mutation] = []
         post: list[Mutation] = []
-        touched_keys: set[tuple[str, str, str]] = set()
+        touched_keys: set[tuple[str, str, str]] = set()  # (tenant, stream, blinded key)
         for tenant in sorted(self.purged):
             self._plan_purge(tenant, muts, touched_keys)
 
@@ -1078,10 +1113,15 @@ class _Tx(StoreTransaction):
             for memory_id in sorted(ids):
                 after = self.memories[(tenant, memory_id)]
                 before = None if tenant in self.purged else self.stored[(tenant, memory_id)]
-                _diff(_memory_rows(before, ks) if before else {}, _memory_rows(after, ks), muts)
+                blinder = s._blinder
+                _diff(
+                    _memory_rows(before, ks, blinder) if before else {},
+                    _memory_rows(after, ks, blinder),
+                    muts,
+                )
                 for m in (before, after):
                     if m is not None and m.key is not None:
-                        touched_keys.add((tenant, m.stream, m.key))
+                        touched_keys.add((tenant, m.stream, s._blind(tenant, "key", m.key)))
 
         for o in (self.outcomes[k] for k in sorted(self.outcomes)):
             outcome = [o.tenant, o.event_id, o.index, o.kind.value, o.memory_id, o.version]
@@ -1128,7 +1168,8 @@ class _Tx(StoreTransaction):
         """Deletes of every stored read-model row of a purged tenant, by partition key
         (op "purge": applied just below the commit's timestamp, so that what this batch
         writes after the purge survives it). The partitions are named from the stored rows:
-        streams, keys, hashes and tags from the memories, event ids from the outcome index,
+        streams and the blinded keys, hashes and tags from the memories (no key is needed: a
+        forgotten tenant's is destroyed before its purge), event ids from the outcome index,
         memory ids from every per-memory table. Keys with an active memory are moved to none
         by compare-and-set (see _head_moves)."""
         s = self._store
@@ -1167,13 +1208,25 @@ class _Tx(StoreTransaction):
             muts.append([ks, table, "purge", list(key)])
 
     def _head_moves(self, keys: set[tuple[str, str, str]]) -> list[HeadMove]:
-        """For each key the batch touched: its current memory (the active one of highest
-        version, as current_for_key sees it) before the batch and after it."""
+        """For each key the batch touched (blinded): its current memory (the active one of
+        highest version, as current_for_key sees it) before the batch and after it. Stored
+        memories hold the key when its rows say so (a purged tenant's key cannot hash them
+        again); the batch's own are hashed."""
         moves: list[HeadMove] = []
+        blind = self._store._blind
+
+        def keyed(tenant: str, m: Memory, mkey: str) -> bool:
+            return m.key is not None and blind(tenant, "key", m.key) == mkey
+
         for tenant, stream, mkey in sorted(keys):
             rows = self._store._rows(tenant, "key_rows", [tenant, stream, mkey])
-            ids = [str(r[1]) for r in rows if r[2] == MemoryStatus.ACTIVE.value]
-            ids += [mid for (t, mid), m in self.memories.items() if t == tenant and m.key == mkey]
+            listed = {str(r[1]) for r in rows if r[2] == MemoryStatus.ACTIVE.value}
+            ids = sorted(listed)
+            ids += [
+                mid
+                for (t, mid), m in self.memories.items()
+                if t == tenant and mid not in listed and keyed(tenant, m, mkey)
+            ]
             self._load(tenant, ids)
             stored = [self.stored.get((tenant, mid)) for mid in ids]
             pending = [
@@ -1182,8 +1235,20 @@ class _Tx(StoreTransaction):
                 )
                 for mid in ids
             ]
-            held = _current_holder(stored, stream, mkey)
-            holder = _current_holder(pending, stream, mkey)
+
+            def was_keyed(m: Memory, held_ids: set[str] = listed) -> bool:
+                return m.memory_id in held_ids
+
+            def now_keyed(
+                m: Memory, t: str = tenant, k: str = mkey, held_ids: set[str] = listed
+            ) -> bool:
+                if (t, m.memory_id) in self.memories:
+                    return keyed(t, m, k)
+                return m.memory_id in held_ids
+
+            held = _current_holder(stored, stream, was_keyed)
+
+            holder = _current_holder(pending, stream, now_keyed)
             held_id = held.memory_id if held is not None else None
             if held_id != (holder.memory_id if holder is not None else None):
                 moves.append(HeadMove(tenant, stream, mkey, held_id, holder))
@@ -1265,8 +1330,10 @@ class CassandraMemoryStore(MemoryStore):
         serial_consistency: int = ConsistencyLevel.SERIAL,
         settle_seconds: float = 2.0,
         owns_cluster: bool = False,
+        blinder: Blinder | None = None,
     ) -> None:
         self._session = session
+        self._blinder: Blinder = blinder or _NoBlinder()
         self.home = _valid_keyspace(keyspace)
         self._keyspace_for = keyspace_for
         self._replication = dict(
@@ -1375,6 +1442,19 @@ class CassandraMemoryStore(MemoryStore):
     def keyspace_of(self, tenant: str) -> str:
         """The keyspace holding a tenant's rows, created and migrated on first use."""
         return self._keyspace(tenant)
+
+    def _blind(self, tenant: str, kind: str, value: str) -> str:
+        return self._blinder.blind(tenant, kind, value)
+
+    def _blinded(self, tenant: str, query: MemoryQuery) -> MemoryQuery:
+        """The query with its key and tags hashed as the stored filter columns are."""
+        if query.key is None and not query.tags:
+            return query
+        return replace(
+            query,
+            key=self._blind(tenant, "key", query.key) if query.key is not None else None,
+            tags=tuple(dict.fromkeys(self._blind(tenant, "tag", t) for t in query.tags)),
+        )
 
     def _keyspace(self, tenant: str) -> str:
         if self._keyspace_for is None:
@@ -1852,6 +1932,7 @@ class CassandraMemoryStore(MemoryStore):
             return []
         after = query.after or ""
         ks = self._keyspace(tenant)
+        query = self._blinded(tenant, query)
         if query.tags:
             results = self._concurrently(
                 [(ks, "tag_ids", [tenant, tag, after]) for tag in dict.fromkeys(query.tags)]
@@ -1877,7 +1958,7 @@ class CassandraMemoryStore(MemoryStore):
         return self.get_many(tenant, matched)
 
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
-        rows = self._rows(tenant, "key_rows", [tenant, stream, key])
+        rows = self._rows(tenant, "key_rows", [tenant, stream, self._blind(tenant, "key", key)])
         return self.get_many(tenant, [str(r[1]) for r in rows])
 
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:

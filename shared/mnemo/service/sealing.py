@@ -83,6 +83,7 @@ from mnemo.domain.projection import (
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.ports import (
     Appended,
+    Blinder,
     EventLog,
     Fusion,
     KeyVault,
@@ -107,6 +108,7 @@ __all__ = [
     "OpenedMemoryStore",
     "Sealer",
     "SealingEventLog",
+    "TenantBlinder",
     "is_private_stream",
     "is_sealed",
     "replace_envelope",
@@ -1055,6 +1057,29 @@ class SealingEventLog(EventLog):
 
 _NO_FILTER = VectorFilter()
 _FUSION = Fusion()
+
+
+class TenantBlinder(Blinder):
+    """The read models' blind indexes: HMAC-SHA256 of a kind and a value under the tenant's
+    search key (the vault's, the one BlindTagIndex uses), cut to 128 bits. A memory's key,
+    tags and content hash reach the store's lookup columns only this way, so the rows a
+    forget deletes leave tombstones that name no word. The tenant's key, not the user's: a
+    user's memories are erased after the user's key is destroyed, and their old rows must
+    still be found to be deleted. Once the tenant's key is destroyed, hashes are made under
+    a key of this process's own, which match nothing stored (a purge finds its rows from
+    the stored hashes, see the stores)."""
+
+    def __init__(self, keys: KeyCache) -> None:
+        self.keys = keys
+        self._lost = os.urandom(32)
+
+    def blind(self, tenant: str, kind: str, value: str) -> str:
+        try:
+            key = self.keys.search_key(tenant)
+        except KeyDestroyed:
+            key = self._lost
+        digest = hmac.new(key, f"store\x00{kind}\x00{value}".encode(), hashlib.sha256)
+        return "b" + digest.hexdigest()[:32]
 
 
 class BlindTagIndex(VectorIndex):
