@@ -81,6 +81,7 @@ from mnemo.domain.projection import (
     Timer,
 )
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import (
     Appended,
     Blinder,
@@ -1323,6 +1324,9 @@ class OpenedMemoryStore(MemoryStore):
 
     def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
         return self.inner.timeline(tenant, memory_id, limit)
+
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        return self.inner.toolchain(tenant, toolchain_id)
 
     def counts(self) -> dict[str, int]:
         return self.inner.counts()
