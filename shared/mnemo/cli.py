@@ -1559,5 +1559,14 @@ def _rewrap_all(
     return {**rotated, "rewrapped": rewrapped, "scanned": scanned}
 
 
+def _add_toolchain_commands() -> None:
+    from mnemo.cli_toolchain import toolchain
+
+    cli.add_command(toolchain)
+
+
+_add_toolchain_commands()
+
+
 if __name__ == "__main__":
     main()

@@ -5,6 +5,8 @@ nothing stored; every step audited and replayable; forgetting the subject remove
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -17,13 +19,15 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 from mnemo_gateway.app import create_app
-from tests.support import fixed_key, free_port, headers_for, install_keys
+from tests.support import fixed_key, free_port, headers_for, install_keys, running_server
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
-from mnemo.client import MnemoAPIError, MnemoClient
+from mnemo.cli import cli
+from mnemo.client import AsyncMnemoClient, MnemoAPIError, MnemoClient
 from mnemo.domain.toolchain import MAX_OUTPUT_BYTES
 from mnemo.settings import GatewaySettings
 
@@ -340,3 +344,69 @@ def test_a_chain_resumes_after_sigkill_of_the_server_without_repeating_a_step(
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(30)
+
+
+# ---- the CLI and the async SDK, against a real server -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
+        install_keys(platform, "acme")
+        yield url
+
+
+def test_the_cli_starts_records_and_shows_a_toolchain(served: str) -> None:
+    runner = CliRunner()
+
+    def mnemo(*args: str, input: str | None = None) -> Result:
+        return runner.invoke(
+            cli, ["--url", served, "--api-key", fixed_key("acme"), *args], input=input
+        )
+
+    r = mnemo("toolchain", "start", "cli-1", "--subject", "user:C1", "--step", "a", "--step", "b")
+    assert r.exit_code == 0, r.output
+    assert "next step: a" in r.output
+    r = mnemo("toolchain", "done", "cli-1", "a", "-", input='{"id": 7}')
+    assert r.exit_code == 0, r.output
+    r = mnemo(
+        "toolchain",
+        "failed",
+        "cli-1",
+        "b",
+        "--type",
+        "timeout",
+        "--reason",
+        "slow",
+        "--not-retryable",
+    )
+    assert r.exit_code == 0, r.output
+    r = mnemo("--json", "toolchain", "show", "cli-1")
+    shown = json.loads(r.output)
+    assert shown["next_step"] == "b"
+    assert shown["done"] == [{"step_id": "a", "output": {"id": 7}, "at": shown["done"][0]["at"]}]
+    assert shown["failed"]["error"]["retryable"] is False
+    r = mnemo("toolchain", "show", "cli-1")
+    assert "timeout: slow (not retryable, attempt 1)" in r.output
+    # refused input: exit 2 with the code; a non-JSON output is a local error (exit 1)
+    r = mnemo("toolchain", "done", "cli-1", "a", '{"id": 8}')
+    assert r.exit_code == 2
+    assert "STEP_CONFLICT" in r.output
+    r = mnemo("toolchain", "done", "cli-1", "b", "{nope")
+    assert r.exit_code == 1
+    assert "not JSON" in r.output
+
+
+def test_the_async_client_resumes_a_chain(served: str) -> None:
+    async def run() -> list[str]:
+        async with AsyncMnemoClient(served, api_key=fixed_key("acme")) as m:
+            await m.start_toolchain("async-1", "user:A1", ["x", "y"], ttl_seconds=120)
+            await m.complete_step("async-1", "x", [1, 2])
+            again = await m.complete_step("async-1", "x", [1, 2])
+            assert again.duplicate is True
+            state = await m.toolchain("async-1")
+            assert state.next_step == "y"
+            done = await m.complete_step("async-1", "y", None)
+            return [d.step_id for d in done.done]
+
+    assert asyncio.run(run()) == ["x", "y"]
