@@ -320,3 +320,20 @@ def test_a_plan_naming_a_step_twice_is_refused() -> None:
     with pytest.raises(InvalidInput) as caught:
         validate_envelope(raw)
     assert caught.value.code == "DUPLICATE_STEP"
+
+
+def test_an_output_opened_from_a_sealed_record_is_checked_again() -> None:
+    """A topic record of a user stream carries its output sealed (the edge lets the stand-in
+    through); once opened, an output that is not JSON is refused and stores nothing."""
+    store = Store()
+    store.run(started())
+    raw = completed("create_order", None).model_dump(mode="json")
+    raw["payload"]["output"] = "⟦sealed⟧"
+    validate_envelope(raw)  # the stand-in passes the edge
+    opened = event(
+        "ToolchainStepCompleted",
+        {"toolchain_id": "pay-1", "step_id": "create_order", "output": "{not json"},
+    )
+    decided = store.run(opened)
+    assert store.outcome(opened) == (OutcomeKind.REJECTED, "OUTPUT_NOT_JSON")
+    assert not any(isinstance(w, PutToolchain) for w in decided.writes)

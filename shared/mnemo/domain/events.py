@@ -30,6 +30,7 @@ from mnemo.domain.edge import EDGE, JsonBool, at_edge
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryDraft
+from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.domain.toolchain import (
     DEFAULT_TTL_SECONDS,
@@ -537,8 +538,9 @@ class ToolchainStepCompleted(EventPayload):
     @field_validator("output")
     @classmethod
     def _json(cls, value: str, info: ValidationInfo) -> str:
-        # checked where it enters: a sealed output reads as its stand-in in the log
-        if at_edge(info):
+        # checked where it enters; a topic record of a user stream carries the output
+        # sealed, as its stand-in (the registrar checks it again once opened)
+        if at_edge(info) and value not in (SEALED_TEXT, REDACTED):
             problem = json_text_problem(value)
             if problem is not None:
                 raise PydanticCustomError(problem[0].lower(), problem[1])

@@ -52,6 +52,7 @@ from mnemo.domain.toolchain import (
     canonical_json,
     content_digest,
     expiry_of,
+    json_text_problem,
     plan_digest,
 )
 from mnemo.handlers import Decision
@@ -205,6 +206,11 @@ def _step(
     payload: ToolchainStepCompleted | ToolchainStepFailed,
 ) -> Decision:
     completed = isinstance(payload, ToolchainStepCompleted)
+    if isinstance(payload, ToolchainStepCompleted):
+        # checked at the edge; again here, opened, for a record sealed before it was read
+        problem_ = json_text_problem(payload.output)
+        if problem_ is not None:
+            return _refused(event, *problem_)
     digest = step_digest(payload)
     problem = check_step(
         current, event.stream, payload.step_id, digest, completed, event.occurred_at

@@ -109,6 +109,12 @@ def _decided(
             extra={"event_id": accepted.event_id},
         )
     outcomes: list[Outcome] = result.outcomes.get(accepted.event_id, [])
+    if not outcomes:
+        raise Unavailable(
+            "the event is logged but the registrar has not recorded an outcome for it",
+            code="REGISTRATION_PENDING",
+            extra={"event_id": accepted.event_id},
+        )
     rejected = next((o for o in outcomes if o.kind is OutcomeKind.REJECTED), None)
     if rejected is not None:
         raise refusal(rejected.reason_code or "REJECTED", rejected.detail or "refused")
