@@ -29,6 +29,7 @@ from mnemo.bootstrap import Platform
 from mnemo.cli import cli
 from mnemo.client import AsyncMnemoClient, MnemoAPIError, MnemoClient
 from mnemo.domain.toolchain import MAX_OUTPUT_BYTES
+from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.settings import GatewaySettings
 
 H = headers_for("acme")
@@ -231,6 +232,11 @@ def test_the_chain_expires_at_its_ttl_decided_by_decay(
     assert expired.occurred_at == expires
     r = step(client, "payment_link", done({"url": "u"}))
     assert (r.status_code, r.json()["error"]["code"]) == (409, "TOOLCHAIN_EXPIRED")
+    # a rebuild from the log gives the same read models (the expiry's timer gone too)
+    platform.runner.drain()
+    live = platform_checksum(platform)
+    assert rebuild_read_models(platform) == live
+    assert client.get(url, headers=H).json()["status"] == "expired"
 
 
 def test_scopes_tenants_and_forgetting_the_subject(client: TestClient, platform: Platform) -> None:

@@ -264,6 +264,10 @@ def test_the_expiry_timer_fires_at_the_ttl_for_an_unfinished_chain_only() -> Non
     assert expired.stream == "user:U1"
     assert expired.occurred_at == T0 + timedelta(minutes=10)
     assert DropTimer(put.timer.tenant, put.timer.memory_id, put.timer.kind) in decided.writes
+    # replayed (a rebuild), the expiry drops the timer the start set again
+    assert toolchain.timers(expired).writes == [
+        DropTimer(put.timer.tenant, put.timer.memory_id, put.timer.kind)
+    ]
     # the same decision twice has the same id (the log keeps one)
     assert decay.scan([put.timer], store).events[0].event_id == expired.event_id
     store.run(expired)

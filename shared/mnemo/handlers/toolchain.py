@@ -77,7 +77,7 @@ STEP_EVENTS = frozenset({ToolchainStepCompleted.TYPE, ToolchainStepFailed.TYPE})
 HANDLED = frozenset(
     {ToolchainStarted.TYPE, ToolchainExpired.TYPE, ForgetRequested.TYPE, *STEP_EVENTS}
 )
-TIMERS_HANDLED = frozenset({ToolchainStarted.TYPE})
+TIMERS_HANDLED = frozenset({ToolchainStarted.TYPE, ToolchainExpired.TYPE})
 
 
 class ToolchainReads(Protocol):
@@ -254,13 +254,20 @@ def timer_of(tenant: str, toolchain_id: str, started_event_id: str) -> tuple[str
 
 
 def timers(event: Envelope, state: object = None) -> Decision:
-    """The decay consumer's projection: a start sets its expiry timer."""
+    """The decay consumer's projection: a start sets its expiry timer; the expiry decided
+    on it drops the timer (the scan that decided it dropped it live; a rebuild replays
+    the start and then this)."""
     if event.type not in TIMERS_HANDLED:
         return Decision()
     try:
         started = decode_payload(event)
     except (ValidationError, KeyError, ValueError):
         return Decision()
+    if isinstance(started, ToolchainExpired):
+        if event.causation_id is None:
+            return Decision()
+        key, kind = timer_of(event.tenant, started.toolchain_id, event.causation_id)
+        return Decision(writes=[DropTimer(event.tenant, key, kind)])
     assert isinstance(started, ToolchainStarted)
     key, kind = timer_of(event.tenant, started.toolchain_id, event.event_id)
     due = expiry_of(event.occurred_at, started.ttl_seconds)
