@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from tests.contract.test_memory_store import cassandra_keyspace  # noqa: F401 - a fixture
+from tests.support import BLINDER
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.projection import DropToolchain, PurgeTenant, PutToolchain
@@ -144,6 +145,8 @@ class TestCassandraToolchainStore(ToolchainStoreContract):
     def make_store(self, path: Path) -> MemoryStore:
         from mnemo.adapters.cassandra_store import CassandraMemoryStore
 
-        store = CassandraMemoryStore(self.session, self.keyspace, migrate_schema=False)
+        store = CassandraMemoryStore(
+            self.session, self.keyspace, migrate_schema=False, blinder=BLINDER
+        )
         store.reset()
         return store
