@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.toolchain import (
     DEFAULT_TTL_SECONDS,
     MAX_STEPS,
@@ -137,8 +138,6 @@ async def step(
     if (req.status == "failed") != (req.error is not None) or (
         req.status == "failed" and "output" in body
     ):
-        from mnemo.domain.errors import InvalidInput
-
         raise InvalidInput(
             "a completed step carries `output`, a failed one `error`",
             code="INVALID_STEP",
