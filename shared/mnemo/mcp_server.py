@@ -336,6 +336,9 @@ def build_server(upstream: Upstream) -> MnemoMCPServer:
     )
     _tools(server, upstream)
     _resources(server, upstream)
+    from mnemo.mcp_toolchain import register as register_toolchain_tools
+
+    register_toolchain_tools(server, upstream)
     return server
 
 

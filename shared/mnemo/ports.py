@@ -28,6 +28,7 @@ from mnemo.domain.projection import (
     Timer,
     Write,
 )
+from mnemo.domain.toolchain import ToolchainState
 
 __all__ = [
     "AccessStore",
@@ -221,6 +222,14 @@ class StoreTransaction(abc.ABC):
         """The decay consumer's (weight, trust, registered weight) of a memory."""
 
     @abc.abstractmethod
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        """A toolchain's state, this transaction's writes included."""
+
+    @abc.abstractmethod
+    def stream_toolchains(self, tenant: str, stream: str) -> list[str]:
+        """The ids of the toolchains that live on a stream, sorted."""
+
+    @abc.abstractmethod
     def apply(self, writes: Sequence[Write]) -> None:
         """Apply projection writes; each is idempotent."""
 
@@ -310,6 +319,11 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
         """The events that touched a memory, oldest first."""
+
+    @abc.abstractmethod
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        """A toolchain's state (mnemo.domain.toolchain), None when the tenant has none by
+        that id."""
 
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:

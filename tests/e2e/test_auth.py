@@ -85,6 +85,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient
             ],
         }
         assert client.post("/v1/templates", json=tpl, headers=acme).status_code in (200, 201)
+        chain = {"toolchain_id": "acme-chain", "subject": "user:U1", "steps": ["s1", "s2"]}
+        assert client.post("/v1/toolchains", json=chain, headers=acme).status_code == 201
         clock.advance(timedelta(hours=2))  # the "expired" key is now past its expiry
         yield client, Seeded(memory_id, event_id, ctx.json()["request_id"])
     platform.close()
@@ -119,6 +121,21 @@ ROUTES: list[tuple[str, str, Any, Scope | None, str]] = [
         "404",
     ),
     ("POST", "/v1/templates", {}, Scope.ADMIN, "empty"),
+    (
+        "POST",
+        "/v1/toolchains",
+        {"toolchain_id": "auth-chain", "subject": "user:U1", "steps": ["s1"]},
+        Scope.MEMORY_WRITE,
+        "empty",
+    ),
+    ("GET", "/v1/toolchains/{toolchain_id}", None, Scope.MEMORY_READ, "404"),
+    (
+        "POST",
+        "/v1/toolchains/{toolchain_id}/steps/{step_id}",
+        {"status": "completed", "output": 1},
+        Scope.MEMORY_WRITE,
+        "404",
+    ),
     ("GET", "/v1/templates", None, Scope.CONTEXT, "empty"),
     ("GET", "/v1/templates/{name}", None, Scope.CONTEXT, "404"),
     ("GET", "/v1/insights/heatmap", None, Scope.MEMORY_READ, "empty"),
@@ -152,6 +169,8 @@ def _path(template: str, seeded: Seeded) -> str:
         "memory_id": seeded.memory_id,
         "request_id": seeded.request_id,
         "name": "acme-tpl",
+        "toolchain_id": "acme-chain",
+        "step_id": "s1",
         "tenant": "acme",
         "key_id": _key_id(fixed_key("acme", f"no-{Scope.CONTEXT.value}")),
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support import fixed_key, install_keys, running_server
 
-TENANTS = ("ex-launch", "ex-shop", "ex-travel")
+TENANTS = ("ex-launch", "ex-shop", "ex-travel", "ex-pay")
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
@@ -37,7 +37,12 @@ def run_example(name: str, url: str, tenant: str) -> list[str]:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"planner_executor.py", "customer_service.py", "citing_agent.py"}
+    tested = {
+        "planner_executor.py",
+        "customer_service.py",
+        "citing_agent.py",
+        "payment_toolchain.py",
+    }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -95,3 +100,21 @@ def test_citing_agent_moves_weights(server_url: str) -> None:
     assert after < before  # cited, then corrected: less weight and less trust
     assert trust_after < trust_before
     assert out[-1] == "remembered flight_arrival = 16:30 at Narita (superseded, v2)"
+
+
+def test_payment_toolchain_resumes_on_another_device_with_one_order(server_url: str) -> None:
+    out = run_example("payment_toolchain.py", server_url, "ex-pay")
+    assert out[:3] == [
+        "laptop: started 3 steps, next create_order",
+        "laptop: create_order done -> {'order_id': 'O-1000', 'amount_eur': 42}",
+        "laptop: payment_link failed (the payment service did not answer)",
+    ]
+    assert out[3] == "phone: status failed, done ['create_order'], next payment_link"
+    assert out[4] == "phone: order from before: O-1000"
+    assert out[5] == "phone: step one recorded again -> duplicate=True"
+    assert out[6] == "phone: another order for step one -> STEP_CONFLICT"
+    assert out[7] == "phone: payment_link done -> {'url': 'https://pay.example/O-1000'}"
+    assert out[8] == "phone: confirm_payment done -> {'paid': True, 'order_id': 'O-1000'}"
+    assert out[9].startswith("phone: status completed, expires ")
+    assert out[10] == "phone: read at its expiry it is still completed (it finished in time)"
+    assert out[-1] == "shop: 1 order(s): O-1000"

@@ -35,6 +35,9 @@ TOOLS = {
     "forget",
     "feedback",
     "due_verifications",
+    "start_toolchain",
+    "record_step",
+    "toolchain_state",
 }
 UNKNOWN_ID = "01a22b07-8623-7c5d-b658-fa7a79aa796b"
 
@@ -539,3 +542,42 @@ async def test_one_http_session_cannot_borrow_another_identity(server_url: str) 
     async with connect(server_url, "http", tenant="tenant-b", principal="b") as b:
         found = data(await b.call_tool("recall", {"query": "secret", "subjects": ["user:iso"]}))
     assert found["hits"] == []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_toolchain_tools_resume_a_chain_at_its_failed_step(
+    server_url: str, transport: str
+) -> None:
+    chain = f"mcp-pay-{transport}"
+    plan = ["create_order", "payment_link", "confirm_payment"]
+    async with connect(server_url, transport) as client:
+        started = data(
+            await client.call_tool(
+                "start_toolchain",
+                {"toolchain_id": chain, "subject": "user:mcp-pay", "steps": plan},
+            )
+        )
+        assert started["next_step"] == "create_order"
+        step = {"toolchain_id": chain, "step_id": "create_order", "status": "completed"}
+        data(await client.call_tool("record_step", {**step, "output": {"order_id": "O-1"}}))
+        failed = {
+            "toolchain_id": chain,
+            "step_id": "payment_link",
+            "status": "failed",
+            "error_type": "timeout",
+            "reason": "the PSP did not answer",
+        }
+        data(await client.call_tool("record_step", failed))
+    # another session (another device) reads where to resume
+    async with connect(server_url, transport, principal="phone") as client:
+        state = data(await client.call_tool("toolchain_state", {"toolchain_id": chain}))
+        assert state["status"] == "failed"
+        assert state["next_step"] == "payment_link"
+        assert state["done"][0]["output"] == {"order_id": "O-1"}
+        assert state["failed"]["error"]["reason"] == "the PSP did not answer"
+        conflict = error(
+            await client.call_tool("record_step", {**step, "output": {"order_id": "O-2"}})
+        )
+        assert conflict["code"] == "STEP_CONFLICT"
+        unknown = error(await client.call_tool("toolchain_state", {"toolchain_id": "nope"}))
+        assert unknown["code"] == "TOOLCHAIN_NOT_FOUND"

@@ -18,7 +18,17 @@ from mnemo.settings import GatewaySettings
 from mnemo_gateway.errors import ErrorResponse, install_error_handlers
 from mnemo_gateway.guard import McpGuard, install_log_redaction
 from mnemo_gateway.ratelimit import RateLimiter
-from mnemo_gateway.routes import access, admin, console, context, events, health, memories, sync
+from mnemo_gateway.routes import (
+    access,
+    admin,
+    console,
+    context,
+    events,
+    health,
+    memories,
+    sync,
+    toolchains,
+)
 
 __all__ = ["create_app"]
 
@@ -66,7 +76,7 @@ def create_app(
     install_error_handlers(app)
     install_log_redaction()
     app.add_middleware(McpGuard)
-    for module in (health, access, events, memories, context, sync, admin, console):
+    for module in (health, access, events, memories, context, sync, admin, console, toolchains):
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API
     mcp = mount_mcp(app, app.state.gateway_settings.host)

@@ -19,6 +19,7 @@ log = logging.getLogger("mnemo.gateway")
 
 _STATUS_BY_CODE = {
     "PAYLOAD_TOO_LARGE": 413,
+    "OUTPUT_TOO_LARGE": 413,
     "TENANT_MISMATCH": 403,
     "CONSTRAINT_DROPPED": 422,
     "CONSTRAINT_VIOLATION": 422,

@@ -170,6 +170,7 @@ from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
     DropTimer,
+    DropToolchain,
     MemoryStats,
     Outcome,
     OutcomeKind,
@@ -181,12 +182,14 @@ from mnemo.domain.projection import (
     PutTemplate,
     PutTimeline,
     PutTimer,
+    PutToolchain,
     PutWeight,
     SetStatus,
     TimelineEntry,
     Timer,
     Write,
 )
+from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import Blinder, MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
@@ -413,6 +416,9 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("event_id", "event_type", "occurred_at", "detail"),
     ),
     "memory_key_heads": (("tenant", "stream", "mkey"), ("memory_id", "version")),
+    # toolchain state (mnemo.domain.toolchain), and its ids by stream for a stream's forget
+    "toolchains": (("tenant", "toolchain_id"), ("stream", "body")),
+    "toolchains_by_stream": (("tenant", "stream", "toolchain_id"), ()),
     # cross-tenant, in the home keyspace only
     "timers_by_due": (("bucket", "due_us", "tenant", "memory_id", "kind"), ("due_iso",)),
     "timer_buckets": (("shard", "bucket"), ()),
@@ -458,6 +464,8 @@ _PURGED: dict[str, int] = {
     "memory_usage": 1,
     "decay_weights": 1,
     "timeline": 2,
+    "toolchains": 1,
+    "toolchains_by_stream": 1,
 }
 _CONTENT_TABLES = tuple(t for t in _TABLES if t not in _BOOKKEEPING)
 # the row counts SqliteMemoryStore.counts() reports, from the matching tables here
@@ -473,6 +481,7 @@ _COUNTED = {
     "memory_stats": "memory_usage",
     "decay_weights": "decay_weights",
     "timeline": "timeline",
+    "toolchains": "toolchains",
 }
 
 _FILTER_COLS = "memory_id, stream, mtype, scope, mkey, status, valid_until, verify_due, tags"
@@ -519,6 +528,9 @@ _QUERIES: dict[str, str] = {
     "timeline": "SELECT log_offset, event_id, event_type, what, occurred_at, detail "
     "FROM {ks}.timeline WHERE tenant = ? AND memory_id = ? LIMIT ?",
     "position": "SELECT log_offset, ts FROM {ks}.positions WHERE consumer = ?",
+    "toolchain": "SELECT body FROM {ks}.toolchains WHERE tenant = ? AND toolchain_id = ?",
+    "toolchains_of_stream": "SELECT toolchain_id FROM {ks}.toolchains_by_stream "
+    "WHERE tenant = ? AND stream = ?",
     "intent_seal": "UPDATE {ks}.commit_intents USING TIMESTAMP ? "
     "SET sealed = ?, ts = ?, chunks = ?, writer = ? WHERE owner = ?",
     "intent_head": "SELECT sealed, ts, chunks, writer FROM {ks}.commit_intents "
@@ -864,6 +876,8 @@ class _Tx(StoreTransaction):
         self.stats: dict[tuple[str, str], list[Any]] = {}
         self.weights: dict[tuple[str, str], tuple[float, float, float]] = {}
         self.timeline: dict[tuple[str, str, int, str], TimelineEntry] = {}
+        # toolchain states written by this batch; None: dropped
+        self.toolchains: dict[tuple[str, str], ToolchainState | None] = {}
         self.position: tuple[str, int] | None = None
         self.epoch: int | None = None  # the claim the commit must still hold (fenced)
         self.purged: set[str] = set()  # tenants purged by this batch: their stored rows go
@@ -1024,11 +1038,39 @@ class _Tx(StoreTransaction):
         row = self._store._one(tenant, "weight", [tenant, memory_id])
         return (float(row[0]), float(row[1]), float(row[2])) if row is not None else None
 
+    def _stored_toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        if tenant in self.purged:
+            return None
+        return self._store.toolchain(tenant, toolchain_id)
+
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        if (tenant, toolchain_id) in self.toolchains:
+            return self.toolchains[(tenant, toolchain_id)]
+        return self._stored_toolchain(tenant, toolchain_id)
+
+    def stream_toolchains(self, tenant: str, stream: str) -> list[str]:
+        found: set[str] = set()
+        if tenant not in self.purged:
+            rows = self._store._rows(tenant, "toolchains_of_stream", [tenant, stream])
+            found.update(str(r[0]) for r in rows)
+        for (t, toolchain_id), pending in self.toolchains.items():
+            if t != tenant:
+                continue
+            if pending is None:
+                found.discard(toolchain_id)
+            elif pending.stream == stream:
+                found.add(toolchain_id)
+        return sorted(found)
+
     # -- writes: recorded, applied at commit
 
     def apply(self, writes: Sequence[Write]) -> None:
         for write in writes:
-            if isinstance(write, PutMemory):
+            if isinstance(write, PutToolchain):
+                self.toolchains[(write.state.tenant, write.state.toolchain_id)] = write.state
+            elif isinstance(write, DropToolchain):
+                self.toolchains[(write.tenant, write.toolchain_id)] = None
+            elif isinstance(write, PutMemory):
                 m = write.memory
                 self.memories[(m.tenant, m.memory_id)] = m
             elif isinstance(write, SetStatus):
@@ -1049,6 +1091,7 @@ class _Tx(StoreTransaction):
                     self.stats,
                     self.weights,
                     self.timeline,
+                    self.toolchains,
                 )
                 for table in pending:
                     for key in [k for k in table if k[0] == tenant]:
@@ -1160,6 +1203,7 @@ class _Tx(StoreTransaction):
             muts.append(
                 [s._keyspace(e.tenant), "timeline", "put", [*entry, e.occurred_at, e.detail]]
             )
+        self._plan_toolchains(muts)
         return muts, post, self._head_moves(touched_keys)
 
     def _plan_purge(
@@ -1283,6 +1327,24 @@ class _Tx(StoreTransaction):
             if after is not None:
                 buckets.add(_us(after.due_at) // _HOUR_US)
         post.extend([s.home, "timer_buckets", "put", [0, b]] for b in sorted(buckets))
+
+    def _plan_toolchains(self, muts: list[Mutation]) -> None:
+        """A toolchain's row and its stream's index row; a dropped one loses both (its
+        stream read from the stored row)."""
+        s = self._store
+        for (tenant, toolchain_id), state in sorted(self.toolchains.items()):
+            ks = s._keyspace(tenant)
+            if state is not None:
+                row = [tenant, toolchain_id, state.stream, state.model_dump_json()]
+                muts.append([ks, "toolchains", "put", row])
+                index = [tenant, state.stream, toolchain_id]
+                muts.append([ks, "toolchains_by_stream", "put", index])
+                continue
+            stored = self._stored_toolchain(tenant, toolchain_id)
+            muts.append([ks, "toolchains", "del", [tenant, toolchain_id]])
+            if stored is not None:
+                index = [tenant, stored.stream, toolchain_id]
+                muts.append([ks, "toolchains_by_stream", "del", index])
 
     def _plan_stats(self, muts: list[Mutation]) -> None:
         """Usage counters: this batch's additions go to the row of its own consumer
@@ -2059,6 +2121,10 @@ class CassandraMemoryStore(MemoryStore):
         ]
 
     # -- whole-store operations (admin, rebuild, tests): full scans
+
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        row = self._one(tenant, "toolchain", [tenant, toolchain_id])
+        return ToolchainState.model_validate_json(str(row[0])) if row is not None else None
 
     def _tables(self) -> Iterator[tuple[str, str]]:
         for ks in self._keyspaces():

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mnemo.adapters import sqlite_toolchains
 from mnemo.adapters.sqlite_log import connect
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.errors import FencedOff, Unavailable
@@ -29,6 +30,7 @@ from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
     DropTimer,
+    DropToolchain,
     DropWeight,
     MemoryStats,
     Outcome,
@@ -41,17 +43,20 @@ from mnemo.domain.projection import (
     PutTemplate,
     PutTimeline,
     PutTimer,
+    PutToolchain,
     PutWeight,
     SetStatus,
     TimelineEntry,
     Timer,
     Write,
 )
+from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["SqliteMemoryStore"]
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS memories (
     tenant      TEXT NOT NULL,
     memory_id   TEXT NOT NULL,
@@ -122,6 +127,8 @@ CREATE TABLE IF NOT EXISTS memory_stats (
     PRIMARY KEY (tenant, memory_id)
 ) WITHOUT ROWID;
 """
+    + sqlite_toolchains.SCHEMA
+)
 
 _TABLES = (
     "memories",
@@ -135,6 +142,7 @@ _TABLES = (
     "memory_stats",
     "decay_weights",
     "timeline",
+    sqlite_toolchains.TABLE,
 )
 
 
@@ -232,9 +240,17 @@ class _Tx(StoreTransaction):
         ).fetchone()
         return (float(row[0]), float(row[1]), float(row[2])) if row else None
 
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        return sqlite_toolchains.get(self._cur, tenant, toolchain_id)
+
+    def stream_toolchains(self, tenant: str, stream: str) -> list[str]:
+        return sqlite_toolchains.of_stream(self._cur, tenant, stream)
+
     def apply(self, writes: Sequence[Write]) -> None:
         for write in writes:
-            if isinstance(write, PutMemory):
+            if isinstance(write, PutToolchain | DropToolchain):
+                sqlite_toolchains.apply(self._cur, write)
+            elif isinstance(write, PutMemory):
                 self._put_memory(write.memory)
             elif isinstance(write, SetStatus):
                 current = self.get(write.tenant, write.memory_id)
@@ -354,6 +370,7 @@ class _Tx(StoreTransaction):
             "decay_weights",
             "timeline",
             "memory_stats",
+            sqlite_toolchains.TABLE,
         ):
             cur.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
 
@@ -714,6 +731,9 @@ class SqliteMemoryStore(MemoryStore):
         )
         return [TimelineEntry(*r) for r in rows]
 
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        return sqlite_toolchains.get(self._reader(), tenant, toolchain_id)
+
     def counts(self) -> dict[str, int]:
         conn = self._reader()
         result = {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
@@ -738,6 +758,7 @@ class SqliteMemoryStore(MemoryStore):
             "SELECT * FROM memory_stats ORDER BY tenant, memory_id",
             "SELECT * FROM decay_weights ORDER BY tenant, memory_id",
             "SELECT * FROM timeline ORDER BY tenant, memory_id, offset, what",
+            sqlite_toolchains.CHECKSUM,
         )
         for sql in queries:
             for row in conn.execute(sql):

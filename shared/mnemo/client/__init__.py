@@ -5,6 +5,7 @@ HTTP API, with typed answers, retries and idempotent publishing. docs/sdk.md has
 from mnemo.client._async import AsyncMnemoClient
 from mnemo.client._core import RetryPolicy, Wait
 from mnemo.client._sync import MnemoClient
+from mnemo.client._toolchain import Toolchain
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.client.models import (
     Accepted,
@@ -47,5 +48,6 @@ __all__ = [
     "SearchHit",
     "SearchResult",
     "TemplateInfo",
+    "Toolchain",
     "Wait",
 ]

@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from mnemo.client import _core
+from mnemo.client import _core, _toolchain
 from mnemo.client._core import Call, RetryPolicy, Wait
+from mnemo.client._toolchain import Toolchain
 from mnemo.client.errors import MnemoConnectionError, api_error
 from mnemo.client.models import (
     ContextResponse,
@@ -439,3 +440,44 @@ class MnemoClient:
     def due_verifications(self, subject: str) -> builtins.list[dict[str, Any]]:
         """Memories of a subject that are due to be verified again."""
         return self.call(_core.due_verifications(subject))
+
+    # ---- toolchains (docs/toolchains.md) ---------------------------------------------------
+
+    def start_toolchain(
+        self,
+        toolchain_id: str,
+        subject: str,
+        steps: Sequence[str],
+        *,
+        ttl_seconds: int | None = None,
+    ) -> Toolchain:
+        """Start a toolchain of planned steps for a subject (it expires after `ttl_seconds`,
+        a day by default). Starting it again with the same plan returns its state."""
+        return self.call(_toolchain.start(toolchain_id, subject, list(steps), ttl_seconds))
+
+    def complete_step(self, toolchain_id: str, step_id: str, output: Any) -> Toolchain:
+        """Record that a step succeeded with `output` (any JSON value). Recording it again
+        with the same output changes nothing; other output is STEP_CONFLICT."""
+        return self.call(_toolchain.complete_step(toolchain_id, step_id, output))
+
+    def fail_step(
+        self,
+        toolchain_id: str,
+        step_id: str,
+        *,
+        type: str,
+        reason: str,
+        retryable: bool,
+        field: str | None = None,
+    ) -> Toolchain:
+        """Record that a step failed, and why."""
+        return self.call(
+            _toolchain.fail_step(
+                toolchain_id, step_id, type=type, reason=reason, retryable=retryable, field=field
+            )
+        )
+
+    def toolchain(self, toolchain_id: str, *, as_of: datetime | None = None) -> Toolchain:
+        """A toolchain's state: steps done with their outputs, the failed step, and
+        `next_step`, the one to run (expiry judged at `as_of`, default now)."""
+        return self.call(_toolchain.get(toolchain_id, as_of))

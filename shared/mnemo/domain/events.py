@@ -19,16 +19,28 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.edge import EDGE, JsonBool
+from mnemo.domain.edge import EDGE, JsonBool, at_edge
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryDraft
+from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.toolchain import (
+    DEFAULT_TTL_SECONDS,
+    MAX_STEPS,
+    MAX_TTL_SECONDS,
+    StepError,
+    StepId,
+    ToolchainId,
+    json_text_problem,
+)
 
 __all__ = [
     "CATALOG",
@@ -493,6 +505,77 @@ class MemoryForgotten(EventPayload):
     memory_id: str
 
 
+# ---- toolchains (mnemo.domain.toolchain) ---------------------------------------------
+
+
+class ToolchainStarted(EventPayload):
+    """An agent plans a chain of tool calls on a subject's stream; it lives `ttl_seconds`."""
+
+    TYPE = "ToolchainStarted"
+    VERSION = 1
+    toolchain_id: ToolchainId
+    steps: tuple[StepId, ...] = Field(min_length=1, max_length=MAX_STEPS)
+    ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
+
+    @field_validator("steps")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise PydanticCustomError("duplicate_step", "a plan names each step once")
+        return value
+
+
+class ToolchainStepCompleted(EventPayload):
+    """A step of a toolchain succeeded; `output` is its result as JSON text."""
+
+    TYPE = "ToolchainStepCompleted"
+    VERSION = 1
+    PRIVATE = ("output",)
+    toolchain_id: ToolchainId
+    step_id: StepId
+    output: str = Field(max_length=64 * 1024, description="the step's result, a JSON document")
+
+    @field_validator("output")
+    @classmethod
+    def _json(cls, value: str, info: ValidationInfo) -> str:
+        # checked where it enters; a topic record of a user stream carries the output
+        # sealed, as its stand-in (the registrar checks it again once opened)
+        if at_edge(info) and value not in (SEALED_TEXT, REDACTED):
+            problem = json_text_problem(value)
+            if problem is not None:
+                raise PydanticCustomError(problem[0].lower(), problem[1])
+        return value
+
+
+class ToolchainStepFailed(EventPayload):
+    """A step of a toolchain failed, and why (its reason may carry a person's words)."""
+
+    TYPE = "ToolchainStepFailed"
+    VERSION = 1
+    PRIVATE = ("error.reason", "error.field")
+    toolchain_id: ToolchainId
+    step_id: StepId
+    error: StepError
+
+
+class ToolchainExpired(EventPayload):
+    """The decay consumer's decision: the toolchain's time to live ran out unfinished."""
+
+    TYPE = "ToolchainExpired"
+    VERSION = 1
+    PUBLIC = False
+    toolchain_id: ToolchainId
+    expired_at: datetime
+
+
+TOOLCHAIN_PAYLOADS: tuple[type[EventPayload], ...] = (
+    ToolchainStarted,
+    ToolchainStepCompleted,
+    ToolchainStepFailed,
+    ToolchainExpired,
+)
+
+
 PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryDeclared,
     ObservationRecordedV1,
@@ -515,6 +598,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     VerificationDue,
     MemoryArchived,
     MemoryForgotten,
+    *TOOLCHAIN_PAYLOADS,
 )
 
 Upcaster = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -568,6 +652,9 @@ _CODES_BY_ERROR_TYPE = {
     "unsupported_pattern": "UNSUPPORTED_PATTERN",
     "strict_boolean": "INVALID_BOOLEAN",
     "template_without_constraints": "TEMPLATE_WITHOUT_CONSTRAINTS",
+    "output_too_large": "OUTPUT_TOO_LARGE",
+    "output_not_json": "OUTPUT_NOT_JSON",
+    "duplicate_step": "DUPLICATE_STEP",
 }
 
 

@@ -122,6 +122,8 @@ def luhn_valid(digits: str) -> bool:
 
 PLACEHOLDER = re.compile(r"⟦([a-z_]+):(h[0-9a-f]{16})⟧")
 REDACTED = "⟦redacted⟧"
+# what a field sealed whole on a user stream reads in the log (mnemo.service.sealing)
+SEALED_TEXT = "⟦sealed⟧"
 
 # The look-behinds name ASCII characters only: a value written straight after Chinese text
 # ("邮箱是zhang.san@example.org", "电话+14155550199") starts right there (with \w, which

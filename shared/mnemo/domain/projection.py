@@ -8,12 +8,14 @@ from enum import StrEnum
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.toolchain import ToolchainState
 
 __all__ = [
     "AuditRecord",
     "BumpStats",
     "ContextRecord",
     "DropTimer",
+    "DropToolchain",
     "DropWeight",
     "MemoryStats",
     "Outcome",
@@ -25,6 +27,7 @@ __all__ = [
     "PutTemplate",
     "PutTimeline",
     "PutTimer",
+    "PutToolchain",
     "PutWeight",
     "SetStatus",
     "TimelineEntry",
@@ -246,6 +249,21 @@ class PurgeTenant:
     tenant: str
 
 
+@dataclass(frozen=True, slots=True)
+class PutToolchain:
+    """A toolchain's state as its events left it (mnemo.domain.toolchain)."""
+
+    state: ToolchainState
+
+
+@dataclass(frozen=True, slots=True)
+class DropToolchain:
+    """A toolchain's state goes (its subject was forgotten)."""
+
+    tenant: str
+    toolchain_id: str
+
+
 Write = (
     PurgeTenant
     | PutMemory
@@ -260,4 +278,6 @@ Write = (
     | PutWeight
     | DropWeight
     | PutTimeline
+    | PutToolchain
+    | DropToolchain
 )

@@ -67,7 +67,7 @@ from mnemo.domain.projection import (
     Write,
     credits_citation,
 )
-from mnemo.handlers import Decision, emit
+from mnemo.handlers import Decision, emit, toolchain
 
 __all__ = [
     "CONSUMER",
@@ -135,7 +135,7 @@ class DecayPolicy(BaseModel):
     )
 
 
-class DecayState(Protocol):
+class DecayState(toolchain.ToolchainReads, Protocol):
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
 
     def weight_of(self, tenant: str, memory_id: str) -> tuple[float, float, float] | None: ...
@@ -405,13 +405,20 @@ def _decision_event(memory: Memory, timer: Timer, payload: EventPayload) -> Enve
     )
 
 
+def _kind_order(kind: str) -> int:
+    return TIMER_KINDS.index(kind) if kind in TIMER_KINDS else len(TIMER_KINDS)
+
+
 def scan(due: Sequence[Timer], state: DecayState, policy: DecayPolicy | None = None) -> Decision:
     """Act on the timers that are due. Event time is the due instant itself, not the scan's
     time, so a late scan still records the exact moment."""
     policy = policy or DecayPolicy()
     decision = Decision()
     ended: set[tuple[str, str]] = set()  # memories this scan already expired or archived
-    for timer in sorted(due, key=lambda t: (t.due_at, TIMER_KINDS.index(t.kind))):
+    for timer in sorted(due, key=lambda t: (t.due_at, _kind_order(t.kind))):
+        if timer.kind == toolchain.TIMER_KIND:  # a toolchain's time to live
+            decision.extend(toolchain.expire(timer, state))
+            continue
         memory = state.get(timer.tenant, timer.memory_id)
         decision.writes.append(DropTimer(timer.tenant, timer.memory_id, timer.kind))
         if memory is None or memory.status is not MemoryStatus.ACTIVE:

@@ -22,6 +22,7 @@ from mnemo.domain.events import CATALOG
 from mnemo.domain.projection import (
     BumpStats,
     DropTimer,
+    DropToolchain,
     DropWeight,
     PutAudit,
     PutContextRecord,
@@ -30,10 +31,11 @@ from mnemo.domain.projection import (
     PutTemplate,
     PutTimeline,
     PutTimer,
+    PutToolchain,
     PutWeight,
     SetStatus,
 )
-from mnemo.handlers import audit, decay, indexing, registration, timeline
+from mnemo.handlers import audit, decay, indexing, registration, timeline, toolchain
 
 __all__ = [
     "CONSUMERS",
@@ -72,6 +74,11 @@ READ_MODELS: Mapping[str, ReadModel] = {
         ReadModel("weights", "semantic weight and trust", (PutWeight, DropWeight)),
         ReadModel("audit", "the hash chain over every stream", (PutAudit,)),
         ReadModel("vectors", "embeddings and keyword vectors", None),
+        ReadModel(
+            "toolchains",
+            "toolchain state per session: steps done, failures, the next step, expiry",
+            (PutToolchain, DropToolchain),
+        ),
     )
 }
 
@@ -138,6 +145,7 @@ CONSUMERS: tuple[Consumer, ...] = (
                 ("memories", "outcomes", "templates", "context_records", "usage"),
             ),
             Projection(timeline.entries, timeline.HANDLED, ("timeline",)),
+            Projection(toolchain.handle, toolchain.HANDLED, ("toolchains", "outcomes")),
         ),
         sequencer=True,
     ),
@@ -147,7 +155,10 @@ CONSUMERS: tuple[Consumer, ...] = (
     ),
     Consumer(
         decay.CONSUMER,
-        (Projection(decay.handle, decay.HANDLED, ("timers", "weights")),),
+        (
+            Projection(decay.handle, decay.HANDLED, ("timers", "weights")),
+            Projection(toolchain.timers, toolchain.TIMERS_HANDLED, ("timers",)),
+        ),
         periodic=("scan",),
     ),
     Consumer(

@@ -29,7 +29,16 @@ from mnemo.domain.keywords import date_terms, memory_keyword_text, passage_vecto
 from mnemo.domain.memory import MemoryType
 from mnemo.domain.projection import Outcome, OutcomeKind, PutAudit, PutOutcome
 from mnemo.domain.rules import RuleSet
-from mnemo.handlers import Decision, audit, decay, indexing, registration, registry, timeline
+from mnemo.handlers import (
+    Decision,
+    audit,
+    decay,
+    indexing,
+    registration,
+    registry,
+    timeline,
+    toolchain,
+)
 from mnemo.ports import (
     Clock,
     Embedder,
@@ -285,7 +294,29 @@ class EmbeddedRunner:
         decision = self._register(record, tx, caused)
         if _REGISTRAR.projects("timeline"):
             decision.writes.extend(timeline.entries(record.envelope, record.offset))
+        if _REGISTRAR.projects("toolchains"):
+            decision.extend(self._toolchain(record.envelope, tx))
         return decision
+
+    def _toolchain(self, env: Envelope, tx: StoreTransaction) -> Decision:
+        """The toolchain read model's projection (handlers/toolchain.py); a handler bug
+        leaves the event in the log with a HANDLER_ERROR outcome, as registration does."""
+        try:
+            return toolchain.handle(env, tx)
+        except Exception:
+            self.errors += 1
+            log.exception("toolchain projection failed", extra={"event_id": env.event_id})
+            if env.type not in toolchain.HANDLED - {"ForgetRequested"}:
+                return Decision()
+            failed = Outcome(
+                env.tenant,
+                env.event_id,
+                0,
+                OutcomeKind.REJECTED,
+                reason_code="HANDLER_ERROR",
+                detail="the toolchain projection failed",
+            )
+            return Decision(writes=[PutOutcome(failed)])
 
     def prepare_registrar(
         self, records: Sequence[LoggedEvent], tx: StoreTransaction
@@ -302,7 +333,10 @@ class EmbeddedRunner:
         return opened
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
-        return decay.handle(self.opened(record).envelope, tx, self.decay_policy)
+        env = self.opened(record).envelope
+        decision = decay.handle(env, tx, self.decay_policy)
+        decision.extend(toolchain.timers(env, tx))
+        return decision
 
     def decide_audit(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         env = record.envelope

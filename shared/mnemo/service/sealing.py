@@ -44,6 +44,7 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from mnemo.domain import pii
 from mnemo.domain.context import ContextTemplate, neutral_text
 from mnemo.domain.errors import InvalidInput, KeyDestroyed
 from mnemo.domain.events import (
@@ -81,6 +82,7 @@ from mnemo.domain.projection import (
     Timer,
 )
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import (
     Appended,
     Blinder,
@@ -863,7 +865,7 @@ class Sealer:
 
 # ---- fields sealed whole on user streams -------------------------------------------------
 
-SEALED_TEXT = "⟦sealed⟧"  # what a whole-sealed free-text field reads in the log
+SEALED_TEXT = pii.SEALED_TEXT  # what a whole-sealed free-text field reads in the log
 PRIVATE_REF = "f:"  # refs of whole-sealed fields: f:<payload path>, f:@actor.id, ...
 # fields whose format is checked (keys, tags, ids, a guard's rule id) or that travel in
 # headers (the trace state): they stand in as a keyed hash, which still validates there and
@@ -1323,6 +1325,9 @@ class OpenedMemoryStore(MemoryStore):
 
     def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
         return self.inner.timeline(tenant, memory_id, limit)
+
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        return self.inner.toolchain(tenant, toolchain_id)
 
     def counts(self) -> dict[str, int]:
         return self.inner.counts()
