@@ -74,6 +74,9 @@ class Memory(_Model):
     status: MemoryStatus = MemoryStatus.ACTIVE
     source_event_id: str
     rule_id: str | None = None
+    fetched_at: datetime | None = Field(
+        default=None, description="a tool result's fetch instant (its age counts from here)"
+    )
     content_hash: str = ""
 
     def text(self) -> str:
