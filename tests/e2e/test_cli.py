@@ -622,3 +622,31 @@ def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None
         cli, ["admin", "tenant", "create", "x", "--data-dir", str(tmp_path / "nothing")]
     )
     assert missing.exit_code == 1
+
+
+def test_tool_record_and_suggestions(mnemo: Invoke, stream: str) -> None:
+    recorded = mnemo(
+        "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
+        "--result", '{"rate": 1.08}', "--arguments", '{"pair": "EUR/USD"}', "--fresh-for", "60",
+    )  # fmt: skip
+    assert recorded.exit_code == 0, recorded.output
+    assert "registered" in recorded.output
+    listed = mnemo("--json", "list", stream)
+    [memory] = json.loads(listed.output)["memories"]
+    assert memory["provenance"]["source_id"] == "tool:fx.rate"
+    assert memory["fetched_at"] is not None
+    none = mnemo("tool", "suggestions", stream)
+    assert none.exit_code == 0
+    assert "no suggested tool calls" in none.output
+    bad = mnemo(
+        "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
+        "--result", "{nope", "--fresh-for", "60",
+    )  # fmt: skip
+    assert bad.exit_code == 2
+    assert "--result" in bad.output
+    large = mnemo(
+        "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
+        "--result", json.dumps("x" * 6_000), "--fresh-for", "60",
+    )  # fmt: skip
+    assert large.exit_code == 2
+    assert "error TOOL_RESULT_TOO_LARGE" in large.stderr
