@@ -14,6 +14,7 @@ from tests.unit.test_registration import RULES, DictState, event
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.events import MemoryRegistered, MemoryRejected, validate_envelope
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.pii import SEALED_TEXT
 from mnemo.domain.tool_result import canonical_json, default_key, format_age
 from mnemo.domain.triggers import Condition, Suggest, ToolSpec, Trigger, TriggerSet
 from mnemo.handlers import registration
@@ -255,3 +256,20 @@ def test_a_bad_trigger_file_is_refused_naming_file_line_and_trigger(
 ) -> None:
     with pytest.raises(TriggerFileError, match=r"triggers\.yaml" + message):
         load(tmp_path, text)
+
+
+def test_a_result_sealed_whole_still_passes_the_edge() -> None:
+    """A user stream's event as the topic carries it: its arguments and result sealed
+    whole stand in as SEALED_TEXT, and the distributed registrar checks topic records at
+    the edge (they were checked as JSON before they were sealed)."""
+    raw = {
+        "type": "ToolResultRecorded",
+        "schema_version": 1,
+        "tenant": "acme",
+        "stream": "user:C42",
+        "event_id": "01a22c54-6c60-7c68-a22f-ad1a2ffd25e9",
+        "occurred_at": T0.isoformat(),
+        "actor": {"kind": "agent", "id": "a"},
+        "payload": recorded(arguments=SEALED_TEXT, result=SEALED_TEXT, source=SEALED_TEXT),
+    }
+    assert validate_envelope(raw).payload["result"] == SEALED_TEXT
