@@ -1411,12 +1411,22 @@ def render_keys(answer: Mapping[str, Any]) -> Table:
     help="A scope (repeatable).",
 )
 @click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds it is valid.")
+@click.option(
+    "--tool",
+    "tools",
+    multiple=True,
+    help="Limit the key to recording results of this tool (repeatable; absent: any tool).",
+)
 @pass_state
-def admin_key_create(state: State, name: str, scopes: tuple[str, ...], ttl: int | None) -> None:
+def admin_key_create(
+    state: State, name: str, scopes: tuple[str, ...], ttl: int | None, tools: tuple[str, ...]
+) -> None:
     """Issue a key of the tenant; it is printed once."""
     body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
     if ttl is not None:
         body["ttl_seconds"] = ttl
+    if tools:
+        body["tools"] = list(tools)
     tenant = key_tenant(state)
     show_issued(state, state.api.call("POST", f"/v1/tenants/{seg(tenant)}/keys", body=body))
 

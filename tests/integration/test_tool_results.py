@@ -15,6 +15,7 @@ from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryStatus
+from mnemo.service.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
 from mnemo.service.context import ContextRequest
 from mnemo.service.triggers import load_triggers
@@ -262,3 +263,22 @@ def test_a_trigger_fires_once_per_memory_version(
     [again] = platform.app.suggestions(CTX, [CLIENT])
     assert again.memory_id == newer
     assert again.memory_version == 3
+
+
+def test_a_rebuild_reproduces_tool_result_memories_and_their_timers(
+    platform: Platform, clock: FixedClock
+) -> None:
+    fresh = record(platform, fetched_at=clock.now())
+    stale = record(platform, tool="crm.get_deal", fresh_for_seconds=30, fetched_at=clock.now())
+    clock.advance(timedelta(seconds=40))
+    platform.runner.drain()
+    before = {m: platform.app.get(CTX, m) for m in (fresh, stale)}
+    assert before[stale].status is MemoryStatus.EXPIRED
+    live = platform_checksum(platform)
+    assert rebuild_read_models(platform) == live
+    after = {m: platform.app.get(CTX, m) for m in (fresh, stale)}
+    assert after == before
+    # the rebuilt expiry timer still ends the fresh one at its deadline
+    clock.advance(timedelta(seconds=20))
+    platform.runner.drain()
+    assert platform.app.get(CTX, fresh).status is MemoryStatus.EXPIRED
