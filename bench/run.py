@@ -27,6 +27,10 @@ prints a short summary; progress goes to stderr. Sections, in this order:
 9. guards   pathological guard patterns ((a|a)*c, ((a+))+c) against long runs of 'a'
             through POST /v1/context/{id}/response, with /healthz polled meanwhile; p50/p99
             against the 50 ms and 100 ms aims (bench/guards.py; writes DIR/guards.json)
+10. tool_results  recording 10,000 tool results next to 10,000 plain memory
+            declarations in alternating rounds on one embedded platform: per-call p50/p99
+            and throughput until the consumers caught up (bench/tool_results.py; writes
+            DIR/tool_results.json)
 
 `--only distributed` (or any section list) runs a subset.
 
@@ -77,6 +81,7 @@ SECTIONS = (
     "registration",
     "zh_retrieval",
     "guards",
+    "tool_results",
 )
 CORE = ("ingest", "search", "replay", "sync", "encryption")
 
@@ -559,6 +564,14 @@ def main(argv: list[str] | None = None) -> int:
         progress("guards", "pathological guard patterns, /healthz meanwhile")
         guards_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
         elapsed["guards"] = time.perf_counter() - t0
+
+    if "tool_results" in args.sections:
+        from bench.tool_results import main as tool_results_main
+
+        t0 = time.perf_counter()
+        progress("tool_results", "tool results next to plain declarations")
+        tool_results_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
+        elapsed["tool_results"] = time.perf_counter() - t0
 
     if args.locomo is not None:
         from bench.locomo import main as locomo_main

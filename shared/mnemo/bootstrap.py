@@ -59,6 +59,7 @@ from mnemo.service.sealing import (
     SealingEventLog,
     TenantBlinder,
 )
+from mnemo.service.triggers import load_triggers
 from mnemo.settings import MnemoSettings
 
 if TYPE_CHECKING:
@@ -469,7 +470,16 @@ def build_embedded(
     )
     replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(
-        replays, reads, searched, query_embedder, tokenizer, clock, runner, contexts, sealer=sealer
+        replays,
+        reads,
+        searched,
+        query_embedder,
+        tokenizer,
+        clock,
+        runner,
+        contexts,
+        sealer=sealer,
+        triggers=load_triggers(settings.triggers_file),
     )
     access = open_access(settings, clock)
     return Platform(
@@ -833,6 +843,7 @@ def build_distributed(
         contexts,
         progress=progress,
         sealer=sealer,
+        triggers=load_triggers(settings.triggers_file),
     )
     return Platform(
         settings,

@@ -1066,6 +1066,98 @@ def status(state: State) -> None:
     state.show(state.api.call("GET", "/v1/admin/status"), render_status)
 
 
+# ---- tool results and suggested tool calls ---------------------------------------------------
+
+
+def json_option(text: str | None, name: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return _loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint=name) from None
+
+
+@cli.group()
+def tool() -> None:
+    """Tool results as memories, and the tool calls memories suggest."""
+
+
+@tool.command("record")
+@click.option("--stream", required=True, help="The subject stream, e.g. user:C42.")
+@click.option("--tool", "tool_name", required=True, help="The tool's name, e.g. crm.get_deal.")
+@click.option("--result", "result", required=True, help="The tool's result, as JSON.")
+@click.option("--source", required=True, help="The system the result came from.")
+@click.option(
+    "--fresh-for", type=click.IntRange(min=1), required=True, help="Seconds it stays fresh."
+)
+@click.option("--arguments", default=None, help="The call's arguments, a JSON object.")
+@click.option("--fetched-at", default=None, help="ISO 8601 with an offset [default: now].")
+@click.option("--key", default=None, help="The memory key [default: tool.<name>.<digest>].")
+@click.option("--trigger-id", default=None, help="The suggestion's trigger id it answers.")
+@click.option("--trigger-memory", default=None, help="The suggestion's memory id it answers.")
+@pass_state
+def tool_record(
+    state: State,
+    stream: str,
+    tool_name: str,
+    result: str,
+    source: str,
+    fresh_for: int,
+    arguments: str | None,
+    fetched_at: str | None,
+    key: str | None,
+    trigger_id: str | None,
+    trigger_memory: str | None,
+) -> None:
+    """Record a tool call's result (POST /v1/tool-results) and show what became of it."""
+    if (trigger_id is None) != (trigger_memory is None):
+        raise click.UsageError("--trigger-id and --trigger-memory go together")
+    body: dict[str, Any] = {
+        "stream": stream,
+        "tool": tool_name,
+        "result": json_option(result, "--result"),
+        "source": source,
+        "fresh_for_seconds": fresh_for,
+        "arguments": json_option(arguments, "--arguments") or {},
+    }
+    body.update(query_params(fetched_at=fetched_at, key=key))
+    if trigger_id is not None:
+        body["trigger"] = {"trigger_id": trigger_id, "memory_id": trigger_memory}
+    answer = state.api.call("POST", "/v1/tool-results", params={"wait": "registered"}, body=body)
+
+    def render(found: Mapping[str, Any]) -> None:
+        click.echo(f"event {found['event_id']}")
+        for outcome in found.get("outcomes") or ():
+            click.echo(f"  {describe_outcome(outcome)}")
+
+    state.show(answer, render)
+
+
+@tool.command("suggestions")
+@click.argument("stream")
+@click.option("--as-of", default=None, help="ISO 8601 with an offset [default: now].")
+@pass_state
+def tool_suggestions(state: State, stream: str, as_of: str | None) -> None:
+    """The tool calls the operators' triggers suggest for STREAM's memories."""
+    answer = state.api.call(
+        "GET", f"/v1/subjects/{seg(stream)}/suggestions", params=query_params(as_of=as_of)
+    )
+
+    def render(found: Mapping[str, Any]) -> Table | None:
+        if not found["suggestions"]:
+            click.echo("no suggested tool calls")
+            return None
+        rows = table("trigger", "tool", "arguments", "memory", "age (s)")
+        for s in found["suggestions"]:
+            memory = f"{s['memory_id']} v{s['memory_version']}"
+            add_row(rows, s["trigger_id"], s["tool"], dumps(s["arguments"]), memory,
+                    s["age_seconds"])  # fmt: skip
+        return rows
+
+    state.show(answer, render)
+
+
 # ---- mcp ------------------------------------------------------------------------------------
 
 
@@ -1319,12 +1411,22 @@ def render_keys(answer: Mapping[str, Any]) -> Table:
     help="A scope (repeatable).",
 )
 @click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds it is valid.")
+@click.option(
+    "--tool",
+    "tools",
+    multiple=True,
+    help="Limit the key to recording results of this tool (repeatable; absent: any tool).",
+)
 @pass_state
-def admin_key_create(state: State, name: str, scopes: tuple[str, ...], ttl: int | None) -> None:
+def admin_key_create(
+    state: State, name: str, scopes: tuple[str, ...], ttl: int | None, tools: tuple[str, ...]
+) -> None:
     """Issue a key of the tenant; it is printed once."""
     body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
     if ttl is not None:
         body["ttl_seconds"] = ttl
+    if tools:
+        body["tools"] = list(tools)
     tenant = key_tenant(state)
     show_issued(state, state.api.call("POST", f"/v1/tenants/{seg(tenant)}/keys", body=body))
 

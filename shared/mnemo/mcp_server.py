@@ -45,6 +45,7 @@ from mnemo.client import AsyncMnemoClient, MnemoAPIError, _core
 from mnemo.client.models import Memory, PublishResult
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
+from mnemo.domain.tool_result import TOOL_NAME_RE
 
 __all__ = [
     "MCP_PATH",
@@ -268,6 +269,10 @@ class ContextOut(BaseModel):
     included: list[IncludedOut]
     left_out: list[LeftOutOut]
     warnings: list[str]
+    suggestions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="tool calls the operators' triggers suggest (see suggested_tool_calls)",
+    )
 
 
 class ForgetOut(BaseModel):
@@ -335,6 +340,7 @@ def build_server(upstream: Upstream) -> MnemoMCPServer:
         log_level="WARNING",
     )
     _tools(server, upstream)
+    _tool_result_tools(server, upstream)
     _resources(server, upstream)
     from mnemo.mcp_toolchain import register as register_toolchain_tools
 
@@ -533,6 +539,7 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                     for x in c.left_out
                 ],
                 warnings=c.warnings,
+                suggestions=[x.model_dump(mode="json") for x in c.suggestions],
             )
         )
 
@@ -668,6 +675,110 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
         except MnemoAPIError as exc:
             return api_error_result(exc)
         return ok(DueOut(subject=subject, items=items))
+
+
+class ToolResultOut(BaseModel):
+    event_id: str = Field(description="the ToolResultRecorded event (the idempotency key)")
+    memory_id: str | None = Field(description="the result's memory; null while pending")
+    outcome: str = Field(description="registered, superseded, duplicate, rejected or pending")
+    reason_code: str | None = None
+
+
+class SuggestionsOut(BaseModel):
+    subject: str
+    as_of: str
+    suggestions: list[dict[str, Any]] = Field(
+        description="each: tool, arguments, the memory that fired it (memory_id, "
+        "memory_version, key, value, age_seconds) and `trigger`, to pass back to "
+        "record_tool_result"
+    )
+
+
+def _tool_result_tools(server: MnemoMCPServer, upstream: Upstream) -> None:
+    """Tool results as memories, and the tool calls memories suggest."""
+
+    @server.tool(
+        title="Record tool result",
+        description="Record the structured result of a tool you called, about a subject: it "
+        "is remembered (provenance tool:<name>) and shown with its age until it goes stale "
+        "after fresh_for_seconds. Pass a suggestion's `trigger` when the call was suggested: "
+        "it then stops being suggested for that memory.",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
+    )
+    async def record_tool_result(
+        subject: Subject,
+        tool: Annotated[str, Field(pattern=TOOL_NAME_RE.pattern, description="the tool's name")],
+        result: Annotated[Any, Field(description="the tool's structured result (any JSON)")],
+        source: Annotated[
+            str, Field(min_length=1, max_length=256, description="the system it came from")
+        ],
+        fresh_for_seconds: Annotated[
+            int, Field(gt=0, le=366 * 86_400, description="how long it stays fresh")
+        ],
+        ctx: Context[Any, Any],
+        arguments: Annotated[
+            dict[str, Any] | None, Field(description="the arguments it was called with")
+        ] = None,
+        fetched_at: Annotated[
+            str | None, Field(description="ISO 8601 with a UTC offset; now when absent")
+        ] = None,
+        key: Annotated[str | None, Field(max_length=64, description="the memory key")] = None,
+        trigger: Annotated[
+            dict[str, str] | None,
+            Field(description="the `trigger` of the suggestion this call answers"),
+        ] = None,
+    ) -> Annotated[CallToolResult, ToolResultOut]:
+        try:
+            when = datetime.fromisoformat(fetched_at) if fetched_at else None
+        except ValueError:
+            return error_result("INVALID_ARGUMENTS", "fetched_at is not ISO 8601", "fetched_at")
+        try:
+            recorded = await upstream.api(ctx).record_tool_result(
+                subject,
+                tool,
+                result,
+                source=source,
+                fresh_for_seconds=fresh_for_seconds,
+                arguments=arguments,
+                fetched_at=when,
+                key=key,
+                trigger=trigger,
+                wait="registered",
+            )
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        first = recorded.outcomes[0] if recorded.outcomes else None
+        return ok(
+            ToolResultOut(
+                event_id=recorded.event_id,
+                memory_id=first.memory_id if first else None,
+                outcome=first.outcome if first else "pending",
+                reason_code=first.reason_code if first else None,
+            )
+        )
+
+    @server.tool(
+        title="Suggested tool calls",
+        description="Tool calls the operator's triggers suggest for a subject's memories "
+        "(for example: a proposal sent over a day ago -> look the deal up in the CRM). Mnemo "
+        "suggests, you decide; record the result with record_tool_result and the "
+        "suggestion's `trigger`.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    async def suggested_tool_calls(
+        subject: Subject, ctx: Context[Any, Any]
+    ) -> Annotated[CallToolResult, SuggestionsOut]:
+        try:
+            found = await upstream.api(ctx).suggestions(subject)
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            SuggestionsOut(
+                subject=subject,
+                as_of=found.as_of.isoformat(),
+                suggestions=[x.model_dump(mode="json") for x in found.suggestions],
+            )
+        )
 
 
 def _resource_error(exc: MnemoAPIError) -> ResourceError:

@@ -84,6 +84,11 @@ class MnemoSettings(BaseSettings):
     )
     tokenizer: str = Field(default="cl100k_base", description="encoding or model name")
     rules_file: Path | None = Field(default=None, description="registration rules (YAML)")
+    triggers_file: Path | None = Field(
+        default=None,
+        description="declared tools and the triggers that suggest calling them (YAML); none "
+        "when unset",
+    )
     decay_policy_file: Path | None = Field(
         default=None, description="verification and archive schedules per memory type (YAML)"
     )

@@ -110,6 +110,8 @@ ROUTES: list[tuple[str, str, Any, Scope | None, str]] = [
     ("GET", "/v1/subjects/{stream}/memories", None, Scope.MEMORY_READ, "empty"),
     ("GET", "/v1/subjects/{stream}/history/{key}", None, Scope.MEMORY_READ, "empty"),
     ("GET", "/v1/subjects/{stream}/due-verifications", None, Scope.MEMORY_READ, "empty"),
+    ("GET", "/v1/subjects/{stream}/suggestions", None, Scope.MEMORY_READ, "empty"),
+    ("POST", "/v1/tool-results", {"stream": "user:U1"}, Scope.MEMORY_WRITE, "empty"),
     ("GET", "/v1/memories/{memory_id}", None, Scope.MEMORY_READ, "404"),
     ("POST", "/v1/search", {"query": MARKER}, Scope.MEMORY_READ, "empty"),
     ("POST", "/v1/context", {"subjects": ["user:U1"], "query": MARKER}, Scope.CONTEXT, "empty"),

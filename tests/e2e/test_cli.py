@@ -600,6 +600,16 @@ def test_admin_tenant_and_key_commands_over_http(server_url: str, tenant: str) -
     other = runner.invoke(cli, [*as_admin, "--tenant", "acme", "admin", "key", "list"])
     assert other.exit_code == 2
     assert "TENANT_MISMATCH" in other.stderr
+    # a key limited to one tool records that tool's results only
+    crm_only = ["admin", "key", "create", "--name", "crm", "--scope", "memory:write"]
+    crm_key = _printed_key(runner.invoke(cli, [*as_admin, *crm_only, "--tool", "crm.get_deal"]))
+    record = ["tool", "record", "--stream", "user:U1", "--source", "x", "--result", "1"]
+    as_crm = [*base, "--api-key", crm_key]
+    fx = runner.invoke(cli, [*as_crm, *record, "--tool", "fx.rate", "--fresh-for", "60"])
+    assert fx.exit_code == 2
+    assert "TOOL_NOT_ALLOWED" in fx.stderr
+    crm = runner.invoke(cli, [*as_crm, *record, "--tool", "crm.get_deal", "--fresh-for", "60"])
+    assert crm.exit_code == 0, crm.output
 
 
 def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None:
@@ -622,3 +632,31 @@ def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None
         cli, ["admin", "tenant", "create", "x", "--data-dir", str(tmp_path / "nothing")]
     )
     assert missing.exit_code == 1
+
+
+def test_tool_record_and_suggestions(mnemo: Invoke, stream: str) -> None:
+    recorded = mnemo(
+        "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
+        "--result", '{"rate": 1.08}', "--arguments", '{"pair": "EUR/USD"}', "--fresh-for", "60",
+    )  # fmt: skip
+    assert recorded.exit_code == 0, recorded.output
+    assert "registered" in recorded.output
+    listed = mnemo("--json", "list", stream)
+    [memory] = json.loads(listed.output)["memories"]
+    assert memory["provenance"]["source_id"] == "tool:fx.rate"
+    assert memory["fetched_at"] is not None
+    none = mnemo("tool", "suggestions", stream)
+    assert none.exit_code == 0
+    assert "no suggested tool calls" in none.output
+    bad = mnemo(
+        "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
+        "--result", "{nope", "--fresh-for", "60",
+    )  # fmt: skip
+    assert bad.exit_code == 2
+    assert "--result" in bad.output
+    large = mnemo(
+        "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
+        "--result", json.dumps("x" * 6_000), "--fresh-for", "60",
+    )  # fmt: skip
+    assert large.exit_code == 2
+    assert "error TOOL_RESULT_TOO_LARGE" in large.stderr

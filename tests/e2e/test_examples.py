@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from tests.support import fixed_key, install_keys, running_server
 
-TENANTS = ("ex-launch", "ex-shop", "ex-travel", "ex-pay")
+from mnemo.service.triggers import load_triggers
+
+TENANTS = ("ex-launch", "ex-shop", "ex-travel", "ex-pay", "ex-sales")
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
@@ -21,6 +23,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server (embedded platform, gateway, uvicorn) on a free port, in a thread."""
     with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
         install_keys(platform, *TENANTS)
+        # as MNEMO_TRIGGERS_FILE=docs/examples/sales_triggers.yaml would load them
+        platform.app.triggers = load_triggers(EXAMPLES / "sales_triggers.yaml")
         yield url
 
 
@@ -42,6 +46,7 @@ def test_every_example_is_tested() -> None:
         "customer_service.py",
         "citing_agent.py",
         "payment_toolchain.py",
+        "sales_assistant.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
@@ -118,3 +123,23 @@ def test_payment_toolchain_resumes_on_another_device_with_one_order(server_url: 
     assert out[9].startswith("phone: status completed, expires ")
     assert out[10] == "phone: read at its expiry it is still completed (it finished in time)"
     assert out[-1] == "shop: 1 order(s): O-1000"
+
+
+def test_sales_assistant_takes_a_suggested_call_and_never_shows_a_stale_rate(
+    server_url: str,
+) -> None:
+    out = run_example("sales_assistant.py", server_url, "ex-sales")
+    assert out[0] == "remembered: stage = proposal_sent (2 days ago)"
+    assert out[1] == (
+        "suggested: crm.get_deal({'client': 'user:client-acme-gmbh'}) by trigger "
+        "stale-proposal, fired by stage v1"
+    )
+    assert out[2] == "recorded: crm.deal from tool:crm.get_deal (fresh for 1h)"
+    assert out[3] == "suggestions now: 0"  # answered: it no longer fires for that version
+    assert out[4:6] == ["rate at 59 s: shown", "rate at 60 s: left out"]
+    assert re.fullmatch(
+        r'context line: \{"client":"user:client-acme-gmbh","last_activity":"call booked for '
+        r'Friday","stage":"negotiation"\} .*\[crm\.get_deal result, fetched \d+s ago\]',
+        out[6],
+    ), out[6]
+    assert out[7].startswith("draft: Hi! Following up on our proposal: I see call booked")

@@ -10,6 +10,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.support import fixed_key, install_keys, running_server
 from mnemo.client import MnemoClient
 from mnemo.domain.memory import MemoryType
 from mnemo.mcp_server import PAGE_BYTES, PAGE_MEMORIES
+from mnemo.service.triggers import load_triggers
 
 TENANT = "mcp-test"
 TRANSPORTS = ["stdio", "http"]
@@ -38,7 +40,17 @@ TOOLS = {
     "start_toolchain",
     "record_step",
     "toolchain_state",
+    "record_tool_result",
+    "suggested_tool_calls",
 }
+TRIGGERS = """
+tools:
+  - name: crm.get_deal
+triggers:
+  - id: stale-proposal
+    when: {key: stage, value: proposal_sent, older_than: 1d}
+    suggest: {tool: crm.get_deal, arguments: {client: "{stream}"}}
+"""
 UNKNOWN_ID = "01a22b07-8623-7c5d-b658-fa7a79aa796b"
 
 pytestmark = pytest.mark.asyncio
@@ -53,6 +65,9 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with running_server(tmp_path_factory.mktemp("server")) as (url, platform):
         install_keys(platform, TENANT, "someone-else", "tenant-a", "tenant-b")
         install_keys(platform, TENANT, label="reader", scopes=("memory:read",))
+        triggers = tmp_path_factory.mktemp("triggers") / "triggers.yaml"
+        triggers.write_text(TRIGGERS)
+        platform.app.triggers = load_triggers(triggers)
         yield url
 
 
@@ -581,3 +596,57 @@ async def test_toolchain_tools_resume_a_chain_at_its_failed_step(
         assert conflict["code"] == "STEP_CONFLICT"
         unknown = error(await client.call_tool("toolchain_state", {"toolchain_id": "nope"}))
         assert unknown["code"] == "TOOLCHAIN_NOT_FOUND"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_suggested_call_is_offered_then_closed_by_its_recorded_result(
+    server_url: str, transport: str, sdk: MnemoClient
+) -> None:
+    subject = f"user:deal-{transport}"
+    sent = datetime.now(UTC) - timedelta(days=2)
+    declared = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": subject,
+        "occurred_at": sent.isoformat(),
+        "payload": {"memory": {"type": "fact", "key": "stage", "value": "proposal_sent"}},
+    }
+    [stage] = [o.memory_id for o in sdk.publish(declared, wait="registered").outcomes]
+    async with connect(server_url, transport) as client:
+        offered = data(await client.call_tool("suggested_tool_calls", {"subject": subject}))
+        [suggestion] = offered["suggestions"]
+        assert (suggestion["tool"], suggestion["memory_id"]) == ("crm.get_deal", stage)
+        assert suggestion["arguments"] == {"client": subject}
+        context = data(await client.call_tool("get_context", {"subjects": [subject]}))
+        assert [s["memory_id"] for s in context["suggestions"]] == [stage]
+        recorded = data(
+            await client.call_tool(
+                "record_tool_result",
+                {
+                    "subject": subject,
+                    "tool": "crm.get_deal",
+                    "arguments": suggestion["arguments"],
+                    "result": {"stage": "negotiation"},
+                    "source": "crm",
+                    "fresh_for_seconds": 3600,
+                    "trigger": suggestion["trigger"],
+                },
+            )
+        )
+        assert recorded["outcome"] == "registered"
+        assert sdk.get(recorded["memory_id"]).provenance.source_id == "tool:crm.get_deal"
+        after = data(await client.call_tool("suggested_tool_calls", {"subject": subject}))
+        assert after["suggestions"] == []
+        bad = error(
+            await client.call_tool(
+                "record_tool_result",
+                {
+                    "subject": subject,
+                    "tool": "crm.get_deal",
+                    "result": {"blob": "x" * 6_000},
+                    "source": "crm",
+                    "fresh_for_seconds": 60,
+                },
+            )
+        )
+        assert bad["code"] == "TOOL_RESULT_TOO_LARGE"

@@ -582,3 +582,53 @@ def test_record_turn_keeps_every_occurrence_as_history(mnemo: MnemoClient) -> No
     assert len(set(ids)) == 2
     listed = mnemo.list(stream, types=["history"]).memories
     assert {m.memory_id for m in listed} == set(ids)  # both visible, months-old dates or not
+
+
+def test_tool_results_from_both_clients(server_url: str, mnemo: MnemoClient) -> None:
+    """record_tool_result and suggestions, blocking and async, against a real server; a
+    repeated call (the same idempotency key) is recorded once."""
+    stream = "user:tools-sdk"
+    first = mnemo.record_tool_result(
+        stream,
+        "fx.rate",
+        {"pair": "EUR/USD", "rate": 1.08},
+        arguments={"pair": "EUR/USD"},
+        source="ecb",
+        fresh_for_seconds=60,
+        wait="registered",
+    )
+    assert first.memory_id is not None
+    memory = mnemo.get(first.memory_id)
+    assert memory.provenance.source_id == "tool:fx.rate"
+    assert memory.fetched_at is not None
+    assert memory.valid_until == memory.fetched_at + timedelta(seconds=60)
+    assert mnemo.suggestions(stream).suggestions == []  # the server declares no triggers
+
+    async def run() -> tuple[str | None, list[Any]]:
+        async with AsyncMnemoClient(
+            server_url, tenant=TENANT, principal="sdk-async", api_key=fixed_key(TENANT)
+        ) as client:
+            recorded = await client.record_tool_result(
+                stream,
+                "crm.get_deal",
+                {"stage": "won"},
+                source="crm",
+                fresh_for_seconds=3_600,
+                wait="registered",
+            )
+            found = await client.suggestions(stream, as_of=datetime.now(UTC))
+            return recorded.memory_id, found.suggestions
+
+    memory_id, suggestions = asyncio.run(run())
+    assert memory_id is not None
+    assert mnemo.get(memory_id).provenance.source_location == "crm"
+    assert suggestions == []
+    with pytest.raises(MnemoAPIError) as caught:
+        mnemo.record_tool_result(
+            stream, "fx.rate", {"blob": "x" * 6_000}, source="ecb", fresh_for_seconds=60
+        )
+    assert (caught.value.status, caught.value.code) == (413, "TOOL_RESULT_TOO_LARGE")
+    with pytest.raises(ValueError, match="not JSON compliant"):  # never leaves the client
+        mnemo.record_tool_result(
+            stream, "fx.rate", float("nan"), source="ecb", fresh_for_seconds=60
+        )

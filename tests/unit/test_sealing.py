@@ -490,6 +490,8 @@ def test_a_forgotten_stream_takes_no_record_of_use(sealer: Sealer, tmp_path: Pat
 # names a nested model whole when all of it is classified at once.
 NOT_PERSONAL = {
     ("ObservationRecorded", "kind"),
+    # a trigger reference names a trigger id and a memory id
+    ("ToolResultRecorded", "trigger"),
     ("MemoriesRewrapped", "key_id"),
     ("MemoriesRewrapped", "memories"),  # memory ids and wrapped keys
     # templates are the tenant's, registered with the admin scope, never a user stream's

@@ -27,6 +27,7 @@ from mnemo_gateway.routes import (
     health,
     memories,
     sync,
+    tool_results,
     toolchains,
 )
 
@@ -76,7 +77,18 @@ def create_app(
     install_error_handlers(app)
     install_log_redaction()
     app.add_middleware(McpGuard)
-    for module in (health, access, events, memories, context, sync, admin, console, toolchains):
+    for module in (
+        health,
+        access,
+        events,
+        memories,
+        context,
+        sync,
+        admin,
+        console,
+        toolchains,
+        tool_results,
+    ):
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API
     mcp = mount_mcp(app, app.state.gateway_settings.host)

@@ -123,6 +123,7 @@ def needs(scope: Scope | None) -> Callable[..., RequestContext]:
             tenant=caller.tenant,
             principal=principal,
             scopes=frozenset(s.value for s in caller.scopes),
+            tools=caller.tools,
         )
 
     REQUIRED_SCOPE[dependency] = scope

@@ -32,7 +32,10 @@ NOTHING = "none"
 # what a route checks beyond its dependency, in its use case
 FURTHER = {
     ("POST", "/v1/events"): "`admin` for a `TemplateRegistered`, and for a `ForgetRequested` "
-    "of a whole stream or tenant",
+    "of a whole stream or tenant; a key limited to some tools records only their "
+    "`ToolResultRecorded`",
+    ("POST", "/v1/tool-results"): "a key limited to some tools records only their results "
+    "(403 `TOOL_NOT_ALLOWED`)",
 }
 
 

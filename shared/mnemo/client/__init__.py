@@ -23,7 +23,10 @@ from mnemo.client.models import (
     RegisteredTemplate,
     SearchHit,
     SearchResult,
+    Suggestion,
+    Suggestions,
     TemplateInfo,
+    ToolResultRecorded,
 )
 
 __all__ = [
@@ -47,7 +50,10 @@ __all__ = [
     "RetryPolicy",
     "SearchHit",
     "SearchResult",
+    "Suggestion",
+    "Suggestions",
     "TemplateInfo",
+    "ToolResultRecorded",
     "Toolchain",
     "Wait",
 ]

@@ -26,7 +26,9 @@ from mnemo.client.models import (
     PublishResult,
     RegisteredTemplate,
     SearchResult,
+    Suggestions,
     TemplateInfo,
+    ToolResultRecorded,
 )
 from mnemo.domain.memory import MemoryDraft, MemoryType, Scope
 
@@ -482,3 +484,45 @@ class AsyncMnemoClient:
         """A toolchain's state: steps done with their outputs, the failed step, and
         `next_step`, the one to run (expiry judged at `as_of`, default now)."""
         return await self.call(_toolchain.get(toolchain_id, as_of))
+
+    # ---- tool results and suggested tool calls -----------------------------------------
+
+    async def record_tool_result(
+        self,
+        stream: str,
+        tool: str,
+        result: Any,
+        *,
+        source: str,
+        fresh_for_seconds: int,
+        arguments: Mapping[str, Any] | None = None,
+        fetched_at: datetime | None = None,
+        key: str | None = None,
+        trust: float | None = None,
+        trigger: Mapping[str, str] | None = None,
+        wait: Wait = "none",
+        timeout: float | None = None,
+    ) -> ToolResultRecorded:
+        """Record a tool call's structured result as a memory of `stream`, fresh for
+        `fresh_for_seconds` from `fetched_at` (now when absent). Pass a suggestion's
+        `trigger` to close its loop: that trigger stops firing for that memory version."""
+        return await self.call(
+            _core.record_tool_result(
+                stream,
+                tool,
+                result,
+                source=source,
+                fresh_for_seconds=fresh_for_seconds,
+                arguments=arguments,
+                fetched_at=fetched_at,
+                key=key,
+                trust=trust,
+                trigger=trigger,
+                wait=wait,
+                timeout=timeout,
+            )
+        )
+
+    async def suggestions(self, subject: str, *, as_of: datetime | None = None) -> Suggestions:
+        """The tool calls the operators' triggers suggest for a subject's memories."""
+        return await self.call(_core.suggestions(subject, as_of))

@@ -27,7 +27,9 @@ from mnemo.client.models import (
     PublishResult,
     RegisteredTemplate,
     SearchResult,
+    Suggestions,
     TemplateInfo,
+    ToolResultRecorded,
 )
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import MemoryDraft, MemoryType, Scope
@@ -416,6 +418,61 @@ def register_template(body: Mapping[str, Any]) -> Call[RegisteredTemplate]:
 
 def due_verifications(subject: str) -> Call[list[dict[str, Any]]]:
     return Call("GET", f"/v1/subjects/{seg(subject)}/due-verifications", _items)
+
+
+# ---- tool results and suggested tool calls ---------------------------------------------------
+
+
+def record_tool_result(
+    stream: str,
+    tool: str,
+    result: Any,
+    *,
+    source: str,
+    fresh_for_seconds: int,
+    arguments: Mapping[str, Any] | None = None,
+    fetched_at: datetime | None = None,
+    key: str | None = None,
+    trust: float | None = None,
+    trigger: Mapping[str, str] | None = None,
+    wait: Wait = "none",
+    timeout: float | None = None,
+) -> Call[ToolResultRecorded]:
+    body: dict[str, Any] = {
+        "stream": stream,
+        "tool": tool,
+        "arguments": dict(arguments or {}),
+        "result": result,
+        "source": source,
+        "fresh_for_seconds": fresh_for_seconds,
+        # the idempotency key, made once: a repeat after a lost answer is a duplicate
+        "event_id": new_event_id(datetime.now(UTC)),
+    }
+    if fetched_at is not None:
+        body["fetched_at"] = fetched_at.isoformat()
+    if key is not None:
+        body["key"] = key
+    if trust is not None:
+        body["trust"] = trust
+    if trigger is not None:
+        body["trigger"] = dict(trigger)
+    params = _params(wait=wait if wait != "none" else None, timeout=timeout)
+    return Call(
+        "POST",
+        "/v1/tool-results",
+        _model(ToolResultRecorded),
+        params=params,
+        body=body,
+        idempotent=True,
+        wait_timeout=None if wait == "none" else (timeout or 120.0),
+    )
+
+
+def suggestions(subject: str, as_of: datetime | None = None) -> Call[Suggestions]:
+    params = _params(as_of=as_of.isoformat() if as_of is not None else None)
+    return Call(
+        "GET", f"/v1/subjects/{seg(subject)}/suggestions", _model(Suggestions), params=params
+    )
 
 
 # ---- feedback events ------------------------------------------------------------------------

@@ -74,6 +74,9 @@ class Memory(_Model):
     status: MemoryStatus = MemoryStatus.ACTIVE
     source_event_id: str
     rule_id: str | None = None
+    fetched_at: datetime | None = Field(
+        default=None, description="a tool result's fetch instant (its age counts from here)"
+    )
     content_hash: str = ""
 
     def text(self) -> str:
@@ -172,6 +175,43 @@ class LeftOut(_Model):
     )
 
 
+class Suggestion(_Model):
+    """A tool call a trigger suggests, and the memory version that fired it. Send
+    `trigger` back with the call's result (record_tool_result) to close the loop."""
+
+    trigger_id: str
+    description: str = ""
+    tool: str
+    arguments: dict[str, str] = Field(default_factory=dict)
+    stream: str
+    memory_id: str
+    memory_version: int
+    key: str | None = None
+    value: str | None = None
+    age_seconds: float
+    trigger: dict[str, str]
+
+
+class Suggestions(_Model):
+    as_of: datetime
+    suggestions: list[Suggestion] = Field(default_factory=list)
+
+
+class ToolResultRecorded(_Model):
+    """A recorded tool result: its event, and (when waited for) what registration made of
+    it."""
+
+    event_id: str
+    offset: int
+    duplicate: bool
+    complete: bool = True
+    outcomes: list[Outcome] | None = None
+
+    @property
+    def memory_id(self) -> str | None:
+        return self.outcomes[0].memory_id if self.outcomes else None
+
+
 class ContextResponse(_Model):
     """An assembled context; quote `request_id` when reporting the model's answer."""
 
@@ -190,6 +230,9 @@ class ContextResponse(_Model):
     left_out: list[LeftOut] = Field(default_factory=list)
     conflicts: list[dict[str, Any]] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    suggestions: list[Suggestion] = Field(
+        default_factory=list, description="tool calls the operators' triggers suggest"
+    )
 
     @property
     def memory_ids(self) -> list[str]:

@@ -87,6 +87,10 @@ class ApiKey(BaseModel):
     created_by: str = Field(max_length=128)
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
+    tools: tuple[str, ...] | None = Field(
+        default=None,
+        description="the tools whose results it may record (ToolResultRecorded); None: any",
+    )
 
     def public(self) -> dict[str, object]:
         """What listings show: never the salt or the digest."""
@@ -99,6 +103,7 @@ class ApiKey(BaseModel):
             "created_by": self.created_by,
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+            "tools": list(self.tools) if self.tools is not None else None,
         }
 
 
@@ -111,6 +116,7 @@ class Caller(BaseModel):
     key_id: str
     name: str
     scopes: frozenset[Scope]
+    tools: frozenset[str] | None = None  # the tools whose results it may record; None: any
 
 
 class Unauthenticated(MnemoError):
@@ -171,6 +177,7 @@ def check_key(record: ApiKey | None, pepper: bytes, secret: str, now: datetime) 
         key_id=record.key_id,
         name=record.name,
         scopes=frozenset(record.scopes),
+        tools=frozenset(record.tools) if record.tools is not None else None,
     )
 
 

@@ -43,6 +43,7 @@ from pydantic_core import PydanticCustomError
 from mnemo.domain.edge import at_edge
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import Memory, MemoryType, Scope
+from mnemo.domain.tool_result import format_age, tool_of
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -370,6 +371,7 @@ class Candidate:
     trust: float
     score: float
     via: str = "retrieval"  # or "neighbour", "history"
+    as_of: datetime | None = None  # the instant it was judged at (a tool result's age)
 
 
 def score_candidate(
@@ -400,6 +402,7 @@ def score_candidate(
         trust,
         round(score, 9),
         via,
+        as_of,
     )
 
 
@@ -423,7 +426,19 @@ def render_line(spec: SectionSpec, candidate: Candidate, content: str | None = N
     pattern = (
         spec.kv_render if (m.key and m.value and content is None and not m.content) else spec.render
     )
-    return _neutral_line(" ".join(pattern.format_map(values).split("\n")))
+    line = " ".join(pattern.format_map(values).split("\n"))
+    return _neutral_line(line + _tool_age(m, candidate.as_of))
+
+
+def _tool_age(memory: Memory, as_of: datetime | None) -> str:
+    """What every line of a tool result says whatever the template: the tool, and the
+    result's age at the instant the context is judged at. (A stale one is never shown:
+    it is no longer live at that instant.)"""
+    tool = tool_of(memory.provenance.source_id)
+    if tool is None or memory.fetched_at is None or as_of is None:
+        return ""
+    age = format_age((as_of - memory.fetched_at).total_seconds())
+    return f" [{neutral_text(tool)} result, fetched {age} ago]"
 
 
 @dataclass(frozen=True, slots=True)

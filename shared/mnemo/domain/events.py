@@ -29,9 +29,16 @@ from mnemo.domain.context import ContextTemplate
 from mnemo.domain.edge import EDGE, JsonBool, at_edge
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
-from mnemo.domain.memory import Memory, MemoryDraft
+from mnemo.domain.memory import KEY_RE, Memory, MemoryDraft
 from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.tool_result import (
+    MAX_ARGUMENTS_CHARS,
+    MAX_FRESH_FOR_SECONDS,
+    MAX_RESULT_CHARS,
+    TOOL_NAME_RE,
+    parse_json_text,
+)
 from mnemo.domain.toolchain import (
     DEFAULT_TTL_SECONDS,
     MAX_STEPS,
@@ -368,6 +375,105 @@ class ContextResponseReported(EventPayload):
     violations: tuple[str, ...] = Field(default=(), description="rule ids the answer broke")
 
 
+# ---- tool results (mnemo.domain.tool_result) -------------------------------------------
+
+
+# what a field sealed whole reads as in the log (REDACTED: under a shredded subject's key)
+_SEALED = (SEALED_TEXT, REDACTED)
+
+
+class TriggerRef(BaseModel):
+    """The suggested call a tool result answers: the trigger and the memory version that
+    fired it. Once recorded, that trigger does not fire again for that version."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trigger_id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,39}$")
+    memory_id: MemoryId
+
+
+class ToolResultRecorded(EventPayload):
+    """An agent called a tool and records its result, to be remembered as an `external`
+    memory with provenance `tool:<name>` that is fresh until `fetched_at +
+    fresh_for_seconds` (then it expires). `arguments` and `result` are JSON text (an
+    object, and any JSON value): on a user stream they are sealed whole, like a person's
+    words."""
+
+    TYPE = "ToolResultRecorded"
+    VERSION = 1
+    PRIVATE = ("arguments", "result", "source", "key")
+    tool: str = Field(pattern=TOOL_NAME_RE.pattern, description="the tool's name")
+    arguments: str = Field(
+        default="{}",
+        max_length=MAX_ARGUMENTS_CHARS,
+        description="the call's arguments, a JSON object as text",
+    )
+    result: str = Field(
+        min_length=1, max_length=MAX_RESULT_CHARS, description="the result, JSON text"
+    )
+    source: str = Field(min_length=1, max_length=256, description="the system the result came from")
+    fetched_at: datetime
+    fresh_for_seconds: int = Field(
+        gt=0, le=MAX_FRESH_FOR_SECONDS, description="how long the result stays fresh"
+    )
+    key: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the memory key to remember it under; default tool.<name>.<digest of "
+        "the arguments>",
+    )
+    trust: float = Field(default=0.8, ge=0.0, le=1.0)
+    trigger: TriggerRef | None = Field(
+        default=None, description="the suggested call this result answers"
+    )
+
+    @field_validator("fetched_at")
+    @classmethod
+    def _aware_fetch(cls, value: datetime) -> datetime:
+        if value.utcoffset() is None:
+            raise ValueError("fetched_at must carry its UTC offset")
+        if not 1970 <= value.year <= 2200:
+            raise ValueError("fetched_at must fall between the years 1970 and 2200")
+        return value
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_json(cls, value: str, info: ValidationInfo) -> str:
+        if not at_edge(info) or value in _SEALED:
+            # stored events read as accepted; on a user stream the field is sealed whole
+            # (a topic record is checked at the edge with its stand-in)
+            return value
+        try:
+            parsed = parse_json_text(value)
+        except ValueError as exc:
+            raise PydanticCustomError(
+                "tool_result_not_json", "arguments: {msg}", {"msg": str(exc)}
+            ) from None
+        if not isinstance(parsed, dict):
+            raise PydanticCustomError("tool_result_not_json", "arguments must be a JSON object", {})
+        return value
+
+    @field_validator("result")
+    @classmethod
+    def _result_json(cls, value: str, info: ValidationInfo) -> str:
+        if not at_edge(info) or value in _SEALED:
+            return value
+        try:
+            parse_json_text(value)
+        except ValueError as exc:
+            raise PydanticCustomError(
+                "tool_result_not_json", "result: {msg}", {"msg": str(exc)}
+            ) from None
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_shape(cls, value: str | None) -> str | None:
+        if value is not None and not KEY_RE.fullmatch(value):
+            raise ValueError("key must be 1-64 word characters, dots or dashes")
+        return value
+
+
 # ---- emitted by consumers ------------------------------------------------------------
 
 
@@ -599,6 +705,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryArchived,
     MemoryForgotten,
     *TOOLCHAIN_PAYLOADS,
+    ToolResultRecorded,
 )
 
 Upcaster = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -655,6 +762,7 @@ _CODES_BY_ERROR_TYPE = {
     "output_too_large": "OUTPUT_TOO_LARGE",
     "output_not_json": "OUTPUT_NOT_JSON",
     "duplicate_step": "DUPLICATE_STEP",
+    "tool_result_not_json": "TOOL_RESULT_NOT_JSON",
 }
 
 
@@ -761,6 +869,11 @@ def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelop
             code = _CODES_BY_ERROR_TYPE[_error_type(exc)]
         elif "semantic_weight" in field:
             code = "INVALID_SEMANTIC_WEIGHT"
+        elif field in ("payload.result", "payload.arguments") and _error_type(exc) in (
+            "string_too_long",
+            "string_too_short",
+        ):
+            code = "TOOL_RESULT_TOO_LARGE" if "long" in _error_type(exc) else "TOOL_RESULT_NOT_JSON"
         elif "needs content" in msg or ("content" in field and "at least" in msg):
             code = "EMPTY_CONTENT"
         raise InvalidInput(f"{field}: {msg}", code=code, field=field) from exc

@@ -226,6 +226,11 @@ class Memory(BaseModel):
     rule_id: str | None = None
     verified_at: datetime | None = None
     verification_due_at: datetime | None = None
+    fetched_at: datetime | None = Field(
+        default=None,
+        description="a tool result's fetch instant: its age counts from here (its freshness "
+        "deadline is valid_until)",
+    )
     content_hash: str
     sealed: EncryptionBlock | None = Field(
         default=None,

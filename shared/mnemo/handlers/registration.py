@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Protocol
 
 from pydantic import ValidationError
@@ -49,6 +50,7 @@ from mnemo.domain.events import (
     MemoryVerified,
     ObservationRecorded,
     TemplateRegistered,
+    ToolResultRecorded,
     VerificationDue,
     decode_payload,
 )
@@ -79,6 +81,7 @@ from mnemo.domain.projection import (
 )
 from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.tool_result import freshness_deadline, tool_memory_draft
 from mnemo.handlers import Decision, emit
 
 __all__ = ["CONSUMER", "HANDLED", "RegistrationState", "handle"]
@@ -177,6 +180,8 @@ def _register(
     index: int,
     rule_id: str | None,
     speaker: str | None = None,
+    *,
+    fetched_at: datetime | None = None,
 ) -> Decision:
     if draft.timezone is not None:
         try:
@@ -189,6 +194,10 @@ def _register(
             event, index, "ALREADY_EXPIRED", "the memory's validity ends before it began"
         )
     digest = _digest(event, draft)
+    if fetched_at is not None:
+        # a tool result fetched again with the same answer is a new fetch: it renews the
+        # freshness, so it deduplicates only with the same fetch (a redelivery)
+        digest = occurrence_hash(digest, fetched_at)
     memory_id = derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index))
     existing = state.find_by_hash(event.tenant, event.stream, digest)
     if existing is not None and existing.memory_id == memory_id:
@@ -244,6 +253,7 @@ def _register(
         rule_id=rule_id,
         content_hash=digest,
         sealed=_sealed_for(event, draft),
+        fetched_at=fetched_at,
     )
     decision = Decision()
     decision.events.append(
@@ -557,12 +567,14 @@ HANDLED = frozenset(
         MemoryCited.TYPE,
         MemoryCorrected.TYPE,
         FeedbackRelayed.TYPE,
+        ToolResultRecorded.TYPE,
     }
 )
 
 
 _COMMANDS = {
     MemoryDeclared.TYPE,
+    ToolResultRecorded.TYPE,
     ObservationRecorded.TYPE,
     ForgetRequested.TYPE,
 }
@@ -677,6 +689,8 @@ def handle(
         return decision
     if isinstance(payload, ForgetRequested):
         return _forget(event, state, payload)
+    if isinstance(payload, ToolResultRecorded):
+        return _tool_result(event, state, payload)
     if isinstance(payload, MemoryExpired | MemoryArchived):
         memory = state.get(event.tenant, payload.memory_id)
         if memory is None or memory.status is not MemoryStatus.ACTIVE:
@@ -730,3 +744,29 @@ def _rewrap(event: Envelope, state: RegistrationState, rewrapped: MemoriesRewrap
         writes.append(PutMemory(memory.model_copy(update={"sealed": moved})))
     writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
     return Decision(writes=writes)
+
+
+def _tool_result(
+    event: Envelope, state: RegistrationState, recorded: ToolResultRecorded
+) -> Decision:
+    """A tool's result becomes an external memory with provenance `tool:<name>`, fresh
+    until fetched_at + fresh_for_seconds (mnemo.domain.tool_result). One already stale
+    when it reaches the log is refused (TOOL_RESULT_STALE): it was never fresh here."""
+    deadline = freshness_deadline(recorded.fetched_at, recorded.fresh_for_seconds)
+    if deadline <= event.occurred_at:
+        return _reject(
+            event, 0, "TOOL_RESULT_STALE", "the result's freshness ended before it was recorded"
+        )
+    trigger = recorded.trigger
+    draft = tool_memory_draft(
+        recorded.tool,
+        recorded.arguments,
+        recorded.result,
+        recorded.source,
+        recorded.fetched_at,
+        recorded.fresh_for_seconds,
+        recorded.key,
+        recorded.trust,
+        (trigger.trigger_id, trigger.memory_id) if trigger is not None else None,
+    )
+    return _register(event, state, draft, 0, None, fetched_at=recorded.fetched_at)

@@ -24,6 +24,7 @@ from mnemo.domain.access import (
 )
 from mnemo.domain.errors import ConflictError, InvalidInput, NotFound
 from mnemo.domain.ids import valid_tenant
+from mnemo.domain.tool_result import TOOL_NAME_RE
 from mnemo.ports import AccessStore, Clock
 
 __all__ = ["DEFAULT_TENANT", "Access", "IssuedKey"]
@@ -61,6 +62,27 @@ def parse_scopes(values: Iterable[str]) -> tuple[Scope, ...]:
     if not scopes:
         raise InvalidInput("a key needs at least one scope", code="INVALID_SCOPE", field="scopes")
     return tuple(sorted(scopes, key=ALL_SCOPES.index))
+
+
+MAX_TOOLS_PER_KEY = 64
+
+
+def parse_tools(values: Iterable[str]) -> tuple[str, ...]:
+    """The tool names a key is limited to (an empty list: results of no tool)."""
+    tools = sorted(set(values))
+    if len(tools) > MAX_TOOLS_PER_KEY:
+        raise InvalidInput(
+            f"a key names at most {MAX_TOOLS_PER_KEY} tools", code="INVALID_TOOL", field="tools"
+        )
+    for tool in tools:
+        if not isinstance(tool, str) or not TOOL_NAME_RE.fullmatch(tool):
+            raise InvalidInput(
+                f"tool {str(tool)[:60]!r} is not a tool name (a letter, then letters, digits, "
+                "'_', '.' or '-', at most 48)",
+                code="INVALID_TOOL",
+                field="tools",
+            )
+    return tuple(tools)
 
 
 class Access:
@@ -115,6 +137,7 @@ class Access:
         *,
         by: str,
         expires_at: datetime | None = None,
+        tools: Iterable[str] | None = None,
     ) -> IssuedKey:
         """Make a key; its plaintext is in the result and nowhere else."""
         self.tenant(tenant)
@@ -125,6 +148,7 @@ class Access:
                 field="name",
             )
         chosen = parse_scopes(scopes)
+        limited = parse_tools(tools) if tools is not None else None
         now = self.clock.now()
         if expires_at is not None and expires_at <= now:
             raise InvalidInput(
@@ -148,6 +172,7 @@ class Access:
             created_at=now,
             created_by=by[:128],
             expires_at=expires_at,
+            tools=limited,
         )
         self.store.add_key(record)
         return IssuedKey(record, format_key(key_id, secret))

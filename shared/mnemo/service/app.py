@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from mnemo.domain.events import (
     LoggedEvent,
     MemoryCited,
     TemplateRegistered,
+    ToolResultRecorded,
     decode_payload,
     error_path,
     validate_envelope,
@@ -32,6 +34,8 @@ from mnemo.domain.events import (
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import ContextRecord, Outcome, credits_citation
+from mnemo.domain.tool_result import MAX_ARGUMENTS_CHARS, MAX_RESULT_CHARS, canonical_json
+from mnemo.domain.triggers import Suggestion, TriggerSet
 from mnemo.handlers import indexing, registration
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
@@ -55,6 +59,7 @@ from mnemo.service.context import (
 )
 from mnemo.service.runner import EmbeddedRunner
 from mnemo.service.sealing import Sealer
+from mnemo.service.triggers import suggestions as trigger_suggestions
 
 __all__ = [
     "MAX_BATCH",
@@ -87,9 +92,14 @@ class RequestContext:
     tenant: str
     principal: str
     scopes: frozenset[str] | None = None
+    # the tools whose results the caller may record; None: any tool
+    tools: frozenset[str] | None = None
 
     def allows(self, scope: str) -> bool:
         return self.scopes is None or scope in self.scopes
+
+    def allows_tool(self, tool: str) -> bool:
+        return self.tools is None or tool in self.tools
 
     def __post_init__(self) -> None:
         if not valid_tenant(self.tenant):
@@ -161,6 +171,19 @@ def _check_admin_events(ctx: RequestContext, i: int, envelope: Envelope) -> None
     )
 
 
+def _check_tool(ctx: RequestContext, i: int, envelope: Envelope) -> None:
+    """A key limited to some tools records results of those tools only."""
+    if envelope.type != ToolResultRecorded.TYPE or ctx.tools is None:
+        return
+    tool = envelope.payload.get("tool")
+    if not isinstance(tool, str) or not ctx.allows_tool(tool):
+        raise MnemoError(
+            f"this key may record results of {', '.join(sorted(ctx.tools)) or 'no tool'} only",
+            code="TOOL_NOT_ALLOWED",
+            field=f"events[{i}].payload.tool",
+        )
+
+
 class Mnemo:
     """The application service. Adapters come in through the constructor (see bootstrap)."""
 
@@ -176,6 +199,7 @@ class Mnemo:
         contexts: ContextAssembler,
         progress: Progress | None = None,
         sealer: Sealer | None = None,
+        triggers: TriggerSet | None = None,
     ) -> None:
         self.log = log
         self.store = store
@@ -187,6 +211,7 @@ class Mnemo:
         self.contexts = contexts
         self.progress = progress
         self.sealer = sealer
+        self.triggers = triggers or TriggerSet()
         self._changed = threading.Condition()
         if runner is not None:
             runner.on_progress.append(self.notify_changed)
@@ -218,6 +243,7 @@ class Mnemo:
                 exc.field = f"events[{i}].{exc.field}" if exc.field else f"events[{i}]"
                 raise
             _check_admin_events(ctx, i, envelope)
+            _check_tool(ctx, i, envelope)
             if envelope.type == MemoryCited.TYPE:
                 envelope = self._citation(ctx, i, envelope)
             envelopes.append(envelope)
@@ -452,12 +478,86 @@ class Mnemo:
     def context(self, ctx: RequestContext, request: ContextRequest) -> ContextResponse:
         """Assemble a context under a template, within a token budget (see service.context)."""
         if self.sealer is None:
-            return self.contexts.assemble(ctx.tenant, ctx.principal, request)
+            response = self.contexts.assemble(ctx.tenant, ctx.principal, request)
+            return self._with_suggestions(ctx, request, response)
         if request.query:
             query = self.sealer.query_text(ctx.tenant, request.subjects, request.query)
             request = dataclasses.replace(request, query=query)
         response = self.contexts.assemble(ctx.tenant, ctx.principal, request)
+        return self._with_suggestions(ctx, request, response)
+
+    def _with_suggestions(
+        self, ctx: RequestContext, request: ContextRequest, response: ContextResponse
+    ) -> ContextResponse:
+        if self.triggers.triggers:
+            response.suggestions = self.suggestions(ctx, request.subjects, response.as_of)
         return response
+
+    # ---- tool results and suggested tool calls ---------------------------------------------
+
+    def suggestions(
+        self, ctx: RequestContext, subjects: Sequence[str], as_of: datetime | None = None
+    ) -> list[Suggestion]:
+        """The tool calls the operators' triggers suggest for the subjects' memories at
+        `as_of` (now when absent); see mnemo.domain.triggers."""
+        for s in subjects:
+            _stream_or_error(s)
+        if as_of is not None and as_of.utcoffset() is None:
+            raise InvalidInput("as_of must carry a UTC offset", code="INVALID_AS_OF", field="as_of")
+        at = as_of or self.clock.now()
+        return trigger_suggestions(self.store, self.triggers, ctx.tenant, subjects, at)
+
+    def record_tool_result(
+        self,
+        ctx: RequestContext,
+        stream: str,
+        *,
+        tool: str,
+        result: Any,
+        source: str,
+        fresh_for_seconds: int,
+        arguments: Mapping[str, Any] | None = None,
+        fetched_at: datetime | None = None,
+        key: str | None = None,
+        trust: float | None = None,
+        trigger: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+        wait: Wait = Wait.NONE,
+        timeout: float = 10.0,
+    ) -> PublishResult:
+        """Record a tool call's result (a ToolResultRecorded event): the arguments and the
+        result as structured JSON, turned into JSON text here (TOOL_RESULT_NOT_JSON,
+        TOOL_RESULT_TOO_LARGE when they cannot be). `fetched_at` defaults to now."""
+        payload: dict[str, Any] = {
+            "tool": tool,
+            "arguments": canonical_json(
+                dict(arguments or {}), field="arguments", limit=MAX_ARGUMENTS_CHARS
+            ),
+            "result": canonical_json(result, field="result", limit=MAX_RESULT_CHARS),
+            "source": source,
+            "fetched_at": (fetched_at or self.clock.now()).isoformat(),
+            "fresh_for_seconds": fresh_for_seconds,
+        }
+        if key is not None:
+            payload["key"] = key
+        if trust is not None:
+            payload["trust"] = trust
+        if trigger is not None:
+            payload["trigger"] = dict(trigger)
+        event: dict[str, Any] = {
+            "type": ToolResultRecorded.TYPE,
+            "schema_version": ToolResultRecorded.VERSION,
+            "stream": stream,
+            "payload": payload,
+        }
+        if event_id is not None:
+            event["event_id"] = event_id
+        try:
+            return self.publish(ctx, [event], wait=wait, timeout=timeout)
+        except MnemoError as exc:
+            if exc.field and exc.field.startswith("events[0]."):
+                exc.field = exc.field.removeprefix("events[0].").removeprefix("payload.")
+            raise
 
     def report(
         self,

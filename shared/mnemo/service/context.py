@@ -36,6 +36,7 @@ from mnemo.domain.events import (
 from mnemo.domain.ids import derived_id, id_time, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import ContextRecord
+from mnemo.domain.triggers import Suggestion
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
     Clock,
@@ -90,6 +91,8 @@ class ContextResponse:
     conflicts: list[dict[str, object]] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
     due_verifications: list[str] = field(default_factory=list)  # included, to confirm with the user
+    # tool calls the operators' triggers suggest (mnemo.domain.triggers)
+    suggestions: list[Suggestion] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,4 +708,5 @@ def _scaled(c: Candidate, relevance: float) -> Candidate:
         c.trust,
         round(c.score * factor, 9),
         c.via,
+        c.as_of,
     )

@@ -40,6 +40,11 @@ class KeyIn(BaseModel):
     ttl_seconds: int | None = Field(
         default=None, ge=60, le=10 * 365 * 86_400, description="instead of expires_at"
     )
+    tools: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description="limit the key to recording results of these tools (absent: any tool)",
+    )
 
 
 class TenantIn(BaseModel):
@@ -59,6 +64,7 @@ class KeyOut(BaseModel):
     created_by: str
     expires_at: datetime | None
     revoked_at: datetime | None
+    tools: list[str] | None = None
 
     @classmethod
     def of(cls, key: ApiKey) -> KeyOut:
@@ -78,6 +84,9 @@ class WhoAmIOut(BaseModel):
     key_id: str
     name: str
     scopes: list[str]
+    tools: list[str] | None = Field(
+        default=None, description="the tools whose results it may record; absent: any"
+    )
 
 
 def _issued(issued: IssuedKey, status: int) -> JSONResponse:
@@ -111,6 +120,7 @@ def whoami(caller: CallerDep) -> WhoAmIOut:
         key_id=caller.key_id,
         name=caller.name,
         scopes=sorted(s.value for s in caller.scopes),
+        tools=sorted(caller.tools) if caller.tools is not None else None,
     )
 
 
@@ -165,6 +175,17 @@ async def issue_key(
             field="scopes",
             extra={"scope": beyond[0]},
         )
+    tools = req.tools
+    if caller.tools is not None:
+        # a key limited to some tools hands on no more than those
+        tools = sorted(caller.tools) if tools is None else tools
+        wider = sorted(set(tools) - caller.tools)
+        if wider:
+            raise MnemoError(
+                f"a key cannot issue tools it does not hold: {', '.join(wider)[:200]}",
+                code="TOOL_NOT_ALLOWED",
+                field="tools",
+            )
     issued = await run_in_threadpool(
         lambda: access.issue_key(
             tenant,
@@ -172,6 +193,7 @@ async def issue_key(
             [s.value for s in req.scopes],
             by=f"key:{caller.key_id}",
             expires_at=_expiry(access.clock.now(), req.expires_at, req.ttl_seconds),
+            tools=tools,
         )
     )
     return _issued(issued, 201)

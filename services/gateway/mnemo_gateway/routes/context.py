@@ -98,6 +98,11 @@ class ContextOut(BaseModel):
         description="included memories the agent should confirm with the user ('is your size "
         "still L?'); see also GET /v1/subjects/{s}/due-verifications"
     )
+    suggestions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="tool calls the operators' triggers suggest, each with the memory that "
+        "fired it; see GET /v1/subjects/{s}/suggestions",
+    )
 
     @classmethod
     def of(cls, r: ContextResponse, budget: int) -> ContextOut:
@@ -140,6 +145,7 @@ class ContextOut(BaseModel):
             conflicts=r.conflicts,
             warnings=a.warnings,
             due_verifications=r.due_verifications,
+            suggestions=[x.as_dict() for x in r.suggestions],
         )
 
 
