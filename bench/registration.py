@@ -253,8 +253,19 @@ def score(platform: Platform, items: list[Item]) -> tuple[Scored, float]:
     return scored, seconds
 
 
-def run_registration(folder: Path, *, show: str | None = None) -> dict[str, Any]:
-    items = load_items()
+CONFIGS = ("examples", "patterns", "examples-hashing")
+# utterances written to develop the rules against, apart from the test set (its README)
+DEVELOPMENT = Path(__file__).resolve().parent / "registration_dev"
+
+
+def run_registration(
+    folder: Path,
+    *,
+    show: str | None = None,
+    data: Path = DATA,
+    configs_run: tuple[str, ...] = CONFIGS,
+) -> dict[str, Any]:
+    items = load_items(data)
     splits = Counter(i.split for i in items)
     configs: dict[str, dict[str, Any]] = {}
     work = Path(tempfile.mkdtemp(prefix="mnemo-bench-registration-", dir=folder))
@@ -265,6 +276,8 @@ def run_registration(folder: Path, *, show: str | None = None) -> dict[str, Any]
             ("patterns", "hashing", plain),
             ("examples-hashing", "hashing", None),
         ):
+            if name not in configs_run:
+                continue
             platform = _platform(work / name, embedder, rules)
             try:
                 scored, seconds = score(platform, items)
@@ -280,13 +293,16 @@ def run_registration(folder: Path, *, show: str | None = None) -> dict[str, Any]
             }
             if show:
                 for miss in scored.misses:
-                    if miss["split"] == show:
+                    if show == "all" or miss["split"] == show:
                         print(
                             f"{name} {miss['line']} {miss['text']!r}: expected "
                             f"{miss['expected']} got {miss['produced']} ({miss['outcome']})"
                         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if data != DATA or "examples" not in configs:
+        # the development utterances (or a part of the configurations): no aim to judge
+        return {"suite": "registration-development", "data": str(data), "configs": configs}
     main_all = configs["examples"]["tallies"]
     return {
         "suite": "registration",
@@ -332,13 +348,30 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.registration", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--out", type=Path, default=Path("bench/results"), help="results directory")
-    ap.add_argument("--show", choices=("dev", "held-out"), help="print the misses of a split")
+    ap.add_argument(
+        "--show", choices=("dev", "held-out", "all"), help="print the misses of a split"
+    )
+    ap.add_argument(
+        "--development",
+        action="store_true",
+        help=f"score the development utterances ({DEVELOPMENT.name}/) instead of the test set: "
+        "what rules are tuned against, so the test set's held-out half stays unread",
+    )
+    ap.add_argument("--config", choices=CONFIGS, action="append", help="run only these")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = run_registration(args.out, show=args.show)
-    target = args.out / "registration.json"
+    data = DEVELOPMENT if args.development else DATA
+    configs = tuple(args.config) if args.config else CONFIGS
+    report = run_registration(args.out, show=args.show, data=data, configs_run=configs)
+    name = "registration-development.json" if args.development else "registration.json"
+    target = args.out / name
     target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(summary(report))
+    if report["suite"] == "registration":
+        print(summary(report))
+    else:
+        for cname, config in report["configs"].items():
+            t = config["tallies"]
+            print(cname, {k: t[k] for k in ("all", "lang:zh", "lang:en", "kind:none") if k in t})
     print(f"\nwrote {target}")
     return 0
 

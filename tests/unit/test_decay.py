@@ -16,13 +16,14 @@ from mnemo.domain.projection import (
     ContextRecord,
     DropTimer,
     DropWeight,
+    PutContextRecord,
     PutMemory,
     PutTimer,
     PutWeight,
     Timer,
 )
 from mnemo.domain.rules import end_of_local_day
-from mnemo.handlers import decay, registration
+from mnemo.handlers import Decision, decay, registration
 from mnemo.handlers.decay import DecayPolicy, decayed_weight
 
 RULES = load_rules()
@@ -80,6 +81,8 @@ class Weights:
         self.values: dict[str, tuple[float, float, float]] = {}
         self.streams: dict[str, str] = {}
         self.hidden: set[str] = set()
+        self.contexts = {R1}
+        self.records: dict[str, ContextRecord] = {}  # as the registrar filed them
 
     def get(self, tenant: str, memory_id: str) -> Memory | None:
         if memory_id not in self.values:
@@ -102,13 +105,36 @@ class Weights:
     def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
         """One assembled context, R1 in user:U1, that included every memory known here
         (the memories a test leaves out of `shown` excepted)."""
-        if request_id != R1:
+        if request_id in self.records:
+            return self.records[request_id]
+        if request_id not in self.contexts:
             return None
         shown = tuple(m for m in self.values if m not in self.hidden)
-        return ContextRecord(tenant, R1, "user:U1", "e1", "default@1", shown, (), 10)
+        return ContextRecord(tenant, request_id, "user:U1", "e1", "default@1", shown, (), 10)
+
+
+def registrar_reads(event: Envelope, state: Weights) -> Envelope:
+    """The registrar handles `event` (as it does before the decay consumer reads it): the
+    context records it files are kept in `state`."""
+    for w in registration.handle(event, state, RULES).writes:
+        if isinstance(w, PutContextRecord):
+            state.records[w.record.request_id] = w.record
+    return event
+
+
+def bumps(decision: Decision) -> list[BumpStats]:
+    return [w for w in decision.writes if isinstance(w, BumpStats)]
+
+
+def cite(state: Weights, payload: dict[str, object], at: datetime | None = None) -> Decision:
+    """A citation, as the decay consumer handles it after the registrar."""
+    event = feedback("MemoryCited", payload, at or INSTANT)
+    return decay.handle(registrar_reads(event, state), state)
 
 
 R1 = "019ad4f0-8000-7000-8000-0000000000c1"
+R2 = "019ad4f0-8000-7000-8000-0000000000c2"
+R3 = "019ad4f0-8000-7000-8000-0000000000c3"
 M1 = "019ad4f0-8000-7000-8000-000000000001"
 M2 = "019ad4f0-8000-7000-8000-000000000002"
 M3 = "019ad4f0-8000-7000-8000-000000000003"
@@ -252,13 +278,8 @@ def test_unused_memories_are_archived_and_use_pushes_the_archive_back() -> None:
     _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
     state = Known(memory)
     used_at = INSTANT + timedelta(days=10)
-    used = decay.handle(
-        feedback(
-            "MemoryCited",
-            {"request_id": R1, "memory_id": memory.memory_id, "position": "middle"},
-            used_at,
-        ),
-        state,
+    used = cite(
+        state, {"request_id": R1, "memory_id": memory.memory_id, "position": "middle"}, used_at
     )
     assert timers_of(used.writes) == {"archive": used_at + timedelta(days=30)}
     archive_at = used_at + timedelta(days=30)
@@ -312,23 +333,18 @@ def feedback(event_type: str, payload: dict[str, object], at: datetime = INSTANT
 def test_citations_raise_weight_and_early_citations_raise_trust() -> None:
     state = Weights()
     state.values[M1] = (0.5, 0.6, 0.5)
-    early = decay.handle(
-        feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "beginning"}), state
-    )
+    state.contexts |= {R2, R3}
+    early = cite(state, {"request_id": R1, "memory_id": M1, "position": "beginning"})
     [event] = early.events
     assert event.type == "MemoryDecayed"
     assert (event.payload["semantic_weight"], event.payload["trust"]) == (0.55, 0.62)
-    late = decay.handle(
-        feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "end"}), state
-    )
+    late = cite(state, {"request_id": R2, "memory_id": M1, "position": "end"})
     assert (late.events[0].payload["semantic_weight"], late.events[0].payload["trust"]) == (
         0.52,
         0.6,
     )
     state.values[M1] = (0.98, 1.0, 0.5)
-    capped = decay.handle(
-        feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "beginning"}), state
-    )
+    capped = cite(state, {"request_id": R3, "memory_id": M1, "position": "beginning"})
     assert (capped.events[0].payload["semantic_weight"], capped.events[0].payload["trust"]) == (
         0.99,
         1.0,
@@ -397,12 +413,12 @@ def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream(
     ]
     # a citation and a use in a context travel the same way; an unknown memory goes nowhere
     cited = feedback("MemoryCited", {"request_id": R1, "memory_id": M2, "position": "beginning"})
-    [relay] = decay.handle(cited, state).events
+    [relay] = decay.handle(registrar_reads(cited, state), state).events
     assert (relay.stream, relay.payload["position"]) == ("user:U2", "beginning")
     [moved] = decay.handle(relay, state).events
     assert moved.payload["semantic_weight"] == 0.45
     # the registrar counts the citation once, in the memory's stream, from the relay
-    assert registration.handle(cited, state, RULES).writes == []
+    assert bumps(registration.handle(cited, state, RULES)) == []
     assert registration.handle(relay, state, RULES).writes == [
         BumpStats("acme", M2, cited.occurred_at, cited=1)
     ]
@@ -507,10 +523,10 @@ def test_a_citation_credits_only_a_memory_the_cited_context_included() -> None:
     state.streams[M2] = "user:OTHER"
     state.hidden.add(M2)  # M2 lives in another stream and was in no context
     genuine = feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "end"})
+    assert bumps(
+        registrar_reads(genuine, state) and registration.handle(genuine, state, RULES)
+    ) == [BumpStats("acme", M1, genuine.occurred_at, cited=1)]
     assert [e.type for e in decay.handle(genuine, state).events] == ["MemoryDecayed"]
-    assert registration.handle(genuine, state, RULES).writes == [
-        BumpStats("acme", M1, genuine.occurred_at, cited=1)
-    ]
     unknown_context = "019ad4f0-8000-7000-8000-0000000000c2"
     for payload in (
         {"memory_id": M1, "position": "beginning"},
@@ -518,9 +534,41 @@ def test_a_citation_credits_only_a_memory_the_cited_context_included() -> None:
         {"request_id": R1, "memory_id": M2, "position": "beginning"},
     ):
         forged = feedback("MemoryCited", payload)
+        registered = registration.handle(forged, state, RULES)
+        assert bumps(registered) == [], payload
+        assert [w.outcome.reason_code for w in registered.writes] == [
+            "CONTEXT_NOT_FOUND" if payload.get("request_id") != R1 else "CITATION_NOT_IN_CONTEXT"
+        ], payload
         moved = decay.handle(forged, state)
         assert (moved.events, moved.writes) == ([], []), payload
-        assert registration.handle(forged, state, RULES).writes == [], payload
     # the context is user:U1's: the same citation published on another stream is nothing
     elsewhere = genuine.model_copy(update={"stream": "user:U3"})
     assert decay.handle(elsewhere, state).events == []
+
+
+def test_a_context_credits_a_memory_once_whatever_the_event_ids_of_its_citations() -> None:
+    """A producer writing to the topic picks its own event ids: a real citation repeated
+    under new ids moves weight, trust and the count once. The registrar files the first
+    one on the context's record, and the decay consumer moves weight for that one only."""
+    state = Weights()
+    state.values[M1] = (0.5, 0.6, 0.5)
+    first = feedback("MemoryCited", {"request_id": R1, "memory_id": M1, "position": "beginning"})
+    assert bumps(registration.handle(first, state, RULES)) == [
+        BumpStats("acme", M1, first.occurred_at, cited=1)
+    ]
+    registrar_reads(first, state)
+    assert state.records[R1].credited_by(M1) == first.event_id
+    assert [e.type for e in decay.handle(first, state).events] == ["MemoryDecayed"]
+    for _ in range(3):
+        again = feedback(
+            "MemoryCited", {"request_id": R1, "memory_id": M1, "position": "beginning"}
+        )
+        assert again.event_id != first.event_id
+        registered = registration.handle(registrar_reads(again, state), state, RULES)
+        assert bumps(registered) == []
+        [outcome] = [w.outcome for w in registered.writes]
+        assert (outcome.kind.value, outcome.reason_code) == ("duplicate", "ALREADY_CITED")
+        assert decay.handle(again, state).events == []
+    # the first citation handled again (a redelivery) is still the one that counted
+    assert state.records[R1].credited_by(M1) == first.event_id
+    assert [e.type for e in decay.handle(first, state).events] == ["MemoryDecayed"]

@@ -233,3 +233,158 @@ def test_a_value_in_another_written_form_hashes_like_its_ascii_form() -> None:
 @pytest.mark.parametrize("text", ["pi is 3.14159265358979", "version 10.2.13.4", "1.0.0.1"])
 def test_dotted_numbers_that_are_no_card_or_phone_stay(text: str) -> None:
     assert detect(text) == []
+
+
+# ---- internationalized e-mail, short passwords, IBANs, SSNs, landlines -------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("我的邮箱是 用户@例子.中国 谢谢", "用户@例子.中国"),
+        ("邮箱是用户@例子.中国", "用户@例子.中国"),
+        ("schreib an jörg@bücher.de bitte", "jörg@bücher.de"),
+        ("mail: Jörg.Müller@Bücher.de.", "Jörg.Müller@Bücher.de"),
+        ("send it to user@xn--fsqu00a.xn--fiqs8s today", "user@xn--fsqu00a.xn--fiqs8s"),
+        ("contact: info@xn--bcher-kva.de", "info@xn--bcher-kva.de"),
+        ("почта иван@пример.рф", "иван@пример.рф"),
+        ("邮箱zhang.san@example.org谢谢", "zhang.san@example.org"),
+    ],
+)
+def test_internationalized_email_addresses_are_found(text: str, value: str) -> None:
+    assert kinds(text) == [("email", value)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "npm install lodash@4.17.21",  # a version, not a domain
+        "ping @张三 明天见",
+        "meet me @ 5pm",
+        "x@y.z",  # a one-letter top-level domain is no address
+    ],
+)
+def test_at_signs_that_are_no_address_stay(text: str) -> None:
+    assert detect(text) == [], text
+
+
+def test_three_character_passwords_are_sealed() -> None:
+    assert kinds("password: a1!") == [("password", "a1!")]
+    assert kinds("密码是a1b") == [("password", "a1b")]
+    assert kinds("my pwd is 7Qz, thanks") == [("password", "7Qz")]
+    assert kinds("口令：x9y。") == [("password", "x9y")]
+    # what is said about a password is not one
+    for text in (
+        "the password is wrong",
+        "my password is set",
+        "password: expired",
+        "the password is too weak, pick another",
+    ):
+        assert detect(text) == [], text
+
+
+IBANS = (
+    "DE89 3704 0044 0532 0130 00",
+    "GB82WEST12345698765432",
+    "FR14 2004 1010 0505 0001 3M02 606",
+    "NL91ABNA0417164300",
+    "de89370400440532013000",
+)
+
+
+def test_iban_mod_97() -> None:
+    from mnemo.domain.pii import iban_valid
+
+    for iban in IBANS:
+        assert iban_valid(iban), iban
+    assert not iban_valid("DE89 3704 0044 0532 0130 01")  # one digit changed
+    assert not iban_valid("DE88 3704 0044 0532 0130 00")  # check digits changed
+    assert not iban_valid("ZZ89 3704 0044 0532 0130 00")  # no such country
+
+
+@pytest.mark.parametrize("iban", IBANS)
+def test_ibans_are_found(iban: str) -> None:
+    assert kinds(f"please refund to {iban} thanks") == [("iban", iban)]
+    assert kinds(f"退款账户{iban}，谢谢") == [("iban", iban)]
+
+
+def test_iban_normalize_and_mask() -> None:
+    assert normalize(PiiKind.IBAN, "de89 3704 0044 0532 0130 00") == "DE89370400440532013000"
+    assert mask(PiiKind.IBAN, "DE89 3704 0044 0532 0130 00") == "DE" + "*" * 16 + "3000"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("my SSN is 123-45-6789", "123-45-6789"),
+        ("ssn 123 45 6789 on file", "123 45 6789"),
+        ("Social Security number: 123456789.", "123456789"),
+        ("SSN#078051121", "078051121"),
+    ],
+)
+def test_us_social_security_numbers_are_found(text: str, value: str) -> None:
+    assert kinds(text) == [("ssn", value)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "my SSN is 000-12-3456",  # area 000 is never issued
+        "my SSN is 666-12-3456",  # nor 666
+        "my SSN is 912-34-5678",  # nor 900-999
+        "my SSN is 123-00-4567",  # nor group 00
+        "my SSN is 123-45-0000",  # nor serial 0000
+        "123-45 6789",  # mixed separators
+        "order 123456789 shipped",  # nine bare digits without a cue
+    ],
+)
+def test_numbers_that_are_no_ssn_stay(text: str) -> None:
+    assert [f for f in detect(text) if f.kind is PiiKind.SSN] == [], text
+
+
+def test_ssn_normalize_and_mask() -> None:
+    assert normalize(PiiKind.SSN, "123 45 6789") == "123456789"
+    assert mask(PiiKind.SSN, "123-45-6789") == "***-**-6789"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("办公室电话010-12345678", "010-12345678"),
+        ("座机：(0755)8888-1234", "(0755)8888-1234"),
+        ("座机（0755）8888-1234，工作日", "（0755）8888-1234"),
+        ("call 0571 8765 4321 after 9", "0571 8765 4321"),
+        ("office (415) 555-0100", "(415) 555-0100"),
+        ("office 415-555-0100 or email", "415-555-0100"),
+        ("dial 415.555.0100", "415.555.0100"),
+        ("Berlin office +49 30 12345678", "+49 30 12345678"),
+        ("Paris +33 1 23 45 67 89", "+33 1 23 45 67 89"),
+        ("London landline +44 20 7946 0958", "+44 20 7946 0958"),
+    ],
+)
+def test_landlines_with_area_codes_are_found(text: str, value: str) -> None:
+    assert kinds(text) == [("phone", value)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "delivered on 2026-11-30",
+        "the meeting is on 12/03/2026 at 10:30",
+        "order #2026-1130-0042 is late",
+        "order no. 88812345 shipped",
+        "it costs 1,234,567.89 yuan",
+        "price 4,999.00 USD, was 5,999.00",
+        "version 10.2.13.4",
+        "release 2.14.1-rc3 and 3.0.0",
+        "build 20261130.1245",
+        "ticket ABC-123-4567 opened",
+        "tracking number 1Z999AA10123456784",
+        "call me between 9-10am on 2026/12/03",
+        "the budget is 5000-8000 yuan",
+        "room 1203, building 7, 100 people",
+        "ratio 0.755-0.812",
+    ],
+)
+def test_dates_order_numbers_amounts_and_versions_are_not_sealed(text: str) -> None:
+    assert detect(text) == [], text

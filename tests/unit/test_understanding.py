@@ -310,7 +310,7 @@ def test_an_utterance_closer_to_an_ignore_example_selects_no_rule() -> None:
         type=MemoryType.PREFERENCE,
         key="size",
     )
-    text = "我一般穿什么L码"
+    text = "我一般都穿L码"
     plain = RuleSet([rule], similarity={"hashing": 0.3})
     assert [
         m.draft.value
@@ -318,7 +318,7 @@ def test_an_utterance_closer_to_an_ignore_example_selects_no_rule() -> None:
             text, T0, None, selector=EmbeddingSelector(plain, HashingEmbedder())
         ).matches
     ] == ["L"]
-    guarded = RuleSet([rule], similarity={"hashing": 0.3}, ignore_examples=["我一般穿什么L码呢"])
+    guarded = RuleSet([rule], similarity={"hashing": 0.3}, ignore_examples=["我一般都穿L码呢"])
     selector = EmbeddingSelector(guarded, HashingEmbedder())
     assert selector.select(text) == []
     assert guarded.read(text, T0, None, selector=selector).reason is Reason.NO_RULE_MATCHED
@@ -384,3 +384,58 @@ def test_a_correction_names_the_new_value_not_the_one_it_replaces() -> None:
     run(state, "remember my size is L", at=T0 + timedelta(minutes=1))
     run(state, "wait, it's medium not large", at=T0 + timedelta(minutes=2))
     assert current(state, "size") == "M"
+
+
+# ---- what states nothing: questions, suppositions, accounts of the past ------------------
+
+
+def _size_rules() -> RuleSet:
+    rule = RegistrationRule(
+        id="zh-size",
+        examples=("我一般穿L码", "I usually wear a large"),
+        slots=(r"(?P<value>X{0,3}[SML])码", r"\b(?P<value>large|medium|small)\b"),
+        type=MemoryType.PREFERENCE,
+        key="size",
+    )
+    return RuleSet([rule], similarity={"hashing": 0.2})
+
+
+@pytest.mark.parametrize(
+    ("text", "heard"),
+    [
+        ("我一般穿L码", True),
+        ("一般人穿什么码，L码吗", False),  # a question without its mark
+        ("这件是不是L码", False),
+        ("how does a large usually fit", False),
+        ("上次我买的是L码", False),  # an account of the past
+        ("I wore a large last time", False),
+        ("我上个月开始穿L码了", True),  # a change that holds now
+        ("如果我穿L码会不会太大", False),  # a supposition
+        ("what if I usually wear a large", False),
+    ],
+)
+def test_examples_select_nothing_for_questions_suppositions_and_past_accounts(
+    text: str, heard: bool
+) -> None:
+    rules = _size_rules()
+    reading = rules.read(text, T0, None, selector=EmbeddingSelector(rules, HashingEmbedder()))
+    assert bool(reading.matches) == heard, reading.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("这个理财产品预算五千够吗", None, None),  # asks about a budget, states none
+        ("如果我对花生过敏还能吃这个吗", None, None),  # a supposition
+        ("if I were allergic to peanuts, I'm allergic to peanuts?", None, None),
+        ("能用英文回复我吗", "language", "英文"),  # a request in the form of a question
+        ("could you reply in English?", "language", "english"),
+        ("如果有事请发短信联系我", "contact_channel", "短信"),  # a standing wish
+    ],
+)
+def test_patterns_register_no_question_or_supposition_but_hear_requests(
+    text: str, key: str | None, value: str | None
+) -> None:
+    reading = RULES.read(text, T0, None)
+    found = [(m.draft.key, (m.draft.value or "").lower()) for m in reading.matches]
+    assert found == ([] if key is None else [(key, value)]), reading.reason

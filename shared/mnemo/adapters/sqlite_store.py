@@ -158,6 +158,7 @@ def _context_record(body: str) -> ContextRecord:
     data = json.loads(body)
     for name in ("memory_ids", "truncated", "sections", "left_out"):
         data[name] = tuple(data.get(name, ()))
+    data["credited"] = tuple((m, e) for m, e in data.get("credited", ()))
     return ContextRecord(**data)
 
 

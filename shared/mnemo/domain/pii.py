@@ -5,9 +5,15 @@
 * mainland China resident ID numbers (18 characters, a valid birth date; with the ISO 7064
   MOD 11-2 check character, or with a wrong one unless the digits pass Luhn as a card's),
 * bank card numbers (13-19 digits, optionally grouped by spaces or dashes, passing Luhn),
-* phone numbers (mainland mobile numbers with or without +86, and E.164-style
-  international numbers starting with '+'),
-* e-mail addresses,
+* IBANs (country, check digits and account, optionally grouped by spaces, passing the
+  ISO 13616 mod-97 check),
+* US social security numbers (AAA-GG-SSSS or AAA GG SSSS, without the ranges never issued;
+  nine bare digits only after "SSN" or "social security"),
+* phone numbers (mainland mobile numbers with or without +86, E.164-style international
+  numbers starting with '+', mainland landlines with their area code, "010-12345678",
+  "(0755)8888-1234", and North American numbers with theirs, "(415) 555-0100"),
+* e-mail addresses, internationalized ones included ("用户@例子.中国", "jörg@bücher.de",
+  punycode "xn--" domains),
 * passwords and API tokens, by context ("password: ...", "密码是...", "api key ...") or by
   their well-known shapes (sk-..., ghp_..., AKIA...).
 
@@ -38,11 +44,13 @@ __all__ = [
     "cn_id_shaped",
     "cn_id_valid",
     "detect",
+    "iban_valid",
     "luhn_valid",
     "mask",
     "normalize",
     "placeholder",
     "placeholder_refs",
+    "ssn_valid",
 ]
 
 
@@ -51,6 +59,8 @@ class PiiKind(StrEnum):
     BANK_CARD = "bank_card"
     PHONE = "phone"
     EMAIL = "email"
+    IBAN = "iban"
+    SSN = "ssn"
     PASSWORD = "password"  # noqa: S105 - the name of a kind, not a secret
     API_TOKEN = "api_token"  # noqa: S105 - the name of a kind, not a secret
     SENSITIVE = "sensitive"  # a whole field its schema (or the publisher) marks sensitive
@@ -118,6 +128,124 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+# the countries of the IBAN registry (ISO 13616)
+_IBAN_COUNTRIES = frozenset(
+    [
+        "AD",
+        "AE",
+        "AL",
+        "AT",
+        "AZ",
+        "BA",
+        "BE",
+        "BG",
+        "BH",
+        "BI",
+        "BR",
+        "BY",
+        "CH",
+        "CR",
+        "CY",
+        "CZ",
+        "DE",
+        "DJ",
+        "DK",
+        "DO",
+        "EE",
+        "EG",
+        "ES",
+        "FI",
+        "FK",
+        "FO",
+        "FR",
+        "GB",
+        "GE",
+        "GI",
+        "GL",
+        "GR",
+        "GT",
+        "HR",
+        "HU",
+        "IE",
+        "IL",
+        "IQ",
+        "IS",
+        "IT",
+        "JO",
+        "KW",
+        "KZ",
+        "LB",
+        "LC",
+        "LI",
+        "LT",
+        "LU",
+        "LV",
+        "LY",
+        "MC",
+        "MD",
+        "ME",
+        "MK",
+        "MN",
+        "MR",
+        "MT",
+        "MU",
+        "NI",
+        "NL",
+        "NO",
+        "OM",
+        "PK",
+        "PL",
+        "PS",
+        "PT",
+        "QA",
+        "RO",
+        "RS",
+        "RU",
+        "SA",
+        "SC",
+        "SD",
+        "SE",
+        "SI",
+        "SK",
+        "SM",
+        "SO",
+        "ST",
+        "SV",
+        "TL",
+        "TN",
+        "TR",
+        "UA",
+        "VA",
+        "VG",
+        "XK",
+        "YE",
+    ]
+)
+
+
+def iban_valid(value: str) -> bool:
+    """An IBAN (spaces allowed): two letters, two check digits, 11 to 30 letters or digits,
+    and the ISO 13616 mod-97 check (the first four characters moved to the end, letters as
+    10..35, leaves 1)."""
+    compact = "".join(value.split()).upper()
+    if not re.fullmatch(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}", compact):
+        return False
+    if compact[:2] not in _IBAN_COUNTRIES:
+        return False
+    moved = compact[4:] + compact[:4]
+    return int("".join(str(int(ch, 36)) for ch in moved)) % 97 == 1
+
+
+def ssn_valid(value: str) -> bool:
+    """A US social security number as issued: nine digits whose area is not 000, 666 or
+    900-999, whose group is not 00 and whose serial is not 0000."""
+    digits = "".join(ch for ch in value if ch.isdigit())
+    if len(digits) != 9:
+        return False
+    area, group, serial = int(digits[:3]), int(digits[3:5]), int(digits[5:])
+    return area not in (0, 666) and area < 900 and group != 0 and serial != 0
+
+
 # ---- detection ------------------------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"⟦([a-z_]+):(h[0-9a-f]{16})⟧")
@@ -128,9 +256,11 @@ SEALED_TEXT = "⟦sealed⟧"
 # The look-behinds name ASCII characters only: a value written straight after Chinese text
 # ("邮箱是zhang.san@example.org", "电话+14155550199") starts right there (with \w, which
 # takes in every CJK character, it would be missed).
-_EMAIL = re.compile(
-    r"(?<![A-Za-z0-9_.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}"
-)
+# Addresses may be internationalized (any script's letters, "用户@例子.中国"); the match is
+# then trimmed where the address meets the surrounding text (`_email_span`).
+_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]{1,64}@[^\W_][\w-]*(?:\.[^\W_][\w-]*)+")
+_TLD = re.compile(r"[^\W\d_]{2,24}|xn--[a-z0-9-]{2,59}", re.IGNORECASE)
+_CUES = "是为：:"
 # An ID may be written in its groups (area, birth date, sequence): "110105 19491231 002X".
 _ID = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{5}[ -]?\d{8}[ -]?\d{3}[\dXx](?![0-9A-Za-z])")
 # Digits grouped by spaces, dashes or dots ("4111.1111.1111.1111", "138.0013.8000").
@@ -138,6 +268,17 @@ _CARD = re.compile(
     r"(?<![\d+.-])\d(?:[ -]?\d){12,18}(?![\d])|(?<![\d.])\d{4}(?:\.\d{4}){2}\.\d{1,7}(?![\d.])"
 )
 _CN_MOBILE = re.compile(r"(?<![\d+])(?:(?:\+|00)?86[ .-]?)?1[3-9]\d(?:[ .-]?\d{4}){2}(?![\d])")
+# Landlines: a mainland area code (0 and 2-3 digits, in brackets or before a dash or a
+# space) and a local number of 7 or 8 digits; a North American area code (in brackets, or
+# before a dash or a dot) and a 7-digit number (exchange and area start with 2-9).
+_CN_LANDLINE = re.compile(r"(?<![\d.-])(?:\(0\d{2,3}\)\s?|0\d{2,3}[ -])\d{3,4}[ -]?\d{4}(?![\d-])")
+_NANP = re.compile(r"(?<![\d.+-])(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[-.])[2-9]\d{2}[-.]\d{4}(?![\d-])")
+_IBAN = re.compile(r"(?i)(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?")
+_SSN = re.compile(r"(?<![\d-])\d{3}(?P<sep>[- ])\d{2}(?P=sep)\d{4}(?![\d-])")
+_SSN_CONTEXT = re.compile(
+    r"(?i)(?:\bssn|social\s+security(?:\s+(?:number|no\.?|#))?)\s*(?:is|[:：#=])?\s*"
+    r"(?P<value>\d{9})(?!\d)"
+)
 _E164 = re.compile(r"(?<![A-Za-z0-9_+])\+[1-9]\d{0,2}(?:[ .()-]{0,2}\d){6,13}(?!\d)")
 # Written forms that read as the same characters: full-width letters, digits and signs
 # ("１３８００１３８０００", "＠"), other scripts' decimal digits, and spaces of other
@@ -165,8 +306,8 @@ def fold(text: str) -> str:
 _SECRET_CONTEXT = re.compile(
     r"(?i)(?P<label>password|passwd|pwd|passcode|passphrase|密码|口令)"
     r"(?:\s*(?:is|was|[:：=]|是|为)\s*"
-    r"(?P<phrase>[^\s，,。；;][^\n\r，,。；;]{3,127}?)(?=\s*(?:[\n\r，,。；;]|$)|(?<=[.!?])\s)"
-    r"|\s+(?P<word>[^\s，,。；;]{4,128}))"
+    r"(?P<phrase>[^\s，,。；;][^\n\r，,。；;]{2,127}?)(?=\s*(?:[\n\r，,。；;]|$)|(?<=[.!?])\s)"
+    r"|\s+(?P<word>[^\s，,。；;]{3,128}))"
 )
 _TOKEN_CONTEXT = re.compile(
     r"(?i)(?P<label>api[ _-]?key|api[ _-]?token|access[ _-]?token|secret[ _-]?key|"
@@ -179,11 +320,80 @@ _TOKEN_SHAPES = re.compile(
     r"\.[A-Za-z0-9_-]{10,})"
 )
 _WORDS = frozenset({"is", "was", "the", "my", "of", "for", "是", "为"})
+# words that, all alone after "password is", say something about the password rather than
+# being it ("the password is too weak")
+_STATES = frozenset(
+    [
+        "set",
+        "new",
+        "old",
+        "not",
+        "now",
+        "too",
+        "bad",
+        "ok",
+        "okay",
+        "fine",
+        "wrong",
+        "right",
+        "correct",
+        "incorrect",
+        "invalid",
+        "expired",
+        "changed",
+        "reset",
+        "weak",
+        "strong",
+        "required",
+        "missing",
+        "empty",
+        "same",
+        "different",
+        "very",
+        "still",
+        "also",
+    ]
+)
 # cheap checks that let most texts skip the costlier patterns
 _HAS_DIGIT = re.compile(r"\d")
 _SHAPE_HINT = re.compile(r"sk-|gh[pos]_|github_pat_|AKIA|xox|eyJ")
 _TOKEN_HINT = re.compile(r"(?i)key|token|bearer|secret|密钥")
 _SECRET_HINT = re.compile(r"(?i)pass|pwd|密码|口令")
+_SSN_HINT = re.compile(r"(?i)ssn|social")
+
+
+def _cjk(ch: str) -> bool:
+    return ord(ch) >= 0x2E80  # CJK radicals onwards: Han, kana, Hangul, full-width forms
+
+
+def _email_span(match: str) -> tuple[int, int] | None:
+    """Where the address is in a match of `_EMAIL`, or None when it is none. A local part
+    written straight after Chinese text starts after it ("邮箱是zhang.san@...": the letters
+    after the last CJK character), unless it is all in CJK ("用户@例子.中国"), when it
+    starts after a cue ("是", "为", a colon); a domain that runs into Chinese text ends
+    with its last ASCII label ("...@example.org谢谢")."""
+    local, _, domain = match.partition("@")
+    start = 0
+    last_cjk = max((i for i, ch in enumerate(local) if _cjk(ch)), default=-1)
+    if last_cjk >= 0:
+        tail = local[last_cjk + 1 :]
+        if any(ch.isascii() and ch.isalpha() for ch in tail):
+            start = last_cjk + 1
+        else:
+            cue = max(local.rfind(c) for c in _CUES)
+            start = cue + 1 if cue >= 0 else 0
+    if start >= len(local) or not local[start:].strip(".%+-"):
+        return None
+    labels = domain.split(".")
+    for i, label in enumerate(labels):
+        if i and label[:1].isascii() and any(_cjk(ch) for ch in label):
+            cut = next(n for n, ch in enumerate(label) if _cjk(ch))
+            labels = [*labels[:i], label[:cut]]
+            break
+    labels = [label.rstrip("-") for label in labels]
+    if len(labels) < 2 or not all(labels) or not _TLD.fullmatch(labels[-1]):
+        return None
+    return start, len(local) + 1 + len(".".join(labels))
 
 
 def _digits(value: str) -> str:
@@ -208,11 +418,25 @@ def _candidates(text: str) -> list[Finding]:
         value = m.group(group)
         if value.lower() in _WORDS or (group == "word" and value.isalpha()):
             continue  # "password reset link": no "is" or ":" and a plain word
+        if all(w in _STATES for w in value.rstrip(".!?").lower().split()):
+            continue  # "the password is wrong", "password: expired"
         found.append(Finding(PiiKind.PASSWORD, m.start(group), m.end(group), value))
     for m in _EMAIL.finditer(text) if "@" in text else ():
-        found.append(Finding(PiiKind.EMAIL, m.start(), m.end(), m.group()))
+        span = _email_span(m.group())
+        if span is not None:
+            start, end = m.start() + span[0], m.start() + span[1]
+            found.append(Finding(PiiKind.EMAIL, start, end, text[start:end]))
     if not has_digits:
         return found
+    for m in _IBAN.finditer(text):
+        if iban_valid(m.group()):
+            found.append(Finding(PiiKind.IBAN, m.start(), m.end(), m.group()))
+    for m in _SSN.finditer(text):
+        if ssn_valid(m.group()):
+            found.append(Finding(PiiKind.SSN, m.start(), m.end(), m.group()))
+    for m in _SSN_CONTEXT.finditer(text) if _SSN_HINT.search(text) else ():
+        if ssn_valid(m.group("value")):
+            found.append(Finding(PiiKind.SSN, m.start("value"), m.end("value"), m.group("value")))
     for m in _ID.finditer(text):
         # a wrong check character is a mistyped ID, unless the digits are a card's
         whole = re.sub(r"[ -]", "", m.group())
@@ -223,6 +447,11 @@ def _candidates(text: str) -> list[Finding]:
         if 13 <= len(digits) <= 19 and luhn_valid(digits):
             found.append(Finding(PiiKind.BANK_CARD, m.start(), m.end(), m.group()))
     for m in _CN_MOBILE.finditer(text):
+        found.append(Finding(PiiKind.PHONE, m.start(), m.end(), m.group()))
+    for m in _CN_LANDLINE.finditer(text):
+        if 10 <= len(_digits(m.group())) <= 12:
+            found.append(Finding(PiiKind.PHONE, m.start(), m.end(), m.group()))
+    for m in _NANP.finditer(text):
         found.append(Finding(PiiKind.PHONE, m.start(), m.end(), m.group()))
     for m in _E164.finditer(text):
         digits = _digits(m.group())
@@ -236,9 +465,11 @@ _PRIORITY = {
     PiiKind.PASSWORD: 1,
     PiiKind.EMAIL: 2,
     PiiKind.ID_NUMBER: 3,
-    PiiKind.BANK_CARD: 4,
-    PiiKind.PHONE: 5,
-    PiiKind.SENSITIVE: 6,
+    PiiKind.IBAN: 4,
+    PiiKind.BANK_CARD: 5,
+    PiiKind.SSN: 6,
+    PiiKind.PHONE: 7,
+    PiiKind.SENSITIVE: 8,
 }
 
 
@@ -276,6 +507,10 @@ def normalize(kind: PiiKind, value: str) -> str:
         return re.sub(r"[ -]", "", fold(value)).upper()
     if kind is PiiKind.EMAIL:
         return fold(value).lower()
+    if kind is PiiKind.IBAN:
+        return "".join(fold(value).split()).upper()
+    if kind is PiiKind.SSN:
+        return _digits(value)
     return value
 
 
@@ -292,6 +527,11 @@ def mask(kind: PiiKind, value: str) -> str:
     if kind is PiiKind.EMAIL:
         local, _, domain = value.partition("@")
         return local[:1] + "***@" + domain
+    if kind is PiiKind.IBAN:
+        compact = "".join(value.split()).upper()
+        return compact[:2] + "*" * (len(compact) - 6) + compact[-4:]
+    if kind is PiiKind.SSN:
+        return "***-**-" + _digits(value)[-4:]
     return "******"
 
 

@@ -161,6 +161,14 @@ class ContextRecord:
     budget: int = 0
     rendered: str | None = None
     occurred_at: str | None = None
+    # (memory id, event id) of the citation that credited each memory the context included:
+    # the registrar files the first it reads, so one context credits a memory once,
+    # whatever event ids its citations carry
+    credited: tuple[tuple[str, str], ...] = ()
+
+    def credited_by(self, memory_id: str) -> str | None:
+        """The event id of the citation that credited `memory_id` in this context."""
+        return next((e for m, e in self.credited if m == memory_id), None)
 
 
 def credits_citation(record: ContextRecord | None, stream: str, memory_id: str) -> bool:
@@ -169,6 +177,17 @@ def credits_citation(record: ContextRecord | None, stream: str, memory_id: str) 
     stream and included the memory. A citation of a memory the model never saw (or one
     that names no context) moves no weight, trust or count."""
     return record is not None and record.stream == stream and memory_id in record.memory_ids
+
+
+def citation_refusal(record: ContextRecord | None, stream: str, memory_id: str) -> str | None:
+    """Why a citation cannot credit `memory_id` (a reason code), or None when it can."""
+    if record is None:
+        return "CONTEXT_NOT_FOUND"
+    if record.stream != stream:
+        return "CITATION_STREAM_MISMATCH"
+    if memory_id not in record.memory_ids:
+        return "CITATION_NOT_IN_CONTEXT"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

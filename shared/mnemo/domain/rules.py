@@ -275,7 +275,23 @@ _FROM_TEXT_FALLBACK = "24h"
 _KEY_JUNK = re.compile(r"[^\w.-]+")
 # sentence-final particles that are not part of a value: 换成XL吧, 改成M的, 不要葱了
 _PARTICLES = re.compile(r"[吧了呢啊呀哦的嘛]+$")
-_QUESTION = re.compile(r"[?？]\s*$|吗\s*[?？]")
+# A question is marked ("?"), or, written without the mark, ends on a question particle,
+# holds a Chinese question word, or opens on an English question word or auxiliary.
+_QUESTION = re.compile(
+    r"[?？]\s*$|吗\s*[?？]|[吗呢么]\s*[。.！!]?\s*$"
+    r"|什么|哪里|哪儿|哪个|哪些|怎么样|怎么办|为什么|多少|几点|如何"
+    r"|是不是|能不能|可不可以|会不会|有没有|要不要|够不够"
+    r"|^\s*(?:what|where|when|why|how|which|who|whose|is|are|am|was|were|do|does|did|can|"
+    r"could|would|will|should|shall|may|has|have|had)\b",
+    re.IGNORECASE,
+)
+# An utterance that reports what happened (a past time named) states no lasting fact or
+# preference of the user's: "this fund lost 15% last year", "上次买的鞋是四十二码".
+_PAST = re.compile(
+    r"去年|前年|上次|上回|昨天|前天|上个月|上周|上星期"
+    r"|\blast\s+(?:year|time|month|week|night)\b|\byesterday\b|\b\d+\s+\w+\s+ago\b",
+    re.IGNORECASE,
+)
 
 
 _SOMEONE_ELSE = re.compile(
@@ -298,6 +314,50 @@ def _is_question(text: str) -> bool:
     """A question asks; what its words resemble is not stated. Examples never select a
     rule for one (a pattern still can: "could you reply in English?")."""
     return bool(_QUESTION.search(text))
+
+
+# "if I were allergic", "假如预算只有三千": a supposition states nothing
+_SUPPOSED = re.compile(
+    r"如果|假如|假设|要是|万一|\bif\s+I\b|\bsuppose\b|\bwhat\s+if\b|\bin\s+case\b",
+    re.IGNORECASE,
+)
+# a question that asks the agent to do something ("能用英文回复我吗", "could you reply in
+# English?") is a request: a pattern that hears it keeps working
+_REQUEST = re.compile(
+    r"请|麻烦|能|可以|帮我|以后|\b(?:can|could|would|will)\s+you\b|\bplease\b|\blet'?s\b",
+    re.IGNORECASE,
+)
+
+
+_PLEASE = re.compile(r"请|麻烦|帮我|\bplease\b", re.IGNORECASE)
+
+
+def _supposes(text: str) -> bool:
+    """A supposition ("如果我对花生过敏…", "what if my budget were 500"): whatever rule hears
+    it, the user stated nothing. No rule registers one, by pattern or by examples, unless
+    it asks for something ("如果有事请发短信给我": a standing wish)."""
+    return bool(_SUPPOSED.search(text)) and not _PLEASE.search(text)
+
+
+def _asks_without_requesting(text: str) -> bool:
+    """A question that asks about something rather than asking the agent to do it
+    ("这个理财产品预算五千够吗"): no rule registers one, by pattern or by examples."""
+    return _is_question(text) and not _REQUEST.search(text)
+
+
+# a change made in the past holds now: "我上个月搬到了深圳", "I moved to Oslo last year"
+_CHANGED = re.compile(
+    r"搬|开始|换成|改成|改为|以后|从此|起就|\bmoved\b|\bstarted\b|\bswitched\b|\bbecame\b"
+    r"|\bsince\b|\bever\s+since\b|\bfrom\s+now\b",
+    re.IGNORECASE,
+)
+
+
+def _reports_the_past(text: str) -> bool:
+    """An account of something past ("last year", "上次"): what it resembles is not the
+    user's standing fact or wish, unless it tells of a change that holds now ("我上个月搬到
+    了深圳"). Examples never select a rule for one."""
+    return bool(_PAST.search(text)) and not _CHANGED.search(text)
 
 
 _VALUE_TRIM = "。.!！?？,，;；、 "
@@ -532,8 +592,14 @@ class RuleSet:
         raw = _fill(rule.value, groups) if "value" in groups or rule.value != "{value}" else ""
         if via == "examples" and _is_question(text):
             return (Reason.NO_RULE_MATCHED, "a question states nothing to remember")
+        if _supposes(text):
+            return (Reason.NO_RULE_MATCHED, "a supposition states nothing to remember")
+        if _asks_without_requesting(text):
+            return (Reason.NO_RULE_MATCHED, "a question states nothing to remember")
         if via == "examples" and _about_someone_else(text):
             return (Reason.NO_RULE_MATCHED, "it is about someone else, not the user")
+        if via == "examples" and _reports_the_past(text):
+            return (Reason.NO_RULE_MATCHED, "it reports something past, not a standing fact")
         if rule.kind is RuleKind.CORRECTION:
             return self._correction(rule, raw, text, occurred_at, zone_name, stream, via)
         if rule.key is None or rule.type is None:  # guarded by the model validator

@@ -297,12 +297,19 @@ HANDLED = frozenset({MemoryRegistered.TYPE, MemoryDecayed.TYPE, *_ENDED, *_FEEDB
 
 
 def _genuine(event: Envelope, state: DecayState, cited: MemoryCited) -> bool:
-    """A citation counts only when it names the context it comes from and that context
-    included the memory (the relay to the memory's own stream is made after this check)."""
+    """A citation counts only when it names the context it comes from, that context
+    included the memory, and it is the citation the registrar credited: the first of that
+    memory in that context, whatever the event ids of the repeats (the relay to the
+    memory's own stream is made after this check). The decay consumer reads an event only
+    after the registrar has handled it, so the registrar's choice is on the record."""
     if cited.request_id is None:
         return False
     record = state.context_record(event.tenant, cited.request_id)
-    return credits_citation(record, event.stream, cited.memory_id)
+    return (
+        credits_citation(record, event.stream, cited.memory_id)
+        and record is not None
+        and record.credited_by(cited.memory_id) == event.event_id
+    )
 
 
 def _feedback_ids(payload: EventPayload) -> tuple[str, ...]:

@@ -77,7 +77,7 @@ from mnemo.domain.projection import (
     PutTemplate,
     SetStatus,
     Write,
-    credits_citation,
+    citation_refusal,
 )
 from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
@@ -472,19 +472,56 @@ def _usage(event: Envelope, payload: EventPayload, state: RegistrationState) -> 
             writes=[PutContextRecord(replace(found, response_hash=payload.response_hash))]
         )
     if isinstance(payload, MemoryCited):
-        cited_in = (
-            state.context_record(event.tenant, payload.request_id)
-            if payload.request_id is not None
-            else None
-        )
-        if not credits_citation(cited_in, event.stream, payload.memory_id):
-            return Decision()  # no context, or one that did not include the memory
-        known = _of_stream(event, state, (payload.memory_id,))
-        return Decision(writes=[BumpStats(event.tenant, m, at, cited=1) for m in known])
+        return _cited(event, state, payload)
     if isinstance(payload, MemoryCorrected):
         known = _of_stream(event, state, payload.memory_ids)
         return Decision(writes=[BumpStats(event.tenant, m, at, corrected=1) for m in known])
     return Decision()
+
+
+def _cited(event: Envelope, state: RegistrationState, cited: MemoryCited) -> Decision:
+    """A citation credits a memory only when the context it names included it, and only
+    the first citation of that memory in that context does: the registrar files its event
+    id on the context's record, and the decay consumer moves weight and trust for that
+    event alone. However a publisher names its events (a trusted producer writing to the
+    topic picks its own ids), one context credits a memory once. The context is on the
+    citation's stream, whose order the log keeps, so it is recorded before the citation is
+    read; a citation that arrives without one is refused with its reason."""
+    record = (
+        state.context_record(event.tenant, cited.request_id)
+        if cited.request_id is not None
+        else None
+    )
+    refusal = citation_refusal(record, event.stream, cited.memory_id)
+    if refusal is not None:
+        detail = f"the citation of {cited.memory_id} in context {cited.request_id} moves nothing"
+        return Decision(
+            writes=[_outcome(event, 0, OutcomeKind.REJECTED, reason_code=refusal, detail=detail)]
+        )
+    assert record is not None
+    first = record.credited_by(cited.memory_id)
+    if first is not None and first != event.event_id:
+        return Decision(
+            writes=[
+                _outcome(
+                    event,
+                    0,
+                    OutcomeKind.DUPLICATE,
+                    memory_id=cited.memory_id,
+                    reason_code="ALREADY_CITED",
+                    detail=f"context {cited.request_id} credited the memory already ({first})",
+                )
+            ]
+        )
+    writes: list[Write] = [
+        _outcome(event, 0, OutcomeKind.APPLIED, memory_id=cited.memory_id),
+    ]
+    if first is None:
+        credited = (*record.credited, (cited.memory_id, event.event_id))
+        writes.append(PutContextRecord(replace(record, credited=credited)))
+    known = _of_stream(event, state, (cited.memory_id,))
+    writes += [BumpStats(event.tenant, m, event.occurred_at, cited=1) for m in known]
+    return Decision(writes=writes)
 
 
 def _of_stream(event: Envelope, state: RegistrationState, memory_ids: Sequence[str]) -> list[str]:

@@ -55,6 +55,7 @@ from mnemo.service.context import (
     ContextRequest,
     ContextResponse,
     Feedback,
+    citation_event_id,
     citation_id,
 )
 from mnemo.service.runner import EmbeddedRunner
@@ -266,8 +267,16 @@ class Mnemo:
     def _citation(self, ctx: RequestContext, i: int, envelope: Envelope) -> Envelope:
         """A citation moves a memory's weight and trust, so it is taken only for a memory
         that the context it names included. It is filed on that context's stream under an
-        id derived from (context, memory), as a reported answer files it: one context
-        credits a memory once, however many times it is cited."""
+        id derived from (context, memory), as a reported answer files it, so repeats
+        collapse in the log; what counts is the registrar's rule (one credit per context
+        and memory, whatever the event id: handlers/registration.py), which holds for
+        producers writing to the topic too.
+
+        A context that is in the log but not yet recorded (the registrar has not read it,
+        as in the distributed mode right after assembly) is left to the registrar: the
+        citation keeps its stream, where the context was assembled when the client cites
+        it there, so the log's per-stream order has the registrar record the context
+        before it reads the citation, and its outcome says whether it counted."""
         cited = decode_payload(envelope)
         assert isinstance(cited, MemoryCited)
         if cited.request_id is None:
@@ -278,6 +287,14 @@ class Mnemo:
                 field=f"events[{i}].payload.request_id",
             )
         record = self._context_record(ctx.tenant, cited.request_id)
+        if record is None and self._context_pending(ctx.tenant, cited.request_id):
+            return envelope.model_copy(
+                update={
+                    "event_id": citation_event_id(
+                        ctx.tenant, cited.request_id, cited.memory_id, None
+                    )
+                }
+            )
         if record is None:
             raise InvalidInput(
                 f"no assembled context {cited.request_id}",
@@ -293,6 +310,14 @@ class Mnemo:
         return envelope.model_copy(
             update={"stream": record.stream, "event_id": citation_id(record, cited.memory_id)}
         )
+
+    def _context_pending(self, tenant: str, request_id: str) -> bool:
+        """Whether a context the registrar has not recorded may still be: in the embedded
+        mode when its event is in the log; in the distributed mode always (the gateway
+        cannot see the topic's records the registrar has not archived yet)."""
+        if self.runner is None:
+            return True
+        return self.log.get(tenant, request_id) is not None
 
     def _context_record(
         self, tenant: str, request_id: str, timeout: float = 5.0

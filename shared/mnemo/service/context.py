@@ -655,8 +655,16 @@ def citation_id(record: ContextRecord, memory_id: str) -> str:
     """The one id a citation of `memory_id` in the context of `record` has, whoever files
     it (a reported answer, or a client naming the context): the log keeps the first, so
     one context credits a memory once."""
-    at = _assembled_at(record) or id_time(record.request_id) or datetime(1970, 1, 1, tzinfo=UTC)
-    return derived_id(at, "citation", record.tenant, record.request_id, memory_id)
+    return citation_event_id(record.tenant, record.request_id, memory_id, _assembled_at(record))
+
+
+def citation_event_id(
+    tenant: str, request_id: str, memory_id: str, assembled_at: datetime | None
+) -> str:
+    """`citation_id` before the context is recorded (its assembly time unknown: the
+    instant in its id stands in)."""
+    at = assembled_at or id_time(request_id) or datetime(1970, 1, 1, tzinfo=UTC)
+    return derived_id(at, "citation", tenant, request_id, memory_id)
 
 
 def _assembled_at(record: ContextRecord) -> datetime | None:

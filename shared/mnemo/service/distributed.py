@@ -720,9 +720,13 @@ class Follower(_Processor):
         """The records the sequencer has decided on (a prefix of `records`), and the
         archived events among them, with their publish times and trace parents."""
         fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
+        # the sequencer records the fates before it commits what it decided on them (a
+        # citation's credit, the memories it registered): a record is ready once both are
+        name = position_name(registration.CONSUMER, partition)
+        decided = self.store.positions([name])[name]
         ready = []
         for r in records:
-            if r.offset not in fates:
+            if r.offset not in fates or r.offset >= decided:
                 break
             ready.append(r)
         events: list[LoggedEvent] = []

@@ -147,6 +147,10 @@ class EmbeddedRunner:
         the consumer has caught up with the log."""
         start = self.store.position(consumer)
         head = self.log.head()
+        if consumer != registration.CONSUMER and registration.CONSUMER in self.consumers:
+            # the other consumers read what the registrar decided on (a citation's credit,
+            # the memories it registered): never past it
+            head = min(head, self.store.position(registration.CONSUMER))
         if head <= start:
             return None
         firsts = self.log.tenants_between(start, head)
