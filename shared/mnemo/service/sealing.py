@@ -82,6 +82,7 @@ from mnemo.domain.projection import (
     Timer,
 )
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.term_keys import KeyedDimensions
 from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import (
     Appended,
@@ -1085,31 +1086,60 @@ class TenantBlinder(Blinder):
 
 
 class BlindTagIndex(VectorIndex):
-    """The vector index with no tag in clear: each tag a point carries, and each tag a
-    search filters on, becomes a keyed hash under the tenant's search key, so the index's
-    files (segments, payload indexes, write-ahead log) hold no word a person chose even
-    before a forget deletes the points. Everything else passes through."""
+    """The vector index with no tag and no term id in clear, under the tenant's search key:
+    each tag a point carries, and each tag a search filters on, becomes a keyed hash, and
+    every keyword dimension (an unkeyed hash of a term, `keywords.term_id`), of a point and
+    of a query alike, goes through a keyed permutation (`term_keys`), which leaves scores
+    and rankings as they were. So the index's files (segments, payload indexes, write-ahead
+    log) hold no word a person chose, and no dimension a guessed word could be hashed to,
+    even before a forget deletes the points. Everything else passes through."""
 
     def __init__(self, inner: VectorIndex, sealer: Sealer) -> None:
         self.inner = inner
         self.sealer = sealer
+        self._dims: dict[bytes, KeyedDimensions] = {}  # by the tenant's term key
+        self._dims_lock = threading.Lock()
+
+    def _key(self, tenant: str) -> bytes:
+        try:
+            return self.sealer.keys.search_key(tenant)
+        except KeyDestroyed:  # a forgotten tenant: nothing of it matches, nothing is kept
+            return os.urandom(32)
 
     def _tokens(self, tenant: str, tags: Iterable[str]) -> tuple[str, ...]:
-        try:
-            key = self.sealer.keys.search_key(tenant)
-        except KeyDestroyed:  # a forgotten tenant: nothing of it matches, nothing is kept
-            key = os.urandom(32)
+        key = self._key(tenant)
         return tuple(
             "#" + hmac.new(key, f"tag\x00{tag}".encode(), hashlib.sha256).hexdigest()[:20]
             for tag in tags
         )
+
+    def _terms(self, tenant: str, keywords: SparseVector) -> SparseVector:
+        if not keywords:
+            return keywords
+        key = hmac.new(self._key(tenant), b"terms", hashlib.sha256).digest()
+        with self._dims_lock:
+            dims = self._dims.get(key)
+            if dims is None:
+                if len(self._dims) >= 64:  # tenants' permutations kept: a bounded few
+                    self._dims.clear()
+                dims = self._dims[key] = KeyedDimensions(key)
+            return dims.vector(keywords)
 
     def _filter(self, tenant: str, flt: VectorFilter) -> VectorFilter:
         return replace(flt, tags=self._tokens(tenant, flt.tags)) if flt.tags else flt
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         self.inner.upsert(
-            [replace(p, tags=self._tokens(p.tenant, p.tags)) if p.tags else p for p in points]
+            [
+                replace(
+                    p,
+                    tags=self._tokens(p.tenant, p.tags) if p.tags else p.tags,
+                    keywords=self._terms(p.tenant, p.keywords),
+                )
+                if p.tags or p.keywords
+                else p
+                for p in points
+            ]
         )
 
     def delete(self, tenant: str, memory_ids: Sequence[str]) -> None:
@@ -1123,7 +1153,9 @@ class BlindTagIndex(VectorIndex):
     def keyword_search(
         self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = _NO_FILTER
     ) -> list[tuple[str, float]]:
-        return self.inner.keyword_search(tenant, keywords, limit, self._filter(tenant, flt))
+        return self.inner.keyword_search(
+            tenant, self._terms(tenant, keywords), limit, self._filter(tenant, flt)
+        )
 
     def hybrid_search(
         self,
@@ -1135,7 +1167,7 @@ class BlindTagIndex(VectorIndex):
         fusion: Fusion = _FUSION,
     ) -> list[tuple[str, float]]:
         return self.inner.hybrid_search(
-            tenant, vector, keywords, limit, self._filter(tenant, flt), fusion
+            tenant, vector, self._terms(tenant, keywords), limit, self._filter(tenant, flt), fusion
         )
 
     def ids(self, tenant: str | None = None) -> list[str]:
