@@ -426,28 +426,26 @@ class Sealer:
 
     def seal(self, envelope: Envelope, *, strict: bool = True) -> Envelope:
         """The event as the log may hold it (itself when nothing needs sealing): the
-        detector's values replaced by placeholders (or masks), then, on a user stream, every
-        field that may carry a person's words sealed whole (`seal_private`).
+        detector's values replaced by placeholders (or masks), then, on every stream, every
+        field that may carry a person's words sealed whole (`seal_private`): under the
+        user's key on a user stream, under the tenant's on the tenant's shared streams
+        (`session:`, `agent:`, a team's), so forgetting the tenant shreds those too.
 
         Raises InvalidInput (SENSITIVE_VALUE_REJECTED) when the policy rejects a value,
         Unavailable when Vault cannot be reached (nothing may then be logged), KeyDestroyed
         when the subject's key was shredded. Mnemo's own events (`strict` False) are never
         refused: a rejected value is masked, and on a shredded key the private fields are
         blanked (nothing can open them again anyway)."""
-        if self.seal_whole and is_private_stream(envelope.stream):
+        if self.seal_whole:
             if _has_private(envelope.encryption):
                 return envelope  # sealed already (by the publish path)
             return self.seal_private(self.seal_found(envelope, strict), strict=strict)
         return self.seal_found(envelope, strict)
 
     def seals_whole(self, envelope: Envelope) -> bool:
-        """Whether `seal` seals this event's private fields whole (a user stream's, not
-        sealed so already)."""
-        return (
-            self.seal_whole
-            and is_private_stream(envelope.stream)
-            and not _has_private(envelope.encryption)
-        )
+        """Whether `seal` seals this event's private fields whole (not sealed so
+        already)."""
+        return self.seal_whole and not _has_private(envelope.encryption)
 
     def seal_found(self, envelope: Envelope, strict: bool = True) -> Envelope:
         """The detector's part of `seal`: its values replaced by placeholders (sealed) or
@@ -864,7 +862,7 @@ class Sealer:
         return replace(response, assembly=assembly)
 
 
-# ---- fields sealed whole on user streams -------------------------------------------------
+# ---- fields sealed whole (every stream: a user's under its key, others the tenant's) -----
 
 SEALED_TEXT = pii.SEALED_TEXT  # what a whole-sealed free-text field reads in the log
 PRIVATE_REF = "f:"  # refs of whole-sealed fields: f:<payload path>, f:@actor.id, ...
@@ -890,7 +888,8 @@ _EVENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[78][0-9a-f]{3}-[89ab][0-9a-f]{
 
 
 def is_private_stream(stream: str) -> bool:
-    """Whether a stream is a person's (its events are sealed whole, ADR 0010)."""
+    """Whether a stream is a person's (sealed under a key of its own when the policy gives
+    users keys, and taking no record of use once that key is shredded; ADR 0010)."""
     return stream.startswith("user:")
 
 
