@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mnemo.domain.pii import cn_id_check_char, luhn_valid
 
-__all__ = ["Markers", "Words", "plant_markers", "scan"]
+__all__ = ["Markers", "Words", "feedback_events", "plant_markers", "scan", "word_events"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,76 @@ class Words:
             self.rule,
             self.pattern,
         ]
+
+
+def _event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": event_type,
+        "schema_version": 2 if event_type == "ObservationRecorded" else 1,
+        "stream": stream,
+        "payload": payload,
+    }
+
+
+def word_events(stream: str, w: Words) -> list[dict[str, Any]]:
+    """Events that put someone's words in every free-text field, for one stream: a turn
+    (with the actor, correlation and causation ids and a trace state), a memory declared
+    with its key, value, tag and provenance, a constraint whose guard has a rule id and a
+    pattern, and an observation (with a language) and a memory in unknown time zones, both
+    refused with INVALID_TIMEZONE (the rejection must not quote them). Index 1 is the
+    memory the feedback of `feedback_events` is about."""
+    turn = _event(
+        "ObservationRecorded",
+        stream,
+        {"text": f"we spoke about {w.observation} today", "kind": "turn", "speaker": w.speaker},
+    )
+    trace = {
+        "traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01",
+        "tracestate": f"vendor={w.tracestate}",
+    }
+    turn["actor"] = {"kind": "agent", "id": w.actor}
+    turn["correlation_id"] = w.correlation
+    turn["causation_id"] = w.causation
+    turn["trace"] = trace
+    memory = {
+        "type": "preference",
+        "content": f"likes {w.content} tea",
+        "key": w.key,
+        "value": w.value,
+        "tags": [w.tag],
+        "provenance": {"source_id": w.source_id, "source_location": w.source_location},
+    }
+    declared = _event("MemoryDeclared", stream, {"memory": memory})
+    declared["correlation_id"] = w.correlation
+    declared["causation_id"] = w.causation
+    declared["trace"] = trace  # copied onto the MemoryRegistered derived from it
+    guard = {"rule_id": w.rule, "patterns": [w.pattern]}
+    constraint = {"type": "constraint", "content": "never call after nine", "guard": guard}
+    guarded = _event("MemoryDeclared", stream, {"memory": constraint})
+    spoken = _event(
+        "ObservationRecorded",
+        stream,
+        {"text": "call me tomorrow at 9", "language": w.language, "timezone": w.zone},
+    )
+    zoned = _event(
+        "MemoryDeclared",
+        stream,
+        {"memory": {"type": "fact", "content": "works nights", "timezone": w.memory_zone}},
+    )
+    return [turn, declared, guarded, spoken, zoned]
+
+
+def feedback_events(stream: str, w: Words, memory_id: str) -> list[dict[str, Any]]:
+    """Reasons in someone's words about a memory (a correction with its request id, a
+    contradiction: the timeline, the decay decisions), and a stale write of its key (a
+    VERSION_CONFLICT, whose detail once named it)."""
+    stale = {"type": "preference", "key": w.key, "value": "x", "expected_version": 7}
+    correction = {"memory_ids": [memory_id], "reason": w.correction}
+    return [
+        _event("MemoryCorrected", stream, {**correction, "request_id": w.corrected_request}),
+        _event("MemoryContradicted", stream, {"memory_id": memory_id, "reason": w.contradiction}),
+        _event("MemoryDeclared", stream, {"memory": stale}),
+    ]
 
 
 def _forms(marker: str) -> set[bytes]:

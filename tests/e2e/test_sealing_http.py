@@ -53,9 +53,12 @@ def test_vault_down_fails_sensitive_writes_closed(tmp_path: Path) -> None:
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "VAULT_UNAVAILABLE"
         assert platform.log.head() == head
-        # events of other streams without sensitive values do not need the vault
+        # nor on a shared stream: its words are sealed under the tenant's key
         team = {**plain, "stream": "team:ops"}
-        assert client.post("/v1/events?wait=registered", json=team).status_code == 202
+        refused = client.post("/v1/events?wait=registered", json=team)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "VAULT_UNAVAILABLE"
+        assert platform.log.head() == head
 
         vault.down = False  # back: the same event, retried, goes through
         r = client.post("/v1/events?wait=registered", json=sensitive)

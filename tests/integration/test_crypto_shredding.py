@@ -19,7 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.shred_support import Markers, Words, plant_markers, scan
+from tests.shred_support import (
+    Markers,
+    Words,
+    feedback_events,
+    plant_markers,
+    scan,
+    word_events,
+)
 from tests.support import headers_for, missing, running_server
 from tests.vault_support import vault_settings
 
@@ -237,60 +244,11 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
     """Publish a user's words in every free-text field, correct and contradict the memory
     declared, and assemble a context for them; the context's request id and the memory's
     id."""
-    turn = event(
-        "ObservationRecorded",
-        user,
-        {"text": f"we spoke about {w.observation} today", "kind": "turn", "speaker": w.speaker},
-    )
-    trace = {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}
-    trace["tracestate"] = f"vendor={w.tracestate}"
-    turn["actor"] = {"kind": "agent", "id": w.actor}
-    turn["correlation_id"] = w.correlation
-    turn["causation_id"] = w.causation
-    turn["trace"] = trace
-    declared = event(
-        "MemoryDeclared",
-        user,
-        {
-            "memory": {
-                "type": "preference",
-                "content": f"likes {w.content} tea",
-                "key": w.key,
-                "value": w.value,
-                "tags": [w.tag],
-                "provenance": {"source_id": w.source_id, "source_location": w.source_location},
-            }
-        },
-    )
-    declared["correlation_id"] = w.correlation
-    declared["causation_id"] = w.causation
-    declared["trace"] = trace  # copied onto the MemoryRegistered derived from it
-    guarded = event(
-        "MemoryDeclared",
-        user,
-        {
-            "memory": {
-                "type": "constraint",
-                "content": "never call after nine",
-                "guard": {"rule_id": w.rule, "patterns": [w.pattern]},
-            }
-        },
-    )
-    # unknown time zones: refused, and the rejection's detail must not quote them
-    spoken = event(
-        "ObservationRecorded",
-        user,
-        {"text": "call me tomorrow at 9", "language": w.language, "timezone": w.zone},
-    )
-    zoned = event(
-        "MemoryDeclared",
-        user,
-        {"memory": {"type": "fact", "content": "works nights", "timezone": w.memory_zone}},
-    )
+    events = [{"event_id": new_event_id(datetime.now(UTC)), **e} for e in word_events(user, w)]
     as_principal = headers_for(tenant, w.principal)
     r = client.post(
         "/v1/events?wait=indexed",
-        json={"events": [turn, declared, guarded, spoken, zoned]},
+        json={"events": events},
         headers=as_principal,
     )
     assert r.status_code == 202, r.text
@@ -302,20 +260,7 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
     ]
     # reasons in the user's words (the timeline, the decay decisions), and a stale write
     # of their key (the outcome's detail)
-    stale = event(
-        "MemoryDeclared",
-        user,
-        {"memory": {"type": "preference", "key": w.key, "value": "x", "expected_version": 7}},
-    )
-    feedback = [
-        event(
-            "MemoryCorrected",
-            user,
-            {"memory_ids": [memory_id], "reason": w.correction, "request_id": w.corrected_request},
-        ),
-        event("MemoryContradicted", user, {"memory_id": memory_id, "reason": w.contradiction}),
-        stale,
-    ]
+    feedback = feedback_events(user, w, memory_id)
     r = client.post("/v1/events?wait=indexed", json={"events": feedback}, headers=as_principal)
     assert r.status_code == 202, r.text
     assert r.json()["accepted"][2]["outcomes"][0]["reason_code"] == "VERSION_CONFLICT"

@@ -21,7 +21,7 @@ from tests.distributed_support import (
     nodetool,
     running_distributed,
 )
-from tests.shred_support import Words, plant_markers, scan
+from tests.shred_support import Words, feedback_events, plant_markers, scan, word_events
 from tests.support import missing, qdrant_server_url
 from tests.vault_support import vault_settings
 
@@ -100,54 +100,19 @@ def event(event_type: str, stream: str, payload: dict[str, Any]) -> dict[str, An
     }
 
 
-def _words(user: str, w: Words) -> list[dict[str, Any]]:
-    """A user's words in every free-text field (see tests.shred_support.Words)."""
-    turn = event(
-        "ObservationRecorded",
-        user,
-        {"text": f"we spoke about {w.observation} today", "kind": "turn", "speaker": w.speaker},
-    )
-    declared = event(
-        "MemoryDeclared",
-        user,
-        {
-            "memory": {
-                "type": "preference",
-                "content": f"likes {w.content} tea",
-                "key": w.key,
-                "value": w.value,
-                "tags": [w.tag],
-                "provenance": {"source_id": w.source_id, "source_location": w.source_location},
-            }
-        },
-    )
-    return [
-        {**turn, "actor": {"kind": "agent", "id": w.actor}, "correlation_id": w.correlation},
-        {**declared, "correlation_id": w.correlation},
-    ]
-
-
-def _reasons(user: str, w: Words, memory_id: str) -> list[dict[str, Any]]:
-    """A correction and a contradiction of a memory in the user's words, and a stale write
-    of their key (a rejection whose detail once named it)."""
-    stale = {"type": "preference", "key": w.key, "value": "x", "expected_version": 7}
-    return [
-        event("MemoryCorrected", user, {"memory_ids": [memory_id], "reason": w.correction}),
-        event("MemoryContradicted", user, {"memory_id": memory_id, "reason": w.contradiction}),
-        event("MemoryDeclared", user, {"memory": stale}),
-    ]
-
-
 def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
     tmp_path: Path,
 ) -> None:
     """...nor in the Qdrant server's storage, nor in any table of the keyspace (tombstones
-    included) once flushed and compacted; reasons in the user's words included."""
+    included) once flushed and compacted: the user's words in every free-text field
+    (tests.shred_support.word_events: content, key, tags, provenance, the actor,
+    correlation and causation ids, the trace state, a guard's rule id and pattern, a
+    language, time zones, reasons and request ids)."""
     qdrant, qdrant_storage = _qdrant_setup()
     settings, kafka_data, cassandra_data = _shredding_setup(tmp_path, **qdrant)
     m = plant_markers()
     alice, bob = Words.fresh(), Words.fresh()
-    control = f"ctrl{uuid.uuid4().hex}"
+    control = f"ctrl{uuid.uuid4().hex}"  # a team stream's name, and its memory's content
     with running_distributed(settings) as platform, _collections_dropped(platform):
         session = platform.store.session  # type: ignore[attr-defined]
         ks = settings.cassandra_keyspace
@@ -178,20 +143,26 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
                         }
                     },
                 ),
-                # a team's stream is not a person's: its plain words are logged in clear
+                # a team's stream: its words are sealed under the tenant's key, its name is not
                 event(
-                    "MemoryDeclared", "team:ops", {"memory": {"type": "fact", "content": control}}
+                    "MemoryDeclared",
+                    f"team:{control}",
+                    {"memory": {"type": "fact", "content": control}},
                 ),
             ],
         )
         declared_ids: dict[str, str] = {}
         for user, w in (("user:alice", alice), ("user:bob", bob)):
             as_user = RequestContext("acme", w.principal)
-            declared = app.publish(as_user, _words(user, w)).accepted[1].event_id
+            published = app.publish(as_user, word_events(user, w)).accepted
             Pump(platform).drain()
-            [memory_id] = [o.memory_id for o in platform.store.outcome("acme", declared)]
+            [memory_id] = [
+                o.memory_id for o in platform.store.outcome("acme", published[1].event_id)
+            ]
             assert memory_id is not None
-            app.publish(as_user, _reasons(user, w, memory_id))
+            refused = [platform.store.outcome("acme", a.event_id) for a in published[3:]]
+            assert [o.reason_code for found in refused for o in found] == ["INVALID_TIMEZONE"] * 2
+            app.publish(as_user, feedback_events(user, w, memory_id))
             declared_ids[user] = memory_id
         Pump(platform).drain()
         life = str(_insights(platform).life(CTX, declared_ids["user:alice"]))
@@ -206,7 +177,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
 
         segments = sorted(kafka_data.glob(f"{settings.kafka_topic}*"))
         assert segments, "no Kafka segment for the topic"
-        assert scan([control], segments) != []  # the segments hold what was produced
+        assert scan([control], segments) != []  # the segments hold what was produced (a name)
         assert scan([control], [cassandra_data]) != []  # and Cassandra's files what it stored
         assert scan(m.all(), [*segments, cassandra_data, tmp_path / "data"]) == []
         # no user's words at all reach the log: Kafka's segments hold none of them
@@ -233,7 +204,8 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
             assert (after.content, after.value, after.key, after.tags) == ("", None, None, ())
         replayed = app.replay(CTX, "user:alice", 1, 100)
         texts = [e.envelope.payload.get("text") for e in replayed if e.envelope.payload.get("text")]
-        assert texts == [REDACTED, REDACTED]  # sealed whole, under a destroyed key
+        assert len(texts) >= 3
+        assert set(texts) == {REDACTED}  # sealed whole, under a destroyed key
         shown = str([e.envelope.model_dump() for e in replayed])
         assert [w for w in alice.all() if w in shown] == []
         assert bob.content in str(app.list_memories(CTX, "user:bob"))
@@ -303,12 +275,18 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     (the scan does see the SSTables) and in no read-model SSTable after flush and
     compaction, while the other tenant's value stays. It does not prove that the tombstones
     are gone: until gc_grace_seconds (3 hours, migration 0005) they still name the deleted
-    partitions (the tenant, its streams, tags and keyword terms), and the event archive
-    keeps the events themselves, their sensitive values sealed under destroyed keys."""
+    partitions (the tenant, its streams, and keyed hashes of keys and tags), and the event
+    archive keeps the events themselves, sealed under destroyed keys.
+
+    (3) A shared stream's words (a session's, in every free-text field) are sealed under
+    the tenant's key: never in a Kafka segment, and after the forget in no table of the
+    keyspace (the archive included) once flushed and compacted, while another tenant's
+    session words are still in its memories' SSTables."""
     settings, kafka_data, cassandra_data = _shredding_setup(tmp_path)
     ks = settings.cassandra_keyspace
     m = plant_markers()
     gone, kept = f"gone{uuid.uuid4().hex}", f"kept{uuid.uuid4().hex}"
+    shared, control = Words.fresh(), Words.fresh()  # session words: acme's, globex's
 
     def declare(stream: str, content: str, where: str) -> dict[str, Any]:
         memory = {"type": "fact", "content": content, "provenance": {"source_location": where}}
@@ -316,7 +294,10 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
 
     with running_distributed(settings) as platform:
         session = platform.store.session  # type: ignore[attr-defined]
-        for table in READ_MODELS:  # SSTables are compressed (LZ4) by default: see above
+        names = session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,)
+        )
+        for (table,) in list(names):  # SSTables are compressed (LZ4) by default: see above
             session.execute(
                 f"ALTER TABLE {ks}.{table} WITH compression = {{'enabled': 'false'}}", timeout=120
             )
@@ -330,7 +311,22 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
             ],
         )
         published = app.publish(OTHER, [declare("user:carol", "likes tea", kept)])
+        for tenant, w in (("acme", shared), ("globex", control)):
+            as_agent = RequestContext(tenant, w.principal)
+            said = app.publish(as_agent, word_events("session:s1", w)).accepted
+            Pump(platform).drain()
+            [memory_id] = [o.memory_id for o in platform.store.outcome(tenant, said[1].event_id)]
+            assert memory_id is not None
+            app.publish(as_agent, feedback_events("session:s1", w, memory_id))
         Pump(platform).drain()
+        sessions = str(app.list_memories(CTX, "session:s1"))
+        assert shared.content in sessions
+        assert shared.value in sessions
+        segments = sorted(kafka_data.glob(f"{settings.kafka_topic}*"))
+        assert segments, "no Kafka segment for the topic"
+        assert scan(["session:s1"], segments) != []  # the scan reads what was produced
+        # a shared stream's words are sealed before the log, like a user's
+        assert scan(shared.all() + control.all(), segments) == []
         before = [
             x for s in ("user:alice", "user:bob", "team:ops") for x in app.list_memories(CTX, s)
         ]
@@ -348,7 +344,7 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         forget = event("ForgetRequested", "user:alice", {"tenant": True, "reason": "closed"})
         app.publish(CTX, [forget])
         Pump(platform).drain()
-        for stream in ("user:alice", "user:bob", "team:ops"):
+        for stream in ("user:alice", "user:bob", "team:ops", "session:s1"):
             assert app.list_memories(CTX, stream) == []
         for memory in before:
             with pytest.raises(NotFound):
@@ -358,6 +354,15 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         replayed = raw_log.read_stream(CTX.tenant, "user:bob", 1, 100)
         assert replayed, "the log keeps the events"
         assert all(m.phone not in str(e.envelope.payload) for e in replayed)
+        logged = raw_log.read_stream(CTX.tenant, "session:s1", 1, 100)
+        assert logged, "the log keeps the shared stream's events"
+        assert not [w for w in shared.all() if w in str([e.envelope for e in logged])]
+        assert platform.sealer is not None
+        opened = str(
+            [platform.sealer.open_json(e.envelope.model_dump(mode="json")) for e in logged]
+        )
+        assert not [w for w in shared.all() if w in opened]  # its key is gone with the tenant
+        assert control.content in str(app.list_memories(OTHER, "session:s1"))
         carol = app.list_memories(OTHER, "user:carol")
         assert [x.content for x in carol] == ["likes tea"]
         assert platform.store.outcome("globex", published.accepted[0].event_id) != []
@@ -367,8 +372,16 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         if no_jmx is not None:
             pytest.skip(f"the reads were checked; the file scan needs a flush: {no_jmx}")
         nodetool("flush", ks)
-        nodetool("compact", ks, *READ_MODELS)
+        nodetool("compact", ks)
         read_models = _table_dirs(cassandra_data, ks, READ_MODELS)
         assert scan([gone], read_models) == []
         assert scan([kept], _table_dirs(cassandra_data, ks, ("memories",))) != []
         assert scan(m.all(), [*paths, tmp_path / "data"]) == []
+        # no table of the keyspace (read models, tombstones, the event archive, the audit
+        # chain) nor any Kafka segment keeps a word of the forgotten tenant's session; the
+        # other tenant's, not forgotten, are still in its memories
+        tables = sorted(d for d in (cassandra_data / "data" / ks).glob("*-*") if d.is_dir())
+        assert scan(shared.all(), [*tables, *paths[:-1]]) == []
+        found = scan(control.stored(), _table_dirs(cassandra_data, ks, ("memories",)))
+        for word in control.stored():
+            assert any(hit.startswith(word) for hit in found), (word, found)

@@ -116,18 +116,23 @@ def test_placeholders_are_stable_per_key_and_differ_across_keys(sealer: Sealer) 
     assert a != other_user  # another key, another keyed hash
 
 
-def test_nothing_sensitive_leaves_the_event_untouched(
-    sealer: Sealer, vault: SwitchableVault
-) -> None:
+def test_nothing_sensitive_is_sealed_whole_all_the_same(sealer: Sealer) -> None:
+    """The detector does not decide what is sealed: a user stream's words are sealed whole
+    under the user's key, a shared stream's (an agent's, a session's) under the tenant's,
+    so forgetting the tenant leaves those unreadable too."""
     event = observation("remember my size is L", stream="agent:A1")
-    assert sealer.seal(event) is event
-    assert vault.calls == 0
-    # on a user stream it is sealed whole all the same: the detector does not decide that
+    assert sealer.seal_found(event) is event  # the detector finds nothing
+    shared = sealer.seal(event)
     mine = sealer.seal(observation("remember my size is L"))
-    assert "size" not in mine.model_dump_json()
-    assert sealer.open_json(mine.model_dump(mode="json"))["payload"]["text"] == (
-        "remember my size is L"
-    )
+    for sealed, key_id in ((shared, "acme"), (mine, "acme/user:U1")):
+        assert "size" not in sealed.model_dump_json()
+        assert sealed.encryption is not None
+        assert sealed.encryption.key_id == key_id
+        assert sealer.open_json(sealed.model_dump(mode="json"))["payload"]["text"] == (
+            "remember my size is L"
+        )
+    sealer.keys.destroy("acme")  # the tenant forgotten: its shared streams' words are gone
+    assert sealer.open_json(shared.model_dump(mode="json"))["payload"]["text"] == REDACTED
 
 
 def test_policy_mask_and_reject(vault: SwitchableVault, ticker: Ticker) -> None:

@@ -66,7 +66,12 @@ TERMS_VERSION = 2
 # one made with another format is rebuilt from the log (embedded: at start; server: 503
 # INDEX_NEEDS_REBUILD until `mnemo admin rebuild`), since its weights would rank
 # differently from every new memory's.
-KEYWORD_FORMAT = f"terms-v{TERMS_VERSION};bm25;k1={BM25_K1};b={BM25_B};ref={REFERENCE_LENGTH}"
+# How the index's dimensions are made from term ids: permuted under the tenant's key
+# (term_keys), bumped with any change to that mapping.
+TERM_IDS = "ids-keyed-v1"
+KEYWORD_FORMAT = (
+    f"terms-v{TERMS_VERSION};{TERM_IDS};bm25;k1={BM25_K1};b={BM25_B};ref={REFERENCE_LENGTH}"
+)
 
 
 @dataclass(frozen=True, slots=True)

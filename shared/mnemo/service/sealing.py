@@ -82,6 +82,7 @@ from mnemo.domain.projection import (
     Timer,
 )
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.term_keys import KeyedDimensions
 from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import (
     Appended,
@@ -425,28 +426,26 @@ class Sealer:
 
     def seal(self, envelope: Envelope, *, strict: bool = True) -> Envelope:
         """The event as the log may hold it (itself when nothing needs sealing): the
-        detector's values replaced by placeholders (or masks), then, on a user stream, every
-        field that may carry a person's words sealed whole (`seal_private`).
+        detector's values replaced by placeholders (or masks), then, on every stream, every
+        field that may carry a person's words sealed whole (`seal_private`): under the
+        user's key on a user stream, under the tenant's on the tenant's shared streams
+        (`session:`, `agent:`, a team's), so forgetting the tenant shreds those too.
 
         Raises InvalidInput (SENSITIVE_VALUE_REJECTED) when the policy rejects a value,
         Unavailable when Vault cannot be reached (nothing may then be logged), KeyDestroyed
         when the subject's key was shredded. Mnemo's own events (`strict` False) are never
         refused: a rejected value is masked, and on a shredded key the private fields are
         blanked (nothing can open them again anyway)."""
-        if self.seal_whole and is_private_stream(envelope.stream):
+        if self.seal_whole:
             if _has_private(envelope.encryption):
                 return envelope  # sealed already (by the publish path)
             return self.seal_private(self.seal_found(envelope, strict), strict=strict)
         return self.seal_found(envelope, strict)
 
     def seals_whole(self, envelope: Envelope) -> bool:
-        """Whether `seal` seals this event's private fields whole (a user stream's, not
-        sealed so already)."""
-        return (
-            self.seal_whole
-            and is_private_stream(envelope.stream)
-            and not _has_private(envelope.encryption)
-        )
+        """Whether `seal` seals this event's private fields whole (not sealed so
+        already)."""
+        return self.seal_whole and not _has_private(envelope.encryption)
 
     def seal_found(self, envelope: Envelope, strict: bool = True) -> Envelope:
         """The detector's part of `seal`: its values replaced by placeholders (sealed) or
@@ -863,7 +862,7 @@ class Sealer:
         return replace(response, assembly=assembly)
 
 
-# ---- fields sealed whole on user streams -------------------------------------------------
+# ---- fields sealed whole (every stream: a user's under its key, others the tenant's) -----
 
 SEALED_TEXT = pii.SEALED_TEXT  # what a whole-sealed free-text field reads in the log
 PRIVATE_REF = "f:"  # refs of whole-sealed fields: f:<payload path>, f:@actor.id, ...
@@ -889,7 +888,8 @@ _EVENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[78][0-9a-f]{3}-[89ab][0-9a-f]{
 
 
 def is_private_stream(stream: str) -> bool:
-    """Whether a stream is a person's (its events are sealed whole, ADR 0010)."""
+    """Whether a stream is a person's (sealed under a key of its own when the policy gives
+    users keys, and taking no record of use once that key is shredded; ADR 0010)."""
     return stream.startswith("user:")
 
 
@@ -1085,31 +1085,60 @@ class TenantBlinder(Blinder):
 
 
 class BlindTagIndex(VectorIndex):
-    """The vector index with no tag in clear: each tag a point carries, and each tag a
-    search filters on, becomes a keyed hash under the tenant's search key, so the index's
-    files (segments, payload indexes, write-ahead log) hold no word a person chose even
-    before a forget deletes the points. Everything else passes through."""
+    """The vector index with no tag and no term id in clear, under the tenant's search key:
+    each tag a point carries, and each tag a search filters on, becomes a keyed hash, and
+    every keyword dimension (an unkeyed hash of a term, `keywords.term_id`), of a point and
+    of a query alike, goes through a keyed permutation (`term_keys`), which leaves scores
+    and rankings as they were. So the index's files (segments, payload indexes, write-ahead
+    log) hold no word a person chose, and no dimension a guessed word could be hashed to,
+    even before a forget deletes the points. Everything else passes through."""
 
     def __init__(self, inner: VectorIndex, sealer: Sealer) -> None:
         self.inner = inner
         self.sealer = sealer
+        self._dims: dict[bytes, KeyedDimensions] = {}  # by the tenant's term key
+        self._dims_lock = threading.Lock()
+
+    def _key(self, tenant: str) -> bytes:
+        try:
+            return self.sealer.keys.search_key(tenant)
+        except KeyDestroyed:  # a forgotten tenant: nothing of it matches, nothing is kept
+            return os.urandom(32)
 
     def _tokens(self, tenant: str, tags: Iterable[str]) -> tuple[str, ...]:
-        try:
-            key = self.sealer.keys.search_key(tenant)
-        except KeyDestroyed:  # a forgotten tenant: nothing of it matches, nothing is kept
-            key = os.urandom(32)
+        key = self._key(tenant)
         return tuple(
             "#" + hmac.new(key, f"tag\x00{tag}".encode(), hashlib.sha256).hexdigest()[:20]
             for tag in tags
         )
+
+    def _terms(self, tenant: str, keywords: SparseVector) -> SparseVector:
+        if not keywords:
+            return keywords
+        key = hmac.new(self._key(tenant), b"terms", hashlib.sha256).digest()
+        with self._dims_lock:
+            dims = self._dims.get(key)
+            if dims is None:
+                if len(self._dims) >= 64:  # tenants' permutations kept: a bounded few
+                    self._dims.clear()
+                dims = self._dims[key] = KeyedDimensions(key)
+            return dims.vector(keywords)
 
     def _filter(self, tenant: str, flt: VectorFilter) -> VectorFilter:
         return replace(flt, tags=self._tokens(tenant, flt.tags)) if flt.tags else flt
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         self.inner.upsert(
-            [replace(p, tags=self._tokens(p.tenant, p.tags)) if p.tags else p for p in points]
+            [
+                replace(
+                    p,
+                    tags=self._tokens(p.tenant, p.tags) if p.tags else p.tags,
+                    keywords=self._terms(p.tenant, p.keywords),
+                )
+                if p.tags or p.keywords
+                else p
+                for p in points
+            ]
         )
 
     def delete(self, tenant: str, memory_ids: Sequence[str]) -> None:
@@ -1123,7 +1152,9 @@ class BlindTagIndex(VectorIndex):
     def keyword_search(
         self, tenant: str, keywords: SparseVector, limit: int, flt: VectorFilter = _NO_FILTER
     ) -> list[tuple[str, float]]:
-        return self.inner.keyword_search(tenant, keywords, limit, self._filter(tenant, flt))
+        return self.inner.keyword_search(
+            tenant, self._terms(tenant, keywords), limit, self._filter(tenant, flt)
+        )
 
     def hybrid_search(
         self,
@@ -1135,7 +1166,7 @@ class BlindTagIndex(VectorIndex):
         fusion: Fusion = _FUSION,
     ) -> list[tuple[str, float]]:
         return self.inner.hybrid_search(
-            tenant, vector, keywords, limit, self._filter(tenant, flt), fusion
+            tenant, vector, self._terms(tenant, keywords), limit, self._filter(tenant, flt), fusion
         )
 
     def ids(self, tenant: str | None = None) -> list[str]:
