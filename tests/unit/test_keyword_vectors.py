@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from mnemo.bootstrap import Platform
 from mnemo.domain.keywords import date_terms, passage_vector, term_id
+from mnemo.domain.text import query_terms
 from mnemo.service.app import RequestContext
 
 CTX = RequestContext("acme", "agent-1")
@@ -53,3 +54,9 @@ def test_a_turn_is_found_by_the_day_it_was_said(platform: Platform) -> None:
     for query, want in (("hiking on 8 May 2023", 0), ("hiking on 3 June 2023", 1)):
         hits = platform.app.search(CTX, query, streams=["user:U1"], include_archived=True)
         assert hits[0].memory.content == turns[want][1]
+
+
+def test_stopwords_are_dropped_from_queries_in_their_stemmed_form() -> None:
+    # "why" and "does" stem to "whi" and "doe": dropped all the same
+    assert query_terms("Why does Caroline paint sunsets?") == ["carolin", "paint", "sunset"]
+    assert query_terms("why does it") == ["whi", "doe", "it"]  # nothing else: kept

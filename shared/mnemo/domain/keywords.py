@@ -6,7 +6,10 @@ inverse document frequency from the points it holds; nothing here (or anywhere i
 keeps corpus statistics.
 
 * Terms: `keyword_terms` of the memory's key, value and content (stemmed English words,
-  CJK characters and bigrams), with the diacritics of Latin letters folded (é -> e).
+  CJK characters and bigrams), with the diacritics of Latin letters folded (é -> e),
+  without stopwords (text.STOP_TERMS): the engine's IDF, ln(1 + (N - n + 0.5) / (n + 0.5)),
+  never weighs a term below ln 2, so a word in most memories would still count, and it
+  would lengthen every memory it is in.
 * Dimension of a term: the first four bytes of its BLAKE2b digest, an unsigned 32-bit
   number (the engine's sparse indices are u32), so the same term has the same dimension
   in every process and every release. Two terms that collide share a dimension; with 2^32
@@ -21,6 +24,11 @@ keeps corpus statistics.
   it was said on ("8 May 2023", in the memory's time zone), so "what did she say in May
   2023" matches the turns of that day by keyword. Like a field of its own (BM25F), the
   date's terms do not make the memory longer: its text alone sets the length.
+* Relative time expressions: a history turn that says "yesterday", "last Saturday",
+  "上周" or "two days ago" also carries, in the same date field, the terms of the days
+  (or month, or year) they name, counted from when it was said in its time zone
+  (mnemo.domain.timeexpr); a query's own expressions are resolved against its as_of, so
+  "what did I do yesterday" matches yesterday's turns and the turns that spoke of it.
 * Query values: 1.0 per distinct query term (stopwords dropped, see `query_terms`), so the
   score of a memory is sum over shared terms of idf(term) * its value: BM25.
 """
@@ -32,10 +40,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import UTC, datetime
 
-from mnemo.domain.text import keyword_terms, query_terms
+from mnemo.domain.text import STOP_TERMS, keyword_terms, query_terms
+from mnemo.domain.timeexpr import Span, resolve, zone_of
 
 __all__ = [
     "BM25_B",
@@ -45,9 +53,11 @@ __all__ = [
     "SparseVector",
     "date_terms",
     "fold_term",
+    "history_terms",
     "memory_keyword_text",
     "passage_vector",
     "query_vector",
+    "span_terms",
     "term_id",
 ]
 
@@ -61,7 +71,9 @@ REFERENCE_LENGTH = 35.0
 # Bumped with any change to how terms are made (keyword_terms, fold_term, term_id, which
 # terms a memory carries): terms and weights of another release do not mix with these.
 # 2: a history memory also carries its date's terms (date_terms).
-TERMS_VERSION = 2
+# 3: ... and the terms of the days its relative time expressions name (history_terms);
+#    stopwords (text.STOP_TERMS) are left out of memories as they were of queries.
+TERMS_VERSION = 3
 # What the stored keyword vectors were made with. An index records it when it is created;
 # one made with another format is rebuilt from the log (embedded: at start; server: 503
 # INDEX_NEEDS_REBUILD until `mnemo admin rebuild`), since its weights would rank
@@ -131,20 +143,45 @@ _MONTHS = (
 def date_terms(at: datetime, timezone: str | None = None) -> list[str]:
     """The keyword terms of the calendar date of `at` ("8 May 2023" -> 8, may, 2023), in the
     given IANA time zone (UTC when none, or one this machine does not know)."""
-    zone: tzinfo = UTC
-    if timezone:
-        try:
-            zone = ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            zone = UTC
-    day = at.astimezone(zone)
-    return keyword_terms(f"{day.day} {_MONTHS[day.month - 1]} {day.year}")
+    day = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(zone_of(timezone))
+    return _day_terms(day.day, day.month, day.year)
+
+
+def _day_terms(day: int, month: int, year: int) -> list[str]:
+    return keyword_terms(f"{day} {_MONTHS[month - 1]} {year}")
+
+
+def span_terms(spans: Sequence[Span]) -> list[str]:
+    """The distinct date terms of resolved time expressions: each day of a span of days
+    (a weekend or a week: every day number, its months and years), a month's month and
+    year, a year's year; first occurrence first."""
+    terms: list[str] = []
+    for span in spans:
+        if span.granularity == "days":
+            day = span.first
+            while day <= span.last:
+                terms.extend(_day_terms(day.day, day.month, day.year))
+                day = day.fromordinal(day.toordinal() + 1)
+        elif span.granularity == "month":
+            terms.extend(keyword_terms(f"{_MONTHS[span.first.month - 1]} {span.first.year}"))
+        else:
+            terms.extend(keyword_terms(str(span.first.year)))
+    return list(dict.fromkeys(terms))
+
+
+def history_terms(text: str, at: datetime, timezone: str | None = None) -> list[str]:
+    """A history memory's date field: the terms of the day it was said on (date_terms)
+    and of the days its relative time expressions name, counted from then; each term once
+    (a month both said on and spoken of counts once)."""
+    return list(
+        dict.fromkeys([*date_terms(at, timezone), *span_terms(resolve(text, at, timezone))])
+    )
 
 
 def passage_vector(text: str, dated: Sequence[str] = ()) -> SparseVector:
     """A memory's keyword vector: BM25's term weight of each of its terms, plus the `dated`
     terms (see date_terms), which count as occurrences but not towards the length."""
-    terms = [fold_term(t) for t in keyword_terms(text)]
+    terms = [fold_term(t) for t in keyword_terms(text) if t not in STOP_TERMS]
     if not terms and not dated:
         return SparseVector()
     norm = BM25_K1 * (1.0 - BM25_B + BM25_B * max(len(terms), 1) / REFERENCE_LENGTH)
@@ -158,7 +195,14 @@ def passage_vector(text: str, dated: Sequence[str] = ()) -> SparseVector:
     )
 
 
-def query_vector(text: str) -> SparseVector:
-    """A query's keyword vector: 1.0 on each distinct query term."""
-    ids = sorted({term_id(fold_term(t)) for t in query_terms(text)})
+def query_vector(
+    text: str, as_of: datetime | None = None, timezone: str | None = None
+) -> SparseVector:
+    """A query's keyword vector: 1.0 on each distinct query term, and, given the moment
+    the query speaks from (`as_of`, in `timezone`, UTC when none), on the date terms of
+    the days its relative time expressions name ("yesterday" -> that day's terms)."""
+    terms = [fold_term(t) for t in query_terms(text)]
+    if as_of is not None:
+        terms.extend(span_terms(resolve(text, as_of, timezone)))
+    ids = sorted({term_id(t) for t in terms})
     return SparseVector(tuple(ids), tuple(1.0 for _ in ids))

@@ -10,7 +10,7 @@ import unicodedata
 
 import snowballstemmer
 
-__all__ = ["keyword_terms", "mostly_cjk"]
+__all__ = ["STOP_TERMS", "keyword_terms", "mostly_cjk", "query_terms"]
 
 _TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+|[^\W_]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
@@ -55,7 +55,8 @@ def keyword_terms(text: str) -> list[str]:
     return terms[:MAX_TERMS]
 
 
-# Words too common to tell memories apart; dropped from queries that have other terms.
+# Words too common to tell memories apart: dropped from memories' keyword vectors, and
+# from queries that have other terms.
 STOPWORDS = frozenset(
     [
         "a",
@@ -124,6 +125,92 @@ STOPWORDS = frozenset(
         "would",
         "you",
         "your",
+        # ... and more English function words: in a tenant's memories they are in most
+        # turns, so each matched one only adds noise (the engine's IDF never falls below
+        # ln 2, where the SQLite BM25 before it let such words count for nothing)
+        *[
+            "about",
+            "above",
+            "after",
+            "again",
+            "against",
+            "all",
+            "also",
+            "am",
+            "any",
+            "because",
+            "before",
+            "being",
+            "below",
+            "between",
+            "both",
+            "but",
+            "cannot",
+            "doing",
+            "down",
+            "during",
+            "each",
+            "few",
+            "further",
+            "having",
+            "here",
+            "hers",
+            "herself",
+            "him",
+            "himself",
+            "itself",
+            "just",
+            "let",
+            "more",
+            "most",
+            "myself",
+            "nor",
+            "now",
+            "off",
+            "once",
+            "only",
+            "other",
+            "ought",
+            "ours",
+            "ourselves",
+            "out",
+            "over",
+            "own",
+            "same",
+            "should",
+            "some",
+            "such",
+            "than",
+            "theirs",
+            "themselves",
+            "through",
+            "too",
+            "under",
+            "until",
+            "very",
+            "whom",
+            "yours",
+            "yourself",
+            "yourselves",
+        ],
+        # the pieces contractions split into (don't -> don, t; she's -> she, s)
+        *[
+            "aren",
+            "couldn",
+            "doesn",
+            "don",
+            "hadn",
+            "hasn",
+            "haven",
+            "mustn",
+            "shan",
+            "shouldn",
+            "wasn",
+            "weren",
+            "won",
+            "wouldn",
+        ],
+        *["s", "t", "ll", "re", "ve", "d", "m"],
         "的",
         "了",
         "是",
@@ -154,11 +241,14 @@ STOPWORDS = frozenset(
     ]
 )
 MAX_QUERY_TERMS = 32
+# The stopwords as keyword_terms makes them: English words are stemmed ("why" -> "whi",
+# "does" -> "doe"), so the plain list alone let those through into queries.
+STOP_TERMS = STOPWORDS | frozenset(_stem(w) for w in STOPWORDS if w.isascii())
 
 
 def query_terms(text: str) -> list[str]:
     """Distinct terms of a query, first occurrence first, without stopwords (unless the
     query has nothing else), at most MAX_QUERY_TERMS."""
     terms = list(dict.fromkeys(keyword_terms(text)))
-    content = [t for t in terms if t not in STOPWORDS]
+    content = [t for t in terms if t not in STOP_TERMS]
     return (content or terms)[:MAX_QUERY_TERMS]

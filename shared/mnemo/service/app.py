@@ -482,7 +482,7 @@ class Mnemo:
             limit=depth,
         )
         ranked = retrieval.rank(
-            self.store, self.index, ctx.tenant, query, vector, base, streams, depth
+            self.store, self.index, ctx.tenant, query, vector, base, streams, depth, as_of=now
         )
         hits = []
         for r in ranked:

@@ -332,7 +332,9 @@ class ContextAssembler:
             ]
         depth = max(spec.limit * 4, 40)
         base = MemoryQuery(types=spec.types, scopes=spec.scopes, tags=spec.tags, limit=depth)
-        ranked = retrieval.rank(self.store, self.index, tenant, text, vector, base, subjects, depth)
+        ranked = retrieval.rank(
+            self.store, self.index, tenant, text, vector, base, subjects, depth, as_of=as_of
+        )
         return [
             score_candidate(
                 r.memory,

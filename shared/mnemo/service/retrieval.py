@@ -15,6 +15,8 @@
    gains 0.4 x the fused score of its best adjacent turn (an answer often sits next to
    the turn that matches the question), then 0.75 x the best score in its episode; turns
    of the candidates' episodes join the pool.
+   The query's keyword terms include the dates its relative time expressions name,
+   counted from the query's as_of (see mnemo.domain.keywords).
 3. Named sources: when every word of a memory's source (provenance.source_id, e.g. the
    person who said it, or else the speaker registration derived for a turn) appears in
    the query, its score is multiplied by 1.5.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from mnemo.domain.derivation import episode_of, speaker_name
 from mnemo.domain.keywords import query_vector
@@ -84,9 +87,13 @@ def rank(
     streams: Sequence[str],
     depth: int,
     ranking: Ranking = RANKING,
+    as_of: datetime | None = None,
+    timezone: str | None = None,
 ) -> list[Ranked]:
     """Memories matching `base` in the given streams (all of the tenant's when none), best
-    first, with their ranks in each list. Only memories whose status `base` allows."""
+    first, with their ranks in each list. Only memories whose status `base` allows. The
+    query's relative time expressions ("yesterday", "上周") are resolved against `as_of`
+    (else `base.live_at`) in `timezone` (UTC when none); without either, not at all."""
     flt = VectorFilter(
         streams=tuple(streams),
         types=tuple(t.value for t in base.types),
@@ -100,7 +107,8 @@ def rank(
         depth=depth,
     )
     # the whole fused union (up to `depth` from each list), as the pool to boost from
-    hits = index.hybrid_search(tenant, vector, query_vector(text), 2 * depth, flt, fusion)
+    keywords = query_vector(text, as_of or base.live_at, timezone)
+    hits = index.hybrid_search(tenant, vector, keywords, 2 * depth, flt, fusion)
     fused_rank = {mid: r for r, (mid, _) in enumerate(hits, 1)}
     pool = {
         m.memory_id: m for m in store.get_many(tenant, sorted(fused_rank)) if _admitted(m, base)

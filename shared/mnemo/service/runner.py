@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
-from mnemo.domain.keywords import date_terms, memory_keyword_text, passage_vector
+from mnemo.domain.keywords import history_terms, memory_keyword_text, passage_vector
 from mnemo.domain.memory import MemoryType
 from mnemo.domain.projection import Outcome, OutcomeKind, PutAudit, PutOutcome
 from mnemo.domain.rules import RuleSet
@@ -405,7 +405,7 @@ class EmbeddedRunner:
                         v,
                         passage_vector(
                             memory_keyword_text(m.key, m.value, m.content),
-                            date_terms(m.created_at, m.timezone)
+                            history_terms(m.content, m.created_at, m.timezone)
                             if m.type is MemoryType.HISTORY
                             else (),
                         ),

@@ -1,0 +1,168 @@
+"""Relative time expressions resolved against when a turn was said or a query's as_of:
+English and Chinese, month and year rollovers, time zones, and the keyword terms they
+add to a history turn and to a query."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from mnemo.adapters.clocks import FixedClock
+from mnemo.bootstrap import Platform
+from mnemo.domain.keywords import history_terms, query_vector, span_terms, term_id
+from mnemo.domain.timeexpr import Span, resolve
+from mnemo.service.app import RequestContext
+
+CTX = RequestContext("acme", "agent-1")
+MONDAY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # Monday 8 May 2023
+
+
+def _days(text: str, at: datetime = MONDAY, timezone: str | None = None) -> list[date]:
+    spans = resolve(text, at, timezone)
+    assert len(spans) == 1, spans
+    span = spans[0]
+    assert span.granularity == "days"
+    return [date.fromordinal(o) for o in range(span.first.toordinal(), span.last.toordinal() + 1)]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("I went to the support group yesterday", date(2023, 5, 7)),
+        ("我昨天去了支持小组", date(2023, 5, 7)),
+        ("Today I painted a sunrise", date(2023, 5, 8)),
+        ("今天我画了日出", date(2023, 5, 8)),
+        ("we fly out tomorrow", date(2023, 5, 9)),
+        ("明天出发", date(2023, 5, 9)),
+        ("the day before yesterday", date(2023, 5, 6)),
+        ("前天", date(2023, 5, 6)),
+        ("大前天", date(2023, 5, 5)),
+        ("two days ago", date(2023, 5, 6)),
+        ("3 days ago", date(2023, 5, 5)),
+        ("三天前", date(2023, 5, 5)),
+        ("二十天前", date(2023, 4, 18)),  # across the month
+        ("last Saturday was fun", date(2023, 5, 6)),
+        ("last Monday", date(2023, 5, 1)),  # said on a Monday: the one a week before
+        ("上周六我们去露营了", date(2023, 5, 6)),
+        ("上星期一", date(2023, 5, 1)),
+        ("last night", date(2023, 5, 7)),
+        ("昨晚", date(2023, 5, 7)),
+    ],
+)
+def test_a_day_is_counted_from_when_it_was_said(text: str, want: date) -> None:
+    assert _days(text) == [want]
+
+
+def test_last_week_is_the_monday_to_sunday_before() -> None:
+    week = [date(2023, 5, 1) + timedelta(days=i) for i in range(7)]
+    assert _days("I finished it last week") == week
+    assert _days("我上周读完了") == week
+    assert _days("上个星期") == week
+    assert _days("上周末") == _days("last weekend") == [date(2023, 5, 6), date(2023, 5, 7)]
+    assert _days("a week ago") == week
+    # "上周一起" is "together last week", not last Monday
+    assert _days("我们上周一起去的") == week
+
+
+def test_months_and_years() -> None:
+    assert resolve("last month", MONDAY) == [Span(date(2023, 4, 1), date(2023, 4, 30), "month")]
+    assert resolve("上个月", MONDAY) == resolve("a month ago", MONDAY)
+    assert resolve("去年", MONDAY) == [Span(date(2022, 1, 1), date(2022, 12, 31), "year")]
+    assert resolve("two years ago", MONDAY) == resolve("前年", MONDAY)
+    assert resolve("两年前", MONDAY) == resolve("前年", MONDAY)
+
+
+def test_rollover_across_months_and_years() -> None:
+    new_year = datetime(2024, 1, 1, 9, 0, tzinfo=UTC)  # a Monday
+    assert _days("yesterday", new_year) == [date(2023, 12, 31)]
+    assert _days("昨天", new_year) == [date(2023, 12, 31)]
+    assert _days("last week", new_year) == [date(2023, 12, 25) + timedelta(i) for i in range(7)]
+    assert resolve("last month", new_year)[0].first == date(2023, 12, 1)
+    assert resolve("上个月", new_year)[0].last == date(2023, 12, 31)
+    assert resolve("去年", new_year)[0].first == date(2023, 1, 1)
+    leap = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+    assert _days("yesterday", leap) == [date(2024, 2, 29)]
+    assert _days("两天前", leap) == [date(2024, 2, 28)]
+    assert resolve("a month ago", leap)[0] == Span(date(2024, 2, 1), date(2024, 2, 29), "month")
+    # a week that spans two months and two years: both months' and years' terms
+    # (Monday 30 December 2024 to Sunday 5 January 2025)
+    terms = span_terms(resolve("上周", datetime(2025, 1, 8, tzinfo=UTC)))
+    assert set(terms) == {"30", "31", "1", "2", "3", "4", "5", "decemb", "januari", "2024", "2025"}
+
+
+def test_the_day_is_the_one_in_the_given_time_zone() -> None:
+    late = datetime(2023, 5, 8, 20, 30, tzinfo=UTC)  # already 9 May in Tokyo
+    assert _days("yesterday", late) == [date(2023, 5, 7)]
+    assert _days("yesterday", late, "Asia/Tokyo") == [date(2023, 5, 8)]
+    assert _days("昨天", late, "Asia/Shanghai") == [date(2023, 5, 8)]
+    early = datetime(2023, 5, 9, 3, 0, tzinfo=UTC)  # still 8 May in Los Angeles
+    assert _days("yesterday", early, "America/Los_Angeles") == [date(2023, 5, 7)]
+    assert _days("yesterday", early, "Not/AZone") == [date(2023, 5, 8)]  # unknown: UTC
+    # the first of the month in UTC, still the last day of the month before in New York
+    assert _days("today", datetime(2023, 6, 1, 2, 0, tzinfo=UTC), "America/New_York") == [
+        date(2023, 5, 31)
+    ]
+
+
+def test_what_is_not_fixed_by_the_moment_is_left_alone() -> None:
+    for text in ("on Saturday", "a few days ago", "recently", "几天前", "the last time", "周末"):
+        assert resolve(text, MONDAY) == [], text
+
+
+def test_a_history_turn_carries_the_days_it_speaks_of() -> None:
+    terms = history_terms("Caroline: I went to the support group yesterday", MONDAY)
+    assert terms == ["8", "may", "2023", "7"]  # its own day, then the day it names
+    assert history_terms("我昨天去了", MONDAY, "Asia/Shanghai") == ["8", "may", "2023", "7"]
+    assert history_terms("no time words here", MONDAY) == ["8", "may", "2023"]
+
+
+def test_a_query_resolves_its_expressions_against_its_as_of() -> None:
+    plain = set(query_vector("what did I adopt yesterday").indices)
+    dated = set(query_vector("what did I adopt yesterday", MONDAY).indices)
+    assert dated - plain == {term_id("7"), term_id("may"), term_id("2023")}
+    zh = set(query_vector("我昨天做了什么", MONDAY, "Asia/Tokyo").indices)
+    assert {term_id("7"), term_id("may"), term_id("2023")} <= zh
+
+
+def _say(platform: Platform, turns: list[tuple[datetime, str]]) -> None:
+    platform.app.publish(
+        CTX,
+        [
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "stream": "user:U1",
+                "occurred_at": at.isoformat(),
+                "payload": {"memory": {"type": "history", "scope": "user", "content": text}},
+            }
+            for at, text in turns
+        ],
+    )
+    platform.runner.drain()
+
+
+def test_a_turn_is_found_by_the_day_it_spoke_of(platform: Platform) -> None:
+    turns = [
+        (MONDAY, "Caroline: I went hiking by the lake yesterday"),
+        (MONDAY + timedelta(days=1), "Caroline: I went hiking in the hills"),
+        (MONDAY - timedelta(days=20), "Caroline: I went hiking on the coast"),
+    ]
+    _say(platform, turns)
+    hits = platform.app.search(CTX, "hiking on 7 May 2023", streams=["user:U1"])
+    assert hits[0].memory.content == turns[0][1]
+
+
+def test_a_query_says_yesterday_from_its_as_of(platform: Platform, clock: FixedClock) -> None:
+    day = datetime(2023, 5, 8, 10, 0, tzinfo=UTC)
+    turns = [
+        (day - timedelta(days=3), "Caroline: we cooked pasta for dinner"),
+        (day - timedelta(days=1), "Caroline: we cooked a curry for dinner"),
+        (day - timedelta(days=9), "Caroline: we cooked soup for dinner"),
+    ]
+    _say(platform, turns)
+    clock.set(day)
+    hits = platform.app.search(CTX, "what did we cook yesterday", streams=["user:U1"])
+    assert hits[0].memory.content == turns[1][1]
+    hits = platform.app.search(CTX, "what did we cook three days ago", streams=["user:U1"])
+    assert hits[0].memory.content == turns[0][1]
