@@ -19,6 +19,7 @@ import yaml
 
 from mnemo import telemetry
 from mnemo.adapters.clocks import SystemClock
+from mnemo.adapters.distributed_log import DistributedEventLog
 from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
@@ -44,18 +45,17 @@ from mnemo.ports import (
     Tokenizer,
     VectorIndex,
 )
+from mnemo.sealing import KeyCache, Sealer
 from mnemo.service.access import Access
 from mnemo.service.app import Mnemo
 from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
-from mnemo.service.distributed import DistributedEventLog, PartitionProgress
+from mnemo.service.distributed import PartitionProgress
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
 from mnemo.service.sealing import (
     BlindTagIndex,
-    KeyCache,
     OpenedEventLog,
     OpenedMemoryStore,
-    Sealer,
     SealingEventLog,
     TenantBlinder,
 )

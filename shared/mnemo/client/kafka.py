@@ -37,25 +37,23 @@ between the two. Needs the `aiokafka` package, imported when the publisher start
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
-
-import orjson
 
 from mnemo.domain.acceptance import accept
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.events import (
     Envelope,
     ForgetRequested,
-    sealed_key_ids,
     validate_envelope,
 )
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.ports import KeyVault
-from mnemo.service.sealing import KeyCache, Sealer
+from mnemo.records import record_headers, record_key, record_key_ids, record_value
+from mnemo.sealing import KeyCache, Sealer
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -70,7 +68,6 @@ __all__ = [
 ]
 
 DEFAULT_TOPIC = "mnemo.events"
-CONTENT_TYPE = b"application/json"
 
 
 def build_envelope(
@@ -87,45 +84,6 @@ def build_envelope(
     return accept(
         event, tenant=tenant, principal=principal, now=now or datetime.now(UTC), trusted=False
     )
-
-
-def record_key(envelope: Envelope) -> bytes:
-    """The partition key: tenant + ":" + stream."""
-    return f"{envelope.tenant}:{envelope.stream}".encode()
-
-
-def record_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
-    headers = [
-        ("mnemo-event-type", envelope.type.encode()),
-        ("mnemo-schema-version", str(envelope.schema_version).encode()),
-        ("mnemo-event-id", envelope.event_id.encode()),
-        ("content-type", CONTENT_TYPE),
-    ]
-    if envelope.trace is not None:
-        headers.append(("traceparent", envelope.trace.traceparent.encode()))
-        if envelope.trace.tracestate:
-            headers.append(("tracestate", envelope.trace.tracestate.encode()))
-    return headers
-
-
-def record_key_ids(tenant: str, values: Iterable[bytes | None]) -> set[str]:
-    """The tenant's vault key ids in record values (event JSON, see sealed_key_ids); values
-    that are not JSON objects are skipped."""
-    events: list[dict[str, Any]] = []
-    for value in values:
-        if not value:
-            continue
-        try:
-            body = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(body, dict):
-            events.append(body)
-    return sealed_key_ids(tenant, events)
-
-
-def record_value(envelope: Envelope) -> bytes:
-    return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))
 
 
 @dataclass(frozen=True, slots=True)

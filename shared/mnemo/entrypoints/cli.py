@@ -417,7 +417,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
     gateway = GatewaySettings().model_copy(update=query_params(host=host, port=port))
     configure_logging(settings.log_level, settings.log_format)
     if settings.mode == "distributed":
-        from mnemo.service.workers import run_gateway
+        from mnemo.entrypoints.workers import run_gateway
 
         try:
             run_gateway(settings, gateway)
@@ -1171,7 +1171,7 @@ def mcp_stdio(ctx: click.Context) -> None:
     """
     import anyio
 
-    from mnemo.mcp_server import Identity, run_stdio
+    from mnemo.entrypoints.mcp_server import Identity, run_stdio
 
     api = ctx.ensure_object(State).api
     group = ctx.parent
@@ -1212,7 +1212,7 @@ def offline_platform(data_dir: Path | None) -> Iterator[Platform]:
 
 
 def rebuild_offline(platform: Platform, console: Console) -> str:
-    from mnemo.service.admin import rebuild_read_models
+    from mnemo.entrypoints.admin import rebuild_read_models
 
     with progress_bar(console) as bar:
         task = bar.add_task("rebuilding", total=platform.log.head() or None)
@@ -1293,7 +1293,7 @@ def admin_create_topics(state: State) -> None:
     """Distributed mode: create the event log topic (kept forever) and its dead-letter
     topic with the configured partitions, when missing (idempotent)."""
     from mnemo.bootstrap import dead_letter_topic
-    from mnemo.service.workers import ensure_topics_from
+    from mnemo.entrypoints.workers import ensure_topics_from
 
     settings = MnemoSettings()
     try:
@@ -1457,7 +1457,7 @@ def admin_key_revoke(state: State, key_id: str) -> None:
 @pass_state
 def admin_checksum(state: State, data_dir: Path | None) -> None:
     """The digest of every read model and the vector index, computed offline."""
-    from mnemo.service.admin import platform_checksum
+    from mnemo.entrypoints.admin import platform_checksum
 
     with offline_platform(data_dir) as platform:
         checksum = platform_checksum(platform)
@@ -1582,7 +1582,7 @@ def keys_rotate(state: State, stream: str | None, rewrap: bool, data_dir: Path |
         _rotate_and_rewrap(state, stream, data_dir)
         return
     from mnemo.bootstrap import load_security_policy, make_key_vault
-    from mnemo.service.sealing import KeyCache, Sealer
+    from mnemo.sealing import KeyCache, Sealer
 
     settings = mnemo_settings(data_dir)
     tenant = state.api.tenant
