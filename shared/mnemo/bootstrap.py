@@ -65,7 +65,7 @@ from mnemo.settings import MnemoSettings
 if TYPE_CHECKING:
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
     from mnemo.adapters.kafka_topic import KafkaConfig
-    from mnemo.adapters.vault_key_vault import TokenFile
+    from mnemo.adapters.vault_connection import TokenFile
 
 __all__ = ["Platform", "build_distributed", "build_embedded", "load_rules", "require_vault"]
 
@@ -135,7 +135,7 @@ def load_security_policy(path: Path | None = None) -> SecurityPolicy:
 
 def _vault_token(settings: MnemoSettings) -> str | TokenFile:
     """The Vault token: a string, or the token file Vault Agent keeps current."""
-    from mnemo.adapters.vault_key_vault import TokenFile
+    from mnemo.adapters.vault_connection import TokenFile
 
     if settings.vault_token is not None and settings.vault_token_file is not None:
         raise InvalidInput(

@@ -3,18 +3,13 @@
 In the distributed mode the event log is a Kafka topic, and a high-volume producer (an
 ingestion pipeline, a device gateway) may append to it directly instead of going
 through the HTTP gateway. `EventPublisher` builds exactly the envelope the gateway would
-accept, checks it with the same validation, and produces one record per event:
-
-- key: ``tenant + ":" + stream`` (ADR 0002), so every event of a stream lands in one
-  partition and keeps its order there;
-- value: the envelope as compact JSON (UTF-8), `seq` left out: the log assigns it;
-- headers: ``mnemo-event-type``, ``mnemo-schema-version``, ``mnemo-event-id``,
-  ``content-type``, and the W3C ``traceparent`` / ``tracestate`` when the event carries
-  a trace, so consumers can route and trace without parsing the value;
-- the producer is idempotent with ``acks="all"``: a record is acknowledged only once
-  every in-sync replica has it, and the broker drops the producer's own retries. The
-  envelope's `event_id` (a UUIDv7 made here when the event has none) stays the
-  end-to-end idempotency key: the log's consumers skip an id they have already seen.
+accept, checks it with the same validation, and produces one record per event in the
+log's record format (mnemo.records: keyed by tenant and stream, so a stream keeps its order
+in one partition; the envelope as compact JSON; headers to route and trace by).
+The producer is idempotent with ``acks="all"``: a record is acknowledged only once every
+in-sync replica has it, and the broker drops the producer's own retries. The envelope's
+`event_id` (a UUIDv7 made here when the event has none) stays the end-to-end idempotency
+key: the log's consumers skip an id they have already seen.
 
 Given a `vault` (a KeyVault, e.g. the Vault transit adapter), the publisher seals
 sensitive values exactly as the gateway does before anything is produced (PII detector,
