@@ -52,7 +52,7 @@ from mnemo.ports import (
     EventArchive,
     LogRecord,
     LogTopic,
-    MemoryStore,
+    ProjectionStore,
     RecordFate,
     RecordStatus,
 )
@@ -93,13 +93,13 @@ class Ownership:
 
     Kafka's group assignment says which partitions a worker should handle; the store
     enforces it. On every assignment the worker claims each partition it was given
-    (`MemoryStore.claim`), and commits under that epoch: once another process claims the
+    (`ProjectionStore.claim`), and commits under that epoch: once another process claims the
     partition, this worker's commits for it are refused (FencedOff), and it leaves the
     partition's records alone until Kafka assigns it again. Claims are only made for
     partitions of the latest assignment, so a worker that lost a partition cannot take it
     back from its new owner; `revoke` waits for a claim in progress."""
 
-    def __init__(self, store: MemoryStore, consumer: str) -> None:
+    def __init__(self, store: ProjectionStore, consumer: str) -> None:
         self.store = store
         self.consumer = consumer
         self._lock = threading.Lock()
@@ -201,7 +201,7 @@ class _Processor:
     # own store transaction
     parallel = 1
 
-    def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
+    def __init__(self, runner: EmbeddedRunner, store: ProjectionStore) -> None:
         self.runner = runner
         self.store = store
         # set by a worker in a consumer group: commits then carry the partition's epoch;
@@ -361,7 +361,7 @@ class Sequencer(_Processor):
     def __init__(
         self,
         runner: EmbeddedRunner,
-        store: MemoryStore,
+        store: ProjectionStore,
         topic: LogTopic,
         archive: EventArchive,
         clock: Clock,
@@ -565,7 +565,7 @@ class Follower(_Processor):
     def __init__(
         self,
         runner: EmbeddedRunner,
-        store: MemoryStore,
+        store: ProjectionStore,
         archive: EventArchive,
         consumer: str,
         topic: LogTopic | None = None,
@@ -709,7 +709,7 @@ class Follower(_Processor):
 class PartitionProgress:
     """`?wait=` in the distributed mode: how far each consumer is, per partition."""
 
-    def __init__(self, store: MemoryStore, topic: LogTopic, poll_seconds: float = 0.02) -> None:
+    def __init__(self, store: ProjectionStore, topic: LogTopic, poll_seconds: float = 0.02) -> None:
         self.store = store
         self.topic = topic
         self.poll_seconds = poll_seconds
