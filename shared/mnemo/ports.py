@@ -62,6 +62,7 @@ __all__ = [
     "TemplateReads",
     "TimerReads",
     "Tokenizer",
+    "ToolchainReads",
     "UsageReads",
     "VectorFilter",
     "VectorIndex",
@@ -351,14 +352,18 @@ class AuditReads(abc.ABC):
         """The last link of each of the tenant's audited streams, by stream."""
 
 
-class StoreOperations(abc.ABC):
-    """What operators do to the read models as a whole: count, compare, drop for a
-    rebuild."""
+class ToolchainReads(abc.ABC):
+    """The state of resumable toolchains."""
 
     @abc.abstractmethod
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
         """A toolchain's state (mnemo.domain.toolchain), None when the tenant has none by
         that id."""
+
+
+class StoreOperations(abc.ABC):
+    """What operators do to the read models as a whole: count, compare, drop for a
+    rebuild."""
 
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:
@@ -383,7 +388,7 @@ class ConsumerStore(ProjectionStore, TimerReads, abc.ABC):
         """Release resources."""
 
 
-class ReadStore(MemoryReads, TemplateReads, UsageReads, AuditReads, abc.ABC):
+class ReadStore(MemoryReads, TemplateReads, UsageReads, AuditReads, ToolchainReads, abc.ABC):
     """What the read use cases (the API, context assembly, the console) use."""
 
 
