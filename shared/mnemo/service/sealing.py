@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import logging
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -39,6 +40,7 @@ from mnemo.domain.projection import (
     TimelineEntry,
     Timer,
 )
+from mnemo.domain.term_keys import KeyedDimensions
 from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import (
     Appended,
@@ -82,7 +84,6 @@ _RECORDS_OF_USE = frozenset(
         FeedbackRelayed.TYPE,
     }
 )
-from mnemo.domain.term_keys import KeyedDimensions
 
 
 class SealingEventLog(EventLog):
