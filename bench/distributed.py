@@ -324,7 +324,7 @@ def embedded_server(root: Path, embedder: str) -> Iterator[Server]:
     root.mkdir(parents=True, exist_ok=True)
     with (root / "embedded.log").open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mnemo.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "mnemo", "serve", "--port", str(port)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

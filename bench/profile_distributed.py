@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         (cassandra_archive.CassandraEventArchive, "caused_by", "archive.caused_by"),
         (cassandra_store.CassandraMemoryStore, "position", "store.position"),
         (cassandra_store.CassandraMemoryStore, "_commit", "store.commit"),
-        (cassandra_store._Tx, "plan", "store.commit.plan"),
+        (cassandra_store.transaction._Tx, "plan", "store.commit.plan"),
         (cassandra_store.CassandraMemoryStore, "_move_head", "store.commit.key_head_lwt"),
         (cassandra_store.CassandraMemoryStore, "_seal", "store.commit.seal"),
         (cassandra_store.CassandraMemoryStore, "_seal_fenced", "store.commit.seal_fenced_lwt"),

@@ -282,7 +282,7 @@ class Stack:
         """Run a `mnemo admin` command with the stack's settings, once."""
         env = self.child_env(Component("admin", "", 0))
         done = subprocess.run(  # noqa: S603 - our own interpreter and module
-            [self.python, "-m", "mnemo.cli", "admin", *args],
+            [self.python, "-m", "mnemo", "admin", *args],
             env=env,
             cwd=REPO,
             capture_output=True,

@@ -215,15 +215,16 @@ def nodetool(*args: str) -> None:
 
 def table_digests(platform: Platform) -> dict[str, str]:
     """A digest per content table: where a rebuild differs, if it does."""
-    from mnemo.adapters import cassandra_store as cs
+    from mnemo.adapters.cassandra_store.rows import _plain
+    from mnemo.adapters.cassandra_store.tables import _CONTENT_TABLES
 
     store = platform.store
     out: dict[str, str] = {}
     for ks, table in store._tables():  # type: ignore[attr-defined]
-        if table not in cs._CONTENT_TABLES:
+        if table not in _CONTENT_TABLES:
             continue
         rows = sorted(
-            repr(tuple(cs._plain(v) for v in r))
+            repr(tuple(_plain(v) for v in r))
             for r in store._iterate(ks, f"{table}:scan", [], 5_000)  # type: ignore[attr-defined]
         )
         digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()

@@ -34,7 +34,8 @@ from mnemo.domain.events import Envelope
 from mnemo.domain.projection import AuditRecord
 from mnemo.handlers import audit
 from mnemo.ports import Blinder, KeyVault, MemoryStore
-from mnemo.service.sealing import KeyCache, TenantBlinder
+from mnemo.sealing import KeyCache
+from mnemo.service.sealing import TenantBlinder
 from mnemo.settings import GatewaySettings, MnemoSettings
 
 __all__ = [

@@ -19,6 +19,7 @@ import yaml
 
 from mnemo import telemetry
 from mnemo.adapters.clocks import SystemClock
+from mnemo.adapters.distributed_log import DistributedEventLog
 from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
@@ -44,18 +45,17 @@ from mnemo.ports import (
     Tokenizer,
     VectorIndex,
 )
+from mnemo.sealing import KeyCache, Sealer
 from mnemo.service.access import Access
 from mnemo.service.app import Mnemo
 from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
-from mnemo.service.distributed import DistributedEventLog, PartitionProgress
+from mnemo.service.distributed import PartitionProgress
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
 from mnemo.service.sealing import (
     BlindTagIndex,
-    KeyCache,
     OpenedEventLog,
     OpenedMemoryStore,
-    Sealer,
     SealingEventLog,
     TenantBlinder,
 )
@@ -65,7 +65,7 @@ from mnemo.settings import MnemoSettings
 if TYPE_CHECKING:
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
     from mnemo.adapters.kafka_topic import KafkaConfig
-    from mnemo.adapters.vault_key_vault import TokenFile
+    from mnemo.adapters.vault_connection import TokenFile
 
 __all__ = ["Platform", "build_distributed", "build_embedded", "load_rules", "require_vault"]
 
@@ -135,7 +135,7 @@ def load_security_policy(path: Path | None = None) -> SecurityPolicy:
 
 def _vault_token(settings: MnemoSettings) -> str | TokenFile:
     """The Vault token: a string, or the token file Vault Agent keeps current."""
-    from mnemo.adapters.vault_key_vault import TokenFile
+    from mnemo.adapters.vault_connection import TokenFile
 
     if settings.vault_token is not None and settings.vault_token_file is not None:
         raise InvalidInput(

@@ -35,9 +35,11 @@ __all__ = [
     "Appended",
     "ArchivedEvent",
     "AuditCheckpoints",
+    "AuditReads",
     "Blinder",
     "CheckpointAnchors",
     "Clock",
+    "ConsumerStore",
     "Coordinates",
     "Embedder",
     "EventArchive",
@@ -47,13 +49,21 @@ __all__ = [
     "LogRecord",
     "LogTopic",
     "MemoryQuery",
+    "MemoryReads",
     "MemoryStore",
+    "ProjectionStore",
+    "ReadStore",
     "RecordFate",
     "RecordStatus",
     "Signer",
     "SparseVector",
+    "StoreOperations",
     "StoreTransaction",
+    "TemplateReads",
+    "TimerReads",
     "Tokenizer",
+    "ToolchainReads",
+    "UsageReads",
     "VectorFilter",
     "VectorIndex",
     "VectorPoint",
@@ -240,8 +250,9 @@ class StoreTransaction(abc.ABC):
         latest claim on `consumer`; otherwise it raises FencedOff and writes nothing."""
 
 
-class MemoryStore(abc.ABC):
-    """The per-tenant read models: memories, outcomes, timers, audit, consumer positions."""
+class ProjectionStore(abc.ABC):
+    """What a consumer needs of the read models: atomic batches of projection writes
+    committed with its position, and the claims that fence an older holder of a position."""
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[StoreTransaction]:
@@ -263,6 +274,10 @@ class MemoryStore(abc.ABC):
         reads on, it need not finish a commit under way."""
         return {c: self.position(c) for c in dict.fromkeys(consumers)}
 
+
+class MemoryReads(abc.ABC):
+    """Memories and what registration made of each event, as the use cases read them."""
+
     @abc.abstractmethod
     def get(self, tenant: str, memory_id: str) -> Memory | None: ...
 
@@ -281,17 +296,9 @@ class MemoryStore(abc.ABC):
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
         """What registration made of a published event."""
 
-    @abc.abstractmethod
-    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
-        """Timers due at `now`, earliest first, across tenants."""
 
-    @abc.abstractmethod
-    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
-        """A stream's audit links with n > after_n, in order."""
-
-    @abc.abstractmethod
-    def audit_heads(self, tenant: str) -> list[AuditRecord]:
-        """The last link of each of the tenant's audited streams, by stream."""
+class TemplateReads(abc.ABC):
+    """The registered context templates."""
 
     @abc.abstractmethod
     def template(
@@ -303,12 +310,12 @@ class MemoryStore(abc.ABC):
     def templates(self, tenant: str) -> list[ContextTemplate]:
         """Every registered template of the tenant, by name then version."""
 
-    @abc.abstractmethod
-    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
+
+class UsageReads(abc.ABC):
+    """Assembled contexts, the usage counters of memories and each memory's timeline."""
 
     @abc.abstractmethod
-    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
-        """Usage counters of the given memories (absent ones have none yet)."""
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None: ...
 
     @abc.abstractmethod
     def context_records(
@@ -317,13 +324,46 @@ class MemoryStore(abc.ABC):
         """The tenant's assembled contexts, newest first (paging: request ids before one)."""
 
     @abc.abstractmethod
+    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        """Usage counters of the given memories (absent ones have none yet)."""
+
+    @abc.abstractmethod
     def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
         """The events that touched a memory, oldest first."""
+
+
+class TimerReads(abc.ABC):
+    """The decay's timers that have come due."""
+
+    @abc.abstractmethod
+    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        """Timers due at `now`, earliest first, across tenants."""
+
+
+class AuditReads(abc.ABC):
+    """The hash chains of the audit read model."""
+
+    @abc.abstractmethod
+    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
+        """A stream's audit links with n > after_n, in order."""
+
+    @abc.abstractmethod
+    def audit_heads(self, tenant: str) -> list[AuditRecord]:
+        """The last link of each of the tenant's audited streams, by stream."""
+
+
+class ToolchainReads(abc.ABC):
+    """The state of resumable toolchains."""
 
     @abc.abstractmethod
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
         """A toolchain's state (mnemo.domain.toolchain), None when the tenant has none by
         that id."""
+
+
+class StoreOperations(abc.ABC):
+    """What operators do to the read models as a whole: count, compare, drop for a
+    rebuild."""
 
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:
@@ -339,6 +379,22 @@ class MemoryStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+
+class ConsumerStore(ProjectionStore, TimerReads, abc.ABC):
+    """What the runners of the consumers use: batches, positions and due timers."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class ReadStore(MemoryReads, TemplateReads, UsageReads, AuditReads, ToolchainReads, abc.ABC):
+    """What the read use cases (the API, context assembly, the console) use."""
+
+
+class MemoryStore(ConsumerStore, ReadStore, StoreOperations, abc.ABC):
+    """The per-tenant read models, every port above: what an adapter implements (each port
+    has its contract suite, tests/contract/test_store_*.py)."""
 
 
 # ---- vector index ----------------------------------------------------------------------

@@ -43,7 +43,7 @@ PREFIX = "MNEMO_"
 # the consumer services, each with its own prefix for WorkerSettings (MNEMO_REGISTRAR_...)
 CONSUMERS = ("registrar", "indexer", "decay", "audit")
 
-# what the `mnemo` client commands and the MCP server read (cli.py's options)
+# what the `mnemo` client commands and the MCP server read (entrypoints/cli.py's options)
 CLIENT_VARIABLES: dict[str, str] = {
     "MNEMO_URL": "the server the client commands talk to",
     "MNEMO_API_KEY": "the API key the client sends; it decides the tenant",

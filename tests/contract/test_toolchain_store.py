@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.contract.test_memory_store import cassandra_keyspace  # noqa: F401 - a fixture
 from tests.support import BLINDER
 
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
@@ -139,8 +138,8 @@ class TestSqliteToolchainStore(ToolchainStoreContract):
 
 class TestCassandraToolchainStore(ToolchainStoreContract):
     @pytest.fixture(autouse=True)
-    def _cassandra(self, cassandra_keyspace: tuple[Any, str]) -> None:  # noqa: F811
-        self.session, self.keyspace = cassandra_keyspace
+    def _cassandra(self, store_keyspace: tuple[Any, str]) -> None:
+        self.session, self.keyspace = store_keyspace
 
     def make_store(self, path: Path) -> MemoryStore:
         from mnemo.adapters.cassandra_store import CassandraMemoryStore

@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner, Result
 from tests.support import fixed_key, free_port, install_keys, running_server, wait_healthy
 
-from mnemo import cli as cli_module
 from mnemo.bootstrap import Platform, build_embedded
-from mnemo.cli import cli
 from mnemo.domain.ids import new_event_id
-from mnemo.service.admin import platform_checksum
+from mnemo.entrypoints import cli as cli_module
+from mnemo.entrypoints.admin import platform_checksum
+from mnemo.entrypoints.cli import cli
 from mnemo.service.app import RequestContext, Wait
 from mnemo.service.runner import CONSUMERS
 from mnemo.settings import GatewaySettings, MnemoSettings
@@ -485,7 +485,7 @@ def test_admin_rebuild_online_answers_the_servers_checksum(
 
 def start_serve(data: Path, port: int) -> subprocess.Popen[str]:
     env = {**os.environ, "MNEMO_EMBEDDER": "hashing", "MNEMO_LOG_LEVEL": "WARNING"}
-    command = [sys.executable, "-m", "mnemo.cli", "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "mnemo", "serve", "--port", str(port)]
     return subprocess.Popen(
         [*command, "--data-dir", str(data)],
         env=env,

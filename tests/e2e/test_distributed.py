@@ -328,7 +328,7 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
     assert audit["signed"] == audit["links"]
     # the CLI's status is the same answer, rendered
     cli = subprocess.run(
-        [sys.executable, "-m", "mnemo.cli", "--url", d.url, "--api-key", d.key, "status"],
+        [sys.executable, "-m", "mnemo", "--url", d.url, "--api-key", d.key, "status"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,8 +16,8 @@ from mnemo.bootstrap import Platform
 from mnemo.domain.errors import ConflictError
 from mnemo.domain.ids import derived_id, new_event_id
 from mnemo.domain.projection import AuditRecord
+from mnemo.entrypoints.admin import rebuild_read_models
 from mnemo.handlers import audit
-from mnemo.service.admin import rebuild_read_models
 from mnemo.service.app import RequestContext
 from mnemo.settings import GatewaySettings
 

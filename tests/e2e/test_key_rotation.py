@@ -21,11 +21,11 @@ from tests.vault_support import vault_settings
 
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.bootstrap import build_embedded
-from mnemo.cli import cli
 from mnemo.domain.ids import new_event_id
+from mnemo.entrypoints.admin import rebuild_read_models
+from mnemo.entrypoints.cli import cli
 from mnemo.handlers import registration
 from mnemo.ports import KeyVault
-from mnemo.service.admin import rebuild_read_models
 from mnemo.settings import MnemoSettings
 
 H = headers_for("acme", "ops")

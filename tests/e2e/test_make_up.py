@@ -90,7 +90,7 @@ class MakeUp:
 
     def mnemo(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "mnemo.cli", "--url", self.url, *args],
+            [sys.executable, "-m", "mnemo", "--url", self.url, *args],
             env={**self.env, **extra},
             capture_output=True,
             text=True,

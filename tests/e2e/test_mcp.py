@@ -24,7 +24,7 @@ from tests.support import fixed_key, install_keys, running_server
 
 from mnemo.client import MnemoClient
 from mnemo.domain.memory import MemoryType
-from mnemo.mcp_server import PAGE_BYTES, PAGE_MEMORIES
+from mnemo.entrypoints.mcp_server import PAGE_BYTES, PAGE_MEMORIES
 from mnemo.service.triggers import load_triggers
 
 TENANT = "mcp-test"
@@ -83,7 +83,7 @@ def mnemo_command() -> list[str]:
     """The installed `mnemo` console script, else the module."""
     script = Path(sys.executable).with_name("mnemo")
     found = script if script.exists() else shutil.which("mnemo")
-    return [str(found)] if found else [sys.executable, "-m", "mnemo.cli"]
+    return [str(found)] if found else [sys.executable, "-m", "mnemo"]
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from mnemo.domain.access import parse_key
 from mnemo.settings import GatewaySettings
 
 OPERATOR = "operator-token-9f8e7d6c5b4a"
-SERVE = [sys.executable, "-m", "mnemo.cli", "serve"]
+SERVE = [sys.executable, "-m", "mnemo", "serve"]
 PLANTED = "PLANTED-SECRET 4111-1111-1111-1111 cvv 737"
 
 

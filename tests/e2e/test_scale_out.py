@@ -45,12 +45,12 @@ from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
+from mnemo.entrypoints.workers import ensure_topics_from
 from mnemo.ports import MemoryQuery
 from mnemo.service.app import RequestContext
 from mnemo.service.context import ContextRequest
 from mnemo.service.distributed import position_name
 from mnemo.service.insights import Insights
-from mnemo.service.workers import ensure_topics_from
 from mnemo.settings import MnemoSettings
 
 CTX = RequestContext("acme", "scale-test")

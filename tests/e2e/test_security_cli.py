@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from tests.support import fixed_key, running_server
 
 from mnemo.bootstrap import build_embedded
-from mnemo.cli import cli
 from mnemo.domain.ids import new_event_id
+from mnemo.entrypoints.cli import cli
 from mnemo.service.app import RequestContext, Wait
 from mnemo.settings import MnemoSettings
 

@@ -27,7 +27,7 @@ from mnemo.domain.ids import new_event_id
 from mnemo.service.runner import CONSUMERS
 from mnemo.settings import GatewaySettings
 
-SERVE = [sys.executable, "-m", "mnemo.cli", "serve"]
+SERVE = [sys.executable, "-m", "mnemo", "serve"]
 # generous bounds: a backtracking engine takes hours on these inputs, RE2 milliseconds
 REQUEST_BOUND = 60.0
 HEALTH_BOUND = 10.0

@@ -26,10 +26,10 @@ from tests.support import fixed_key, free_port, headers_for, install_keys, runni
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
-from mnemo.cli import cli
 from mnemo.client import AsyncMnemoClient, MnemoAPIError, MnemoClient
 from mnemo.domain.toolchain import MAX_OUTPUT_BYTES
-from mnemo.service.admin import platform_checksum, rebuild_read_models
+from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
+from mnemo.entrypoints.cli import cli
 from mnemo.settings import GatewaySettings
 
 H = headers_for("acme")

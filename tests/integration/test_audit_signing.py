@@ -31,11 +31,11 @@ from mnemo.adapters.local_signer import LocalFileSigner
 from mnemo.adapters.sqlite_checkpoints import SqliteAuditCheckpoints
 from mnemo.adapters.vault_anchors import VaultKvAnchors
 from mnemo.bootstrap import build_embedded
-from mnemo.cli import cli
 from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest
 from mnemo.domain.events import Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import PutAudit
+from mnemo.entrypoints.cli import cli
 from mnemo.handlers import audit
 from mnemo.service.app import RequestContext
 from mnemo.service.insights import Insights

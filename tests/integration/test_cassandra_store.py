@@ -459,8 +459,10 @@ def test_a_commit_that_dies_before_its_seal_leaves_nothing(
 def test_a_commit_record_too_large_for_one_batch_is_sealed_after_its_pieces(
     store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cassandra_store, "_INTENT_ONE_BATCH", 0)
-    monkeypatch.setattr(cassandra_store, "_INTENT_CHUNK", 64)  # many pieces
+    from mnemo.adapters.cassandra_store import commits  # where commit records are sealed
+
+    monkeypatch.setattr(commits, "_INTENT_ONE_BATCH", 0)
+    monkeypatch.setattr(commits, "_INTENT_CHUNK", 64)  # many pieces
     crash_after(store, 0, monkeypatch)
     with pytest.raises(Crash):
         commit(store, [PutMemory(mem(1)), PutMemory(mem(2))], 3)

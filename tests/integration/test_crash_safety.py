@@ -20,7 +20,7 @@ from tests.support import audit_trails, free_port, headers_for
 
 from mnemo.bootstrap import build_embedded
 from mnemo.domain.events import MemoryDeclared, MemoryRegistered
-from mnemo.service.admin import platform_checksum, rebuild_read_models
+from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
 from mnemo.settings import MnemoSettings
 
 H = headers_for("crash", "burst")

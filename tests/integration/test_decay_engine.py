@@ -10,7 +10,7 @@ from typing import Any
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.memory import MemoryStatus
-from mnemo.service.admin import platform_checksum, rebuild_read_models
+from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext
 from mnemo.service.context import ContextRequest
 

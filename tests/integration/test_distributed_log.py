@@ -27,8 +27,9 @@ from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import LogRecord, MemoryQuery, RecordStatus
+from mnemo.records import record_key
 from mnemo.service.app import RequestContext
-from mnemo.service.distributed import NotReady, record_key
+from mnemo.service.distributed import NotReady
 
 CTX = RequestContext("acme", "tester")
 

@@ -13,7 +13,7 @@ import pytest
 from tests.distributed_support import distributed_settings, running_distributed
 
 from mnemo.bootstrap import Platform
-from mnemo.service.admin import distributed_status
+from mnemo.entrypoints.admin import distributed_status
 
 
 class Component:

@@ -12,7 +12,7 @@ from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.memory import Guard, MemoryStatus
 from mnemo.domain.rules import RuleSet
-from mnemo.service.admin import platform_checksum, rebuild_read_models
+from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
 from mnemo.service.context import ContextRequest
 
@@ -184,7 +184,7 @@ def test_sealed_time_zones_and_guards_still_work(platform: Platform) -> None:
     """On a user stream the time zones, the language and a guard reach the log sealed; the
     consumers open them before handling, so a known zone is taken (not refused as unknown)
     and the read model keeps the zone and the guard as the agent wrote them."""
-    from mnemo.service.sealing import SEALED_TEXT
+    from mnemo.sealing import SEALED_TEXT
 
     app = platform.app
     guard = {"rule_id": "no-peanuts", "patterns": ["peanut"]}

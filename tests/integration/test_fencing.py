@@ -255,7 +255,7 @@ def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) 
     # worker that lost the partitions acknowledged records it left alone): no record
     # follows, so nothing reaches the new owner's stream, and the held partitions are read
     # from the topic at their stored positions instead
-    from mnemo.service.workers import Worker
+    from mnemo.entrypoints.workers import Worker
 
     with running_distributed(distributed_settings(tmp_path / "data")) as platform:
         result = platform.app.publish(

@@ -19,7 +19,7 @@ from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.client.kafka import EventPublisher
 from mnemo.domain.events import validate_envelope
 from mnemo.domain.pii import REDACTED
-from mnemo.service.sealing import KeyCache, Sealer
+from mnemo.sealing import KeyCache, Sealer
 
 BOOTSTRAP = os.environ.get("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 

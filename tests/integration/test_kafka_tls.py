@@ -19,7 +19,7 @@ from tests.tls_support import SASL_USER, TlsServices, rogue_ca, tls_services
 from mnemo.adapters.kafka_topic import KafkaTopic, ensure_topics
 from mnemo.bootstrap import kafka_config
 from mnemo.domain.errors import InvalidInput, Unavailable
-from mnemo.service.workers import _credentials
+from mnemo.entrypoints.workers import _credentials
 from mnemo.settings import MnemoSettings
 
 

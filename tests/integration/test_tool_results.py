@@ -15,7 +15,7 @@ from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryStatus
-from mnemo.service.admin import platform_checksum, rebuild_read_models
+from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
 from mnemo.service.app import RequestContext, Wait
 from mnemo.service.context import ContextRequest
 from mnemo.service.triggers import load_triggers

@@ -95,7 +95,7 @@ def error_lines(stderr: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     "command",
-    [["-m", "mnemo_registrar"], ["-m", "mnemo_gateway"], ["-m", "mnemo.cli", "serve"]],
+    [["-m", "mnemo_registrar"], ["-m", "mnemo_gateway"], ["-m", "mnemo", "serve"]],
     ids=["worker", "gateway", "mnemo-serve"],
 )
 def test_a_distributed_process_without_a_vault_stops_at_its_start(

@@ -23,7 +23,7 @@ from mnemo.domain.acceptance import MAX_CLOCK_SKEW
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import derived_id, new_event_id
 from mnemo.ports import LogRecord
-from mnemo.service.distributed import parse_record
+from mnemo.records import parse_record
 from mnemo.settings import GatewaySettings
 
 ACCEPTED = "accepted"

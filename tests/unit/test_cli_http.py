@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from mnemo import __version__
-from mnemo.cli import Api, ApiError, Unreachable
+from mnemo.entrypoints.cli import Api, ApiError, Unreachable
 
 
 def api(handler: httpx.MockTransport, **kw: object) -> Api:

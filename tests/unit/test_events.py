@@ -127,7 +127,7 @@ def test_a_topic_record_sealed_under_another_tenants_key_is_dead_lettered() -> N
     import orjson
 
     from mnemo.ports import LogRecord
-    from mnemo.service.distributed import parse_record
+    from mnemo.records import parse_record
 
     event = raw(stream="user:U1", encryption={**BLOCK, "key_id": "globex/user:U1"})
     record = LogRecord(0, 0, b"acme:user:U1", orjson.dumps(event))

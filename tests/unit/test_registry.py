@@ -19,9 +19,9 @@ from mnemo import settings
 from mnemo.bootstrap import Platform
 from mnemo.domain.events import CATALOG, Actor, ActorKind, Envelope
 from mnemo.domain.projection import PutTimeline
+from mnemo.entrypoints import workers
 from mnemo.handlers import Decision, decay, indexing, registration, registry, timeline, toolchain
 from mnemo.handlers.registry import Consumer, Projection
-from mnemo.service import workers
 
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY = "gateway"
@@ -46,7 +46,7 @@ def places_lacking(table: Sequence[Consumer], runner_steps: Callable[[], object]
         lacking.append(f"service/runner.py: {exc}")
     for c in table:
         if not set(c.periodic) <= set(workers.PERIODIC):
-            lacking.append(f"service/workers.py PERIODIC: {c.name}")
+            lacking.append(f"entrypoints/workers.py PERIODIC: {c.name}")
     if tuple(settings.CONSUMERS) != tuple(names):
         lacking.append(f"settings.py CONSUMERS: {sorted(set(names) - set(settings.CONSUMERS))}")
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
@@ -111,7 +111,7 @@ def test_a_consumer_added_to_the_table_is_named_missing_in_each_place(
     lacking = places_lacking(table, steps)
     expected = [
         "service/runner.py",
-        "service/workers.py PERIODIC: ledger",
+        "entrypoints/workers.py PERIODIC: ledger",
         "settings.py CONSUMERS",
         "services/ledger/mnemo_ledger/__main__.py",
         "services/ledger/mnemo_ledger/app.py",

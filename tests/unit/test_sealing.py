@@ -20,7 +20,7 @@ from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
 from mnemo.domain.events import Envelope, validate_envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.pii import REDACTED, SecurityPolicy
-from mnemo.service.sealing import SEALED_TEXT, KeyCache, Sealer
+from mnemo.sealing import SEALED_TEXT, KeyCache, Sealer
 
 ID = "11010519491231002X"
 PHONE = "13800138000"

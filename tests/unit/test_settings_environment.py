@@ -5,6 +5,7 @@ anywhere without being declared fails here; each settings field must be read by 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from tests.support import stack_module
 
-from mnemo.cli import cli
+from mnemo.entrypoints.cli import cli
 from mnemo.handlers import audit, decay, indexing, registration
 from mnemo.settings import (
     CLIENT_VARIABLES,
@@ -118,7 +119,7 @@ def test_the_worker_prefixes_are_the_consumers() -> None:
 def test_the_client_variables_are_the_cli_options() -> None:
     envvars = {p.envvar for p in cli.params if getattr(p, "envvar", None)}
     assert envvars == set(CLIENT_VARIABLES)
-    mcp = (REPO / "shared" / "mnemo" / "mcp_server.py").read_text(encoding="utf-8")
+    mcp = (REPO / "shared" / "mnemo" / "entrypoints" / "mcp_server.py").read_text(encoding="utf-8")
     assert set(NAME.findall(mcp)) <= set(CLIENT_VARIABLES)
 
 
@@ -183,7 +184,7 @@ def test_the_settings_table_in_the_docs_is_generated_from_the_models() -> None:
         ["-m", "mnemo_gateway"],
         ["-m", "mnemo_registrar"],
         ["-m", "mnemo_indexer"],
-        ["-m", "mnemo.cli", "status"],
+        ["-m", "mnemo", "status"],
     ],
     ids=["gateway", "registrar", "indexer", "cli"],
 )
@@ -191,6 +192,8 @@ def test_a_process_does_not_start_with_a_misspelt_setting(
     command: list[str], tmp_path: Path
 ) -> None:
     env = {"PATH": "/usr/bin:/bin", "MNEMO_DATA_DIR": str(tmp_path), TYPO: "kafka:9092"}
+    if "PYTHONPATH" in os.environ:  # the checkout's own modules, where the caller named them
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     done = subprocess.run(
         [sys.executable, *command], env=env, capture_output=True, text=True, timeout=120
     )

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from mnemo.domain.errors import InvalidInput, Unavailable
-from mnemo.service.workers import ConfigurationError, _starting
+from mnemo.entrypoints.workers import ConfigurationError, _starting
 
 
 def test_a_configuration_error_fails_at_once_naming_the_setting(

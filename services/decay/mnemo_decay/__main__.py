@@ -1,6 +1,6 @@
 """Entry point: run the decay consumer (`python -m mnemo_decay`)."""
 
-from mnemo.service.consumer_main import main
+from mnemo.entrypoints.consumer_main import main
 
 if __name__ == "__main__":
     main("decay")

@@ -1,9 +1,9 @@
 """The decay's faust-streaming app for the distributed mode (consumer group mnemo-decay).
 
-`python -m mnemo_decay` runs it when MNEMO_MODE=distributed; see mnemo.service.workers.
+`python -m mnemo_decay` runs it when MNEMO_MODE=distributed; see mnemo.entrypoints.workers.
 """
 
-from mnemo.service.workers import Worker, make_worker
+from mnemo.entrypoints.workers import Worker, make_worker
 
 __all__ = ["worker"]
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from mnemo import __version__, telemetry
 from mnemo.bootstrap import Platform
-from mnemo.mcp_server import mount_mcp
+from mnemo.entrypoints.mcp_server import mount_mcp
 from mnemo.settings import GatewaySettings
 from mnemo_gateway.errors import ErrorResponse, install_error_handlers
 from mnemo_gateway.guard import McpGuard, install_log_redaction

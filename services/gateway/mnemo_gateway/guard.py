@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemo.domain.access import redact
 from mnemo.domain.errors import MnemoError
-from mnemo.mcp_server import MCP_PATH
+from mnemo.entrypoints.mcp_server import MCP_PATH
 from mnemo_gateway.deps import authenticate
 from mnemo_gateway.errors import error_response, status_of
 

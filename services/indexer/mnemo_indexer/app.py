@@ -1,9 +1,9 @@
 """The indexer's faust-streaming app for the distributed mode (consumer group mnemo-indexer).
 
-`python -m mnemo_indexer` runs it when MNEMO_MODE=distributed; see mnemo.service.workers.
+`python -m mnemo_indexer` runs it when MNEMO_MODE=distributed; see mnemo.entrypoints.workers.
 """
 
-from mnemo.service.workers import Worker, make_worker
+from mnemo.entrypoints.workers import Worker, make_worker
 
 __all__ = ["worker"]
 

@@ -18,7 +18,8 @@ from typing import Any
 from cassandra import ConsistencyLevel
 from cassandra.query import PreparedStatement
 
-from mnemo.adapters.cassandra_store import _DRIVER_UNAVAILABLE, _valid_keyspace, migrate
+from mnemo.adapters.cassandra_store.common import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_store.schema import migrate
 from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.errors import ConflictError, Unavailable
 from mnemo.ports import AccessStore

@@ -45,7 +45,8 @@ from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import PreparedStatement
 
-from mnemo.adapters.cassandra_store import _DRIVER_UNAVAILABLE, _valid_keyspace, write_batched
+from mnemo.adapters.cassandra_store.common import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_store.rows import write_batched
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.ports import ArchivedEvent, EventArchive, RecordFate, RecordStatus

@@ -23,7 +23,7 @@ from typing import Any
 from cassandra import ConsistencyLevel
 from cassandra.query import PreparedStatement
 
-from mnemo.adapters.cassandra_store import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_store.common import _DRIVER_UNAVAILABLE, _valid_keyspace
 from mnemo.domain.checkpoint import Checkpoint, Signature
 from mnemo.domain.errors import Unavailable
 from mnemo.ports import AuditCheckpoints

@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Coordinates, LogRecord, LogTopic
+from mnemo.records import MAX_RECORD_BYTES
 
 __all__ = ["KafkaConfig", "KafkaTopic", "ensure_topics"]
 
@@ -52,8 +53,6 @@ class _NoRecordContents(logging.Filter):
 logging.getLogger("aiokafka.producer.producer").addFilter(_NoRecordContents())
 
 T = TypeVar("T")
-
-MAX_RECORD_BYTES = 1_048_576
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,12 @@ A file of its own: a rebuild of the read models never touches it, and it can be 
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from datetime import datetime
 from pathlib import Path
 
-from mnemo.adapters.sqlite_log import connect
+from mnemo.adapters.sqlite_file import SqliteFile
 from mnemo.domain.access import ApiKey, Tenant
-from mnemo.domain.errors import ConflictError, Unavailable
+from mnemo.domain.errors import ConflictError
 from mnemo.ports import AccessStore
 
 __all__ = ["SqliteAccessStore"]
@@ -28,24 +26,8 @@ CREATE INDEX IF NOT EXISTS api_keys_tenant ON api_keys (tenant, key_id);
 
 class SqliteAccessStore(AccessStore):
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
-        try:
-            self._conn = connect(path, synchronous)
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the access store cannot be opened: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
-        self._lock = threading.Lock()
-
-    def _fetch(self, sql: str, params: tuple[object, ...]) -> list[tuple[str]]:
-        try:
-            with self._lock:
-                return list(self._conn.execute(sql, params).fetchall())
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the access store is unavailable: {type(exc).__name__}", code="STORE_UNAVAILABLE"
-            ) from exc
+        self._file = SqliteFile(path, _SCHEMA, what="the access store", synchronous=synchronous)
+        self._fetch = self._file.fetch
 
     def create_tenant(self, tenant: Tenant) -> bool:
         rows = self._fetch(
@@ -81,35 +63,20 @@ class SqliteAccessStore(AccessStore):
         return [ApiKey.model_validate_json(r[0]) for r in rows]
 
     def revoke_key(self, tenant: str, key_id: str, at: datetime) -> ApiKey | None:
-        try:
-            with self._lock:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    row = self._conn.execute(
-                        "SELECT body FROM api_keys WHERE key_id = ? AND tenant = ?",
-                        (key_id, tenant),
-                    ).fetchone()
-                    if row is None:
-                        self._conn.execute("ROLLBACK")
-                        return None
-                    key = ApiKey.model_validate_json(row[0])
-                    if key.revoked_at is None or key.revoked_at > at:
-                        key = key.model_copy(update={"revoked_at": at})
-                        self._conn.execute(
-                            "UPDATE api_keys SET body = ? WHERE key_id = ? AND tenant = ?",
-                            (key.model_dump_json(), key_id, tenant),
-                        )
-                    self._conn.execute("COMMIT")
-                    return key
-                except BaseException:
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
-                    raise
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the access store is unavailable: {type(exc).__name__}", code="STORE_UNAVAILABLE"
-            ) from exc
+        with self._file.immediate() as conn:
+            row = conn.execute(
+                "SELECT body FROM api_keys WHERE key_id = ? AND tenant = ?", (key_id, tenant)
+            ).fetchone()
+            if row is None:
+                return None
+            key = ApiKey.model_validate_json(row[0])
+            if key.revoked_at is None or key.revoked_at > at:
+                key = key.model_copy(update={"revoked_at": at})
+                conn.execute(
+                    "UPDATE api_keys SET body = ? WHERE key_id = ? AND tenant = ?",
+                    (key.model_dump_json(), key_id, tenant),
+                )
+            return key
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._file.close()

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
-import threading
 from pathlib import Path
 
-from mnemo.adapters.sqlite_log import connect
+from mnemo.adapters.sqlite_file import SqliteFile
 from mnemo.domain.checkpoint import (
     Checkpoint,
     anchor_moves,
@@ -48,57 +46,32 @@ class SqliteCheckpointAnchors(CheckpointAnchors):
             "MNEMO_VAULT_ADDR to keep them in OpenBao/Vault",
             path,
         )
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._conn = connect(path, synchronous)
-            self._conn.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise Unavailable(
-                f"the audit anchors cannot be opened: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
-        self._lock = threading.Lock()
-
-    def _run(self, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
-        try:
-            with self._lock:
-                return list(self._conn.execute(sql, params).fetchall())
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the audit anchors are unavailable: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
+        self._file = SqliteFile(
+            path,
+            _SCHEMA,
+            what="the audit anchors",
+            plural=True,
+            synchronous=synchronous,
+            private_folder=True,
+        )
 
     def advance(self, checkpoint: Checkpoint) -> bool:
         c = checkpoint
-        try:
-            with self._lock:
-                self._conn.execute("BEGIN IMMEDIATE")  # read and write as one, across processes
-                try:
-                    row = self._conn.execute(
-                        "SELECT record FROM audit_anchors WHERE tenant = ? AND stream = ?",
-                        (c.tenant, c.stream),
-                    ).fetchone()
-                    current = self._parse(c.tenant, c.stream, row[0]) if row else None
-                    if not anchor_moves(current, c):
-                        self._conn.execute("COMMIT")
-                        return False
-                    self._conn.execute(
-                        "INSERT INTO audit_anchors (tenant, stream, idx, record) "
-                        "VALUES (?, ?, ?, ?) ON CONFLICT (tenant, stream) DO UPDATE SET "
-                        "idx = excluded.idx, record = excluded.record",
-                        (c.tenant, c.stream, c.index, json.dumps(checkpoint_record(c))),
-                    )
-                    self._conn.execute("COMMIT")
-                    return True
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the audit anchors are unavailable: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
+        with self._file.immediate() as conn:  # read and write as one, across processes
+            row = conn.execute(
+                "SELECT record FROM audit_anchors WHERE tenant = ? AND stream = ?",
+                (c.tenant, c.stream),
+            ).fetchone()
+            current = self._parse(c.tenant, c.stream, row[0]) if row else None
+            if not anchor_moves(current, c):
+                return False
+            conn.execute(
+                "INSERT INTO audit_anchors (tenant, stream, idx, record) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (tenant, stream) DO UPDATE SET "
+                "idx = excluded.idx, record = excluded.record",
+                (c.tenant, c.stream, c.index, json.dumps(checkpoint_record(c))),
+            )
+            return True
 
     @staticmethod
     def _parse(tenant: str, stream: str, record: object) -> Checkpoint:
@@ -114,12 +87,11 @@ class SqliteCheckpointAnchors(CheckpointAnchors):
         return anchor
 
     def of_tenant(self, tenant: str) -> list[Checkpoint]:
-        rows = self._run(
+        rows = self._file.fetch(
             "SELECT stream, record FROM audit_anchors WHERE tenant = ? ORDER BY stream",
             (tenant,),
         )
         return [self._parse(tenant, str(stream), record) for stream, record in rows]
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._file.close()

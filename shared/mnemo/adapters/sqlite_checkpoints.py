@@ -7,14 +7,11 @@ and never replaced. Every statement binds its values."""
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from datetime import datetime
 from pathlib import Path
 
-from mnemo.adapters.sqlite_log import connect
+from mnemo.adapters.sqlite_file import SqliteFile
 from mnemo.domain.checkpoint import Checkpoint, Signature
-from mnemo.domain.errors import Unavailable
 from mnemo.ports import AuditCheckpoints
 
 __all__ = ["SqliteAuditCheckpoints"]
@@ -48,25 +45,12 @@ def _checkpoint(row: Row) -> Checkpoint:
 
 class SqliteAuditCheckpoints(AuditCheckpoints):
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
-        try:
-            self._conn = connect(path, synchronous)
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the audit checkpoints cannot be opened: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
-        self._lock = threading.Lock()
+        self._file = SqliteFile(
+            path, _SCHEMA, what="the audit checkpoints", plural=True, synchronous=synchronous
+        )
 
     def _fetch(self, sql: str, params: tuple[object, ...]) -> list[Row]:
-        try:
-            with self._lock:
-                return list(self._conn.execute(sql, params).fetchall())
-        except sqlite3.Error as exc:
-            raise Unavailable(
-                f"the audit checkpoints are unavailable: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
+        return self._file.fetch(sql, params)
 
     def add(self, checkpoint: Checkpoint) -> bool:
         c = checkpoint
@@ -103,5 +87,4 @@ class SqliteAuditCheckpoints(AuditCheckpoints):
         return [_checkpoint(r) for r in rows]
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._file.close()

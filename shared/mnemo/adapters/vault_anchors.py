@@ -23,7 +23,7 @@ and `list` on `<mount>/metadata/<prefix>/*`; nobody needs `delete` or `destroy`
 Errors: an unreachable vault or a refused token raise Unavailable (VAULT_UNAVAILABLE), an
 anchor that is not a checkpoint record raises Unavailable (AUDIT_ANCHOR_UNREADABLE);
 messages name the path and the status, never the token. The vault plumbing (token file,
-error translation) is `VaultKeyVault`'s.
+error translation) is `vault_connection`'s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import hvac
 
-from mnemo.adapters.vault_key_vault import TokenFile, VaultKeyVault, _Missing, _Refused
+from mnemo.adapters.vault_connection import Missing, Refused, TokenFile, VaultConnection
 from mnemo.domain.checkpoint import (
     Checkpoint,
     anchor_moves,
@@ -72,9 +72,7 @@ class VaultKvAnchors(CheckpointAnchors):
                 code="INVALID_SETTING",
                 field="audit_anchor_mount",
             )
-        self._vault = VaultKeyVault(
-            url, token, mount=mount, prefix=prefix, timeout=timeout, client=client
-        )
+        self._vault = VaultConnection(url, token, mount=mount, timeout=timeout, client=client)
         self.mount = self._vault.mount
         self.prefix = prefix
         self.name = f"vault kv {self.mount}/{prefix}"
@@ -93,7 +91,7 @@ class VaultKvAnchors(CheckpointAnchors):
                 return False
             try:
                 self._write(path, record, version)
-            except _Refused:  # another writer moved it since it was read: decide again
+            except Refused:  # another writer moved it since it was read: decide again
                 time.sleep(0.02 * attempt)
                 continue
             return True
@@ -109,7 +107,7 @@ class VaultKvAnchors(CheckpointAnchors):
                 f"the audit anchors of {tenant!r}",
                 lambda: self._kv.list_secrets(path=folder, mount_point=self.mount),
             )
-        except _Missing:  # nothing anchored yet (or no mount yet)
+        except Missing:  # nothing anchored yet (or no mount yet)
             return []
         names = sorted(str(k) for k in (listed.get("data") or {}).get("keys") or [])
         out = []
@@ -131,10 +129,10 @@ class VaultKvAnchors(CheckpointAnchors):
 
     @property
     def _kv(self) -> Any:
-        return self._vault._client.secrets.kv.v2
+        return self._vault.client.secrets.kv.v2
 
     def _call(self, what: str, call: Any) -> Any:
-        return self._vault._vault(what, call)
+        return self._vault.call(what, call)
 
     def _path(self, tenant: str, stream: str) -> str:
         return f"{self.prefix}/{_segment(tenant)}/{stream.encode('utf-8').hex()}"
@@ -148,9 +146,9 @@ class VaultKvAnchors(CheckpointAnchors):
                     path=path, mount_point=self.mount, raise_on_deleted_version=True
                 ),
             )
-        except _Missing:
+        except Missing:
             return 0, None
-        except _Refused:  # a mount still being set up answers 400 for a moment
+        except Refused:  # a mount still being set up answers 400 for a moment
             raise Unavailable(
                 f"the vault refused to read the audit anchor {path}", code="VAULT_UNAVAILABLE"
             ) from None
@@ -188,12 +186,12 @@ class VaultKvAnchors(CheckpointAnchors):
                     what, lambda: self._kv.read_configuration(mount_point=self.mount)
                 )
                 required = (config.get("data") or {}).get("cas_required") is True
-            except _Missing:
-                # _Refused: someone else enabled it meanwhile ("path is already in use")
-                with contextlib.suppress(_Refused):
+            except Missing:
+                # Refused: someone else enabled it meanwhile ("path is already in use")
+                with contextlib.suppress(Refused):
                     self._call(
                         what,
-                        lambda: self._vault._client.sys.enable_secrets_engine(
+                        lambda: self._vault.client.sys.enable_secrets_engine(
                             "kv", path=self.mount, options={"version": "2"}
                         ),
                     )
@@ -206,7 +204,7 @@ class VaultKvAnchors(CheckpointAnchors):
                         what, lambda: self._kv.configure(cas_required=True, mount_point=self.mount)
                     )
                     required = True
-                except (_Refused, _Missing):  # a new mount is ready after a moment
+                except (Refused, Missing):  # a new mount is ready after a moment
                     time.sleep(0.05 * (attempt + 1))
             if not required:
                 raise Unavailable(

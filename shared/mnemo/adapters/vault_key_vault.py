@@ -15,10 +15,9 @@ Vault:
   allows deletion and deletes the key: its material is gone from Vault, nothing wrapped
   under it can be unwrapped again, and the tombstone stops the name being re-created.
 
-The token is a string, or a `TokenFile`: the file Vault Agent keeps the current token in.
-The file is read again whenever it changes (checked before each call, at the cost of one
-stat) and whenever Vault refuses the token, so a renewed or rotated token is picked up
-without a restart, and a call refused with the old token is tried once more with the new.
+The token is a string, or a `TokenFile`: the file Vault Agent keeps the current token in
+(the connection, its token and its error translation are `vault_connection`'s, shared with
+the audit signer and anchors).
 
 Connection failures, timeouts, a sealed or uninitialised vault and a refused token raise
 Unavailable (code VAULT_UNAVAILABLE, 503). A missing key raises KeyDestroyed when Mnemo
@@ -35,17 +34,14 @@ import base64
 import contextlib
 import hashlib
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import hvac
-import requests
-from hvac import exceptions as vault_errors
 
+from mnemo.adapters.vault_connection import Missing, Refused, TokenFile, VaultConnection
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError, Unavailable
 from mnemo.ports import KeyVault
 
@@ -59,68 +55,6 @@ SEARCH_LABEL = b"mnemo-search-key\x00"
 _WRAPPED = re.compile(r"^vault:v([1-9][0-9]{0,8}):[A-Za-z0-9+/]+=*$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _T = TypeVar("_T")
-
-
-class TokenFile:
-    """A Vault token kept in a file that another process renews (Vault Agent's sink).
-
-    The file must hold a token when this is built; later, while it is missing or empty for
-    a moment (an agent replacing it), the last token read stays in use."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int, int] | None = None
-        token = self._read()
-        if token is None:
-            raise InvalidInput(
-                f"the Vault token file {path} is missing, unreadable or empty",
-                code="VAULT_TOKEN_MISSING",
-                field="vault_token_file",
-            )
-        self._token = token
-
-    def current(self) -> str:
-        """The token, read again when the file changed since the last read."""
-        stamp = self._stat()
-        if stamp is not None and stamp != self._stamp:
-            self._load()
-        return self._token
-
-    def reload(self) -> bool:
-        """Read the file again whatever its stamp says; True when the token changed."""
-        return self._load()
-
-    def _load(self) -> bool:
-        with self._lock:
-            before = self._token
-            token = self._read()
-            if token is not None:
-                self._token = token
-            if token is not None and token != before:
-                log.info("Vault token file %s changed: using the new token", self.path)
-            return token is not None and token != before
-
-    def _stat(self) -> tuple[int, int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-
-    def _read(self) -> str | None:
-        stamp = self._stat()
-        try:
-            token = self.path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if not token or any(c.isspace() for c in token):
-            return None
-        self._stamp = stamp
-        return token
-
-    def __repr__(self) -> str:  # the path only, never the token
-        return f"TokenFile({str(self.path)!r})"
 
 
 class VaultKeyVault(KeyVault):
@@ -138,12 +72,11 @@ class VaultKeyVault(KeyVault):
     ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", prefix):
             raise InvalidInput("vault key prefix must be 1-64 letters, digits, '_' or '-'")
+        self.connection = VaultConnection(url, token, mount=mount, timeout=timeout, client=client)
         self.url = url
-        self.mount = mount.strip("/")
+        self.mount = self.connection.mount
         self.prefix = prefix
-        self._tokens = token if isinstance(token, TokenFile) else None
-        first = token.current() if isinstance(token, TokenFile) else token
-        self._client = client or hvac.Client(url=url, token=first, timeout=timeout)
+        self._client = self.connection.client
         self._lock = threading.Lock()
         self._mount_ready = False
         self._mount_seen = False
@@ -163,44 +96,14 @@ class VaultKeyVault(KeyVault):
         return plaintext, wrapped, int(data["key_version"])
 
     def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
-        name = self.name_of(key_id)
-        ciphertext = _wrapped_text(wrapped)
-        try:
-            data = self._call(
-                key_id,
-                lambda: self._transit.decrypt_data(
-                    name=name, ciphertext=ciphertext, mount_point=self.mount
-                ),
-            )["data"]
-        except _Missing:
-            raise self._gone(key_id) from None
-        except _Refused:
-            raise InvalidInput(
-                f"wrapped key does not belong to key {key_id!r} (or was altered)",
-                code="BAD_WRAPPED_KEY",
-            ) from None
+        data = self._on_wrapped(key_id, wrapped, self._transit.decrypt_data)
         plaintext = base64.b64decode(data["plaintext"])
         if len(plaintext) != 32:
             raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
         return plaintext
 
     def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
-        name = self.name_of(key_id)
-        ciphertext = _wrapped_text(wrapped)
-        try:
-            data = self._call(
-                key_id,
-                lambda: self._transit.rewrap_data(
-                    name=name, ciphertext=ciphertext, mount_point=self.mount
-                ),
-            )["data"]
-        except _Missing:
-            raise self._gone(key_id) from None
-        except _Refused:
-            raise InvalidInput(
-                f"wrapped key does not belong to key {key_id!r} (or was altered)",
-                code="BAD_WRAPPED_KEY",
-            ) from None
+        data = self._on_wrapped(key_id, wrapped, self._transit.rewrap_data)
         rewrapped = str(data["ciphertext"])
         found = _WRAPPED.fullmatch(rewrapped)
         version = data.get("key_version") or (found.group(1) if found else 0)
@@ -210,7 +113,7 @@ class VaultKeyVault(KeyVault):
         name = self.name_of(key_id)
         try:
             self._call(key_id, lambda: self._transit.rotate_key(name=name, mount_point=self.mount))
-        except _Missing:
+        except Missing:
             self._create(key_id)
             return 1
         return self._latest_version(key_id)
@@ -237,7 +140,7 @@ class VaultKeyVault(KeyVault):
                     name=name + TOMBSTONE, key_type=KEY_TYPE, mount_point=self.mount
                 ),
             )
-        except _Missing:  # no mount to write it in
+        except Missing:  # no mount to write it in
             raise self._gone(key_id) from None
         try:
             self._call(
@@ -247,7 +150,7 @@ class VaultKeyVault(KeyVault):
                 ),
             )
             self._call(key_id, lambda: self._transit.delete_key(name=name, mount_point=self.mount))
-        except _Missing:
+        except Missing:
             pass  # never created, or already destroyed
         log.info("key %s destroyed (crypto-shredded)", key_id)
 
@@ -294,8 +197,8 @@ class VaultKeyVault(KeyVault):
                         "keys; restore it from a backup",
                         code="VAULT_KEY_MISSING",
                     )
-                # _Refused: someone else enabled it meanwhile ("path is already in use")
-                with contextlib.suppress(_Refused):
+                # Refused: someone else enabled it meanwhile ("path is already in use")
+                with contextlib.suppress(Refused):
                     self._vault(
                         "the transit mount",
                         lambda: self._client.sys.enable_secrets_engine("transit", path=self.mount),
@@ -326,37 +229,37 @@ class VaultKeyVault(KeyVault):
         return self._vault(f"key {key_id!r}", call)
 
     def _vault(self, what: str, call: Callable[[], _T]) -> _T:
-        """One Vault call with the current token; refused, it is tried once more when the
-        token file holds another token by then."""
-        if self._tokens is not None:
-            self._client.token = self._tokens.current()
+        return self.connection.call(what, call)
+
+    def _on_wrapped(self, key_id: str, wrapped: bytes, endpoint: Any) -> dict[str, Any]:
+        """A transit call (decrypt, rewrap) on a wrapped data key of the key: its answer's
+        data; a key the vault lacks is `_gone`, a wrapped key it refuses BAD_WRAPPED_KEY."""
+        name = self.name_of(key_id)
+        ciphertext = _wrapped_text(wrapped)
         try:
-            return _guard(what, call)
-        except _Denied as denied:
-            if self._tokens is None or not self._tokens.reload():
-                raise Unavailable(
-                    f"Vault refused Mnemo's token for {what} ({denied.kind})",
-                    code="VAULT_UNAVAILABLE",
-                ) from None
-        self._client.token = self._tokens.current()
-        try:
-            return _guard(what, call)
-        except _Denied as denied:
-            raise Unavailable(
-                f"Vault refused Mnemo's token for {what} ({denied.kind})",
-                code="VAULT_UNAVAILABLE",
+            answer = self._call(
+                key_id, lambda: endpoint(name=name, ciphertext=ciphertext, mount_point=self.mount)
+            )
+        except Missing:
+            raise self._gone(key_id) from None
+        except Refused:
+            raise InvalidInput(
+                f"wrapped key does not belong to key {key_id!r} (or was altered)",
+                code="BAD_WRAPPED_KEY",
             ) from None
+        data: dict[str, Any] = answer["data"]
+        return data
 
     def _with_key(self, key_id: str, call: Callable[[], _T]) -> _T:
         """Run a call that needs the key, creating the key on first use (never after it was
         destroyed)."""
         try:
             return self._call(key_id, call)
-        except _Missing:
+        except Missing:
             self._create(key_id)
         try:
             return self._call(key_id, call)
-        except _Missing:
+        except Missing:
             raise self._gone(key_id) from None
 
     def _create(self, key_id: str) -> None:
@@ -370,13 +273,13 @@ class VaultKeyVault(KeyVault):
                     name=name, key_type=KEY_TYPE, mount_point=self.mount
                 ),
             )
-        except _Missing:  # no mount to create it in
+        except Missing:  # no mount to create it in
             raise self._gone(key_id) from None
 
     def _exists(self, key_id: str, name: str) -> bool:
         try:
             self._call(key_id, lambda: self._transit.read_key(name=name, mount_point=self.mount))
-        except _Missing:
+        except Missing:
             return False
         return True
 
@@ -386,56 +289,12 @@ class VaultKeyVault(KeyVault):
             data = self._call(
                 key_id, lambda: self._transit.read_key(name=name, mount_point=self.mount)
             )["data"]
-        except _Missing:
+        except Missing:
             raise self._gone(key_id) from None
         return int(data["latest_version"])
 
     def __repr__(self) -> str:
         return f"VaultKeyVault({self.url!r}, mount={self.mount!r}, prefix={self.prefix!r})"
-
-
-class _Missing(Exception):
-    """Vault says the key (or path) does not exist."""
-
-
-class _Refused(Exception):
-    """Vault refused the request (bad ciphertext, wrong key, a taken path)."""
-
-
-class _Denied(Exception):
-    """Vault refused the token (expired, revoked, or without the needed policy)."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-def _guard(what: str, call: Callable[[], _T]) -> _T:
-    """Run one Vault call, translating hvac and transport errors. Messages carry the
-    status only: Vault's text can echo request details."""
-    try:
-        return call()
-    except (requests.ConnectionError, requests.Timeout, vault_errors.VaultDown) as exc:
-        raise Unavailable(
-            f"Vault is unreachable ({type(exc).__name__}) for {what}", code="VAULT_UNAVAILABLE"
-        ) from None
-    except vault_errors.InvalidPath:
-        raise _Missing() from None
-    except vault_errors.InvalidRequest as exc:
-        text = " ".join(str(e) for e in (exc.errors or [])).lower()
-        if "not found" in text or "could be found" in text:
-            raise _Missing() from None
-        raise _Refused() from None
-    except (vault_errors.Unauthorized, vault_errors.Forbidden) as exc:
-        raise _Denied(type(exc).__name__) from None
-    except vault_errors.VaultError as exc:
-        raise Unavailable(
-            f"Vault failed on {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"
-        ) from None
-    except requests.RequestException as exc:
-        raise Unavailable(
-            f"Vault call failed for {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"
-        ) from None
 
 
 def _wrapped_text(wrapped: bytes) -> str:

@@ -11,8 +11,8 @@ The named key is created at first use when missing. A key of that name whose typ
 sign (an encryption key, say) is refused: signing or verifying then raises Unavailable
 with code AUDIT_SIGNING_KEY_INVALID rather than trusting something else. Transport and
 token errors raise Unavailable (VAULT_UNAVAILABLE), with the key's name and the status
-only, never the token. The vault plumbing (token file, mount, error translation) is
-`VaultKeyVault`'s.
+only, never the token. The vault plumbing (token file, error translation) is
+`vault_connection`'s; the transit mount is made as `VaultKeyVault` makes it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 
 import hvac
 
-from mnemo.adapters.vault_key_vault import TokenFile, VaultKeyVault, _Missing, _Refused
+from mnemo.adapters.vault_connection import Missing, Refused, TokenFile
+from mnemo.adapters.vault_key_vault import VaultKeyVault
 from mnemo.domain.checkpoint import Signature
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Signer
@@ -99,7 +100,7 @@ class VaultTransitSigner(Signer):
                     mount_point=self._vault.mount,
                 )
             )["data"]
-        except _Refused:  # a signature the key cannot read (unknown version, bad encoding)
+        except Refused:  # a signature the key cannot read (unknown version, bad encoding)
             return False
         return data.get("valid") is True
 
@@ -107,21 +108,21 @@ class VaultTransitSigner(Signer):
 
     @property
     def _transit(self) -> Any:
-        return self._vault._client.secrets.transit
+        return self._vault.connection.client.secrets.transit
 
     def _call(self, call: Any) -> Any:
         """One call with the current token; no mount listing, which the audit writers'
         policy does not allow."""
         try:
-            return self._vault._vault(f"audit signing key {self.key_name!r}", call)
-        except _Missing:
+            return self._vault.connection.call(f"audit signing key {self.key_name!r}", call)
+        except Missing:
             raise Unavailable(
                 f"the audit signing key {self.key_name!r} is missing from the vault",
                 code="AUDIT_SIGNING_KEY_MISSING",
             ) from None
 
     def _read_key(self) -> dict[str, Any]:
-        data: dict[str, Any] = self._vault._vault(
+        data: dict[str, Any] = self._vault.connection.call(
             f"audit signing key {self.key_name!r}",
             lambda: self._transit.read_key(name=self.key_name, mount_point=self._vault.mount),
         )["data"]
@@ -138,13 +139,13 @@ class VaultTransitSigner(Signer):
             )
 
         what = f"audit signing key {self.key_name!r}"
-        # _Refused: another process created it meanwhile; it is read next
-        with contextlib.suppress(_Refused):
+        # Refused: another process created it meanwhile; it is read next
+        with contextlib.suppress(Refused):
             try:
-                self._vault._vault(what, create)
-            except _Missing:  # no transit mount yet (a fresh development vault)
+                self._vault.connection.call(what, create)
+            except Missing:  # no transit mount yet (a fresh development vault)
                 self._vault._ensure_mount()
-                self._vault._vault(what, create)
+                self._vault.connection.call(what, create)
 
     def _ensure_key(self) -> None:
         """The named key exists and can sign: created when missing (never exportable)."""
@@ -155,11 +156,11 @@ class VaultTransitSigner(Signer):
                 return
             try:
                 data = self._read_key()
-            except _Missing:
+            except Missing:
                 self._create_key()
                 try:
                     data = self._read_key()
-                except _Missing:
+                except Missing:
                     raise Unavailable(
                         f"the audit signing key {self.key_name!r} cannot be created",
                         code="AUDIT_SIGNING_KEY_MISSING",

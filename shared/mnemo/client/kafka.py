@@ -3,18 +3,13 @@
 In the distributed mode the event log is a Kafka topic, and a high-volume producer (an
 ingestion pipeline, a device gateway) may append to it directly instead of going
 through the HTTP gateway. `EventPublisher` builds exactly the envelope the gateway would
-accept, checks it with the same validation, and produces one record per event:
-
-- key: ``tenant + ":" + stream`` (ADR 0002), so every event of a stream lands in one
-  partition and keeps its order there;
-- value: the envelope as compact JSON (UTF-8), `seq` left out: the log assigns it;
-- headers: ``mnemo-event-type``, ``mnemo-schema-version``, ``mnemo-event-id``,
-  ``content-type``, and the W3C ``traceparent`` / ``tracestate`` when the event carries
-  a trace, so consumers can route and trace without parsing the value;
-- the producer is idempotent with ``acks="all"``: a record is acknowledged only once
-  every in-sync replica has it, and the broker drops the producer's own retries. The
-  envelope's `event_id` (a UUIDv7 made here when the event has none) stays the
-  end-to-end idempotency key: the log's consumers skip an id they have already seen.
+accept, checks it with the same validation, and produces one record per event in the
+log's record format (mnemo.records: keyed by tenant and stream, so a stream keeps its order
+in one partition; the envelope as compact JSON; headers to route and trace by).
+The producer is idempotent with ``acks="all"``: a record is acknowledged only once every
+in-sync replica has it, and the broker drops the producer's own retries. The envelope's
+`event_id` (a UUIDv7 made here when the event has none) stays the end-to-end idempotency
+key: the log's consumers skip an id they have already seen.
 
 Given a `vault` (a KeyVault, e.g. the Vault transit adapter), the publisher seals
 sensitive values exactly as the gateway does before anything is produced (PII detector,
@@ -37,25 +32,23 @@ between the two. Needs the `aiokafka` package, imported when the publisher start
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
-
-import orjson
 
 from mnemo.domain.acceptance import accept
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.events import (
     Envelope,
     ForgetRequested,
-    sealed_key_ids,
     validate_envelope,
 )
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.ports import KeyVault
-from mnemo.service.sealing import KeyCache, Sealer
+from mnemo.records import record_headers, record_key, record_key_ids, record_value
+from mnemo.sealing import KeyCache, Sealer
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -70,7 +63,6 @@ __all__ = [
 ]
 
 DEFAULT_TOPIC = "mnemo.events"
-CONTENT_TYPE = b"application/json"
 
 
 def build_envelope(
@@ -87,45 +79,6 @@ def build_envelope(
     return accept(
         event, tenant=tenant, principal=principal, now=now or datetime.now(UTC), trusted=False
     )
-
-
-def record_key(envelope: Envelope) -> bytes:
-    """The partition key: tenant + ":" + stream."""
-    return f"{envelope.tenant}:{envelope.stream}".encode()
-
-
-def record_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
-    headers = [
-        ("mnemo-event-type", envelope.type.encode()),
-        ("mnemo-schema-version", str(envelope.schema_version).encode()),
-        ("mnemo-event-id", envelope.event_id.encode()),
-        ("content-type", CONTENT_TYPE),
-    ]
-    if envelope.trace is not None:
-        headers.append(("traceparent", envelope.trace.traceparent.encode()))
-        if envelope.trace.tracestate:
-            headers.append(("tracestate", envelope.trace.tracestate.encode()))
-    return headers
-
-
-def record_key_ids(tenant: str, values: Iterable[bytes | None]) -> set[str]:
-    """The tenant's vault key ids in record values (event JSON, see sealed_key_ids); values
-    that are not JSON objects are skipped."""
-    events: list[dict[str, Any]] = []
-    for value in values:
-        if not value:
-            continue
-        try:
-            body = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(body, dict):
-            events.append(body)
-    return sealed_key_ids(tenant, events)
-
-
-def record_value(envelope: Envelope) -> bytes:
-    return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))
 
 
 @dataclass(frozen=True, slots=True)

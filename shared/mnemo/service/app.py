@@ -48,6 +48,7 @@ from mnemo.ports import (
     Tokenizer,
     VectorIndex,
 )
+from mnemo.sealing import Sealer
 from mnemo.service import retrieval
 from mnemo.service.context import (
     BUILTIN_TEMPLATES,
@@ -59,7 +60,6 @@ from mnemo.service.context import (
     citation_id,
 )
 from mnemo.service.runner import EmbeddedRunner
-from mnemo.service.sealing import Sealer
 from mnemo.service.triggers import suggestions as trigger_suggestions
 
 __all__ = [

@@ -43,7 +43,7 @@ from mnemo.ports import (
     Embedder,
     EventLog,
     MemoryQuery,
-    MemoryStore,
+    ReadStore,
     Tokenizer,
     VectorIndex,
 )
@@ -117,7 +117,7 @@ class ContextAssembler:
     def __init__(
         self,
         log: EventLog,
-        store: MemoryStore,
+        store: ReadStore,
         index: VectorIndex,
         query_embedder: Embedder,
         tokenizer: Tokenizer,

@@ -34,18 +34,13 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import orjson
-
 from mnemo import telemetry
-from mnemo.client.kafka import record_headers, record_key, record_key_ids
-from mnemo.domain.acceptance import accept
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -55,80 +50,29 @@ from mnemo.ports import (
     ArchivedEvent,
     Clock,
     EventArchive,
-    EventLog,
     LogRecord,
     LogTopic,
-    MemoryStore,
+    ProjectionStore,
     RecordFate,
     RecordStatus,
 )
+from mnemo.records import decode_offset, encode_offset, parse_record
 from mnemo.service.runner import EmbeddedRunner
 
 __all__ = [
-    "MAX_PARTITIONS",
-    "DistributedEventLog",
     "Follower",
     "NotReady",
     "Ownership",
     "PartitionProgress",
     "Sequencer",
-    "decode_offset",
-    "encode_offset",
-    "parse_record",
     "position_name",
 ]
 
 log = logging.getLogger("mnemo.distributed")
 
-MAX_PARTITIONS = 1024
-MAX_RECORD_BYTES = 1_048_576
-
-
-def encode_offset(partition: int, offset: int) -> int:
-    return offset * MAX_PARTITIONS + partition
-
-
-def decode_offset(value: int) -> tuple[int, int]:
-    return value % MAX_PARTITIONS, value // MAX_PARTITIONS
-
 
 def position_name(consumer: str, partition: int) -> str:
     return f"{consumer}/{partition}"
-
-
-def parse_record(record: LogRecord, now: datetime) -> Envelope:
-    """Check one topic record by the rule every event is accepted by (`accept`, trusted:
-    whoever may write to the topic is trusted like the gateway, and Kafka's ACLs decide who
-    may), plus the record's own framing; raises InvalidInput with the reason code a dead
-    letter carries."""
-    value = record.value
-    if value is None or not value:
-        raise InvalidInput("the record has no value", code="EMPTY_RECORD")
-    if len(value) > MAX_RECORD_BYTES:
-        raise InvalidInput(f"the record is over {MAX_RECORD_BYTES} bytes", code="RECORD_TOO_LARGE")
-    try:
-        raw = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput("the record is not UTF-8 JSON", code="NOT_JSON") from exc
-    envelope = accept(raw, tenant=None, principal=None, now=now, trusted=True)
-    if record.key != record_key(envelope):
-        raise InvalidInput(
-            "the record key must be tenant + ':' + stream of its event",
-            code="KEY_MISMATCH",
-            field="key",
-        )
-    return envelope
-
-
-def _records(topic: LogTopic, partition: int, end: int, page: int = 1_000) -> Iterator[LogRecord]:
-    """Every record of a partition up to an end offset, page by page."""
-    offset = 0
-    while offset < end:
-        records = topic.fetch(partition, offset, min(page, end - offset))
-        if not records:
-            return
-        yield from records
-        offset = records[-1].offset + 1
 
 
 class NotReady(Exception):
@@ -141,87 +85,6 @@ class NotReady(Exception):
         self.waits: dict[int, int] = dict(waits or {})
 
 
-# ---- the log port over topic + archive ----------------------------------------------------
-
-
-class DistributedEventLog(EventLog):
-    """EventLog over a LogTopic (appends) and an EventArchive (reads).
-
-    `append` produces and returns once every in-sync replica has the records. The events
-    get their stream sequences when the sequencer reaches them, so `Appended.seq` is 0,
-    and `expected_seq` is checked then: a stale one ends as a rejected outcome
-    (STALE_SEQUENCE), not as an error of the append. Duplicates are dropped the same way.
-    """
-
-    def __init__(self, topic: LogTopic, archive: EventArchive) -> None:
-        self.topic = topic
-        self.archive = archive
-
-    def append(self, events: Sequence[Envelope]) -> list[Appended]:
-        with telemetry.sending(events, system="kafka", destination=self.topic.name) as stamped:
-            records = [
-                (
-                    record_key(e),
-                    orjson.dumps(e.model_dump(mode="json", exclude_none=True)),
-                    record_headers(e),
-                )
-                for e in stamped
-            ]
-            placed = self.topic.produce(records)
-        return [
-            Appended(e.event_id, encode_offset(c.partition, c.offset), 0, False)
-            for e, c in zip(events, placed, strict=True)
-        ]
-
-    def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
-        return self.archive.read(after_offset, limit)
-
-    def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
-        out = []
-        for body in self.archive.read_stream(tenant, stream, from_seq, limit):
-            env = Envelope.model_validate_json(body)
-            out.append(LoggedEvent(offset=env.seq or 0, envelope=env))
-        return out
-
-    def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
-        return self.archive.read_stream(tenant, stream, from_seq, limit)
-
-    def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
-        return self.archive.read(after_offset, limit, tenant)
-
-    def sealed_key_ids(self, tenant: str) -> set[str]:
-        """The archive's reads lag the topic (unsequenced and unsettled events are not
-        there yet), so the topic's records keyed by the tenant are read as well: every
-        acknowledged append is there. Both are read whole (forgetting a tenant is rare)."""
-        found = super().sealed_key_ids(tenant)
-        found |= record_key_ids(
-            tenant,
-            (
-                r.value
-                for partition, end in sorted(self.topic.end_offsets().items())
-                for r in _records(self.topic, partition, end)
-                if r.key is not None and r.key.startswith(f"{tenant}:".encode())
-            ),
-        )
-        return found
-
-    def head(self) -> int:
-        return self.archive.head()
-
-    def stream_head(self, tenant: str, stream: str) -> int:
-        return self.archive.stream_head(tenant, stream)
-
-    def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
-        return self.archive.get(tenant, event_id)
-
-    def caused_by(self, tenant: str, event_id: str) -> list[LoggedEvent]:
-        return self.archive.caused_by(tenant, event_id)
-
-    def close(self) -> None:
-        self.topic.close()
-        self.archive.close()
-
-
 # ---- the consumers --------------------------------------------------------------------------
 
 
@@ -230,13 +93,13 @@ class Ownership:
 
     Kafka's group assignment says which partitions a worker should handle; the store
     enforces it. On every assignment the worker claims each partition it was given
-    (`MemoryStore.claim`), and commits under that epoch: once another process claims the
+    (`ProjectionStore.claim`), and commits under that epoch: once another process claims the
     partition, this worker's commits for it are refused (FencedOff), and it leaves the
     partition's records alone until Kafka assigns it again. Claims are only made for
     partitions of the latest assignment, so a worker that lost a partition cannot take it
     back from its new owner; `revoke` waits for a claim in progress."""
 
-    def __init__(self, store: MemoryStore, consumer: str) -> None:
+    def __init__(self, store: ProjectionStore, consumer: str) -> None:
         self.store = store
         self.consumer = consumer
         self._lock = threading.Lock()
@@ -338,7 +201,7 @@ class _Processor:
     # own store transaction
     parallel = 1
 
-    def __init__(self, runner: EmbeddedRunner, store: MemoryStore) -> None:
+    def __init__(self, runner: EmbeddedRunner, store: ProjectionStore) -> None:
         self.runner = runner
         self.store = store
         # set by a worker in a consumer group: commits then carry the partition's epoch;
@@ -498,7 +361,7 @@ class Sequencer(_Processor):
     def __init__(
         self,
         runner: EmbeddedRunner,
-        store: MemoryStore,
+        store: ProjectionStore,
         topic: LogTopic,
         archive: EventArchive,
         clock: Clock,
@@ -702,7 +565,7 @@ class Follower(_Processor):
     def __init__(
         self,
         runner: EmbeddedRunner,
-        store: MemoryStore,
+        store: ProjectionStore,
         archive: EventArchive,
         consumer: str,
         topic: LogTopic | None = None,
@@ -846,7 +709,7 @@ class Follower(_Processor):
 class PartitionProgress:
     """`?wait=` in the distributed mode: how far each consumer is, per partition."""
 
-    def __init__(self, store: MemoryStore, topic: LogTopic, poll_seconds: float = 0.02) -> None:
+    def __init__(self, store: ProjectionStore, topic: LogTopic, poll_seconds: float = 0.02) -> None:
         self.store = store
         self.topic = topic
         self.poll_seconds = poll_seconds

@@ -37,7 +37,8 @@ from mnemo.domain.ids import new_event_id, valid_stream
 from mnemo.domain.memory import MemoryStatus
 from mnemo.handlers.registration import wrapped_digest
 from mnemo.ports import MemoryQuery
-from mnemo.service.sealing import OpenedMemoryStore, Sealer
+from mnemo.sealing import Sealer
+from mnemo.service.sealing import OpenedMemoryStore
 
 __all__ = ["MAX_PAGE", "RewrapPage", "key_id_for", "rewrap_page", "rotate"]
 

@@ -35,7 +35,7 @@ from mnemo.domain.derivation import episode_of, speaker_name
 from mnemo.domain.keywords import query_vector
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.text import keyword_terms, mostly_cjk
-from mnemo.ports import Fusion, MemoryQuery, MemoryStore, VectorFilter, VectorIndex
+from mnemo.ports import Fusion, MemoryQuery, MemoryReads, VectorFilter, VectorIndex
 
 __all__ = ["RANKING", "Ranked", "Ranking", "rank"]
 
@@ -78,7 +78,7 @@ def _episode(memory: Memory) -> str | None:
 
 
 def rank(
-    store: MemoryStore,
+    store: MemoryReads,
     index: VectorIndex,
     tenant: str,
     text: str,
@@ -129,7 +129,7 @@ def rank(
 
 
 def _episodes(
-    store: MemoryStore,
+    store: MemoryReads,
     tenant: str,
     base: MemoryQuery,
     pool: dict[str, Memory],

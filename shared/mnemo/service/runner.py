@@ -41,9 +41,9 @@ from mnemo.handlers import (
 )
 from mnemo.ports import (
     Clock,
+    ConsumerStore,
     Embedder,
     EventLog,
-    MemoryStore,
     StoreTransaction,
     VectorIndex,
     VectorPoint,
@@ -89,7 +89,7 @@ class EmbeddedRunner:
     def __init__(
         self,
         log_: EventLog,
-        store: MemoryStore,
+        store: ConsumerStore,
         index: VectorIndex,
         embedder: Embedder,
         clock: Clock,

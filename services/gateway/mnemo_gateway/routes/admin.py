@@ -10,8 +10,8 @@ from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.entrypoints.admin import distributed_status, rebuild_read_models
 from mnemo.service import keys
-from mnemo.service.admin import distributed_status, rebuild_read_models
 from mnemo_gateway.deps import Admin, AdminCtx, Body, PlatformDep, is_admin
 
 router = APIRouter(tags=["admin"])

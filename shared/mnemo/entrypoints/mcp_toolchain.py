@@ -13,7 +13,14 @@ from pydantic import Field
 from mnemo.client import MnemoAPIError
 from mnemo.client._toolchain import Toolchain
 from mnemo.domain.toolchain import DEFAULT_TTL_SECONDS, MAX_STEPS, MAX_TTL_SECONDS
-from mnemo.mcp_server import MnemoMCPServer, Subject, Upstream, api_error_result, error_result, ok
+from mnemo.entrypoints.mcp_server import (
+    MnemoMCPServer,
+    Subject,
+    Upstream,
+    api_error_result,
+    error_result,
+    ok,
+)
 
 __all__ = ["register"]
 

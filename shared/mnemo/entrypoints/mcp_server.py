@@ -342,7 +342,7 @@ def build_server(upstream: Upstream) -> MnemoMCPServer:
     _tools(server, upstream)
     _tool_result_tools(server, upstream)
     _resources(server, upstream)
-    from mnemo.mcp_toolchain import register as register_toolchain_tools
+    from mnemo.entrypoints.mcp_toolchain import register as register_toolchain_tools
 
     register_toolchain_tools(server, upstream)
     return server

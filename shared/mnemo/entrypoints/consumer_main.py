@@ -1,5 +1,5 @@
 """Run one consumer as its own process: a faust worker on Kafka and Cassandra in the
-distributed mode (MNEMO_MODE=distributed, see mnemo.service.workers), or a runner over the
+distributed mode (MNEMO_MODE=distributed, see mnemo.entrypoints.workers), or a runner over the
 embedded storage.
 
 The services' entry points (`python -m mnemo_registrar`, ...) call `main` with their
@@ -34,7 +34,7 @@ def main(consumer: str) -> None:
         sys.exit(78)
     settings = MnemoSettings()
     if settings.mode == "distributed":
-        from mnemo.service.workers import run_worker
+        from mnemo.entrypoints.workers import run_worker
 
         run_worker(consumer)
         return

@@ -1,0 +1,216 @@
+"""MemoryReads, TemplateReads, UsageReads, TimerReads and AuditReads: what the use cases
+read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from mnemo.adapters.cassandra_store.common import _AUDIT_CHUNK, _HOUR_US
+from mnemo.adapters.cassandra_store.connection import _Connection
+from mnemo.adapters.cassandra_store.rows import (
+    _audit,
+    _chunks,
+    _context_record,
+    _matches,
+    _us,
+    _Usage,
+)
+from mnemo.domain.context import ContextTemplate
+from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.projection import (
+    AuditRecord,
+    ContextRecord,
+    MemoryStats,
+    Outcome,
+    OutcomeKind,
+    TimelineEntry,
+    Timer,
+)
+from mnemo.domain.toolchain import ToolchainState
+from mnemo.ports import MemoryQuery
+
+
+class _Reads(_Connection):
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        row = self._one(tenant, "mem_get", [tenant, memory_id])
+        return Memory.model_validate_json(row[0]) if row is not None else None
+
+    def get_many(self, tenant: str, memory_ids: Sequence[str]) -> list[Memory]:
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return []
+        ks = self._keyspace(tenant)
+        found: dict[str, Memory] = {}
+        results = self._concurrently(
+            [(ks, "mem_bodies", [tenant, chunk]) for chunk in _chunks(ids)]
+        )
+        for rows in results:
+            for memory_id, body in rows:
+                found[memory_id] = Memory.model_validate_json(body)
+        return [found[i] for i in ids if i in found]
+
+    def _filtered(
+        self, tenant: str, ids: Sequence[str], query: MemoryQuery, limit: int
+    ) -> list[str]:
+        """The ids (kept in the given order) whose memories pass the query, up to limit."""
+        out: list[str] = []
+        for chunk in _chunks(ids):
+            rows = {str(r[0]): r for r in self._rows(tenant, "mem_filters", [tenant, chunk])}
+            for memory_id in chunk:
+                row = rows.get(memory_id)
+                if row is not None and _matches(query, row):
+                    out.append(memory_id)
+                    if len(out) >= limit:
+                        return out
+        return out
+
+    def all_memories(self, tenant: str) -> list[Memory]:
+        """Every memory of a tenant whatever its status (for forgetting the tenant)."""
+        found: list[Memory] = []
+        after: str | None = None
+        while True:
+            page = self.query(
+                tenant, MemoryQuery(statuses=tuple(MemoryStatus), limit=1_000, after=after)
+            )
+            found += page
+            if len(page) < 1_000:
+                return found
+            after = page[-1].memory_id
+
+    def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        if query.limit <= 0:
+            return []
+        after = query.after or ""
+        ks = self._keyspace(tenant)
+        query = self._blinded(tenant, query)
+        if query.tags:
+            results = self._concurrently(
+                [(ks, "tag_ids", [tenant, tag, after]) for tag in dict.fromkeys(query.tags)]
+            )
+            ids = sorted({str(r[0]) for rows in results for r in rows})
+            matched = self._filtered(tenant, ids, query, query.limit)
+        elif query.stream is not None and query.key is not None:
+            rows = self._rows(tenant, "key_rows", [tenant, query.stream, query.key])
+            ids = sorted(str(r[1]) for r in rows if str(r[1]) > after)
+            matched = self._filtered(tenant, ids, query, query.limit)
+        else:
+            if query.stream is not None:
+                name, params = "stream_scan", [tenant, query.stream, after]
+            else:
+                name, params = "mem_scan", [tenant, after]
+            matched = []
+            page = min(max(query.limit * 2, 100), 5_000)
+            for row in self._iterate(ks, name, params, page):
+                if _matches(query, row):
+                    matched.append(str(row[0]))
+                    if len(matched) >= query.limit:
+                        break
+        return self.get_many(tenant, matched)
+
+    def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
+        rows = self._rows(tenant, "key_rows", [tenant, stream, self._blind(tenant, "key", key)])
+        return self.get_many(tenant, [str(r[1]) for r in rows])
+
+    def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
+        rows = self._rows(tenant, "outcomes", [tenant, event_id])
+        return [
+            Outcome(tenant, event_id, int(r[0]), OutcomeKind(r[1]), r[2], r[3], r[4], r[5])
+            for r in rows
+        ]
+
+    def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        if limit <= 0:
+            return []
+        now_us = _us(now)
+        current = now_us // _HOUR_US
+        looked_at = self._clock.next()  # a past hour seen empty is dropped as of this instant
+        out: list[Timer] = []
+        for (bucket,) in list(self._iterate(self.home, "buckets", [current])):
+            rows = list(self._iterate(self.home, "due", [bucket, now_us, limit - len(out)]))
+            if not rows and int(bucket) < current:
+                self._execute(self.home, "timer_buckets:del", [looked_at, 0, bucket])
+            out.extend(
+                Timer(str(r[1]), str(r[2]), datetime.fromisoformat(str(r[0])), str(r[3]))
+                for r in rows
+            )
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+    def audit_trail(self, tenant: str, stream: str, after_n: int, limit: int) -> list[AuditRecord]:
+        head = self._one(tenant, "audit_head", [tenant, stream])
+        if head is None or limit <= 0:
+            return []
+        last = int(head[0])
+        out: list[AuditRecord] = []
+        chunk = max(after_n + 1, 0) // _AUDIT_CHUNK
+        while len(out) < limit and chunk <= last // _AUDIT_CHUNK:
+            params = [tenant, stream, chunk, after_n, limit - len(out)]
+            out.extend(_audit(tenant, stream, r) for r in self._rows(tenant, "audit_from", params))
+            chunk += 1
+        return out
+
+    def audit_heads(self, tenant: str) -> list[AuditRecord]:
+        rows = self._rows(tenant, "audit_heads", [tenant])
+        return [_audit(tenant, str(r[0]), r[1:]) for r in rows]
+
+    def template(
+        self, tenant: str, name: str, version: int | None = None
+    ) -> ContextTemplate | None:
+        if version is None:
+            row = self._one(tenant, "template_latest", [tenant, name])
+        else:
+            row = self._one(tenant, "template", [tenant, name, version])
+        return ContextTemplate.model_validate_json(row[0]) if row is not None else None
+
+    def templates(self, tenant: str) -> list[ContextTemplate]:
+        return [
+            ContextTemplate.model_validate_json(r[0])
+            for r in self._rows(tenant, "templates", [tenant])
+        ]
+
+    def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        row = self._one(tenant, "record", [tenant, request_id])
+        return _context_record(row[0]) if row is not None else None
+
+    def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        ids = sorted(set(memory_ids))
+        totals: dict[str, _Usage] = {}
+        for chunk in _chunks(ids):
+            for r in self._rows(tenant, "stats_of", [tenant, chunk]):
+                totals.setdefault(str(r[0]), _Usage()).add(r[2:])
+        return [
+            MemoryStats(
+                tenant,
+                memory_id,
+                included=usage.counts[0],
+                truncated=usage.counts[1],
+                cited=usage.counts[2],
+                corrected=usage.counts[3],
+                last_used=datetime.fromisoformat(usage.last) if usage.last else None,
+            )
+            for memory_id, usage in sorted(totals.items())
+        ]
+
+    def context_records(
+        self, tenant: str, limit: int, before: str | None = None
+    ) -> list[ContextRecord]:
+        if limit <= 0:
+            return []
+        rows = self._rows(tenant, "records_before", [tenant, before or "~", limit])
+        return [_context_record(r[0]) for r in rows]
+
+    def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        row = self._one(tenant, "toolchain", [tenant, toolchain_id])
+        return ToolchainState.model_validate_json(str(row[0])) if row is not None else None
+
+    def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
+        if limit <= 0:
+            return []
+        rows = self._rows(tenant, "timeline", [tenant, memory_id, limit])
+        return [
+            TimelineEntry(tenant, memory_id, int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows
+        ]
+
+    # -- whole-store operations (admin, rebuild, tests): full scans
