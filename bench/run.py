@@ -29,8 +29,9 @@ prints a short summary; progress goes to stderr. Sections, in this order:
             against the 50 ms and 100 ms aims (bench/guards.py; writes DIR/guards.json)
 10. tool_results  recording 10,000 tool results next to 10,000 plain memory
             declarations in alternating rounds on one embedded platform: per-call p50/p99
-            and throughput until the consumers caught up (bench/tool_results.py; writes
-            DIR/tool_results.json)
+            and throughput until the consumers caught up; then 1,000 toolchain-state reads
+            (GET /v1/toolchains/{id}) next to 1,000 memory reads (GET /v1/memories/{id}) on
+            `mnemo serve` (bench/tool_results.py; writes DIR/tool_results.json)
 
 `--only distributed` (or any section list) runs a subset.
 

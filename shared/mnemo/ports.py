@@ -384,6 +384,11 @@ class StoreOperations(abc.ABC):
 class ConsumerStore(ProjectionStore, TimerReads, abc.ABC):
     """What the runners of the consumers use: batches, positions and due timers."""
 
+    @abc.abstractmethod
+    def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
+        """What registration made of a published event (the decay scan keeps a toolchain's
+        timer until its start has one)."""
+
     def close(self) -> None:
         """Release resources."""
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.helm.chart import (
     NAMESPACE,
     RELEASE,
+    REPO,
     VALUES_FILES,
     Helm,
     Manifest,
@@ -20,6 +22,7 @@ from tests.helm.chart import (
     pod_spec,
 )
 
+from mnemo.service.triggers import load_triggers
 from mnemo.settings import check_environment, setting_variables
 
 COMPONENTS = ("gateway", "registrar", "indexer", "decay", "audit")
@@ -266,6 +269,7 @@ def test_config_checksum_is_shared_and_follows_the_config(render: Render) -> Non
         {"kafka.partitions": 24},
         {"cassandra.keyspace": "memories"},
         {"config.registrationRules": "rules: []"},
+        {"config.triggers": "tools: []"},
     ]
     for change in changes:
         changed = render("minimal", overrides=change)
@@ -286,6 +290,34 @@ def test_rules_and_policy_are_mounted_from_a_configmap(render: Render) -> None:
         mounts = {m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]}
         assert mounts["config-files"]["mountPath"] == "/etc/mnemo/config"
     assert f"{RELEASE}-files" not in of_kind(render("minimal"), "ConfigMap")
+
+
+def test_triggers_are_mounted_from_a_configmap_only_when_given(
+    render: Render, tmp_path: Path
+) -> None:
+    text = (REPO / "docs" / "examples" / "sales_triggers.yaml").read_text(encoding="utf-8")
+    manifests = render("minimal", values={"config": {"triggers": text}})
+    files = of_kind(manifests, "ConfigMap")[f"{RELEASE}-files"]["data"]
+    assert files == {"triggers.yaml": text}
+    assert config(manifests)["MNEMO_TRIGGERS_FILE"] == "/etc/mnemo/config/triggers.yaml"
+    assert "MNEMO_RULES_FILE" not in config(manifests)
+    for deployment in deployments(manifests).values():
+        spec = pod_spec(deployment)
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        assert mounts["config-files"]["mountPath"] == "/etc/mnemo/config"
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["config-files"]["configMap"]["name"] == f"{RELEASE}-files"
+    # hooks mount no files: they must not be pointed at one
+    for job in of_kind(manifests, "Job").values():
+        assert "MNEMO_TRIGGERS_FILE" not in env_of(pod_spec(job)["containers"][0])
+    # what the pods read is the file Mnemo loads, with its tools and triggers intact
+    mounted = tmp_path / "triggers.yaml"
+    mounted.write_text(files["triggers.yaml"], encoding="utf-8")
+    loaded = load_triggers(mounted)
+    assert sorted(loaded.tools) == ["crm.get_deal", "fx.rate"]
+    assert [t.id for t in loaded.triggers] == ["stale-proposal"]
+    for values in ("minimal", "production"):
+        assert "MNEMO_TRIGGERS_FILE" not in config(render(values))
 
 
 # ----------------------------------------------------------------------------- secrets

@@ -287,6 +287,35 @@ def test_the_expiry_timer_fires_at_the_ttl_for_an_unfinished_chain_only() -> Non
     assert decay.scan([put.timer], done).events == []
 
 
+def test_a_timer_due_before_the_start_is_decided_is_kept_until_it_is() -> None:
+    store = Store()
+    start = started(ttl=600)
+    [put] = toolchain.timers(start).writes
+    assert isinstance(put, PutTimer)
+
+    def decided(tenant: str, event_id: str) -> bool:
+        return tenant == "acme" and event_id in store.outcomes
+
+    # the decay consumer reaches the due timer before the registrar records the start:
+    # nothing is appended and the timer is neither dropped nor moved
+    early = decay.scan([put.timer], store, decided=decided)
+    assert early.events == []
+    assert early.writes == []
+    # once the start is recorded, the next scan expires the chain and drops the timer
+    store.run(start)
+    later = decay.scan([put.timer], store, decided=decided)
+    [expired] = later.events
+    assert expired.type == "ToolchainExpired"
+    assert expired.occurred_at == T0 + timedelta(minutes=10)
+    assert DropTimer(put.timer.tenant, put.timer.memory_id, put.timer.kind) in later.writes
+    # a start that was decided but left no toolchain (refused, or forgotten since) drops it
+    refused = Store()
+    refused.outcomes[start.event_id] = store.outcomes[start.event_id]
+    gone = decay.scan([put.timer], refused, decided=lambda t, e: e in refused.outcomes)
+    assert gone.events == []
+    assert gone.writes == [DropTimer(put.timer.tenant, put.timer.memory_id, put.timer.kind)]
+
+
 def test_status_turns_expired_at_the_boundary_instant() -> None:
     store = Store()
     store.run(started(ttl=60))

@@ -162,6 +162,9 @@ MNEMO_RULES_FILE: /etc/mnemo/config/registration-rules.yaml
 {{- if $v.config.decayPolicy }}
 MNEMO_DECAY_POLICY_FILE: /etc/mnemo/config/decay-policy.yaml
 {{- end }}
+{{- if $v.config.triggers }}
+MNEMO_TRIGGERS_FILE: /etc/mnemo/config/triggers.yaml
+{{- end }}
 {{- if $v.otel.endpoint }}
 OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- end }}
@@ -169,7 +172,7 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 
 {{/* Checksum of everything in the ConfigMap: a change rolls the pods. */}}
 {{- define "mnemo.configChecksum" -}}
-{{- $files := dict "rules" .Values.config.registrationRules "decay" .Values.config.decayPolicy -}}
+{{- $files := dict "rules" .Values.config.registrationRules "decay" .Values.config.decayPolicy "triggers" .Values.config.triggers -}}
 {{- printf "%s\n%s" (include "mnemo.configData" .) (toJson $files) | sha256sum -}}
 {{- end -}}
 

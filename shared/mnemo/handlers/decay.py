@@ -29,7 +29,7 @@ event, so replaying the log reproduces the same weights.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -416,15 +416,22 @@ def _kind_order(kind: str) -> int:
     return TIMER_KINDS.index(kind) if kind in TIMER_KINDS else len(TIMER_KINDS)
 
 
-def scan(due: Sequence[Timer], state: DecayState, policy: DecayPolicy | None = None) -> Decision:
+def scan(
+    due: Sequence[Timer],
+    state: DecayState,
+    policy: DecayPolicy | None = None,
+    decided: Callable[[str, str], bool] | None = None,
+) -> Decision:
     """Act on the timers that are due. Event time is the due instant itself, not the scan's
-    time, so a late scan still records the exact moment."""
+    time, so a late scan still records the exact moment. `decided(tenant, event_id)`: has
+    the registrar recorded its outcome of that event (a toolchain timer whose start it has
+    not is kept for a later scan; see toolchain.expire)."""
     policy = policy or DecayPolicy()
     decision = Decision()
     ended: set[tuple[str, str]] = set()  # memories this scan already expired or archived
     for timer in sorted(due, key=lambda t: (t.due_at, _kind_order(t.kind))):
         if timer.kind == toolchain.TIMER_KIND:  # a toolchain's time to live
-            decision.extend(toolchain.expire(timer, state))
+            decision.extend(toolchain.expire(timer, state, decided))
             continue
         memory = state.get(timer.tenant, timer.memory_id)
         decision.writes.append(DropTimer(timer.tenant, timer.memory_id, timer.kind))

@@ -17,6 +17,7 @@ a rebuild, in the stream's order, decides the same.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
@@ -274,18 +275,24 @@ def timers(event: Envelope, state: object = None) -> Decision:
     return Decision(writes=[PutTimer(Timer(event.tenant, key, due, kind))])
 
 
-def expire(timer: Timer, state: ToolchainReads) -> Decision:
+def expire(
+    timer: Timer, state: ToolchainReads, decided: Callable[[str, str], bool] | None = None
+) -> Decision:
     """A due toolchain timer: ToolchainExpired at the due instant for the toolchain that
-    start made, unless it finished, expired already, or is gone (forgotten)."""
+    start made, unless it finished, expired already, or is gone (forgotten).
+
+    `decided(tenant, event_id)` says whether the registrar has recorded its outcome of an
+    event. The decay consumer reads the log apart from the registrar, so a short TTL can
+    come due before the start is in the read model: while the start is undecided the
+    timer is kept (no writes at all) and looked at again by a later scan, not dropped."""
     decision = Decision(writes=[DropTimer(timer.tenant, timer.memory_id, timer.kind)])
     started_event_id, _, toolchain_id = timer.memory_id[len(_TIMER_PREFIX) :].partition(":")
     current = state.toolchain(timer.tenant, toolchain_id)
-    if (
-        current is None
-        or current.started_event_id != started_event_id
-        or current.expired_at is not None
-        or current.next_step() is None
-    ):
+    if current is None or current.started_event_id != started_event_id:
+        if decided is not None and not decided(timer.tenant, started_event_id):
+            return Decision()
+        return decision
+    if current.expired_at is not None or current.next_step() is None:
         return decision
     payload = ToolchainExpired(toolchain_id=toolchain_id, expired_at=current.expires_at)
     decision.events.append(

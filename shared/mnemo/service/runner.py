@@ -27,7 +27,7 @@ from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
 from mnemo.domain.keywords import history_terms, memory_keyword_text, passage_vector
 from mnemo.domain.memory import MemoryType
-from mnemo.domain.projection import Outcome, OutcomeKind, PutAudit, PutOutcome
+from mnemo.domain.projection import DropTimer, Outcome, OutcomeKind, PutAudit, PutOutcome
 from mnemo.domain.rules import RuleSet
 from mnemo.handlers import (
     Decision,
@@ -426,12 +426,22 @@ class EmbeddedRunner:
         due = self.store.due_timers(self.clock.now(), self.batch_size)
         if not due:
             return 0
+        store = self.store
+
+        def decided(tenant: str, event_id: str) -> bool:
+            return bool(store.outcome(tenant, event_id))
+
         with self.store.transaction() as tx:
-            decision = decay.scan(due, tx, self.decay_policy)
+            decision = decay.scan(due, tx, self.decay_policy, decided)
             if decision.events:
                 self.log.append(decision.events)
             tx.apply(decision.writes)
-        return len(due)
+        # a timer kept for a later scan (a toolchain start not yet decided) is not work
+        # done: counting it would keep drain() going round until the registrar decides
+        dropped = {
+            (w.tenant, w.memory_id, w.kind) for w in decision.writes if isinstance(w, DropTimer)
+        }
+        return sum(1 for t in due if (t.tenant, t.memory_id, t.kind) in dropped)
 
     def _scan_when_caught_up(self) -> int:
         """Timers are only complete once the decay consumer has read the whole log (after
