@@ -278,7 +278,7 @@ Retriever = Callable[[ConvIndex, Question, list[float]], list[str]]  # -> memory
 
 
 def tuned_retriever(platform: Any, config: RankConfig) -> Retriever:
-    tuned = TunedRetriever(platform.store, platform.index, TENANT, config)
+    tuned = TunedRetriever(platform.store, platform.searched, TENANT, config)
 
     def retrieve(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
         # the whole ranking: the simulated packing below uses more than the top 20
@@ -295,12 +295,12 @@ def make_retrievers(platform: Any, ctx: Any, config: RankConfig) -> dict[str, Re
 
     def bm25(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
         flt = VectorFilter(streams=(ci.stream,))
-        hits = platform.index.keyword_search(TENANT, query_vector(q.text), depth, flt)
+        hits = platform.searched.keyword_search(TENANT, query_vector(q.text), depth, flt)
         return [mid for mid, _ in hits]
 
     def dense(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
         flt = VectorFilter(streams=(ci.stream,))
-        return [mid for mid, _ in platform.index.search(TENANT, vector, depth, flt)]
+        return [mid for mid, _ in platform.searched.search(TENANT, vector, depth, flt)]
 
     def hybrid(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
         hits = platform.app.search(ctx, q.text, streams=[ci.stream], limit=depth, vector=vector)
@@ -370,7 +370,7 @@ def ranking_retriever(platform: Any, ranking: Any) -> Retriever:
     def retrieve(ci: ConvIndex, q: Question, vector: list[float]) -> list[str]:
         ranked = rank(
             platform.store,
-            platform.index,
+            platform.searched,
             TENANT,
             q.text,
             vector,

@@ -250,7 +250,7 @@ def _populate_direct(platform: Platform, bulk: _Bulk, size: int) -> dict[str, fl
         with platform.store.transaction() as tx:
             tx.apply(writes)
         t2 = time.perf_counter()
-        platform.index.upsert(
+        platform.searched.upsert(
             [
                 VectorPoint(
                     m.memory_id,
@@ -273,7 +273,7 @@ def _populate_direct(platform: Platform, bulk: _Bulk, size: int) -> dict[str, fl
             progress("search", f"loaded {stop:,}/{size:,} memories (direct)")
             last = time.perf_counter()
     t0 = time.perf_counter()
-    platform.index.flush()
+    platform.searched.flush()
     index_s += time.perf_counter() - t0
     return {"build_objects_s": build_s, "store_writes_s": store_s, "index_upsert_s": index_s}
 
@@ -351,7 +351,7 @@ def run_search_size(
             _execute(store_file, _DROP_TAG_INDEX)
         _probe_put_memory(results, platform, bulk, size, shipped=True)
         count = platform.store.counts()["memories_active"]
-        indexed = len(platform.index.ids(TENANT))
+        indexed = len(platform.searched.ids(TENANT))
         if count != size or indexed != size:
             raise RuntimeError(f"loaded {count} memories and {indexed} vectors, expected {size}")
         load_params = {
@@ -377,7 +377,7 @@ def run_search_size(
         progress("search", f"{size:,} loaded in {load_s:.1f}s; optimizing the vector index")
 
         t0 = time.perf_counter()
-        platform.index.optimize()
+        platform.searched.optimize()
         optimize_s = time.perf_counter() - t0
         results.add(
             "search.index_optimize_seconds",
@@ -492,11 +492,11 @@ def _measure_queries(
             ctx,
             ContextRequest(subjects=(stream_of(i),), query=q, budget=CONTEXT_BUDGET, vector=v),
         ),
-        "component.vector_index": lambda i, q, v: platform.index.search(TENANT, v, 40),
-        "component.keyword": lambda i, q, v: platform.index.keyword_search(
+        "component.vector_index": lambda i, q, v: platform.searched.search(TENANT, v, 40),
+        "component.keyword": lambda i, q, v: platform.searched.keyword_search(
             TENANT, query_vector(q), 40
         ),
-        "component.hybrid": lambda i, q, v: platform.index.hybrid_search(
+        "component.hybrid": lambda i, q, v: platform.searched.hybrid_search(
             TENANT, v, query_vector(q), 80, fusion=Fusion(depth=40)
         ),
     }

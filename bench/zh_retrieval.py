@@ -155,10 +155,12 @@ def retrievers(platform: Any, ctx: Any) -> dict[str, Retriever]:
     from mnemo.domain.keywords import query_vector
 
     def bm25(text: str, vector: list[float]) -> list[str]:
-        return [mid for mid, _ in platform.index.keyword_search(TENANT, query_vector(text), DEPTH)]
+        return [
+            mid for mid, _ in platform.searched.keyword_search(TENANT, query_vector(text), DEPTH)
+        ]
 
     def dense(text: str, vector: list[float]) -> list[str]:
-        return [mid for mid, _ in platform.index.search(TENANT, vector, DEPTH)]
+        return [mid for mid, _ in platform.searched.search(TENANT, vector, DEPTH)]
 
     def hybrid(text: str, vector: list[float]) -> list[str]:
         hits = platform.app.search(ctx, text, limit=DEPTH, vector=vector)
@@ -249,7 +251,7 @@ def _fusion_sweep(
         ranked = [
             [
                 to_set[mid]
-                for mid, _ in platform.index.hybrid_search(
+                for mid, _ in platform.searched.hybrid_search(
                     TENANT, v, query_vector(q.text), DEPTH, VectorFilter(), fusion
                 )
             ]

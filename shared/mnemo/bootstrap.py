@@ -11,6 +11,7 @@ import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,6 +330,13 @@ class Platform:
     @property
     def mode(self) -> str:
         return "embedded" if self.distributed is None else "distributed"
+
+    @cached_property
+    def searched(self) -> VectorIndex:
+        """The vector index as the use cases see it: tags and keyword dimensions keyed by the
+        tenant's search key (`BlindTagIndex`). What writes or queries the index beside the
+        use cases (benchmarks, tools) goes through this, or its terms match nothing."""
+        return self.index if self.sealer is None else BlindTagIndex(self.index, self.sealer)
 
     def lag(self) -> dict[str, int]:
         """Events each consumer has still to read (summed over partitions)."""
