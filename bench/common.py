@@ -9,7 +9,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,13 +230,22 @@ class LookupEmbedder(Embedder):
     """Vectors computed in advance, looked up by text: costs ~nothing per call. Used where
     the benchmark must leave embedding time out (bulk loading, context latency)."""
 
-    def __init__(self, vectors: Mapping[str, list[float]], dim: int, name: str = "lookup") -> None:
+    def __init__(
+        self,
+        vectors: Mapping[str, list[float]],
+        dim: int,
+        name: str = "lookup",
+        fallback: Callable[[str], list[float] | None] | None = None,
+    ) -> None:
         self.vectors = vectors
         self.dim = dim
         self.name = name
+        self.fallback = fallback  # vectors known another way (a bulk memory's own text)
 
     def _get(self, text: str) -> list[float]:
         found = self.vectors.get(text)
+        if found is None and self.fallback is not None:
+            found = self.fallback(text)
         if found is None:
             raise KeyError(f"no precomputed vector for {text[:60]!r}")
         return found

@@ -328,7 +328,15 @@ def run_search_size(
 ) -> None:
     now = datetime.now(UTC)
     bulk = _Bulk(anchor_texts, anchor_vectors, now)
-    lookup = LookupEmbedder(query_vectors, bulk.dim, name="query-lookup")
+    # a context embeds the texts of the constraints it compares for conflicts: a bulk
+    # memory's text is looked up as its anchor's vector
+    anchor_of = {bulk.text(i): i % len(bulk.texts) for i in range(size)}
+
+    def memory_vector(text: str) -> list[float] | None:
+        a = anchor_of.get(text)
+        return None if a is None else [float(x) for x in bulk.anchors[a]]
+
+    lookup = LookupEmbedder(query_vectors, bulk.dim, name="query-lookup", fallback=memory_vector)
     embedder: Embedder = _BulkEmbedder(bulk, size) if populate == "runner" else lookup
     path = data_dir / f"search-{size}"
     rss_before = rss_now_kib()
