@@ -14,11 +14,7 @@ of its stream, and records it in the archive (Cassandra) together with the recor
   not name its tenant and stream): copied to the dead-letter topic with its reason.
 
 The indexer, decay and audit consumers follow the fates: they handle exactly the archived
-records, in partition order, and wait for the registrar where it has not decided yet on a
-record of a type they read (a record of a type a consumer does not read is passed over
-whatever its fate). The registrar sequences the records its own batch emitted in the same
-call (`Sequencer.follow`), so a follower waiting for a MemoryRegistered waits for one
-registrar call, not two.
+records, in partition order, and wait for the registrar where it has not decided yet.
 
 Positions: every consumer keeps, per partition, the next offset to read, committed in the
 same store commit as its projection writes (`<consumer>/<partition>`). Kafka's committed
@@ -39,12 +35,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from mnemo import telemetry
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
@@ -217,7 +211,6 @@ class _Processor:
         self._counting = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._reads: ThreadPoolExecutor | None = None
-        self._writes: ThreadPoolExecutor | None = None
 
     def _consuming(
         self, partition: int, records: Sequence[LogRecord]
@@ -274,36 +267,23 @@ class _Processor:
             )
         return [once[o] for o in sorted(once)]
 
-    def _side_by_side(
-        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], writes: bool = False
-    ) -> list[Any]:
+    def _side_by_side(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
         """`fn(*args)` for each of `calls`, on this processor's threads when there are
-        several; results in order once every call has returned, the first error raised.
-        `writes`: the calls write (to rows no other call of them writes), on threads of
-        their own, so a write never waits behind the reads it runs among."""
+        several; results in order, the first error raised."""
         if len(calls) < 2:
             return [fn(*args) for args in calls]
-        pool = self._writer() if writes else self._reader()
+        pool = self._reader()
         # each call runs in a copy of this thread's context, so the trace's current span
         # (and anything else kept in context variables) is its parent there too
         futures = [pool.submit(contextvars.copy_context().run, fn, *args) for args in calls]
-        wait(futures)
         return [f.result() for f in futures]
 
     def _reader(self) -> ThreadPoolExecutor:
-        """Threads for reads made side by side."""
+        """Threads for reads made side by side (never for writes, whose order matters)."""
         with self._counting:
             if self._reads is None:
                 self._reads = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-read")
             return self._reads
-
-    def _writer(self) -> ThreadPoolExecutor:
-        """Threads for writes made side by side: only writes whose order does not matter
-        (commits of different partitions, each under its own claim)."""
-        with self._counting:
-            if self._writes is None:
-                self._writes = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-write")
-            return self._writes
 
     def _one(self, partition: int, items: list[LogRecord]) -> int:
         """The records of one partition past this consumer's stored position, in order."""
@@ -377,12 +357,6 @@ class Sequencer(_Processor):
     consumer = registration.CONSUMER
     parallel = 8
     topic: LogTopic
-    # after a batch, the records its own emitted events were placed at are sequenced in the
-    # same call (read from the topic at the stored position): rounds of that at most, and
-    # only where the partition is at most `follow_limit` records short of them (a backlog
-    # is left to the stream)
-    follow_rounds = 4
-    follow_limit = 256
 
     def __init__(
         self,
@@ -398,52 +372,6 @@ class Sequencer(_Processor):
         self.archive = archive
         self.clock = clock
         self.next_position = next_position
-        # partition -> the offset after the last record this processor's emissions placed
-        # there, since they were last followed
-        self._emitted: dict[int, int] = {}
-
-    def process(self, records: Sequence[LogRecord]) -> int:
-        """Handle a batch, then the records the batch's own emissions placed (a
-        registration's MemoryRegistered, ...): they are sequenced now rather than when
-        the stream brings them back, so the followers that wait for their fates (the
-        indexer) do not wait for another trip through the consumer group. They are read
-        from the partition's stored position, so every record in between is handled too,
-        in offset order, under the same claim; when the stream delivers them again they
-        are below the stored position and skipped. Returns how many of `records` it
-        handled (the followed ones are counted in `counters` only)."""
-        done = super().process(records)
-        self.follow()
-        return done
-
-    def follow(self) -> int:
-        """Sequence the records this processor's own emissions placed in partitions it
-        holds; returns how many records it handled."""
-        done = 0
-        for _ in range(self.follow_rounds):
-            with self._counting:
-                targets, self._emitted = self._emitted, {}
-            held = set(self.ownership.held()) if self.ownership is not None else None
-            targets = {p: e for p, e in targets.items() if held is None or p in held}
-            if not targets:
-                break
-            at = self.store.positions([position_name(self.consumer, p) for p in targets])
-            batch: list[LogRecord] = []
-            for partition, end in sorted(targets.items()):
-                start = at[position_name(self.consumer, partition)]
-                if start >= end or end - start > self.follow_limit:
-                    continue
-                batch.extend(self.topic.fetch(partition, start, end - start))
-            if not batch:
-                break
-            done += super().process(batch)
-        return done
-
-    def _placed(self, appended: Sequence[Appended]) -> None:
-        """Note where a committed batch's emissions landed (for `follow`)."""
-        with self._counting:
-            for a in appended:
-                p, offset = decode_offset(a.offset)
-                self._emitted[p] = max(self._emitted.get(p, 0), offset + 1)
 
     def _partition(
         self,
@@ -605,9 +533,9 @@ class Sequencer(_Processor):
                         )
                     ]
                 )
-            placed = self.runner.log.append(emitted) if emitted else []
+            if emitted:
+                self.runner.log.append(emitted)
             tx.set_position(position_name(self.consumer, partition), records[-1].offset + 1, epoch)
-        self._placed(placed)
         telemetry.committed(
             self.consumer,
             [e.envelope for e in archived],
@@ -648,34 +576,12 @@ class Follower(_Processor):
         self.consumer = consumer
         self.archive = archive
         self.topic = topic
-        spec = registry.consumer(consumer)
-        # the event types its handlers read; None: every type
-        self.reads: frozenset[str] | None = (
-            None if any(p.types is None for p in spec.projections) else frozenset(spec.handles())
-        )
-
-    def passes_over(self, record: LogRecord) -> bool:
-        """Whether this consumer does nothing with `record` whatever the sequencer decides:
-        an event of a type its handlers do not read (the indexer and a MemoryDeclared), or
-        no event at all (a dead letter). It need not wait for such a record's fate. The
-        type is read from the record as published; acceptance never changes it (older
-        schema versions are upcast within their type)."""
-        if self.reads is None:
-            return False
-        try:
-            raw = orjson.loads(record.value or b"")
-        except orjson.JSONDecodeError:
-            return True
-        kind = raw.get("type") if isinstance(raw, dict) else None
-        return not (isinstance(kind, str) and kind in self.reads)
 
     def _ready(
         self, partition: int, records: list[LogRecord]
     ) -> tuple[list[LogRecord], list[LoggedEvent], list[float | None], dict[int, Any]]:
-        """The records this consumer may pass now (a prefix of `records`: each one the
-        sequencer has decided on and committed, or one it would pass over whatever the
-        decision), and the archived events among them, with their publish times and trace
-        parents."""
+        """The records the sequencer has decided on (a prefix of `records`), and the
+        archived events among them, with their publish times and trace parents."""
         fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
         # the sequencer records the fates before it commits what it decided on them (a
         # citation's credit, the memories it registered): a record is ready once both are
@@ -683,15 +589,15 @@ class Follower(_Processor):
         decided = self.store.positions([name])[name]
         ready = []
         for r in records:
-            if not self.passes_over(r) and (r.offset not in fates or r.offset >= decided):
+            if r.offset not in fates or r.offset >= decided:
                 break
             ready.append(r)
         events: list[LoggedEvent] = []
         accepted_at: list[float | None] = []
         parents: dict[int, telemetry.Parent | None] = {}
         for r in ready:
-            fate = fates.get(r.offset)
-            if fate is None or fate.status is not RecordStatus.ARCHIVED:
+            fate = fates[r.offset]
+            if fate.status is not RecordStatus.ARCHIVED:
                 continue
             assert r.value is not None  # an archived record had a value
             env = Envelope.model_validate_json(r.value).model_copy(update={"seq": fate.seq})
@@ -746,26 +652,15 @@ class Follower(_Processor):
             envelopes = [e.envelope for step in steps for e in step[2]]
             if envelopes:
                 self.runner.index_events(envelopes)
-
-            def commit(
-                partition: int,
-                next_offset: int,
-                events: list[LoggedEvent],
-                accepted_at: list[float | None],
-                epoch: int | None,
-            ) -> None:
+            for partition, next_offset, events, accepted_at, epoch in steps:
                 try:
                     with self.store.transaction() as tx:
                         tx.set_position(position_name(self.consumer, partition), next_offset, epoch)
                 except FencedOff as exc:
                     assert self.ownership is not None
                     self.ownership.fence(partition, exc)
-                    return
+                    continue
                 telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
-
-            # each partition's position is a commit of its own (under its own claim): they
-            # are made side by side, not one after another
-            self._side_by_side(commit, steps, writes=True)
         with self._counting:
             self.counters.records += done
             self.counters.batches += 1
