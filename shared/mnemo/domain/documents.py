@@ -329,7 +329,7 @@ def parse_money(text: str) -> dict[str, Any] | None:
     if currency is None:
         return None
     body = folded
-    for marker, _ in _CURRENCIES:
+    for marker, _ in sorted(_CURRENCIES, key=lambda pair: -len(pair[0])):
         body = body.replace(marker, " ")
     body = body.replace("整", " ").strip()
     parsed = _leading_number(body)
@@ -622,9 +622,11 @@ def normalise_organisation(text: str) -> str:
     return name
 
 
-def normalise_code(text: str) -> str:
-    """A contract or reference number: width folded, upper case, no spaces."""
-    return "".join(fold_width(text).upper().split()).strip(_EDGE_PUNCTUATION)
+def normalise_code(text: str) -> str | None:
+    """A contract or reference number: width folded, upper case, no spaces; None without
+    a digit (a word, not a number)."""
+    code = "".join(fold_width(text).upper().split()).strip(_EDGE_PUNCTUATION)
+    return code if any(c.isdigit() for c in code) else None
 
 
 def normalise_clause(text: str) -> str | None:
@@ -675,7 +677,7 @@ _RULE_KEYS = frozenset(
     {"name", "field", "kind", "pattern", "normaliser", "language", "ignore_case",
      "not_before", "not_after", "description"}
 )  # fmt: skip
-_TEMPLATE = r"\{[A-Z][A-Z0-9_]*\}"
+_TEMPLATE = r"\{[A-Z][A-Z0-9_]+\}"  # two characters at least: \p{L} is a class
 _FIELD_NAME = "^[a-z][a-z0-9_]{0,39}$"
 _CONTEXT = 24  # characters around a match that not_before / not_after look at
 
@@ -758,7 +760,7 @@ def compile_entity_rules(layers: Sequence[RuleLayer]) -> EntityRules:
         for name, value in layer.templates.items():
             if not isinstance(name, str) or not isinstance(value, str):
                 raise EntityRulesInvalid(f"{layer.file}: templates must map names to patterns")
-            if linear_pattern("^[A-Z][A-Z0-9_]*$").search(name) is None:
+            if linear_pattern("^[A-Z][A-Z0-9_]+$").search(name) is None:
                 raise EntityRulesInvalid(
                     f"{layer.file}: template name {name!r} must be upper case (A-Z, 0-9, _)"
                 )
