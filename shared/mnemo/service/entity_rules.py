@@ -29,9 +29,9 @@ def _layer(name: str, text: str) -> RuleLayer:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
+        at = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise EntityRulesInvalid(f"{name}{line}: not valid YAML: {problem}") from None
+        raise EntityRulesInvalid(f"{name}{at}: not valid YAML: {problem}") from None
     if data is None:
         return RuleLayer(name, {}, ())
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
