@@ -8,26 +8,19 @@ import io
 import zipfile
 from collections.abc import Sequence
 
-# identity ToUnicode map over the Basic Multilingual Plane, one bfrange per high byte
-_CMAP = (
-    "/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
-    "/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def\n"
-    "/CMapName /Identity-UCS def /CMapType 2 def\n"
-    "1 begincodespacerange <0000> <FFFF> endcodespacerange\n"
-    + "".join(
-        "100 beginbfrange\n"
-        + "".join(
-            f"<{h:02X}00> <{h:02X}FF> <{h:02X}00>\n" for h in range(block, min(block + 100, 256))
-        )
-        + "endbfrange\n"
-        if block + 100 <= 256
-        else f"{256 - block} beginbfrange\n"
-        + "".join(f"<{h:02X}00> <{h:02X}FF> <{h:02X}00>\n" for h in range(block, 256))
-        + "endbfrange\n"
-        for block in range(0, 256, 100)
+
+def _cmap(high_bytes: Sequence[int]) -> str:
+    """An identity ToUnicode map over the 256-code blocks the text uses (pypdf expands
+    every range it is given, so the map covers no more than needed)."""
+    ranges = "".join(f"<{h:02X}00> <{h:02X}FF> <{h:02X}00>\n" for h in high_bytes)
+    return (
+        "/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        "/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def\n"
+        "/CMapName /Identity-UCS def /CMapType 2 def\n"
+        "1 begincodespacerange <0000> <FFFF> endcodespacerange\n"
+        f"{len(high_bytes)} beginbfrange\n{ranges}endbfrange\n"
+        "endcmap CMapName currentdict /CMap defineresource pop end end\n"
     )
-    + "endcmap CMapName currentdict /CMap defineresource pop end end\n"
-)
 
 
 def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None) -> bytes:
@@ -38,7 +31,10 @@ def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None) -> by
         objects.append(body)
         return len(objects)
 
-    cmap = _CMAP.encode("ascii")
+    used = sorted({ord(c) >> 8 for lines in pages for line in lines for c in line} | {0})
+    assert len(used) <= 100
+    assert not any(0xD8 <= h <= 0xDF for h in used)  # no surrogates: the BMP only
+    cmap = _cmap(used).encode("ascii")
     cmap_id = add(b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"\nendstream")
     descendant = add(
         b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /Mnemo /CIDSystemInfo "
