@@ -154,3 +154,29 @@ def many_members_zip(count: int) -> bytes:
         for i in range(count):
             archive.writestr(f"word/media/{i}.bin", b"x")
     return out.getvalue()
+
+
+# the "billion laughs": nine levels of entities, each ten of the one below
+LAUGHS = (
+    '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol0 "lol">'
+    + "".join(f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10))
+    + "]>"
+)
+
+
+def with_entity_bomb(data: bytes, member: str, placeholder: str) -> bytes:
+    """The zip `data` with `member`'s XML declaring the billion laughs and its first
+    `placeholder` replaced by the top entity."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info in source.infolist():
+            body = source.read(info.filename)
+            if info.filename == member:
+                xml = body.decode("utf-8")
+                if xml.startswith("<?xml"):
+                    xml = xml.partition("?>")[2]
+                assert placeholder in xml
+                body = (LAUGHS + xml.replace(placeholder, "&lol9;", 1)).encode("utf-8")
+            archive.writestr(info.filename, body)
+    return out.getvalue()

@@ -13,6 +13,7 @@ from tests.document_samples import (
     encrypted_pdf_bytes,
     many_members_zip,
     pdf_bytes,
+    with_entity_bomb,
     xlsx_bytes,
     zip_bomb_docx,
 )
@@ -232,6 +233,14 @@ def test_the_compression_ratio_limit_is_the_settings() -> None:
     with pytest.raises(DocumentRejected) as caught:
         parse_document(bomb, "a.docx", None, lenient)
     assert caught.value.code != "DOCUMENT_BOMB"  # let through the ratio, then unreadable
+
+
+def test_xml_entity_expansion_in_a_docx_or_xlsx_is_refused() -> None:
+    docx = with_entity_bomb(docx_bytes([("p", "PLACEHOLDER")]), "word/document.xml", "PLACEHOLDER")
+    assert rejected(docx, "a.docx") == "DOCUMENT_MALFORMED"
+    sheet = xlsx_bytes({"s": [["甲方", 12345]]})
+    xlsx = with_entity_bomb(sheet, "xl/worksheets/sheet1.xml", "<v>12345</v>")
+    assert rejected(xlsx, "a.xlsx") == "DOCUMENT_MALFORMED"
 
 
 @pytest.mark.parametrize("password", ["", "secret"])
