@@ -53,10 +53,18 @@ FOUND = [
         "北京云图数据股份有限公司",
     ),
     ("乙方：上海明达贸易有限责任公司", "party_b", "上海明达贸易", "上海明达贸易有限责任公司"),
+    (
+        '由甲方深圳前海科技有限公司（以下简称"甲方"）签署',
+        "party_a",
+        "深圳前海科技",
+        "深圳前海科技有限公司",
+    ),
+    ("Acme Corp, a Delaware corporation (the “Party A”)", "party_a", "acme", "Acme Corp"),
     ("Party A: Acme Trading Co., Ltd.\n", "party_a", "acmetrading", "Acme Trading Co., Ltd."),
     ("Party B: Beta Inc. Address: 1 Main St.", "party_b", "beta", "Beta Inc."),
     ('between Acme Ltd. ("Party A") and Beta LLC ("Party B")', "party_b", "beta", "Beta LLC"),
     ("本合同由ＸＸ科技集团有限公司负责实施。", "organisation", "xx科技", "ＸＸ科技集团有限公司"),
+    ("运维由甲方云图数据有限公司负责", "organisation", "云图数据", "云图数据有限公司"),
     (
         "Services are hosted by Northwind Systems Limited in Dublin.",
         "organisation",

@@ -728,8 +728,7 @@ class EntityRules:
         for rule in self.rules:
             if rule.field == field:
                 return rule.normaliser
-        kind = self.field_kinds().get(field, "text")
-        return kind if kind != "text" else "text"
+        return self.field_kinds().get(field, "text")
 
 
 def _expand(pattern: str, templates: Mapping[str, str], where: str) -> str:
