@@ -25,6 +25,7 @@ from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
+from mnemo.domain.documents import EntityRules
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
@@ -52,6 +53,7 @@ from mnemo.service.app import Mnemo
 from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import PartitionProgress
+from mnemo.service.entity_rules import load_entity_rules
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
 from mnemo.service.sealing import (
     BlindTagIndex,
@@ -118,6 +120,11 @@ def load_rules(path: Path | None = None) -> RuleSet:
         similarity=similarity,
         numbers=arabic_numerals,
     )
+
+
+def load_document_entity_rules(settings: MnemoSettings) -> EntityRules:
+    """Mnemo's entity rules with the operator's (MNEMO_ENTITY_RULES_FILE) in front."""
+    return load_entity_rules(settings.entity_rules_file)
 
 
 def load_decay_policy(path: Path | None = None) -> DecayPolicy:

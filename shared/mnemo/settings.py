@@ -89,6 +89,11 @@ class MnemoSettings(BaseSettings):
         description="declared tools and the triggers that suggest calling them (YAML); none "
         "when unset",
     )
+    entity_rules_file: Path | None = Field(
+        default=None,
+        description="entity rules (YAML) read in front of Mnemo's own "
+        "(mnemo/rules/entities.yaml) when documents are parsed; a bad file stops the start",
+    )
     decay_policy_file: Path | None = Field(
         default=None, description="verification and archive schedules per memory type (YAML)"
     )

@@ -18,7 +18,7 @@ RE2 is a pure computation library (no I/O), like `re`, which is why the domain m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Protocol, cast
 
@@ -80,6 +80,10 @@ class LinearPattern:
 
     def search(self, text: str) -> PatternMatch | None:
         return cast(PatternMatch | None, self._regexp.search(text))
+
+    def finditer(self, text: str) -> Iterator[PatternMatch]:
+        """Every non-overlapping match, left to right (linear in the text's length)."""
+        return cast(Iterator[PatternMatch], self._regexp.finditer(text))
 
 
 @lru_cache(maxsize=CACHED_PATTERNS)
