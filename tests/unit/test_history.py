@@ -420,3 +420,15 @@ def test_fact_rules_check_their_kinds() -> None:
     kinds: dict[str, Any] = {}
     with pytest.raises(ValueError, match="kind 'complaint' is not declared"):
         FactRules(kinds, [FACTS.rules[0].model_copy(update={"kind": "complaint"})])
+
+
+def test_a_sealed_value_is_read_as_its_placeholder_and_kept_whole() -> None:
+    # an 11-digit number starting with 1 reads as a Chinese mobile number: the scanner
+    # seals it, and the rules see its placeholder
+    sealed = "⟦phone:h0123456789abcdef⟧"
+    [update] = [
+        u
+        for u in FACTS.read(f"顺丰快递，运单号SF{sealed}，请注意查收", AGENT_ZH)
+        if "tracking" in u.fields
+    ]
+    assert update.fields["tracking"] == f"SF{sealed}"  # not upper-cased

@@ -343,6 +343,8 @@ class FactRules:
 
     def _normalized(self, rule: FactRule, name: str, raw: str) -> str:
         value = _SPACES.sub(" ", raw).strip().strip(_TRIM).strip()
+        if "⟦" in value:
+            return value  # a sealed value's placeholder is kept exactly as it is
         step = rule.normalize.get(name)
         if step is not None and self._numbers is not None and step in ("days", "money", "number"):
             value = self._numbers(value)
