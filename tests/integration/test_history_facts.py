@@ -8,8 +8,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.history import fact_sources
 from mnemo.domain.memory import MemoryStatus, MemoryType
 from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
@@ -101,6 +104,13 @@ def test_turns_become_facts_that_update_and_replace_their_turns_in_the_context(
     assert platform.app.get(CTX, turn_ids[2]).content.startswith("客户: 订单20240511-3")
     hits = platform.app.search(CTX, "晚了三天", streams=[S])
     assert turn_ids[2] in [h.memory.memory_id for h in hits]
+
+    only = history("facts_only")[0]
+    assert complaint.memory_id in only
+    assert set(only) <= {m.memory_id for m in facts}
+    with pytest.raises(InvalidInput) as refused:
+        history("summary")
+    assert refused.value.code == "INVALID_HISTORY_MODE"
 
     # the same conversation imported again adds nothing (each turn is a duplicate, and
     # each fact holds its turns already)
