@@ -32,6 +32,11 @@ prints a short summary; progress goes to stderr. Sections, in this order:
             and throughput until the consumers caught up; then 1,000 toolchain-state reads
             (GET /v1/toolchains/{id}) next to 1,000 memory reads (GET /v1/memories/{id}) on
             `mnemo serve` (bench/tool_results.py; writes DIR/tool_results.json)
+11. history  history compression on long synthetic customer-service conversations
+            (Chinese and English): the facts' tokens against the raw turns they replace,
+            and evidence recall at 500 and 1,000 tokens with history "raw" (the baseline),
+            "facts" and "facts_only" side by side (bench/history.py; writes
+            DIR/history.json)
 
 `--only distributed` (or any section list) runs a subset.
 
@@ -83,6 +88,7 @@ SECTIONS = (
     "zh_retrieval",
     "guards",
     "tool_results",
+    "history",
 )
 CORE = ("ingest", "search", "replay", "sync", "encryption")
 
@@ -573,6 +579,14 @@ def main(argv: list[str] | None = None) -> int:
         progress("tool_results", "tool results next to plain declarations")
         tool_results_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
         elapsed["tool_results"] = time.perf_counter() - t0
+
+    if "history" in args.sections:
+        from bench.history import main as history_main
+
+        t0 = time.perf_counter()
+        progress("history", "typed facts against raw turns, long conversations")
+        history_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
+        elapsed["history"] = time.perf_counter() - t0
 
     if args.locomo is not None:
         from bench.locomo import main as locomo_main

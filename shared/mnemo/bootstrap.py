@@ -27,6 +27,7 @@ from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.documents import EntityRules
 from mnemo.domain.errors import InvalidInput
+from mnemo.domain.history import FactRules
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
 from mnemo.handlers import indexing as index_consumer
@@ -54,6 +55,7 @@ from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import PartitionProgress
 from mnemo.service.entity_rules import load_entity_rules
+from mnemo.service.history_rules import load_history_rules
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
 from mnemo.service.sealing import (
     BlindTagIndex,
@@ -125,6 +127,14 @@ def load_rules(path: Path | None = None) -> RuleSet:
 def load_document_entity_rules(settings: MnemoSettings) -> EntityRules:
     """Mnemo's entity rules with the operator's (MNEMO_ENTITY_RULES_FILE) in front."""
     return load_entity_rules(settings.entity_rules_file)
+
+
+def load_history_facts(path: Path | None = None) -> FactRules:
+    """The history rules (typed facts in conversation turns) of a YAML file, or Mnemo's
+    defaults; a file Mnemo refuses names its line (HistoryRuleFileError)."""
+    from mnemo.adapters.cn2an_numbers import arabic_numerals
+
+    return load_history_rules(path, numbers=arabic_numerals)
 
 
 def load_decay_policy(path: Path | None = None) -> DecayPolicy:
@@ -537,13 +547,15 @@ def make_runner(
     The embedded mode drives it; the distributed workers call its steps. The handlers read
     user streams' events opened, and what they emit is sealed before the log (ADR 0010)."""
     sealer = sealer or make_sealer(settings)
+    rules = load_rules(settings.rules_file)
+    rules.facts = load_history_facts(settings.history_rules_file)
     return EmbeddedRunner(
         SealingEventLog(event_log, sealer),
         store,
         BlindTagIndex(index, sealer),
         embedder,
         clock,
-        load_rules(settings.rules_file),
+        rules,
         batch_size=settings.batch_size,
         embed_batch=settings.embed_batch,
         consumers=consumers,

@@ -84,6 +84,12 @@ class MnemoSettings(BaseSettings):
     )
     tokenizer: str = Field(default="cl100k_base", description="encoding or model name")
     rules_file: Path | None = Field(default=None, description="registration rules (YAML)")
+    history_rules_file: Path | None = Field(
+        default=None,
+        description="history rules that read typed facts (complaints, orders, refunds, "
+        "deliveries, preference changes) in conversation turns (YAML); Mnemo's defaults "
+        "when unset",
+    )
     triggers_file: Path | None = Field(
         default=None,
         description="declared tools and the triggers that suggest calling them (YAML); none "

@@ -385,6 +385,7 @@ class AsyncMnemoClient:
         include_history: bool = False,
         allow_constraint_drop: bool = False,
         as_of: datetime | None = None,
+        history: str = "facts",
     ) -> ContextResponse:
         """The context for an LLM call within `budget` tokens."""
         return await self.call(
@@ -398,6 +399,7 @@ class AsyncMnemoClient:
                 include_history=include_history,
                 allow_constraint_drop=allow_constraint_drop,
                 as_of=as_of,
+                history=history,
             )
         )
 

@@ -346,6 +346,7 @@ def context(
     include_history: bool = False,
     allow_constraint_drop: bool = False,
     as_of: datetime | None = None,
+    history: str = "facts",
 ) -> Call[ContextResponse]:
     body: dict[str, Any] = {
         "subjects": strs(subjects),
@@ -355,6 +356,8 @@ def context(
         "include_history": include_history,
         "allow_constraint_drop": allow_constraint_drop,
     }
+    if history != "facts":
+        body["history"] = history
     if template_version is not None:
         body["template_version"] = template_version
     if tokenizer is not None:

@@ -384,6 +384,7 @@ class MnemoClient:
         include_history: bool = False,
         allow_constraint_drop: bool = False,
         as_of: datetime | None = None,
+        history: str = "facts",
     ) -> ContextResponse:
         """The context for an LLM call within `budget` tokens."""
         return self.call(
@@ -397,6 +398,7 @@ class MnemoClient:
                 include_history=include_history,
                 allow_constraint_drop=allow_constraint_drop,
                 as_of=as_of,
+                history=history,
             )
         )
 

@@ -171,7 +171,8 @@ class LeftOut(_Model):
     memory_id: str
     section: str
     reason: str = Field(
-        description="budget, expired, superseded, low_relevance, not_shown or conflict"
+        description="budget, expired, superseded, low_relevance, not_shown, conflict or "
+        "summarised (a turn a fact in the context stands for)"
     )
 
 

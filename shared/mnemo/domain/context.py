@@ -454,7 +454,7 @@ class Included:
 class LeftOut:
     memory_id: str
     section: str
-    reason: str  # budget, expired, superseded, low_relevance, not_shown, conflict
+    reason: str  # budget, expired, superseded, low_relevance, not_shown, conflict, summarised
 
 
 @dataclass

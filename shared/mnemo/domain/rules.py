@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mnemo.domain.history import FactRules
 from mnemo.domain.memory import Memory, MemoryDraft, MemoryType, Provenance, Scope
 from mnemo.domain.patterns import (
     LinearPattern,
@@ -400,6 +401,7 @@ class RuleSet:
         ignore_examples: Sequence[str] = (),
         similarity: Mapping[str, float] | None = None,
         numbers: Callable[[str], str] | None = None,
+        facts: FactRules | None = None,
     ) -> None:
         ids = [r.id for r in rules]
         if len(ids) != len(set(ids)):
@@ -431,6 +433,8 @@ class RuleSet:
         self.ignore_examples = tuple(ignore_examples)
         self.similarity = dict(similarity or {})
         self._numbers = numbers
+        # the history rules that read typed facts in conversation turns (mnemo.domain.history)
+        self.facts = facts
         self._compiled = [(r, r.compiled()) for r in rules]
         self._slots = {r.id: [linear_pattern(s, ignore_case=True) for s in r.slots] for r in rules}
         # a shape matches a whole value: anchored, on the same linear-time engine

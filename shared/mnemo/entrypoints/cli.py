@@ -923,6 +923,13 @@ def render_context(answer: Mapping[str, Any]) -> None:
     "--allow-constraint-drop", is_flag=True, help="else a constraint that does not fit fails"
 )
 @click.option("--include-history", is_flag=True, help="also render superseded versions")
+@click.option(
+    "--history",
+    type=click.Choice(["facts", "facts_only", "raw"]),
+    default="facts",
+    show_default=True,
+    help="typed facts in place of the turns they summarise, the facts alone, or the raw turns",
+)
 @pass_state
 def context(
     state: State,
@@ -934,6 +941,7 @@ def context(
     tokenizer: str | None,
     allow_constraint_drop: bool,
     include_history: bool,
+    history: str,
 ) -> None:
     """The context for an LLM call within a token budget (--json: the whole answer)."""
     body: dict[str, Any] = {
@@ -943,6 +951,7 @@ def context(
         "template": template,
         "allow_constraint_drop": allow_constraint_drop,
         "include_history": include_history,
+        "history": history,
     }
     if template_version is not None:
         body["template_version"] = template_version

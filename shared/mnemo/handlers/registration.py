@@ -54,6 +54,7 @@ from mnemo.domain.events import (
     VerificationDue,
     decode_payload,
 )
+from mnemo.domain.history import is_fact
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import (
     Memory,
@@ -347,7 +348,66 @@ def _turn(
                 detail=reading.detail,
             )
         )
+    if rules.facts:
+        decision.extend(_facts(event, state, rules, payload, decision, len(reading.matches) + 2))
     return decision
+
+
+def _facts(
+    event: Envelope,
+    state: RegistrationState,
+    rules: RuleSet,
+    payload: ObservationRecorded,
+    turn: Decision,
+    first_index: int,
+) -> Decision:
+    """The typed facts the history rules read in a turn (mnemo.domain.history), each a
+    history memory linked to the turn, superseding the fact of the same matter it updates.
+    They take indexes from `first_index` on (after the turn and the rules' memories)."""
+    assert rules.facts is not None
+    decision = Decision()
+    updates = rules.facts.read(payload.text, payload.speaker)
+    kept = next(
+        (
+            w.outcome
+            for w in turn.writes
+            if isinstance(w, PutOutcome) and w.outcome.index == 0 and w.outcome.memory_id
+        ),
+        None,
+    )
+    if not updates or kept is None or kept.memory_id is None:
+        return decision
+    stored = next(
+        (
+            w.memory
+            for w in turn.writes
+            if isinstance(w, PutMemory) and w.memory.memory_id == kept.memory_id
+        ),
+        None,
+    ) or state.get(event.tenant, kept.memory_id)
+    drafts = rules.facts.fold(
+        updates,
+        _FactView(state, event.tenant, event.stream),
+        turn_id=kept.memory_id,
+        episode=episode_of(stored.tags) if stored is not None else None,
+        timezone=payload.timezone,
+    )
+    for offset, fact in enumerate(drafts):
+        decision.extend(_register(event, state, fact.draft, first_index + offset, fact.rule_id))
+    return decision
+
+
+class _FactView:
+    """The stream's facts, as the history rules fold them."""
+
+    def __init__(self, state: RegistrationState, tenant: str, stream: str) -> None:
+        self.state, self.tenant, self.stream = state, tenant, stream
+
+    def current(self, key: str) -> Memory | None:
+        return self.state.current_for_key(self.tenant, self.stream, key)
+
+    def facts(self) -> list[Memory]:
+        return [m for m in self.state.stream_memories(self.tenant, self.stream) if is_fact(m)]
 
 
 # reasons that say an utterance looked like a memory that registration could not complete

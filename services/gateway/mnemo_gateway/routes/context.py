@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
@@ -45,6 +45,12 @@ class ContextIn(BaseModel):
     include_history: StrictBool = Field(
         default=False, description="also render superseded versions"
     )
+    history: Literal["facts", "facts_only", "raw"] = Field(
+        default="facts",
+        description="facts: typed facts read from the turns in place of the turns they "
+        "summarise (listed as summarised); facts_only: the facts alone; raw: the turns "
+        "themselves",
+    )
     as_of: AwareDatetime | None = Field(
         default=None,
         description="the instant to judge freshness at, with a UTC offset; now when absent",
@@ -74,7 +80,8 @@ class LeftOutOut(BaseModel):
     memory_id: str
     section: str
     reason: str = Field(
-        description="budget, expired, superseded, low_relevance, not_shown or conflict"
+        description="budget, expired, superseded, low_relevance, not_shown, conflict or "
+        "summarised (a turn a fact in the context stands for)"
     )
 
 
@@ -193,6 +200,7 @@ async def context(ctx: ContextCtx, mnemo: App, body: Body) -> ContextOut:
         allow_downgrade=req.allow_downgrade,
         allow_constraint_drop=req.allow_constraint_drop,
         include_history=req.include_history,
+        history=req.history,
         as_of=req.as_of,
     )
     result = await run_in_threadpool(mnemo.context, ctx, request)
