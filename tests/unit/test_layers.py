@@ -22,10 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnemo.handlers import registry
+
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "shared"
 DOC = REPO / "docs" / "architecture.md"
-SERVICES = ("mnemo_gateway", "mnemo_registrar", "mnemo_indexer", "mnemo_decay", "mnemo_audit")
+# the gateway's package and one package per consumer of the table
+SERVICES = ("mnemo_gateway", *(c.module for c in registry.CONSUMERS))
 ROOTS = (LIBRARY, *(REPO / "services" / s.removeprefix("mnemo_") for s in SERVICES))
 # libraries the domain may use: pure computation, no I/O or infrastructure
 DOMAIN_LIBRARIES = frozenset({"pydantic", "pydantic_core", "orjson", "re2", "snowballstemmer"})
