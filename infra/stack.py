@@ -26,8 +26,9 @@ OpenBao (with its token) and the Qdrant server come from its services.env (writt
 infra/services.py); an operator token is made once and kept in <run>/mnemo/operator.token
 (mode 0600) and handed to the gateway. The first `up` creates the tenant `default` with an
 admin key and prints the operator token and that key, once. Logs and PID files go to
-<run>/mnemo/. Standard library only; tests import `Stack` to run their own copy on other
-ports, topics and keyspaces.
+<run>/mnemo/. The consumers and their default health ports (8091 on, in the table's order)
+come from the table of consumers (mnemo.handlers.registry); otherwise standard library
+only. Tests import `Stack` to run their own copy on other ports, topics and keyspaces.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from mnemo.handlers.registry import CONSUMERS as TABLE
 
 REPO = Path(__file__).resolve().parent.parent
 TAG = "MNEMO_STACK_COMPONENT"
@@ -166,6 +169,13 @@ class Component:
         return f"http://127.0.0.1:{port}/readyz"
 
 
+# each consumer's default health port, in the order of the table of consumers
+CONSUMER_PORTS = {c.name: 8091 + n for n, c in enumerate(TABLE)}
+# the consumer that writes the vector index: a process of its own beside a Qdrant server,
+# else run by the gateway over its qdrant-edge shard
+INDEXER = next(c for c in TABLE if c.indexes)
+
+
 @dataclass
 class Stack:
     """One distributed deployment on this machine."""
@@ -173,9 +183,7 @@ class Stack:
     run_dir: Path
     env: dict[str, str] = field(default_factory=dict)
     gateway_port: int = 8080
-    ports: dict[str, int] = field(
-        default_factory=lambda: {"registrar": 8091, "indexer": 8092, "decay": 8093, "audit": 8094}
-    )
+    ports: dict[str, int] = field(default_factory=lambda: dict(CONSUMER_PORTS))
     python: str = sys.executable
     # the processes' working directory: faust keeps a `<app>-data` folder there
     workdir: Path = REPO
@@ -199,16 +207,14 @@ class Stack:
 
     def components(self) -> list[Component]:
         consumers = [
-            Component("registrar", "mnemo_registrar", self.ports["registrar"]),
-            Component("decay", "mnemo_decay", self.ports["decay"]),
-            Component("audit", "mnemo_audit", self.ports["audit"]),
+            Component(c.name, c.module, self.ports[c.name]) for c in TABLE if c is not INDEXER
         ]
         if self.topology == "server":
-            consumers.append(Component("indexer", "mnemo_indexer", self.ports["indexer"]))
+            consumers.append(Component(INDEXER.name, INDEXER.module, self.ports[INDEXER.name]))
             gateway = Component("gateway", "mnemo_gateway", 0, self.gateway_port)
         else:
             gateway = Component(
-                "gateway", "mnemo_gateway", self.ports["indexer"], self.gateway_port
+                "gateway", "mnemo_gateway", self.ports[INDEXER.name], self.gateway_port
             )
         extra = [
             Component(f"{c.name}-{n}", c.module, self._replica_port(f"{c.name}-{n}"))
@@ -425,7 +431,6 @@ PASSED_ON = (
     "MNEMO_QDRANT_URL",
 )
 FIRST_TENANT = "default"
-CONSUMER_PORTS = {"registrar": 8091, "indexer": 8092, "decay": 8093, "audit": 8094}
 
 
 def services_env(path: Path) -> dict[str, str]:

@@ -24,6 +24,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemo.domain.errors import InvalidInput
+from mnemo.handlers.registry import NAMES
 
 __all__ = [
     "CLIENT_VARIABLES",
@@ -40,8 +41,9 @@ __all__ = [
 
 PREFIX = "MNEMO_"
 
-# the consumer services, each with its own prefix for WorkerSettings (MNEMO_REGISTRAR_...)
-CONSUMERS = ("registrar", "indexer", "decay", "audit")
+# the consumer services (the table of consumers, mnemo.handlers.registry), each with its own
+# prefix for WorkerSettings (MNEMO_REGISTRAR_...)
+CONSUMERS: tuple[str, ...] = NAMES
 
 # what the `mnemo` client commands and the MCP server read (entrypoints/cli.py's options)
 CLIENT_VARIABLES: dict[str, str] = {

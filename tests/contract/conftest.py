@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.contract.store_support import STORE_ADAPTERS, StoreAdapter
 from tests.support import missing
+
+from mnemo.ports import MemoryStore
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +57,11 @@ def store_keyspace() -> Iterator[tuple[Any, str]]:
     finally:
         session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         cluster.shutdown()
+
+
+@pytest.fixture(params=STORE_ADAPTERS, ids=lambda adapter: adapter.name)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore:
+    """A fresh, empty store of each adapter in STORE_ADAPTERS in turn: every case of the
+    read-model suites runs once per adapter."""
+    adapter: StoreAdapter = request.param
+    return adapter.build(request, tmp_path)

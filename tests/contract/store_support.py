@@ -1,9 +1,12 @@
-"""What the contract suites of the read-model ports share: a memory maker, the store under
-test built fresh for every case, and the two adapters that run every case (SQLite, and
-Cassandra against a real node, in one keyspace migrated once per session)."""
+"""What the contract suites of the read-model ports share: a memory maker, and the one list
+of adapters every case of every suite runs on (STORE_ADAPTERS). The `store` fixture of
+tests/contract/conftest.py builds a fresh, empty store from each entry in turn, so a new
+adapter joins all six suites by being added to this list."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,36 +55,42 @@ def mem(
 
 
 class StoreContract:
-    """The base of every suite: `store` is a fresh, empty adapter (it implements every
-    port; each suite uses the one it checks)."""
-
-    def make_store(self, path: Path) -> MemoryStore:
-        raise NotImplementedError
-
-    @pytest.fixture
-    def store(self, tmp_path: Path) -> MemoryStore:
-        return self.make_store(tmp_path)
+    """The base of every suite: `store` (a fixture of conftest.py) is a fresh, empty store
+    of one adapter of STORE_ADAPTERS; it implements every port and each suite uses the one
+    it checks."""
 
     def put(self, store: MemoryStore, *memories: Memory) -> None:
         with store.transaction() as tx:
             tx.apply([PutMemory(m) for m in memories])
 
 
-class OnSqlite:
-    def make_store(self, path: Path) -> MemoryStore:
-        return SqliteMemoryStore(path / "store.sqlite3", "NORMAL")
+@dataclass(frozen=True, slots=True)
+class StoreAdapter:
+    """One adapter of the read-model ports under contract: its name (the test id) and how
+    to build a fresh, empty store of it in a test's temporary directory (`request` gives
+    the fixtures it needs, asked for only when this adapter runs)."""
+
+    name: str
+    build: Callable[[pytest.FixtureRequest, Path], MemoryStore]
 
 
-class OnCassandra:
-    @pytest.fixture(autouse=True)
-    def _cassandra(self, store_keyspace: tuple[Any, str]) -> None:
-        self.session, self.keyspace = store_keyspace
+def _sqlite(request: pytest.FixtureRequest, path: Path) -> MemoryStore:
+    return SqliteMemoryStore(path / "store.sqlite3", "NORMAL")
 
-    def make_store(self, path: Path) -> MemoryStore:
-        from mnemo.adapters.cassandra_store import CassandraMemoryStore
 
-        store = CassandraMemoryStore(
-            self.session, self.keyspace, migrate_schema=False, blinder=BLINDER
-        )
-        store.reset()
-        return store
+def _cassandra(request: pytest.FixtureRequest, path: Path) -> MemoryStore:
+    """A real node, in one keyspace migrated once per session (conftest.store_keyspace);
+    reset() empties only the tables that hold something."""
+    from mnemo.adapters.cassandra_store import CassandraMemoryStore
+
+    keyspace: tuple[Any, str] = request.getfixturevalue("store_keyspace")
+    session, name = keyspace
+    store = CassandraMemoryStore(session, name, migrate_schema=False, blinder=BLINDER)
+    store.reset()
+    return store
+
+
+STORE_ADAPTERS: tuple[StoreAdapter, ...] = (
+    StoreAdapter("sqlite", _sqlite),
+    StoreAdapter("cassandra", _cassandra),
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.contract.store_support import T0, OnCassandra, OnSqlite, StoreContract, mem
+from tests.contract.store_support import T0, StoreContract, mem
 
 from mnemo.domain.memory import MemoryStatus, MemoryType
 from mnemo.domain.projection import (
@@ -15,7 +15,7 @@ from mnemo.domain.sealed import EncryptionBlock
 from mnemo.ports import MemoryQuery, MemoryStore
 
 
-class MemoryReadsContract(StoreContract):
+class TestMemoryReads(StoreContract):
     def test_put_get_and_tenant_scoping(self, store: MemoryStore) -> None:
         a = mem(1)
         self.put(store, a)
@@ -81,11 +81,3 @@ class MemoryReadsContract(StoreContract):
         erased = store.get("acme", a.memory_id)
         assert erased is not None
         assert erased.sealed is None
-
-
-class TestSqliteMemoryReads(OnSqlite, MemoryReadsContract):
-    pass
-
-
-class TestCassandraMemoryReads(OnCassandra, MemoryReadsContract):
-    pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.contract.store_support import T0, OnCassandra, OnSqlite, StoreContract, mem
+from tests.contract.store_support import T0, StoreContract, mem
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.memory import MemoryStatus
@@ -30,7 +30,7 @@ from mnemo.domain.projection import (
 from mnemo.ports import MemoryQuery, MemoryStore
 
 
-class OperationsContract(StoreContract):
+class TestOperations(StoreContract):
     def test_tenant_memories_and_purging_a_tenant(self, store: MemoryStore) -> None:
         a = mem(1, content="alpha plans", stream="user:U1", key="size", value="M", tags=("t",))
         b = mem(2, content="beta plans", stream="user:U2")
@@ -144,11 +144,3 @@ class OperationsContract(StoreContract):
         store.reset()
         assert store.checksum() == empty
         assert store.position("registrar") == 0
-
-
-class TestSqliteOperations(OnSqlite, OperationsContract):
-    pass
-
-
-class TestCassandraOperations(OnCassandra, OperationsContract):
-    pass

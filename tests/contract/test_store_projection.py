@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from tests.contract.store_support import T0, OnCassandra, OnSqlite, StoreContract, mem
+from tests.contract.store_support import T0, StoreContract, mem
 
 from mnemo.domain.errors import FencedOff
 from mnemo.domain.ids import derived_id
@@ -25,7 +25,7 @@ from mnemo.domain.projection import (
 from mnemo.ports import MemoryStore
 
 
-class ProjectionContract(StoreContract):
+class TestProjection(StoreContract):
     def test_lookups_inside_a_transaction_see_its_own_writes(self, store: MemoryStore) -> None:
         a = mem(1, key="size", value="L")
         with store.transaction() as tx:
@@ -169,11 +169,3 @@ class ProjectionContract(StoreContract):
         assert store.memory_stats("acme", [m.memory_id]) == [expected]
         assert store.memory_stats("acme", [mem(2).memory_id]) == []
         assert store.counts()["memory_stats"] == 1
-
-
-class TestSqliteProjection(OnSqlite, ProjectionContract):
-    pass
-
-
-class TestCassandraProjection(OnCassandra, ProjectionContract):
-    pass

@@ -4,7 +4,7 @@ first, tenant by tenant. Every adapter runs these cases."""
 
 from __future__ import annotations
 
-from tests.contract.store_support import T0, OnCassandra, OnSqlite, StoreContract, mem
+from tests.contract.store_support import T0, StoreContract, mem
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.projection import (
@@ -27,7 +27,7 @@ def template(name: str, version: int, budget: int = 100) -> ContextTemplate:
     )
 
 
-class TemplatesAndUsageContract(StoreContract):
+class TestTemplatesAndUsage(StoreContract):
     def test_a_template_is_read_by_version_or_as_its_latest(self, store: MemoryStore) -> None:
         brief = [template("brief", 1), template("brief", 2, budget=200)]
         other = template("answer", 1)
@@ -70,11 +70,3 @@ class TemplatesAndUsageContract(StoreContract):
         assert [e.offset for e in store.timeline("acme", m.memory_id)] == [3, 5, 7]
         assert [e.offset for e in store.timeline("acme", m.memory_id, limit=2)] == [3, 5]
         assert store.timeline("globex", m.memory_id) == []
-
-
-class TestSqliteTemplatesAndUsage(OnSqlite, TemplatesAndUsageContract):
-    pass
-
-
-class TestCassandraTemplatesAndUsage(OnCassandra, TemplatesAndUsageContract):
-    pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.contract.store_support import T0, OnCassandra, OnSqlite, StoreContract, mem
+from tests.contract.store_support import T0, StoreContract, mem
 
 from mnemo.domain.projection import (
     AuditRecord,
@@ -21,7 +21,7 @@ from mnemo.domain.projection import (
 from mnemo.ports import MemoryStore
 
 
-class TimersAndAuditContract(StoreContract):
+class TestTimersAndAudit(StoreContract):
     def test_outcomes_timers_audit_and_positions(self, store: MemoryStore) -> None:
         o = Outcome("acme", "e1", 0, OutcomeKind.REJECTED, reason_code="X", detail="d")
         due = Timer("acme", mem(1).memory_id, T0 + timedelta(hours=1))
@@ -59,11 +59,3 @@ class TimersAndAuditContract(StoreContract):
         assert store.audit_heads("acme") == [second, other_stream]
         assert store.audit_heads("other") == []
         assert store.position("audit") == 7
-
-
-class TestSqliteTimersAndAudit(OnSqlite, TimersAndAuditContract):
-    pass
-
-
-class TestCassandraTimersAndAudit(OnCassandra, TimersAndAuditContract):
-    pass

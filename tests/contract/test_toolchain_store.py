@@ -3,19 +3,14 @@ toolchain lookups); every adapter runs these cases."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from datetime import timedelta
 
 import pytest
-from tests.support import BLINDER
+from tests.contract.store_support import T0, StoreContract
 
-from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.domain.projection import DropToolchain, PurgeTenant, PutToolchain
 from mnemo.domain.toolchain import StepDone, StepError, StepFailure, ToolchainState
 from mnemo.ports import MemoryStore
-
-T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def chain(toolchain_id: str, *, tenant: str = "acme", stream: str = "user:U1") -> ToolchainState:
@@ -52,14 +47,7 @@ def progressed(state: ToolchainState) -> ToolchainState:
     return state.with_done(done).with_failure(failure)
 
 
-class ToolchainStoreContract:
-    def make_store(self, path: Path) -> MemoryStore:
-        raise NotImplementedError
-
-    @pytest.fixture
-    def store(self, tmp_path: Path) -> MemoryStore:
-        return self.make_store(tmp_path)
-
+class TestToolchainStore(StoreContract):
     def test_a_state_reads_back_whole_and_only_in_its_tenant(self, store: MemoryStore) -> None:
         state = progressed(chain("pay-1"))
         with store.transaction() as tx:
@@ -129,23 +117,3 @@ class ToolchainStoreContract:
         store.reset()
         assert store.toolchain("acme", "pay-1") is None
         assert store.checksum() == empty
-
-
-class TestSqliteToolchainStore(ToolchainStoreContract):
-    def make_store(self, path: Path) -> MemoryStore:
-        return SqliteMemoryStore(path / "store.sqlite3", "NORMAL")
-
-
-class TestCassandraToolchainStore(ToolchainStoreContract):
-    @pytest.fixture(autouse=True)
-    def _cassandra(self, store_keyspace: tuple[Any, str]) -> None:
-        self.session, self.keyspace = store_keyspace
-
-    def make_store(self, path: Path) -> MemoryStore:
-        from mnemo.adapters.cassandra_store import CassandraMemoryStore
-
-        store = CassandraMemoryStore(
-            self.session, self.keyspace, migrate_schema=False, blinder=BLINDER
-        )
-        store.reset()
-        return store

@@ -22,10 +22,12 @@ from tests.helm.chart import (
     pod_spec,
 )
 
+from mnemo.handlers import registry
 from mnemo.service.triggers import load_triggers
 from mnemo.settings import check_environment, setting_variables
 
-COMPONENTS = ("gateway", "registrar", "indexer", "decay", "audit")
+# the gateway and one component per consumer of the table
+COMPONENTS = ("gateway", *registry.NAMES)
 CONSUMERS = COMPONENTS[1:]
 SECRET_NAMED = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
 
@@ -201,7 +203,7 @@ def test_indexer_keeps_blas_to_one_thread(render: Render) -> None:
 def test_replicas_are_overridden_per_component(render: Render) -> None:
     found = deployments(render("minimal", overrides={"components.indexer.replicas": 5}))
     replicas = {name: d["spec"]["replicas"] for name, d in found.items()}
-    assert replicas == {"gateway": 2, "registrar": 1, "indexer": 5, "decay": 1, "audit": 1}
+    assert replicas == {**dict.fromkeys(CONSUMERS, 1), "gateway": 2, "indexer": 5}
 
 
 def test_zero_and_false_overrides_are_kept(render: Render) -> None:
@@ -215,7 +217,7 @@ def test_zero_and_false_overrides_are_kept(render: Render) -> None:
         },
     )
     replicas = {name: d["spec"]["replicas"] for name, d in deployments(manifests).items()}
-    assert replicas == {"gateway": 2, "registrar": 3, "indexer": 3, "decay": 0, "audit": 3}
+    assert replicas == {**dict.fromkeys(CONSUMERS, 3), "gateway": 2, "decay": 0}
     pdbs = {component_of(p) for p in of_kind(manifests, "PodDisruptionBudget").values()}
     assert pdbs == set(COMPONENTS) - {"audit"}
 

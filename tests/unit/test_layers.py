@@ -11,7 +11,7 @@ entry points imports one.
 `KNOWN` holds the imports against the rule the code still has. It may only shrink: an
 import against the rule that is not in it fails, and so does an entry of it the code no
 longer has (remove it). Run this file (`python -m tests.unit.test_layers`) to write the
-tables into docs/architecture.md."""
+tables into docs/architecture.md (the table of consumers too)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnemo.handlers import registry
+
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "shared"
 DOC = REPO / "docs" / "architecture.md"
-SERVICES = ("mnemo_gateway", "mnemo_registrar", "mnemo_indexer", "mnemo_decay", "mnemo_audit")
+# the gateway's package and one package per consumer of the table
+SERVICES = ("mnemo_gateway", *(c.module for c in registry.CONSUMERS))
 ROOTS = (LIBRARY, *(REPO / "services" / s.removeprefix("mnemo_") for s in SERVICES))
 # libraries the domain may use: pure computation, no I/O or infrastructure
 DOMAIN_LIBRARIES = frozenset({"pydantic", "pydantic_core", "orjson", "re2", "snowballstemmer"})
@@ -304,6 +307,12 @@ def test_the_architecture_doc_shows_the_layers_and_ports_as_the_code_has_them() 
     assert _section(doc, "ports") == ports_markdown(), hint
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # also the table of consumers (test_registry checks it)
     text = DOC.read_text(encoding="utf-8")
-    DOC.write_text(_write(_write(text, "layers", layers_markdown()), "ports", ports_markdown()))
+    for name, table in (
+        ("layers", layers_markdown()),
+        ("ports", ports_markdown()),
+        ("consumers", registry.table_markdown()),
+    ):
+        text = _write(text, name, table)
+    DOC.write_text(text)

@@ -15,7 +15,7 @@ import pytest
 from tests.support import stack_module
 
 from mnemo.entrypoints.cli import cli
-from mnemo.handlers import audit, decay, indexing, registration
+from mnemo.handlers import registry
 from mnemo.settings import (
     CLIENT_VARIABLES,
     CONSUMERS,
@@ -109,8 +109,7 @@ def test_known_variables_pass_whatever_their_case_and_other_prefixes_are_ignored
 
 
 def test_the_worker_prefixes_are_the_consumers() -> None:
-    handlers = (registration.CONSUMER, indexing.CONSUMER, decay.CONSUMER, audit.CONSUMER)
-    assert sorted(CONSUMERS) == sorted(handlers)
+    assert CONSUMERS == registry.NAMES
     for consumer in CONSUMERS:
         for field in WorkerSettings.model_fields:
             assert f"MNEMO_{consumer}_{field}".upper() in setting_variables()

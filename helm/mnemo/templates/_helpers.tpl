@@ -1,10 +1,11 @@
 {{/*
-Names, labels and the pieces every workload shares. Components are listed once here, in
-the order they are rendered.
+Names, labels and the pieces every workload shares. The components are the keys of
+.Values.components (the gateway, then one per consumer of the table of consumers,
+mnemo.handlers.registry, which a unit test checks), rendered gateway first, then by name.
 */}}
 
 {{- define "mnemo.componentNames" -}}
-gateway registrar indexer decay audit
+{{- prepend (omit .Values.components "gateway" | keys | sortAlpha) "gateway" | join " " -}}
 {{- end -}}
 
 {{- define "mnemo.name" -}}

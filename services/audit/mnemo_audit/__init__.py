@@ -1,1 +1,2 @@
-"""Mnemo's audit service."""
+"""Mnemo's audit service
+(generated from mnemo.handlers.registry by `make consumer-services`)."""

@@ -1,4 +1,5 @@
-"""Entry point: run the audit consumer (`python -m mnemo_audit`)."""
+"""Entry point: run the audit consumer (`python -m mnemo_audit`)
+(generated from mnemo.handlers.registry by `make consumer-services`)."""
 
 from mnemo.entrypoints.consumer_main import main
 

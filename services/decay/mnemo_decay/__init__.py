@@ -1,1 +1,2 @@
-"""Mnemo's decay service."""
+"""Mnemo's decay service
+(generated from mnemo.handlers.registry by `make consumer-services`)."""

@@ -1,4 +1,5 @@
-"""Entry point: run the decay consumer (`python -m mnemo_decay`)."""
+"""Entry point: run the decay consumer (`python -m mnemo_decay`)
+(generated from mnemo.handlers.registry by `make consumer-services`)."""
 
 from mnemo.entrypoints.consumer_main import main
 

@@ -1,1 +1,2 @@
-"""Mnemo's indexer service."""
+"""Mnemo's indexer service
+(generated from mnemo.handlers.registry by `make consumer-services`)."""

@@ -1,4 +1,5 @@
-"""Entry point: run the indexer consumer (`python -m mnemo_indexer`)."""
+"""Entry point: run the indexer consumer (`python -m mnemo_indexer`)
+(generated from mnemo.handlers.registry by `make consumer-services`)."""
 
 from mnemo.entrypoints.consumer_main import main
 

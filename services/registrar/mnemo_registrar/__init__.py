@@ -1,1 +1,2 @@
-"""Mnemo's registrar service."""
+"""Mnemo's registrar service
+(generated from mnemo.handlers.registry by `make consumer-services`)."""

@@ -1,4 +1,5 @@
-"""Entry point: run the registrar consumer (`python -m mnemo_registrar`)."""
+"""Entry point: run the registrar consumer (`python -m mnemo_registrar`)
+(generated from mnemo.handlers.registry by `make consumer-services`)."""
 
 from mnemo.entrypoints.consumer_main import main
 

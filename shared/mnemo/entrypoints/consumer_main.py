@@ -3,10 +3,13 @@ distributed mode (MNEMO_MODE=distributed, see mnemo.entrypoints.workers), or a r
 embedded storage.
 
 The services' entry points (`python -m mnemo_registrar`, ...) call `main` with their
-consumer's name. `mnemo serve` runs all four in the gateway's process, the embedded
-default. Separate processes share the SQLite files (WAL mode allows it); the vector index
-admits one process, so a separate indexer and a gateway that answers searches cannot run
-on the same data directory at once: on one machine, keep the indexer in the gateway.
+consumer's name. They are generated from the table of consumers (mnemo.handlers.registry)
+by `make consumer-services` (`python -m mnemo.entrypoints.consumer_main <repo>`, see
+`service_files`); a unit test keeps them equal. `mnemo serve` runs every consumer in the
+gateway's process, the embedded default. Separate processes share the SQLite files (WAL
+mode allows it); the vector index admits one process, so a separate indexer and a gateway
+that answers searches cannot run on the same data directory at once: on one machine, keep
+the indexer in the gateway.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from mnemo import telemetry
 from mnemo.bootstrap import build_consumer
+from mnemo.handlers import registry
 from mnemo.settings import MnemoSettings, UnknownSetting, check_environment
 
-__all__ = ["main"]
+__all__ = ["main", "service_files", "write_service_files"]
 
 
 def main(consumer: str) -> None:
@@ -55,3 +60,38 @@ def main(consumer: str) -> None:
         runner.store.close()
         runner.log.close()
         telemetry.shutdown()
+
+
+def service_files(consumer: registry.Consumer) -> dict[str, str]:
+    """The package of a consumer's service (`services/<name>/mnemo_<name>`), path (from the
+    repository) to text: what makes `python -m mnemo_<name>` run it."""
+    package = f"services/{consumer.name}/{consumer.module}"
+    header = "(generated from mnemo.handlers.registry by `make consumer-services`)"
+    return {
+        f"{package}/__init__.py": f'"""Mnemo\'s {consumer.name} service\n{header}."""\n',
+        f"{package}/__main__.py": (
+            f'"""Entry point: run the {consumer.name} consumer (`python -m {consumer.module}`)'
+            f'\n{header}."""\n\n'
+            "from mnemo.entrypoints.consumer_main import main\n\n"
+            'if __name__ == "__main__":\n'
+            f'    main("{consumer.name}")\n'
+        ),
+    }
+
+
+def write_service_files(repo: Path) -> list[Path]:
+    """Write every consumer's service package under `repo`; the files it wrote anew."""
+    written = []
+    for consumer in registry.CONSUMERS:
+        for name, text in service_files(consumer).items():
+            path = repo / name
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                written.append(path)
+    return written
+
+
+if __name__ == "__main__":  # python -m mnemo.entrypoints.consumer_main <repository>
+    for path in write_service_files(Path(sys.argv[1] if len(sys.argv) > 1 else ".")):
+        print(f"wrote {path}")

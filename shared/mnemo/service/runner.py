@@ -453,15 +453,37 @@ class EmbeddedRunner:
 
     def decider(self, consumer: str) -> Callable[[LoggedEvent, StoreTransaction], Decision]:
         """How a consumer that projects through store writes decides on one event (both
-        modes call it; the indexer writes vectors in batches instead: `index_events`)."""
+        modes call it; the indexer writes vectors in batches instead: `index_events`).
+        The registrar, the decay and the audit hand their handlers more than the event and
+        the transaction; any other consumer of the table is decided by its projections
+        alone (`decide_by_table`)."""
         deciders: dict[str, Callable[[LoggedEvent, StoreTransaction], Decision]] = {
             registration.CONSUMER: self.decide_registrar,
             decay.CONSUMER: self.decide_decay,
             audit.CONSUMER: self.decide_audit,
         }
-        if consumer not in deciders:
-            raise LookupError(f"the runner has no decision for consumer {consumer!r}")
-        return deciders[consumer]
+        if consumer in deciders:
+            return deciders[consumer]
+        try:
+            spec = registry.consumer(consumer)
+        except ValueError as exc:
+            raise LookupError(f"the runner has no decision for consumer {consumer!r}") from exc
+        if spec.indexes:
+            raise LookupError(f"{consumer!r} writes the vector index, not store writes")
+        return functools.partial(self.decide_by_table, spec)
+
+    def decide_by_table(
+        self, spec: registry.Consumer, record: LoggedEvent, tx: StoreTransaction
+    ) -> Decision:
+        """A consumer's decision as its table entry has it: each projection that reads the
+        event's type called as `handler(envelope, tx)` (the envelope opened), in the
+        table's order."""
+        env = self.opened(record).envelope
+        decision = Decision()
+        for projection in spec.projections:
+            if projection.reads(env.type):
+                decision.extend(projection.handler(env, tx))
+        return decision
 
     def _steps_of_consumers(self) -> dict[str, tuple[Callable[[], int], ...]]:
         """Each consumer of the registry's table: its step over the log's events, then its
