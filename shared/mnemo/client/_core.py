@@ -323,8 +323,9 @@ def search(
     scopes: Iterable[Scope | str] = (),
     tags: Iterable[str] = (),
     limit: int = 10,
+    timezone: str | None = None,
 ) -> Call[SearchResult]:
-    body = {
+    body: dict[str, Any] = {
         "query": query,
         "subjects": strs(subjects),
         "types": strs(types),
@@ -332,6 +333,8 @@ def search(
         "tags": strs(tags),
         "limit": limit,
     }
+    if timezone is not None:
+        body["timezone"] = timezone
     return Call("POST", "/v1/search", _model(SearchResult), body=body)
 
 
@@ -347,6 +350,7 @@ def context(
     allow_constraint_drop: bool = False,
     as_of: datetime | None = None,
     history: str = "facts",
+    timezone: str | None = None,
 ) -> Call[ContextResponse]:
     body: dict[str, Any] = {
         "subjects": strs(subjects),
@@ -364,6 +368,8 @@ def context(
         body["tokenizer"] = tokenizer
     if as_of is not None:
         body["as_of"] = as_of.isoformat()
+    if timezone is not None:
+        body["timezone"] = timezone
     # each assembly is recorded in the log, so a blind repeat would record two
     return Call("POST", "/v1/context", _model(ContextResponse), body=body, idempotent=False)
 

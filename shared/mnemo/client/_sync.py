@@ -364,11 +364,19 @@ class MnemoClient:
         scopes: Iterable[Scope | str] = (),
         tags: Iterable[str] = (),
         limit: int = 10,
+        timezone: str | None = None,
     ) -> SearchResult:
-        """Hybrid search (vector + keyword), best first."""
+        """Hybrid search (vector + keyword), best first. The query's time expressions
+        ("yesterday") are read in `timezone` (an IANA name; UTC when none)."""
         return self.call(
             _core.search(
-                query, subjects=subjects, types=types, scopes=scopes, tags=tags, limit=limit
+                query,
+                subjects=subjects,
+                types=types,
+                scopes=scopes,
+                tags=tags,
+                limit=limit,
+                timezone=timezone,
             )
         )
 
@@ -385,8 +393,11 @@ class MnemoClient:
         allow_constraint_drop: bool = False,
         as_of: datetime | None = None,
         history: str = "facts",
+        timezone: str | None = None,
     ) -> ContextResponse:
-        """The context for an LLM call within `budget` tokens."""
+        """The context for an LLM call within `budget` tokens. The query's time
+        expressions are read in `timezone` (an IANA name), else in as_of's UTC offset,
+        else in UTC."""
         return self.call(
             _core.context(
                 subjects,
@@ -399,6 +410,7 @@ class MnemoClient:
                 allow_constraint_drop=allow_constraint_drop,
                 as_of=as_of,
                 history=history,
+                timezone=timezone,
             )
         )
 

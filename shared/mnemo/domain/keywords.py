@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from mnemo.domain.text import STOP_TERMS, keyword_terms, query_terms
-from mnemo.domain.timeexpr import Span, resolve, zone_of
+from mnemo.domain.timeexpr import Span, Zone, resolve, zone_of
 
 __all__ = [
     "BM25_B",
@@ -195,9 +195,7 @@ def passage_vector(text: str, dated: Sequence[str] = ()) -> SparseVector:
     )
 
 
-def query_vector(
-    text: str, as_of: datetime | None = None, timezone: str | None = None
-) -> SparseVector:
+def query_vector(text: str, as_of: datetime | None = None, timezone: Zone = None) -> SparseVector:
     """A query's keyword vector: 1.0 on each distinct query term, and, given the moment
     the query speaks from (`as_of`, in `timezone`, UTC when none), on the date terms of
     the days its relative time expressions name ("yesterday" -> that day's terms)."""

@@ -18,9 +18,12 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["Span", "local_day", "resolve", "zone_of"]
+__all__ = ["Span", "Zone", "local_day", "query_zone", "resolve", "zone_of"]
 
 Granularity = Literal["days", "month", "year"]
+# An IANA zone name, a tzinfo (a fixed UTC offset such as a request's as_of carries), or
+# None for UTC.
+Zone = str | tzinfo | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +33,11 @@ class Span:
     granularity: Granularity
 
 
-def zone_of(timezone: str | None) -> tzinfo:
-    """An IANA time zone, or UTC when none is given or this machine does not know it."""
+def zone_of(timezone: Zone) -> tzinfo:
+    """An IANA time zone (a tzinfo as it is), or UTC when none is given or this machine
+    does not know it."""
+    if isinstance(timezone, tzinfo):
+        return timezone
     if timezone:
         try:
             return ZoneInfo(timezone)
@@ -40,7 +46,21 @@ def zone_of(timezone: str | None) -> tzinfo:
     return UTC
 
 
-def local_day(at: datetime, timezone: str | None = None) -> date:
+def query_zone(timezone: str | None, as_of: datetime | None) -> Zone:
+    """The zone a query's time expressions are read in: the named IANA zone, else the UTC
+    offset of the query's as_of when it carries one, else None (UTC). A name this machine
+    does not know raises ValueError (the caller reports it)."""
+    if timezone is not None:
+        try:
+            return ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {timezone!r}") from exc
+    if as_of is not None and as_of.utcoffset() is not None:
+        return as_of.tzinfo
+    return None
+
+
+def local_day(at: datetime, timezone: Zone = None) -> date:
     """The calendar day of `at` in the given time zone (UTC when `at` is naive)."""
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
@@ -220,7 +240,7 @@ def _chinese(match: re.Match[str], d: date) -> Span | None:
 MAX_SPANS = 8
 
 
-def resolve(text: str, at: datetime, timezone: str | None = None) -> list[Span]:
+def resolve(text: str, at: datetime, timezone: Zone = None) -> list[Span]:
     """The spans the text's relative time expressions name, counted from `at` in the
     given time zone (UTC when none), first occurrence first, without repeats, at most
     MAX_SPANS."""

@@ -881,6 +881,11 @@ def render_hits(answer: Mapping[str, Any]) -> Table | None:
 @click.option("--scope", "scopes", multiple=True, type=click.Choice(SCOPES))
 @click.option("--tag", "tags", multiple=True)
 @click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option(
+    "--timezone",
+    default=None,
+    help="IANA zone (e.g. Asia/Shanghai) the query's 'yesterday' is read in [default: UTC].",
+)
 @pass_state
 def search(
     state: State,
@@ -890,9 +895,10 @@ def search(
     scopes: tuple[str, ...],
     tags: tuple[str, ...],
     limit: int,
+    timezone: str | None,
 ) -> None:
     """Hybrid (semantic + keyword) search over memories."""
-    body = {
+    body: dict[str, Any] = {
         "query": query,
         "subjects": list(subjects),
         "types": list(types),
@@ -900,6 +906,8 @@ def search(
         "tags": list(tags),
         "limit": limit,
     }
+    if timezone is not None:
+        body["timezone"] = timezone
     state.show(state.api.call("POST", "/v1/search", body=body), render_hits)
 
 
@@ -930,6 +938,18 @@ def render_context(answer: Mapping[str, Any]) -> None:
     show_default=True,
     help="typed facts in place of the turns they summarise, the facts alone, or the raw turns",
 )
+@click.option(
+    "--as-of",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S.%f%z"]),
+    default=None,
+    help="ISO 8601 with an offset, e.g. 2025-03-01T23:30:00+08:00 [default: now].",
+)
+@click.option(
+    "--timezone",
+    default=None,
+    help="IANA zone (e.g. Asia/Shanghai) the query's 'yesterday' is read in "
+    "[default: --as-of's offset, else UTC].",
+)
 @pass_state
 def context(
     state: State,
@@ -942,6 +962,8 @@ def context(
     allow_constraint_drop: bool,
     include_history: bool,
     history: str,
+    as_of: datetime.datetime | None,
+    timezone: str | None,
 ) -> None:
     """The context for an LLM call within a token budget (--json: the whole answer)."""
     body: dict[str, Any] = {
@@ -957,6 +979,10 @@ def context(
         body["template_version"] = template_version
     if tokenizer is not None:
         body["tokenizer"] = tokenizer
+    if as_of is not None:
+        body["as_of"] = as_of.isoformat()
+    if timezone is not None:
+        body["timezone"] = timezone
     state.show(state.api.call("POST", "/v1/context", body=body), render_context)
 
 

@@ -481,10 +481,18 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
             Sequence[Tag], Field(max_length=32, description="only memories with all")
         ] = (),
         limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        timezone: Annotated[
+            str | None,
+            Field(
+                max_length=64,
+                description="the user's IANA time zone (e.g. Asia/Shanghai): the query's "
+                "'yesterday' is their yesterday (default UTC)",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, RecallOut]:
         try:
             found = await upstream.api(ctx).search(
-                query, subjects=subjects, types=types, tags=tags, limit=limit
+                query, subjects=subjects, types=types, tags=tags, limit=limit, timezone=timezone
             )
         except MnemoAPIError as exc:
             return api_error_result(exc)
@@ -511,10 +519,23 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
             str | None,
             Field(max_length=64, description="an encoding (cl100k_base) or a model name"),
         ] = None,
+        timezone: Annotated[
+            str | None,
+            Field(
+                max_length=64,
+                description="the user's IANA time zone (e.g. Asia/Shanghai): the query's "
+                "'yesterday' is their yesterday (default UTC)",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, ContextOut]:
         try:
             c = await upstream.api(ctx).context(
-                subjects, query, budget=budget, template=template, tokenizer=tokenizer
+                subjects,
+                query,
+                budget=budget,
+                template=template,
+                tokenizer=tokenizer,
+                timezone=timezone,
             )
         except MnemoAPIError as exc:
             return api_error_result(exc)

@@ -461,11 +461,15 @@ class Mnemo:
         limit: int = 10,
         include_archived: bool = False,
         vector: list[float] | None = None,
+        timezone: str | None = None,
     ) -> list[SearchHit]:
         """Hybrid search: vector and BM25 rankings fused by reciprocal rank, weighted by the
-        memory's current semantic weight and remaining freshness; ties by memory id."""
+        memory's current semantic weight and remaining freshness; ties by memory id. The
+        query's time expressions ("yesterday") are read in `timezone` (an IANA name; UTC
+        when none)."""
         for s in streams:
             _stream_or_error(s)
+        zone = retrieval.request_zone(timezone)
         limit = max(1, min(limit, 100))
         depth = max(limit * 4, 40)
         now = self.clock.now()
@@ -482,7 +486,16 @@ class Mnemo:
             limit=depth,
         )
         ranked = retrieval.rank(
-            self.store, self.index, ctx.tenant, query, vector, base, streams, depth, as_of=now
+            self.store,
+            self.index,
+            ctx.tenant,
+            query,
+            vector,
+            base,
+            streams,
+            depth,
+            as_of=now,
+            timezone=zone,
         )
         hits = []
         for r in ranked:

@@ -37,6 +37,7 @@ from mnemo.domain.history import FACT_TAG, fact_sources, is_fact
 from mnemo.domain.ids import derived_id, id_time, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import ContextRecord
+from mnemo.domain.timeexpr import Zone
 from mnemo.domain.triggers import Suggestion
 from mnemo.handlers.decay import decayed_weight
 from mnemo.ports import (
@@ -82,6 +83,9 @@ class ContextRequest:
     history: str = "facts"  # facts in place of the turns they summarise; facts_only; raw
     as_of: datetime | None = None
     vector: list[float] | None = None  # a precomputed query embedding
+    # the IANA zone the query's time expressions ("yesterday") are read in; else the UTC
+    # offset of as_of, else UTC
+    timezone: str | None = None
 
 
 @dataclass
@@ -194,6 +198,7 @@ class ContextAssembler:
             )
         if request.as_of is not None and request.as_of.utcoffset() is None:
             raise InvalidInput("as_of must carry a UTC offset", code="INVALID_AS_OF", field="as_of")
+        zone = retrieval.request_zone(request.timezone, request.as_of)
         template = self.template(tenant, request.template, request.template_version)
         tokenizer = self._tokenizer(request.tokenizer)
         as_of = request.as_of or self.clock.now()
@@ -215,7 +220,9 @@ class ContextAssembler:
                     if (text == request.query and request.vector)
                     else self.query_embedder.embed_query(text)
                 )
-            pool = self._retrieve(tenant, request.subjects, spec, text, vectors.get(text), as_of)
+            pool = self._retrieve(
+                tenant, request.subjects, spec, text, vectors.get(text), as_of, zone
+            )
             ranked: list[Candidate] = []
             for candidate in pool:
                 mid = candidate.memory.memory_id
@@ -318,6 +325,7 @@ class ContextAssembler:
         text: str,
         vector: list[float] | None,
         as_of: datetime,
+        zone: Zone = None,
     ) -> list[Candidate]:
         if not text.strip():
             memories: list[Memory] = []
@@ -347,7 +355,16 @@ class ContextAssembler:
         depth = max(spec.limit * 4, 40)
         base = MemoryQuery(types=spec.types, scopes=spec.scopes, tags=spec.tags, limit=depth)
         ranked = retrieval.rank(
-            self.store, self.index, tenant, text, vector, base, subjects, depth, as_of=as_of
+            self.store,
+            self.index,
+            tenant,
+            text,
+            vector,
+            base,
+            subjects,
+            depth,
+            as_of=as_of,
+            timezone=zone,
         )
         return [
             score_candidate(

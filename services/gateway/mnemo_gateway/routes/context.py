@@ -55,6 +55,12 @@ class ContextIn(BaseModel):
         default=None,
         description="the instant to judge freshness at, with a UTC offset; now when absent",
     )
+    timezone: str | None = Field(
+        default=None,
+        max_length=64,
+        description="IANA zone (e.g. Asia/Shanghai) the query's time expressions such as "
+        "'yesterday' are read in; else as_of's UTC offset, else UTC",
+    )
 
 
 class ScoreOut(BaseModel):
@@ -202,6 +208,7 @@ async def context(ctx: ContextCtx, mnemo: App, body: Body) -> ContextOut:
         include_history=req.include_history,
         history=req.history,
         as_of=req.as_of,
+        timezone=req.timezone,
     )
     result = await run_in_threadpool(mnemo.context, ctx, request)
     return ContextOut.of(result, req.budget)

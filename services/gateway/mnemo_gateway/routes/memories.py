@@ -51,6 +51,12 @@ class SearchIn(BaseModel):
     include_archived: StrictBool = Field(
         default=False, description="also memories archived as unused"
     )
+    timezone: str | None = Field(
+        default=None,
+        max_length=64,
+        description="IANA zone (e.g. Asia/Shanghai) the query's time expressions such as "
+        "'yesterday' are read in; UTC when absent",
+    )
 
 
 class SearchOut(BaseModel):
@@ -120,6 +126,7 @@ async def search(ctx: ReadCtx, mnemo: App, body: Body) -> SearchOut:
             tags=req.tags,
             limit=req.limit,
             include_archived=req.include_archived,
+            timezone=req.timezone,
         )
     )
     return SearchOut(hits=[HitOut.of(h) for h in hits])
