@@ -36,6 +36,7 @@ __all__ = [
     "ArchivedEvent",
     "AuditCheckpoints",
     "AuditReads",
+    "BlobStore",
     "Blinder",
     "CheckpointAnchors",
     "Clock",
@@ -543,6 +544,46 @@ class Clock(abc.ABC):
     @abc.abstractmethod
     def now(self) -> datetime:
         """The current instant, timezone-aware (UTC)."""
+
+
+class BlobStore(abc.ABC):
+    """Content-addressed bytes (ingested documents) by tenant and subject stream: a blob
+    is named by the sha256 of its plaintext, stored once per (tenant, stream, digest), and
+    what is stored is opaque to the store (a user stream's blobs arrive sealed under the
+    subject's key, see `mnemo.service.blobs`). Forgetting a stream or a tenant deletes its
+    blobs. Adapters refuse a blob over their size limit (`max_bytes`, a document's
+    plaintext, plus a few KiB for the seal around it) with InvalidInput
+    (DOCUMENT_TOO_LARGE) and fail with Unavailable when their storage is down."""
+
+    max_bytes: int
+
+    @abc.abstractmethod
+    def put(self, tenant: str, stream: str, digest: str, data: bytes) -> None:
+        """Store `data` under `digest` (64 hex digits). Idempotent: a blob already there
+        is left as it is."""
+
+    @abc.abstractmethod
+    def get(self, tenant: str, stream: str, digest: str) -> bytes | None:
+        """The stored bytes, or None when there are none (never stored, or deleted)."""
+
+    @abc.abstractmethod
+    def digests(self, tenant: str, stream: str) -> list[str]:
+        """The digests stored for one stream, sorted."""
+
+    @abc.abstractmethod
+    def delete_stream(self, tenant: str, stream: str) -> int:
+        """Delete every blob of a stream; how many there were."""
+
+    @abc.abstractmethod
+    def delete_tenant(self, tenant: str) -> int:
+        """Delete every blob of a tenant; how many there were."""
+
+    @abc.abstractmethod
+    def count(self, tenant: str) -> int:
+        """How many blobs a tenant has."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections or files."""
 
 
 class Blinder(abc.ABC):
