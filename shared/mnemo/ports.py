@@ -16,6 +16,7 @@ from enum import StrEnum
 from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.checkpoint import Checkpoint, Signature
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.document_index import DocumentRecord, EntityFilter, EntityRow
 from mnemo.domain.events import Envelope, LoggedEvent, sealed_key_ids
 from mnemo.domain.keywords import SparseVector
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
@@ -36,12 +37,13 @@ __all__ = [
     "ArchivedEvent",
     "AuditCheckpoints",
     "AuditReads",
-    "BlobStore",
     "Blinder",
+    "BlobStore",
     "CheckpointAnchors",
     "Clock",
     "ConsumerStore",
     "Coordinates",
+    "DocumentReads",
     "Embedder",
     "EventArchive",
     "EventLog",
@@ -360,6 +362,21 @@ class ToolchainReads(abc.ABC):
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
         """A toolchain's state (mnemo.domain.toolchain), None when the tenant has none by
         that id."""
+
+
+class DocumentReads(abc.ABC):
+    """Reads of the documents' entity read model (mnemo.domain.document_index)."""
+
+    @abc.abstractmethod
+    def document(self, tenant: str, document_id: str) -> DocumentRecord | None: ...
+
+    @abc.abstractmethod
+    def stream_documents(self, tenant: str, stream: str) -> list[DocumentRecord]: ...
+
+    @abc.abstractmethod
+    def entity_rows(self, tenant: str, wanted: EntityFilter) -> list[EntityRow]:
+        """The rows one filter names, served by the store's indexes; a tenant's rows are
+        never read whole (a filter names its fields, and a key or a range when it has one)."""
 
 
 class StoreOperations(abc.ABC):

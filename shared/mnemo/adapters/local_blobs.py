@@ -111,6 +111,4 @@ class LocalBlobStore(BlobStore):
         folder = self.root / tenant
         if not folder.is_dir():
             return 0
-        return sum(
-            1 for s in folder.iterdir() for p in s.iterdir() if DIGEST.fullmatch(p.name)
-        )
+        return sum(1 for s in folder.iterdir() for p in s.iterdir() if DIGEST.fullmatch(p.name))

@@ -101,7 +101,5 @@ class SealedBlobs:
         except KeyDestroyed:
             return None
         except (ValueError, KeyError, binascii.Error, InvalidTag, json.JSONDecodeError) as exc:
-            raise Unavailable(
-                "a stored blob cannot be opened", code="BLOB_UNREADABLE"
-            ) from exc
+            raise Unavailable("a stored blob cannot be opened", code="BLOB_UNREADABLE") from exc
         return data
