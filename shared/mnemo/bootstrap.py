@@ -543,19 +543,14 @@ def make_document_source(
 ) -> BlobDocuments:
     """Documents as the registrar and the gateway see them: the blob store (a directory
     under data_dir unless `blobs` names another), sealed; the parser; the entity rules."""
+    from mnemo.adapters.document_parsers import parse_document
     from mnemo.adapters.local_blobs import LocalBlobStore
 
-    try:
-        from mnemo.adapters.document_parsers import (  # type: ignore[import-not-found,unused-ignore]
-            parse_document as parse,
-        )
-    except ImportError:
-        from mnemo.adapters.interim_text_parser import parse_text_document as parse
     limit = settings.document_max_bytes
     store = blobs if blobs is not None else LocalBlobStore(settings.data_dir / "blobs", limit)
     return BlobDocuments(
         SealedBlobs(store, sealer),
-        parse,
+        parse_document,
         DocumentLimits(max_bytes=limit),
         load_document_entity_rules(settings),
     )

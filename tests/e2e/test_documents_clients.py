@@ -38,7 +38,7 @@ def test_the_cli_ingests_files_then_the_sdk_asks(server_url: str, tmp_path: Path
     answer = json.loads(done.stdout)
     assert [d["status"] for d in answer["documents"]] == ["registered"] * 4
     bad = tmp_path / "bad.bin"
-    bad.write_bytes(b"\xff\xfe\x00binary")
+    bad.write_bytes(b"%PDF-1.7 not really")
     refused = runner.invoke(cli, [*base, "ingest", str(bad)])
     assert refused.exit_code == 2
     assert "DOCUMENT_MALFORMED" in refused.output
