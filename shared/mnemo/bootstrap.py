@@ -25,7 +25,7 @@ from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
-from mnemo.domain.documents import EntityRules
+from mnemo.domain.documents import DocumentLimits, EntityRules
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.history import FactRules
 from mnemo.domain.pii import SecurityPolicy
@@ -36,6 +36,7 @@ from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
     AuditCheckpoints,
     Blinder,
+    BlobStore,
     CheckpointAnchors,
     Clock,
     Embedder,
@@ -51,9 +52,11 @@ from mnemo.ports import (
 from mnemo.sealing import KeyCache, Sealer
 from mnemo.service.access import Access
 from mnemo.service.app import Mnemo
+from mnemo.service.blobs import SealedBlobs
 from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import PartitionProgress
+from mnemo.service.documents import BlobDocuments, Documents, NoDocumentReads
 from mnemo.service.entity_rules import load_entity_rules
 from mnemo.service.history_rules import load_history_rules
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
@@ -470,6 +473,7 @@ def build_embedded(
     signer = make_signer(settings)
     anchors = make_anchors(settings)
     sealer = make_sealer(settings, vault)
+    source = make_document_source(settings, sealer)
     runner = make_runner(
         settings,
         event_log,
@@ -480,6 +484,7 @@ def build_embedded(
         consumers,
         make_checkpointer(settings, checkpoints, signer, clock, anchors),
         sealer,
+        source,
     )
     tokenizer = make_tokenizer(settings)
     reads = OpenedMemoryStore(store, sealer)  # every use case reads memories opened, once
@@ -506,6 +511,7 @@ def build_embedded(
         sealer=sealer,
         triggers=load_triggers(settings.triggers_file),
     )
+    app.documents = Documents(app, source, store, reads, replays)
     access = open_access(settings, clock)
     return Platform(
         settings,
@@ -532,6 +538,24 @@ def embedded_checkpoints(settings: MnemoSettings) -> AuditCheckpoints:
     )
 
 
+def make_document_source(
+    settings: MnemoSettings, sealer: Sealer, blobs: BlobStore | None = None
+) -> BlobDocuments:
+    """Documents as the registrar and the gateway see them: the blob store (a directory
+    under data_dir unless `blobs` names another), sealed; the parser; the entity rules."""
+    from mnemo.adapters.document_parsers import parse_document
+    from mnemo.adapters.local_blobs import LocalBlobStore
+
+    limit = settings.document_max_bytes
+    store = blobs if blobs is not None else LocalBlobStore(settings.data_dir / "blobs", limit)
+    return BlobDocuments(
+        SealedBlobs(store, sealer),
+        parse_document,
+        DocumentLimits(max_bytes=limit),
+        load_document_entity_rules(settings),
+    )
+
+
 def make_runner(
     settings: MnemoSettings,
     event_log: EventLog,
@@ -542,6 +566,7 @@ def make_runner(
     consumers: tuple[str, ...] = CONSUMERS,
     checkpointer: AuditCheckpointer | None = None,
     sealer: Sealer | None = None,
+    documents: BlobDocuments | None = None,
 ) -> EmbeddedRunner:
     """The consumers' handlers over given adapters, with the settings' rules and policy.
     The embedded mode drives it; the distributed workers call its steps. The handlers read
@@ -549,7 +574,7 @@ def make_runner(
     sealer = sealer or make_sealer(settings)
     rules = load_rules(settings.rules_file)
     rules.facts = load_history_facts(settings.history_rules_file)
-    return EmbeddedRunner(
+    runner = EmbeddedRunner(
         SealingEventLog(event_log, sealer),
         store,
         BlindTagIndex(index, sealer),
@@ -564,6 +589,8 @@ def make_runner(
         opener=sealer.open_private_envelope,
         open_many=sealer.open_private_envelopes,
     )
+    runner.documents = documents or make_document_source(settings, sealer)
+    return runner
 
 
 def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
@@ -836,6 +863,13 @@ def build_distributed(
     except BaseException:
         store.close()
         raise
+    from mnemo.adapters.cassandra_blobs import CassandraBlobStore
+
+    source = make_document_source(
+        settings,
+        sealer,
+        CassandraBlobStore(store.session, store.home, settings.document_max_bytes),
+    )
     runner = make_runner(
         settings,
         event_log,
@@ -845,6 +879,7 @@ def build_distributed(
         clock,
         checkpointer=make_checkpointer(settings, checkpoints, signer, clock, anchors),
         sealer=sealer,
+        documents=source,
     )
     progress = PartitionProgress(store, topic)
     tokenizer = make_tokenizer(settings)
@@ -859,8 +894,9 @@ def build_distributed(
         tokenizer_for_model,
         clock,
     )
+    replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(
-        OpenedEventLog(event_log, sealer, store),
+        replays,
         reads,
         searched,
         embedder,
@@ -872,6 +908,7 @@ def build_distributed(
         sealer=sealer,
         triggers=load_triggers(settings.triggers_file),
     )
+    app.documents = Documents(app, source, NoDocumentReads(), reads, replays)
     return Platform(
         settings,
         event_log,

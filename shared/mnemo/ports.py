@@ -16,6 +16,7 @@ from enum import StrEnum
 from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.checkpoint import Checkpoint, Signature
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.document_index import DocumentRecord, EntityFilter, EntityRow
 from mnemo.domain.events import Envelope, LoggedEvent, sealed_key_ids
 from mnemo.domain.keywords import SparseVector
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
@@ -37,10 +38,12 @@ __all__ = [
     "AuditCheckpoints",
     "AuditReads",
     "Blinder",
+    "BlobStore",
     "CheckpointAnchors",
     "Clock",
     "ConsumerStore",
     "Coordinates",
+    "DocumentReads",
     "Embedder",
     "EventArchive",
     "EventLog",
@@ -361,6 +364,21 @@ class ToolchainReads(abc.ABC):
         that id."""
 
 
+class DocumentReads(abc.ABC):
+    """Reads of the documents' entity read model (mnemo.domain.document_index)."""
+
+    @abc.abstractmethod
+    def document(self, tenant: str, document_id: str) -> DocumentRecord | None: ...
+
+    @abc.abstractmethod
+    def stream_documents(self, tenant: str, stream: str) -> list[DocumentRecord]: ...
+
+    @abc.abstractmethod
+    def entity_rows(self, tenant: str, wanted: EntityFilter) -> list[EntityRow]:
+        """The rows one filter names, served by the store's indexes; a tenant's rows are
+        never read whole (a filter names its fields, and a key or a range when it has one)."""
+
+
 class StoreOperations(abc.ABC):
     """What operators do to the read models as a whole: count, compare, drop for a
     rebuild."""
@@ -543,6 +561,46 @@ class Clock(abc.ABC):
     @abc.abstractmethod
     def now(self) -> datetime:
         """The current instant, timezone-aware (UTC)."""
+
+
+class BlobStore(abc.ABC):
+    """Content-addressed bytes (ingested documents) by tenant and subject stream: a blob
+    is named by the sha256 of its plaintext, stored once per (tenant, stream, digest), and
+    what is stored is opaque to the store (a user stream's blobs arrive sealed under the
+    subject's key, see `mnemo.service.blobs`). Forgetting a stream or a tenant deletes its
+    blobs. Adapters refuse a blob over their size limit (`max_bytes`, a document's
+    plaintext, plus a few KiB for the seal around it) with InvalidInput
+    (DOCUMENT_TOO_LARGE) and fail with Unavailable when their storage is down."""
+
+    max_bytes: int
+
+    @abc.abstractmethod
+    def put(self, tenant: str, stream: str, digest: str, data: bytes) -> None:
+        """Store `data` under `digest` (64 hex digits). Idempotent: a blob already there
+        is left as it is."""
+
+    @abc.abstractmethod
+    def get(self, tenant: str, stream: str, digest: str) -> bytes | None:
+        """The stored bytes, or None when there are none (never stored, or deleted)."""
+
+    @abc.abstractmethod
+    def digests(self, tenant: str, stream: str) -> list[str]:
+        """The digests stored for one stream, sorted."""
+
+    @abc.abstractmethod
+    def delete_stream(self, tenant: str, stream: str) -> int:
+        """Delete every blob of a stream; how many there were."""
+
+    @abc.abstractmethod
+    def delete_tenant(self, tenant: str) -> int:
+        """Delete every blob of a tenant; how many there were."""
+
+    @abc.abstractmethod
+    def count(self, tenant: str) -> int:
+        """How many blobs a tenant has."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections or files."""
 
 
 class Blinder(abc.ABC):

@@ -97,6 +97,13 @@ class MnemoSettings(BaseSettings):
         description="declared tools and the triggers that suggest calling them (YAML); none "
         "when unset",
     )
+    document_max_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        ge=1_024,
+        le=1024 * 1024 * 1024,
+        description="the largest document `POST /v1/documents` and `mnemo ingest` take, in "
+        "bytes (413 DOCUMENT_TOO_LARGE above it); the blob store holds it sealed",
+    )
     entity_rules_file: Path | None = Field(
         default=None,
         description="entity rules (YAML) read in front of Mnemo's own "

@@ -42,6 +42,8 @@ TOOLS = {
     "toolchain_state",
     "record_tool_result",
     "suggested_tool_calls",
+    "ingest_document",
+    "structured_query",
 }
 TRIGGERS = """
 tools:
@@ -557,6 +559,32 @@ async def test_one_http_session_cannot_borrow_another_identity(server_url: str) 
     async with connect(server_url, "http", tenant="tenant-b", principal="b") as b:
         found = data(await b.call_tool("recall", {"query": "secret", "subjects": ["user:iso"]}))
     assert found["hits"] == []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_document_ingested_then_asked_exactly(server_url: str, transport: str) -> None:
+    text = "甲方：XX科技有限公司\n\n第八条 违约金为合同金额的8%。\n\n签订日期：2023年8月15日"
+    subject = f"user:mcp-doc-{transport}"
+    async with connect(server_url, transport) as client:
+        done = data(
+            await client.call_tool(
+                "ingest_document", {"filename": "c.txt", "text": text, "subject": subject}
+            )
+        )
+        assert done["status"] == "registered"
+        where = [
+            {"field": "party_a", "op": "eq", "value": "XX科技"},
+            {"field": "penalty_rate", "op": "gt", "value": "5%"},
+        ]
+        found = data(
+            await client.call_tool("structured_query", {"where": where, "subjects": [subject]})
+        )
+        assert found["total"] == 1
+        assert found["documents"][0]["filename"] == "c.txt"
+        bad = [{"field": "penalty_rate", "op": "within", "value": "2023"}]
+        refused = error(await client.call_tool("structured_query", {"where": bad}))
+        assert refused["code"] == "QUERY_INVALID"
+        assert refused["field"] == "where[0].op"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

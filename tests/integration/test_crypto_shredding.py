@@ -367,3 +367,49 @@ def test_forgetting_a_user_leaves_none_of_their_words(
     found = scan(bob.all(), [data], logs)
     for word in bob.stored():  # the read models keep what a live user's reads need
         assert any(hit.startswith(word) for hit in found), (word, found)
+
+
+def test_forgetting_a_user_leaves_none_of_their_documents_words(
+    tmp_path: Path, vault: Recording
+) -> None:
+    """A document's words (its text, its filename, its entities) are sealed in the blob
+    store and in the log; forgetting its user leaves them in no byte of the data
+    directory, while a control user's document is still answered (so the scan can fail)."""
+    data = tmp_path / "data"
+    # a name as an organisation is written (the read model keeps it lower-cased)
+    words = {u: (f"Wdoc{uuid.uuid4().hex[:12]}", f"wfile{uuid.uuid4().hex[:12]}") for u in "ab"}
+
+    def text(marker: str) -> bytes:
+        return f"Party A: {marker} Ltd.\n\nA penalty of 6% applies.\n".encode()
+
+    with running_server(data, vault=vault) as (url, _platform):
+        client = httpx.Client(base_url=url, timeout=30)
+        acme = headers_for("acme", "agent-1")
+        for user, (marker, filename) in words.items():
+            r = client.post(
+                "/v1/documents",
+                params={"subject": f"user:{user}", "filename": filename, "wait": "registered"},
+                content=text(marker),
+                headers=acme,
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["status"] == "registered"
+        blobs = data / "blobs"
+        logs = [p for p in data.iterdir() if p.name.startswith("log.sqlite3")]
+        every = [f for pair in words.values() for w in pair for f in (w, w.lower())]
+        assert scan(every, [blobs, *logs]) == []  # sealed before they were written
+        question = {"where": [{"field": "party_a", "op": "eq", "value": words["a"][0]}]}
+        assert client.post("/v1/query", json=question, headers=acme).json()["total"] == 1
+        r = client.post(
+            "/v1/events?wait=indexed",
+            json=event("ForgetRequested", "user:a", {"reason": "user asked"}),
+            headers=acme,
+        )
+        assert r.status_code == 202, r.text
+        assert client.post("/v1/query", json=question, headers=acme).json()["total"] == 0
+        control = {"where": [{"field": "party_a", "op": "eq", "value": words["b"][0]}]}
+        found = client.post("/v1/query", json=control, headers=acme).json()
+        assert found["total"] == 1
+        assert found["documents"][0]["filename"] == words["b"][1]
+    assert scan([*words["a"], words["a"][0].lower()], [data]) == []
+    assert scan([words["b"][0].lower()], [data]) != []  # the control is there: the scan works

@@ -497,6 +497,8 @@ NOT_PERSONAL = {
     ("ObservationRecorded", "kind"),
     # a trigger reference names a trigger id and a memory id
     ("ToolResultRecorded", "trigger"),
+    # a document's detected type: no one's words
+    ("DocumentIngested", "media_type"),
     ("MemoriesRewrapped", "key_id"),
     ("MemoriesRewrapped", "memories"),  # memory ids and wrapped keys
     # templates are the tenant's, registered with the admin scope, never a user stream's

@@ -23,6 +23,7 @@ from mnemo_gateway.routes import (
     admin,
     console,
     context,
+    documents,
     events,
     health,
     memories,
@@ -88,6 +89,7 @@ def create_app(
         console,
         toolchains,
         tool_results,
+        documents,
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API

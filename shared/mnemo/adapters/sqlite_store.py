@@ -20,15 +20,17 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mnemo.adapters import sqlite_toolchains
+from mnemo.adapters import sqlite_documents, sqlite_toolchains
 from mnemo.adapters.sqlite_log import connect
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.document_index import DocumentRecord, EntityFilter, EntityRow
 from mnemo.domain.errors import FencedOff, Unavailable
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import (
     AuditRecord,
     BumpStats,
     ContextRecord,
+    DropDocuments,
     DropTimer,
     DropToolchain,
     DropWeight,
@@ -38,6 +40,7 @@ from mnemo.domain.projection import (
     PurgeTenant,
     PutAudit,
     PutContextRecord,
+    PutDocument,
     PutMemory,
     PutOutcome,
     PutTemplate,
@@ -51,7 +54,7 @@ from mnemo.domain.projection import (
     Write,
 )
 from mnemo.domain.toolchain import ToolchainState
-from mnemo.ports import MemoryQuery, MemoryStore, StoreTransaction
+from mnemo.ports import DocumentReads, MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["SqliteMemoryStore"]
 
@@ -128,6 +131,7 @@ CREATE TABLE IF NOT EXISTS memory_stats (
 ) WITHOUT ROWID;
 """
     + sqlite_toolchains.SCHEMA
+    + sqlite_documents.SCHEMA
 )
 
 _TABLES = (
@@ -143,6 +147,7 @@ _TABLES = (
     "decay_weights",
     "timeline",
     sqlite_toolchains.TABLE,
+    *sqlite_documents.TABLES,
 )
 
 
@@ -251,6 +256,9 @@ class _Tx(StoreTransaction):
         for write in writes:
             if isinstance(write, PutToolchain | DropToolchain):
                 sqlite_toolchains.apply(self._cur, write)
+            elif isinstance(write, PutDocument | DropDocuments):
+                self.erased = self.erased or isinstance(write, DropDocuments)
+                sqlite_documents.apply(self._cur, write)
             elif isinstance(write, PutMemory):
                 self._put_memory(write.memory)
             elif isinstance(write, SetStatus):
@@ -374,6 +382,7 @@ class _Tx(StoreTransaction):
             sqlite_toolchains.TABLE,
         ):
             cur.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
+        sqlite_documents.purge(cur, tenant)
 
     def _put_memory(self, memory: Memory) -> None:
         cur = self._cur
@@ -487,7 +496,7 @@ def _retire_keyword_table(conn: sqlite3.Connection) -> None:
         raise
 
 
-class SqliteMemoryStore(MemoryStore):
+class SqliteMemoryStore(MemoryStore, DocumentReads):
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         self._path = path
         self._synchronous = synchronous
@@ -735,6 +744,15 @@ class SqliteMemoryStore(MemoryStore):
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
         return sqlite_toolchains.get(self._reader(), tenant, toolchain_id)
 
+    def document(self, tenant: str, document_id: str) -> DocumentRecord | None:
+        return sqlite_documents.document(self._reader(), tenant, document_id)
+
+    def stream_documents(self, tenant: str, stream: str) -> list[DocumentRecord]:
+        return sqlite_documents.documents(self._reader(), tenant, stream)
+
+    def entity_rows(self, tenant: str, wanted: EntityFilter) -> list[EntityRow]:
+        return sqlite_documents.rows(self._reader(), tenant, wanted)
+
     def counts(self) -> dict[str, int]:
         conn = self._reader()
         result = {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
@@ -760,6 +778,7 @@ class SqliteMemoryStore(MemoryStore):
             "SELECT * FROM decay_weights ORDER BY tenant, memory_id",
             "SELECT * FROM timeline ORDER BY tenant, memory_id, offset, what",
             sqlite_toolchains.CHECKSUM,
+            *sqlite_documents.CHECKSUM,
         )
         for sql in queries:
             for row in conn.execute(sql):

@@ -20,10 +20,12 @@ from mnemo.client.models import (
     ContextResponse,
     EventPage,
     Feedback,
+    IngestedDocument,
     Memory,
     MemoryPage,
     Outcome,
     PublishResult,
+    QueryResult,
     RegisteredTemplate,
     SearchResult,
     Suggestions,
@@ -131,8 +133,11 @@ class AsyncMnemoClient:
                     call.method,
                     self.url + call.path,
                     params=call.params,
-                    json=call.body,
-                    headers=self.headers,
+                    json=call.body if call.content is None else None,
+                    content=call.content,
+                    headers=self.headers
+                    if call.content_type is None
+                    else {**self.headers, "Content-Type": call.content_type},
                     timeout=_core.http_timeout(self.timeout, call),
                 )
             except _core.FATAL as exc:
@@ -500,6 +505,42 @@ class AsyncMnemoClient:
         return await self.call(_toolchain.get(toolchain_id, as_of))
 
     # ---- tool results and suggested tool calls -----------------------------------------
+
+    async def ingest_document(
+        self,
+        data: bytes,
+        filename: str,
+        *,
+        subject: str = "tenant",
+        content_type: str | None = None,
+        wait: Wait = "none",
+        timeout: float | None = None,
+    ) -> IngestedDocument:
+        """Ingest a document (its raw bytes) for `subject` (a stream, or "tenant"): its
+        sections become long_term memories and its entities answer `query`. A document
+        Mnemo refuses raises MnemoAPIError with its code (DOCUMENT_TOO_LARGE, ...)."""
+        return await self.call(
+            _core.ingest_document(
+                data,
+                filename,
+                subject=subject,
+                content_type=content_type,
+                wait=wait,
+                timeout=timeout,
+            )
+        )
+
+    async def query(
+        self,
+        where: Sequence[Mapping[str, Any]],
+        *,
+        text: str | None = None,
+        subjects: Sequence[str] = (),
+        limit: int = 100,
+    ) -> QueryResult:
+        """An exact structured query over the tenant's documents (docs/documents.md):
+        `where` conditions ANDed per document; `text` ranks the result, never widens it."""
+        return await self.call(_core.query(where, text=text, subjects=subjects, limit=limit))
 
     async def record_tool_result(
         self,

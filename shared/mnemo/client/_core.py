@@ -21,10 +21,12 @@ from mnemo.client.models import (
     ContextResponse,
     EventPage,
     Feedback,
+    IngestedDocument,
     Memory,
     MemoryPage,
     Outcome,
     PublishResult,
+    QueryResult,
     RegisteredTemplate,
     SearchResult,
     Suggestions,
@@ -107,6 +109,8 @@ class Call(Generic[T]):
     body: Json = None
     idempotent: bool = True
     wait_timeout: float | None = None  # a ?wait= that the HTTP timeout must outlast
+    content: bytes | None = None  # a raw body (a document) instead of JSON
+    content_type: str | None = None
 
 
 def identity_headers(
@@ -573,3 +577,48 @@ class Grouped:
         ids = self.by_stream.setdefault(stream, [])
         if memory_id not in ids:
             ids.append(memory_id)
+
+
+# ---- documents ------------------------------------------------------------------------------
+
+
+def ingest_document(
+    data: bytes,
+    filename: str,
+    *,
+    subject: str = "tenant",
+    content_type: str | None = None,
+    wait: Wait = "none",
+    timeout: float | None = None,
+) -> Call[IngestedDocument]:
+    params = _params(
+        subject=subject,
+        filename=filename,
+        wait=wait if wait != "none" else None,
+        timeout=timeout,
+    )
+    return Call(
+        "POST",
+        "/v1/documents",
+        _model(IngestedDocument),
+        params=params,
+        idempotent=True,  # the same bytes in the same subject are the same document
+        wait_timeout=None if wait == "none" else (timeout or 120.0),
+        content=data,
+        content_type=content_type or "application/octet-stream",
+    )
+
+
+def query(
+    where: Sequence[Mapping[str, Any]],
+    *,
+    text: str | None = None,
+    subjects: Sequence[str] = (),
+    limit: int = 100,
+) -> Call[QueryResult]:
+    body: dict[str, Any] = {"where": [dict(w) for w in where], "limit": limit}
+    if text is not None:
+        body["query"] = text
+    if subjects:
+        body["subjects"] = list(subjects)
+    return Call("POST", "/v1/query", _model(QueryResult), body=body, idempotent=True)

@@ -213,6 +213,48 @@ class ToolResultRecorded(_Model):
         return self.outcomes[0].memory_id if self.outcomes else None
 
 
+class IngestedDocument(_Model):
+    """A document Mnemo accepted: its id, its event, and (when waited for) whether its
+    sections are registered memories (`status` registered)."""
+
+    document_id: str
+    event_id: str
+    sha256: str
+    pages: int
+    sections: int
+    status: str
+
+
+class EntityHit(_Model):
+    field: str
+    value: Any
+    text: str
+
+
+class SectionHit(_Model):
+    memory_id: str
+    section: int
+    page: int | None = None
+    clause: str | None = None
+    text: str
+    entities: list[EntityHit] = Field(default_factory=list)
+
+
+class DocumentHit(_Model):
+    document_id: str
+    filename: str | None = None
+    subject: str
+    hits: list[SectionHit] = Field(default_factory=list)
+
+
+class QueryResult(_Model):
+    """A structured query's answer: the matching documents (at most the limit) and how
+    many matched in all."""
+
+    documents: list[DocumentHit] = Field(default_factory=list)
+    total: int
+
+
 class ContextResponse(_Model):
     """An assembled context; quote `request_id` when reporting the model's answer."""
 

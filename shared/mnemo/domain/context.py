@@ -331,7 +331,7 @@ DEFAULT_TEMPLATE = ContextTemplate(
             heading="## Task context",
             priority=3,
             budget=1_024,
-            types=(MemoryType.CONTEXT, MemoryType.EPISODE),
+            types=(MemoryType.CONTEXT, MemoryType.EPISODE, MemoryType.LONG_TERM),
         ),
         SectionSpec(
             name="history",

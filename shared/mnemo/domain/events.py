@@ -474,6 +474,32 @@ class ToolResultRecorded(EventPayload):
         return value
 
 
+# ---- documents (mnemo.service.documents) --------------------------------------------
+
+
+class DocumentIngested(EventPayload):
+    """A document was accepted: its bytes are in the blob store under `sha256` (sealed
+    under the subject's key on a user stream), it parsed into `sections` sections, and the
+    registrar turns each section into a `long_term` memory (its location in provenance)
+    and its entities into the entity read model. The gateway parses and stores the
+    document before it appends this event, so a document that cannot be read is refused
+    and nothing is stored."""
+
+    TYPE = "DocumentIngested"
+    VERSION = 1
+    PUBLIC = False  # appended by the gateway once the bytes are stored, never by agents
+    PRIVATE = ("filename", "title")
+    document_id: MemoryId
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    filename: str = Field(min_length=1, max_length=256)
+    media_type: str = Field(min_length=1, max_length=128)
+    size: int = Field(ge=1, description="bytes")
+    pages: int = Field(ge=0)
+    sections: int = Field(ge=1, description="how many sections the document parsed into")
+    language: Annotated[str, Field(pattern=r"^(zh|en|mixed)$")] = "en"
+    title: str | None = Field(default=None, max_length=512)
+
+
 # ---- emitted by consumers ------------------------------------------------------------
 
 
@@ -706,6 +732,7 @@ PAYLOADS: tuple[type[EventPayload], ...] = (
     MemoryForgotten,
     *TOOLCHAIN_PAYLOADS,
     ToolResultRecorded,
+    DocumentIngested,
 )
 
 Upcaster = Callable[[Mapping[str, Any]], dict[str, Any]]

@@ -53,6 +53,7 @@ class MemoryType(StrEnum):
     PREFERENCE = "preference"
     FACT = "fact"
     EPISODE = "episode"
+    LONG_TERM = "long_term"  # a section of an ingested document (docs/documents.md)
 
 
 class Scope(StrEnum):

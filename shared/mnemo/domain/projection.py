@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.document_index import DocumentRecord, EntityRow
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.toolchain import ToolchainState
 
@@ -283,6 +284,24 @@ class DropToolchain:
     toolchain_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class PutDocument:
+    """An ingested document and every entity row of its sections (replacing any it had)."""
+
+    record: DocumentRecord
+    rows: tuple[EntityRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DropDocuments:
+    """A forget: the documents of a stream (and their entity rows) go, or, with
+    `memory_id`, the entity rows of that one section."""
+
+    tenant: str
+    stream: str
+    memory_id: str | None = None
+
+
 Write = (
     PurgeTenant
     | PutMemory
@@ -299,4 +318,6 @@ Write = (
     | PutTimeline
     | PutToolchain
     | DropToolchain
+    | PutDocument
+    | DropDocuments
 )

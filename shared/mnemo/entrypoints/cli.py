@@ -139,10 +139,25 @@ class Api:
             self._sdk = None
 
     def call(
-        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
     ) -> Any:
-        """The decoded JSON answer; raises Unreachable (exit 3) or ApiError (exit 2)."""
-        call: Call[Any] = Call(method, path, _as_is, params=params, body=body)
+        """The decoded JSON answer; raises Unreachable (exit 3) or ApiError (exit 2).
+        `content`: a raw body (a document) instead of JSON."""
+        call: Call[Any] = Call(
+            method,
+            path,
+            _as_is,
+            params=params,
+            body=body,
+            content=content,
+            content_type=None if content is None else "application/octet-stream",
+        )
         try:
             return self.client().call(call)
         except MnemoConnectionError as exc:
@@ -660,6 +675,45 @@ def publish(
             f"interrupted: {tally.sent} events were accepted (and maybe the batch in flight)"
         ) from None
     show_tally(state, tally, wait)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--subject", default="tenant", show_default=True, help="The stream, or tenant-wide.")
+@click.option("--wait", type=click.Choice(["none", "registered"]), default="registered")
+@pass_state
+def ingest(state: State, files: tuple[str, ...], subject: str, wait: str) -> None:
+    """Ingest documents (PDF, DOCX, XLSX, Markdown, text): each section becomes a long_term
+    memory and its entities answer `POST /v1/query` (docs/documents.md). A refused file
+    stops the run; the files before it stay ingested."""
+    done: list[dict[str, Any]] = []
+    sizes = {path: Path(path).stat().st_size for path in files}
+    try:
+        with progress_bar(state.err) as bar:
+            task = bar.add_task("ingesting", total=sum(sizes.values()) or 1)
+            for path in files:
+                data = Path(path).read_bytes()
+                params = query_params(
+                    subject=subject,
+                    filename=Path(path).name,
+                    wait=wait if wait != "none" else None,
+                )
+                try:
+                    answer = state.api.call("POST", "/v1/documents", params=params, content=data)
+                except ApiError as exc:
+                    exc.extend(f"  in {path}", f"  {len(done)} files ingested before it")
+                    raise
+                done.append({"file": path, **answer})
+                bar.advance(task, sizes[path])
+    except KeyboardInterrupt:
+        raise CliError(f"interrupted: {len(done)} files were ingested") from None
+    if state.as_json:
+        state.emit_json({"documents": done})
+        return
+    out = table("file", "document", "sections", "status")
+    for d in done:
+        add_row(out, d["file"], d["document_id"], d["sections"], d["status"])
+    state.out.print(out)
 
 
 # ---- remember / declare -----------------------------------------------------------------

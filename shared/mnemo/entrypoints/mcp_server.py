@@ -18,6 +18,8 @@ when the arguments break the tool's input schema). docs/mcp.md has the reference
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -185,7 +187,7 @@ class MnemoMCPServer(MCPServer[Any]):
 # ---- argument and result shapes -------------------------------------------------------------
 
 MemoryTypeName = Literal[
-    "constraint", "context", "history", "external", "preference", "fact", "episode"
+    "constraint", "context", "history", "external", "preference", "fact", "episode", "long_term"
 ]
 ScopeName = Literal["session", "user", "agent", "tenant"]
 Subject = Annotated[
@@ -341,6 +343,7 @@ def build_server(upstream: Upstream) -> MnemoMCPServer:
     )
     _tools(server, upstream)
     _tool_result_tools(server, upstream)
+    _document_tools(server, upstream)
     _resources(server, upstream)
     from mnemo.entrypoints.mcp_toolchain import register as register_toolchain_tools
 
@@ -713,6 +716,100 @@ class SuggestionsOut(BaseModel):
         "memory_version, key, value, age_seconds) and `trigger`, to pass back to "
         "record_tool_result"
     )
+
+
+class IngestedOut(BaseModel):
+    document_id: str
+    event_id: str
+    sections: int = Field(description="how many sections became long_term memories")
+    pages: int
+    status: str = Field(description="registered, pending, rejected or accepted")
+
+
+class StructuredQueryOut(BaseModel):
+    total: int = Field(description="how many documents met every condition")
+    documents: list[dict[str, Any]] = Field(
+        description="each: document_id, filename, subject, hits (memory_id, section, page, "
+        "clause, text, entities: field, value, text)"
+    )
+
+
+def _document_tools(server: MnemoMCPServer, upstream: Upstream) -> None:
+    """Documents: ingest one, and ask exact structured questions of their entities."""
+
+    @server.tool(
+        title="Ingest document",
+        description="Ingest a document (PDF, DOCX, XLSX, Markdown or plain text) for a "
+        "subject, or for the whole tenant (subject 'tenant'): its sections become long_term "
+        "memories with their page and clause, its entities (parties, dates, amounts, rates, "
+        "clause numbers) answer structured_query. Send the bytes base64-encoded, or plain "
+        "text in `text`.",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True),
+    )
+    async def ingest_document(
+        filename: Annotated[str, Field(min_length=1, max_length=256)],
+        ctx: Context[Any, Any],
+        subject: Annotated[str, Field(min_length=1, max_length=128)] = "tenant",
+        content_base64: Annotated[
+            str | None, Field(description="the document's bytes, base64")
+        ] = None,
+        text: Annotated[str | None, Field(description="a plain-text document instead")] = None,
+    ) -> Annotated[CallToolResult, IngestedOut]:
+        if (content_base64 is None) == (text is None):
+            return error_result("INVALID_ARGUMENTS", "send content_base64 or text", "text")
+        try:
+            data = (
+                base64.b64decode(content_base64, validate=True)
+                if content_base64 is not None
+                else (text or "").encode()
+            )
+        except (binascii.Error, ValueError):
+            return error_result("INVALID_ARGUMENTS", "not base64", "content_base64")
+        try:
+            done = await upstream.api(ctx).ingest_document(
+                data, filename, subject=subject, wait="registered"
+            )
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            IngestedOut(
+                document_id=done.document_id,
+                event_id=done.event_id,
+                sections=done.sections,
+                pages=done.pages,
+                status=done.status,
+            )
+        )
+
+    @server.tool(
+        title="Structured query",
+        description="Exact questions over the entities of the tenant's documents: `where` "
+        "is a list of {field, op, value} ANDed per document (fields: party_a, party_b, "
+        "party, organisation, person, contract_no, clause_no, signed_at, date, period, "
+        "amount, penalty_rate, rate, duration; ops: eq, ne, in, contains, gt, gte, lt, lte, "
+        "between, within). Example: penalty_rate gt '5%', signed_at within '2023-Q3', "
+        "amount gte {amount: 500000, currency: CNY}. `text` only ranks the exact result.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    async def structured_query(
+        where: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=16)],
+        ctx: Context[Any, Any],
+        text: Annotated[str | None, Field(max_length=2_000)] = None,
+        subjects: Annotated[list[str] | None, Field(max_length=100)] = None,
+        limit: Annotated[int, Field(ge=1, le=1_000)] = 20,
+    ) -> Annotated[CallToolResult, StructuredQueryOut]:
+        try:
+            found = await upstream.api(ctx).query(
+                where, text=text, subjects=subjects or (), limit=limit
+            )
+        except MnemoAPIError as exc:
+            return api_error_result(exc)
+        return ok(
+            StructuredQueryOut(
+                total=found.total,
+                documents=[d.model_dump(mode="json") for d in found.documents],
+            )
+        )
 
 
 def _tool_result_tools(server: MnemoMCPServer, upstream: Upstream) -> None:

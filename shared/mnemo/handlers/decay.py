@@ -92,6 +92,7 @@ HALF_LIFE_DAYS: dict[MemoryType, float | None] = {
     MemoryType.CONTEXT: 7.0,
     MemoryType.HISTORY: 30.0,
     MemoryType.EPISODE: 30.0,
+    MemoryType.LONG_TERM: None,  # a document's sections stay as weighty as they came
 }
 WEIGHT_FLOOR = 0.1
 

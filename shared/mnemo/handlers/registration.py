@@ -29,9 +29,12 @@ from mnemo.domain.derivation import (
     speaker_of,
     speaker_tag,
 )
+from mnemo.domain.document_index import DOCUMENT_TAG, DocumentRecord, entity_rows, location
+from mnemo.domain.documents import Entity, ParsedDocument
 from mnemo.domain.events import (
     ContextAssembled,
     ContextResponseReported,
+    DocumentIngested,
     Envelope,
     EventPayload,
     FeedbackRelayed,
@@ -61,6 +64,8 @@ from mnemo.domain.memory import (
     MemoryDraft,
     MemoryStatus,
     MemoryType,
+    Provenance,
+    Scope,
     content_hash,
     expiry,
     occurrence_hash,
@@ -69,10 +74,12 @@ from mnemo.domain.pii import placeholder_refs
 from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
+    DropDocuments,
     Outcome,
     OutcomeKind,
     PurgeTenant,
     PutContextRecord,
+    PutDocument,
     PutMemory,
     PutOutcome,
     PutTemplate,
@@ -110,6 +117,16 @@ class RegistrationState(Protocol):
     ) -> Memory | None: ...
 
     def tenant_memories(self, tenant: str) -> list[Memory]: ...
+
+
+class DocumentSource(Protocol):
+    """What registration needs of an ingested document, from outside the handler: its
+    sections (read from the blob store and parsed again; None once it is forgotten or its
+    key destroyed) and the entities of a section's text (the entity rules)."""
+
+    def read(self, event: Envelope, ingested: DocumentIngested) -> ParsedDocument | None: ...
+
+    def entities(self, text: str, language: str) -> tuple[Entity, ...]: ...
 
 
 def _outcome(
@@ -479,6 +496,10 @@ def _forget(event: Envelope, state: RegistrationState, request: ForgetRequested)
         decision.writes.append(
             SetStatus(event.tenant, memory.memory_id, MemoryStatus.FORGOTTEN, erase_content=True)
         )
+    if request.memory_id is not None:
+        decision.writes.append(DropDocuments(event.tenant, event.stream, request.memory_id))
+    elif not request.tenant:
+        decision.writes.append(DropDocuments(event.tenant, event.stream))
     if request.tenant:  # after the per-memory events, so every read model drops the lot
         decision.writes.append(PurgeTenant(event.tenant))
     decision.writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
@@ -665,12 +686,14 @@ HANDLED = frozenset(
         MemoryCorrected.TYPE,
         FeedbackRelayed.TYPE,
         ToolResultRecorded.TYPE,
+        DocumentIngested.TYPE,
     }
 )
 
 
 _COMMANDS = {
     MemoryDeclared.TYPE,
+    DocumentIngested.TYPE,
     ToolResultRecorded.TYPE,
     ObservationRecorded.TYPE,
     ForgetRequested.TYPE,
@@ -682,7 +705,12 @@ def is_command(event: Envelope) -> bool:
     return event.type in _COMMANDS
 
 
-def replay(event: Envelope, prior: Sequence[Envelope], state: RegistrationState) -> Decision:
+def replay(
+    event: Envelope,
+    prior: Sequence[Envelope],
+    state: RegistrationState,
+    documents: DocumentSource | None = None,
+) -> Decision:
     """Project the facts registration recorded for `event` the first time, instead of
     deciding again: a rebuild then reproduces what the log says, even after the rules
     changed."""
@@ -722,6 +750,21 @@ def replay(event: Envelope, prior: Sequence[Envelope], state: RegistrationState)
             )
     if event.type == ForgetRequested.TYPE and event.payload.get("tenant") is True:
         writes.append(PurgeTenant(event.tenant))
+    if event.type == ForgetRequested.TYPE and event.payload.get("tenant") is not True:
+        memory_id = event.payload.get("memory_id")
+        writes.append(DropDocuments(event.tenant, event.stream, memory_id))
+    if event.type == DocumentIngested.TYPE and documents is not None:
+        registered = [
+            payload.memory
+            for payload in (decode_payload(f) for f in prior)
+            if isinstance(payload, MemoryRegistered)
+        ]
+        ingested = decode_payload(event)
+        assert isinstance(ingested, DocumentIngested)
+        sections = [(m.memory_id, _section_of(m), m.content) for m in registered]
+        put = _document_write(event, ingested, sections, documents)
+        if put is not None:
+            writes.append(put)
     if event.type == ForgetRequested.TYPE and not any(isinstance(w, PutOutcome) for w in writes):
         writes.append(_outcome(event, 0, OutcomeKind.APPLIED))
     return Decision(writes=writes)
@@ -733,6 +776,7 @@ def handle(
     rules: RuleSet,
     prior: Sequence[Envelope] = (),
     selector: ExampleSelector | None = None,
+    documents: DocumentSource | None = None,
 ) -> Decision:
     """Registration's decision for one event of the log. `prior` holds the facts it
     recorded for this event before (on a redelivery or a rebuild); those are projected
@@ -742,7 +786,7 @@ def handle(
     if event.type not in HANDLED:
         return Decision()
     if prior:
-        return replay(event, prior, state)
+        return replay(event, prior, state, documents)
     try:
         payload = decode_payload(event)
     except (ValidationError, KeyError, ValueError) as exc:
@@ -788,6 +832,8 @@ def handle(
         return _forget(event, state, payload)
     if isinstance(payload, ToolResultRecorded):
         return _tool_result(event, state, payload)
+    if isinstance(payload, DocumentIngested):
+        return _document(event, state, payload, documents)
     if isinstance(payload, MemoryExpired | MemoryArchived):
         memory = state.get(event.tenant, payload.memory_id)
         if memory is None or memory.status is not MemoryStatus.ACTIVE:
@@ -867,3 +913,94 @@ def _tool_result(
         (trigger.trigger_id, trigger.memory_id) if trigger is not None else None,
     )
     return _register(event, state, draft, 0, None, fetched_at=recorded.fetched_at)
+
+
+# ---- documents (mnemo.domain.document_index) -----------------------------------------
+
+_SCOPES = {"user": Scope.USER, "session": Scope.SESSION, "agent": Scope.AGENT}
+
+
+def _scope_of(stream: str) -> Scope:
+    return _SCOPES.get(stream.split(":", 1)[0], Scope.TENANT)
+
+
+def _section_of(memory: Memory) -> int:
+    for tag in memory.tags:
+        if tag.startswith("section:") and tag[8:].isdigit():
+            return int(tag[8:])
+    return 0
+
+
+def _document_write(
+    event: Envelope,
+    ingested: DocumentIngested,
+    sections: Sequence[tuple[str, int, str]],
+    documents: DocumentSource,
+) -> PutDocument | None:
+    """The document's record and the entity rows of the sections this event registered
+    (memory id, section index, text); None when it registered none (the same document
+    ingested again into the same stream: the first event's rows stand)."""
+    if not sections:
+        return None
+    record = DocumentRecord(
+        tenant=event.tenant,
+        document_id=ingested.document_id,
+        stream=event.stream,
+        event_id=event.event_id,
+        sha256=ingested.sha256,
+        media_type=ingested.media_type,
+        pages=ingested.pages,
+        sections=ingested.sections,
+        language=ingested.language,
+        ingested_at=event.occurred_at.isoformat(),
+    )
+    rows = []
+    for memory_id, index, text in sorted(sections, key=lambda s: s[1]):
+        found = documents.entities(text, ingested.language)
+        rows += entity_rows(
+            event.tenant, ingested.document_id, event.stream, memory_id, index, found
+        )
+    return PutDocument(record, tuple(rows))
+
+
+def _document(
+    event: Envelope,
+    state: RegistrationState,
+    ingested: DocumentIngested,
+    documents: DocumentSource | None,
+) -> Decision:
+    """Each section of an ingested document becomes a `long_term` memory (provenance: the
+    document and the section's place, `p.3 §8.2`), and its entities rows of the entity read
+    model. A document whose bytes are gone by the time the registrar reads it (forgotten,
+    or its key destroyed) is rejected with DOCUMENT_UNAVAILABLE."""
+    parsed = documents.read(event, ingested) if documents is not None else None
+    if parsed is None or documents is None:
+        return _reject(
+            event,
+            0,
+            "DOCUMENT_UNAVAILABLE",
+            "the document's bytes cannot be read: forgotten, or its key destroyed",
+        )
+    decision = Decision()
+    registered: list[tuple[str, int, str]] = []
+    for section in parsed.sections:
+        draft = MemoryDraft(
+            type=MemoryType.LONG_TERM,
+            scope=_scope_of(event.stream),
+            content=section.text,
+            tags=(DOCUMENT_TAG, f"document:{ingested.document_id}", f"section:{section.index}"),
+            provenance=Provenance(
+                source_id=f"document:{ingested.document_id}",
+                source_location=location(section),
+                trust=0.7,
+            ),
+        )
+        outcome = _register(event, state, draft, section.index, None)
+        decision.extend(outcome)
+        for write in outcome.writes:
+            if isinstance(write, PutMemory):
+                registered.append((write.memory.memory_id, section.index, write.memory.content))
+    put = _document_write(event, ingested, registered, documents)
+    if put is not None:
+        decision.writes.append(put)
+    return decision

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from pydantic import ValidationError
@@ -21,7 +21,9 @@ from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import ConflictError, InvalidInput, MnemoError, NotFound, Unavailable
 from mnemo.domain.events import (
+    ActorKind,
     Envelope,
+    EventPayload,
     ForgetRequested,
     LoggedEvent,
     MemoryCited,
@@ -31,7 +33,7 @@ from mnemo.domain.events import (
     error_path,
     validate_envelope,
 )
-from mnemo.domain.ids import valid_stream, valid_tenant
+from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import ContextRecord, Outcome, credits_citation
 from mnemo.domain.tool_result import MAX_ARGUMENTS_CHARS, MAX_RESULT_CHARS, canonical_json
@@ -60,6 +62,9 @@ from mnemo.service.context import (
     citation_id,
 )
 from mnemo.service.runner import EmbeddedRunner
+
+if TYPE_CHECKING:
+    from mnemo.service.documents import Documents
 from mnemo.service.triggers import suggestions as trigger_suggestions
 
 __all__ = [
@@ -213,6 +218,8 @@ class Mnemo:
         self.progress = progress
         self.sealer = sealer
         self.triggers = triggers or TriggerSet()
+        # the document use cases (mnemo.service.documents), set by the wiring
+        self.documents: Documents | None = None
         self._changed = threading.Condition()
         if runner is not None:
             runner.on_progress.append(self.notify_changed)
@@ -248,6 +255,39 @@ class Mnemo:
             if envelope.type == MemoryCited.TYPE:
                 envelope = self._citation(ctx, i, envelope)
             envelopes.append(envelope)
+        return self._append(ctx, envelopes, wait, timeout)
+
+    def append_own(
+        self,
+        ctx: RequestContext,
+        stream: str,
+        payload: EventPayload,
+        wait: Wait = Wait.NONE,
+        timeout: float = 10.0,
+    ) -> PublishResult:
+        """Append an event Mnemo writes itself on the caller's behalf (one agents may not
+        publish, such as DocumentIngested once its bytes are stored): checked like a
+        published event, then sealed and appended the same way."""
+        now = self.clock.now()
+        raw = {
+            "event_id": new_event_id(now),
+            "type": payload.TYPE,
+            "schema_version": payload.VERSION,
+            "tenant": ctx.tenant,
+            "stream": stream,
+            "occurred_at": now.isoformat(),
+            "actor": {"kind": ActorKind.AGENT.value, "id": ctx.principal},
+            "payload": payload.model_dump(mode="json", exclude_none=True),
+        }
+        return self._append(ctx, [validate_envelope(raw, public=False)], wait, timeout)
+
+    def _append(
+        self,
+        ctx: RequestContext,
+        envelopes: list[Envelope],
+        wait: Wait,
+        timeout: float,
+    ) -> PublishResult:
         if self.sealer is not None:
             envelopes = self._seal_all(ctx, envelopes)
             self._shred_forgotten(ctx, envelopes)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mnemo import telemetry
 from mnemo.domain.errors import Unavailable
-from mnemo.domain.events import ActorKind, Envelope, LoggedEvent
+from mnemo.domain.events import ActorKind, Envelope, ForgetRequested, LoggedEvent
 from mnemo.domain.keywords import history_terms, memory_keyword_text, passage_vector
 from mnemo.domain.memory import MemoryType
 from mnemo.domain.projection import DropTimer, Outcome, OutcomeKind, PutAudit, PutOutcome
@@ -116,6 +116,9 @@ class EmbeddedRunner:
         self.clock = clock
         self.rules = rules
         self.selector = EmbeddingSelector(rules, embedder)
+        # ingested documents' sections and entities (set by the wiring; none: documents are
+        # rejected with DOCUMENT_UNAVAILABLE)
+        self.documents: registration.DocumentSource | None = None
         self.batch_size = batch_size
         self.embed_batch = embed_batch
         self.poll_seconds = poll_seconds
@@ -260,7 +263,7 @@ class EmbeddedRunner:
                     and e.envelope.actor.id == registration.CONSUMER
                     and e.envelope.event_id[14] == "8"  # a derived id: no publisher can hold one
                 ]
-            return registration.handle(env, tx, self.rules, prior, self.selector)
+            return registration.handle(env, tx, self.rules, prior, self.selector, self.documents)
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
             # the outcome says what happened, so it can be replayed once fixed
@@ -296,11 +299,21 @@ class EmbeddedRunner:
         if not opened:
             record = self.opened(record)
         decision = self._register(record, tx, caused)
+        if record.envelope.type == ForgetRequested.TYPE:
+            self._forget_blobs(record.envelope)
         if _REGISTRAR.projects("timeline"):
             decision.writes.extend(timeline.entries(record.envelope, record.offset))
         if _REGISTRAR.projects("toolchains"):
             decision.extend(self._toolchain(record.envelope, tx))
         return decision
+
+    def _forget_blobs(self, env: Envelope) -> None:
+        """A forgotten stream's (or tenant's) document blobs go with it: deleted when the
+        registrar reads the request (again on a redelivery or a rebuild: a no-op then)."""
+        forget = getattr(self.documents, "forget", None)
+        if forget is None or env.payload.get("memory_id") is not None:
+            return
+        forget(env.tenant, None if env.payload.get("tenant") is True else env.stream)
 
     def _toolchain(self, env: Envelope, tx: StoreTransaction) -> Decision:
         """The toolchain read model's projection (handlers/toolchain.py); a handler bug

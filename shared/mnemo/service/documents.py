@@ -1,0 +1,324 @@
+"""Documents: ingesting one (parsed, its bytes sealed into the blob store, then a
+DocumentIngested event), what the registrar reads of it (`BlobDocuments`), and the
+structured query over the entity read model (docs/documents.md).
+
+A document that cannot be read is refused before anything is stored: it is parsed first,
+and only a document that parsed is stored and logged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mnemo.domain.document_index import (
+    DocumentRecord,
+    EntityFilter,
+    EntityRow,
+    decode,
+    parse_location,
+    parse_query,
+    row_filter,
+    row_matches,
+)
+from mnemo.domain.documents import (
+    DocumentLimits,
+    DocumentRejected,
+    Entity,
+    EntityRules,
+    ParsedDocument,
+    extract_entities,
+)
+from mnemo.domain.errors import InvalidInput, NotFound, Unavailable
+from mnemo.domain.events import DocumentIngested, Envelope
+from mnemo.domain.ids import valid_stream
+from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.ports import DocumentReads, EventLog, MemoryReads, VectorFilter
+from mnemo.service.app import Mnemo, RequestContext, Wait
+from mnemo.service.blobs import SealedBlobs, digest_of
+
+__all__ = ["BlobDocuments", "Documents", "NoDocumentReads", "Parser", "document_id_of"]
+
+# bytes, filename, declared media type (None: detect), limits -> the parsed document
+Parser = Callable[[bytes, str, str | None, DocumentLimits], ParsedDocument]
+
+_NAMESPACE = uuid.UUID("6f1c1d2e-5b7a-4c1e-9a49-0d6f3a0e2b11")
+TENANT_SUBJECT = "tenant"  # the stream of a tenant-wide document
+
+
+def document_id_of(tenant: str, stream: str, sha256: str) -> str:
+    """A document's id: the same bytes in the same subject are the same document."""
+    return str(uuid.uuid5(_NAMESPACE, f"{tenant}\x00{stream}\x00{sha256}"))
+
+
+class BlobDocuments:
+    """The registrar's view of documents (handlers.registration.DocumentSource): a
+    document's sections parsed again from its blob, and a section's entities."""
+
+    def __init__(
+        self, blobs: SealedBlobs, parse: Parser, limits: DocumentLimits, rules: EntityRules
+    ) -> None:
+        self.blobs = blobs
+        self.parse = parse
+        self.limits = limits
+        self.rules = rules
+
+    def read(self, event: Envelope, ingested: DocumentIngested) -> ParsedDocument | None:
+        data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
+        if data is None:
+            return None
+        try:
+            return self.parse(data, ingested.filename, ingested.media_type, self.limits)
+        except DocumentRejected:
+            return None
+
+    def entities(self, text: str, language: str) -> tuple[Entity, ...]:
+        return extract_entities(text, language=language, rules=self.rules)
+
+    def forget(self, tenant: str, stream: str | None) -> int:
+        """Delete the blobs of a forgotten stream (None: of the whole tenant)."""
+        store = self.blobs.store
+        return (
+            store.delete_tenant(tenant) if stream is None else store.delete_stream(tenant, stream)
+        )
+
+
+class NoDocumentReads(DocumentReads):
+    """The entity read model of a store that has none yet (Cassandra): every read answers
+    503 DOCUMENT_QUERY_UNAVAILABLE, so a query never answers from missing rows."""
+
+    def _none(self) -> Unavailable:
+        return Unavailable(
+            "structured queries over documents are not served by this store yet",
+            code="DOCUMENT_QUERY_UNAVAILABLE",
+        )
+
+    def document(self, tenant: str, document_id: str) -> DocumentRecord | None:
+        raise self._none()
+
+    def stream_documents(self, tenant: str, stream: str) -> list[DocumentRecord]:
+        raise self._none()
+
+    def entity_rows(self, tenant: str, wanted: EntityFilter) -> list[EntityRow]:
+        raise self._none()
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    document_id: str
+    event_id: str
+    sha256: str
+    pages: int
+    sections: int
+    status: str  # accepted | registered | pending (the wait ran out) | rejected
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "document_id": self.document_id,
+            "event_id": self.event_id,
+            "sha256": self.sha256,
+            "pages": self.pages,
+            "sections": self.sections,
+            "status": self.status,
+        }
+
+
+def _filename(name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > 256 or any(ord(c) < 32 for c in name):
+        raise InvalidInput(
+            "filename is 1 to 256 characters, no control characters",
+            code="INVALID_FILENAME",
+            field="filename",
+        )
+    return name
+
+
+class Documents:
+    """The document use cases: ingest and structured query."""
+
+    def __init__(
+        self,
+        app: Mnemo,
+        source: BlobDocuments,
+        reads: DocumentReads,
+        memories: MemoryReads,
+        events: EventLog,
+    ) -> None:
+        self.app = app
+        self.source = source
+        self.reads = reads
+        self.memories = memories  # opened: a user's sections read in clear
+        self.events = events  # opened: a document's filename is sealed in its event
+
+    # ---- ingest -------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        ctx: RequestContext,
+        subject: str,
+        filename: str,
+        data: bytes,
+        media_type: str | None = None,
+        wait: Wait = Wait.NONE,
+        timeout: float = 10.0,
+    ) -> Ingested:
+        """Parse, store, log. A bad document raises DocumentRejected and nothing is kept."""
+        if not valid_stream(subject):
+            raise InvalidInput(
+                "subject is a stream (user:U1, session:S1, ...) or 'tenant'",
+                code="INVALID_STREAM",
+                field="subject",
+            )
+        filename = _filename(filename)
+        limits = self.source.limits
+        if len(data) > min(limits.max_bytes, self.source.blobs.max_bytes):
+            raise DocumentRejected(
+                "DOCUMENT_TOO_LARGE",
+                f"the document is {len(data)} bytes; the limit is "
+                f"{min(limits.max_bytes, self.source.blobs.max_bytes)}",
+            )
+        parsed = self.source.parse(data, filename, media_type, limits)
+        if not parsed.sections:
+            raise DocumentRejected("DOCUMENT_EMPTY", "no text could be read from the document")
+        sha = digest_of(data)
+        document_id = document_id_of(ctx.tenant, subject, sha)
+        self.source.blobs.put(ctx.tenant, subject, data)
+        payload = DocumentIngested(
+            document_id=document_id,
+            sha256=sha,
+            filename=filename,
+            media_type=parsed.media_type,
+            size=len(data),
+            pages=parsed.pages,
+            sections=len(parsed.sections),
+            language=parsed.language,
+            title=(parsed.title or None) and parsed.title[:512],
+        )
+        result = self.app.append_own(ctx, subject, payload, wait, timeout)
+        accepted = result.accepted[0]
+        status = "accepted"
+        if wait is not Wait.NONE:
+            outcomes = result.outcomes.get(accepted.event_id, [])
+            if not result.complete:
+                status = "pending"
+            elif any(o.kind.value == "rejected" for o in outcomes):
+                status = "rejected"
+            else:
+                status = "registered"
+        return Ingested(
+            document_id, accepted.event_id, sha, parsed.pages, len(parsed.sections), status
+        )
+
+    # ---- query --------------------------------------------------------------------------
+
+    def query(self, ctx: RequestContext, body: Any) -> dict[str, Any]:
+        """The documents of the tenant meeting every condition (docs/documents.md)."""
+        q = parse_query(body, self.source.rules)
+        matched: dict[str, list[EntityRow]] | None = None
+        for condition in q.conditions:
+            rows = self.reads.entity_rows(ctx.tenant, row_filter(condition, q.subjects))
+            found: dict[str, list[EntityRow]] = {}
+            for row in rows:
+                if row_matches(condition, row):
+                    found.setdefault(row.document_id, []).append(row)
+            if matched is None:
+                matched = found
+            else:
+                matched = {d: [*matched[d], *found[d]] for d in matched.keys() & found.keys()}
+            if not matched:
+                break
+        matched = matched or {}
+        records = {d: r for d in matched if (r := self.reads.document(ctx.tenant, d)) is not None}
+        order = sorted(records, key=lambda d: (records[d].ingested_at, d), reverse=True)
+        if q.query:
+            order = self._ranked(ctx.tenant, q.query, order, q.subjects)
+        return {
+            "documents": [
+                self._answer(ctx.tenant, records[d], matched[d]) for d in order[: q.limit]
+            ],
+            "total": len(order),
+        }
+
+    def _ranked(
+        self, tenant: str, text: str, order: list[str], subjects: Sequence[str]
+    ) -> list[str]:
+        """The exact result reordered by how close its sections are to `text` (the best
+        section counts); never a document outside it."""
+        if not order:
+            return order
+        app = self.app
+        vector = app.query_embedder.embed_query(text)
+        flt = VectorFilter(
+            streams=tuple(subjects),
+            types=(MemoryType.LONG_TERM.value,),
+            tags=tuple(f"document:{d}" for d in order),
+        )
+        best: dict[str, float] = {}
+        wanted = set(order)
+        for memory_id, score in app.index.search(tenant, vector, min(1_000, 20 * len(order)), flt):
+            memory = self.memories.get(tenant, memory_id)
+            if memory is None:
+                continue
+            for tag in memory.tags:
+                d = tag.removeprefix("document:")
+                if tag.startswith("document:") and d in wanted:
+                    best[d] = max(best.get(d, -1.0), score)
+        rank = {d: i for i, d in enumerate(order)}
+        return sorted(order, key=lambda d: (-best.get(d, -2.0), rank[d]))
+
+    def _answer(
+        self, tenant: str, record: DocumentRecord, rows: Sequence[EntityRow]
+    ) -> dict[str, Any]:
+        by_memory: dict[str, list[EntityRow]] = {}
+        for row in sorted(rows, key=lambda r: (r.section, r.ordinal)):
+            seen = by_memory.setdefault(row.memory_id, [])
+            if row not in seen:
+                seen.append(row)
+        memories = {m.memory_id: m for m in self.memories.get_many(tenant, list(by_memory))}
+        hits: list[dict[str, Any]] = []
+        for memory_id, found in by_memory.items():
+            memory = memories.get(memory_id)
+            if memory is None or memory.status is MemoryStatus.FORGOTTEN:
+                continue
+            page, clause = parse_location(memory.provenance.source_location)
+            hits.append(
+                {
+                    "memory_id": memory_id,
+                    "section": found[0].section,
+                    "page": page,
+                    "clause": clause,
+                    "text": memory.content,
+                    "entities": [
+                        {
+                            "field": r.field,
+                            "value": decode(r),
+                            "text": memory.content[r.start : r.end],
+                        }
+                        for r in found
+                    ],
+                }
+            )
+        hits.sort(key=lambda h: h["section"])
+        return {
+            "document_id": record.document_id,
+            "filename": self._filename(tenant, record),
+            "subject": record.stream,
+            "media_type": record.media_type,
+            "hits": hits,
+        }
+
+    def _filename(self, tenant: str, record: DocumentRecord) -> str | None:
+        logged = self.events.get(tenant, record.event_id)
+        if logged is None:
+            return None
+        name = logged.envelope.payload.get("filename")
+        return name if isinstance(name, str) else None
+
+    def document(self, ctx: RequestContext, document_id: str) -> DocumentRecord:
+        found = self.reads.document(ctx.tenant, document_id)
+        if found is None:
+            raise NotFound(f"no document {document_id}", code="DOCUMENT_NOT_FOUND")
+        return found
