@@ -213,6 +213,51 @@ def test_a_batch_that_starts_past_the_stored_position_is_completed_from_the_topi
         assert_each_event_once(platform, accepted)
 
 
+def test_a_batch_that_jumps_forward_inside_is_completed_from_the_topic(
+    tmp_path: Path,
+) -> None:
+    # after a rebalance a batch can hold records buffered before it and then records
+    # fetched from a committed offset that had run ahead: the records in between were
+    # handled by nobody. A consumer that passed over them would commit past them (the
+    # audit consumer: a stream's chain then lacks a link, and the next one is chained to
+    # the link before the gap, AUDIT_CHAIN_BROKEN); they are read from the topic instead
+    from mnemo.handlers import audit
+
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(16)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        d = platform.distributed
+        assert d is not None
+        registrar = sequencer(platform)
+        holed = 0
+        for p, records in fetch_all(platform).items():
+            if len(records) > 3:
+                # the hole is right after the stored position's record
+                assert registrar.process(records[:1] + records[3:]) == len(records)
+                assert sorted(d.archive.fates(p, 0, records[-1].offset)) == [
+                    r.offset for r in records
+                ]
+                holed += 1
+        assert holed, "no partition had records enough for a hole"
+        Pump(platform, ("registrar",)).drain()  # the MemoryRegistered that followed
+        auditor = Follower(platform.runner, platform.store, d.archive, "audit", d.topic)
+        for p, records in fetch_all(platform).items():
+            if len(records) > 3:
+                auditor.process(records[:2] + records[4:])
+                end = records[-1].offset + 1
+                assert platform.store.position(position_name("audit", p)) == end
+        Pump(platform, ("indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
+        for stream, trail in audit_trails(platform.store, "acme").items():
+            events = {
+                e.envelope.event_id: e.envelope
+                for e in platform.log.read_stream("acme", stream, 1, 1_000)
+            }
+            assert audit.verify(trail, events) is None, stream
+
+
 def test_ownership_fences_only_a_partition_it_lost(tmp_path: Path) -> None:
     # on the embedded store (the same port contract): no services needed
     from mnemo.adapters.sqlite_store import SqliteMemoryStore
