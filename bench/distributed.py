@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -724,6 +724,24 @@ class Options:
     registrar_replicas: tuple[int, ...] = (1, 2)
     # further embedders whose ingest is measured too, on servers of their own
     also_embedders: tuple[str, ...] = ()
+    # memories the embedded side of the context part loads: None = context_size, 0 = no
+    # embedded side (the distributed mode measured alone)
+    context_embedded_size: int | None = None
+
+    def context_sizes(self) -> dict[str, int]:
+        """Memories each mode's context part loads; a mode at 0 is not measured."""
+        embedded = (
+            self.context_size
+            if self.context_embedded_size is None
+            else (self.context_embedded_size)
+        )
+        return {"embedded": embedded, "distributed": self.context_size}
+
+    def needs_embedded(self) -> bool:
+        """Whether the embedded server is started at all: every part but a context part
+        with no embedded side needs it."""
+        others = {"ingest", "freshness", "outage"} & set(self.parts)
+        return bool(others) or self.context_sizes()["embedded"] > 0
 
 
 def _ingest(
@@ -1000,14 +1018,17 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
     tenant = "bench-context"
     streams = 100
     loaded: dict[str, dict[str, Any]] = {}
+    wanted = opts.context_sizes()
+    servers = {m: s for m, s in servers.items() if wanted[m] > 0}
     for mode, s in servers.items():
+        size = wanted[mode]
         t0 = time.monotonic()
         stop_at = t0 + opts.context_load_limit
         sent = 0
         last_note = t0
         # publish ahead of the consumers by about BACKLOG_SECONDS of their own pace, so that
         # when the time limit stops publishing, what is left to consume is small
-        while sent < opts.context_size and time.monotonic() < stop_at:
+        while sent < size and time.monotonic() < stop_at:
             lag = s.lag()
             backlog = max(lag.get("registrar", 0), lag.get("indexer", 0))
             elapsed = time.monotonic() - t0
@@ -1017,14 +1038,14 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
                 time.sleep(0.5)
                 continue
             chunk = CORPUS_BATCH * 2 if pace_now is None else int(pace_now * BACKLOG_SECONDS)
-            n = min(max(CORPUS_BATCH // 10, min(chunk, CORPUS_BATCH * 4)), opts.context_size - sent)
+            n = min(max(CORPUS_BATCH // 10, min(chunk, CORPUS_BATCH * 4)), size - sent)
             events = _events(texts, sent, n, "C", streams)
             sent += publish_all(s, tenant, events, CORPUS_BATCH, stop_at=stop_at)
-            if time.monotonic() - last_note > 30 or sent >= opts.context_size:
+            if time.monotonic() - last_note > 30 or sent >= size:
                 last_note = time.monotonic()
                 progress(
                     "distributed",
-                    f"context {mode}: published {sent:,}/{opts.context_size:,} in "
+                    f"context {mode}: published {sent:,}/{size:,} in "
                     f"{last_note - t0:.0f}s, backlog {backlog:,}",
                 )
         t1 = time.monotonic()
@@ -1035,7 +1056,8 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
             "load_seconds": round(t2 - t0, 1),
             "publish_seconds": round(t1 - t0, 1),
             "rate": round(sent / (t2 - t0), 2),
-            "complete": sent == opts.context_size,
+            "requested": size,
+            "complete": sent == size,
             "load_average": load_average(),
         }
         progress("distributed", f"context {mode}: {sent:,} memories loaded in {t2 - t0:.0f}s")
@@ -1074,7 +1096,7 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
             {
                 "mode": mode,
                 "size": loaded[mode]["memories"],
-                "requested_size": opts.context_size,
+                "requested_size": wanted[mode],
                 "streams": streams,
                 "memories_per_stream": loaded[mode]["memories"] // streams,
                 "budget": 1_000,
@@ -1102,8 +1124,25 @@ def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]
         progress("distributed", notes[-1])
         return False
     texts = Texts()
-    with embedded_server(tmp / "embedded", opts.embedder) as emb:
-        progress("distributed", f"embedded server on {emb.url}; starting the distributed stack")
+    sizes = opts.context_sizes()
+    if "context" in opts.parts and sizes["embedded"] != sizes["distributed"]:
+        notes.append(
+            "context part: the distributed mode measured alone (no embedded side)"
+            if sizes["embedded"] == 0
+            else f"context part: the embedded side loaded {sizes['embedded']:,} memories, "
+            f"the distributed side {sizes['distributed']:,}; their latencies are not at the "
+            "same size"
+        )
+        progress("distributed", notes[-1])
+    embedded = (
+        embedded_server(tmp / "embedded", opts.embedder)
+        if opts.needs_embedded()
+        else nullcontext(None)
+    )
+    with embedded as emb:
+        if emb is not None:
+            progress("distributed", f"embedded server on {emb.url}")
+        progress("distributed", "starting the distributed stack")
         with distributed_server(tmp / "distributed", opts.embedder, opts.partitions, notes) as (
             dist,
             deployment,
@@ -1111,7 +1150,9 @@ def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]
             progress(
                 "distributed", f"distributed gateway on {dist.url} (topic bench.{deployment.tag})"
             )
-            servers = {"embedded": emb, "distributed": dist}
+            servers = (
+                {"distributed": dist} if emb is None else {"embedded": emb, "distributed": dist}
+            )
             rates: dict[str, float] = {}
             if "ingest" in opts.parts or "freshness" in opts.parts or "outage" in opts.parts:
                 rates = _ingest(results, servers, opts, texts, deployment)

