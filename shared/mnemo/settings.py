@@ -195,6 +195,12 @@ class MnemoSettings(BaseSettings):
         description="and at least this many seconds after a link was written (links past a "
         "stream's last checkpoint are reported unsigned until then)",
     )
+    audit_checkpoint_each_batch: bool = Field(
+        default=True,
+        description="the audit consumer also signs the head of every stream a batch extended "
+        "once it commits the batch, so only the batch in flight is covered by the chain "
+        "alone (a deleted tail is reported); false: only the two limits above",
+    )
     audit_signing_key: str = Field(
         default="mnemo-audit",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",

@@ -103,3 +103,36 @@ def test_a_store_rolled_back_and_signed_again_does_not_move_the_anchor(
     assert stored(again)[2] != anchor
     assert anchors.of_tenant("acme") == [anchor]
     assert "AUDIT_CHECKPOINT_ROLLBACK" in caplog.text
+
+
+@pytest.mark.parametrize("each_batch", [True, False])
+def test_a_committed_batch_signs_the_heads_it_left_unsigned(
+    tmp_path: Path, each_batch: bool
+) -> None:
+    """Neither limit is reached (every 1,000 links, 600 s): only the end of the batch signs,
+    and only when each batch is to be signed."""
+    anchors = SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL")
+    c = AuditCheckpointer(
+        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
+        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
+        FixedClock(T0),
+        every=1_000,
+        seconds=600,
+        anchors=anchors,
+        each_batch=each_batch,
+    )
+    records = chain(events(5))
+    for r in records[:3]:
+        c.observe(r)
+    assert stored(c) == []
+    assert c.batch_committed() == (1 if each_batch else 0)
+    assert [(cp.index, cp.n, cp.hash) for cp in stored(c)] == (
+        [(1, records[2].n, records[2].hash)] if each_batch else []
+    )
+    assert c.batch_committed() == 0  # nothing new since
+    for r in records[3:]:
+        c.observe(r)
+    c.batch_committed()
+    heads = [(cp.n, cp.hash) for cp in stored(c)][-1:]
+    assert heads == ([(records[-1].n, records[-1].hash)] if each_batch else [])
+    assert anchors.of_tenant("acme") == stored(c)[-1:]
