@@ -314,6 +314,52 @@ def test_every_payload_boolean_is_a_json_boolean(
     }
 
 
+@pytest.mark.parametrize("truthy", ["yes", "true", 1, 0, "false"])
+def test_a_failed_steps_retryable_is_a_json_boolean(
+    client: TestClient, platform: Platform, truthy: Any
+) -> None:
+    """`error.retryable` of a failed toolchain step, over its route and as an event: the
+    outside check found `"yes"`, `1`, `0` and `"false"` taken (as true or false) on both."""
+    r = client.post(
+        "/v1/toolchains",
+        json={"toolchain_id": "pay-1", "subject": "user:U1", "steps": ["charge"]},
+        headers=WRITER,
+    )
+    assert r.status_code == 201, r.text
+    before = platform.log.head()
+    error = {"type": "timeout", "reason": "the bank was slow", "retryable": truthy}
+    r = client.post(
+        "/v1/toolchains/pay-1/steps/charge",
+        json={"status": "failed", "error": error},
+        headers=WRITER,
+    )
+    assert r.status_code == 422, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+        "VALIDATION_ERROR",
+        "error.retryable",
+    )
+    event = {
+        "type": "ToolchainStepFailed",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"toolchain_id": "pay-1", "step_id": "charge", "error": error},
+    }
+    r = client.post("/v1/events", json=event, headers=WRITER)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+        "INVALID_BOOLEAN",
+        "events[0].payload.error.retryable",
+    )
+    assert platform.log.head() == before
+    error["retryable"] = True
+    ok = client.post(
+        "/v1/toolchains/pay-1/steps/charge",
+        json={"status": "failed", "error": error},
+        headers=WRITER,
+    )
+    assert ok.status_code == 201, ok.text
+
+
 def _secrets_in(value: Any) -> list[str]:
     """Every wrapped key or ciphertext a JSON value holds (in any encryption or sealed block)."""
     found: list[str] = []
