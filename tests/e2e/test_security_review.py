@@ -889,6 +889,34 @@ def test_one_request_cannot_make_hundreds_of_vault_keys(
     assert platform.log.head() == head
 
 
+def test_a_read_makes_no_vault_key(client: TestClient, platform: Platform) -> None:
+    """Found by the outside check: a search or a context whose query holds a sensitive
+    value, over 32 users who never wrote anything, made 32 vault keys per request, with a
+    read-only key (the query's value is hashed under each named user's search key). A user
+    without a key has nothing sealed to match: a read now asks whether the key exists and
+    makes none (beyond the key of the stream a context's record is filed on), and exact
+    match still finds a known user's value."""
+    known = _declare(client, "user:U1", {"type": "fact", "content": "call me on 13800138000"})
+    before = _user_keys(platform)
+    reader = headers_for("acme", "reader", label="reader")
+    install_keys(platform, "acme", label="reader", scopes=("memory:read", "context"))
+    query = "who has +86 138 0013 8000"
+    strangers = [f"user:NEW{i}" for i in range(31)]
+    r = client.post(
+        "/v1/search", json={"query": query, "subjects": ["user:U1", *strangers]}, headers=reader
+    )
+    assert r.status_code == 200, r.text
+    assert [h["memory"]["memory_id"] for h in r.json()["hits"]][:1] == [known]
+    r = client.post(
+        "/v1/context",
+        json={"query": query, "subjects": [f"user:NEWC{i}" for i in range(32)]},
+        headers=reader,
+    )
+    assert r.status_code == 200, r.text
+    # the context's own record is filed (sealed) on its first subject's stream: that key only
+    assert _user_keys(platform) - before <= {"acme/user:NEWC0"}
+
+
 def test_a_template_cannot_be_registered_through_the_event_api_without_admin(
     client: TestClient, platform: Platform
 ) -> None:
