@@ -264,6 +264,7 @@ def make_checkpointer(
         seconds=settings.audit_checkpoint_seconds,
         anchors=anchors,
         each_batch=settings.audit_checkpoint_each_batch,
+        batch_seconds=settings.audit_checkpoint_batch_seconds,
     )
 
 

@@ -427,9 +427,16 @@ def test_with_the_vault_out_of_reach_the_trail_is_unverified(
 def batch_signed(tmp_path: Path, vault: dict[str, Any]) -> Path:
     """Events published and consumed once, with the default limits (a head is signed every
     1,000 links or after 60 s, neither reached here): only the end of the audit consumer's
-    batch signs the heads, with OpenBao's transit key, anchored in its KV engine."""
+    batches signs the heads, with OpenBao's transit key, anchored in its KV engine. (The
+    clock stands still: every batch is signed, not only one a second.)"""
     data = tmp_path / "data"
-    fill(data, sign_tail=False, audit_checkpoint_every=1_000, audit_checkpoint_seconds=60)
+    fill(
+        data,
+        sign_tail=False,
+        audit_checkpoint_every=1_000,
+        audit_checkpoint_seconds=60,
+        audit_checkpoint_batch_seconds=0,  # the test's clock stands still
+    )
     assert not (data / "keys" / "audit-signing.json").exists()  # OpenBao signed
     return data
 

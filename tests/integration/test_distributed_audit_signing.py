@@ -444,7 +444,10 @@ def test_a_tail_deleted_after_the_last_batch_is_reported(tmp_path: Path, clock: 
     the newest event deleted from the archive with its link is reported, where it was once
     covered by the chain alone and verified."""
     settings = signed_settings(
-        tmp_path / "data", audit_checkpoint_every=1_000, audit_checkpoint_seconds=60
+        tmp_path / "data",
+        audit_checkpoint_every=1_000,
+        audit_checkpoint_seconds=60,
+        audit_checkpoint_batch_seconds=0,  # the test's clock stands still
     )
     with running(settings, clock) as platform:
         platform.app.publish(CTX, [observation(f"other {i}", "user:U2") for i in range(3)])
