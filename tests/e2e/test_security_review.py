@@ -896,7 +896,15 @@ def test_a_read_makes_no_vault_key(client: TestClient, platform: Platform) -> No
     without a key has nothing sealed to match: a read now asks whether the key exists and
     makes none (beyond the key of the stream a context's record is filed on), and exact
     match still finds a known user's value."""
-    known = _declare(client, "user:U1", {"type": "fact", "content": "call me on 13800138000"})
+    declared = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": "call me on 13800138000"}},
+    }
+    r = client.post("/v1/events?wait=indexed", json=declared, headers=H)  # searchable now
+    assert r.status_code == 202, r.text
+    known = r.json()["accepted"][0]["outcomes"][0]["memory_id"]
     before = _user_keys(platform)
     reader = headers_for("acme", "reader", label="reader")
     install_keys(platform, "acme", label="reader", scopes=("memory:read", "context"))
