@@ -7,10 +7,16 @@ order that rotates (so drift in the machine's load spreads over all of them):
 * off:      the sealer switched off (no PII detection, nothing sealed): the floor;
 * detector: detector-only sealing (what Mnemo did before ADR 0010's user streams): only
             the values the PII detector finds are sealed, the rest of the text is logged
-            in clear;
-* whole:    every user-scoped payload sealed whole (content, key, tags, sources, actor and
-            correlation ids) under the user's data key, the detector's values inside it
-            as placeholders: what Mnemo does now.
+            in clear, and the keyword index's term ids are the plain term hashes;
+* whole:    what Mnemo does now: every payload sealed whole (content, key, tags, sources,
+            actor and correlation ids), a user stream's under the user's data key and a
+            shared stream's under the tenant's, the detector's values inside it as
+            placeholders; and each keyword term id of a point and of a query run through
+            the tenant's keyed permutation (`BlindTagIndex`, `mnemo.domain.term_keys`).
+
+One event in four goes to a shared stream (`session:S0`..`S4`), the others to twenty user
+streams, and each context request names one of each, so both the sealing of shared streams
+and the permuted term ids are in the whole side's figures.
 
 Every tenth event of the detector and whole sides holds a sensitive value (a phone, a
 card, an e-mail or a resident ID); the off side gets a harmless sentence of the same length
@@ -123,7 +129,7 @@ def _events(texts: Sequence[str], first: int, share: float, seed: int) -> list[d
             {
                 "type": "MemoryDeclared",
                 "schema_version": 1,
-                "stream": f"user:U{i % 20:03d}",
+                "stream": f"session:S{i % 5}" if i % 4 == 3 else f"user:U{i % 20:03d}",
                 "payload": {"memory": {"type": "fact", "content": content[:8_000]}},
             }
         )
@@ -165,7 +171,9 @@ def run_encryption(
             vault=vault,
         )
         assert platform.sealer is not None
-        platform.sealer.seal_whole = side == "whole"  # one sealer: publish, consumers, reads
+        # one sealer: publish, consumers, reads, and the index's keyed term ids
+        platform.sealer.seal_whole = side == "whole"
+        platform.sealer.permute_terms = side == "whole"
         if side == "off":
             platform.app.sealer = None
         platforms[side] = platform
@@ -240,7 +248,11 @@ def run_encryption(
             if i % 10 == 0:
                 query += f" 13{rng.randint(0, 999_999_999):09d}"
             requests.append(
-                ContextRequest(subjects=(f"user:U{i % 20:03d}",), query=query, budget=800)
+                ContextRequest(
+                    subjects=(f"user:U{i % 20:03d}", f"session:S{i % 5}"),
+                    query=query,
+                    budget=800,
+                )
             )
         samples: dict[str, list[float]] = {side: [] for side in SIDES}
         for i, request in enumerate(requests):

@@ -266,6 +266,8 @@ def make_checkpointer(
         every=settings.audit_checkpoint_every,
         seconds=settings.audit_checkpoint_seconds,
         anchors=anchors,
+        each_batch=settings.audit_checkpoint_each_batch,
+        batch_seconds=settings.audit_checkpoint_batch_seconds,
     )
 
 

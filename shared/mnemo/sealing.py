@@ -324,6 +324,9 @@ class Sealer:
         # seal a user stream's words whole (ADR 0010); off only where a benchmark measures
         # what it costs against detector-only sealing
         self.seal_whole = True
+        # the vector index's keyword dimensions permuted under the tenant's search key
+        # (BlindTagIndex); off only where a benchmark measures what that costs
+        self.permute_terms = True
 
     # ---- keys -------------------------------------------------------------------------
 
@@ -605,12 +608,15 @@ class Sealer:
 
     def query_text(self, tenant: str, streams: Iterable[str], text: str) -> str:
         """A search text with its sensitive values swapped for their placeholders (under the
-        tenant's key and each named stream's key), so queries match sealed values exactly
-        and plaintext never reaches the embedder."""
+        tenant's key and each named stream's key that exists), so queries match sealed
+        values exactly and plaintext never reaches the embedder."""
         findings = detect(text)
         if not findings:
             return text
-        key_ids = sorted({tenant} | {self.key_id(tenant, s) for s in streams})
+        # a stream whose key does not exist has nothing sealed to match: a read never makes
+        # a key (a query naming many users who never wrote would make one for each)
+        own = {self.key_id(tenant, s) for s in streams} - {tenant}
+        key_ids = sorted({tenant} | {k for k in own if self.keys.has_key(k)})
         out: list[str] = []
         pos = 0
         for found in findings:

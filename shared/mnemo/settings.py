@@ -202,6 +202,21 @@ class MnemoSettings(BaseSettings):
         description="and at least this many seconds after a link was written (links past a "
         "stream's last checkpoint are reported unsigned until then)",
     )
+    audit_checkpoint_each_batch: bool = Field(
+        default=True,
+        description="the audit consumer also signs the head of every stream a batch extended "
+        "once it commits the batch, so only the batch in flight is covered by the chain "
+        "alone (a deleted tail is reported); false: only the two limits above",
+    )
+    audit_checkpoint_batch_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=3_600,
+        description="with audit_checkpoint_each_batch: a stream signed at a batch's end is "
+        "signed again at a later batch (or when idle) once its last checkpoint is this many "
+        "seconds old, so a busy stream costs at most one signature and one anchor write per "
+        "this many seconds; 0: every batch",
+    )
     audit_signing_key: str = Field(
         default="mnemo-audit",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",

@@ -314,6 +314,52 @@ def test_every_payload_boolean_is_a_json_boolean(
     }
 
 
+@pytest.mark.parametrize("truthy", ["yes", "true", 1, 0, "false"])
+def test_a_failed_steps_retryable_is_a_json_boolean(
+    client: TestClient, platform: Platform, truthy: Any
+) -> None:
+    """`error.retryable` of a failed toolchain step, over its route and as an event: the
+    outside check found `"yes"`, `1`, `0` and `"false"` taken (as true or false) on both."""
+    r = client.post(
+        "/v1/toolchains",
+        json={"toolchain_id": "pay-1", "subject": "user:U1", "steps": ["charge"]},
+        headers=WRITER,
+    )
+    assert r.status_code == 201, r.text
+    before = platform.log.head()
+    error = {"type": "timeout", "reason": "the bank was slow", "retryable": truthy}
+    r = client.post(
+        "/v1/toolchains/pay-1/steps/charge",
+        json={"status": "failed", "error": error},
+        headers=WRITER,
+    )
+    assert r.status_code == 422, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+        "VALIDATION_ERROR",
+        "error.retryable",
+    )
+    event = {
+        "type": "ToolchainStepFailed",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"toolchain_id": "pay-1", "step_id": "charge", "error": error},
+    }
+    r = client.post("/v1/events", json=event, headers=WRITER)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+        "INVALID_BOOLEAN",
+        "events[0].payload.error.retryable",
+    )
+    assert platform.log.head() == before
+    error["retryable"] = True
+    ok = client.post(
+        "/v1/toolchains/pay-1/steps/charge",
+        json={"status": "failed", "error": error},
+        headers=WRITER,
+    )
+    assert ok.status_code == 201, ok.text
+
+
 def _secrets_in(value: Any) -> list[str]:
     """Every wrapped key or ciphertext a JSON value holds (in any encryption or sealed block)."""
     found: list[str] = []
@@ -841,6 +887,42 @@ def test_one_request_cannot_make_hundreds_of_vault_keys(
     first_over = len(known) + MAX_SUBJECT_KEYS_PER_REQUEST
     assert r.json()["error"]["field"] == f"events[{first_over}].stream"
     assert platform.log.head() == head
+
+
+def test_a_read_makes_no_vault_key(client: TestClient, platform: Platform) -> None:
+    """Found by the outside check: a search or a context whose query holds a sensitive
+    value, over 32 users who never wrote anything, made 32 vault keys per request, with a
+    read-only key (the query's value is hashed under each named user's search key). A user
+    without a key has nothing sealed to match: a read now asks whether the key exists and
+    makes none (beyond the key of the stream a context's record is filed on), and exact
+    match still finds a known user's value."""
+    declared = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": "call me on 13800138000"}},
+    }
+    r = client.post("/v1/events?wait=indexed", json=declared, headers=H)  # searchable now
+    assert r.status_code == 202, r.text
+    known = r.json()["accepted"][0]["outcomes"][0]["memory_id"]
+    before = _user_keys(platform)
+    reader = headers_for("acme", "reader", label="reader")
+    install_keys(platform, "acme", label="reader", scopes=("memory:read", "context"))
+    query = "who has +86 138 0013 8000"
+    strangers = [f"user:NEW{i}" for i in range(31)]
+    r = client.post(
+        "/v1/search", json={"query": query, "subjects": ["user:U1", *strangers]}, headers=reader
+    )
+    assert r.status_code == 200, r.text
+    assert [h["memory"]["memory_id"] for h in r.json()["hits"]][:1] == [known]
+    r = client.post(
+        "/v1/context",
+        json={"query": query, "subjects": [f"user:NEWC{i}" for i in range(32)]},
+        headers=reader,
+    )
+    assert r.status_code == 200, r.text
+    # the context's own record is filed (sealed) on its first subject's stream: that key only
+    assert _user_keys(platform) - before <= {"acme/user:NEWC0"}
 
 
 def test_a_template_cannot_be_registered_through_the_event_api_without_admin(

@@ -162,12 +162,13 @@ def data(tmp_path: Path) -> Path:
 
 def test_the_consumer_signs_every_n_links_and_the_idle_heads(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    fill(data, sign_tail=False)
+    fill(data, sign_tail=False, audit_checkpoint_each_batch=False)
     # every 4 links: user:U1's link 4 and 8 (its 6 observations and their registrations)
     by_count = {(c.stream, c.n) for c in checkpoints(data)}
     u1 = len(events_of(data, "user:U1"))
     assert by_count == {("user:U1", n) for n in range(4, u1 + 1, 4)}
-    fill(data)  # more events, then the time limit passes: every head is signed
+    # more events, then the time limit passes: every head is signed
+    fill(data, audit_checkpoint_each_batch=False)
     heads = {c.stream: c.n for c in checkpoints(data)}
     assert heads == {s: len(events_of(data, s)) for s in ("user:U1", "user:U2")}
     chained = [c for c in checkpoints(data) if c.stream == "user:U1"]
@@ -180,7 +181,7 @@ def test_an_intact_trail_verifies_with_links_past_the_last_checkpoint_unsigned(
     tmp_path: Path, runner: CliRunner
 ) -> None:
     data = tmp_path / "data"
-    fill(data, sign_tail=False)
+    fill(data, sign_tail=False, audit_checkpoint_each_batch=False)
     code, answer = verify(runner, data)
     assert code == 0, answer
     assert answer["status"] == "intact"
@@ -417,3 +418,122 @@ def test_with_the_vault_out_of_reach_the_trail_is_unverified(
     code, answer = verify(runner, data)
     assert code == 4, answer
     assert (answer["status"], answer["code"]) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")
+
+
+# ---- every batch signed: the attacks on OpenBao, with the default limits ------------------
+
+
+@pytest.fixture
+def batch_signed(tmp_path: Path, vault: dict[str, Any]) -> Path:
+    """Events published and consumed once, with the default limits (a head is signed every
+    1,000 links or after 60 s, neither reached here): only the end of the audit consumer's
+    batches signs the heads, with OpenBao's transit key, anchored in its KV engine. (The
+    clock stands still: every batch is signed, not only one a second.)"""
+    data = tmp_path / "data"
+    fill(
+        data,
+        sign_tail=False,
+        audit_checkpoint_every=1_000,
+        audit_checkpoint_seconds=60,
+        audit_checkpoint_batch_seconds=0,  # the test's clock stands still
+    )
+    assert not (data / "keys" / "audit-signing.json").exists()  # OpenBao signed
+    return data
+
+
+def delete_tail(data: Path, stream: str) -> int:
+    """The stream's last event removed from the log, with its link; its number."""
+    last = len(events_of(data, stream))
+    with sqlite3.connect(data / "log.sqlite3") as db:
+        db.execute(
+            "DELETE FROM events WHERE tenant = 'acme' AND stream = ? AND seq = ?", (stream, last)
+        )
+        db.execute(
+            "UPDATE streams SET head = head - 1 WHERE tenant = 'acme' AND stream = ?", (stream,)
+        )
+    with sqlite3.connect(data / "store.sqlite3") as db:
+        db.execute(
+            "DELETE FROM audit_links WHERE tenant = 'acme' AND stream = ? AND n = ?", (stream, last)
+        )
+    return last
+
+
+def test_each_committed_batch_leaves_its_heads_signed(
+    batch_signed: Path, runner: CliRunner
+) -> None:
+    heads = {c.stream: c.n for c in checkpoints(batch_signed)}
+    assert heads == {s: len(events_of(batch_signed, s)) for s in ("user:U1", "user:U2")}
+    code, answer = verify(runner, batch_signed)
+    assert (code, answer["status"], answer["unsigned"], answer["anchored"]) == (0, "intact", 0, 2)
+
+
+def test_a_tail_deleted_after_the_last_batch_is_reported(
+    batch_signed: Path, runner: CliRunner
+) -> None:
+    """No time limit passed and no count was reached: before each batch was signed, the
+    links after the newest checkpoint were covered by the chain alone, and this verified."""
+    last = delete_tail(batch_signed, "user:U2")
+    code, answer = verify(runner, batch_signed)
+    assert code == 4, answer
+    assert (answer["code"], answer["stream"], answer["first_broken"]) == (
+        "AUDIT_TAIL_MISSING",
+        "user:U2",
+        last,
+    )
+
+
+def test_a_tail_deleted_with_its_checkpoint_is_reported_against_the_anchor(
+    batch_signed: Path, runner: CliRunner
+) -> None:
+    """The batch's checkpoint removed too: the anchor in OpenBao's KV still names it."""
+    last = delete_tail(batch_signed, "user:U2")
+    with sqlite3.connect(batch_signed / "audit-checkpoints.sqlite3") as db:
+        removed = db.execute(
+            "DELETE FROM audit_checkpoints WHERE stream = 'user:U2' AND n = ?", (last,)
+        ).rowcount
+    assert removed == 1
+    code, answer = verify(runner, batch_signed)
+    assert code == 4, answer
+    assert (answer["code"], answer["stream"]) == ("AUDIT_CHECKPOINT_ROLLBACK", "user:U2")
+
+
+def test_an_edit_of_a_batch_signed_log_is_reported(batch_signed: Path, runner: CliRunner) -> None:
+    edit_event(batch_signed, "user:U1", 3)
+    code, answer = verify(runner, batch_signed)
+    assert code == 4, answer
+    assert (answer["code"], answer["stream"], answer["first_broken"]) == (
+        "AUDIT_CHAIN_BROKEN",
+        "user:U1",
+        3,
+    )
+
+
+def test_a_recomputed_chain_of_a_batch_signed_log_is_reported(
+    batch_signed: Path, runner: CliRunner
+) -> None:
+    edit_event(batch_signed, "user:U1", 3)
+    recompute_links(batch_signed, "user:U1")
+    code, answer = verify(runner, batch_signed)
+    assert code == 4, answer
+    head = len(events_of(batch_signed, "user:U1"))  # the batch's checkpoint is the only one
+    assert (answer["code"], answer["stream"], answer["first_broken"]) == (
+        "AUDIT_CHECKPOINT_MISMATCH",
+        "user:U1",
+        head,
+    )
+
+
+def test_a_rebuild_over_an_edited_batch_signed_log_is_reported(
+    batch_signed: Path, runner: CliRunner
+) -> None:
+    edit_event(batch_signed, "user:U1", 3)
+    rebuilt = runner.invoke(cli, ["admin", "rebuild", "--data-dir", str(batch_signed)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    code, answer = verify(runner, batch_signed)
+    assert code == 4, answer
+    head = len(events_of(batch_signed, "user:U1"))
+    assert (answer["code"], answer["stream"], answer["first_broken"]) == (
+        "AUDIT_CHECKPOINT_MISMATCH",
+        "user:U1",
+        head,
+    )

@@ -436,3 +436,48 @@ def test_anchors_out_of_reach_leave_the_trail_unverified(platform: Platform) -> 
     signer = VaultTransitSigner("http://127.0.0.1:9", "s.unused", "mnemo-audit", timeout=0.5)
     status = verify(platform, anchors=anchors, signer=signer)
     assert (status.status, status.code) == ("unverified", "AUDIT_SIGNER_UNAVAILABLE")
+
+
+def test_a_tail_deleted_after_the_last_batch_is_reported(tmp_path: Path, clock: FixedClock) -> None:
+    """With the default limits (a head signed every 1,000 links or after 60 s, neither
+    reached), the end of each batch the audit consumer commits signs its streams' heads:
+    the newest event deleted from the archive with its link is reported, where it was once
+    covered by the chain alone and verified."""
+    settings = signed_settings(
+        tmp_path / "data",
+        audit_checkpoint_every=1_000,
+        audit_checkpoint_seconds=60,
+        audit_checkpoint_batch_seconds=0,  # the test's clock stands still
+    )
+    with running(settings, clock) as platform:
+        platform.app.publish(CTX, [observation(f"other {i}", "user:U2") for i in range(3)])
+        Pump(platform).drain()
+        trail = platform.store.audit_trail("acme", "user:U2", 0, 100)
+        signed = [c for c in platform.checkpoints.of_tenant("acme") if c.stream == "user:U2"]
+        assert [(c.n, c.hash) for c in signed[-1:]] == [(trail[-1].n, trail[-1].hash)]
+        assert verify(platform).status == "intact"
+        last = trail[-1]
+        s, k = session(platform), ks(platform)
+        s.execute(
+            f"DELETE FROM {k}.events_by_stream USING TIMESTAMP {ABOVE} "
+            "WHERE tenant = %s AND stream = %s AND seq = %s",
+            ("acme", "user:U2", last.n),
+        )
+        s.execute(
+            f"DELETE FROM {k}.events_by_id USING TIMESTAMP {ABOVE} "
+            "WHERE tenant = %s AND event_id = %s",
+            ("acme", last.event_id),
+        )
+        s.execute(
+            f"DELETE FROM {k}.audit_links WHERE tenant = %s AND stream = %s AND chunk = 0 "
+            "AND n = %s",
+            ("acme", "user:U2", last.n),
+        )
+        write_link(platform, trail[-2], head=True)
+        status = verify(platform)
+        assert (status.status, status.code, status.stream, status.first_broken) == (
+            "broken",
+            "AUDIT_TAIL_MISSING",
+            "user:U2",
+            last.n,
+        )

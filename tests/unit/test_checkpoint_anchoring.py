@@ -5,7 +5,7 @@ back and signed again does not move the anchor, and the consumer says so."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -103,3 +103,66 @@ def test_a_store_rolled_back_and_signed_again_does_not_move_the_anchor(
     assert stored(again)[2] != anchor
     assert anchors.of_tenant("acme") == [anchor]
     assert "AUDIT_CHECKPOINT_ROLLBACK" in caplog.text
+
+
+@pytest.mark.parametrize("each_batch", [True, False])
+def test_a_committed_batch_signs_the_heads_it_left_unsigned(
+    tmp_path: Path, each_batch: bool
+) -> None:
+    """Neither limit is reached (every 1,000 links, 600 s): only the end of the batch signs,
+    and only when each batch is to be signed."""
+    anchors = SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL")
+    c = AuditCheckpointer(
+        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
+        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
+        FixedClock(T0),
+        every=1_000,
+        seconds=600,
+        anchors=anchors,
+        each_batch=each_batch,
+    )
+    records = chain(events(5))
+    for r in records[:3]:
+        c.observe(r)
+    assert stored(c) == []
+    assert c.batch_committed() == (1 if each_batch else 0)
+    assert [(cp.index, cp.n, cp.hash) for cp in stored(c)] == (
+        [(1, records[2].n, records[2].hash)] if each_batch else []
+    )
+    assert c.batch_committed() == 0  # nothing new since
+    for r in records[3:]:
+        c.observe(r)
+    c.batch_committed()
+    heads = [(cp.n, cp.hash) for cp in stored(c)][-1:]
+    assert heads == ([(records[-1].n, records[-1].hash)] if each_batch else [])
+    assert anchors.of_tenant("acme") == stored(c)[-1:]
+
+
+def test_a_busy_stream_is_signed_at_most_once_per_batch_seconds(tmp_path: Path) -> None:
+    """The bound on what signing every batch costs: a batch within `batch_seconds` of the
+    stream's last checkpoint leaves its head pending; a later batch, or the idle tick, signs
+    it once that checkpoint is old enough."""
+    clock = FixedClock(T0)
+    c = AuditCheckpointer(
+        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
+        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
+        clock,
+        every=1_000,
+        seconds=600,
+        each_batch=True,
+        batch_seconds=1.0,
+    )
+    records = chain(events(4))
+    c.observe(records[0])
+    assert c.batch_committed() == 1  # the stream's first checkpoint: at once
+    c.observe(records[1])
+    assert c.batch_committed() == 0  # its last checkpoint is not a second old
+    assert c.tick() == 0
+    clock.advance(timedelta(seconds=1))
+    assert c.tick() == 1  # idle: signed once old enough
+    assert [cp.n for cp in stored(c)] == [records[0].n, records[1].n]
+    c.observe(records[2])
+    c.observe(records[3])
+    clock.advance(timedelta(seconds=1))
+    assert c.batch_committed() == 1
+    assert [cp.n for cp in stored(c)][-1] == records[3].n

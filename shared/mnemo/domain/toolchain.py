@@ -23,6 +23,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemo.domain.edge import JsonBool
+
 __all__ = [
     "DEFAULT_TTL_SECONDS",
     "MAX_OUTPUT_BYTES",
@@ -66,7 +68,7 @@ class StepError(BaseModel):
     )
     field: str | None = Field(default=None, max_length=256, description="the input at fault")
     reason: str = Field(min_length=1, max_length=2_000)
-    retryable: bool = Field(description="whether running the step again may succeed")
+    retryable: JsonBool = Field(description="whether running the step again may succeed")
 
 
 def canonical_json(value: Any) -> str:

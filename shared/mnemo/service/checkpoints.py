@@ -1,6 +1,12 @@
 """The audit consumer's signed checkpoints: after the links it writes, it signs each
 stream's chain head every `every` links and at least `seconds` after a link was left
-unsigned, and stores the checkpoint where a rebuild does not reach (ADR 0017).
+unsigned, and stores the checkpoint where a rebuild does not reach (ADR 0017). With
+`each_batch` (the default) it also signs the head of every stream a batch extended once
+that batch is committed (`batch_committed`), so the links no checkpoint covers yet are
+those of the batch in flight: a tail deleted from the log after a batch is reported
+against the checkpoint that batch left. `batch_seconds` bounds what that costs: a stream
+whose last checkpoint is younger is signed at a later batch or tick, once it is that old,
+so a busy stream costs at most one signature (and one anchor write) per `batch_seconds`.
 
 A checkpoint is a pure function of the log (the chain is), so signing one before the
 links' commit is safe: a redone batch computes the same links. Checkpoints are only ever
@@ -56,6 +62,8 @@ class AuditCheckpointer:
         every: int = 1_000,
         seconds: float = 60.0,
         anchors: CheckpointAnchors | None = None,
+        each_batch: bool = True,
+        batch_seconds: float = 0.0,
     ) -> None:
         self.signer = signer
         self.checkpoints = checkpoints
@@ -63,6 +71,8 @@ class AuditCheckpointer:
         self.clock = clock
         self.every = every
         self.seconds = seconds
+        self.each_batch = each_batch
+        self.batch_seconds = batch_seconds
         self._lock = threading.RLock()
         self._last: dict[_Key, Checkpoint | None] = {}
         self._pending: dict[_Key, tuple[AuditRecord, datetime]] = {}
@@ -109,11 +119,23 @@ class AuditCheckpointer:
         with self._lock:
             before = self.signed
             for key in list(self._pending):
-                self._sign_if_due(key)
+                self._sign_if_due(key, now=self.each_batch)
             if time.monotonic() >= self._anchor_retry_at:
                 for key in list(self._unanchored):
                     if not self._anchor(key):
                         break
+            return self.signed - before
+
+    def batch_committed(self) -> int:
+        """The audit consumer committed a batch: with `each_batch`, sign the head of every
+        stream it left unsigned, whatever `every` and `seconds` say (but not twice within
+        `batch_seconds`); how many were signed."""
+        if not self.each_batch:
+            return 0
+        with self._lock:
+            before = self.signed
+            for key in list(self._pending):
+                self._sign_if_due(key, now=True)
             return self.signed - before
 
     def reset(self) -> None:
@@ -133,26 +155,28 @@ class AuditCheckpointer:
                 self._unanchored.setdefault(key, last)  # anchored at the next tick
         return self._last[key]
 
-    def _sign_if_due(self, key: _Key) -> None:
+    def _sign_if_due(self, key: _Key, *, now: bool = False) -> None:
+        """Sign the stream's pending head when it is due, or at once with `now`."""
         pending = self._pending.get(key)
         if pending is None or time.monotonic() < self._retry_at:
             return
         record, since = pending
         last = self._last.get(key)
-        now = self.clock.now()
-        if not audit.checkpoint_due(
-            last.n if last else 0, record.n, since, now, self.every, self.seconds
-        ):
+        at = self.clock.now()
+        due = audit.checkpoint_due(
+            last.n if last else 0, record.n, since, at, self.every, self.seconds
+        )
+        if not due and not (now and self._batch_due(last, record, at)):
             return
         index = last.index + 1 if last else 1
         prev = checkpoint_digest(last) if last else FIRST
         message = checkpoint_message(
-            record.tenant, record.stream, index, record.n, record.hash, prev, now
+            record.tenant, record.stream, index, record.n, record.hash, prev, at
         )
         try:
             signature = self.signer.sign(record.tenant, message)
             checkpoint = Checkpoint(
-                record.tenant, record.stream, index, record.n, record.hash, prev, now, signature
+                record.tenant, record.stream, index, record.n, record.hash, prev, at, signature
             )
             stored = self.checkpoints.add(checkpoint)
             if not stored:  # another writer took the index: start again from its checkpoint
@@ -171,6 +195,15 @@ class AuditCheckpointer:
             self._unanchored[key] = checkpoint
             if time.monotonic() >= self._anchor_retry_at:
                 self._anchor(key)
+
+    def _batch_due(self, last: Checkpoint | None, record: AuditRecord, at: datetime) -> bool:
+        """Whether a committed batch's head is signed now: past the last checkpoint, and
+        that checkpoint at least `batch_seconds` old."""
+        if last is None:
+            return True
+        if record.n <= last.n:
+            return False
+        return (at - last.signed_at).total_seconds() >= self.batch_seconds
 
     def _anchor(self, key: _Key) -> bool:
         """Move the stream's anchor to its newest stored checkpoint; False when the anchors

@@ -44,7 +44,7 @@ from mnemo import telemetry
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
-from mnemo.handlers import indexing, registration, registry
+from mnemo.handlers import audit, indexing, registration, registry
 from mnemo.ports import (
     Appended,
     ArchivedEvent,
@@ -709,6 +709,8 @@ class Follower(_Processor):
                 self.runner.log.append(emitted)
             tx.set_position(name, ready[-1].offset + 1, epoch)
         telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
+        if self.consumer == audit.CONSUMER:
+            self.runner.audit_committed()
         if waits:
             raise NotReady(
                 f"{self.consumer} waits for the registrar on partition {partition}", waits

@@ -228,6 +228,8 @@ class EmbeddedRunner:
             for name, offset in turn.positions.items():
                 tx.set_position(name, offset)
         telemetry.committed(consumer, [r.envelope for r in batch])
+        if consumer == audit.CONSUMER:
+            self.audit_committed()
         return len(batch)
 
     def _opened_all(self, envelopes: list[Envelope]) -> list[Envelope]:
@@ -363,6 +365,10 @@ class EmbeddedRunner:
                 if isinstance(write, PutAudit):
                     self.checkpointer.observe(write.record)
         return decision
+
+    def audit_committed(self) -> int:
+        """The audit consumer committed a batch: sign the heads it extended (ADR 0017)."""
+        return self.checkpointer.batch_committed() if self.checkpointer is not None else 0
 
     def checkpoint_tick(self) -> int:
         """Sign the audit chain heads that have waited long enough (ADR 0017)."""

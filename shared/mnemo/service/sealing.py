@@ -192,7 +192,7 @@ class BlindTagIndex(VectorIndex):
         )
 
     def _terms(self, tenant: str, keywords: SparseVector) -> SparseVector:
-        if not keywords:
+        if not keywords or not self.sealer.permute_terms:
             return keywords
         key = hmac.new(self._key(tenant), b"terms", hashlib.sha256).digest()
         with self._dims_lock:

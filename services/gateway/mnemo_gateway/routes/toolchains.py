@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.toolchain import (
     DEFAULT_TTL_SECONDS,
@@ -134,7 +135,7 @@ async def step(
     toolchain_id: Annotated[str, Path(pattern=_ID)],
     step_id: Annotated[str, Path(pattern=_STEP)],
 ) -> JSONResponse:
-    req = StepIn.model_validate(body)
+    req = StepIn.model_validate(body, context=EDGE)  # booleans are JSON booleans
     if (req.status == "failed") != (req.error is not None) or (
         req.status == "failed" and "output" in body
     ):
