@@ -476,7 +476,7 @@ class _Builder:
         locate = {
             d["filename"]: {
                 "clauses": accepted,
-                "page": d["penalty_page"],
+                "pages": d["penalty_pages"],
                 "text": d["penalty_text"],
             }
         }

@@ -165,6 +165,8 @@ class Contract:
     term_months: int
     clauses: list[Clause] = field(default_factory=list)
     pages: int | None = None
+    # PDF: the page on which the penalty itself is written (its clause may start earlier)
+    penalty_text_page: int | None = None
 
     @property
     def amounts(self) -> list[Money]:
@@ -180,6 +182,13 @@ class Contract:
             if c.number == self.penalty_clause:
                 return c.page
         return None
+
+    @property
+    def penalty_pages(self) -> list[int]:
+        """The pages a hit for the penalty may name: its clause's first page and the page
+        the penalty is written on (the same but for a clause across a page break)."""
+        pages = {self.penalty_page, self.penalty_text_page} - {None}
+        return sorted(p for p in pages if p is not None)
 
     def truth(self) -> dict[str, Any]:
         """The document's entities, as JSON."""
@@ -205,6 +214,7 @@ class Contract:
             "penalty_clause": self.penalty_clause,
             "penalty_subclause": self.penalty_subclause,
             "penalty_page": self.penalty_page,
+            "penalty_pages": self.penalty_pages,
             "delivery_days": self.delivery_days,
             "term_months": self.term_months,
             "clause_numbers": self.clause_numbers,
@@ -637,6 +647,8 @@ def _render_pdf(c: Contract) -> bytes:
         clause.page = page
         for p in clause.paragraphs:
             for wrapped in _wrap(p, font, width):
+                if clause.number == c.penalty_clause and c.penalty_text in wrapped:
+                    c.penalty_text_page = page
                 line(wrapped)
         y -= _LEADING / 2
     pdf.showPage()

@@ -209,7 +209,7 @@ def locate_check(q: Question, body: dict[str, Any], ids: dict[str, str]) -> list
             h
             for h in hits
             if str(h.get("clause")) in want["clauses"]
-            and (want["page"] is None or h.get("page") == want["page"])
+            and (not want["pages"] or h.get("page") in want["pages"])
         ]
         if not ok:
             got = [(h.get("clause"), h.get("page")) for h in hits]
@@ -217,10 +217,25 @@ def locate_check(q: Question, body: dict[str, Any], ids: dict[str, str]) -> list
                 {
                     "question": q.qid,
                     "document": name,
-                    "why": f"clause/page {got}, expected {want['clauses']} p.{want['page']}",
+                    "why": f"clause/page {got}, expected {want['clauses']} p.{want['pages']}",
                 }
             )
     return failures
+
+
+def misses_by_format(questions: Sequence[Question], s: Score) -> dict[str, dict[str, int]]:
+    """Expected and missed documents per format and language (the file name's suffix and its
+    language tag), so that a parser's gaps show."""
+    out: dict[str, dict[str, int]] = {}
+    missed = {(m["question"], m["document"]) for m in s.misses}
+    for q in questions:
+        for name in q.answer:
+            stem, _, fmt = name.rpartition(".")
+            key = f"{fmt}/{stem.rsplit('-', 1)[-1]}"
+            row = out.setdefault(key, {"expected": 0, "missed": 0})
+            row["expected"] += 1
+            row["missed"] += (q.qid, name) in missed
+    return dict(sorted(out.items()))
 
 
 # ---- the parts ------------------------------------------------------------------------------
@@ -310,6 +325,7 @@ def run_quality(
         "questions": [q.as_json() for q in questions],
         "structured": structured.as_json(),
         "structured_by_kind": {k: s.as_json(limit=20) for k, s in by_kind.items()},
+        "structured_misses_by_format": misses_by_format(questions, structured),
         "structured_errors": errors,
         "clause_located": {"checked": located, "ok": located_ok, "failures": locate_failures},
         "vector_at_answer_size": at_k.as_json(limit=50),

@@ -197,7 +197,7 @@ def test_locate_check_reads_clause_and_page() -> None:
         "",
         "en",
         ["a.pdf"],
-        {"a.pdf": {"clauses": ["8", "8.1"], "page": 2, "text": "5%"}},
+        {"a.pdf": {"clauses": ["8", "8.1"], "pages": [2], "text": "5%"}},
     )
     ok = {
         "documents": [{"filename": "a.pdf", "hits": [{"clause": "8.1", "page": 2, "text": "5%"}]}]
