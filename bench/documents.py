@@ -58,7 +58,10 @@ __all__ = ["main", "run_documents"]
 TENANT = "bench-documents"
 SUBJECT = "tenant"
 POST_THREADS = 2
-QUERY_LIMIT = 100
+QUERY_LIMIT = 100  # the grammar's default
+# the scale part asks for larger pages, so that answers of a 10,000-contract corpus are
+# checked whole; a server that refuses it (400 naming "limit") is asked with the default
+SCALE_QUERY_LIMIT = 1_000
 SEARCH_LIMIT = 100
 LATENCY_WARMUP = 10
 
@@ -122,12 +125,14 @@ def ingest_corpus(server: Server, files: Sequence[Path], label: str) -> Ingested
     return out
 
 
-def query(server: Server, where: list[dict[str, Any]]) -> tuple[dict[str, Any], float]:
+def query(
+    server: Server, where: list[dict[str, Any]], limit: int = QUERY_LIMIT
+) -> tuple[dict[str, Any], float]:
     """One structured query: its answer and its round trip in seconds."""
     t0 = time.perf_counter()
     answer = server.http.post(
         "/v1/query",
-        json={"where": where, "limit": QUERY_LIMIT},
+        json={"where": where, "limit": limit},
         headers=server.headers(TENANT),
     )
     dt = time.perf_counter() - t0
@@ -358,14 +363,19 @@ def run_scale(
     latencies: list[float] = []
     exact = Score()
     totals_right = over_limit = 0
+    limit = SCALE_QUERY_LIMIT
+    probe, _ = query(server, questions[0].where, limit)
+    if "limit" in probe.get("error", ""):
+        limit = QUERY_LIMIT
     i = 0
-    while len(latencies) < samples + LATENCY_WARMUP:
+    # every question once (checked), and at least `samples` timed after the warm-up
+    while len(latencies) < samples or i < len(questions):
         q = questions[i % len(questions)]
-        body, dt = query(server, q.where)
+        body, dt = query(server, q.where, limit)
         if i >= LATENCY_WARMUP:
             latencies.append(dt)
         if i < len(questions):
-            if len(q.answer) <= QUERY_LIMIT:
+            if len(q.answer) <= limit:
                 exact.add(q.qid, q.answer, returned_files(body, ing.ids))
             else:
                 over_limit += 1  # only the total can be checked
@@ -378,6 +388,7 @@ def run_scale(
         "sections": ing.sections,
         "questions": len(questions),
         "call": "POST /v1/query, one at a time, HTTP round trip on loopback",
+        "limit": limit,
         "load_average": load_average(),
     }
     summary = results.add_latencies(f"documents.scale.query.latency.{mode}", latencies, params)
@@ -392,6 +403,7 @@ def run_scale(
         "ingest": _ingest_facts(ing, len(files)),
         "query_latency_ms": summary,
         "structured": exact.as_json(limit=50),
+        "structured_misses_by_format": misses_by_format(questions, exact),
         "totals_right": totals_right,
         "answers_over_the_page_limit": over_limit,
         "questions": len(questions),

@@ -16,12 +16,14 @@ from bench.contract_questions import matches
 from bench.contracts import write_corpus
 from bench.distributed import Server
 from bench.documents import (
+    LATENCY_WARMUP,
     Unsupported,
     document_of,
     ingest_corpus,
     locate_check,
     returned_files,
     run_quality,
+    run_scale,
 )
 
 pytest.importorskip("reportlab")
@@ -132,6 +134,22 @@ def test_exact_answers_score_one_and_vector_baseline_is_measured(
     assert found["documents.quality.structured.recall"] == 1.0
     assert "documents.quality.ingest.pages_per_second.embedded" in found
     assert "documents.quality.query.latency.p99" in found
+
+
+def test_scale_part_times_queries_and_checks_them(
+    corpus: tuple[list[Path], list[dict[str, Any]]],
+) -> None:
+    files, truth = corpus
+    results = Results()
+    facts = run_scale(results, _server(DocumentsDouble(truth)), files, truth, seed=5, samples=30)
+    assert facts["structured"]["recall"] == 1.0
+    assert facts["totals_right"] == facts["questions"]
+    found = {m.name: m for m in results.measurements}
+    latency = found["documents.scale.query.latency.embedded.p99"]
+    # every question once, the first LATENCY_WARMUP untimed
+    assert latency.params["samples"] == max(30, facts["questions"] - LATENCY_WARMUP)
+    assert latency.params["limit"] == 1_000
+    assert found["documents.scale.ingest.pages_per_second.embedded"].value > 0
 
 
 def test_a_lost_document_is_named(corpus: tuple[list[Path], list[dict[str, Any]]]) -> None:
