@@ -37,6 +37,12 @@ prints a short summary; progress goes to stderr. Sections, in this order:
             and evidence recall at 500 and 1,000 tokens with history "raw" (the baseline),
             "facts" and "facts_only" side by side (bench/history.py; writes
             DIR/history.json)
+12. documents  synthetic contracts (bench/contracts.py) through POST /v1/documents into
+            `mnemo serve`: exact structured questions (POST /v1/query) next to vector-only
+            retrieval of the same questions in words (POST /v1/search), precision and
+            recall with every miss named; ingest pages/s and query p50/p99 at 10,000
+            contracts, embedded and distributed (bench/documents.py; writes
+            DIR/documents.json)
 
 `--only distributed` (or any section list) runs a subset.
 
@@ -89,6 +95,7 @@ SECTIONS = (
     "guards",
     "tool_results",
     "history",
+    "documents",
 )
 CORE = ("ingest", "search", "replay", "sync", "encryption")
 
@@ -597,6 +604,14 @@ def main(argv: list[str] | None = None) -> int:
         progress("history", "typed facts against raw turns, long conversations")
         history_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
         elapsed["history"] = time.perf_counter() - t0
+
+    if "documents" in args.sections:
+        from bench.documents import main as documents_main
+
+        t0 = time.perf_counter()
+        progress("documents", "contracts: structured queries next to vector-only retrieval")
+        documents_main(["--out", str(args.out)] + (["--quick"] if args.quick else []))
+        elapsed["documents"] = time.perf_counter() - t0
 
     if args.locomo is not None:
         from bench.locomo import main as locomo_main

@@ -1,0 +1,230 @@
+"""The documents benchmark's scoring and plumbing (bench/documents.py), against an HTTP
+double of the documents API that answers from the ground truth: exact answers score 1.0,
+a document the server loses is named as a miss, a wrong clause or page is named, and the
+vector baseline reads the documents of the memories found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bench.common import Results
+from bench.contract_questions import matches
+from bench.contracts import write_corpus
+from bench.distributed import Server
+from bench.documents import (
+    LATENCY_WARMUP,
+    Unsupported,
+    document_of,
+    ingest_corpus,
+    locate_check,
+    returned_files,
+    run_quality,
+    run_scale,
+)
+
+pytest.importorskip("reportlab")
+pytest.importorskip("docx")
+pytest.importorskip("openpyxl")
+
+
+class DocumentsDouble:
+    """Answers /v1/documents, /v1/query and /v1/search from the truth of the files posted."""
+
+    def __init__(self, truth: list[dict[str, Any]], lose: str | None = None) -> None:
+        self.truth = {t["filename"]: t for t in truth}
+        self.lose = lose  # a file the "server" forgets: its queries miss it
+        self.docs: dict[str, str] = {}  # id -> filename
+        self.wrong_clause = False
+        self.searches: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/admin/tenants":
+            return httpx.Response(201, json={"key": "k"})
+        if path == "/v1/admin/status":
+            return httpx.Response(200, json={"lag": {"registrar": 0, "indexer": 0}})
+        if path == "/v1/documents":
+            name = request.url.params["filename"]
+            assert request.url.params["subject"] == "tenant"
+            assert request.content  # the raw bytes
+            doc_id = f"d{len(self.docs):04d}"
+            self.docs[doc_id] = name
+            t = self.truth[name]
+            return httpx.Response(
+                202,
+                json={
+                    "document_id": doc_id,
+                    "event_id": "e",
+                    "sha256": "0" * 64,
+                    "pages": t["pages"] or 1,
+                    "sections": len(t["clause_numbers"]),
+                    "status": "accepted",
+                },
+            )
+        if path == "/v1/query":
+            where = json.loads(request.content)["where"]
+            found = []
+            for doc_id, name in self.docs.items():
+                t = self.truth[name]
+                if name == self.lose or not matches(t, where):
+                    continue
+                clause = t["penalty_clause"]
+                if self.wrong_clause:
+                    clause = "1"
+                hit = {
+                    "memory_id": "m",
+                    "section": 3,
+                    "page": t["penalty_page"],
+                    "clause": clause,
+                    "text": f"... {t['penalty_text']} ...",
+                    "entities": [],
+                }
+                found.append(
+                    {"document_id": doc_id, "filename": name, "subject": "tenant", "hits": [hit]}
+                )
+            return httpx.Response(200, json={"documents": found, "total": len(found)})
+        if path == "/v1/search":
+            self.searches.append(json.loads(request.content)["query"])
+            # the first two documents ingested, each twice (two sections)
+            hits = [
+                {"memory": {"provenance": {"source_id": f"document:{doc_id}"}}, "score": 1.0}
+                for doc_id in list(self.docs)[:2]
+                for _ in range(2)
+            ]
+            return httpx.Response(200, json={"hits": hits})
+        return httpx.Response(404, json={"code": "NOT_FOUND"})
+
+
+def _server(double: DocumentsDouble) -> Server:
+    server = Server("embedded", "http://bench.test")
+    server.http = httpx.Client(base_url=server.url, transport=httpx.MockTransport(double))
+    return server
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("contracts")
+    truth = write_corpus(root, 60, seed=5)
+    return [root / t["filename"] for t in truth], truth
+
+
+def test_exact_answers_score_one_and_vector_baseline_is_measured(
+    corpus: tuple[list[Path], list[dict[str, Any]]],
+) -> None:
+    files, truth = corpus
+    double = DocumentsDouble(truth)
+    results = Results()
+    facts = run_quality(results, _server(double), files, truth, seed=5)
+    assert facts["ingest"]["accepted"] == 60
+    assert facts["ingest"]["pages"] == sum(t["pages"] or 1 for t in truth)
+    assert facts["structured"]["precision"] == 1.0
+    assert facts["structured"]["recall"] == 1.0
+    assert facts["structured"]["misses"] == []
+    assert facts["clause_located"]["checked"] > 0
+    assert facts["clause_located"]["failures"] == []
+    # every question was also asked in words
+    assert len(double.searches) == len(facts["questions"])
+    vector = facts["vector_at_10"]
+    assert vector["recall"] < 1.0  # the double's search finds only two documents
+    found = {m.name: m.value for m in results.measurements}
+    assert found["documents.quality.structured.recall"] == 1.0
+    assert "documents.quality.ingest.pages_per_second.embedded" in found
+    assert "documents.quality.query.latency.p99" in found
+
+
+def test_scale_part_times_queries_and_checks_them(
+    corpus: tuple[list[Path], list[dict[str, Any]]],
+) -> None:
+    files, truth = corpus
+    results = Results()
+    facts = run_scale(results, _server(DocumentsDouble(truth)), files, truth, seed=5, samples=30)
+    assert facts["structured"]["recall"] == 1.0
+    assert facts["totals_right"] == facts["questions"]
+    found = {m.name: m for m in results.measurements}
+    latency = found["documents.scale.query.latency.embedded.p99"]
+    # every question once, the first LATENCY_WARMUP untimed
+    assert latency.params["samples"] == max(30, facts["questions"] - LATENCY_WARMUP)
+    assert latency.params["limit"] == 1_000
+    assert found["documents.scale.ingest.pages_per_second.embedded"].value > 0
+
+
+def test_a_lost_document_is_named(corpus: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    files, truth = corpus
+    questions_with = {}
+    double = DocumentsDouble(truth, lose=truth[7]["filename"])
+    facts = run_quality(Results(), _server(double), files, truth, seed=5)
+    for q in facts["questions"]:
+        if truth[7]["filename"] in q["answer"]:
+            questions_with[q["id"]] = q
+    assert questions_with  # the lost document is in some answer
+    misses = facts["structured"]["misses"]
+    assert {m["document"] for m in misses} == {truth[7]["filename"]}
+    assert {m["question"] for m in misses} == set(questions_with)
+    assert facts["structured"]["recall"] < 1.0
+    assert facts["structured"]["precision"] == 1.0
+
+
+def test_wrong_clause_is_named(corpus: tuple[list[Path], list[dict[str, Any]]]) -> None:
+    files, truth = corpus
+    double = DocumentsDouble(truth)
+    double.wrong_clause = True
+    facts = run_quality(Results(), _server(double), files, truth, seed=5)
+    failures = facts["clause_located"]["failures"]
+    assert failures
+    assert len(failures) == facts["clause_located"]["checked"]
+    assert all("expected" in f["why"] for f in failures)
+
+
+def test_a_server_without_the_api_stops_the_section(
+    corpus: tuple[list[Path], list[dict[str, Any]]],
+) -> None:
+    files, _ = corpus
+
+    def none(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/admin/tenants":
+            return httpx.Response(201, json={"key": "k"})
+        return httpx.Response(404)
+
+    server = Server("embedded", "http://bench.test")
+    server.http = httpx.Client(base_url=server.url, transport=httpx.MockTransport(none))
+    with pytest.raises(Unsupported):
+        ingest_corpus(server, files[:3], "x")
+
+
+def test_documents_of_answers_and_memories() -> None:
+    ids = {"abc": "a.pdf", "def": "b.docx"}
+    body = {"documents": [{"document_id": "def"}, {"document_id": "abc", "filename": "a.pdf"}]}
+    assert returned_files(body, ids) == ["b.docx", "a.pdf"]
+    assert document_of({"provenance": {"source_id": "document:abc"}}, ids) == "a.pdf"
+    assert document_of({"provenance": {"source_id": "def"}}, ids) == "b.docx"
+    assert document_of({"tags": ["doc:def"]}, ids) == "b.docx"
+    assert document_of({"provenance": {"source_id": "tool:crm"}}, ids) is None
+
+
+def test_locate_check_reads_clause_and_page() -> None:
+    from bench.contract_questions import Question
+
+    q = Question(
+        "q1",
+        "penalty_clause",
+        [],
+        "",
+        "en",
+        ["a.pdf"],
+        {"a.pdf": {"clauses": ["8", "8.1"], "pages": [2], "text": "5%"}},
+    )
+    ok = {
+        "documents": [{"filename": "a.pdf", "hits": [{"clause": "8.1", "page": 2, "text": "5%"}]}]
+    }
+    assert locate_check(q, ok, {}) == []
+    page = {
+        "documents": [{"filename": "a.pdf", "hits": [{"clause": "8", "page": 1, "text": "5%"}]}]
+    }
+    assert locate_check(q, page, {})[0]["why"].startswith("clause/page")
+    none = {"documents": [{"filename": "a.pdf", "hits": [{"clause": "8", "page": 2, "text": "x"}]}]}
+    assert "no hit" in locate_check(q, none, {})[0]["why"]
+    assert locate_check(q, {"documents": []}, {})[0]["why"] == "not returned"
