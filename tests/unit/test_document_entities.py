@@ -101,6 +101,7 @@ FOUND = [
     ("EUR 250 thousand", "amount", {"amount": 250000.0, "currency": "EUR"}, "EUR 250 thousand"),
     ("违约金为合同金额的5%。", "penalty_rate", 0.05, "5%"),
     ("违约金按合同总价的百分之五计算", "penalty_rate", 0.05, "百分之五"),
+    ("每日按合同金额的0.5‰向甲方支付违约金", "penalty_rate", 0.0005, "0.5‰"),
     ("a penalty of 5% of the price", "penalty_rate", 0.05, "5%"),
     ("liquidated damages of 0.5‰ per day", "penalty_rate", 0.0005, "0.5‰"),
     ("年利率为3.5%", "rate", 0.035, "3.5%"),
@@ -146,6 +147,7 @@ NOT_FOUND = [
     ("甲方应按时付款", "party_a"),
     ("10元", "rate"),
     ("a 5-star rating", "rate"),
+    ("预付款为合同金额的30%，逾期支付违约金", "penalty_rate"),
 ]
 
 

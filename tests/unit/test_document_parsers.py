@@ -283,3 +283,19 @@ def test_the_codes_answer_with_their_status() -> None:
     assert DocumentRejected("DOCUMENT_BOMB", "x").as_dict()["code"] == "DOCUMENT_BOMB"
     with pytest.raises(ValueError, match="unknown"):
         DocumentRejected("SOMETHING_ELSE", "x")
+
+
+def test_a_spreadsheet_row_that_starts_with_a_clause_number_opens_that_clause() -> None:
+    data = xlsx_bytes(
+        {
+            "条款": [
+                ["第八条", "交付", "乙方应于30日内交付"],
+                ["第九条", "违约责任", "违约金为合同金额的5%"],
+                ["第十条", "争议解决", "提交仲裁"],
+            ]
+        }
+    )
+    doc = parse(data, "c.xlsx")
+    by_clause = {s.clause: s.text for s in doc.sections}
+    assert "违约金为合同金额的5%" in by_clause["9"]
+    assert "违约金" not in by_clause["8"]

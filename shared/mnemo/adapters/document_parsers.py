@@ -73,12 +73,12 @@ _PARAGRAPH_GROUP = 1_000  # paragraphs are grouped into sections up to about thi
 _HEADING_CHARS = 80
 
 # a numbered clause at the start of a line: 第八条 / 第8.2条, Article 5, Clause 8.2,
-# Section 3, 5.2 Title, 5. Title, 5、标题
+# Section 3, 5.2 Title, 5. Title, 5、标题; a spreadsheet row's first cell (第九条 | 违约责任 | ...)
 _CLAUSE_LINE = (
     r"^\s*(?P<clause>第\s*(?:[0-9]{1,3}(?:\.[0-9]{1,3}){0,3}|[一二三四五六七八九十百零〇]{1,5})\s*条"
     r"|(?:Article|ARTICLE|Clause|CLAUSE|Section|SECTION)\s+[0-9]{1,3}(?:\.[0-9]{1,3}){0,3}\b"
     r"|[0-9]{1,3}(?:\.[0-9]{1,3}){1,3}\.?|[0-9]{1,3}[.、])"
-    r"\s*(?:[A-Z\p{Han}(（\"“]|$)"
+    r"\s*(?:[A-Z\p{Han}(（\"“|:：]|$)"
 )
 _CHAPTER_LINE = (
     r"^\s*(?:第[一二三四五六七八九十百零〇0-9]{1,4}[章节部分]|[一二三四五六七八九十]{1,3}、)"
