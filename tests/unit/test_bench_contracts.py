@@ -10,14 +10,15 @@ import re
 from collections import Counter
 from pathlib import Path
 
+# the corpus is written with reportlab, python-docx and openpyxl and read back with pypdf:
+# all of them are installed by `make install` (runtime and dev dependencies), so a missing
+# one is an error here, never a skip
+import docx
+import openpyxl
+import pypdf
 import pytest
 from bench.contract_questions import Score, build_questions, matches, period_bounds, score
 from bench.contracts import generate, normalise_org, render, write_corpus, zh_numeral
-
-pypdf = pytest.importorskip("pypdf")
-docx = pytest.importorskip("docx")
-openpyxl = pytest.importorskip("openpyxl")
-pytest.importorskip("reportlab")
 
 
 def _read_back(fmt: str, data: bytes) -> tuple[str, list[str]]:

@@ -26,10 +26,6 @@ from bench.documents import (
     run_scale,
 )
 
-pytest.importorskip("reportlab")
-pytest.importorskip("docx")
-pytest.importorskip("openpyxl")
-
 
 class DocumentsDouble:
     """Answers /v1/documents, /v1/query and /v1/search from the truth of the files posted."""

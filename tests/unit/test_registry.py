@@ -294,3 +294,47 @@ def test_the_architecture_doc_shows_the_table_as_the_code_has_it() -> None:
     found = re.search(r"<!-- consumers:begin -->\n(.*?)<!-- consumers:end -->", doc, re.S)
     assert found is not None, "docs/architecture.md has the consumers table"
     assert found.group(1) == registry.table_markdown()
+
+
+def test_every_projection_write_lands_in_exactly_one_declared_read_model() -> None:
+    """A write type the table does not know is a read model nobody declared (it would be
+    missing from docs/architecture.md and from what a consumer says it projects)."""
+    import dataclasses
+    import inspect
+
+    from mnemo.domain import projection
+
+    writes = {
+        obj
+        for name, obj in vars(projection).items()
+        if inspect.isclass(obj)
+        and dataclasses.is_dataclass(obj)
+        and obj.__module__ == projection.__name__
+        and name.startswith(("Put", "Drop", "Set", "Bump"))
+    }
+    owners: dict[type, list[str]] = {w: [] for w in writes}
+    for model in registry.READ_MODELS.values():
+        for w in model.writes or ():
+            owners.setdefault(w, []).append(model.name)
+    assert {w.__name__: o for w, o in owners.items() if len(o) != 1} == {}
+
+
+def test_each_handler_module_writes_only_the_read_models_its_projections_declare() -> None:
+    """Read from the handlers' source: a write type a handler module builds must belong to a
+    read model one of its projections declares."""
+    import inspect
+    import re
+
+    by_type = {w.__name__: m.name for m in registry.READ_MODELS.values() for w in (m.writes or ())}
+    declared: dict[str, set[str]] = {}
+    for c in registry.CONSUMERS:
+        for p in c.projections:
+            declared.setdefault(p.handler.__module__, set()).update(p.writes)
+    undeclared = {}
+    for module_name, models in declared.items():
+        source = inspect.getsource(__import__(module_name, fromlist=["_"]))
+        built = {n for n in re.findall(r"\b([A-Z][A-Za-z]+)\(", source) if n in by_type}
+        missing = {n for n in built if by_type[n] not in models}
+        if missing:
+            undeclared[module_name] = sorted(missing)
+    assert undeclared == {}

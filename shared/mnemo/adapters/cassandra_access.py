@@ -9,19 +9,16 @@ a value."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from cassandra import ConsistencyLevel
-from cassandra.query import PreparedStatement
 
-from mnemo.adapters.cassandra_store.common import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_queries import CassandraQueries
 from mnemo.adapters.cassandra_store.schema import migrate
 from mnemo.domain.access import ApiKey, Tenant
-from mnemo.domain.errors import ConflictError, Unavailable
+from mnemo.domain.errors import ConflictError
 from mnemo.ports import AccessStore
 
 __all__ = ["CassandraAccessStore"]
@@ -46,7 +43,7 @@ def _usable(*values: str) -> bool:
     return all(v and len(v.encode("utf-8", "surrogatepass")) <= _MAX_KEY_BYTES for v in values)
 
 
-class CassandraAccessStore(AccessStore):
+class CassandraAccessStore(CassandraQueries, AccessStore):
     def __init__(
         self,
         session: Any,
@@ -55,38 +52,16 @@ class CassandraAccessStore(AccessStore):
         migrate_schema: bool = True,
         serial_consistency: int = ConsistencyLevel.SERIAL,
     ) -> None:
-        self._session = session
-        self._ks = _valid_keyspace(keyspace)
-        self._serial = serial_consistency
-        self._prepared: dict[str, PreparedStatement] = {}
-        self._lock = threading.Lock()
+        self._init_queries(
+            session,
+            keyspace,
+            _QUERIES,
+            "access store",
+            serial=serial_consistency,
+            conditional=_CONDITIONAL,
+        )
         if migrate_schema:
             migrate(session, self._ks)
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except _DRIVER_UNAVAILABLE as exc:
-            raise Unavailable(
-                f"the access store (Cassandra) is unavailable: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
-
-    def _statement(self, name: str) -> PreparedStatement:
-        stmt = self._prepared.get(name)
-        if stmt is None:
-            with self._lock, self._translated():
-                stmt = self._session.prepare(_QUERIES[name].replace("{ks}", self._ks))
-            stmt.consistency_level = ConsistencyLevel.LOCAL_QUORUM
-            if name in _CONDITIONAL:
-                stmt.serial_consistency_level = self._serial
-            self._prepared[name] = stmt
-        return stmt
-
-    def _run(self, name: str, params: Sequence[Any]) -> Any:
-        with self._translated():
-            return self._session.execute(self._statement(name), list(params))
 
     def _rows(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._translated():

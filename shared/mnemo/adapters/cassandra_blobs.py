@@ -11,15 +11,9 @@ writes; every statement is prepared once, only the validated keyspace name is fo
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
-from cassandra import ConsistencyLevel
-from cassandra.query import PreparedStatement
-
-from mnemo.adapters.cassandra_store.common import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_queries import CassandraQueries
 from mnemo.adapters.local_blobs import check_blob
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.ids import valid_tenant
@@ -52,42 +46,14 @@ _QUERIES = {
 }
 
 
-class CassandraBlobStore(BlobStore):
+class CassandraBlobStore(CassandraQueries, BlobStore):
     def __init__(
         self, session: Any, keyspace: str, max_bytes: int, *, chunk_bytes: int = CHUNK_BYTES
     ) -> None:
-        self._session = session
-        self._ks = _valid_keyspace(keyspace)
+        self._init_queries(session, keyspace, _QUERIES, "blob store")
         self.max_bytes = max_bytes
         self.chunk_bytes = chunk_bytes
-        self._prepared: dict[str, PreparedStatement] = {}
-        self._lock = threading.Lock()
-        with self._translated():
-            for ddl in _TABLES:
-                session.execute(ddl.replace("{ks}", self._ks), timeout=120)
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except _DRIVER_UNAVAILABLE as exc:
-            raise Unavailable(
-                f"the blob store (Cassandra) is unavailable: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
-
-    def _statement(self, name: str) -> PreparedStatement:
-        stmt = self._prepared.get(name)
-        if stmt is None:
-            with self._lock, self._translated():
-                stmt = self._session.prepare(_QUERIES[name].replace("{ks}", self._ks))
-            stmt.consistency_level = ConsistencyLevel.LOCAL_QUORUM
-            self._prepared[name] = stmt
-        return stmt
-
-    def _run(self, name: str, params: Sequence[Any]) -> Any:
-        with self._translated():
-            return self._session.execute(self._statement(name), list(params))
+        self._create(_TABLES)
 
     def put(self, tenant: str, stream: str, digest: str, data: bytes) -> None:
         check_blob(tenant, stream, digest, len(data), self.max_bytes)

@@ -14,18 +14,14 @@ only the validated keyspace name is formatted in."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cassandra import ConsistencyLevel
-from cassandra.query import PreparedStatement
 
-from mnemo.adapters.cassandra_store.common import _DRIVER_UNAVAILABLE, _valid_keyspace
+from mnemo.adapters.cassandra_queries import CassandraQueries
 from mnemo.domain.checkpoint import Checkpoint, Signature
-from mnemo.domain.errors import Unavailable
 from mnemo.ports import AuditCheckpoints
 
 __all__ = ["CassandraAuditCheckpoints"]
@@ -68,7 +64,7 @@ def _checkpoint(tenant: str, stream: str, row: Sequence[Any]) -> Checkpoint:
     )
 
 
-class CassandraAuditCheckpoints(AuditCheckpoints):
+class CassandraAuditCheckpoints(CassandraQueries, AuditCheckpoints):
     def __init__(
         self,
         session: Any,
@@ -76,39 +72,15 @@ class CassandraAuditCheckpoints(AuditCheckpoints):
         *,
         serial_consistency: int = ConsistencyLevel.SERIAL,
     ) -> None:
-        self._session = session
-        self._ks = _valid_keyspace(keyspace)
-        self._serial = serial_consistency
-        self._prepared: dict[str, PreparedStatement] = {}
-        self._lock = threading.Lock()
-        with self._translated():
-            for ddl in _TABLES:
-                session.execute(ddl.replace("{ks}", self._ks), timeout=120)
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except _DRIVER_UNAVAILABLE as exc:
-            raise Unavailable(
-                f"the audit checkpoints (Cassandra) are unavailable: {type(exc).__name__}",
-                code="STORE_UNAVAILABLE",
-            ) from exc
-
-    def _statement(self, name: str) -> PreparedStatement:
-        stmt = self._prepared.get(name)
-        if stmt is None:
-            with self._lock, self._translated():
-                stmt = self._session.prepare(_QUERIES[name].replace("{ks}", self._ks))
-            stmt.consistency_level = ConsistencyLevel.LOCAL_QUORUM
-            if name == "add":
-                stmt.serial_consistency_level = self._serial
-            self._prepared[name] = stmt
-        return stmt
-
-    def _run(self, name: str, params: Sequence[Any]) -> Any:
-        with self._translated():
-            return self._session.execute(self._statement(name), list(params))
+        self._init_queries(
+            session,
+            keyspace,
+            _QUERIES,
+            "audit checkpoints",
+            serial=serial_consistency,
+            conditional={"add"},
+        )
+        self._create(_TABLES)
 
     def add(self, checkpoint: Checkpoint) -> bool:
         c = checkpoint

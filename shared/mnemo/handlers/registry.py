@@ -21,11 +21,13 @@ from typing import Any
 from mnemo.domain.events import CATALOG
 from mnemo.domain.projection import (
     BumpStats,
+    DropDocuments,
     DropTimer,
     DropToolchain,
     DropWeight,
     PutAudit,
     PutContextRecord,
+    PutDocument,
     PutMemory,
     PutOutcome,
     PutTemplate,
@@ -78,6 +80,11 @@ READ_MODELS: Mapping[str, ReadModel] = {
             "toolchains",
             "toolchain state per session: steps done, failures, the next step, expiry",
             (PutToolchain, DropToolchain),
+        ),
+        ReadModel(
+            "documents",
+            "ingested documents and the entities of their sections (structured queries)",
+            (PutDocument, DropDocuments),
         ),
     )
 }
@@ -142,7 +149,7 @@ CONSUMERS: tuple[Consumer, ...] = (
             Projection(
                 registration.handle,
                 registration.HANDLED,
-                ("memories", "outcomes", "templates", "context_records", "usage"),
+                ("memories", "outcomes", "templates", "context_records", "usage", "documents"),
             ),
             Projection(timeline.entries, timeline.HANDLED, ("timeline",)),
             Projection(toolchain.handle, toolchain.HANDLED, ("toolchains", "outcomes")),
