@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from mnemo.domain.documents import EntityRules, EntityRulesInvalid, RuleLayer, compile_entity_rules
+from mnemo.service.yaml_files import parse_yaml
 
 __all__ = ["DEFAULT_NAME", "load_entity_rules"]
 
@@ -24,14 +24,7 @@ _KEYS = {"templates", "rules"}
 
 
 def _layer(name: str, text: str) -> RuleLayer:
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise EntityRulesInvalid(f"{name}{at}: not valid YAML: {problem}") from None
+    root, data = parse_yaml(name, text, EntityRulesInvalid)
     if data is None:
         return RuleLayer(name, {}, ())
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):

@@ -9,7 +9,6 @@ defaults' (its rules first, its kinds over same-named ones).
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 from mnemo.domain.history import FactKind, FactRule, FactRules
 from mnemo.service.triggers import _line, _where
+from mnemo.service.yaml_files import parse_yaml, read_rule_text
 
 __all__ = ["DEFAULT_NAME", "HistoryRuleFileError", "load_history_rules"]
 
@@ -30,23 +30,8 @@ class HistoryRuleFileError(ValueError):
 
 
 def _read(path: Path | None) -> tuple[str, yaml.Node | None, dict[str, Any]]:
-    if path is None:
-        name = DEFAULT_NAME
-        text = resources.files("mnemo").joinpath("rules/history.yaml").read_text("utf-8")
-    else:
-        name = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise HistoryRuleFileError(f"{name}: cannot be read ({type(exc).__name__})") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise HistoryRuleFileError(f"{name}{line}: not valid YAML: {problem}") from None
+    name, text = read_rule_text(path, "rules/history.yaml", HistoryRuleFileError)
+    root, data = parse_yaml(name, text, HistoryRuleFileError)
     if data is None:
         data = {}
     if not isinstance(data, dict):

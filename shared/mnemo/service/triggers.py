@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -22,6 +20,7 @@ from mnemo.domain.memory import MemoryStatus
 from mnemo.domain.tool_result import answers_tag
 from mnemo.domain.triggers import Suggestion, ToolSpec, Trigger, TriggerSet
 from mnemo.ports import MemoryQuery, MemoryStore
+from mnemo.service.yaml_files import parse_yaml, read_rule_text
 
 __all__ = ["TriggerFileError", "load_triggers", "suggestions"]
 
@@ -60,23 +59,8 @@ def _where(exc: ValidationError) -> tuple[tuple[str | int, ...], str]:
 
 def load_triggers(path: Path | None = None) -> TriggerSet:
     """The tools and triggers of a YAML file, or Mnemo's defaults (none)."""
-    if path is None:
-        name = DEFAULT_NAME
-        text = resources.files("mnemo").joinpath("rules/triggers.yaml").read_text("utf-8")
-    else:
-        name = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise TriggerFileError(f"{name}: cannot be read ({type(exc).__name__})") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TriggerFileError(f"{name}{line}: not valid YAML: {problem}") from None
+    name, text = read_rule_text(path, "rules/triggers.yaml", TriggerFileError)
+    root, data = parse_yaml(name, text, TriggerFileError)
     if data is None:
         return TriggerSet()
     if not isinstance(data, dict):
