@@ -338,3 +338,15 @@ def test_each_handler_module_writes_only_the_read_models_its_projections_declare
         if missing:
             undeclared[module_name] = sorted(missing)
     assert undeclared == {}
+
+
+def test_the_consumers_between_a_publish_and_its_search_gather_batches_briefly() -> None:
+    # a record is searchable once the registrar has sequenced it and the indexer has
+    # indexed it: their batch windows add to every publish's freshness, so they stay at
+    # 10 ms; the others may gather longer, within a second
+    path = {registry.SEQUENCER} | {c.name for c in registry.CONSUMERS if c.indexes}
+    assert path == {"registrar", "indexer"}
+    for c in registry.CONSUMERS:
+        assert 0 < c.batch_window <= 1.0, c.name
+        if c.name in path:
+            assert c.batch_window <= 0.01, c.name

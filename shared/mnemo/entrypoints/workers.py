@@ -58,7 +58,6 @@ T = TypeVar("T")
 CONSUMERS = registry.NAMES
 # the periodic work a worker knows how to run (handlers/registry.py says whose it is)
 PERIODIC = ("scan", "checkpoint")
-_TAKE_WITHIN = 0.01  # seconds
 _MAX_TAKE = 2_048  # records in one batch at most
 _DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
 _WAIT_LOOK = 0.02  # seconds between looks at the registrar's positions while a follower waits
@@ -225,9 +224,11 @@ class Worker:
 
         @app.agent(self.topic, name=f"mnemo.{self.consumer}")
         async def consume(stream: Any) -> None:
-            # a batch is what arrived within 10 ms (or `take` records): faust waits that
-            # long before every batch, so it bounds each hop's added latency
-            async for events in stream.take_events(take, within=_TAKE_WITHIN):
+            # a batch is what arrived within the consumer's batch window (or `take`
+            # records): faust waits that long before every batch, so it bounds each
+            # hop's added latency (10 ms on the path from a publish to its search)
+            within = registry.consumer(self.consumer).batch_window
+            async for events in stream.take_events(take, within=within):
                 records = [
                     LogRecord(
                         e.message.partition,

@@ -115,6 +115,12 @@ class Consumer:
     # work on a clock rather than on events: the decay scan of due timers, the audit
     # checkpoint signing (ADR 0017)
     periodic: tuple[str, ...] = ()
+    # seconds a batch gathers records before it is handled (distributed workers): the
+    # consumers between a publish and its search (the registrar, the indexer) wait 10 ms;
+    # the others gather longer, so their fixed cost per batch (the position and fate
+    # reads, the fenced commit, a wait for the registrar) is paid for many records at
+    # once and leaves the two cores to the search path
+    batch_window: float = 0.01
 
     @property
     def module(self) -> str:
@@ -167,11 +173,13 @@ CONSUMERS: tuple[Consumer, ...] = (
             Projection(toolchain.timers, toolchain.TIMERS_HANDLED, ("timers",)),
         ),
         periodic=("scan",),
+        batch_window=0.25,
     ),
     Consumer(
         audit.CONSUMER,
         (Projection(audit.handle, None, ("audit",)),),
         periodic=("checkpoint",),
+        batch_window=0.25,
     ),
 )
 
