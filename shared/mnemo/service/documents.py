@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mnemo.domain.document_index import (
@@ -35,6 +35,7 @@ from mnemo.domain.errors import InvalidInput, NotFound, Unavailable
 from mnemo.domain.events import DocumentIngested, Envelope
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.domain.pii import mask_by_policy
 from mnemo.ports import DocumentReads, EventLog, MemoryReads, VectorFilter
 from mnemo.service.app import Mnemo, RequestContext, Wait
 from mnemo.service.blobs import SealedBlobs, digest_of
@@ -66,13 +67,21 @@ class BlobDocuments:
         self.rules = rules
 
     def read(self, event: Envelope, ingested: DocumentIngested) -> ParsedDocument | None:
+        """The document's sections as they become memories: their text through the same
+        PII detector and tenant policy as any other memory's content, so a value the policy
+        masks is masked (before the entities are read). Values the policy encrypts stay:
+        the registered sections are sealed whole in the log, the read models serve them
+        and are purged on forget (docs/documents.md)."""
         data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
         if data is None:
             return None
         try:
-            return self.parse(data, ingested.filename, ingested.media_type, self.limits)
+            parsed = self.parse(data, ingested.filename, ingested.media_type, self.limits)
         except DocumentRejected:
             return None
+        policy = self.blobs.sealer.policy.for_tenant(event.tenant)
+        sections = tuple(replace(s, text=mask_by_policy(s.text, policy)) for s in parsed.sections)
+        return replace(parsed, sections=sections)
 
     def entities(self, text: str, language: str) -> tuple[Entity, ...]:
         return extract_entities(text, language=language, rules=self.rules)
