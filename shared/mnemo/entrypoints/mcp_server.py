@@ -530,6 +530,14 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 "'yesterday' is their yesterday (default UTC)",
             ),
         ] = None,
+        history: Annotated[
+            Literal["facts", "facts_only", "raw"],
+            Field(
+                description="how the history section shows a conversation: facts (typed "
+                "facts in place of the turns they were read from), facts_only (the facts "
+                "alone) or raw (the turns themselves)",
+            ),
+        ] = "facts",
     ) -> Annotated[CallToolResult, ContextOut]:
         try:
             c = await upstream.api(ctx).context(
@@ -539,6 +547,7 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 template=template,
                 tokenizer=tokenizer,
                 timezone=timezone,
+                history=history,
             )
         except MnemoAPIError as exc:
             return api_error_result(exc)
