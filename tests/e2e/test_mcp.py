@@ -186,7 +186,7 @@ async def test_lists_tools_with_precise_schemas(server_url: str, transport: str)
     context = tools["get_context"].input_schema
     assert context["required"] == ["subjects"]
     assert context["properties"]["budget"]["minimum"] == 16
-    assert {"template", "query", "tokenizer", "timezone"} <= set(context["properties"])
+    assert {"template", "query", "tokenizer", "timezone", "where"} <= set(context["properties"])
     assert context["properties"]["history"]["enum"] == ["facts", "facts_only", "raw"]
 
     assert sorted(tools["forget"].input_schema["required"]) == ["memory_id", "subject"]

@@ -538,6 +538,14 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 "alone) or raw (the turns themselves)",
             ),
         ] = "facts",
+        where: Annotated[
+            dict[str, list[dict[str, Any]]] | None,
+            Field(
+                max_length=16,
+                description="for a template section filled from a structured query: its "
+                "conditions ({field, op, value}, as structured_query's where) by section name",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, ContextOut]:
         try:
             c = await upstream.api(ctx).context(
@@ -548,6 +556,7 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 tokenizer=tokenizer,
                 timezone=timezone,
                 history=history,
+                where=where,
             )
         except MnemoAPIError as exc:
             return api_error_result(exc)
