@@ -592,6 +592,7 @@ def make_runner(
         open_many=sealer.open_private_envelopes,
     )
     runner.documents = documents or make_document_source(settings, sealer)
+    runner.reseal = sealer.reseal
     return runner
 
 

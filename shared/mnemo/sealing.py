@@ -585,6 +585,35 @@ class Sealer:
             values=values,
         )
 
+    def reseal(
+        self, tenant: str, into: EncryptionBlock, source: EncryptionBlock, refs: Sequence[str]
+    ) -> dict[str, str]:
+        """The detector's values `refs` of `source` sealed again under the data key of
+        `into` (a history fact's next version keeps a field of its previous one, sealed
+        under another data key of the same subject's key): ref -> ciphertext. Nothing for
+        values under another key id, or under a destroyed key (forgotten stays forgotten)."""
+        if source.key_id != into.key_id:
+            return {}
+        try:
+            opened = AESGCM(self.keys.unwrap(source.key_id, self._wrapped(source)))
+            target = AESGCM(self.keys.unwrap(into.key_id, self._wrapped(into)))
+        except (KeyDestroyed, InvalidInput):
+            return {}
+        values: dict[str, str] = {}
+        for ref in refs:
+            text = source.values.get(ref)
+            if text is None:
+                continue
+            aad = _aad(tenant, source.key_id, ref)
+            try:
+                raw = _unb64(text)
+                plain = opened.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
+            except (InvalidTag, binascii.Error, ValueError):
+                continue
+            nonce = os.urandom(NONCE_BYTES)
+            values[ref] = _b64(nonce + target.encrypt(nonce, plain, aad))
+        return values
+
     @staticmethod
     def _wrapped(block: EncryptionBlock) -> bytes:
         try:

@@ -186,7 +186,8 @@ async def test_lists_tools_with_precise_schemas(server_url: str, transport: str)
     context = tools["get_context"].input_schema
     assert context["required"] == ["subjects"]
     assert context["properties"]["budget"]["minimum"] == 16
-    assert {"template", "query", "tokenizer", "timezone"} <= set(context["properties"])
+    assert {"template", "query", "tokenizer", "timezone", "where"} <= set(context["properties"])
+    assert context["properties"]["history"]["enum"] == ["facts", "facts_only", "raw"]
 
     assert sorted(tools["forget"].input_schema["required"]) == ["memory_id", "subject"]
     feedback = tools["feedback"].input_schema["properties"]
@@ -533,6 +534,42 @@ async def test_record_turn_keeps_history_and_reports_what_the_rules_made_of_it(
             await client.call_tool("record_turn", {"subject": subject, "text": "Thanks!"})
         )
         assert (thanks["outcome"], thanks["extracted"]) == ("registered", [])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_get_context_shows_history_as_facts_facts_only_or_raw(
+    server_url: str, transport: str
+) -> None:
+    subject = f"user:history-mode-{transport}"
+    late = "订单20240511-3到现在还没到，已经晚了三天了！"
+    async with connect(server_url, transport) as client:
+        for text in (late, "今天天气不错"):
+            said = data(
+                await client.call_tool(
+                    "record_turn", {"subject": subject, "text": text, "speaker": "客户"}
+                )
+            )
+            assert said["outcome"] == "registered"
+        shown: dict[str, str] = {}
+        for mode in ("facts", "facts_only", "raw"):
+            got = data(
+                await client.call_tool(
+                    "get_context",
+                    {"subjects": [subject], "query": "订单20240511-3", "history": mode},
+                )
+            )
+            shown[mode] = got["context"]
+        refused = error(
+            await client.call_tool("get_context", {"subjects": [subject], "history": "summary"})
+        )
+    fact = "[Complaint] order=20240511-3 issue=delay delay=3d"
+    assert fact in shown["facts"]
+    assert late not in shown["facts"]
+    assert fact in shown["facts_only"]
+    assert "天气" not in shown["facts_only"]
+    assert fact not in shown["raw"]
+    assert late in shown["raw"]
+    assert (refused["code"], refused["field"]) == ("INVALID_ARGUMENTS", "history")
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])

@@ -556,6 +556,7 @@ FINGERPRINT_CHANGES: list[dict[str, Any]] = [
     {"section": {"query": ""}},
     {"section": {"limit": 5}},
     {"section": {"neighbours": 1}},
+    {"section": {"where": [{"field": "party_a", "op": "eq", "value": "XX科技"}]}},
     {
         "sections": [
             {"name": "facts", "priority": 1, "budget": 100, "render": "- {text} ({weight:.2f})"},
@@ -573,13 +574,67 @@ def test_the_fingerprint_changes_with_any_field_and_only_then() -> None:
     assert ContextTemplate.model_validate(body()).fingerprint() == fp
     assert ContextTemplate.model_validate_json(base.model_dump_json()).fingerprint() == fp
     # defaults spelled out are the same template
-    explicit = body(protocol="v1", description="", section={"limit": 20, "neighbours": 0})
+    explicit = body(
+        protocol="v1", description="", section={"limit": 20, "neighbours": 0, "where": None}
+    )
     assert ContextTemplate.model_validate(explicit).fingerprint() == fp
     seen = {fp}
     for change in FINGERPRINT_CHANGES:
         other = ContextTemplate.model_validate(body(**dict(change))).fingerprint()
         assert other not in seen, change
         seen.add(other)
+
+
+# ---- a section filled from a structured query -------------------------------------------
+
+WHERE = [{"field": "penalty_rate", "op": "gt", "value": "5%"}]
+
+
+def with_clauses(**section: Any) -> dict[str, Any]:
+    rules = {"name": "rules", "priority": 1, "budget": 100, "types": ["constraint"], "query": ""}
+    clauses = {"name": "clauses", "priority": 2, "budget": 200, "where": WHERE, **section}
+    return {"name": "contracts", "version": 1, "sections": [rules, clauses]}
+
+
+def test_a_query_section_shows_each_hits_place_and_is_offered_no_constraints() -> None:
+    template = ContextTemplate.model_validate(with_clauses())
+    clauses = template.sections[1]
+    assert clauses.render == "- [{source}] {text}"
+    assert not clauses.holds_constraints()
+    # its own render pattern stands; without a `where` the usual default
+    assert ContextTemplate.model_validate(with_clauses(render="- {text}")).sections[1].render == (
+        "- {text}"
+    )
+    assert SectionSpec(name="x", priority=1, budget=10).render == "- {text} (weight {weight:.2f})"
+    # the constraints section of a template is never one filled from documents
+    only = {"name": "t", "version": 1, "sections": [with_clauses()["sections"][1]]}
+    with pytest.raises(ValidationError, match="shows constraints"):
+        ContextTemplate.model_validate(only, context={"edge": True})
+    # a condition is an object with field, op and value, no more
+    for bad in ([{"field": "party_a", "op": "eq"}], [{**WHERE[0], "x": 1}], []):
+        with pytest.raises(ValidationError):
+            ContextTemplate.model_validate(with_clauses(where=bad))
+    # a template without one keeps the fingerprint it always had
+    assert "where" not in DEFAULT_TEMPLATE.model_dump(mode="json", exclude_none=True)["sections"][0]
+
+
+def test_a_query_section_is_unavailable_where_documents_are_not_served(
+    platform: Platform,
+) -> None:
+    from mnemo.service.documents import NoDocumentReads
+
+    ctx = RequestContext("acme", "agent")
+    platform.app.register_template(ctx, with_clauses())
+    platform.runner.drain()
+    documents = platform.app.documents
+    assert documents is not None
+    documents.reads = NoDocumentReads()  # the distributed store before its entity model
+    with pytest.raises(MnemoError) as refused:
+        platform.app.context(ctx, ContextRequest(subjects=("user:U1",), template="contracts"))
+    assert refused.value.code == "DOCUMENT_QUERY_UNAVAILABLE"
+    # a template without such a section is served as before
+    plain = platform.app.context(ctx, ContextRequest(subjects=("user:U1",)))
+    assert plain.template == "default@1"
 
 
 # ---- the service orders candidates stably -------------------------------------------------

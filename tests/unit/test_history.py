@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.unit.test_registration import T0, DictState, observe, outcomes
+from tests.vault_support import SwitchableVault
 
 from mnemo.bootstrap import load_history_facts, load_rules
 from mnemo.domain.history import (
@@ -22,6 +23,7 @@ from mnemo.domain.history import (
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import OutcomeKind
 from mnemo.handlers import Decision, registration
+from mnemo.sealing import KeyCache, Sealer
 from mnemo.service.history_rules import HistoryRuleFileError, load_history_rules
 
 FACTS = load_history_facts()
@@ -432,3 +434,121 @@ def test_a_sealed_value_is_read_as_its_placeholder_and_kept_whole() -> None:
         if "tracking" in u.fields
     ]
     assert update.fields["tracking"] == f"SF{sealed}"  # not upper-cased
+
+
+# ---- a sealed value in a fact's next version ----------------------------------------------
+
+SHIPPED = "订单20240601-7已经发货了，顺丰快递，运单号SF13812345678，预计5月14日送达。"
+TRACKING = "SF13812345678"
+
+
+def sealed_say(
+    state: DictState, sealer: Sealer, speaker: str, text: str, minutes: int, **kw: Any
+) -> Decision:
+    """A turn as the registrar reads it on a real platform: sealed by the detector (the
+    tracking number reads as a mobile number), its whole-sealed fields opened again."""
+    env = observe(text, kind="turn", speaker=speaker, at=T0 + timedelta(minutes=minutes))
+    env = sealer.open_private_envelope(sealer.seal(env))
+    decision = registration.handle(env, state, RULES, **kw)
+    state.apply(decision)
+    return decision
+
+
+def fresh_keys_sealer() -> tuple[Sealer, KeyCache]:
+    # no cache: every event gets a data key of its own (as events further apart than
+    # MNEMO_DATA_KEY_TTL do)
+    keys = KeyCache(SwitchableVault(), ttl=0.0)
+    return Sealer(keys), keys
+
+
+def test_a_fact_keeps_a_sealed_field_in_its_next_version() -> None:
+    sealer, keys = fresh_keys_sealer()
+    state = DictState()
+    sealed_say(state, sealer, AGENT_ZH, SHIPPED, 0)
+    sealed_say(state, sealer, AGENT_ZH, "您的包裹已经签收了。", 1)
+    [fact] = facts(state)
+    assert fact.version == 2
+    assert TRACKING not in fact.content  # still sealed in the read model
+    assert "tracking=SF⟦phone:h" in fact.content
+    opened = sealer.open_memory(fact)
+    assert opened.content == (
+        f"[Delivery] order=20240601-7 carrier=顺丰 tracking={TRACKING} eta=5月14日 state=delivered"
+    )
+    # forgettable: the subject's key destroyed, the carried value no longer opens
+    assert fact.sealed is not None
+    keys.destroy(fact.sealed.key_id)
+    assert TRACKING not in sealer.open_memory(fact).content
+
+
+def test_a_carried_value_is_sealed_again_under_the_new_versions_data_key(
+    tmp_path: Path,
+) -> None:
+    """A fact whose next version both keeps a sealed field and gets a new sealed value from
+    its turn, under another data key: one block, both values open."""
+    rules = load_rules()
+    rules.facts = load_history_rules(
+        write(
+            tmp_path,
+            """
+kinds:
+  callback:
+    label: Callback
+    fields: [order, phone, email]
+    identity: order
+facts:
+  - id: cb-phone
+    kind: callback
+    pattern: '订单(?P<order>\\d{8}-\\d)[^。]*?电话(?P<phone>⟦phone:h[0-9a-f]{16}⟧)'
+  - id: cb-email
+    kind: callback
+    pattern: '订单(?P<order>\\d{8}-\\d)[^。]*?邮箱(?P<email>⟦email:h[0-9a-f]{16}⟧)'
+""",
+        )
+    )
+    sealer, _ = fresh_keys_sealer()
+    state = DictState()
+
+    def say_sealed(text: str, minutes: int, **kw: Any) -> None:
+        env = observe(text, kind="turn", speaker=USER_ZH, at=T0 + timedelta(minutes=minutes))
+        env = sealer.open_private_envelope(sealer.seal(env))
+        state.apply(registration.handle(env, state, rules, **kw))
+
+    say_sealed("订单20240601-7请回电话13812345678。", 0)
+    say_sealed("订单20240601-7也可以发邮箱zhang.san@example.org。", 1, reseal=sealer.reseal)
+    [fact] = facts(state)
+    assert fact.version == 2
+    assert "13812345678" not in fact.content
+    assert "zhang.san" not in fact.content
+    assert sealer.open_memory(fact).content == (
+        "[Callback] order=20240601-7 phone=13812345678 email=zhang.san@example.org"
+    )
+    # without a way to seal it again, the new version holds its own value only (and
+    # never another data key's ciphertext it could not open)
+    plain = DictState()
+    for minutes, text in enumerate(
+        ("订单20240601-8请回电话13812345678。", "订单20240601-8也可以发邮箱li.si@example.org。")
+    ):
+        env = observe(text, kind="turn", speaker=USER_ZH, at=T0 + timedelta(minutes=minutes))
+        env = sealer.open_private_envelope(sealer.seal(env))
+        plain.apply(registration.handle(env, plain, rules))
+    [other] = facts(plain)
+    assert "li.si@example.org" in sealer.open_memory(other).content
+
+
+def test_reseal_opens_under_the_target_key_and_refuses_another_key_id() -> None:
+    sealer, keys = fresh_keys_sealer()
+    first = sealer.seal(observe("我的电话13812345678", kind="turn", at=T0))
+    second = sealer.seal(observe("我的邮箱zhang.san@example.org", kind="turn", at=T0))
+    a = sealer.open_private_envelope(first).encryption
+    b = sealer.open_private_envelope(second).encryption
+    assert a is not None
+    assert b is not None
+    assert a.wrapped_key != b.wrapped_key
+    phone_ref = next(r for r in a.values if r.startswith("phone:"))
+    moved = sealer.reseal("acme", b, a, [phone_ref])
+    merged = b.model_copy(update={"values": {**b.values, **moved}})
+    assert sealer.open_block("acme", merged)[phone_ref] == "13812345678"
+    other = a.model_copy(update={"key_id": "acme/user:someone-else"})
+    assert sealer.reseal("acme", b, other, [phone_ref]) == {}
+    keys.destroy(a.key_id)
+    assert sealer.reseal("acme", b, a, [phone_ref]) == {}

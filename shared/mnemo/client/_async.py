@@ -400,6 +400,7 @@ class AsyncMnemoClient:
         as_of: datetime | None = None,
         history: str = "facts",
         timezone: str | None = None,
+        where: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> ContextResponse:
         """The context for an LLM call within `budget` tokens. The query's time
         expressions are read in `timezone` (an IANA name), else in as_of's UTC offset,
@@ -417,6 +418,7 @@ class AsyncMnemoClient:
                 as_of=as_of,
                 history=history,
                 timezone=timezone,
+                where=where,
             )
         )
 

@@ -355,6 +355,7 @@ def context(
     as_of: datetime | None = None,
     history: str = "facts",
     timezone: str | None = None,
+    where: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Call[ContextResponse]:
     body: dict[str, Any] = {
         "subjects": strs(subjects),
@@ -374,6 +375,8 @@ def context(
         body["as_of"] = as_of.isoformat()
     if timezone is not None:
         body["timezone"] = timezone
+    if where is not None:
+        body["where"] = {name: [dict(c) for c in conds] for name, conds in where.items()}
     # each assembly is recorded in the log, so a blind repeat would record two
     return Call("POST", "/v1/context", _model(ContextResponse), body=body, idempotent=False)
 

@@ -399,6 +399,7 @@ class MnemoClient:
         as_of: datetime | None = None,
         history: str = "facts",
         timezone: str | None = None,
+        where: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> ContextResponse:
         """The context for an LLM call within `budget` tokens. The query's time
         expressions are read in `timezone` (an IANA name), else in as_of's UTC offset,
@@ -416,6 +417,7 @@ class MnemoClient:
                 as_of=as_of,
                 history=history,
                 timezone=timezone,
+                where=where,
             )
         )
 

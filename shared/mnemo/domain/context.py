@@ -172,6 +172,33 @@ class SectionSpec(BaseModel):
     neighbours: int = Field(
         default=0, ge=0, le=5, description="turns of the same episode pulled in around each hit"
     )
+    where: tuple[dict[str, Any], ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="a structured query over the documents' entities (POST /v1/query's "
+        "conditions): the section is filled with the document sections that meet them",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _document_render(cls, data: Any) -> Any:
+        """A section filled from a structured query shows each hit's place by default."""
+        if isinstance(data, Mapping) and data.get("where") and "render" not in data:
+            return {**data, "render": DOCUMENT_RENDER}
+        return data
+
+    @field_validator("where")
+    @classmethod
+    def _conditions(
+        cls, value: tuple[dict[str, Any], ...] | None
+    ) -> tuple[dict[str, Any], ...] | None:
+        # the shape only: the values are checked against the entity rules in force where
+        # the template comes in (mnemo.service.app, QUERY_INVALID)
+        for condition in value or ():
+            if set(condition) != {"field", "op", "value"}:
+                raise ValueError("a condition is an object with field, op and value")
+        return value
 
     @field_validator("render", "kv_render")
     @classmethod
@@ -182,7 +209,10 @@ class SectionSpec(BaseModel):
         return self.heading if self.heading is not None else f"## {self.name}"
 
     def holds_constraints(self) -> bool:
-        """Whether constraints are offered to this section (its types allow them)."""
+        """Whether constraints are offered to this section (its types allow them; a
+        section filled from a structured query is offered document sections only)."""
+        if self.where is not None:
+            return False
         return not self.types or MemoryType.CONSTRAINT in self.types
 
     def hides_constraints(self) -> str | None:
@@ -214,6 +244,9 @@ class SectionSpec(BaseModel):
 
 # the fewest constraints the section that shows them may keep: a section's default limit
 CONSTRAINT_LIMIT_FLOOR = 20
+# how a section filled from a structured query renders a hit unless it says otherwise: its
+# place in the document (p.3 §8.2), then the section's text
+DOCUMENT_RENDER = "- [{source}] {text}"
 
 
 def _shows_plainly(pattern: str, names: tuple[str, ...]) -> bool:
@@ -294,9 +327,13 @@ class ContextTemplate(BaseModel):
                 )
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
+        dumped = self.model_dump(mode="json")
+        for section in dumped["sections"]:
+            if section.get("where") is None:
+                # a section without a query keeps the fingerprint it had before sections
+                # could have one
+                section.pop("where", None)
+        canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def ordered(self) -> list[SectionSpec]:
@@ -370,7 +407,7 @@ class Candidate:
     freshness: float
     trust: float
     score: float
-    via: str = "retrieval"  # or "neighbour", "history"
+    via: str = "retrieval"  # or "neighbour", "history", "summary", "query"
     as_of: datetime | None = None  # the instant it was judged at (a tool result's age)
 
 

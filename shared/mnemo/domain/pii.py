@@ -47,6 +47,7 @@ __all__ = [
     "iban_valid",
     "luhn_valid",
     "mask",
+    "mask_by_policy",
     "normalize",
     "placeholder",
     "placeholder_refs",
@@ -578,3 +579,20 @@ class SecurityPolicy(BaseModel):
 
     def for_tenant(self, tenant: str) -> PiiPolicy:
         return self.tenants.get(tenant, self.default)
+
+
+def mask_by_policy(text: str, policy: PiiPolicy) -> str:
+    """`text` with every value the policy masks (or rejects: text Mnemo reads on its own,
+    such as a document's section, is never refused, its value is masked) replaced by its
+    mask; values the policy encrypts stay for the caller to seal."""
+    out: list[str] = []
+    pos = 0
+    for found in detect(text):
+        if policy.action(found.kind) is Action.ENCRYPT:
+            continue
+        out += [text[pos : found.start], mask(found.kind, found.value)]
+        pos = found.end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)

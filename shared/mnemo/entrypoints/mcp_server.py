@@ -530,6 +530,22 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 "'yesterday' is their yesterday (default UTC)",
             ),
         ] = None,
+        history: Annotated[
+            Literal["facts", "facts_only", "raw"],
+            Field(
+                description="how the history section shows a conversation: facts (typed "
+                "facts in place of the turns they were read from), facts_only (the facts "
+                "alone) or raw (the turns themselves)",
+            ),
+        ] = "facts",
+        where: Annotated[
+            dict[str, list[dict[str, Any]]] | None,
+            Field(
+                max_length=16,
+                description="for a template section filled from a structured query: its "
+                "conditions ({field, op, value}, as structured_query's where) by section name",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, ContextOut]:
         try:
             c = await upstream.api(ctx).context(
@@ -539,6 +555,8 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                 template=template,
                 tokenizer=tokenizer,
                 timezone=timezone,
+                history=history,
+                where=where,
             )
         except MnemoAPIError as exc:
             return api_error_result(exc)

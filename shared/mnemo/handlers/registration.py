@@ -14,7 +14,7 @@ weight changes) into the memory read model.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -119,6 +119,12 @@ class RegistrationState(Protocol):
     def tenant_memories(self, tenant: str) -> list[Memory]: ...
 
 
+# (tenant, the block a memory's values go into, a block holding other values under another
+# data key of the same key id, their refs) -> those values sealed under the first block's
+# data key; nothing for a key that was destroyed (mnemo.sealing.Sealer.reseal)
+Resealer = Callable[[str, EncryptionBlock, EncryptionBlock, Sequence[str]], dict[str, str]]
+
+
 class DocumentSource(Protocol):
     """What registration needs of an ingested document, from outside the handler: its
     sections (read from the blob store and parsed again; None once it is forgotten or its
@@ -200,6 +206,8 @@ def _register(
     speaker: str | None = None,
     *,
     fetched_at: datetime | None = None,
+    carried: EncryptionBlock | None = None,
+    reseal: Resealer | None = None,
 ) -> Decision:
     if draft.timezone is not None:
         try:
@@ -270,7 +278,7 @@ def _register(
         source_event_id=event.event_id,
         rule_id=rule_id,
         content_hash=digest,
-        sealed=_sealed_for(event, draft),
+        sealed=_sealed_for(event, draft, carried, reseal),
         fetched_at=fetched_at,
     )
     decision = Decision()
@@ -328,6 +336,7 @@ def _turn(
     rules: RuleSet,
     payload: ObservationRecorded,
     selector: ExampleSelector | None,
+    reseal: Resealer | None = None,
 ) -> Decision:
     """A conversation turn is kept as a history memory (index 0) whatever the rules make of
     it; what they extract follows (index 1 on). An utterance that looked like a memory but
@@ -366,7 +375,9 @@ def _turn(
             )
         )
     if rules.facts:
-        decision.extend(_facts(event, state, rules, payload, decision, len(reading.matches) + 2))
+        decision.extend(
+            _facts(event, state, rules, payload, decision, len(reading.matches) + 2, reseal)
+        )
     return decision
 
 
@@ -377,6 +388,7 @@ def _facts(
     payload: ObservationRecorded,
     turn: Decision,
     first_index: int,
+    reseal: Resealer | None = None,
 ) -> Decision:
     """The typed facts the history rules read in a turn (mnemo.domain.history), each a
     history memory linked to the turn, superseding the fact of the same matter it updates.
@@ -410,7 +422,20 @@ def _facts(
         timezone=payload.timezone,
     )
     for offset, fact in enumerate(drafts):
-        decision.extend(_register(event, state, fact.draft, first_index + offset, fact.rule_id))
+        key = fact.draft.key
+        held = state.current_for_key(event.tenant, event.stream, key) if key else None
+        decision.extend(
+            _register(
+                event,
+                state,
+                fact.draft,
+                first_index + offset,
+                fact.rule_id,
+                # the fields it keeps from the fact it supersedes keep their sealed values
+                carried=held.sealed if held is not None else None,
+                reseal=reseal,
+            )
+        )
     return decision
 
 
@@ -466,14 +491,39 @@ def _retire(
     return decision
 
 
-def _sealed_for(event: Envelope, draft: MemoryDraft) -> EncryptionBlock | None:
-    """The ciphertexts of the placeholders this memory's content and value hold."""
-    block = event.encryption
-    if block is None or not block.values:
-        return None
+def _sealed_for(
+    event: Envelope,
+    draft: MemoryDraft,
+    carried: EncryptionBlock | None = None,
+    reseal: Resealer | None = None,
+) -> EncryptionBlock | None:
+    """The ciphertexts of the placeholders this memory's content and value hold: from the
+    event's block, and, for a memory that carries fields over from the one it supersedes
+    (a history fact), from that memory's block. One block holds values under one data key:
+    a carried value sealed under another data key than the event's is sealed again under
+    the event's (`reseal`, which needs the subject's key: a destroyed one gives nothing)."""
     refs = placeholder_refs(draft.content) | placeholder_refs(draft.value or "")
-    values = {ref: sealed for ref, sealed in block.values.items() if ref in refs}
-    return block.model_copy(update={"values": values}) if values else None
+    if not refs:
+        return None
+    blocks = [b for b in (event.encryption, carried) if b is not None and b.values]
+    own = [b for b in blocks if refs & set(b.values)]
+    if not own:
+        return None
+    chosen = own[0]
+    values = {ref: v for ref, v in chosen.values.items() if ref in refs}
+    for other in own[1:]:
+        missing = sorted((refs & set(other.values)) - set(values))
+        if not missing:
+            continue
+        if (other.key_id, other.key_version, other.wrapped_key) == (
+            chosen.key_id,
+            chosen.key_version,
+            chosen.wrapped_key,
+        ):
+            values.update({ref: other.values[ref] for ref in missing})
+        elif reseal is not None:
+            values.update(reseal(event.tenant, chosen, other, missing))
+    return chosen.model_copy(update={"values": values})
 
 
 def _forget(event: Envelope, state: RegistrationState, request: ForgetRequested) -> Decision:
@@ -777,12 +827,15 @@ def handle(
     prior: Sequence[Envelope] = (),
     selector: ExampleSelector | None = None,
     documents: DocumentSource | None = None,
+    reseal: Resealer | None = None,
 ) -> Decision:
     """Registration's decision for one event of the log. `prior` holds the facts it
     recorded for this event before (on a redelivery or a rebuild); those are projected
     again rather than decided anew. `selector` ranks the rules whose examples an utterance
     is close to (the platform measures it with its embedder); without one, only the rules'
-    patterns trigger."""
+    patterns trigger. `reseal` seals a value a history fact carries over from its previous
+    version again under the new version's data key (without it, such a value is carried
+    only when both versions' values share a data key)."""
     if event.type not in HANDLED:
         return Decision()
     if prior:
@@ -801,7 +854,7 @@ def handle(
                 ]
             )
         if payload.kind == "turn":
-            return _turn(event, state, rules, payload, selector)
+            return _turn(event, state, rules, payload, selector, reseal)
         try:
             zone_of(payload.timezone)
         except ValueError:

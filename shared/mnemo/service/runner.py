@@ -119,6 +119,9 @@ class EmbeddedRunner:
         # ingested documents' sections and entities (set by the wiring; none: documents are
         # rejected with DOCUMENT_UNAVAILABLE)
         self.documents: registration.DocumentSource | None = None
+        # seals a history fact's carried values again under its new data key (set by the
+        # wiring, from the sealer)
+        self.reseal: registration.Resealer | None = None
         self.batch_size = batch_size
         self.embed_batch = embed_batch
         self.poll_seconds = poll_seconds
@@ -265,7 +268,9 @@ class EmbeddedRunner:
                     and e.envelope.actor.id == registration.CONSUMER
                     and e.envelope.event_id[14] == "8"  # a derived id: no publisher can hold one
                 ]
-            return registration.handle(env, tx, self.rules, prior, self.selector, self.documents)
+            return registration.handle(
+                env, tx, self.rules, prior, self.selector, self.documents, self.reseal
+            )
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
             # the outcome says what happened, so it can be replayed once fixed

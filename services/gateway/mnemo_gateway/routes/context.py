@@ -61,6 +61,12 @@ class ContextIn(BaseModel):
         description="IANA zone (e.g. Asia/Shanghai) the query's time expressions such as "
         "'yesterday' are read in; else as_of's UTC offset, else UTC",
     )
+    where: dict[str, list[dict[str, Any]]] | None = Field(
+        default=None,
+        max_length=16,
+        description="per section the template fills from a structured query, the "
+        "conditions (POST /v1/query's where) to fill it with in place of the template's",
+    )
 
 
 class ScoreOut(BaseModel):
@@ -209,6 +215,7 @@ async def context(ctx: ContextCtx, mnemo: App, body: Body) -> ContextOut:
         history=req.history,
         as_of=req.as_of,
         timezone=req.timezone,
+        where=req.where,
     )
     result = await run_in_threadpool(mnemo.context, ctx, request)
     return ContextOut.of(result, req.budget)
