@@ -65,3 +65,82 @@ def test_the_async_sdk_ingests_and_asks(server_url: str) -> None:
             return ingested.status, found.total
 
     assert asyncio.run(run()) == ("registered", 1)
+
+
+def test_the_cli_asks_structured_questions_and_fills_a_context_section(
+    server_url: str, tmp_path: Path
+) -> None:
+    from tests.e2e.test_documents_context import CLAUSES
+
+    runner = CliRunner()
+    base = ["--url", server_url, "--api-key", fixed_key(TENANT), "--json"]
+    path = tmp_path / "a.txt"
+    path.write_bytes(CONTRACTS["a.txt"])
+    done = runner.invoke(cli, [*base, "ingest", str(path), "--subject", "user:CLI2"])
+    assert done.exit_code == 0, done.output
+    # each condition its own --where, or all in one list: the same answer as the SDK's
+    one_by_one = [a for c in QUESTION["where"] for a in ("--where", json.dumps(c))]
+    asked = runner.invoke(cli, [*base, "query", *one_by_one, "--subject", "user:CLI2"])
+    assert asked.exit_code == 0, asked.output
+    answer = json.loads(asked.stdout)
+    listed = runner.invoke(
+        cli,
+        [*base, "query", "--where", json.dumps(QUESTION["where"]), "--subject", "user:CLI2"],
+    )
+    assert json.loads(listed.stdout) == answer
+    with MnemoClient(server_url, tenant=TENANT, api_key=fixed_key(TENANT)) as client:
+        found = client.query(QUESTION["where"], subjects=["user:CLI2"])
+    assert answer["total"] == found.total == 1
+    assert [d["document_id"] for d in answer["documents"]] == [
+        d.document_id for d in found.documents
+    ]
+    # the table shows the place of each hit
+    shown = runner.invoke(
+        cli,
+        [
+            "--url",
+            server_url,
+            "--api-key",
+            fixed_key(TENANT),
+            "query",
+            "--where",
+            json.dumps(QUESTION["where"]),
+            "--subject",
+            "user:CLI2",
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "§8" in shown.stdout
+    assert "a.txt" in shown.stdout
+    # a condition the grammar refuses: the server's code and the path it names
+    bad = json.dumps({"field": "nope", "op": "eq", "value": 1})
+    refused = runner.invoke(cli, [*base, "query", "--where", bad])
+    assert refused.exit_code == 2
+    assert "QUERY_INVALID" in refused.output
+    not_json = runner.invoke(cli, [*base, "query", "--where", "{party_a: x}"])
+    assert not_json.exit_code != 0
+    assert "not JSON" in not_json.output
+    # a context whose query section is filled from the CLI's conditions
+    with MnemoClient(server_url, tenant=TENANT, api_key=fixed_key(TENANT)) as client:
+        client.register_template({**CLAUSES, "name": "cli-contracts"})
+    zz = json.dumps([{"field": "party_a", "op": "eq", "value": "ZZ集团"}])
+    ctx_base = [*base, "context", "--subject", "user:CLI2", "--template", "cli-contracts"]
+    own = runner.invoke(cli, [*ctx_base])
+    assert own.exit_code == 0, own.output
+    hits = {
+        i["memory"]["memory_id"]
+        for i in json.loads(own.stdout)["included"]
+        if i["section"] == "clauses"
+    }
+    assert hits  # the template's own conditions find a.txt's clause
+    replaced = runner.invoke(cli, [*ctx_base, "--where", f"clauses={zz}"])
+    assert replaced.exit_code == 0, replaced.output
+    assert not [
+        i for i in json.loads(replaced.stdout)["included"] if i["section"] == "clauses"
+    ]  # user:CLI2 holds no ZZ集团 contract
+    wrong = runner.invoke(cli, [*ctx_base, "--where", f"rules={zz}"])
+    assert wrong.exit_code == 2
+    assert "QUERY_INVALID" in wrong.output
+    shapeless = runner.invoke(cli, [*ctx_base, "--where", zz])
+    assert shapeless.exit_code != 0
+    assert "SECTION=JSON" in shapeless.output

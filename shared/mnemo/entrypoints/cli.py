@@ -716,6 +716,65 @@ def ingest(state: State, files: tuple[str, ...], subject: str, wait: str) -> Non
     state.out.print(out)
 
 
+def _json_argument(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} is not JSON: {exc.msg} at character {exc.pos}") from None
+
+
+def _conditions(values: tuple[str, ...], what: str) -> list[Any]:
+    """Each value a JSON condition object or a JSON list of them, in the order given."""
+    out: list[Any] = []
+    for text in values:
+        found = _json_argument(text, what)
+        out.extend(found if isinstance(found, list) else [found])
+    return out
+
+
+@cli.command("query")
+@click.argument("text", default="")
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    required=True,
+    help='A condition as JSON, e.g. \'{"field": "party_a", "op": "eq", "value": "XX科技"}\', '
+    "or a JSON list of them. Repeatable; conditions are ANDed per document.",
+)
+@click.option("--subject", "subjects", multiple=True, help="Repeatable; default: every document.")
+@click.option("--limit", type=click.IntRange(1, 1_000), default=100, show_default=True)
+@pass_state
+def query_documents(
+    state: State, text: str, where: tuple[str, ...], subjects: tuple[str, ...], limit: int
+) -> None:
+    """Exact structured questions over ingested documents (`POST /v1/query`,
+    docs/documents.md); TEXT, if given, ranks the exact result and never widens it."""
+    body: dict[str, Any] = {"where": _conditions(where, "--where"), "limit": limit}
+    if text:
+        body["query"] = text
+    if subjects:
+        body["subjects"] = list(subjects)
+    answer = state.api.call("POST", "/v1/query", body=body)
+    if state.as_json:
+        state.emit_json(answer)
+        return
+    out = table("document", "file", "place", "text")
+    for d in answer["documents"]:
+        for h in d["hits"]:
+            place = " ".join(
+                part
+                for part in (
+                    f"p.{h['page']}" if h.get("page") else "",
+                    f"§{h['clause']}" if h.get("clause") else "",
+                )
+                if part
+            )
+            add_row(out, d["document_id"], d["filename"], place or "-", h["text"][:120])
+    state.out.print(out)
+    state.err.print(f"{answer['total']} documents match")
+
+
 # ---- remember / declare -----------------------------------------------------------------
 
 
@@ -1004,6 +1063,14 @@ def render_context(answer: Mapping[str, Any]) -> None:
     help="IANA zone (e.g. Asia/Shanghai) the query's 'yesterday' is read in "
     "[default: --as-of's offset, else UTC].",
 )
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="SECTION=JSON",
+    help="Conditions (a JSON condition or list, as `mnemo query --where`) for a template "
+    "section filled from a structured query, replacing the template's own. Repeatable.",
+)
 @pass_state
 def context(
     state: State,
@@ -1018,6 +1085,7 @@ def context(
     history: str,
     as_of: datetime.datetime | None,
     timezone: str | None,
+    where: tuple[str, ...],
 ) -> None:
     """The context for an LLM call within a token budget (--json: the whole answer)."""
     body: dict[str, Any] = {
@@ -1037,6 +1105,16 @@ def context(
         body["as_of"] = as_of.isoformat()
     if timezone is not None:
         body["timezone"] = timezone
+    if where:
+        sections: dict[str, list[Any]] = {}
+        for item in where:
+            name, sep, text = item.partition("=")
+            if not sep or not name.strip():
+                raise CliError(f"--where {item!r}: expected SECTION=JSON")
+            sections.setdefault(name.strip(), []).extend(
+                _conditions((text,), f"--where {name.strip()}")
+            )
+        body["where"] = sections
     state.show(state.api.call("POST", "/v1/context", body=body), render_context)
 
 
