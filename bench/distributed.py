@@ -93,6 +93,8 @@ CORPUS_BATCH = 1_000
 BACKLOG_SECONDS = 20.0
 STATUS_POLL = 0.2
 FRESHNESS_AIM = Aim("<", 1_000.0, "publish-to-searchable p99 under 1 s at half the max rate")
+CONTEXT_AIM = Aim("<", 150.0, "context p99 under 150 ms at 100,000 memories, distributed")
+CONTEXT_AIM_SIZE = 100_000
 _TYPES = ("fact", "preference", "episode", "history", "context", "fact", "preference")
 
 
@@ -453,11 +455,16 @@ class DistributedDeployment:
             notes.append(f"topic {settings.kafka_topic} not deleted: {exc}")
         qdrant = self.env.get("MNEMO_QDRANT_URL")
         if qdrant:
+            # the run's collections: one per tenant, `{collection}_{tenant}`
             collection = self.env["MNEMO_QDRANT_COLLECTION"]
             try:
-                httpx.delete(f"{qdrant}/collections/{collection}", timeout=60)
-            except httpx.HTTPError as exc:
-                notes.append(f"collection {collection} not deleted: {exc}")
+                listed = httpx.get(f"{qdrant}/collections", timeout=60).json()
+                names = [c["name"] for c in listed["result"]["collections"]]
+                for name in names:
+                    if name == collection or name.startswith(f"{collection}_"):
+                        httpx.delete(f"{qdrant}/collections/{name}", timeout=60)
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+                notes.append(f"collections {collection}_* not deleted: {exc}")
         return notes
 
 
@@ -479,6 +486,65 @@ def distributed_server(
         d.server.close()
         d.stack.down()
         notes.extend(d.drop())
+
+
+@contextmanager
+def baseline_gateway(deployment: DistributedDeployment, source: Path) -> Iterator[Server]:
+    """A second gateway of the same deployment (topic, keyspace, collection, vault, data
+    directory: the same API keys answer) running the sources of another checkout, so
+    that two versions of the read path answer the same corpus in one run."""
+    component = deployment.stack.component("gateway")
+    port = _free_port()
+    env = deployment.stack.child_env(component)
+    env.update(
+        {
+            "WT_SRC_ROOT": str(source),
+            "MNEMO_GATEWAY_PORT": str(port),
+            "MNEMO_STACK_COMPONENT": "gateway-baseline",
+            "PYTHONDONTWRITEBYTECODE": "1",  # the other checkout is only read
+        }
+    )
+    log = deployment.stack.run_dir / "gateway-baseline.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", component.module],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=deployment.root,
+            start_new_session=True,
+        )
+    server = Server("distributed-baseline", f"http://127.0.0.1:{port}")
+    try:
+        try:
+            _wait_answering(server, lambda: proc.poll() is None)
+        except RuntimeError:
+            progress("distributed", log.read_text(errors="replace")[-2_000:])
+            raise
+        yield server
+    finally:
+        server.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _source_commit(source: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
 
 
 # ---- load -----------------------------------------------------------------------------------
@@ -727,6 +793,11 @@ class Options:
     # memories the embedded side of the context part loads: None = context_size, 0 = no
     # embedded side (the distributed mode measured alone)
     context_embedded_size: int | None = None
+    # another checkout whose gateway also answers the context part, on the same deployment
+    # and corpus (mode `distributed-baseline`): two versions of the read path side by side
+    context_baseline: Path | None = None
+    # corpus sizes below context_size at which the context requests run too, on the way
+    context_steps: tuple[int, ...] = ()
 
     def context_sizes(self) -> dict[str, int]:
         """Memories each mode's context part loads; a mode at 0 is not measured."""
@@ -1014,71 +1085,159 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def _context(results: Results, servers: dict[str, Server], opts: Options, texts: Texts) -> None:
-    tenant = "bench-context"
-    streams = 100
-    loaded: dict[str, dict[str, Any]] = {}
-    wanted = opts.context_sizes()
-    servers = {m: s for m, s in servers.items() if wanted[m] > 0}
-    for mode, s in servers.items():
-        size = wanted[mode]
-        t0 = time.monotonic()
-        stop_at = t0 + opts.context_load_limit
-        sent = 0
-        last_note = t0
-        # publish ahead of the consumers by about BACKLOG_SECONDS of their own pace, so that
-        # when the time limit stops publishing, what is left to consume is small
-        while sent < size and time.monotonic() < stop_at:
+class _CorpusLoader:
+    """Publishes one mode's context corpus, ahead of its consumers by about
+    BACKLOG_SECONDS of their own pace (so that when the time limit stops publishing, what
+    is left to consume is small), up to a target it is given, again and again."""
+
+    def __init__(
+        self, server: Server, mode: str, opts: Options, texts: Texts, tenant: str, streams: int
+    ) -> None:
+        self.server, self.mode, self.texts = server, mode, texts
+        self.tenant, self.streams = tenant, streams
+        self.limit = opts.context_load_limit
+        self.wait_limit = max(600.0, opts.context_load_limit)
+        self.sent = 0
+        self.throttled = 0.0  # seconds spent waiting for the consumers' backlog to shrink
+        # seconds spent loading (measurements on the way excluded): publishing, and in all
+        self.publishing = 0.0
+        self.loading = 0.0
+
+    def out_of_time(self) -> bool:
+        return self.loading >= self.limit
+
+    def load(self, size: int) -> None:
+        """Publish up to `size` memories (or until the time limit), then wait until the
+        consumers have caught up."""
+        s = self.server
+        start = last_note = time.monotonic()
+        # the time limit counts loading only, not the measurements taken on the way
+        stop_at = start + max(0.0, self.limit - self.loading)
+        while self.sent < size and time.monotonic() < stop_at:
             lag = s.lag()
             backlog = max(lag.get("registrar", 0), lag.get("indexer", 0))
-            elapsed = time.monotonic() - t0
-            pace_now = max(0, sent - backlog) / elapsed if elapsed > 5 else None
+            elapsed = self.loading + time.monotonic() - start
+            pace_now = max(0, self.sent - backlog) / elapsed if elapsed > 5 else None
             cap = CORPUS_BATCH * 2 if pace_now is None else pace_now * BACKLOG_SECONDS
-            if backlog > max(cap, CORPUS_BATCH // 10) and sent:
+            if backlog > max(cap, CORPUS_BATCH // 10) and self.sent:
                 time.sleep(0.5)
+                self.throttled += 0.5
                 continue
             chunk = CORPUS_BATCH * 2 if pace_now is None else int(pace_now * BACKLOG_SECONDS)
-            n = min(max(CORPUS_BATCH // 10, min(chunk, CORPUS_BATCH * 4)), size - sent)
-            events = _events(texts, sent, n, "C", streams)
-            sent += publish_all(s, tenant, events, CORPUS_BATCH, stop_at=stop_at)
-            if time.monotonic() - last_note > 30 or sent >= size:
+            n = min(max(CORPUS_BATCH // 10, min(chunk, CORPUS_BATCH * 4)), size - self.sent)
+            events = _events(self.texts, self.sent, n, "C", self.streams)
+            self.sent += publish_all(s, self.tenant, events, CORPUS_BATCH, stop_at=stop_at)
+            if time.monotonic() - last_note > 30 or self.sent >= size:
                 last_note = time.monotonic()
                 progress(
                     "distributed",
-                    f"context {mode}: published {sent:,}/{size:,} in "
-                    f"{last_note - t0:.0f}s, backlog {backlog:,}",
+                    f"context {self.mode}: published {self.sent:,}/{size:,} in "
+                    f"{self.loading + last_note - start:.0f}s, backlog {backlog:,}",
                 )
-        t1 = time.monotonic()
-        s.wait_caught_up(timeout=max(600.0, opts.context_load_limit))
-        t2 = time.monotonic()
-        loaded[mode] = {
-            "memories": sent,
-            "load_seconds": round(t2 - t0, 1),
-            "publish_seconds": round(t1 - t0, 1),
-            "rate": round(sent / (t2 - t0), 2),
-            "requested": size,
-            "complete": sent == size,
+        published = time.monotonic()
+        s.wait_caught_up(timeout=self.wait_limit)
+        self.publishing += published - start
+        self.loading += time.monotonic() - start
+
+    def summary(self, requested: int) -> dict[str, Any]:
+        loaded = self.loading
+        return {
+            "memories": self.sent,
+            "load_seconds": round(loaded, 1),
+            "publish_seconds": round(self.publishing, 1),
+            # the part of publishing spent waiting for the consumers: the load is bounded
+            # by the pipeline, not by the client, when this is most of publish_seconds
+            "throttled_seconds": round(self.throttled, 1),
+            "rate": round(self.sent / loaded, 2) if loaded else 0.0,
+            "requested": requested,
+            "complete": self.sent == requested,
             "load_average": load_average(),
         }
-        progress("distributed", f"context {mode}: {sent:,} memories loaded in {t2 - t0:.0f}s")
-        results.add(
-            f"distributed.context.load_rate.{mode}",
-            "events/s",
-            loaded[mode]["rate"],
-            {
-                "mode": mode,
-                **loaded[mode],
-                "batch": CORPUS_BATCH,
-                "client_threads": PUBLISH_THREADS,
-            },
-        )
+
+
+def _context(
+    results: Results,
+    servers: dict[str, Server],
+    opts: Options,
+    texts: Texts,
+    deployment: DistributedDeployment | None = None,
+) -> None:
+    tenant = "bench-context"
+    streams = 100
+    wanted = opts.context_sizes()
+    servers = {m: s for m, s in servers.items() if wanted[m] > 0}
+    loaders = {m: _CorpusLoader(s, m, opts, texts, tenant, streams) for m, s in servers.items()}
+    steps = sorted({n for n in opts.context_steps if 0 < n < max(wanted.values(), default=0)})
+    source = opts.context_baseline
+    baseline = (
+        baseline_gateway(deployment, source)
+        if source is not None and deployment is not None and "distributed" in servers
+        else nullcontext(None)
+    )
+    with baseline as other:
+        if other is not None:
+            progress("distributed", f"baseline gateway on {other.url} ({source})")
+        # the sizes measured on the way (each mode up to its own size), then the full size
+        for step in [*steps, None]:
+            if step is not None and any(loader.out_of_time() for loader in loaders.values()):
+                continue  # loading time is up: straight to the measurement at the size reached
+            loaded: dict[str, dict[str, Any]] = {}
+            for mode, loader in loaders.items():
+                target = wanted[mode] if step is None else min(step, wanted[mode])
+                loader.load(target)
+                loaded[mode] = loader.summary(target)
+                progress(
+                    "distributed",
+                    f"context {mode}: {loader.sent:,} memories loaded in "
+                    f"{loaded[mode]['load_seconds']:.0f}s",
+                )
+                if step is None:
+                    results.add(
+                        f"distributed.context.load_rate.{mode}",
+                        "events/s",
+                        loaded[mode]["rate"],
+                        {
+                            "mode": mode,
+                            **loaded[mode],
+                            "batch": CORPUS_BATCH,
+                            "client_threads": PUBLISH_THREADS,
+                        },
+                    )
+            asked = dict(servers)
+            sizes = dict(wanted) if step is None else {m: min(step, wanted[m]) for m in wanted}
+            if other is not None:
+                other.keys.update(servers["distributed"].keys)  # the same tenant and keys
+                asked[other.mode] = other
+                loaded[other.mode] = {
+                    **loaded["distributed"],
+                    "source": str(source),
+                    "commit": _source_commit(source) if source is not None else None,
+                }
+                sizes[other.mode] = sizes["distributed"]
+            prefix = "distributed.context" if step is None else f"distributed.context.at_{step}"
+            _context_requests(results, asked, opts, streams, tenant, loaded, sizes, prefix)
+
+
+def _context_requests(
+    results: Results,
+    servers: dict[str, Server],
+    opts: Options,
+    streams: int,
+    tenant: str,
+    loaded: dict[str, dict[str, Any]],
+    wanted: dict[str, int],
+    prefix: str = "distributed.context",
+) -> None:
+    """The same requests to every server, the order of the servers rotating with each
+    request; the first 20 warm up."""
     queries = query_texts(opts.context_queries + 20)
     modes = list(servers)
     samples: dict[str, list[float]] = {m: [] for m in modes}
     sizes: dict[str, list[int]] = {m: [] for m in modes}
     for i, q in enumerate(queries):
         body = {"query": q, "subjects": [f"user:C{i % streams:04d}"], "budget": 1_000}
-        for mode in modes[i % 2 :] + modes[: i % 2]:
+        turn = i % len(modes)
+        for mode in modes[turn:] + modes[:turn]:
             t0 = time.perf_counter()
             answer = servers[mode].http.post(
                 "/v1/context", json=body, headers=servers[mode].headers(tenant)
@@ -1091,7 +1250,7 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
                 sizes[mode].append(len(answer.json().get("context", "")))
     for mode in modes:
         summary = results.add_latencies(
-            f"distributed.context.latency.{mode}",
+            f"{prefix}.latency.{mode}",
             samples[mode],
             {
                 "mode": mode,
@@ -1103,13 +1262,33 @@ def _context(results: Results, servers: dict[str, Server], opts: Options, texts:
                 "call": "POST /v1/context, one subject, HTTP round trip on loopback",
                 "context_chars_p50": percentile(sorted(sizes[mode]), 50),
                 "load_average": load_average(),
+                **(
+                    {"source": loaded[mode]["source"], "commit": loaded[mode]["commit"]}
+                    if "source" in loaded[mode]
+                    else {}
+                ),
             },
+            CONTEXT_AIM
+            if mode == "distributed"
+            and loaded[mode]["memories"] >= CONTEXT_AIM_SIZE
+            and prefix == "distributed.context"
+            else None,
         )
         progress(
             "distributed",
             f"context {mode} at {loaded[mode]['memories']:,}: p50 {summary['p50']:.0f} ms, "
             f"p99 {summary['p99']:.0f} ms",
         )
+    if samples.get("distributed-baseline"):
+        new, old = samples["distributed"], samples["distributed-baseline"]
+        for stat, q in (("p50", 50), ("p99", 99)):
+            before = percentile(sorted(old), q)
+            results.add(
+                f"{prefix}.latency.ratio_to_baseline.{stat}",
+                "x",
+                round(percentile(sorted(new), q) / before, 3) if before else 0.0,
+                {"this": "distributed", "baseline": "distributed-baseline", "requests": len(new)},
+            )
 
 
 def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]) -> bool:
@@ -1161,7 +1340,7 @@ def run_distributed(results: Results, opts: Options, tmp: Path, notes: list[str]
             if "outage" in opts.parts:
                 _outage(results, dist, deployment, opts, texts, rates["distributed"] / 2)
             if "context" in opts.parts:
-                _context(results, servers, opts, texts)
+                _context(results, servers, opts, texts, deployment)
     if "ingest" in opts.parts:
         for embedder in opts.also_embedders:
             # the ingest part once more with another embedder, on servers of its own
@@ -1211,10 +1390,29 @@ def summary(results: Results, opts: Options) -> str:
             row(f"freshness {stat}, {mode}", f"distributed.freshness.{mode}.{stat}")
     row("outage: peak lag", "distributed.outage.peak_lag")
     row("outage: recovery after the restart", "distributed.outage.recovery")
-    for mode in MODES:
+    for mode in (*MODES, "distributed-baseline"):
         m = found.get(f"distributed.context.latency.{mode}.p50")
         size = f" at {m.params['size']:,}" if m is not None else ""
         row(f"context load rate, {mode}", f"distributed.context.load_rate.{mode}")
         for stat in ("p50", "p99"):
             row(f"context {stat}, {mode}{size}", f"distributed.context.latency.{mode}.{stat}")
+    for stat in ("p50", "p99"):
+        row(
+            f"context {stat}, distributed / baseline",
+            f"distributed.context.latency.ratio_to_baseline.{stat}",
+        )
+    steps = sorted(
+        {
+            int(m.name.split(".")[2].removeprefix("at_"))
+            for m in results.measurements
+            if m.name.startswith("distributed.context.at_")
+        }
+    )
+    for step in steps:
+        for mode in (*MODES, "distributed-baseline"):
+            for stat in ("p50", "p99"):
+                row(
+                    f"context {stat}, {mode} at {step:,}",
+                    f"distributed.context.at_{step}.latency.{mode}.{stat}",
+                )
     return "\n".join(lines)

@@ -144,6 +144,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "unless another part needs it)",
     )
     dist.add_argument(
+        "--context-baseline",
+        type=Path,
+        metavar="CHECKOUT",
+        help="another checkout (e.g. a worktree of main) whose gateway also answers the "
+        "context part, on the same deployment and corpus, the requests alternating: two "
+        "versions of the read path side by side in one run",
+    )
+    dist.add_argument(
+        "--context-steps",
+        default="",
+        help="comma-separated corpus sizes below --context-size at which the context "
+        "requests run too, on the way (e.g. 20000,50000): latency against size in one run",
+    )
+    dist.add_argument(
         "--context-load-limit",
         type=float,
         help="seconds of loading per mode before measuring at the size reached (2400; "
@@ -203,6 +217,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.context_queries = args.context_queries or (100 if q else 300)
     args.context_load_limit = args.context_load_limit or (600.0 if q else 2_400.0)
     args.dist_parts = [p.strip() for p in args.dist_parts.split(",") if p.strip()]
+    if not all(n.strip().isdigit() for n in args.context_steps.split(",") if n.strip()):
+        ap.error("--context-steps takes whole numbers, e.g. 20000,50000")
     if args.context_embedded_size is not None and args.context_embedded_size < 0:
         ap.error("--context-embedded-size takes 0 (no embedded side) or more memories")
     for name in args.dist_also_embedders.split(","):
@@ -265,6 +281,8 @@ def _run_distributed(args: argparse.Namespace, tmp: Path, load_start: list[float
         context_queries=args.context_queries,
         context_load_limit=args.context_load_limit,
         context_embedded_size=args.context_embedded_size,
+        context_baseline=args.context_baseline,
+        context_steps=tuple(int(n) for n in args.context_steps.split(",") if n.strip()),
         embedder=args.dist_embedder,
         partitions=args.partitions,
         parts=args.dist_parts,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from bench.common import Results, latency_summary, percentile, ratio_summary
-from bench.distributed import Options, pace, recovery, subject_batches
+from bench.distributed import Options, pace, recovery, subject_batches, summary
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -137,3 +137,18 @@ def test_a_context_part_without_embedded_side_starts_no_embedded_server() -> Non
     assert smaller.needs_embedded()
     # the ingest and freshness parts compare the modes: the embedded server is still needed
     assert _options(["ingest", "context"], 0).needs_embedded()
+
+
+def test_the_summary_shows_the_sizes_on_the_way_and_the_baseline_side_by_side() -> None:
+    results = Results()
+    for prefix, ms in (("distributed.context.at_20000", 0.05), ("distributed.context", 0.1)):
+        results.add_latencies(f"{prefix}.latency.distributed", [ms] * 10, {"size": 1})
+        results.add_latencies(f"{prefix}.latency.distributed-baseline", [2 * ms] * 10, {"size": 1})
+        results.add(f"{prefix}.latency.ratio_to_baseline.p99", "x", 0.5)
+    text = summary(results, _options(["context"], 0))
+    lines = {ln.split("  ")[1].strip(): ln for ln in text.splitlines() if ln.startswith("  ")}
+    assert "100.00 ms" in lines["context p99, distributed at 1"]
+    assert "200.00 ms" in lines["context p99, distributed-baseline at 1"]
+    assert "0.50 x" in lines["context p99, distributed / baseline"]
+    assert "50.00 ms" in lines["context p99, distributed at 20,000"]
+    assert "100.00 ms" in lines["context p99, distributed-baseline at 20,000"]

@@ -655,7 +655,7 @@ def test_the_service_orders_candidates_the_same_whatever_order_they_arrive_in(
     orders: set[tuple[str, ...]] = set()
 
     def shuffled(
-        tenant: str, subjects: Sequence[str], spec: SectionSpec, *_: object
+        reads: object, tenant: str, subjects: Sequence[str], spec: SectionSpec, *_: object
     ) -> list[Candidate]:
         if spec.name != "facts":
             return []

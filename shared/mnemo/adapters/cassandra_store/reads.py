@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from mnemo.adapters.cassandra_store.common import _AUDIT_CHUNK, _HOUR_US
+from mnemo.adapters.cassandra_store.common import _AUDIT_CHUNK, _HOUR_US, _IN_CHUNK
 from mnemo.adapters.cassandra_store.connection import _Connection
 from mnemo.adapters.cassandra_store.rows import (
     _audit,
     _chunks,
     _context_record,
-    _matches,
+    _matcher,
     _us,
     _Usage,
 )
@@ -29,6 +29,9 @@ from mnemo.domain.projection import (
 )
 from mnemo.domain.toolchain import ToolchainState
 from mnemo.ports import MemoryQuery
+
+# chunks of ids whose filter columns a tag or key lookup reads at once
+_FILTER_WAVE = 8
 
 
 class _Reads(_Connection):
@@ -53,16 +56,25 @@ class _Reads(_Connection):
     def _filtered(
         self, tenant: str, ids: Sequence[str], query: MemoryQuery, limit: int
     ) -> list[str]:
-        """The ids (kept in the given order) whose memories pass the query, up to limit."""
+        """The ids (kept in the given order) whose memories pass the query, up to limit.
+        The filter columns are read a wave of chunks at a time, side by side: as many
+        chunks as the limit could fill (at most _FILTER_WAVE), then more if it did not."""
+        matches = _matcher(query)
+        ks = self._keyspace(tenant)
+        chunks = list(_chunks(ids))
+        wave = min(_FILTER_WAVE, max(1, -(-limit // _IN_CHUNK)))
         out: list[str] = []
-        for chunk in _chunks(ids):
-            rows = {str(r[0]): r for r in self._rows(tenant, "mem_filters", [tenant, chunk])}
-            for memory_id in chunk:
-                row = rows.get(memory_id)
-                if row is not None and _matches(query, row):
-                    out.append(memory_id)
-                    if len(out) >= limit:
-                        return out
+        for start in range(0, len(chunks), wave):
+            part = chunks[start : start + wave]
+            results = self._concurrently([(ks, "mem_filters", [tenant, c]) for c in part])
+            for chunk, found in zip(part, results, strict=True):
+                rows = {str(r[0]): r for r in found}
+                for memory_id in chunk:
+                    row = rows.get(memory_id)
+                    if row is not None and matches(row):
+                        out.append(memory_id)
+                        if len(out) >= limit:
+                            return out
         return out
 
     def all_memories(self, tenant: str) -> list[Memory]:
@@ -100,9 +112,13 @@ class _Reads(_Connection):
             else:
                 name, params = "mem_scan", [tenant, after]
             matched = []
-            page = min(max(query.limit * 2, 100), 5_000)
+            matches = _matcher(query)
+            # a listing filtered on what the table cannot select (type, scope) may page
+            # through most of the partition to find its few rows: large pages, fewer trips
+            narrowed = bool(query.types or query.scopes)
+            page = min(max(query.limit * (10 if narrowed else 2), 100), 5_000)
             for row in self._iterate(ks, name, params, page):
-                if _matches(query, row):
+                if matches(row):
                     matched.append(str(row[0]))
                     if len(matched) >= query.limit:
                         break

@@ -141,22 +141,37 @@ def _audit(tenant: str, stream: str, row: Row) -> AuditRecord:
 def _matches(query: MemoryQuery, row: Row) -> bool:
     """Whether a row of filter columns (_FILTER_COLS) passes the query's filters (a query
     whose key and tags were blinded like the rows', see `_blinded`)."""
-    _, stream, mtype, scope, mkey, status, valid_until, verify_due, tags = row
-    if query.stream is not None and stream != query.stream:
-        return False
-    if query.types and mtype not in {t.value for t in query.types}:
-        return False
-    if query.scopes and scope not in {s.value for s in query.scopes}:
-        return False
-    if query.key is not None and mkey != query.key:
-        return False
-    if query.statuses and status not in {s.value for s in query.statuses}:
-        return False
-    if query.live_at is not None and valid_until is not None and valid_until <= _us(query.live_at):
-        return False
-    if query.verification_due and verify_due is None:
-        return False
-    return not (query.tags and not set(query.tags) & set(tags or ()))
+    return _matcher(query)(row)
+
+
+def _matcher(query: MemoryQuery) -> Callable[[Row], bool]:
+    """`_matches` for one query, its filter values worked out once for all the rows a
+    listing pages through."""
+    types = {t.value for t in query.types}
+    scopes = {s.value for s in query.scopes}
+    statuses = {s.value for s in query.statuses}
+    live_us = _us(query.live_at) if query.live_at is not None else None
+    tags = set(query.tags)
+
+    def matches(row: Row) -> bool:
+        _, stream, mtype, scope, mkey, status, valid_until, verify_due, row_tags = row
+        if query.stream is not None and stream != query.stream:
+            return False
+        if types and mtype not in types:
+            return False
+        if scopes and scope not in scopes:
+            return False
+        if query.key is not None and mkey != query.key:
+            return False
+        if statuses and status not in statuses:
+            return False
+        if live_us is not None and valid_until is not None and valid_until <= live_us:
+            return False
+        if query.verification_due and verify_due is None:
+            return False
+        return not (tags and not tags.intersection(row_tags or ()))
+
+    return matches
 
 
 def _plain(value: Any) -> Any:
