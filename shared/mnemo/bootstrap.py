@@ -871,7 +871,11 @@ def build_distributed(
     source = make_document_source(
         settings,
         sealer,
-        CassandraBlobStore(store.session, store.home, settings.document_max_bytes),
+        CassandraBlobStore(
+            store.session,
+            settings.document_blob_keyspace or store.home,
+            settings.document_max_bytes,
+        ),
     )
     runner = make_runner(
         settings,
