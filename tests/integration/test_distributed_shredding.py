@@ -107,12 +107,16 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
     included) once flushed and compacted: the user's words in every free-text field
     (tests.shred_support.word_events: content, key, tags, provenance, the actor,
     correlation and causation ids, the trace state, a guard's rule id and pattern, a
-    language, time zones, reasons and request ids)."""
+    language, time zones, reasons and request ids), and a party's name in an ingested
+    document (the entity tables keep it as a keyed hash)."""
     qdrant, qdrant_storage = _qdrant_setup()
     settings, kafka_data, cassandra_data = _shredding_setup(tmp_path, **qdrant)
     m = plant_markers()
     alice, bob = Words.fresh(), Words.fresh()
     control = f"ctrl{uuid.uuid4().hex}"  # a team stream's name, and its memory's content
+    party = f"Shred{uuid.uuid4().hex[:12]}"  # a party's name in alice's document
+    parties = [party, party.lower()]  # as written, and as the entity's normalised value
+    asked = {"where": [{"field": "party_a", "op": "eq", "value": party}]}
     with running_distributed(settings) as platform, _collections_dropped(platform):
         session = platform.store.session  # type: ignore[attr-defined]
         ks = settings.cassandra_keyspace
@@ -151,6 +155,12 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
                 ),
             ],
         )
+        # a document of alice's: its party's name is her word, which the entity tables keep
+        # only as a keyed hash (the blob, the event and the section are sealed)
+        documents = app.documents
+        assert documents is not None
+        contract = f"Party A: {party} Ltd.\n\nClause 8.2 A penalty of 6% applies.\n"
+        documents.ingest(CTX, "user:alice", "deal.txt", contract.encode())
         declared_ids: dict[str, str] = {}
         for user, w in (("user:alice", alice), ("user:bob", bob)):
             as_user = RequestContext("acme", w.principal)
@@ -174,6 +184,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
             (alice.key, alice.value),
         }
         assert any(m.id_number in x.content and m.email in x.content for x in memories)
+        assert documents.query(CTX, asked)["total"] == 1
 
         segments = sorted(kafka_data.glob(f"{settings.kafka_topic}*"))
         assert segments, "no Kafka segment for the topic"
@@ -182,6 +193,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         assert scan(m.all(), [*segments, cassandra_data, tmp_path / "data"]) == []
         # no user's words at all reach the log: Kafka's segments hold none of them
         assert scan(alice.all() + bob.all(), segments) == []
+        assert scan(parties, [*segments, cassandra_data]) == []
         collections = sorted(
             (qdrant_storage / "collections").glob(f"{qdrant['qdrant_collection']}_*")
         )
@@ -198,6 +210,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         app.publish(CTX, [event("ForgetRequested", "user:alice", {"reason": "asked"})])
         Pump(platform).drain()
         assert app.list_memories(CTX, "user:alice") == []
+        assert documents.query(CTX, asked)["total"] == 0
         for before in memories:
             after = app.get(CTX, before.memory_id)
             assert after.status.value == "forgotten"
@@ -231,7 +244,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         # the lookup tables keyed by a memory's key, tags or content hash (memory_keys,
         # memory_tags, memory_hashes, whose tombstones live until gc_grace_seconds, and
         # memory_key_heads, never deleted) hold keyed hashes, not the words
-        assert scan(alice.all(), tables) == []
+        assert scan(alice.all() + parties, tables) == []
         assert scan([bob.content], _table_dirs(cassandra_data, ks, ("memories",))) != []
 
 
