@@ -32,8 +32,9 @@ Schema (schemas/cql/, applied by `migrate`)
     those columns, which lookups no longer find: rebuild their read models once
     (`mnemo admin rebuild`).
     The documents' entity read model (tables `documents`, `documents_by_stream`,
-    `document_entities`, `entities_by_key`, `entities_by_field`) is `documents.py`'s: a
-    filter reads one partition per field, text values are keyed hashes there too.
+    `document_entities`, `document_sections`, `entities_by_key`, `entities_by_field`) is
+    `documents.py`'s: a filter reads one partition per field, and text values are keyed
+    hashes there too.
     Trade-off: a tenant's `memories` (and `context_records`) partition grows with the
     tenant. That is fine up to a few hundred thousand memories per tenant; beyond that, cut
     the partition by the month encoded in the (UUIDv7) memory id.

@@ -21,7 +21,9 @@ amounts, day numbers and currencies are kept as they are: a range needs them sor
 
 The transaction (`transaction.py`) keeps an overlay of documents (record and entity rows,
 text keys hashed) and diffs it against the stored rows at commit; `document_entities`
-lists a document's rows so that a re-ingest, a forget and a purge delete every index row.
+lists a document's rows so that a re-ingest, a forget and a purge delete every index row,
+and `document_sections` the documents of a section's rows, so that forgetting one memory
+reads only those.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def document_rows(ks: str, document: Stored | None) -> RowSet:
         },
         (ks, "documents_by_stream"): {(t, record.stream, d): ()},
         (ks, "document_entities"): {},
+        (ks, "document_sections"): {},
         (ks, "entities_by_key"): {},
         (ks, "entities_by_field"): {},
     }
@@ -95,6 +98,7 @@ def document_rows(ks: str, document: Stored | None) -> RowSet:
             e.high,
             *span,
         )
+        rows[(ks, "document_sections")][(t, e.memory_id, d)] = ()
         if e.kind == "text":
             rows[(ks, "entities_by_key")][(t, e.field, e.key, *place)] = (
                 e.stream,
@@ -155,6 +159,9 @@ class _Documents(_Connection, DocumentReads):
 
     def _stream_document_ids(self, tenant: str, stream: str) -> list[str]:
         return [str(r[0]) for r in self._rows(tenant, "doc_ids_of_stream", [tenant, stream])]
+
+    def _section_document_ids(self, tenant: str, memory_id: str) -> list[str]:
+        return [str(r[0]) for r in self._rows(tenant, "doc_ids_of_section", [tenant, memory_id])]
 
     def stream_documents(self, tenant: str, stream: str) -> list[DocumentRecord]:
         return self._documents(tenant, self._stream_document_ids(tenant, stream))
@@ -265,6 +272,7 @@ class _Documents(_Connection, DocumentReads):
             partitions.add(("documents_by_stream", (tenant, stream)))
             partitions.add(("document_entities", (tenant, document_id)))
             for row in self._iterate(ks, "doc_entities", [tenant, document_id], 5_000):
+                partitions.add(("document_sections", (tenant, row[3])))
                 field, kind, ekey = row[4], row[5], row[6]
                 if kind == "text":
                     partitions.add(("entities_by_key", (tenant, field, ekey)))

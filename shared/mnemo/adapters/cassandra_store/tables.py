@@ -88,6 +88,7 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "document_level",
         ),
     ),
+    "document_sections": (("tenant", "memory_id", "document_id"), ()),
     "entities_by_key": (
         ("tenant", "field", "ekey", "document_id", "section", "ordinal"),
         ("stream", "memory_id", "kind", "low", "high", "span_start", "span_end", "document_level"),
@@ -146,6 +147,7 @@ _PURGED: dict[str, int] = {
     "documents": 1,
     "documents_by_stream": 2,
     "document_entities": 2,
+    "document_sections": 2,
     "entities_by_key": 3,
     "entities_by_field": 3,
 }
@@ -251,6 +253,8 @@ _QUERIES: dict[str, str] = {
     "language, ingested_at FROM {ks}.documents WHERE tenant = ? AND document_id IN ?",
     "doc_ids_of_stream": "SELECT document_id FROM {ks}.documents_by_stream "
     "WHERE tenant = ? AND stream = ?",
+    "doc_ids_of_section": "SELECT document_id FROM {ks}.document_sections "
+    "WHERE tenant = ? AND memory_id = ?",
     "doc_entities": "SELECT section, ordinal, stream, memory_id, field, kind, ekey, low, high, "
     "span_start, span_end, document_level FROM {ks}.document_entities "
     "WHERE tenant = ? AND document_id = ?",

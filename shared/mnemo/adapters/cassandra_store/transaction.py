@@ -357,7 +357,12 @@ class _Tx(StoreTransaction):
         tenant, stream = write.tenant, write.stream
         ids: set[str] = set()
         if tenant not in self.purged:
-            ids.update(self._store._stream_document_ids(tenant, stream))
+            store = self._store
+            ids.update(
+                store._stream_document_ids(tenant, stream)
+                if write.memory_id is None
+                else store._section_document_ids(tenant, write.memory_id)
+            )
         ids.update(d for (t, d), doc in self.documents.items() if t == tenant and doc is not None)
         for document_id in sorted(ids):
             current = self._document(tenant, document_id)
