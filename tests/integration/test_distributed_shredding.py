@@ -38,7 +38,11 @@ READ_MODELS = (
     "memories", "memories_by_stream", "memory_keys", "memory_hashes", "memory_tags",
     "outcomes", "outcome_events", "timers", "timers_by_due", "context_records",
     "memory_usage", "decay_weights", "timeline",
+    "documents", "documents_by_stream", "document_entities", "document_sections",
+    "entities_by_key", "entities_by_field",
 )  # fmt: skip
+# the documents' entity read model (a document's id is in each of its rows, in clear)
+DOCUMENT_TABLES = READ_MODELS[-6:]
 
 
 # the tables whose rows carry what a memory says (their SSTables are scanned after compaction)
@@ -289,7 +293,9 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     compaction, while the other tenant's value stays. It does not prove that the tombstones
     are gone: until gc_grace_seconds (3 hours, migration 0005) they still name the deleted
     partitions (the tenant, its streams, and keyed hashes of keys and tags), and the event
-    archive keeps the events themselves, sealed under destroyed keys.
+    archive keeps the events themselves, sealed under destroyed keys. Likewise a document's
+    id, in clear in each of its entity rows: in the entity tables' SSTables before, and
+    after in none but `document_entities`, whose partition tombstone names it.
 
     (3) A shared stream's words (a session's, in every free-text field) are sealed under
     the tenant's key: never in a Kafka segment, and after the forget in no table of the
@@ -324,6 +330,10 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
             ],
         )
         published = app.publish(OTHER, [declare("user:carol", "likes tea", kept)])
+        documents = app.documents
+        assert documents is not None
+        deal = b"Party A: Acme Ltd.\n\nClause 8.2 A penalty of 6% of CNY 500,000 applies.\n"
+        document_id = documents.ingest(CTX, "user:dana", "deal.txt", deal).document_id
         for tenant, w in (("acme", shared), ("globex", control)):
             as_agent = RequestContext(tenant, w.principal)
             said = app.publish(as_agent, word_events("session:s1", w)).accepted
@@ -346,6 +356,9 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         assert len(before) == 3
         assert any(m.card in x.content for x in before)
         assert app.list_memories(OTHER, "user:carol") != []
+        penalty = {"where": [{"field": "penalty_rate", "op": "gt", "value": "5%"}]}
+        assert documents.query(CTX, penalty)["total"] == 1
+        assert platform.store.counts()["entities"] > 0
 
         no_jmx = jmx_missing()  # locally: check the reads, skip the file checks at the end
         if no_jmx is None:
@@ -353,12 +366,15 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
             read_models = _table_dirs(cassandra_data, ks, READ_MODELS)
             assert read_models, f"no SSTable directory for the read models of {ks}"
             assert scan([gone, kept], _table_dirs(cassandra_data, ks, ("memories",))) != []
+            assert scan([document_id], _table_dirs(cassandra_data, ks, DOCUMENT_TABLES)) != []
 
         forget = event("ForgetRequested", "user:alice", {"tenant": True, "reason": "closed"})
         app.publish(CTX, [forget])
         Pump(platform).drain()
-        for stream in ("user:alice", "user:bob", "team:ops", "session:s1"):
+        for stream in ("user:alice", "user:bob", "team:ops", "session:s1", "user:dana"):
             assert app.list_memories(CTX, stream) == []
+        assert documents.query(CTX, penalty)["total"] == 0
+        assert (platform.store.counts()["documents"], platform.store.counts()["entities"]) == (0, 0)
         for memory in before:
             with pytest.raises(NotFound):
                 app.get(CTX, memory.memory_id)
@@ -388,6 +404,10 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         nodetool("compact", ks)
         read_models = _table_dirs(cassandra_data, ks, READ_MODELS)
         assert scan([gone], read_models) == []
+        # document_entities is partitioned by (tenant, document id): its partition's
+        # tombstone names the id until gc_grace_seconds; the other tables' rows are gone
+        rows_gone = tuple(t for t in DOCUMENT_TABLES if t != "document_entities")
+        assert scan([document_id], _table_dirs(cassandra_data, ks, rows_gone)) == []
         assert scan([kept], _table_dirs(cassandra_data, ks, ("memories",))) != []
         assert scan(m.all(), [*paths, tmp_path / "data"]) == []
         # no table of the keyspace (read models, tombstones, the event archive, the audit
