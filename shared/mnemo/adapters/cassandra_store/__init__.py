@@ -151,11 +151,11 @@ from mnemo.adapters.cassandra_store.operations import _Operations
 from mnemo.adapters.cassandra_store.reads import _Reads
 from mnemo.adapters.cassandra_store.rows import write_batched
 from mnemo.adapters.cassandra_store.schema import migrate
-from mnemo.ports import MemoryStore
+from mnemo.ports import DocumentReads, MemoryStore
 
 __all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
 
 
-class CassandraMemoryStore(_Commits, _Reads, _Documents, _Operations, MemoryStore):
+class CassandraMemoryStore(_Commits, _Reads, _Documents, _Operations, MemoryStore, DocumentReads):
     """The MemoryStore and DocumentReads ports over a Cassandra cluster (see the module
     docstring)."""

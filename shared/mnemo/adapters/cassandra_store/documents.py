@@ -37,7 +37,6 @@ from mnemo.adapters.cassandra_store.common import Row
 from mnemo.adapters.cassandra_store.connection import _Connection
 from mnemo.adapters.cassandra_store.rows import RowSet, _chunks
 from mnemo.domain.document_index import DocumentRecord, EntityFilter, EntityRow
-from mnemo.ports import DocumentReads
 
 _TOP = sys.float_info.max  # the open ends of a clustering range
 
@@ -141,8 +140,9 @@ def _float(value: Any) -> float | None:
     return float(value) if value is not None else None
 
 
-class _Documents(_Connection, DocumentReads):
-    """DocumentReads, and the stored rows the transaction diffs against."""
+class _Documents(_Connection):
+    """DocumentReads (the store declares the port), and the stored rows the transaction
+    diffs against."""
 
     def document(self, tenant: str, document_id: str) -> DocumentRecord | None:
         row = self._one(tenant, "doc_get", [tenant, document_id])
