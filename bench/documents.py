@@ -362,7 +362,7 @@ def run_scale(
     questions = build_questions(truth, seed)
     latencies: list[float] = []
     exact = Score()
-    totals_right = over_limit = 0
+    totals_right = over_limit = errors = 0
     limit = SCALE_QUERY_LIMIT
     probe, _ = query(server, questions[0].where, limit)
     if "limit" in probe.get("error", ""):
@@ -372,6 +372,7 @@ def run_scale(
     while len(latencies) < samples or i < len(questions):
         q = questions[i % len(questions)]
         body, dt = query(server, q.where, limit)
+        errors += "error" in body  # refusals are timed too: counted so that none passes unseen
         if i >= LATENCY_WARMUP:
             latencies.append(dt)
         if i < len(questions):
@@ -406,6 +407,7 @@ def run_scale(
         "structured_misses_by_format": misses_by_format(questions, exact),
         "totals_right": totals_right,
         "answers_over_the_page_limit": over_limit,
+        "query_errors": errors,
         "questions": len(questions),
     }
 

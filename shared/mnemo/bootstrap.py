@@ -56,7 +56,7 @@ from mnemo.service.blobs import SealedBlobs
 from mnemo.service.checkpoints import AuditCheckpointer
 from mnemo.service.context import ContextAssembler
 from mnemo.service.distributed import PartitionProgress
-from mnemo.service.documents import BlobDocuments, Documents, NoDocumentReads
+from mnemo.service.documents import BlobDocuments, Documents
 from mnemo.service.entity_rules import load_entity_rules
 from mnemo.service.history_rules import load_history_rules
 from mnemo.service.runner import CONSUMERS, EmbeddedRunner, rewind
@@ -871,7 +871,11 @@ def build_distributed(
     source = make_document_source(
         settings,
         sealer,
-        CassandraBlobStore(store.session, store.home, settings.document_max_bytes),
+        CassandraBlobStore(
+            store.session,
+            settings.document_blob_keyspace or store.home,
+            settings.document_max_bytes,
+        ),
     )
     runner = make_runner(
         settings,
@@ -911,7 +915,7 @@ def build_distributed(
         sealer=sealer,
         triggers=load_triggers(settings.triggers_file),
     )
-    app.documents = Documents(app, source, NoDocumentReads(), reads, replays)
+    app.documents = Documents(app, source, store, reads, replays)
     return Platform(
         settings,
         event_log,

@@ -376,7 +376,10 @@ class DocumentReads(abc.ABC):
     @abc.abstractmethod
     def entity_rows(self, tenant: str, wanted: EntityFilter) -> list[EntityRow]:
         """The rows one filter names, served by the store's indexes; a tenant's rows are
-        never read whole (a filter names its fields, and a key or a range when it has one)."""
+        never read whole (a filter names its fields, and a key or a range when it has one).
+        A text row found by its value carries that value; one read from a field's rows
+        (`ne`, `contains`) carries it, or None when the store keeps only a keyed hash of
+        text (the query engine then reads it from the section)."""
 
 
 class StoreOperations(abc.ABC):

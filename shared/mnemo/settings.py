@@ -241,6 +241,13 @@ class MnemoSettings(BaseSettings):
         description="distributed mode: the keyspace holding the signed audit checkpoints "
         "(unset: cassandra_keyspace). A rebuild into a fresh keyspace keeps it on the live one",
     )
+    document_blob_keyspace: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9_]{0,47}$",
+        description="distributed mode: the keyspace holding ingested documents' bytes "
+        "(unset: cassandra_keyspace). The bytes are not a read model: a rebuild into a fresh "
+        "keyspace keeps it on the live one, where the registrar reads each document again",
+    )
     pii_policy_file: Path | None = Field(
         default=None,
         description="per-tenant PII policy (YAML: default and tenants, each with actions "

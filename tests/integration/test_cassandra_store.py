@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from tests.support import BLINDER, missing
 
+from mnemo.domain.document_index import DocumentRecord, EntityFilter, entity_rows
+from mnemo.domain.documents import Entity
 from mnemo.domain.errors import ConflictError, FencedOff, InvalidInput, Unavailable
 from mnemo.domain.ids import derived_id
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
@@ -27,6 +29,7 @@ from mnemo.domain.projection import (
     DropTimer,
     Outcome,
     OutcomeKind,
+    PutDocument,
     PutMemory,
     PutOutcome,
     PutTimer,
@@ -691,6 +694,36 @@ def test_lookup_columns_hold_keyed_hashes_never_a_key_or_a_tag(
         assert not [row for row in seen if clear in row], clear
     # the hashes are keyed: another tenant's key makes others
     assert store._blind("acme", "key", "shoe size") != store._blind("globex", "key", "shoe size")
+
+
+def test_entity_tables_hold_text_values_as_keyed_hashes(store: CassandraMemoryStore) -> None:
+    """A document's text entities (a party's name, a contract number) reach the entity
+    tables only as keyed hashes; a lookup by value still finds them and returns the value,
+    and numbers stay in clear for ranges."""
+    record = DocumentRecord(
+        "acme", "d1", "user:U1", "e1", "sha", "text/plain", 1, 1, "en", "2026-11-30T00:00:00"
+    )
+    found = (
+        Entity("party_a", "text", "zebracorp", "Zebracorp Ltd.", 0, 14),
+        Entity("contract_no", "text", "HT-77-QUOKKA", "HT-77-QUOKKA", 20, 32),
+        Entity("penalty_rate", "percent", 0.07, "7%", 40, 42),
+    )
+    rows = entity_rows("acme", "d1", "user:U1", "m1", 0, found)
+    with store.transaction() as tx:
+        tx.apply([PutDocument(record, tuple(rows))])
+    party = EntityFilter(("party_a",), ("zebracorp",), kind="text")
+    assert [r.key for r in store.entity_rows("acme", party)] == ["zebracorp"]
+    rate = EntityFilter(("penalty_rate",), None, 0.06, kind="percent")
+    assert [r.low for r in store.entity_rows("acme", rate)] == [0.07]
+    seen = [
+        repr(row)
+        for table in ("entities_by_key", "entities_by_field", "document_entities", "documents")
+        for row in store._session.execute(f"SELECT * FROM {store.home}.{table}")
+    ]
+    assert len(seen) == 2 + 3 + 3 + 1
+    for clear in ("zebracorp", "QUOKKA", "quokka"):
+        assert not [row for row in seen if clear in row], clear
+    assert [row for row in seen if "0.07" in row]  # the number, for ranges
 
 
 def test_a_store_without_a_blinder_refuses_memories(store: CassandraMemoryStore) -> None:

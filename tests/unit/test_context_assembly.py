@@ -621,14 +621,30 @@ def test_a_query_section_shows_each_hits_place_and_is_offered_no_constraints() -
 def test_a_query_section_is_unavailable_where_documents_are_not_served(
     platform: Platform,
 ) -> None:
-    from mnemo.service.documents import NoDocumentReads
+    from mnemo.domain.errors import Unavailable
+    from mnemo.ports import DocumentReads
+
+    class Unserved(DocumentReads):
+        """A store that cannot serve the entity read model now."""
+
+        def _none(self) -> Unavailable:
+            return Unavailable("not served", code="DOCUMENT_QUERY_UNAVAILABLE")
+
+        def document(self, tenant: str, document_id: str) -> Any:
+            raise self._none()
+
+        def stream_documents(self, tenant: str, stream: str) -> Any:
+            raise self._none()
+
+        def entity_rows(self, tenant: str, wanted: Any) -> Any:
+            raise self._none()
 
     ctx = RequestContext("acme", "agent")
     platform.app.register_template(ctx, with_clauses())
     platform.runner.drain()
     documents = platform.app.documents
     assert documents is not None
-    documents.reads = NoDocumentReads()  # the distributed store before its entity model
+    documents.reads = Unserved()
     with pytest.raises(MnemoError) as refused:
         platform.app.context(ctx, ContextRequest(subjects=("user:U1",), template="contracts"))
     assert refused.value.code == "DOCUMENT_QUERY_UNAVAILABLE"

@@ -17,8 +17,9 @@ from mnemo.domain.document_index import (
     parse_query,
     row_filter,
     row_matches,
+    text_value,
 )
-from mnemo.domain.documents import Entity, Section
+from mnemo.domain.documents import Entity, Section, extract_entities
 from mnemo.domain.errors import InvalidInput
 from mnemo.service.entity_rules import load_entity_rules
 
@@ -93,6 +94,38 @@ def test_a_filter_serves_every_row_the_exact_check_keeps(
     assert row_matches(c, r) is matches
     if matches:
         assert _served(condition, r)
+
+
+def test_a_filter_names_the_kind_of_its_field() -> None:
+    """A store that keeps texts and currencies apart (Cassandra) tells `keys` by it."""
+    kinds = {
+        "party_a": ("eq", "acme"),
+        "amount": ("ne", {"amount": 1, "currency": "CNY"}),
+        "penalty_rate": ("gt", "5%"),
+        "signed_at": ("within", "2023"),
+    }
+    for field, (op, value) in kinds.items():
+        (c,) = parse_query(
+            {"where": [{"field": field, "op": op, "value": value}]}, RULES
+        ).conditions
+        assert row_filter(c).kind == c.kind
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("合同编号：ＨＴ-2023-0917\n甲方：ＸＸ科技有限公司\n联系人：张三\n第八条 违约金", "zh"),
+        ("Contract No. c-2023-117\nParty A: Acme  Trading Co., Ltd.\nContact: John Smith", "en"),
+    ],
+)
+def test_a_text_value_is_read_again_from_its_span(text: str, language: str) -> None:
+    """What a store that keeps only keyed hashes of text returns for `ne`/`contains`: the
+    query engine reads the value from the section at the entity's offsets, the same value
+    extraction gave."""
+    found = [e for e in extract_entities(text, language=language, rules=RULES) if e.kind == "text"]
+    assert {e.field for e in found} >= {"contract_no", "party_a", "person"}
+    for e in found:
+        assert text_value(RULES, e.field, text[e.start : e.end]) == e.value
 
 
 def test_party_reads_both_parties() -> None:

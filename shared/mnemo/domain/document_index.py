@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
 from mnemo.domain.documents import (
     DOCUMENT_FIELDS,
+    NORMALISERS,
     Condition,
     Entity,
     EntityRules,
     EntityValue,
     Section,
     compare,
+    fold_width,
     parse_condition,
 )
 from mnemo.domain.errors import InvalidInput
@@ -44,6 +46,7 @@ __all__ = [
     "parse_query",
     "row_filter",
     "row_matches",
+    "text_value",
 ]
 
 MAX_CONDITIONS = 16
@@ -80,7 +83,9 @@ class EntityRow:
     ordinal: int  # the entity's position among its section's entities
     field: str
     kind: str
-    key: str | None  # text: the normalised value; money: the currency
+    key: str | None  # text: the normalised value (None when a store that keeps only keyed
+    # hashes of text read the row from a field's partition: the query engine then reads it
+    # from the section's text, `text_value`); money: the currency
     low: float | None  # the number, amount, day number, or a period's first day
     high: float | None  # a period's last day (the same as low otherwise)
     start: int  # the span's offsets in the section's text
@@ -159,6 +164,14 @@ def entity_rows(
             )
         )
     return rows
+
+
+def text_value(rules: EntityRules, field: str, span: str) -> str | None:
+    """A text entity's value read again from its span in the section's text, normalised as
+    the field's rules normalise it (as `extract_entities` did, over the width-folded text)."""
+    function = NORMALISERS.get(rules.normaliser_of(field), NORMALISERS["text"])[1]
+    value = function(fold_width(span))
+    return value if isinstance(value, str) and value else None
 
 
 # ---- where a section lies ------------------------------------------------------------
@@ -249,7 +262,9 @@ def parse_query(body: Any, rules: EntityRules) -> StructuredQuery:
 class EntityFilter:
     """What a store is asked for one condition: rows of these fields (within these
     streams, all of the tenant's when empty), with one of `keys` (any when None) and a
-    `low` within [low_min, low_max] (any when None), and `high` at most `high_max`."""
+    `low` within [low_min, low_max] (any when None), and `high` at most `high_max`.
+    `kind` is the fields' kind: a store that keeps text values and currencies apart tells
+    by it what `keys` are."""
 
     fields: tuple[str, ...]
     keys: tuple[str, ...] | None = None
@@ -257,6 +272,7 @@ class EntityFilter:
     low_max: float | None = None
     high_max: float | None = None
     streams: tuple[str, ...] = ()
+    kind: str = "text"
 
 
 _SLACK = 1e-6  # the store's bounds are loose by this much; `row_matches` is exact
@@ -268,6 +284,10 @@ def _loose(value: float) -> float:
 
 def row_filter(condition: Condition, streams: tuple[str, ...] = ()) -> EntityFilter:
     """The store filter serving a condition (coarse at the edges, never narrower)."""
+    return replace(_row_filter(condition, streams), kind=condition.kind)
+
+
+def _row_filter(condition: Condition, streams: tuple[str, ...]) -> EntityFilter:
     c = condition
     fields = ("party_a", "party_b") if c.field == "party" else (c.field,)
     if c.kind == "text":

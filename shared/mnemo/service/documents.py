@@ -15,13 +15,13 @@ from typing import Any
 
 from mnemo.domain.document_index import (
     DocumentRecord,
-    EntityFilter,
     EntityRow,
     decode,
     parse_location,
     parse_query,
     row_filter,
     row_matches,
+    text_value,
 )
 from mnemo.domain.documents import (
     Condition,
@@ -32,7 +32,7 @@ from mnemo.domain.documents import (
     ParsedDocument,
     extract_entities,
 )
-from mnemo.domain.errors import InvalidInput, NotFound, Unavailable
+from mnemo.domain.errors import InvalidInput, NotFound
 from mnemo.domain.events import DocumentIngested, Envelope
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import MemoryStatus, MemoryType
@@ -41,7 +41,7 @@ from mnemo.ports import DocumentReads, EventLog, MemoryReads, VectorFilter
 from mnemo.service.app import Mnemo, RequestContext, Wait
 from mnemo.service.blobs import SealedBlobs, digest_of
 
-__all__ = ["BlobDocuments", "Documents", "NoDocumentReads", "Parser", "document_id_of"]
+__all__ = ["BlobDocuments", "Documents", "Parser", "document_id_of"]
 
 # bytes, filename, declared media type (None: detect), limits -> the parsed document
 Parser = Callable[[bytes, str, str | None, DocumentLimits], ParsedDocument]
@@ -93,26 +93,6 @@ class BlobDocuments:
         return (
             store.delete_tenant(tenant) if stream is None else store.delete_stream(tenant, stream)
         )
-
-
-class NoDocumentReads(DocumentReads):
-    """The entity read model of a store that has none yet (Cassandra): every read answers
-    503 DOCUMENT_QUERY_UNAVAILABLE, so a query never answers from missing rows."""
-
-    def _none(self) -> Unavailable:
-        return Unavailable(
-            "structured queries over documents are not served by this store yet",
-            code="DOCUMENT_QUERY_UNAVAILABLE",
-        )
-
-    def document(self, tenant: str, document_id: str) -> DocumentRecord | None:
-        raise self._none()
-
-    def stream_documents(self, tenant: str, stream: str) -> list[DocumentRecord]:
-        raise self._none()
-
-    def entity_rows(self, tenant: str, wanted: EntityFilter) -> list[EntityRow]:
-        raise self._none()
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +251,7 @@ class Documents:
         matched: dict[str, list[EntityRow]] | None = None
         for condition in conditions:
             rows = self.reads.entity_rows(tenant, row_filter(condition, tuple(subjects)))
+            rows = self._with_values(tenant, rows)
             found: dict[str, list[EntityRow]] = {}
             for row in rows:
                 if row_matches(condition, row):
@@ -285,6 +266,33 @@ class Documents:
         records = {d: r for d in matched if (r := self.reads.document(tenant, d)) is not None}
         order = sorted(records, key=lambda d: (records[d].ingested_at, d), reverse=True)
         return matched, {d: records[d] for d in order}
+
+    def _with_values(self, tenant: str, rows: list[EntityRow]) -> list[EntityRow]:
+        """Text rows a store returned without their value (it keeps keyed hashes of text:
+        Cassandra, for `ne` and `contains`) with the value read again from the section's
+        text; a row whose section is gone or reads as no value is left out."""
+        blind = {r.memory_id for r in rows if r.kind == "text" and r.key is None}
+        if not blind:
+            return rows
+        sections = {
+            m.memory_id: m
+            for m in self.memories.get_many(tenant, sorted(blind))
+            if m.status is not MemoryStatus.FORGOTTEN
+        }
+        out: list[EntityRow] = []
+        for row in rows:
+            if row.kind == "text" and row.key is None:
+                memory = sections.get(row.memory_id)
+                if memory is None:
+                    continue
+                value = text_value(
+                    self.source.rules, row.field, memory.content[row.start : row.end]
+                )
+                if value is None:
+                    continue
+                row = replace(row, key=value)
+            out.append(row)
+        return out
 
     def _ranked(
         self, tenant: str, text: str, order: list[str], subjects: Sequence[str]

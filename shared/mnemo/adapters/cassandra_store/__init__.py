@@ -31,6 +31,10 @@ Schema (schemas/cql/, applied by `migrate`)
     migrations) refuses to touch memories. Keyspaces written before keep clear values in
     those columns, which lookups no longer find: rebuild their read models once
     (`mnemo admin rebuild`).
+    The documents' entity read model (tables `documents`, `documents_by_stream`,
+    `document_entities`, `document_sections`, `entities_by_key`, `entities_by_field`) is
+    `documents.py`'s: a filter reads one partition per field, and text values are keyed
+    hashes there too.
     Trade-off: a tenant's `memories` (and `context_records`) partition grows with the
     tenant. That is fine up to a few hundred thousand memories per tenant; beyond that, cut
     the partition by the month encoded in the (UUIDv7) memory id.
@@ -142,14 +146,16 @@ from __future__ import annotations
 
 from mnemo.adapters.cassandra_store.commits import _Commits
 from mnemo.adapters.cassandra_store.common import MIGRATIONS_DIR
+from mnemo.adapters.cassandra_store.documents import _Documents
 from mnemo.adapters.cassandra_store.operations import _Operations
 from mnemo.adapters.cassandra_store.reads import _Reads
 from mnemo.adapters.cassandra_store.rows import write_batched
 from mnemo.adapters.cassandra_store.schema import migrate
-from mnemo.ports import MemoryStore
+from mnemo.ports import DocumentReads, MemoryStore
 
 __all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
 
 
-class CassandraMemoryStore(_Commits, _Reads, _Operations, MemoryStore):
-    """The MemoryStore port over a Cassandra cluster (see the module docstring)."""
+class CassandraMemoryStore(_Commits, _Reads, _Documents, _Operations, MemoryStore, DocumentReads):
+    """The MemoryStore and DocumentReads ports over a Cassandra cluster (see the module
+    docstring)."""

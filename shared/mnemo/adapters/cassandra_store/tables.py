@@ -58,6 +58,45 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # toolchain state (mnemo.domain.toolchain), and its ids by stream for a stream's forget
     "toolchains": (("tenant", "toolchain_id"), ("stream", "body")),
     "toolchains_by_stream": (("tenant", "stream", "toolchain_id"), ()),
+    # the documents' entity read model (schemas/cql/0010_documents.cql, `documents.py`)
+    "documents": (
+        ("tenant", "document_id"),
+        (
+            "stream",
+            "event_id",
+            "sha256",
+            "media_type",
+            "pages",
+            "sections",
+            "language",
+            "ingested_at",
+        ),
+    ),
+    "documents_by_stream": (("tenant", "stream", "document_id"), ()),
+    "document_entities": (
+        ("tenant", "document_id", "section", "ordinal"),
+        (
+            "stream",
+            "memory_id",
+            "field",
+            "kind",
+            "ekey",
+            "low",
+            "high",
+            "span_start",
+            "span_end",
+            "document_level",
+        ),
+    ),
+    "document_sections": (("tenant", "memory_id", "document_id"), ()),
+    "entities_by_key": (
+        ("tenant", "field", "ekey", "document_id", "section", "ordinal"),
+        ("stream", "memory_id", "kind", "low", "high", "span_start", "span_end", "document_level"),
+    ),
+    "entities_by_field": (
+        ("tenant", "field", "unit", "low", "document_id", "section", "ordinal"),
+        ("stream", "memory_id", "kind", "ekey", "high", "span_start", "span_end", "document_level"),
+    ),
     # cross-tenant, in the home keyspace only
     "timers_by_due": (("bucket", "due_us", "tenant", "memory_id", "kind"), ("due_iso",)),
     "timer_buckets": (("shard", "bucket"), ()),
@@ -105,6 +144,12 @@ _PURGED: dict[str, int] = {
     "timeline": 2,
     "toolchains": 1,
     "toolchains_by_stream": 1,
+    "documents": 1,
+    "documents_by_stream": 2,
+    "document_entities": 2,
+    "document_sections": 2,
+    "entities_by_key": 3,
+    "entities_by_field": 3,
 }
 _CONTENT_TABLES = tuple(t for t in _TABLES if t not in _BOOKKEEPING)
 # the row counts SqliteMemoryStore.counts() reports, from the matching tables here
@@ -121,6 +166,8 @@ _COUNTED = {
     "decay_weights": "decay_weights",
     "timeline": "timeline",
     "toolchains": "toolchains",
+    "documents": "documents",
+    "entities": "document_entities",
 }
 
 _FILTER_COLS = "memory_id, stream, mtype, scope, mkey, status, valid_until, verify_due, tags"
@@ -199,6 +246,25 @@ _QUERIES: dict[str, str] = {
     "purge:stats": "SELECT memory_id FROM {ks}.memory_usage WHERE tenant = ?",
     "purge:weights": "SELECT memory_id FROM {ks}.decay_weights WHERE tenant = ?",
     "keyspace_list": "SELECT name FROM {ks}.keyspaces WHERE shard = 0",
+    # the documents' entity read model (see `documents.py`)
+    "doc_get": "SELECT document_id, stream, event_id, sha256, media_type, pages, sections, "
+    "language, ingested_at FROM {ks}.documents WHERE tenant = ? AND document_id = ?",
+    "docs_get": "SELECT document_id, stream, event_id, sha256, media_type, pages, sections, "
+    "language, ingested_at FROM {ks}.documents WHERE tenant = ? AND document_id IN ?",
+    "doc_ids_of_stream": "SELECT document_id FROM {ks}.documents_by_stream "
+    "WHERE tenant = ? AND stream = ?",
+    "doc_ids_of_section": "SELECT document_id FROM {ks}.document_sections "
+    "WHERE tenant = ? AND memory_id = ?",
+    "doc_entities": "SELECT section, ordinal, stream, memory_id, field, kind, ekey, low, high, "
+    "span_start, span_end, document_level FROM {ks}.document_entities "
+    "WHERE tenant = ? AND document_id = ?",
+    "ent_key": "SELECT document_id, section, ordinal, stream, memory_id, kind, low, high, "
+    "span_start, span_end, document_level FROM {ks}.entities_by_key "
+    "WHERE tenant = ? AND field = ? AND ekey = ?",
+    "ent_range": "SELECT low, document_id, section, ordinal, stream, memory_id, kind, ekey, "
+    "high, span_start, span_end, document_level FROM {ks}.entities_by_field "
+    "WHERE tenant = ? AND field = ? AND unit = ? AND low >= ? AND low <= ?",
+    "purge:documents": "SELECT document_id, stream FROM {ks}.documents WHERE tenant = ?",
 }
 for _name in ("mem_filters", "mem_scan", "stream_scan", "stream_before"):
     _QUERIES[_name] = _QUERIES[_name].replace("{cols}", _FILTER_COLS)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mnemo.adapters.cassandra_store.common import _AUDIT_CHUNK, _HOUR_US, Mutation, Row
+from mnemo.adapters.cassandra_store.documents import Stored, document_rows, hashed
 from mnemo.adapters.cassandra_store.rows import (
     HeadMove,
     _audit,
@@ -74,6 +75,9 @@ class _Tx(StoreTransaction):
         self.timeline: dict[tuple[str, str, int, str], TimelineEntry] = {}
         # toolchain states written by this batch; None: dropped
         self.toolchains: dict[tuple[str, str], ToolchainState | None] = {}
+        # documents written by this batch (their text keys hashed); None: dropped
+        self.documents: dict[tuple[str, str], Stored | None] = {}
+        self.stored_documents: dict[tuple[str, str], Stored | None] = {}
         self.position: tuple[str, int] | None = None
         self.epoch: int | None = None  # the claim the commit must still hold (fenced)
         self.purged: set[str] = set()  # tenants purged by this batch: their stored rows go
@@ -288,6 +292,7 @@ class _Tx(StoreTransaction):
                     self.weights,
                     self.timeline,
                     self.toolchains,
+                    self.documents,
                 )
                 for table in pending:
                     for key in [k for k in table if k[0] == tenant]:
@@ -326,11 +331,50 @@ class _Tx(StoreTransaction):
             elif isinstance(write, PutAudit):
                 r = write.record
                 self.audit[(r.tenant, r.stream, r.n)] = r
-            elif isinstance(write, PutDocument | DropDocuments):
-                # the documents' entity read model has no Cassandra tables yet: documents
-                # register as memories, and structured queries answer 503 in this mode
-                # (docs/documents.md)
+            elif isinstance(write, PutDocument):
+                doc = write.record
+                stored = hashed(write.rows, self._store._blind)
+                self.documents[(doc.tenant, doc.document_id)] = (doc, stored)
+            elif isinstance(write, DropDocuments):
+                self._drop_documents(write)
+
+    def _stored_document(self, tenant: str, document_id: str) -> Stored | None:
+        if tenant in self.purged:
+            return None
+        key = (tenant, document_id)
+        if key not in self.stored_documents:
+            self.stored_documents[key] = self._store._stored_document(tenant, document_id)
+        return self.stored_documents[key]
+
+    def _document(self, tenant: str, document_id: str) -> Stored | None:
+        if (tenant, document_id) in self.documents:
+            return self.documents[(tenant, document_id)]
+        return self._stored_document(tenant, document_id)
+
+    def _drop_documents(self, write: DropDocuments) -> None:
+        """A stream's documents go (their rows with them), or, with a memory id, the entity
+        rows of that section of the stream's documents."""
+        tenant, stream = write.tenant, write.stream
+        ids: set[str] = set()
+        if tenant not in self.purged:
+            store = self._store
+            ids.update(
+                store._stream_document_ids(tenant, stream)
+                if write.memory_id is None
+                else store._section_document_ids(tenant, write.memory_id)
+            )
+        ids.update(d for (t, d), doc in self.documents.items() if t == tenant and doc is not None)
+        for document_id in sorted(ids):
+            current = self._document(tenant, document_id)
+            if current is None or current[0].stream != stream:
                 continue
+            record, rows = current
+            if write.memory_id is None:
+                self.documents[(tenant, document_id)] = None
+                continue
+            kept = tuple(r for r in rows if r.memory_id != write.memory_id)
+            if len(kept) != len(rows):
+                self.documents[(tenant, document_id)] = (record, kept)
 
     def set_position(self, consumer: str, offset: int, epoch: int | None = None) -> None:
         self.position = (consumer, offset)
@@ -405,6 +449,11 @@ class _Tx(StoreTransaction):
                 [s._keyspace(e.tenant), "timeline", "put", [*entry, e.occurred_at, e.detail]]
             )
         self._plan_toolchains(muts)
+        for tenant, document_id in sorted(self.documents):
+            ks = s._keyspace(tenant)
+            stored_doc = self._stored_document(tenant, document_id)
+            new_doc = self.documents[(tenant, document_id)]
+            _diff(document_rows(ks, stored_doc), document_rows(ks, new_doc), muts)
         return muts, post, self._head_moves(touched_keys)
 
     def _plan_purge(
@@ -445,6 +494,7 @@ class _Tx(StoreTransaction):
             memory_ids.update(str(r[0]) for r in rows(name))
         for stream in streams:
             partitions.add(("memories_by_stream", (tenant, stream)))
+        partitions.update(s._document_partitions(tenant))
         partitions.update(("timeline", (tenant, memory_id)) for memory_id in memory_ids)
         for table, width in _PURGED.items():
             if width == 1:
