@@ -38,7 +38,11 @@ READ_MODELS = (
     "memories", "memories_by_stream", "memory_keys", "memory_hashes", "memory_tags",
     "outcomes", "outcome_events", "timers", "timers_by_due", "context_records",
     "memory_usage", "decay_weights", "timeline",
+    "documents", "documents_by_stream", "document_entities", "document_sections",
+    "entities_by_key", "entities_by_field",
 )  # fmt: skip
+# the documents' entity read model (a document's id is in each of its rows, in clear)
+DOCUMENT_TABLES = READ_MODELS[-6:]
 
 
 # the tables whose rows carry what a memory says (their SSTables are scanned after compaction)
@@ -107,12 +111,16 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
     included) once flushed and compacted: the user's words in every free-text field
     (tests.shred_support.word_events: content, key, tags, provenance, the actor,
     correlation and causation ids, the trace state, a guard's rule id and pattern, a
-    language, time zones, reasons and request ids)."""
+    language, time zones, reasons and request ids), and a party's name in an ingested
+    document (the entity tables keep it as a keyed hash)."""
     qdrant, qdrant_storage = _qdrant_setup()
     settings, kafka_data, cassandra_data = _shredding_setup(tmp_path, **qdrant)
     m = plant_markers()
     alice, bob = Words.fresh(), Words.fresh()
     control = f"ctrl{uuid.uuid4().hex}"  # a team stream's name, and its memory's content
+    party = f"Shred{uuid.uuid4().hex[:12]}"  # a party's name in alice's document
+    parties = [party, party.lower()]  # as written, and as the entity's normalised value
+    asked = {"where": [{"field": "party_a", "op": "eq", "value": party}]}
     with running_distributed(settings) as platform, _collections_dropped(platform):
         session = platform.store.session  # type: ignore[attr-defined]
         ks = settings.cassandra_keyspace
@@ -151,6 +159,12 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
                 ),
             ],
         )
+        # a document of alice's: its party's name is her word, which the entity tables keep
+        # only as a keyed hash (the blob, the event and the section are sealed)
+        documents = app.documents
+        assert documents is not None
+        contract = f"Party A: {party} Ltd.\n\nClause 8.2 A penalty of 6% applies.\n"
+        documents.ingest(CTX, "user:alice", "deal.txt", contract.encode())
         declared_ids: dict[str, str] = {}
         for user, w in (("user:alice", alice), ("user:bob", bob)):
             as_user = RequestContext("acme", w.principal)
@@ -174,6 +188,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
             (alice.key, alice.value),
         }
         assert any(m.id_number in x.content and m.email in x.content for x in memories)
+        assert documents.query(CTX, asked)["total"] == 1
 
         segments = sorted(kafka_data.glob(f"{settings.kafka_topic}*"))
         assert segments, "no Kafka segment for the topic"
@@ -182,6 +197,10 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         assert scan(m.all(), [*segments, cassandra_data, tmp_path / "data"]) == []
         # no user's words at all reach the log: Kafka's segments hold none of them
         assert scan(alice.all() + bob.all(), segments) == []
+        # the log never holds the party's name (the event, the blob and the section are
+        # sealed); the section's memory holds it in clear in the memories read model, like
+        # every memory's content, until the forget purges it (the SSTable scan below)
+        assert scan(parties, segments) == []
         collections = sorted(
             (qdrant_storage / "collections").glob(f"{qdrant['qdrant_collection']}_*")
         )
@@ -198,6 +217,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         app.publish(CTX, [event("ForgetRequested", "user:alice", {"reason": "asked"})])
         Pump(platform).drain()
         assert app.list_memories(CTX, "user:alice") == []
+        assert documents.query(CTX, asked)["total"] == 0
         for before in memories:
             after = app.get(CTX, before.memory_id)
             assert after.status.value == "forgotten"
@@ -231,7 +251,7 @@ def test_distributed_shredding_leaves_no_plaintext_in_kafka_or_cassandra(
         # the lookup tables keyed by a memory's key, tags or content hash (memory_keys,
         # memory_tags, memory_hashes, whose tombstones live until gc_grace_seconds, and
         # memory_key_heads, never deleted) hold keyed hashes, not the words
-        assert scan(alice.all(), tables) == []
+        assert scan(alice.all() + parties, tables) == []
         assert scan([bob.content], _table_dirs(cassandra_data, ks, ("memories",))) != []
 
 
@@ -276,7 +296,9 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     compaction, while the other tenant's value stays. It does not prove that the tombstones
     are gone: until gc_grace_seconds (3 hours, migration 0005) they still name the deleted
     partitions (the tenant, its streams, and keyed hashes of keys and tags), and the event
-    archive keeps the events themselves, sealed under destroyed keys.
+    archive keeps the events themselves, sealed under destroyed keys. Likewise a document's
+    id, in clear in each of its entity rows: in the entity tables' SSTables before, and
+    after in none but `document_entities`, whose partition tombstone names it.
 
     (3) A shared stream's words (a session's, in every free-text field) are sealed under
     the tenant's key: never in a Kafka segment, and after the forget in no table of the
@@ -311,6 +333,10 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
             ],
         )
         published = app.publish(OTHER, [declare("user:carol", "likes tea", kept)])
+        documents = app.documents
+        assert documents is not None
+        deal = b"Party A: Acme Ltd.\n\nClause 8.2 A penalty of 6% of CNY 500,000 applies.\n"
+        document_id = documents.ingest(CTX, "user:dana", "deal.txt", deal).document_id
         for tenant, w in (("acme", shared), ("globex", control)):
             as_agent = RequestContext(tenant, w.principal)
             said = app.publish(as_agent, word_events("session:s1", w)).accepted
@@ -333,6 +359,9 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         assert len(before) == 3
         assert any(m.card in x.content for x in before)
         assert app.list_memories(OTHER, "user:carol") != []
+        penalty = {"where": [{"field": "penalty_rate", "op": "gt", "value": "5%"}]}
+        assert documents.query(CTX, penalty)["total"] == 1
+        assert platform.store.counts()["entities"] > 0
 
         no_jmx = jmx_missing()  # locally: check the reads, skip the file checks at the end
         if no_jmx is None:
@@ -340,12 +369,15 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
             read_models = _table_dirs(cassandra_data, ks, READ_MODELS)
             assert read_models, f"no SSTable directory for the read models of {ks}"
             assert scan([gone, kept], _table_dirs(cassandra_data, ks, ("memories",))) != []
+            assert scan([document_id], _table_dirs(cassandra_data, ks, DOCUMENT_TABLES)) != []
 
         forget = event("ForgetRequested", "user:alice", {"tenant": True, "reason": "closed"})
         app.publish(CTX, [forget])
         Pump(platform).drain()
-        for stream in ("user:alice", "user:bob", "team:ops", "session:s1"):
+        for stream in ("user:alice", "user:bob", "team:ops", "session:s1", "user:dana"):
             assert app.list_memories(CTX, stream) == []
+        assert documents.query(CTX, penalty)["total"] == 0
+        assert (platform.store.counts()["documents"], platform.store.counts()["entities"]) == (0, 0)
         for memory in before:
             with pytest.raises(NotFound):
                 app.get(CTX, memory.memory_id)
@@ -375,6 +407,10 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
         nodetool("compact", ks)
         read_models = _table_dirs(cassandra_data, ks, READ_MODELS)
         assert scan([gone], read_models) == []
+        # document_entities is partitioned by (tenant, document id): its partition's
+        # tombstone names the id until gc_grace_seconds; the other tables' rows are gone
+        rows_gone = tuple(t for t in DOCUMENT_TABLES if t != "document_entities")
+        assert scan([document_id], _table_dirs(cassandra_data, ks, rows_gone)) == []
         assert scan([kept], _table_dirs(cassandra_data, ks, ("memories",))) != []
         assert scan(m.all(), [*paths, tmp_path / "data"]) == []
         # no table of the keyspace (read models, tombstones, the event archive, the audit
