@@ -8,7 +8,9 @@ and only a document that parsed is stored and logged.
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -55,17 +57,94 @@ def document_id_of(tenant: str, stream: str, sha256: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{tenant}\x00{stream}\x00{sha256}"))
 
 
+# the parsed documents a process keeps between its gateway's parse and its registrar's
+# read, counted in characters of section text (a few thousand contracts)
+PARSED_CACHE_CHARS = 8_000_000
+
+
+class _ParsedCache:
+    """Documents this process parsed on ingest, until its registrar reads them: the
+    embedded mode's gateway and registrar share one process, and parsing is the costliest
+    step of both. Keyed by tenant, stream, digest and filename (what the parse depends
+    on besides the bytes, which the digest names); bounded by characters, least recently
+    used first out. It never answers for bytes the blob store no longer gives: `read`
+    opens the blob first, and a forget drops the stream's entries."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._entries: OrderedDict[tuple[str, str, str, str], tuple[ParsedDocument, int]] = (
+            OrderedDict()
+        )
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def put(self, key: tuple[str, str, str, str], parsed: ParsedDocument) -> None:
+        size = sum(len(s.text) for s in parsed.sections) + 1
+        if size > self.max_chars:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._chars -= old[1]
+            self._entries[key] = (parsed, size)
+            self._chars += size
+            while self._chars > self.max_chars:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._chars -= dropped
+
+    def take(self, key: tuple[str, str, str, str]) -> ParsedDocument | None:
+        """The entry, removed: the registrar reads a document once (a redelivery parses)."""
+        with self._lock:
+            found = self._entries.pop(key, None)
+            if found is None:
+                return None
+            self._chars -= found[1]
+            return found[0]
+
+    def drop(self, tenant: str, stream: str | None) -> None:
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == tenant and stream in (None, k[1])]:
+                self._chars -= self._entries.pop(key)[1]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class BlobDocuments:
     """The registrar's view of documents (handlers.registration.DocumentSource): a
-    document's sections parsed again from its blob, and a section's entities."""
+    document's sections parsed again from its blob (or, in the process that ingested it,
+    as parsed then: the same bytes parse the same), and a section's entities."""
 
     def __init__(
-        self, blobs: SealedBlobs, parse: Parser, limits: DocumentLimits, rules: EntityRules
+        self,
+        blobs: SealedBlobs,
+        parse: Parser,
+        limits: DocumentLimits,
+        rules: EntityRules,
+        cache_chars: int = PARSED_CACHE_CHARS,
     ) -> None:
         self.blobs = blobs
         self.parse = parse
         self.limits = limits
         self.rules = rules
+        self.parsed = _ParsedCache(cache_chars)
+
+    def parse_ingested(
+        self,
+        tenant: str,
+        stream: str,
+        sha256: str,
+        data: bytes,
+        filename: str,
+        media_type: str | None,
+    ) -> ParsedDocument:
+        """Parse a document being ingested (DocumentRejected when it cannot be), and keep
+        the result for this process' registrar. The parse depends on the bytes and, for
+        text, on whether the name or the declared type says Markdown; the registrar asks
+        with the type detected here, which says the same."""
+        parsed = self.parse(data, filename, media_type, self.limits)
+        self.parsed.put((tenant, stream, sha256, filename), parsed)
+        return parsed
 
     def read(self, event: Envelope, ingested: DocumentIngested) -> ParsedDocument | None:
         """The document's sections as they become memories: their text through the same
@@ -73,13 +152,17 @@ class BlobDocuments:
         masks is masked (before the entities are read). Values the policy encrypts stay:
         the registered sections are sealed whole in the log, the read models serve them
         and are purged on forget (docs/documents.md)."""
+        kept = self.parsed.take((event.tenant, event.stream, ingested.sha256, ingested.filename))
         data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
         if data is None:
-            return None
-        try:
-            parsed = self.parse(data, ingested.filename, ingested.media_type, self.limits)
-        except DocumentRejected:
-            return None
+            return None  # gone or its key destroyed: the kept parse goes with it
+        if kept is not None and kept.media_type == ingested.media_type:
+            parsed = kept
+        else:
+            try:
+                parsed = self.parse(data, ingested.filename, ingested.media_type, self.limits)
+            except DocumentRejected:
+                return None
         policy = self.blobs.sealer.policy.for_tenant(event.tenant)
         sections = tuple(replace(s, text=mask_by_policy(s.text, policy)) for s in parsed.sections)
         return replace(parsed, sections=sections)
@@ -89,6 +172,7 @@ class BlobDocuments:
 
     def forget(self, tenant: str, stream: str | None) -> int:
         """Delete the blobs of a forgotten stream (None: of the whole tenant)."""
+        self.parsed.drop(tenant, stream)
         store = self.blobs.store
         return (
             store.delete_tenant(tenant) if stream is None else store.delete_stream(tenant, stream)
@@ -172,10 +256,10 @@ class Documents:
                 f"the document is {len(data)} bytes; the limit is "
                 f"{min(limits.max_bytes, self.source.blobs.max_bytes)}",
             )
-        parsed = self.source.parse(data, filename, media_type, limits)
+        sha = digest_of(data)
+        parsed = self.source.parse_ingested(ctx.tenant, subject, sha, data, filename, media_type)
         if not parsed.sections:
             raise DocumentRejected("DOCUMENT_EMPTY", "no text could be read from the document")
-        sha = digest_of(data)
         document_id = document_id_of(ctx.tenant, subject, sha)
         self.source.blobs.put(ctx.tenant, subject, data)
         payload = DocumentIngested(
