@@ -164,7 +164,7 @@ def test_no_event_payload_makes_the_server_or_a_consumer_fail(tmp_path: Path) ->
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=150,
+            max_examples=250,
             deadline=None,
             derandomize=True,
             database=None,
