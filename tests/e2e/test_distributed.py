@@ -96,6 +96,10 @@ class Deployment:
             "MNEMO_CASSANDRA_KEYSPACE": self.keyspace,
             "MNEMO_LOG_LEVEL": "WARNING",
             "MNEMO_GATEWAY_ADMIN_TOKEN": OPERATOR,
+            # a loaded machine may take more than the default 10 s to index a new
+            # deployment's first events (a new user's key, the first statements): the
+            # waits below ask for up to a minute
+            "MNEMO_GATEWAY_WAIT_TIMEOUT": "60",
             "MNEMO_KEY_PEPPER": f"e2e-pepper-{tag}-0123456789",
             # the audit worker signs idle chain heads after a second (its timer)
             "MNEMO_AUDIT_CHECKPOINT_SECONDS": "1",
@@ -204,8 +208,13 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deplo
         d.drop_collections()
 
 
-def publish(d: Deployment, events: list[dict[str, Any]], wait: str = "none") -> httpx.Response:
-    return d.http.post("/v1/events", params={"wait": wait}, json={"events": events})
+def publish(
+    d: Deployment, events: list[dict[str, Any]], wait: str = "none", timeout: float = 45
+) -> httpx.Response:
+    params: dict[str, Any] = {"wait": wait}
+    if wait != "none":
+        params["timeout"] = timeout
+    return d.http.post("/v1/events", params=params, json={"events": events})
 
 
 def assert_projected_exactly_once(d: Deployment, accepted: list[str]) -> None:
