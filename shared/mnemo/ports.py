@@ -673,17 +673,9 @@ class Signer(abc.ABC):
     name: str  # what status pages show: the technology and the key's name
 
     @abc.abstractmethod
-    def sign_batch(self, items: Sequence[tuple[str, bytes]]) -> list[Signature]:
-        """One signature per (tenant, message), in order, each under the key's newest
-        version and each verifiable on its own, made in as few calls to the signer as it
-        allows (a committed batch's heads cost one). All or nothing: when any one of them
-        cannot be made, raises Unavailable and returns none."""
-
     def sign(self, tenant: str, message: bytes) -> Signature:
         """A signature over `message` under the key's newest version. Raises Unavailable
         when the signer cannot be reached."""
-        [signature] = self.sign_batch([(tenant, message)])
-        return signature
 
     @abc.abstractmethod
     def verify(self, tenant: str, message: bytes, signature: Signature) -> bool:

@@ -742,15 +742,11 @@ class Sealer:
                 opened[ref] = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad).decode()
             except (InvalidTag, binascii.Error, ValueError):
                 continue
-        event = _put_all(
-            event,
-            {
-                ref: REDACTED if value is None else value
-                for ref, value in opened.items()
-                # a checked field that cannot be opened keeps its keyed hash
-                if value is not None or _leaf(ref) not in _TOKEN_LEAVES
-            },
-        )
+        event = copy.deepcopy(event)
+        for ref, value in opened.items():
+            if value is None and _leaf(ref) in _TOKEN_LEAVES:
+                continue  # a checked field keeps its keyed hash
+            _put(event, ref[len(PRIVATE_REF) :], REDACTED if value is None else value)
         rest = {r: v for r, v in block.values.items() if r not in opened}
         if rest:
             event["encryption"] = {**block_raw, "values": rest}
@@ -921,27 +917,18 @@ def _field_aad(tenant: str, key_id: str, event_id: str, ref: str) -> bytes:
     return f"mnemo-field\x00{tenant}\x00{key_id}\x00{event_id}\x00{ref}".encode()
 
 
-def _put(event: dict[str, Any], path: str, value: str, fresh: set[int] | None = None) -> None:
+def _put(event: dict[str, Any], path: str, value: str) -> None:
     """Set a field of an event's JSON: `@actor.id`, `@correlation_id`, `@causation_id`,
-    `@trace.tracestate`, or a payload path whose numeric parts index lists. With `fresh`
-    (the ids of the containers that are copies already), each container on the way that
-    is not is copied first, so what `event` shares with another structure is never
-    changed (`_put_all`)."""
+    `@trace.tracestate`, or a payload path whose numeric parts index lists."""
     parts: list[str] = (
         path[1:].split(".") if path.startswith("@") else ["payload", *path.split(".")]
     )
     node: Any = event
     try:  # a ref naming no such place (a malformed block) changes nothing
         for part in parts[:-1]:
-            at: Any = int(part) if isinstance(node, list) else part
-            child = node[at] if isinstance(node, list) else node.get(at)
-            if not isinstance(child, dict | list):
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if node is None:
                 return
-            if fresh is not None and id(child) not in fresh:
-                child = dict(child) if isinstance(child, dict) else list(child)
-                fresh.add(id(child))
-                node[at] = child
-            node = child
         last = parts[-1]
         if isinstance(node, list):
             node[int(last)] = value
@@ -949,18 +936,6 @@ def _put(event: dict[str, Any], path: str, value: str, fresh: set[int] | None = 
             node[last] = value
     except (ValueError, IndexError, AttributeError):
         return
-
-
-def _put_all(event: dict[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
-    """A copy of an event's JSON with the field of each ref (``f:<path>``) set to its value.
-    Only the dicts and lists on the way to a changed field are copied (no deep copy of the
-    whole event, ciphertexts included): the rest is shared with `event`, which is left as
-    it was."""
-    out = dict(event)
-    fresh = {id(out)}
-    for ref, value in values.items():
-        _put(out, ref[len(PRIVATE_REF) :], value, fresh)
-    return out
 
 
 def _with_fields(
@@ -971,16 +946,15 @@ def _with_fields(
     """The event with its private fields replaced by their stand-ins (each valid where the
     field was: `⟦sealed⟧` for free text, a short keyed hash for checked fields)."""
     trace = envelope.trace
-    event = _put_all(
-        {
-            "payload": envelope.payload,  # copied only where a field changes
-            "actor": {"id": envelope.actor.id},
-            "correlation_id": envelope.correlation_id,
-            "causation_id": envelope.causation_id,
-            "trace": {"tracestate": trace.tracestate if trace is not None else None},
-        },
-        stand_ins,
-    )
+    event: dict[str, Any] = {
+        "payload": copy.deepcopy(envelope.payload),
+        "actor": {"id": envelope.actor.id},
+        "correlation_id": envelope.correlation_id,
+        "causation_id": envelope.causation_id,
+        "trace": {"tracestate": trace.tracestate if trace is not None else None},
+    }
+    for ref, value in stand_ins.items():
+        _put(event, ref[len(PRIVATE_REF) :], value)
     return envelope.model_copy(
         update={
             "payload": event["payload"],

@@ -100,25 +100,6 @@ class CheckpointAnchorsContract:
         assert sorted(moved) == list(range(1, 13))  # each step taken once, by one of them
         assert not second.advance(cp(11))
 
-    def test_a_writer_that_fell_behind_moves_the_anchor_forward_only(self, tmp_path: Path) -> None:
-        """Two audit consumers take turns: what one of them wrote last is stale once the
-        other has moved the anchor, and deciding on it must not move the anchor back or
-        aside."""
-        first, second = self.make(tmp_path), self.make(tmp_path)
-        assert first.advance(cp(1))
-        assert first.advance(cp(2))
-        assert second.advance(cp(3))
-        assert not first.advance(cp(3))  # taken by the other since first wrote 2
-        assert not first.advance(cp(2))
-        assert first.advance(cp(4))  # the next after the other's 3, not after its own 2
-        forked = cp(5, prev=checkpoint_digest(cp(4, hash="e" * 64)))
-        with pytest.raises(ConflictError) as fork:
-            second.advance(forked)  # its own last write (3) says nothing about this
-        assert fork.value.code == "AUDIT_CHECKPOINT_ROLLBACK"
-        assert second.advance(cp(5))
-        assert first.advance(cp(6))
-        assert second.of_tenant("acme") == [cp(6)]
-
     def test_tenants_and_streams_are_apart(self, anchors: CheckpointAnchors) -> None:
         assert anchors.advance(cp(3, stream="user:U2"))
         assert anchors.advance(cp(1))
@@ -175,32 +156,6 @@ class TestVaultKvAnchors(CheckpointAnchorsContract):
         with pytest.raises(exceptions.InvalidRequest):
             kv.create_or_update_secret(path=path, secret={"format": 1}, cas=0, mount_point=mount)
         assert anchors.of_tenant("acme") == [cp(4)]
-
-    def test_the_next_checkpoint_of_the_last_writer_takes_one_call(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """A process that wrote a stream's anchor moves it next without reading it (the
-        vault's check-and-set holds it to the version written), and reads again once
-        another writer has moved it."""
-        first, second = self.make(tmp_path), self.make(tmp_path)
-        kv: Any = first._kv  # type: ignore[attr-defined]
-        reads: list[str] = []
-        read = kv.read_secret_version
-
-        def counted(**kw: Any) -> Any:
-            reads.append(kw["path"])
-            return read(**kw)
-
-        monkeypatch.setattr(kv, "read_secret_version", counted)
-        assert first.advance(cp(1))
-        assert len(reads) == 1  # nothing known yet: read, then written
-        assert first.advance(cp(2))
-        assert first.advance(cp(3))
-        assert len(reads) == 1  # its own last write: written at once
-        assert second.advance(cp(4))
-        assert first.advance(cp(5))  # refused on its stale version, read, then written
-        assert len(reads) == 2
-        assert second.of_tenant("acme") == [cp(5)]
 
     def test_an_unreachable_vault_is_unavailable_never_empty(self) -> None:
         from mnemo.adapters.vault_anchors import VaultKvAnchors

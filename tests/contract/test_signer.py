@@ -47,21 +47,6 @@ class SignerContract:
         assert not signer.verify("acme", MESSAGE + b"x", signature)
         assert not signer.verify("acme", b"", signature)
 
-    def test_a_batch_signs_each_message_on_its_own(self, signer: Signer) -> None:
-        messages = [
-            ("acme", MESSAGE),
-            ("globex", MESSAGE.replace(b"\t7\t", b"\t8\t")),
-            ("acme", MESSAGE + b"x"),
-        ]
-        signatures = signer.sign_batch(messages)
-        assert len(signatures) == len(messages)
-        for i, (tenant, message) in enumerate(messages):
-            assert signer.verify(tenant, message, signatures[i])
-            for j, other in enumerate(signatures):
-                if j != i:  # each covers its own message only, not its neighbours'
-                    assert not signer.verify(tenant, message, other)
-        assert signer.sign_batch([]) == []
-
     def test_another_keys_signature_does_not_verify(self, signer: Signer, other: Signer) -> None:
         theirs = other.sign("acme", MESSAGE)
         assert other.verify("acme", MESSAGE, theirs)
@@ -170,24 +155,6 @@ class TestVaultTransitSigner(SignerContract):
         with pytest.raises(hvac.exceptions.InvalidRequest):
             client.secrets.transit.export_key(name=name, key_type="signing-key")
         assert signer.sign("acme", MESSAGE).value.startswith("vault:v1:")
-
-    def test_one_item_the_vault_cannot_sign_fails_the_whole_batch(
-        self, signer: Signer, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """OpenBao answers a batch item by item; one item it refuses (here an input that is
-        not base64) gives no signature for any of them, whatever the others got."""
-        from mnemo.adapters import vault_signer
-
-        encode = vault_signer._b64
-        bad = b"the one the vault refuses"
-        monkeypatch.setattr(
-            vault_signer, "_b64", lambda m: "%%not base64%%" if m == bad else encode(m)
-        )
-        with pytest.raises(Unavailable) as info:
-            signer.sign_batch([("acme", MESSAGE), ("acme", bad), ("acme", MESSAGE + b"x")])
-        assert info.value.code == "AUDIT_SIGNING_FAILED"
-        assert "base64" not in info.value.message  # the vault's own text is not passed on
-        assert len(signer.sign_batch([("acme", MESSAGE), ("acme", MESSAGE + b"x")])) == 2
 
     def test_ecdsa_p256_keys_sign_too(self) -> None:
         signer = _transit(f"audit-{uuid.uuid4().hex[:12]}", key_type="ecdsa-p256")

@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -53,12 +52,10 @@ class LocalFileSigner(Signer):
         self._key = self._load() if self.path.exists() else self._create()
         self._public = self._key.public_key()
 
-    def sign_batch(self, items: Sequence[tuple[str, bytes]]) -> list[Signature]:
-        # one key for the data directory; each message names its tenant
-        return [
-            Signature(1, "local:v1:" + base64.b64encode(self._key.sign(message)).decode("ascii"))
-            for _, message in items
-        ]
+    def sign(self, tenant: str, message: bytes) -> Signature:
+        del tenant  # one key for the data directory; the message names the tenant
+        raw = self._key.sign(message)
+        return Signature(1, "local:v1:" + base64.b64encode(raw).decode("ascii"))
 
     def verify(self, tenant: str, message: bytes, signature: Signature) -> bool:
         del tenant

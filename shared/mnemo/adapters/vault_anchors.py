@@ -10,17 +10,15 @@ An anchor only moves forward, along one chain, by KV v2 check-and-set: the write
 the secret and its version, decides with `anchor_moves` (the next checkpoint after the
 anchor moves it; one at its index or below leaves it; one further ahead or not descended
 from it is refused), and writes with `cas` set to the version it read (0: only when there
-is none yet). A writer that lost a race sees the vault refuse its write, reads again and
-decides again, so two audit consumers never move an anchor back. A process that wrote a
-stream's anchor keeps the version it wrote, and moves it next by check-and-set on that
-version without reading it first (one call per checkpoint instead of two): the vault takes
-that write only while the anchor is still the one this process wrote, and otherwise it
-reads and decides. Before its first write a process makes sure the mount requires check-
-and-set of every writer (`cas_required`), creating the mount as KV v2 when it is missing
-(a fresh development vault). The audit consumer's policy needs `create`, `update` and
-`read` on `<mount>/data/<prefix>/*` and `read` (and `update`, until it is set) on
-`<mount>/config`; whoever verifies needs `read` on `<mount>/data/<prefix>/*` and `list` on
-`<mount>/metadata/<prefix>/*`; nobody needs `delete` or `destroy` (docs/security.md).
+is none yet). A writer
+that lost a race sees the vault refuse its write, reads again and decides again, so two
+audit consumers never move an anchor back. Before its first write a process makes sure the
+mount requires check-and-set of every writer (`cas_required`), creating the mount as KV v2
+when it is missing (a fresh development vault). The audit consumer's policy needs
+`create`, `update` and `read` on `<mount>/data/<prefix>/*` and `read` (and `update`, until
+it is set) on `<mount>/config`; whoever verifies needs `read` on `<mount>/data/<prefix>/*`
+and `list` on `<mount>/metadata/<prefix>/*`; nobody needs `delete` or `destroy`
+(docs/security.md).
 
 Errors: an unreachable vault or a refused token raise Unavailable (VAULT_UNAVAILABLE), an
 anchor that is not a checkpoint record raises Unavailable (AUDIT_ANCHOR_UNREADABLE);
@@ -45,7 +43,7 @@ from mnemo.domain.checkpoint import (
     checkpoint_from_record,
     checkpoint_record,
 )
-from mnemo.domain.errors import ConflictError, InvalidInput, Unavailable
+from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import CheckpointAnchors
 
 __all__ = ["VaultKvAnchors"]
@@ -80,8 +78,6 @@ class VaultKvAnchors(CheckpointAnchors):
         self.name = f"vault kv {self.mount}/{prefix}"
         self._lock = threading.Lock()
         self._mount_ready = False
-        # path -> (version, anchor) this process wrote last: its next write skips the read
-        self._known: dict[str, tuple[int, Checkpoint]] = {}
 
     # ---- the port -------------------------------------------------------------------------
 
@@ -89,18 +85,15 @@ class VaultKvAnchors(CheckpointAnchors):
         path = self._path(checkpoint.tenant, checkpoint.stream)
         record = checkpoint_record(checkpoint)
         self._ensure_mount()
-        if self._advance_known(path, record, checkpoint):
-            return True
         for attempt in range(ATTEMPTS):
             version, current = self._read(path)
             if not anchor_moves(current, checkpoint):
                 return False
             try:
-                written = self._write(path, record, version)
+                self._write(path, record, version)
             except Refused:  # another writer moved it since it was read: decide again
                 time.sleep(0.02 * attempt)
                 continue
-            self._remember(path, written, checkpoint)
             return True
         raise Unavailable(
             f"the audit anchor {path} kept changing while it was written",
@@ -171,47 +164,13 @@ class VaultKvAnchors(CheckpointAnchors):
                 code="AUDIT_ANCHOR_UNREADABLE",
             ) from None
 
-    def _write(self, path: str, record: dict[str, Any], version: int) -> int | None:
-        """Write with check-and-set on `version`; the version written, when the vault says."""
-        answer = self._call(
+    def _write(self, path: str, record: dict[str, Any], version: int) -> None:
+        self._call(
             f"the audit anchor {path}",
             lambda: self._kv.create_or_update_secret(
                 path=path, secret=record, cas=version, mount_point=self.mount
             ),
         )
-        data = answer.get("data") if isinstance(answer, dict) else None
-        written = data.get("version") if isinstance(data, dict) else None
-        return written if type(written) is int and written > version else None
-
-    def _remember(self, path: str, version: int | None, anchor: Checkpoint) -> None:
-        with self._lock:
-            if version is None:
-                self._known.pop(path, None)
-            else:
-                self._known[path] = (version, anchor)
-
-    def _advance_known(self, path: str, record: dict[str, Any], checkpoint: Checkpoint) -> bool:
-        """Move the anchor this process wrote last without reading it first: the write's
-        check-and-set on the version written then succeeds only while the anchor is still
-        exactly that checkpoint, so the decision made on it holds. False when nothing is
-        known, the checkpoint does not plainly move it, or another writer moved it since
-        (then the caller reads and decides on what the vault holds)."""
-        with self._lock:
-            known = self._known.pop(path, None)
-        if known is None:
-            return False
-        version, anchor = known
-        try:
-            if not anchor_moves(anchor, checkpoint):
-                return False
-        except ConflictError:  # decided on what the vault holds, not on what was written
-            return False
-        try:
-            written = self._write(path, record, version)
-        except Refused:
-            return False
-        self._remember(path, written, checkpoint)
-        return True
 
     def _ensure_mount(self) -> None:
         """Before this process's first write: the KV v2 mount exists (made when missing, on

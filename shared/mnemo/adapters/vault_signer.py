@@ -1,14 +1,11 @@
 """A checkpoint signer on Vault's (or OpenBao's) transit engine, through hvac.
 
 One named transit key of type ed25519 (or ecdsa-p256) signs every audit checkpoint of the
-deployment: `transit/sign/<key>` makes signatures (``vault:v<N>:...``), all of a committed
-batch's checkpoints in one request (`batch_input`), and `transit/verify/<key>` checks one.
-A batch answer is taken whole or not at all: one item with an error, a malformed signature
-or a count that does not match the request fails the whole batch (AUDIT_SIGNING_FAILED),
-so no checkpoint is stored with a signature that was not checked. The private key never
-leaves the vault: it is created not exportable and without plaintext backup, and the audit
-consumer's policy needs only `update` on those two paths (docs/security.md). Whoever can
-write the store but holds no such token cannot make a signature that verifies.
+deployment: `transit/sign/<key>` makes a signature (``vault:v<N>:...``) and
+`transit/verify/<key>` checks one. The private key never leaves the vault: it is created
+not exportable and without plaintext backup, and the audit consumer's policy needs only
+`update` on those two paths (docs/security.md). Whoever can write the store but holds no
+such token cannot make a signature that verifies.
 
 The named key is created at first use when missing. A key of that name whose type cannot
 sign (an encryption key, say) is refused: signing or verifying then raises Unavailable
@@ -24,7 +21,6 @@ import base64
 import contextlib
 import re
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import hvac
@@ -35,11 +31,10 @@ from mnemo.domain.checkpoint import Signature
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Signer
 
-__all__ = ["KEY_TYPES", "MAX_BATCH", "VaultTransitSigner"]
+__all__ = ["KEY_TYPES", "VaultTransitSigner"]
 
 KEY_TYPES = ("ed25519", "ecdsa-p256")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-MAX_BATCH = 256  # checkpoints per transit request; a larger batch takes more requests
 _SIGNATURE = re.compile(r"^vault:v([1-9][0-9]{0,8}):[A-Za-z0-9+/]+=*$")
 
 
@@ -76,54 +71,19 @@ class VaultTransitSigner(Signer):
         self._lock = threading.Lock()
         self._checked = False
 
-    def sign_batch(self, items: Sequence[tuple[str, bytes]]) -> list[Signature]:
-        # one key for the deployment; each message names its tenant
-        if not items:
-            return []
+    def sign(self, tenant: str, message: bytes) -> Signature:
+        del tenant  # one key for the deployment; the message names the tenant
         self._ensure_key()
-        signatures: list[Signature] = []
-        for start in range(0, len(items), MAX_BATCH):
-            signatures.extend(self._sign_chunk([m for _, m in items[start : start + MAX_BATCH]]))
-        return signatures
-
-    def _sign_chunk(self, messages: list[bytes]) -> list[Signature]:
-        """One `transit/sign` request with `batch_input`; every result is checked, and one
-        failed or malformed result fails them all (none is returned)."""
-        batch = [{"input": _b64(m)} for m in messages]
-        try:
-            data = self._call(
-                lambda: self._transit.sign_data(
-                    name=self.key_name, batch_input=batch, mount_point=self._vault.mount
-                )
-            )["data"]
-        except Refused:  # the whole request refused (OpenBao answers 400 when items fail)
-            raise Unavailable(
-                f"the vault refused to sign {len(messages)} audit checkpoint(s) with "
-                f"{self.key_name!r}",
-                code="AUDIT_SIGNING_FAILED",
-            ) from None
-        results = data.get("batch_results") if isinstance(data, dict) else None
-        if not isinstance(results, list) or len(results) != len(messages):
-            raise Unavailable(
-                f"the vault answered {len(results) if isinstance(results, list) else 'no'} "
-                f"signature(s) for {len(messages)} audit checkpoint(s)",
-                code="AUDIT_SIGNING_FAILED",
+        data = self._call(
+            lambda: self._transit.sign_data(
+                name=self.key_name, hash_input=_b64(message), mount_point=self._vault.mount
             )
-        signatures: list[Signature] = []
-        failed = 0
-        for result in results:
-            signature = _signature(result)
-            if signature is None:
-                failed += 1
-            else:
-                signatures.append(signature)
-        if failed:  # never part of a batch: the caller signs them all again later
-            raise Unavailable(
-                f"the vault failed to sign {failed} of {len(messages)} audit checkpoint(s) "
-                f"with {self.key_name!r}",
-                code="AUDIT_SIGNING_FAILED",
-            )
-        return signatures
+        )["data"]
+        value = str(data["signature"])
+        found = _SIGNATURE.fullmatch(value)
+        if found is None:
+            raise Unavailable("the vault answered a malformed signature", code="VAULT_UNAVAILABLE")
+        return Signature(int(data.get("key_version") or found.group(1)), value)
 
     def verify(self, tenant: str, message: bytes, signature: Signature) -> bool:
         del tenant
@@ -221,22 +181,6 @@ class VaultTransitSigner(Signer):
 
     def __repr__(self) -> str:
         return f"VaultTransitSigner({self._vault.url!r}, key={self.key_name!r})"
-
-
-def _signature(result: object) -> Signature | None:
-    """One item of a batch answer as a Signature; None for an error or anything malformed.
-    The item's own error text is not kept: it can echo the request."""
-    if not isinstance(result, dict) or result.get("error"):
-        return None
-    value = result.get("signature")
-    found = _SIGNATURE.fullmatch(value) if isinstance(value, str) else None
-    if found is None:
-        return None
-    version = int(found.group(1))
-    stated = result.get("key_version")
-    if stated is not None and stated != version:
-        return None
-    return Signature(version, found.group(0))
 
 
 def _b64(message: bytes) -> str:

@@ -1,13 +1,12 @@
-"""The audit consumer's signed checkpoints: after the links it writes, it signs each stream's
-chain head every `every` links and at least `seconds` after a link was left unsigned, and
-stores the checkpoint where a rebuild does not reach (ADR 0017). With `each_batch` (the
-default) it also signs the head of every stream a batch extended once that batch is
-committed (`batch_committed`), all of them with one call to the signer, so the links no
-checkpoint covers yet are those of the batch in flight: a tail deleted from the log after
-a batch is reported against the checkpoint that batch left. `batch_seconds` bounds what
-that costs: a stream whose last checkpoint is younger is signed at a later batch or tick,
-once it is that old, so a busy stream costs at most one signature (and one anchor write)
-per `batch_seconds`.
+"""The audit consumer's signed checkpoints: after the links it writes, it signs each
+stream's chain head every `every` links and at least `seconds` after a link was left
+unsigned, and stores the checkpoint where a rebuild does not reach (ADR 0017). With
+`each_batch` (the default) it also signs the head of every stream a batch extended once
+that batch is committed (`batch_committed`), so the links no checkpoint covers yet are
+those of the batch in flight: a tail deleted from the log after a batch is reported
+against the checkpoint that batch left. `batch_seconds` bounds what that costs: a stream
+whose last checkpoint is younger is signed at a later batch or tick, once it is that old,
+so a busy stream costs at most one signature (and one anchor write) per `batch_seconds`.
 
 A checkpoint is a pure function of the log (the chain is), so signing one before the
 links' commit is safe: a redone batch computes the same links. Checkpoints are only ever
@@ -34,11 +33,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 from datetime import datetime
 
-from mnemo.domain.checkpoint import FIRST, Checkpoint, Signature, checkpoint_digest
-from mnemo.domain.errors import ConflictError, MnemoError, Unavailable
+from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest, checkpoint_message
+from mnemo.domain.errors import ConflictError, MnemoError
 from mnemo.domain.projection import AuditRecord
 from mnemo.handlers import audit
 from mnemo.ports import AuditCheckpoints, CheckpointAnchors, Clock, Signer
@@ -93,7 +91,7 @@ class AuditCheckpointer:
             try:
                 last = self._last_of(key)
             except MnemoError as exc:
-                self._failed([key], exc)
+                self._failed(key, exc)
                 return
             if key in self._diverged:
                 return
@@ -120,7 +118,8 @@ class AuditCheckpointer:
         how many checkpoints were signed."""
         with self._lock:
             before = self.signed
-            self._sign_due(list(self._pending), now=self.each_batch)
+            for key in list(self._pending):
+                self._sign_if_due(key, now=self.each_batch)
             if time.monotonic() >= self._anchor_retry_at:
                 for key in list(self._unanchored):
                     if not self._anchor(key):
@@ -135,7 +134,8 @@ class AuditCheckpointer:
             return 0
         with self._lock:
             before = self.signed
-            self._sign_due(list(self._pending), now=True)
+            for key in list(self._pending):
+                self._sign_if_due(key, now=True)
             return self.signed - before
 
     def reset(self) -> None:
@@ -157,81 +157,44 @@ class AuditCheckpointer:
 
     def _sign_if_due(self, key: _Key, *, now: bool = False) -> None:
         """Sign the stream's pending head when it is due, or at once with `now`."""
-        self._sign_due([key], now=now)
-
-    def _sign_due(self, keys: list[_Key], *, now: bool = False) -> None:
-        """Sign the pending heads of `keys` that are due (all of them with `now`, bar those
-        `batch_seconds` holds back), with one call to the signer for all of them."""
-        if time.monotonic() < self._retry_at:
+        pending = self._pending.get(key)
+        if pending is None or time.monotonic() < self._retry_at:
             return
+        record, since = pending
+        last = self._last.get(key)
         at = self.clock.now()
-        drafts: list[tuple[_Key, Checkpoint]] = []
-        for key in keys:
-            pending = self._pending.get(key)
-            if pending is None:
-                continue
-            record, since = pending
-            last = self._last.get(key)
-            due = audit.checkpoint_due(
-                last.n if last else 0, record.n, since, at, self.every, self.seconds
-            )
-            if not due and not (now and self._batch_due(last, record, at)):
-                continue
-            index = last.index + 1 if last else 1
-            prev = checkpoint_digest(last) if last else FIRST
-            unsigned = Signature(0, "")  # replaced by the signer's below
-            drafts.append(
-                (
-                    key,
-                    Checkpoint(
-                        record.tenant,
-                        record.stream,
-                        index,
-                        record.n,
-                        record.hash,
-                        prev,
-                        at,
-                        unsigned,
-                    ),
-                )
-            )
-        if not drafts:
+        due = audit.checkpoint_due(
+            last.n if last else 0, record.n, since, at, self.every, self.seconds
+        )
+        if not due and not (now and self._batch_due(last, record, at)):
             return
+        index = last.index + 1 if last else 1
+        prev = checkpoint_digest(last) if last else FIRST
+        message = checkpoint_message(
+            record.tenant, record.stream, index, record.n, record.hash, prev, at
+        )
         try:
-            signatures = self.signer.sign_batch([(c.tenant, c.message()) for _, c in drafts])
-            if len(signatures) != len(drafts):  # never stored half-signed: all again later
-                raise Unavailable(
-                    f"the signer answered {len(signatures)} signatures for {len(drafts)} "
-                    "checkpoints",
-                    code="AUDIT_SIGNING_FAILED",
-                )
-        except MnemoError as exc:
-            self._failed([key for key, _ in drafts], exc)
-            return
-        for (key, draft), signature in zip(drafts, signatures, strict=True):
-            checkpoint = replace(draft, signature=signature)
-            try:
-                stored = self.checkpoints.add(checkpoint)
-            except MnemoError as exc:  # the rest stay pending too, for the next attempt
-                self._failed([key], exc)
-                return
+            signature = self.signer.sign(record.tenant, message)
+            checkpoint = Checkpoint(
+                record.tenant, record.stream, index, record.n, record.hash, prev, at, signature
+            )
+            stored = self.checkpoints.add(checkpoint)
             if not stored:  # another writer took the index: start again from its checkpoint
-                try:
-                    fresh = self._last[key] = self.checkpoints.last(*key)
-                except MnemoError as exc:
-                    self._last.pop(key, None)
-                    self._failed([key], exc)
-                    return
-                if fresh is not None and fresh.n >= checkpoint.n:
+                self._last[key] = self.checkpoints.last(*key)
+                fresh = self._last[key]
+                if fresh is not None and fresh.n >= record.n:
                     self._pending.pop(key, None)
-                continue
-            self._last[key] = checkpoint
-            self._pending.pop(key, None)
-            self.signed += 1
-            if self.anchors is not None:
-                self._unanchored[key] = checkpoint
-                if time.monotonic() >= self._anchor_retry_at:
-                    self._anchor(key)
+                return
+        except MnemoError as exc:
+            self._failed(key, exc)
+            return
+        self._last[key] = checkpoint
+        self._pending.pop(key, None)
+        self.signed += 1
+        if self.anchors is not None:
+            self._unanchored[key] = checkpoint
+            if time.monotonic() >= self._anchor_retry_at:
+                self._anchor(key)
 
     def _batch_due(self, last: Checkpoint | None, record: AuditRecord, at: datetime) -> bool:
         """Whether a committed batch's head is signed now: past the last checkpoint, and
@@ -294,14 +257,12 @@ class AuditCheckpointer:
         if self.anchors.advance(checkpoint):
             self.anchored += 1
 
-    def _failed(self, keys: list[_Key], exc: MnemoError) -> None:
+    def _failed(self, key: _Key, exc: MnemoError) -> None:
         self.failures += 1
         self._retry_at = time.monotonic() + RETRY_SECONDS
-        streams = ", ".join(f"{tenant}/{stream}" for tenant, stream in keys[:3])
-        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
         log.warning(
-            "audit checkpoint of %s%s not signed (%s); links stay unsigned until it is",
-            streams,
-            more,
+            "audit checkpoint of %s/%s not signed (%s); links stay unsigned until it is",
+            key[0],
+            key[1],
             exc.code,
         )
