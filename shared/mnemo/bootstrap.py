@@ -406,14 +406,36 @@ def key_pepper(settings: MnemoSettings) -> bytes:
             )
         return value
     path = settings.data_dir / PEPPER_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text(encoding="ascii").strip().encode()
+    if path.exists():
+        return _kept_pepper(path)
+    # written whole under another name, then linked into place: processes starting side by
+    # side on one data directory all read the one pepper that won, never a half-written file
     made = os.urandom(32).hex()
+    draft = path.with_name(f".{PEPPER_FILE}.{os.getpid()}.{made[:8]}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as out:
         out.write(made + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        return _kept_pepper(path)
+    finally:
+        draft.unlink()
     return made.encode()
+
+
+def _kept_pepper(path: Path) -> bytes:
+    value = path.read_text(encoding="ascii").strip().encode()
+    if len(value) < 16:
+        raise InvalidInput(
+            f"{path} does not hold a whole key pepper (at least 16 characters); restore it, "
+            "or remove it to make a new one (API keys made with another pepper stop working)",
+            code="INVALID_SETTING",
+            field="key_pepper",
+        )
+    return value
 
 
 def check_data_dir(data: Path, embedder: Embedder) -> None:

@@ -1,0 +1,60 @@
+"""The API key pepper of a data directory: processes started side by side on one data
+directory (`make up` starts every component at once) all read the one pepper that was
+made, never a file another process is still writing."""
+
+from __future__ import annotations
+
+import multiprocessing
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemo.bootstrap import PEPPER_FILE, key_pepper
+from mnemo.domain.errors import InvalidInput
+from mnemo.settings import MnemoSettings
+
+
+def pepper_of(data: str, start: Any) -> bytes:
+    start.wait(30)
+    return key_pepper(MnemoSettings(data_dir=Path(data)))
+
+
+def test_processes_starting_together_share_one_whole_pepper(tmp_path: Path) -> None:
+    """Eight processes at once on each of 25 new data directories."""
+    ctx = multiprocessing.get_context("fork")
+    dirs = [tmp_path / f"d{i}" for i in range(25)]
+    with ctx.Manager() as manager, ctx.Pool(8) as pool:
+        for data in dirs:
+            data.mkdir()
+            start = manager.Event()
+            waiting = [pool.apply_async(pepper_of, (str(data), start)) for _ in range(8)]
+            start.set()
+            peppers = {w.get(60) for w in waiting}
+            assert len(peppers) == 1, peppers
+            [pepper] = peppers
+            assert len(pepper) == 64
+            kept = data / PEPPER_FILE
+            assert kept.read_text(encoding="ascii").strip().encode() == pepper
+            assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+            assert [p.name for p in data.iterdir()] == [PEPPER_FILE]  # no draft left
+
+
+def test_a_damaged_pepper_file_is_refused_not_replaced(tmp_path: Path) -> None:
+    """Replacing it would orphan every key hashed with it: the operator decides."""
+    (tmp_path / PEPPER_FILE).write_text("short\n", encoding="ascii")
+    with pytest.raises(InvalidInput) as damaged:
+        key_pepper(MnemoSettings(data_dir=tmp_path))
+    assert damaged.value.code == "INVALID_SETTING"
+    assert "short" not in str(damaged.value)  # a secret, even a damaged one, stays out
+    assert (tmp_path / PEPPER_FILE).read_text(encoding="ascii") == "short\n"
+
+
+def test_a_set_pepper_is_used_and_a_short_one_refused(tmp_path: Path) -> None:
+    given = MnemoSettings(data_dir=tmp_path, key_pepper="p" * 16)
+    assert key_pepper(given) == b"p" * 16
+    assert not (tmp_path / PEPPER_FILE).exists()
+    with pytest.raises(InvalidInput) as short:
+        key_pepper(MnemoSettings(data_dir=tmp_path, key_pepper="p" * 15))
+    assert short.value.code == "INVALID_SETTING"
