@@ -17,6 +17,7 @@ from mnemo.adapters.sqlite_anchors import SqliteCheckpointAnchors
 from mnemo.adapters.sqlite_checkpoints import SqliteAuditCheckpoints
 from mnemo.domain.checkpoint import Checkpoint
 from mnemo.domain.errors import Unavailable
+from mnemo.domain.projection import AuditRecord
 from mnemo.ports import CheckpointAnchors
 from mnemo.service import checkpoints as checkpointing
 from mnemo.service.checkpoints import AuditCheckpointer
@@ -54,7 +55,14 @@ def checkpointer(tmp_path: Path, anchors: CheckpointAnchors) -> AuditCheckpointe
         every=2,
         seconds=600,
         anchors=anchors,
+        each_batch=False,
     )
+
+
+def commit(c: AuditCheckpointer, record: AuditRecord) -> None:
+    """One link written and its batch committed: only then is a checkpoint due."""
+    c.observe(record)
+    c.batch_committed()
 
 
 def stored(c: AuditCheckpointer) -> list[Checkpoint]:
@@ -68,11 +76,11 @@ def test_a_missed_anchor_is_written_later_through_the_checkpoints_between(
     c = checkpointer(tmp_path, anchors)
     records = chain(events(6))
     for r in records[:2]:
-        c.observe(r)
+        commit(c, r)
     assert anchors.of_tenant("acme") == stored(c)  # checkpoint 1, anchored at once
     anchors.down = True
     for r in records[2:]:
-        c.observe(r)
+        commit(c, r)
     assert [cp.index for cp in stored(c)] == [1, 2, 3]  # signed and stored all the same
     assert anchors.of_tenant("acme") == stored(c)[:1]
     anchors.down = False
@@ -88,7 +96,7 @@ def test_a_store_rolled_back_and_signed_again_does_not_move_the_anchor(
     first = checkpointer(tmp_path, anchors)
     evs = events(8)
     for r in chain(evs[:6]):
-        first.observe(r)
+        commit(first, r)
     [anchor] = anchors.of_tenant("acme")
     assert anchor.index == 3
     # the store taken back to checkpoint 1 (link 2), then other events after it
@@ -97,7 +105,7 @@ def test_a_store_rolled_back_and_signed_again_does_not_move_the_anchor(
     again = checkpointer(tmp_path, anchors)  # a fresh audit consumer
     with caplog.at_level(logging.ERROR, "mnemo.audit"):
         for r in chain(forked):
-            again.observe(r)
+            commit(again, r)
         again.tick()
     assert [cp.index for cp in stored(again)] == [1, 2, 3, 4]
     assert stored(again)[2] != anchor

@@ -8,13 +8,15 @@ against the checkpoint that batch left. `batch_seconds` bounds what that costs: 
 whose last checkpoint is younger is signed at a later batch or tick, once it is that old,
 so a busy stream costs at most one signature (and one anchor write) per `batch_seconds`.
 
-A checkpoint is a pure function of the log (the chain is), so signing one before the
-links' commit is safe: a redone batch computes the same links. Checkpoints are only ever
-added past a stream's last one, under the next index, never rewritten; a rebuild therefore
-re-signs nothing it signed before. When a replayed chain reaches the link a checkpoint
-signed and finds another hash there, the stream is left unsigned from then on (logged as
-AUDIT_CHECKPOINT_MISMATCH): the process never signs over a changed log, and
-`mnemo audit verify` reports the mismatch.
+A checkpoint is signed only once the batch holding its links is committed, so the store
+never holds a checkpoint past its stream's chain head (a verifier reading while the
+consumer works sees no missing tail); a batch that fails is discarded and redone, and a
+redone batch computes the same links (the chain is a pure function of the log).
+Checkpoints are only ever added past a stream's last one, under the next index, never
+rewritten; a rebuild therefore re-signs nothing it signed before. When a replayed chain
+reaches the link a checkpoint signed and finds another hash there, the stream is left
+unsigned from then on (logged as AUDIT_CHECKPOINT_MISMATCH): the process never signs over a
+changed log, and `mnemo audit verify` reports the mismatch.
 
 Signing failures never stop the audit consumer: the links are still written, the stream's
 head stays pending and is signed at a later link or tick, and verification shows the links
@@ -76,6 +78,7 @@ class AuditCheckpointer:
         self._lock = threading.RLock()
         self._last: dict[_Key, Checkpoint | None] = {}
         self._pending: dict[_Key, tuple[AuditRecord, datetime]] = {}
+        self._staged: dict[_Key, AuditRecord] = {}
         self._diverged: set[_Key] = set()
         self._retry_at = 0.0
         self._unanchored: dict[_Key, Checkpoint] = {}
@@ -85,7 +88,25 @@ class AuditCheckpointer:
         self.anchored = 0
 
     def observe(self, record: AuditRecord) -> None:
-        """A link the audit consumer is writing: sign its stream's head when it is due."""
+        """A link the audit consumer is writing: kept until its batch is committed
+        (`batch_committed`), so that no checkpoint is ever stored ahead of the links it
+        signs and a verifier reading meanwhile sees no missing tail."""
+        with self._lock:
+            self._staged[(record.tenant, record.stream)] = record
+
+    def discard(self) -> None:
+        """The batch in flight was not committed: forget its links (a redone batch
+        observes them again)."""
+        with self._lock:
+            self._staged.clear()
+
+    def _committed(self) -> None:
+        for record in self._staged.values():
+            self._take(record)
+        self._staged.clear()
+
+    def _take(self, record: AuditRecord) -> None:
+        """A committed link: its stream's head is pending, and signed when it is due."""
         key = (record.tenant, record.stream)
         with self._lock:
             try:
@@ -130,12 +151,12 @@ class AuditCheckpointer:
         """The audit consumer committed a batch: with `each_batch`, sign the head of every
         stream it left unsigned, whatever `every` and `seconds` say (but not twice within
         `batch_seconds`); how many were signed."""
-        if not self.each_batch:
-            return 0
         with self._lock:
             before = self.signed
-            for key in list(self._pending):
-                self._sign_if_due(key, now=True)
+            self._committed()
+            if self.each_batch:
+                for key in list(self._pending):
+                    self._sign_if_due(key, now=True)
             return self.signed - before
 
     def reset(self) -> None:
@@ -143,6 +164,7 @@ class AuditCheckpointer:
         with self._lock:
             self._last.clear()
             self._pending.clear()
+            self._staged.clear()
             self._diverged.clear()
             self._unanchored.clear()
 

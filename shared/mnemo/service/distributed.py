@@ -697,6 +697,8 @@ class Follower(_Processor):
             )
         name = position_name(self.consumer, partition)
         decide = self.runner.decider(self.consumer)
+        if self.consumer == audit.CONSUMER:
+            self.runner.audit_started()
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
             for record in events:

@@ -589,10 +589,23 @@ class Insights:
         checked, the status is `unverified` (AUDIT_SIGNER_UNAVAILABLE), never intact.
         `pending` counts the tenant's events that have no link yet."""
         tenant = ctx.tenant
-        # the position first: the links of every event up to it were committed with it, so
-        # the heads read next cover them (0 where positions are per partition)
-        passed = self.store.position(audit.CONSUMER)
-        heads = self.store.audit_heads(tenant)
+        # Read in the order the audit consumer writes, backwards, so that a consumer at work
+        # meanwhile never looks like a rollback: it stores a checkpoint before anchoring it,
+        # and signs links once they are committed. So the anchors first (each one's
+        # checkpoint was stored before it), then the checkpoints (each one's links were
+        # committed before it), then the position (the links of every event up to it were
+        # committed with it, 0 where positions are per partition), then the heads.
+        try:
+            anchors = self._anchors_of(tenant)
+        except MnemoError as exc:
+            return AuditStatus(
+                "unverified",
+                0,
+                0,
+                reason=f"the audit anchors cannot be read ({exc.code}): the trail is not "
+                "known to be intact",
+                code="AUDIT_SIGNER_UNAVAILABLE",
+            )
         try:
             signed = self._signed(tenant)
         except MnemoError as exc:
@@ -602,15 +615,20 @@ class Insights:
                 0,
                 reason=f"the signed checkpoints cannot be read ({exc.code})",
                 code="AUDIT_CHECKPOINTS_UNAVAILABLE",
-                streams=len(heads),
             )
+        passed = self.store.position(audit.CONSUMER)
+        heads = self.store.audit_heads(tenant)
         wanted = {stream: {cp.n for cp in cps} for stream, cps in signed.items()}
         hashes: dict[str, dict[int, str]] = {}
         links = 0
         for head in heads:
             prev, after_n = audit.GENESIS, 0
             while after_n < head.n:
-                records = self.store.audit_trail(tenant, head.stream, after_n, AUDIT_PAGE)
+                records = [  # only up to the head read: links committed since wait their turn
+                    r
+                    for r in self.store.audit_trail(tenant, head.stream, after_n, AUDIT_PAGE)
+                    if r.n <= head.n
+                ]
                 if not records:
                     break
                 events = {
@@ -682,7 +700,7 @@ class Insights:
             checked += len(cps)
             covered += cps[-1].n if cps else 0
         try:
-            anchored = self._anchored(tenant, signed)
+            anchored = self._anchored(tenant, anchors, signed)
         except MnemoError as exc:
             return AuditStatus(
                 "unverified",
@@ -722,17 +740,21 @@ class Insights:
             anchored=anchored,
         )
 
+    def _anchors_of(self, tenant: str) -> list[Checkpoint]:
+        """The tenant's anchors (none without an anchor store)."""
+        if self.anchors is None:
+            return []
+        return [a for a in self.anchors.of_tenant(tenant) if a.tenant == tenant]
+
     def _anchored(
-        self, tenant: str, signed: dict[str, list[Checkpoint]]
+        self, tenant: str, anchors: Sequence[Checkpoint], signed: dict[str, list[Checkpoint]]
     ) -> int | CheckpointProblem:
-        """How many streams reach their anchor, or the first that does not. Raises
-        MnemoError when the anchors (or a signature) cannot be checked."""
+        """How many streams reach their anchor (read before `signed`), or the first that
+        does not. Raises MnemoError when a signature cannot be checked."""
         if self.anchors is None:
             return 0
         reached = 0
-        for anchor in self.anchors.of_tenant(tenant):
-            if anchor.tenant != tenant:
-                continue
+        for anchor in anchors:
             problem = audit.check_anchor(
                 anchor.stream,
                 anchor,

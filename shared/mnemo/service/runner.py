@@ -214,6 +214,8 @@ class EmbeddedRunner:
                     tx.set_position(name, offset)
             return 0
         parents = [telemetry.parent_of(r.envelope.trace) for r in batch]
+        if consumer == audit.CONSUMER:
+            self.audit_started()
         with (
             telemetry.consuming(
                 consumer, parents, system="sqlite", destination=telemetry.EMBEDDED_LOG
@@ -370,6 +372,12 @@ class EmbeddedRunner:
                 if isinstance(write, PutAudit):
                     self.checkpointer.observe(write.record)
         return decision
+
+    def audit_started(self) -> None:
+        """The audit consumer starts a batch: what a batch that failed before it observed
+        is forgotten (its links are observed again when it is redone)."""
+        if self.checkpointer is not None:
+            self.checkpointer.discard()
 
     def audit_committed(self) -> int:
         """The audit consumer committed a batch: sign the heads it extended (ADR 0017)."""
