@@ -78,7 +78,7 @@ class AuditCheckpointer:
         self._lock = threading.RLock()
         self._last: dict[_Key, Checkpoint | None] = {}
         self._pending: dict[_Key, tuple[AuditRecord, datetime]] = {}
-        self._staged: dict[_Key, AuditRecord] = {}
+        self._staged: list[AuditRecord] = []
         self._diverged: set[_Key] = set()
         self._retry_at = 0.0
         self._unanchored: dict[_Key, Checkpoint] = {}
@@ -92,7 +92,7 @@ class AuditCheckpointer:
         (`batch_committed`), so that no checkpoint is ever stored ahead of the links it
         signs and a verifier reading meanwhile sees no missing tail."""
         with self._lock:
-            self._staged[(record.tenant, record.stream)] = record
+            self._staged.append(record)
 
     def discard(self) -> None:
         """The batch in flight was not committed: forget its links (a redone batch
@@ -101,9 +101,9 @@ class AuditCheckpointer:
             self._staged.clear()
 
     def _committed(self) -> None:
-        for record in self._staged.values():
+        staged, self._staged = self._staged, []
+        for record in staged:  # in order: a head due every `every` links is signed there
             self._take(record)
-        self._staged.clear()
 
     def _take(self, record: AuditRecord) -> None:
         """A committed link: its stream's head is pending, and signed when it is due."""
