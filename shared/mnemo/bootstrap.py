@@ -411,7 +411,7 @@ def key_pepper(settings: MnemoSettings) -> bytes:
     # written whole under another name, then linked into place: processes starting side by
     # side on one data directory all read the one pepper that won, never a half-written file
     made = os.urandom(32).hex()
-    draft = path.with_name(f".{PEPPER_FILE}.{os.getpid()}.{made[:8]}")
+    draft = path.with_name(f".{PEPPER_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
     fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as out:
         out.write(made + "\n")
@@ -423,6 +423,11 @@ def key_pepper(settings: MnemoSettings) -> bytes:
         return _kept_pepper(path)
     finally:
         draft.unlink()
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the link survives a power loss before any key is hashed with it
+    finally:
+        os.close(directory)
     return made.encode()
 
 

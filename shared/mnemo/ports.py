@@ -402,8 +402,9 @@ class StoreOperations(abc.ABC):
         """Release resources."""
 
 
-class ConsumerStore(ProjectionStore, TimerReads, abc.ABC):
-    """What the runners of the consumers use: batches, positions and due timers."""
+class ConsumerStore(ProjectionStore, TimerReads, AuditReads, abc.ABC):
+    """What the runners of the consumers use: batches, positions, due timers and the audit
+    links committed (the audit consumer signs only those)."""
 
     @abc.abstractmethod
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:

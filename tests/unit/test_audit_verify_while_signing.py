@@ -168,3 +168,28 @@ def test_a_checkpoint_is_stored_only_once_its_batch_is_committed(platform: Platf
     runner.audit_started()  # redone, with it, and committed: signed now
     checkpointer.observe(link)
     assert runner.audit_committed() == 1
+
+
+def test_links_committed_by_a_batch_that_then_raised_are_signed_when_idle(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch can raise after its links are in the store (a commit a store finished
+    later, or anything failing after the commit): those links are signed at the next
+    idle tick all the same, not left to the stream's next event."""
+    runner = platform.runner
+    assert platform.checkpoints is not None
+    platform.app.publish(CTX, observations(2, start=3))
+
+    def lost() -> int:
+        raise RuntimeError("the process failed right after the commit")
+
+    monkeypatch.setattr(runner, "audit_committed", lost)
+    runner.drain()  # the audit step raises after its commit (logged, retried: nothing left)
+    monkeypatch.undo()
+    [head] = platform.store.audit_heads("acme")
+    assert max(cp.n for cp in platform.checkpoints.of_tenant("acme")) < head.n
+    clock(platform).advance(timedelta(seconds=5))
+    assert runner.checkpoint_tick() == 1
+    assert max(cp.n for cp in platform.checkpoints.of_tenant("acme")) == head.n
+    status = insights(platform, platform.checkpoints).audit(CTX)
+    assert (status.status, status.unsigned) == ("intact", 0), status

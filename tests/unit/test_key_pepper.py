@@ -1,6 +1,7 @@
-"""The API key pepper of a data directory: processes started side by side on one data
-directory (`make up` starts every component at once) all read the one pepper that was
-made, never a file another process is still writing."""
+"""Files several processes make on first start: processes started side by side on one
+data directory (`make up` starts every component at once) all read the one API key pepper
+that was made, never a file another process is still writing; the development key file
+is made once, never replaced by an empty one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mnemo.adapters.local_key_vault import LocalKeyFileVault
 from mnemo.bootstrap import PEPPER_FILE, key_pepper
 from mnemo.domain.errors import InvalidInput
 from mnemo.settings import MnemoSettings
@@ -58,3 +60,19 @@ def test_a_set_pepper_is_used_and_a_short_one_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as short:
         key_pepper(MnemoSettings(data_dir=tmp_path, key_pepper="p" * 15))
     assert short.value.code == "INVALID_SETTING"
+
+
+def test_a_key_file_made_meanwhile_by_another_process_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that looked for the development key file before another one made its
+    first key opens that file; it never writes an empty one over it."""
+    path = tmp_path / "keys" / "vault.json"
+    first = LocalKeyFileVault(path)
+    wrapped = first.data_key("user:U1")[1]
+    monkeypatch.setattr(Path, "exists", lambda self: False)  # it looked before the key
+    late = LocalKeyFileVault(path)
+    monkeypatch.undo()
+    assert late.has_key("user:U1")
+    assert late.unwrap("user:U1", wrapped) == first.unwrap("user:U1", wrapped)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["vault.json"]  # no draft left

@@ -48,13 +48,13 @@ class LocalKeyFileVault(VersionedKeyVault):
             "readable by its owner; use a managed KMS in production",
             self.path,
         )
-        if self.path.exists():
-            state = _load(self.path)
-            self._tighten_mode()
-        else:
-            state = KeyState()
+        if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _write(self.path, state)
+            # only if still absent: a process starting beside one that already made keys
+            # must not replace its file with an empty one
+            _write(self.path, KeyState(), replace=False)
+        state = _load(self.path)
+        self._tighten_mode()
         super().__init__(state)
 
     def _persist(self, state: KeyState) -> None:
@@ -112,8 +112,9 @@ def _encode(state: KeyState) -> bytes:
     return json.dumps(body, indent=1).encode("utf-8")
 
 
-def _write(path: Path, state: KeyState) -> None:
-    """Replace the file atomically; the temporary file is 0600 from the start."""
+def _write(path: Path, state: KeyState, *, replace: bool = True) -> None:
+    """Replace the file atomically (or, without `replace`, create it only if it is still
+    absent); the temporary file is 0600 from the start."""
     data = _encode(state)
     directory = path.parent
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -123,7 +124,12 @@ def _write(path: Path, state: KeyState) -> None:
             tmp.write(data)
             tmp.flush()
             os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
+        if replace:
+            os.replace(tmp_name, path)
+        else:
+            with contextlib.suppress(FileExistsError):  # another made it first: theirs stays
+                os.link(tmp_name, path)
+            os.unlink(tmp_name)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from mnemo.domain.checkpoint import FIRST, Checkpoint, checkpoint_digest, checkpoint_message
@@ -94,11 +95,16 @@ class AuditCheckpointer:
         with self._lock:
             self._staged.append(record)
 
-    def discard(self) -> None:
-        """The batch in flight was not committed: forget its links (a redone batch
-        observes them again)."""
+    def settle(self, stored: Callable[[AuditRecord], bool]) -> None:
+        """Links observed in a batch that did not report its commit (it raised, before or
+        after committing; a store may have finished the commit later): those the store
+        holds (`stored`) are taken as committed, the others forgotten (a redone batch
+        observes them again). The consumer calls this before each batch and when idle."""
         with self._lock:
-            self._staged.clear()
+            staged, self._staged = self._staged, []
+            for record in staged:
+                if stored(record):
+                    self._take(record)
 
     def _committed(self) -> None:
         staged, self._staged = self._staged, []

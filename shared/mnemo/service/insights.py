@@ -595,17 +595,12 @@ class Insights:
         # checkpoint was stored before it), then the checkpoints (each one's links were
         # committed before it), then the position (the links of every event up to it were
         # committed with it, 0 where positions are per partition), then the heads.
+        anchors: list[Checkpoint] = []
+        unreadable: MnemoError | None = None  # reported where the anchors are compared
         try:
             anchors = self._anchors_of(tenant)
         except MnemoError as exc:
-            return AuditStatus(
-                "unverified",
-                0,
-                0,
-                reason=f"the audit anchors cannot be read ({exc.code}): the trail is not "
-                "known to be intact",
-                code="AUDIT_SIGNER_UNAVAILABLE",
-            )
+            unreadable = exc
         try:
             signed = self._signed(tenant)
         except MnemoError as exc:
@@ -615,6 +610,7 @@ class Insights:
                 0,
                 reason=f"the signed checkpoints cannot be read ({exc.code})",
                 code="AUDIT_CHECKPOINTS_UNAVAILABLE",
+                streams=len(self.store.audit_heads(tenant)),
             )
         passed = self.store.position(audit.CONSUMER)
         heads = self.store.audit_heads(tenant)
@@ -700,6 +696,8 @@ class Insights:
             checked += len(cps)
             covered += cps[-1].n if cps else 0
         try:
+            if unreadable is not None:
+                raise unreadable
             anchored = self._anchored(tenant, anchors, signed)
         except MnemoError as exc:
             return AuditStatus(

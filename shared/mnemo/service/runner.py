@@ -27,7 +27,14 @@ from mnemo.domain.errors import Unavailable
 from mnemo.domain.events import ActorKind, Envelope, ForgetRequested, LoggedEvent
 from mnemo.domain.keywords import history_terms, memory_keyword_text, passage_vector
 from mnemo.domain.memory import MemoryType
-from mnemo.domain.projection import DropTimer, Outcome, OutcomeKind, PutAudit, PutOutcome
+from mnemo.domain.projection import (
+    AuditRecord,
+    DropTimer,
+    Outcome,
+    OutcomeKind,
+    PutAudit,
+    PutOutcome,
+)
 from mnemo.domain.rules import RuleSet
 from mnemo.handlers import (
     Decision,
@@ -374,10 +381,14 @@ class EmbeddedRunner:
         return decision
 
     def audit_started(self) -> None:
-        """The audit consumer starts a batch: what a batch that failed before it observed
-        is forgotten (its links are observed again when it is redone)."""
+        """The audit consumer starts a batch: the links a batch that raised before it
+        observed are settled (signed later if the store holds them, else forgotten)."""
         if self.checkpointer is not None:
-            self.checkpointer.discard()
+            self.checkpointer.settle(self._link_stored)
+
+    def _link_stored(self, record: AuditRecord) -> bool:
+        found = self.store.audit_trail(record.tenant, record.stream, record.n - 1, 1)
+        return bool(found) and found[0].n == record.n and found[0].hash == record.hash
 
     def audit_committed(self) -> int:
         """The audit consumer committed a batch: sign the heads it extended (ADR 0017)."""
@@ -385,7 +396,10 @@ class EmbeddedRunner:
 
     def checkpoint_tick(self) -> int:
         """Sign the audit chain heads that have waited long enough (ADR 0017)."""
-        return self.checkpointer.tick() if self.checkpointer is not None else 0
+        if self.checkpointer is None:
+            return 0
+        self.checkpointer.settle(self._link_stored)
+        return self.checkpointer.tick()
 
     def step_registrar(self) -> int:
         return self._consume(registration.CONSUMER, self.decide_registrar)

@@ -69,9 +69,9 @@ class _Commits(_Connection):
             self._commit(tx)
 
     def _commit(self, tx: _Tx) -> None:
-        mutations, post, moves = tx.plan()
+        mutations, late, post, moves = tx.plan()
         fenced = tx.position is not None and tx.epoch is not None
-        if not mutations and not post and not fenced:
+        if not mutations and not late and not post and not fenced:
             if tx.position is not None:
                 ts = self._clock.next()
                 self._write_all([[self.home, "positions", "put", [*tx.position, ts]]], ts)
@@ -98,6 +98,7 @@ class _Commits(_Connection):
         record: dict[str, Any] = {
             "ts": ts,
             "mutations": mutations,
+            "late": late,
             "post": post,
             "position": tx.position,
         }
@@ -275,6 +276,8 @@ class _Commits(_Connection):
     def _apply(self, owner: str, record: dict[str, Any]) -> None:
         ts = int(record["ts"])
         self._write_all(record["mutations"], ts)
+        if record.get("late"):  # rows that name others (the audit heads): once those are in
+            self._write_all(record["late"], ts)
         # after the rows: the timer hours that point at them, with a timestamp taken now
         # (see Timers), and the position; neither needs the other first
         after = self._bind_all(record["post"], self._clock.next()) if record["post"] else []

@@ -382,12 +382,14 @@ class _Tx(StoreTransaction):
 
     # -- commit planning
 
-    def plan(self) -> tuple[list[Mutation], list[Mutation], list[HeadMove]]:
-        """(row writes at the commit timestamp, row writes after them at a fresh one,
-        the moves of keys' active memory to make first)."""
+    def plan(self) -> tuple[list[Mutation], list[Mutation], list[Mutation], list[HeadMove]]:
+        """(row writes at the commit timestamp, row writes once those are in at the same
+        timestamp, row writes after them at a fresh one, the moves of keys' active memory
+        to make first)."""
         s = self._store
         muts: list[Mutation] = []
         post: list[Mutation] = []
+        late: list[Mutation] = []
         touched_keys: set[tuple[str, str, str]] = set()  # (tenant, stream, blinded key)
         for tenant in sorted(self.purged):
             self._plan_purge(tenant, muts, touched_keys)
@@ -429,7 +431,8 @@ class _Tx(StoreTransaction):
             if top is not None and top != self._stored_head(tenant, stream):
                 head = [top.n, top.event_id, top.event_type, top.offset, top.prev_hash, top.hash]
                 row = [tenant, stream, *head]
-                muts.append([s._keyspace(tenant), "audit_stream_heads", "put", row])
+                # written once the links are (`late`): a head never names a missing link
+                late.append([s._keyspace(tenant), "audit_stream_heads", "put", row])
 
         for (tenant, name, version), tpl in sorted(self.templates.items()):
             tpl_row = [tenant, name, version, tpl.model_dump_json()]
@@ -454,7 +457,7 @@ class _Tx(StoreTransaction):
             stored_doc = self._stored_document(tenant, document_id)
             new_doc = self.documents[(tenant, document_id)]
             _diff(document_rows(ks, stored_doc), document_rows(ks, new_doc), muts)
-        return muts, post, self._head_moves(touched_keys)
+        return muts, late, post, self._head_moves(touched_keys)
 
     def _plan_purge(
         self, tenant: str, muts: list[Mutation], touched_keys: set[tuple[str, str, str]]
