@@ -481,3 +481,58 @@ def test_a_tail_deleted_after_the_last_batch_is_reported(tmp_path: Path, clock: 
             "user:U2",
             last.n,
         )
+
+
+def test_the_audit_workers_signing_round_outlives_a_store_outage(tmp_path: Path) -> None:
+    """Cassandra goes away while links a raised batch committed wait to be confirmed: the
+    worker's checkpoint round is skipped with the store's code and counted (a round that
+    raised out of its timer would stop the worker's agent for good), and once the store
+    answers again the next round signs those links."""
+    import asyncio
+
+    from mnemo.entrypoints.workers import Worker
+
+    clock = FixedClock(T0)
+    with running(signed_settings(tmp_path / "data"), clock) as platform:
+        runner = platform.runner
+        assert platform.checkpoints is not None
+        platform.app.publish(CTX, [observation(f"note {i}", "user:U1") for i in range(2)])
+
+        def lost() -> int:
+            raise RuntimeError("the process failed right after the commit")
+
+        Pump(platform, ("registrar", "indexer", "decay")).drain()
+        runner.audit_committed = lost  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError):
+            Pump(platform, ("audit",)).drain()  # the batch committed, then raised
+        del runner.audit_committed
+        Pump(platform).drain()
+        [head] = platform.store.audit_heads("acme")
+        clock.advance(timedelta(seconds=601))
+
+        worker = Worker("audit", platform.settings, platform)
+        store = platform.store
+        real = store.audit_trail
+
+        def away(*args: Any) -> Any:
+            raise Unavailable("the memory store is away", code="STORE_UNAVAILABLE")
+
+        def broken() -> int:
+            raise KeyError("a bug in the round")
+
+        try:
+            store.audit_trail = away  # type: ignore[method-assign]
+            assert not asyncio.run(worker.periodically("signing", runner.checkpoint_tick))
+            assert not asyncio.run(worker.periodically("signing", broken))
+            assert worker.periodic_failures == 2
+            assert (
+                'mnemo_consumer_periodic_failures_total{consumer="audit"} 2'
+                in worker.metrics_text()
+            )
+            assert max((cp.n for cp in platform.checkpoints.of_tenant("acme")), default=0) < head.n
+            store.audit_trail = real  # type: ignore[method-assign]
+            assert asyncio.run(worker.periodically("signing", runner.checkpoint_tick))
+            assert max(cp.n for cp in platform.checkpoints.of_tenant("acme")) == head.n
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()

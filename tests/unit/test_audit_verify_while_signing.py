@@ -15,6 +15,7 @@ import pytest
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
 from mnemo.domain.checkpoint import Checkpoint
+from mnemo.domain.errors import Unavailable
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import PutAudit
 from mnemo.handlers import audit
@@ -193,3 +194,35 @@ def test_links_committed_by_a_batch_that_then_raised_are_signed_when_idle(
     assert max(cp.n for cp in platform.checkpoints.of_tenant("acme")) == head.n
     status = insights(platform, platform.checkpoints).audit(CTX)
     assert (status.status, status.unsigned) == ("intact", 0), status
+
+
+def test_links_the_store_cannot_confirm_yet_stay_staged_until_it_can(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store is away when the idle tick asks whether a raised batch's links were
+    stored: the tick fails with the store's error, forgets nothing, and signs them once
+    the store answers again."""
+    runner = platform.runner
+    assert platform.checkpoints is not None
+    platform.app.publish(CTX, observations(2, start=3))
+
+    def lost() -> int:
+        raise RuntimeError("the process failed right after the commit")
+
+    monkeypatch.setattr(runner, "audit_committed", lost)
+    runner.drain()
+    monkeypatch.undo()
+    [head] = platform.store.audit_heads("acme")
+    clock(platform).advance(timedelta(seconds=5))
+
+    def away(*args: Any) -> Any:
+        raise Unavailable("the memory store is unavailable", code="STORE_UNAVAILABLE")
+
+    monkeypatch.setattr(platform.store, "audit_trail", away)
+    for _ in range(2):
+        with pytest.raises(Unavailable):
+            runner.checkpoint_tick()
+    monkeypatch.undo()
+    assert max(cp.n for cp in platform.checkpoints.of_tenant("acme")) < head.n
+    assert runner.checkpoint_tick() == 1
+    assert max(cp.n for cp in platform.checkpoints.of_tenant("acme")) == head.n

@@ -138,6 +138,7 @@ class Worker:
         self._unwatch = telemetry.watch_lag(self.lag)
         self.failures = 0
         self.last_error = ""
+        self.periodic_failures = 0
         # when a batch of each partition last arrived from the stream (or it was assigned)
         self._arrived: dict[int, float] = {}
         self.filled_in = 0  # records read from the topic because the stream did not bring them
@@ -277,13 +278,7 @@ class Worker:
 
         @app.timer(interval=_FILL_EVERY)  # type: ignore[untyped-decorator]
         async def fill_in() -> None:
-            loop = asyncio.get_running_loop()
-            try:
-                await loop.run_in_executor(self.executor, self.fill_in)
-            except NotReady:
-                pass  # the registrar is a step behind; the next look tries again
-            except MnemoError as exc:
-                log.warning("%s: filling in skipped (%s)", self.consumer, exc.code)
+            await self.periodically("filling in", self.fill_in)
 
         unknown = [p for p in self.spec.periodic if p not in PERIODIC]
         if unknown:
@@ -293,11 +288,7 @@ class Worker:
 
             @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
             async def scan() -> None:
-                loop = asyncio.get_running_loop()
-                try:
-                    await loop.run_in_executor(self.executor, self._scan_when_caught_up)
-                except MnemoError as exc:
-                    log.warning("decay scan skipped (%s)", exc.code)
+                await self.periodically("the decay scan", self._scan_when_caught_up)
 
         if "checkpoint" in self.spec.periodic:
 
@@ -305,8 +296,7 @@ class Worker:
             async def checkpoint() -> None:
                 """Sign the chain heads that waited long enough (ADR 0017), also when no
                 records arrive."""
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self.executor, self.platform.runner.checkpoint_tick)
+                await self.periodically("checkpoint signing", self.platform.runner.checkpoint_tick)
 
         @app.page("/healthz")
         async def healthz(web: Any, request: Any) -> Any:
@@ -345,6 +335,25 @@ class Worker:
                 )
                 server = _EmbeddedServer(config)
                 await server.serve()
+
+    async def periodically(self, what: str, work: Callable[[], object]) -> bool:
+        """Run one round of a timer's work on the batch thread. A round that fails (a store
+        or the signer away, or a bug) is logged and counted and the next round tries again:
+        an exception escaping a timer would stop the worker's agent for good while its
+        process looked alive. Whether the round succeeded."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, work)
+            return True
+        except NotReady:
+            return False  # the registrar is a step behind; the next round looks again
+        except MnemoError as exc:
+            self.periodic_failures += 1
+            log.warning("%s: %s skipped (%s)", self.consumer, what, exc.code)
+        except Exception:
+            self.periodic_failures += 1
+            log.exception("%s: %s failed", self.consumer, what)
+        return False
 
     def fill_in(self, quiet: float = _QUIET_SECONDS) -> int:
         """Handle the records of held partitions that the stream has not brought.
@@ -487,6 +496,10 @@ class Worker:
         ]
         lines.append("# TYPE mnemo_consumer_failing_batches gauge")
         lines.append(f'mnemo_consumer_failing_batches{{consumer="{name}"}} {self.failures}')
+        lines.append("# TYPE mnemo_consumer_periodic_failures_total counter")
+        lines.append(
+            f'mnemo_consumer_periodic_failures_total{{consumer="{name}"}} {self.periodic_failures}'
+        )
         lines.append(f"# mnemo_consumer_last_batch_at {c.last_batch_at or time.time():.0f}")
         return "\n".join(lines) + "\n"
 

@@ -101,10 +101,12 @@ class AuditCheckpointer:
         holds (`stored`) are taken as committed, the others forgotten (a redone batch
         observes them again). The consumer calls this before each batch and when idle."""
         with self._lock:
-            staged, self._staged = self._staged, []
-            for record in staged:
-                if stored(record):
-                    self._take(record)
+            while self._staged:
+                # a store that cannot answer raises here and the rest stays staged for the
+                # next call (the batch that called waits: it would observe them again)
+                if stored(self._staged[0]):
+                    self._take(self._staged[0])
+                self._staged.pop(0)
 
     def _committed(self) -> None:
         staged, self._staged = self._staged, []
