@@ -24,6 +24,12 @@ reachable, the distributed stack (infra/stack.py). Two parts:
              structured questions of that corpus asked in passes, one at a time: p50/p99
              of the round trip, and precision/recall from the answers' totals and pages.
 
+`--corpus-dir DIR` keeps the scale corpus between runs (writing 10,000 contracts takes a
+quarter of an hour or more on a loaded 2-core machine): the corpus in DIR is reused when its
+truth.json names the same --scale and --seed and its files are all there; otherwise it is
+written into DIR (one rendering process per core, the same bytes as one process writes).
+Without the option it is written into the run's temporary directory and removed after.
+
 The load average is recorded with each measurement; the machine is shared and noisy.
 """
 
@@ -45,7 +51,7 @@ from typing import Any
 
 from bench.common import Results, load_average, progress
 from bench.contract_questions import Question, Score, build_questions
-from bench.contracts import write_corpus
+from bench.contracts import default_workers, read_corpus, write_corpus
 from bench.distributed import (
     Server,
     distributed_server,
@@ -247,9 +253,21 @@ def misses_by_format(questions: Sequence[Question], s: Score) -> dict[str, dict[
 
 
 def _corpus(root: Path, count: int, seed: int) -> tuple[list[Path], list[dict[str, Any]]]:
-    t0 = time.perf_counter()
-    truth = write_corpus(root, count, seed)
-    progress("documents", f"{count:,} contracts written in {time.perf_counter() - t0:.0f}s")
+    """The corpus of `count` contracts of `seed` under `root`: the one already there when
+    its truth.json names this count and seed and its files are all present, else written
+    there (by one process per core)."""
+    truth = read_corpus(root, count, seed)
+    if truth is not None:
+        progress("documents", f"{count:,} contracts of seed {seed} reused from {root}")
+    else:
+        t0 = time.perf_counter()
+        workers = default_workers()
+        truth = write_corpus(root, count, seed, workers)
+        progress(
+            "documents",
+            f"{count:,} contracts written in {time.perf_counter() - t0:.0f}s "
+            f"({workers} processes) to {root}",
+        )
     return [root / t["filename"] for t in truth], truth
 
 
@@ -423,6 +441,7 @@ class Options:
     modes: tuple[str, ...] = ("embedded", "distributed")
     partitions: int = 6
     parts: tuple[str, ...] = ("quality", "scale")
+    corpus_dir: Path | None = None  # where the scale corpus is kept between runs
 
 
 def run_documents(results: Results, opts: Options, tmp: Path, notes: list[str]) -> dict[str, Any]:
@@ -434,7 +453,8 @@ def run_documents(results: Results, opts: Options, tmp: Path, notes: list[str]) 
                 progress("documents", f"quality: {opts.count} contracts into {server.url}")
                 facts["quality"] = run_quality(results, server, files, truth, opts.seed)
         if "scale" in opts.parts:
-            files, truth = _corpus(tmp / "scale-corpus", opts.scale, opts.seed)
+            scale_root = opts.corpus_dir or tmp / "scale-corpus"
+            files, truth = _corpus(scale_root, opts.scale, opts.seed)
             facts["scale"] = {}
             for mode in opts.modes:
                 if mode == "embedded":
@@ -488,6 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="embedded,distributed")
     ap.add_argument("--parts", default="quality,scale")
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument(
+        "--corpus-dir",
+        type=Path,
+        help="keep the scale corpus here: reused when its truth.json names the same "
+        "--scale and --seed, written here otherwise (default: a temporary directory)",
+    )
     args = ap.parse_args(argv)
     opts = Options(
         count=args.count,
@@ -498,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         samples=args.samples or (200 if args.quick else 500),
         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         parts=tuple(p.strip() for p in args.parts.split(",") if p.strip()),
+        corpus_dir=args.corpus_dir,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     results = Results()
@@ -520,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started.isoformat(),
         "elapsed_seconds": round(time.perf_counter() - t0, 1),
         "command": " ".join(["python", "-m", "bench.documents", *(argv or sys.argv[1:])]),
-        "options": {**vars(opts), "quick": args.quick},
+        "options": {**vars(opts), "corpus_dir": str(opts.corpus_dir or ""), "quick": args.quick},
         "load_average": {"start": load_start, "end": load_average()},
         "notes": [
             "Servers in processes of their own, driven over HTTP on loopback by this process.",

@@ -18,6 +18,7 @@ from bench.distributed import Server
 from bench.documents import (
     LATENCY_WARMUP,
     Unsupported,
+    _corpus,
     document_of,
     ingest_corpus,
     locate_check,
@@ -224,3 +225,18 @@ def test_locate_check_reads_clause_and_page() -> None:
     none = {"documents": [{"filename": "a.pdf", "hits": [{"clause": "8", "page": 2, "text": "x"}]}]}
     assert "no hit" in locate_check(q, none, {})[0]["why"]
     assert locate_check(q, {"documents": []}, {})[0]["why"] == "not returned"
+
+
+def test_scale_corpus_is_reused_when_it_matches(tmp_path: Path) -> None:
+    root = tmp_path / "kept"
+    files, truth = _corpus(root, 6, seed=4)
+    assert [f.name for f in files] == [t["filename"] for t in truth]
+    stamp = {f.name: f.stat().st_mtime_ns for f in files}
+    again_files, again_truth = _corpus(root, 6, seed=4)  # the same count and seed: reused
+    assert again_truth == truth
+    assert again_files == files
+    assert {f.name: f.stat().st_mtime_ns for f in again_files} == stamp
+    other_files, other_truth = _corpus(root, 7, seed=4)  # another count: written again
+    assert len(other_truth) == 7
+    assert all(f.is_file() for f in other_files)
+    assert json.loads((root / "truth.json").read_text(encoding="utf-8"))["count"] == 7
