@@ -752,20 +752,20 @@ def write_corpus(
 
 
 def read_corpus(out: Path, count: int, seed: int) -> list[dict[str, Any]] | None:
-    """The truth of a corpus already written under `out` for this count and seed, or None
-    when there is none, it names another count or seed, or one of its files is missing."""
+    """The truth of the first `count` contracts of a corpus already written under `out` for
+    this seed, or None when there is none, it is of another seed or smaller, or one of
+    those files is missing. Contract i is drawn after contracts 0..i-1 and from nothing
+    else, so the first `count` of a larger corpus are the corpus of `count`."""
     try:
         written = json.loads((out / "truth.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(written, dict) or (written.get("count"), written.get("seed")) != (
-        count,
-        seed,
-    ):
+    if not isinstance(written, dict) or written.get("seed") != seed:
         return None
     truth = written.get("documents")
-    if not isinstance(truth, list) or len(truth) != count:
+    if not isinstance(truth, list) or written.get("count") != len(truth) or len(truth) < count:
         return None
+    truth = truth[:count]
     if not all((out / str(t.get("filename"))).is_file() for t in truth):
         return None
     return truth

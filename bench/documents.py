@@ -24,11 +24,13 @@ reachable, the distributed stack (infra/stack.py). Two parts:
              structured questions of that corpus asked in passes, one at a time: p50/p99
              of the round trip, and precision/recall from the answers' totals and pages.
 
-`--corpus-dir DIR` keeps the scale corpus between runs (writing 10,000 contracts takes a
-quarter of an hour or more on a loaded 2-core machine): the corpus in DIR is reused when its
-truth.json names the same --scale and --seed and its files are all there; otherwise it is
-written into DIR (one rendering process per core, the same bytes as one process writes).
-Without the option it is written into the run's temporary directory and removed after.
+`--corpus-dir DIR` keeps the scale corpus between runs (writing 10,000 contracts took 31
+minutes in one process on the loaded 2-core machine): the corpus in DIR is reused when its
+truth.json names the same --seed and at least --scale contracts (the first N contracts of a
+larger corpus are the corpus of N: a 10,000-contract directory serves --scale 300 too) and
+their files are all there; otherwise it is written into DIR, by one rendering process per
+core (the same bytes as one process writes). Without the option the corpus is written into
+the run's temporary directory and removed after.
 
 A long scale run keeps going through refusals and leaves what it reached: a request the
 server refuses (429, 503) is sent again after its Retry-After, one that fails on the way
@@ -412,9 +414,9 @@ def misses_by_format(questions: Sequence[Question], s: Score) -> dict[str, dict[
 
 
 def _corpus(root: Path, count: int, seed: int) -> tuple[list[Path], list[dict[str, Any]]]:
-    """The corpus of `count` contracts of `seed` under `root`: the one already there when
-    its truth.json names this count and seed and its files are all present, else written
-    there (by one process per core)."""
+    """The corpus of `count` contracts of `seed` under `root`: the one already there (or its
+    first `count` contracts) when its truth.json names this seed and at least this count and
+    its files are present, else written there (by one process per core)."""
     truth = read_corpus(root, count, seed)
     if truth is not None:
         progress("documents", f"{count:,} contracts of seed {seed} reused from {root}")
@@ -706,8 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--corpus-dir",
         type=Path,
-        help="keep the scale corpus here: reused when its truth.json names the same "
-        "--scale and --seed, written here otherwise (default: a temporary directory)",
+        help="keep the scale corpus here: reused when its truth.json names the same --seed "
+        "and at least --scale contracts, written here otherwise (default: a temporary "
+        "directory)",
     )
     args = ap.parse_args(argv)
     opts = Options(

@@ -164,7 +164,14 @@ def test_a_written_corpus_is_read_back_only_for_its_count_and_seed(tmp_path: Pat
     assert read_corpus(tmp_path, 8, 3) is None  # nothing written
     truth = write_corpus(tmp_path, 8, seed=3)
     assert read_corpus(tmp_path, 8, 3) == truth
-    assert read_corpus(tmp_path, 9, 3) is None
+    assert read_corpus(tmp_path, 9, 3) is None  # larger than the one written
+    # a smaller count is the first contracts of the written one, as a corpus of its own
+    assert read_corpus(tmp_path, 5, 3) == truth[:5]
+    smaller = write_corpus(tmp_path / "five", 5, seed=3)
+    assert smaller == truth[:5]
+    for t in smaller:
+        name = t["filename"]
+        assert (tmp_path / "five" / name).read_bytes() == (tmp_path / name).read_bytes()
     assert read_corpus(tmp_path, 8, 4) is None
     (tmp_path / truth[5]["filename"]).unlink()  # a file missing: not a whole corpus
     assert read_corpus(tmp_path, 8, 3) is None

@@ -240,7 +240,10 @@ def test_scale_corpus_is_reused_when_it_matches(tmp_path: Path) -> None:
     assert again_truth == truth
     assert again_files == files
     assert {f.name: f.stat().st_mtime_ns for f in again_files} == stamp
-    other_files, other_truth = _corpus(root, 7, seed=4)  # another count: written again
+    fewer_files, fewer_truth = _corpus(root, 4, seed=4)  # fewer: the first ones, reused
+    assert fewer_truth == truth[:4]
+    assert fewer_files == files[:4]
+    other_files, other_truth = _corpus(root, 7, seed=4)  # more: written again
     assert len(other_truth) == 7
     assert all(f.is_file() for f in other_files)
     assert json.loads((root / "truth.json").read_text(encoding="utf-8"))["count"] == 7
