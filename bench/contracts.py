@@ -1,12 +1,14 @@
 """A deterministic synthetic contract corpus with its ground truth (seeded: the same seed and
-size give the same files, byte for byte apart from the PDF/DOCX/XLSX time stamps, and the
-same truth).
+size give the same files, byte for byte, and the same truth: the documents' own dates and
+the DOCX/XLSX archives' member dates are fixed).
 
-`python -m bench.contracts --out DIR [--count 300] [--seed 20]` writes the files and
-DIR/truth.json. Each contract is Chinese or English and is written as PDF (reportlab, the
-built-in STSong-Light CID font for Chinese, so no font file is needed and pypdf reads the
-text back), DOCX (python-docx), XLSX (openpyxl: a sheet of facts and a sheet of clauses),
-Markdown or plain text. What each one says is known:
+`python -m bench.contracts --out DIR [--count 300] [--seed 20] [--workers N]` writes the
+files and DIR/truth.json (last: its presence means the corpus is whole). The files are
+rendered by N processes (one per core by default); the contracts are drawn in one, so the
+files and the truth do not depend on N. Each contract is Chinese or English and is written
+as PDF (reportlab, the built-in STSong-Light CID font for Chinese, so no font file is
+needed and pypdf reads the text back), DOCX (python-docx), XLSX (openpyxl: a sheet of
+facts and a sheet of clauses), Markdown or plain text. What each one says is known:
 
 * contract number (HT-2023-0917, C-2024-0042), unique in the corpus;
 * Party A and Party B (甲方/乙方), from a pool of organisations with near-duplicates
@@ -27,12 +29,17 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
+import re
 import sys
 import unicodedata
+import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +48,7 @@ __all__ = [
     "Contract",
     "generate",
     "normalise_org",
+    "read_corpus",
     "render",
     "write_corpus",
 ]
@@ -543,7 +551,7 @@ def _render_docx(c: Contract) -> bytes:
     d.core_properties.last_modified_by = d.core_properties.author = "bench"
     out = io.BytesIO()
     d.save(out)
-    return out.getvalue()
+    return _fixed_zip_times(out.getvalue())
 
 
 def _render_xlsx(c: Contract) -> bytes:
@@ -571,6 +579,31 @@ def _render_xlsx(c: Contract) -> bytes:
     wb.properties.created = wb.properties.modified = _FIXED_TIME
     out = io.BytesIO()
     wb.save(out)
+    return _fixed_zip_times(out.getvalue())
+
+
+_MODIFIED = re.compile(rb"(<dcterms:modified[^>]*>)[^<]*(</dcterms:modified>)")
+
+
+def _fixed_zip_times(data: bytes) -> bytes:
+    """The archive with every member, and its modification property, dated _FIXED_TIME:
+    python-docx and openpyxl stamp them with the time of writing, which would make each
+    writing of a corpus differ."""
+    members = []
+    with zipfile.ZipFile(io.BytesIO(data)) as src:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "docProps/core.xml":
+                # openpyxl sets the modification time to the time of saving
+                body = _MODIFIED.sub(rb"\g<1>2024-01-01T00:00:00Z\g<2>", body)
+            members.append((info, body))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as dst:
+        for info, body in members:
+            fixed = zipfile.ZipInfo(info.filename, date_time=_FIXED_TIME.timetuple()[:6])
+            fixed.compress_type = info.compress_type
+            fixed.external_attr = info.external_attr
+            dst.writestr(fixed, body)
     return out.getvalue()
 
 
@@ -684,19 +717,62 @@ def iter_files(contracts: list[Contract]) -> Iterator[tuple[Contract, bytes]]:
         yield c, render(c)
 
 
-def write_corpus(out: Path, count: int = 300, seed: int = 20) -> list[dict[str, Any]]:
-    """Writes the files and truth.json under `out`; returns the truth."""
+def _write_one(out: Path, c: Contract) -> dict[str, Any]:
+    """Renders one contract into `out` (in a worker process); returns its truth, which
+    rendering completes (pages, the clauses' pages)."""
+    (out / c.filename).write_bytes(render(c))
+    return c.truth()
+
+
+def _write_truth(out: Path, count: int, seed: int, truth: list[dict[str, Any]]) -> None:
+    # written last and under another name first: a truth.json present means a whole corpus
+    body = {"seed": seed, "count": count, "documents": truth}
+    text = json.dumps(body, ensure_ascii=False, indent=1)
+    part = out / "truth.json.part"
+    part.write_text(text + "\n", encoding="utf-8")
+    part.replace(out / "truth.json")
+
+
+def write_corpus(
+    out: Path, count: int = 300, seed: int = 20, workers: int = 1
+) -> list[dict[str, Any]]:
+    """Writes the files and truth.json under `out`; returns the truth. With `workers` > 1
+    the files are rendered by that many processes (the contracts are drawn here, in order,
+    so the files and the truth are the same bytes as with one)."""
     out.mkdir(parents=True, exist_ok=True)
-    truth = []
-    for c, data in iter_files(generate(count, seed)):
-        (out / c.filename).write_bytes(data)
-        truth.append(c.truth())
-    (out / "truth.json").write_text(
-        json.dumps({"seed": seed, "count": count, "documents": truth}, ensure_ascii=False, indent=1)
-        + "\n",
-        encoding="utf-8",
-    )
+    contracts = generate(count, seed)
+    if workers <= 1 or count < 2:
+        truth = [_write_one(out, c) for c in contracts]
+    else:
+        chunk = max(1, min(50, count // (workers * 4)))
+        with ProcessPoolExecutor(workers) as pool:
+            truth = list(pool.map(partial(_write_one, out), contracts, chunksize=chunk))
+    _write_truth(out, count, seed, truth)
     return truth
+
+
+def read_corpus(out: Path, count: int, seed: int) -> list[dict[str, Any]] | None:
+    """The truth of the first `count` contracts of a corpus already written under `out` for
+    this seed, or None when there is none, it is of another seed or smaller, or one of
+    those files is missing. Contract i is drawn after contracts 0..i-1 and from nothing
+    else, so the first `count` of a larger corpus are the corpus of `count`."""
+    try:
+        written = json.loads((out / "truth.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(written, dict) or written.get("seed") != seed:
+        return None
+    truth = written.get("documents")
+    if not isinstance(truth, list) or written.get("count") != len(truth) or len(truth) < count:
+        return None
+    truth = truth[:count]
+    if not all((out / str(t.get("filename"))).is_file() for t in truth):
+        return None
+    return truth
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -706,8 +782,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--seed", type=int, default=20)
+    ap.add_argument(
+        "--workers", type=int, default=default_workers(), help="rendering processes (the cores)"
+    )
     args = ap.parse_args(argv)
-    truth = write_corpus(args.out, args.count, args.seed)
+    truth = write_corpus(args.out, args.count, args.seed, args.workers)
     by_format: dict[str, int] = {}
     for t in truth:
         by_format[t["format"]] = by_format.get(t["format"], 0) + 1

@@ -24,6 +24,23 @@ reachable, the distributed stack (infra/stack.py). Two parts:
              structured questions of that corpus asked in passes, one at a time: p50/p99
              of the round trip, and precision/recall from the answers' totals and pages.
 
+`--corpus-dir DIR` keeps the scale corpus between runs (writing 10,000 contracts took 31
+minutes in one process on the loaded 2-core machine): the corpus in DIR is reused when its
+truth.json names the same --seed and at least --scale contracts (the first N contracts of a
+larger corpus are the corpus of N: a 10,000-contract directory serves --scale 300 too) and
+their files are all there; otherwise it is written into DIR, by one rendering process per
+core (the same bytes as one process writes). Without the option the corpus is written into
+the run's temporary directory and removed after.
+
+A long scale run keeps going through refusals and leaves what it reached: a request the
+server refuses (429, 503) is sent again after its Retry-After, one that fails on the way
+after 1, 2, 4 ... s (8 times at most, 30 s a wait at most; a document sent twice keeps its
+id). Every minute, and at each stage's end, the run writes a line on stderr and
+OUT/documents.MODE.progress.json (documents posted, accepted and rejected, pages, the
+seconds since the first POST, the consumers' lag); a mode that fails (the server silent for
+5 minutes, a timeout) is recorded with its error and last progress in documents.json, and
+the next mode runs.
+
 The load average is recorded with each measurement; the machine is shared and noisy.
 """
 
@@ -36,17 +53,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench.common import Results, load_average, progress
 from bench.contract_questions import Question, Score, build_questions
-from bench.contracts import write_corpus
+from bench.contracts import default_workers, read_corpus, write_corpus
 from bench.distributed import (
+    STATUS_POLL,
     Server,
     distributed_server,
     embedded_server,
@@ -66,8 +86,92 @@ SEARCH_LIMIT = 100
 LATENCY_WARMUP = 10
 
 
+# a refused request (429, 503) is sent again after the server's Retry-After, and one that
+# failed on the way (connection refused or reset, a timeout) after 1, 2, 4 ... s, at most
+# RETRIES times and RETRY_WAIT_CAP seconds a wait: a document posted twice has the same id
+# (its content's digest), so a repeat names the document already counted
+RETRY_STATUSES = (429, 503)
+RETRIES = 8
+RETRY_WAIT_CAP = 30.0
+# the consumers' lag is asked for until caught up; a server that answers nothing for this
+# long is taken for gone (the run records what it had, instead of waiting hours)
+SILENT_SERVER_LIMIT = 300.0
+CHECKPOINT_SECONDS = 60.0
+_sleep = time.sleep  # the tests replace it
+
+
 class Unsupported(RuntimeError):
     """The server has no documents API (404/405 on its routes)."""
+
+
+class ServerGone(RuntimeError):
+    """The server stopped answering while the consumers were being waited for."""
+
+
+def retry_after(answer: httpx.Response) -> float:
+    """The server's Retry-After in seconds (1 when absent or not a number), capped."""
+    try:
+        seconds = float(answer.headers.get("Retry-After", "1"))
+    except ValueError:
+        seconds = 1.0
+    return min(RETRY_WAIT_CAP, max(0.0, seconds))
+
+
+def send_retrying(send: Callable[[], httpx.Response]) -> tuple[httpx.Response, int, float]:
+    """`send()` until it is neither refused (429/503) nor failed on the way, RETRIES times at
+    most: the last answer (a refusal when they ran out), the retries spent and the seconds
+    of the last attempt. A transport error after the last retry is raised."""
+    retries = failures = 0
+    while True:
+        t0 = time.perf_counter()
+        try:
+            answer = send()
+        except httpx.TransportError:
+            if retries >= RETRIES:
+                raise
+            wait = min(RETRY_WAIT_CAP, 2.0**failures)
+            failures += 1
+        else:
+            if answer.status_code not in RETRY_STATUSES or retries >= RETRIES:
+                return answer, retries, time.perf_counter() - t0
+            wait = retry_after(answer)
+        retries += 1
+        _sleep(wait)
+
+
+class Checkpoints:
+    """The progress of a long part, at most every `every` seconds (and when forced): a line
+    on stderr and, with a path, a JSON file replaced whole each time, holding the latest
+    state and the ones before it, so a run that ends early still leaves its figures."""
+
+    def __init__(self, path: Path | None, every: float = CHECKPOINT_SECONDS) -> None:
+        self.path = path
+        self.every = every
+        self.history: list[dict[str, Any]] = []
+        self._last = -float("inf")
+        self._lock = threading.Lock()
+
+    def __call__(self, stage: str, facts: dict[str, Any], force: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._last < self.every:
+                return
+            self._last = now
+            state = {
+                "stage": stage,
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "load_average": load_average(),
+                **facts,
+            }
+            self.history.append(state)
+            shown = ", ".join(f"{k} {v}" for k, v in facts.items() if not isinstance(v, dict))
+            progress("documents", f"{stage}: {shown}")
+            if self.path is None:
+                return
+            part = self.path.with_name(self.path.name + ".part")
+            body = {"latest": state, "history": self.history}
+            part.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n", "utf-8")
+            part.replace(self.path)
 
 
 @dataclass
@@ -81,61 +185,124 @@ class Ingested:
     rejected: dict[str, str] = field(default_factory=dict)  # filename -> status and body
     seconds: float = 0.0
     post_seconds: float = 0.0
+    posted: int = 0
+    retries: int = 0
+    lag: dict[str, int] = field(default_factory=dict)  # the consumers' lag last seen
+
+    def state(self, t0: float) -> dict[str, Any]:
+        elapsed = time.perf_counter() - t0
+        return {
+            "posted": self.posted,
+            "accepted": len(self.ids),
+            "rejected": len(self.rejected),
+            "pages": self.pages,
+            "sections": self.sections,
+            "retries": self.retries,
+            "elapsed_seconds": round(elapsed, 1),
+            "pages_per_second_so_far": round(self.pages / elapsed, 2) if elapsed else 0.0,
+            "lag": dict(self.lag),
+        }
 
 
-def ingest_corpus(server: Server, files: Sequence[Path], label: str) -> Ingested:
-    """POSTs every file (two client threads), then waits until the consumers caught up."""
+def wait_caught_up(
+    server: Server,
+    timeout: float,
+    on_lag: Callable[[dict[str, int]], None],
+    consumers: Sequence[str] = ("registrar", "indexer"),
+) -> None:
+    """Until `consumers` have no lag; `on_lag` sees each lag read. Raises TimeoutError after
+    `timeout`, ServerGone when the server answered nothing for SILENT_SERVER_LIMIT."""
+    deadline = time.monotonic() + timeout
+    last_answer = time.monotonic()
+    lag: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        try:
+            lag = server.lag()
+        except httpx.HTTPError as exc:
+            if time.monotonic() - last_answer > SILENT_SERVER_LIMIT:
+                raise ServerGone(
+                    f"{server.mode}: no answer to the status for {SILENT_SERVER_LIMIT:.0f}s "
+                    f"({type(exc).__name__}); the consumers' lag last seen: {lag}"
+                ) from exc
+        else:
+            last_answer = time.monotonic()
+            on_lag(lag)
+            if all(lag.get(c, 1) == 0 for c in consumers):
+                return
+        _sleep(STATUS_POLL)
+    raise TimeoutError(f"{server.mode}: not caught up after {timeout:.0f}s: {lag}")
+
+
+def ingest_corpus(
+    server: Server, files: Sequence[Path], label: str, checkpoints: Checkpoints | None = None
+) -> Ingested:
+    """POSTs every file (two client threads), then waits until the consumers caught up;
+    refusals are retried (send_retrying) and the progress goes to `checkpoints`."""
     out = Ingested()
     lock = threading.Lock()
     headers = {**server.headers(TENANT), "Content-Type": "application/octet-stream"}
-    done = 0
+    check = checkpoints or Checkpoints(None)
 
     def post(path: Path) -> None:
-        nonlocal done
         data = path.read_bytes()
-        answer = server.http.post(
-            "/v1/documents",
-            params={"subject": SUBJECT, "filename": path.name},
-            content=data,
-            headers=headers,
+        answer, retries, _ = send_retrying(
+            lambda: server.http.post(
+                "/v1/documents",
+                params={"subject": SUBJECT, "filename": path.name},
+                content=data,
+                headers=headers,
+            )
         )
         if answer.status_code in (404, 405):
             raise Unsupported(f"POST /v1/documents answered {answer.status_code}")
         with lock:
-            done += 1
+            out.posted += 1
+            out.retries += retries
             out.bytes += len(data)
             if answer.status_code not in (200, 202):
                 out.rejected[path.name] = f"{answer.status_code} {answer.text[:300]}"
                 return
             body = answer.json()
-            out.ids[str(body["document_id"])] = path.name
-            out.pages += int(body.get("pages") or 1)
-            out.sections += int(body.get("sections") or 0)
-            if done % 1000 == 0:
-                progress("documents", f"{label}: posted {done:,}/{len(files):,}")
+            doc_id = str(body["document_id"])
+            if doc_id not in out.ids:  # a repeat after a lost answer counts once
+                out.ids[doc_id] = path.name
+                out.pages += int(body.get("pages") or 1)
+                out.sections += int(body.get("sections") or 0)
+        check(f"{label}: posting", {"documents": len(files), **out.state(t0)})
 
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(POST_THREADS) as pool:
-        for f in pool.map(post, files):
-            del f
-    out.post_seconds = time.perf_counter() - t0
-    # generous: the real embedder on a small shared machine takes minutes for 300 contracts
-    server.wait_caught_up(timeout=max(1_800.0, len(files) * 1.0))
+    try:
+        with ThreadPoolExecutor(POST_THREADS) as pool:
+            for f in pool.map(post, files):
+                del f
+        out.post_seconds = time.perf_counter() - t0
+        check(f"{label}: posted", {"documents": len(files), **out.state(t0)}, force=True)
+
+        def on_lag(lag: dict[str, int]) -> None:
+            out.lag = lag
+            check(f"{label}: waiting for the consumers", out.state(t0))
+
+        # generous: the real embedder on a small shared machine takes minutes for 300
+        wait_caught_up(server, max(1_800.0, len(files) * 1.0), on_lag)
+    except BaseException as exc:
+        check(f"{label}: stopped by {type(exc).__name__}: {exc}", out.state(t0), force=True)
+        raise
     out.seconds = time.perf_counter() - t0
+    check(f"{label}: caught up", out.state(t0), force=True)
     return out
 
 
 def query(
     server: Server, where: list[dict[str, Any]], limit: int = QUERY_LIMIT
 ) -> tuple[dict[str, Any], float]:
-    """One structured query: its answer and its round trip in seconds."""
-    t0 = time.perf_counter()
-    answer = server.http.post(
-        "/v1/query",
-        json={"where": where, "limit": limit},
-        headers=server.headers(TENANT),
+    """One structured query: its answer and its round trip in seconds (of the attempt
+    answered: a refusal retried is not timed)."""
+    headers = server.headers(TENANT)
+    answer, _, dt = send_retrying(
+        lambda: server.http.post(
+            "/v1/query", json={"where": where, "limit": limit}, headers=headers
+        )
     )
-    dt = time.perf_counter() - t0
     if answer.status_code in (404, 405):
         raise Unsupported(f"POST /v1/query answered {answer.status_code}")
     if answer.status_code != 200:
@@ -247,9 +414,21 @@ def misses_by_format(questions: Sequence[Question], s: Score) -> dict[str, dict[
 
 
 def _corpus(root: Path, count: int, seed: int) -> tuple[list[Path], list[dict[str, Any]]]:
-    t0 = time.perf_counter()
-    truth = write_corpus(root, count, seed)
-    progress("documents", f"{count:,} contracts written in {time.perf_counter() - t0:.0f}s")
+    """The corpus of `count` contracts of `seed` under `root`: the one already there (or its
+    first `count` contracts) when its truth.json names this seed and at least this count and
+    its files are present, else written there (by one process per core)."""
+    truth = read_corpus(root, count, seed)
+    if truth is not None:
+        progress("documents", f"{count:,} contracts of seed {seed} reused from {root}")
+    else:
+        t0 = time.perf_counter()
+        workers = default_workers()
+        truth = write_corpus(root, count, seed, workers)
+        progress(
+            "documents",
+            f"{count:,} contracts written in {time.perf_counter() - t0:.0f}s "
+            f"({workers} processes) to {root}",
+        )
     return [root / t["filename"] for t in truth], truth
 
 
@@ -349,10 +528,12 @@ def run_scale(
     truth: list[dict[str, Any]],
     seed: int,
     samples: int,
+    checkpoints: Checkpoints | None = None,
 ) -> dict[str, Any]:
     """Part 2: ingest rate and structured-query latency at the scale size, one mode."""
     mode = server.mode
-    ing = ingest_corpus(server, files, f"scale {mode}")
+    check = checkpoints or Checkpoints(None)
+    ing = ingest_corpus(server, files, f"scale {mode}", check)
     _record_ingest(results, mode, "scale", ing, len(files))
     progress(
         "documents",
@@ -375,6 +556,15 @@ def run_scale(
         errors += "error" in body  # refusals are timed too: counted so that none passes unseen
         if i >= LATENCY_WARMUP:
             latencies.append(dt)
+            check(
+                f"scale {mode}: querying",
+                {
+                    "asked": i + 1,
+                    "timed": len(latencies),
+                    "p50_ms_so_far": round(sorted(latencies)[len(latencies) // 2] * 1e3, 1),
+                    "errors": errors,
+                },
+            )
         if i < len(questions):
             if len(q.answer) <= limit:
                 exact.add(q.qid, q.answer, returned_files(body, ing.ids))
@@ -423,6 +613,8 @@ class Options:
     modes: tuple[str, ...] = ("embedded", "distributed")
     partitions: int = 6
     parts: tuple[str, ...] = ("quality", "scale")
+    corpus_dir: Path | None = None  # where the scale corpus is kept between runs
+    progress_dir: Path | None = None  # the scale part's progress files (Checkpoints)
 
 
 def run_documents(results: Results, opts: Options, tmp: Path, notes: list[str]) -> dict[str, Any]:
@@ -434,33 +626,58 @@ def run_documents(results: Results, opts: Options, tmp: Path, notes: list[str]) 
                 progress("documents", f"quality: {opts.count} contracts into {server.url}")
                 facts["quality"] = run_quality(results, server, files, truth, opts.seed)
         if "scale" in opts.parts:
-            files, truth = _corpus(tmp / "scale-corpus", opts.scale, opts.seed)
+            scale_root = opts.corpus_dir or tmp / "scale-corpus"
+            files, truth = _corpus(scale_root, opts.scale, opts.seed)
             facts["scale"] = {}
             for mode in opts.modes:
-                if mode == "embedded":
-                    with embedded_server(tmp / "scale-embedded", opts.scale_embedder) as server:
-                        facts["scale"][mode] = run_scale(
-                            results, server, files, truth, opts.seed, opts.samples
-                        )
-                    continue
-                missing = services_reachable()
-                if missing:
-                    notes.append(
-                        " and ".join(missing) + " not reachable: the distributed scale run "
-                        "was skipped"
-                    )
+                check = Checkpoints(
+                    opts.progress_dir and opts.progress_dir / f"documents.{mode}.progress.json"
+                )
+                scale = facts["scale"]
+                try:
+                    _scale_mode(results, opts, tmp, notes, scale, mode, files, truth, check)
+                except (Unsupported, KeyboardInterrupt):
+                    raise
+                except Exception as exc:
+                    # what was reached stays in the report: a long run always leaves a figure
+                    notes.append(f"the {mode} scale run stopped: {type(exc).__name__}: {exc}")
                     progress("documents", notes[-1])
-                    continue
-                with distributed_server(
-                    tmp / "scale-distributed", opts.scale_embedder, opts.partitions, notes
-                ) as (server, _):
-                    facts["scale"][mode] = run_scale(
-                        results, server, files, truth, opts.seed, opts.samples
-                    )
+                    facts["scale"][mode] = {
+                        "error": f"{type(exc).__name__}: {exc}"[:2_000],
+                        "progress": check.history[-1] if check.history else None,
+                    }
     except Unsupported as exc:
         notes.append(f"the server has no documents API ({exc}): the section stopped there")
         progress("documents", notes[-1])
     return facts
+
+
+def _scale_mode(
+    results: Results,
+    opts: Options,
+    tmp: Path,
+    notes: list[str],
+    out: dict[str, Any],
+    mode: str,
+    files: list[Path],
+    truth: list[dict[str, Any]],
+    check: Checkpoints,
+) -> None:
+    if mode == "embedded":
+        with embedded_server(tmp / "scale-embedded", opts.scale_embedder) as server:
+            out[mode] = run_scale(results, server, files, truth, opts.seed, opts.samples, check)
+        return
+    missing = services_reachable()
+    if missing:
+        notes.append(
+            " and ".join(missing) + " not reachable: the distributed scale run was skipped"
+        )
+        progress("documents", notes[-1])
+        return
+    with distributed_server(
+        tmp / "scale-distributed", opts.scale_embedder, opts.partitions, notes
+    ) as (server, _):
+        out[mode] = run_scale(results, server, files, truth, opts.seed, opts.samples, check)
 
 
 def summary(results: Results) -> str:
@@ -488,6 +705,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="embedded,distributed")
     ap.add_argument("--parts", default="quality,scale")
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument(
+        "--corpus-dir",
+        type=Path,
+        help="keep the scale corpus here: reused when its truth.json names the same --seed "
+        "and at least --scale contracts, written here otherwise (default: a temporary "
+        "directory)",
+    )
     args = ap.parse_args(argv)
     opts = Options(
         count=args.count,
@@ -498,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         samples=args.samples or (200 if args.quick else 500),
         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         parts=tuple(p.strip() for p in args.parts.split(",") if p.strip()),
+        corpus_dir=args.corpus_dir,
+        progress_dir=args.out,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     results = Results()
@@ -520,7 +746,12 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started.isoformat(),
         "elapsed_seconds": round(time.perf_counter() - t0, 1),
         "command": " ".join(["python", "-m", "bench.documents", *(argv or sys.argv[1:])]),
-        "options": {**vars(opts), "quick": args.quick},
+        "options": {
+            **vars(opts),
+            "corpus_dir": str(opts.corpus_dir or ""),
+            "progress_dir": str(opts.progress_dir),
+            "quick": args.quick,
+        },
         "load_average": {"start": load_start, "end": load_average()},
         "notes": [
             "Servers in processes of their own, driven over HTTP on loopback by this process.",

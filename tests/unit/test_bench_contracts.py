@@ -18,7 +18,14 @@ import openpyxl
 import pypdf
 import pytest
 from bench.contract_questions import Score, build_questions, matches, period_bounds, score
-from bench.contracts import generate, normalise_org, render, write_corpus, zh_numeral
+from bench.contracts import (
+    generate,
+    normalise_org,
+    read_corpus,
+    render,
+    write_corpus,
+    zh_numeral,
+)
 
 
 def _read_back(fmt: str, data: bytes) -> tuple[str, list[str]]:
@@ -136,6 +143,40 @@ def test_same_seed_same_corpus_other_seed_other(tmp_path: Path) -> None:
     first = (tmp_path / truth[0]["filename"]).read_bytes()
     write_corpus(tmp_path, 12, seed=7)
     assert (tmp_path / truth[0]["filename"]).read_bytes() == first
+
+
+def test_parallel_writer_writes_the_same_bytes(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    truth_one = write_corpus(one, 30, seed=11)
+    truth_two = write_corpus(two, 30, seed=11, workers=2)
+    assert truth_two == truth_one
+    # every format, so that each renderer's output (PDF pages, archives) is compared
+    assert {t["format"] for t in truth_one} == {"pdf", "docx", "xlsx", "md", "txt"}
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in two.iterdir())
+    assert "truth.json" in names
+    assert len(names) == 31
+    for name in names:
+        assert (two / name).read_bytes() == (one / name).read_bytes(), name
+
+
+def test_a_written_corpus_is_read_back_only_for_its_count_and_seed(tmp_path: Path) -> None:
+    assert read_corpus(tmp_path, 8, 3) is None  # nothing written
+    truth = write_corpus(tmp_path, 8, seed=3)
+    assert read_corpus(tmp_path, 8, 3) == truth
+    assert read_corpus(tmp_path, 9, 3) is None  # larger than the one written
+    # a smaller count is the first contracts of the written one, as a corpus of its own
+    assert read_corpus(tmp_path, 5, 3) == truth[:5]
+    smaller = write_corpus(tmp_path / "five", 5, seed=3)
+    assert smaller == truth[:5]
+    for t in smaller:
+        name = t["filename"]
+        assert (tmp_path / "five" / name).read_bytes() == (tmp_path / name).read_bytes()
+    assert read_corpus(tmp_path, 8, 4) is None
+    (tmp_path / truth[5]["filename"]).unlink()  # a file missing: not a whole corpus
+    assert read_corpus(tmp_path, 8, 3) is None
+    (tmp_path / "truth.json").write_text("{not json", encoding="utf-8")
+    assert read_corpus(tmp_path, 8, 3) is None
 
 
 def test_periods() -> None:

@@ -11,19 +11,24 @@ from typing import Any
 
 import httpx
 import pytest
+from bench import documents
 from bench.common import Results
 from bench.contract_questions import matches
 from bench.contracts import write_corpus
 from bench.distributed import Server
 from bench.documents import (
     LATENCY_WARMUP,
+    Checkpoints,
     Unsupported,
+    _corpus,
     document_of,
     ingest_corpus,
     locate_check,
+    retry_after,
     returned_files,
     run_quality,
     run_scale,
+    send_retrying,
 )
 
 
@@ -224,3 +229,119 @@ def test_locate_check_reads_clause_and_page() -> None:
     none = {"documents": [{"filename": "a.pdf", "hits": [{"clause": "8", "page": 2, "text": "x"}]}]}
     assert "no hit" in locate_check(q, none, {})[0]["why"]
     assert locate_check(q, {"documents": []}, {})[0]["why"] == "not returned"
+
+
+def test_scale_corpus_is_reused_when_it_matches(tmp_path: Path) -> None:
+    root = tmp_path / "kept"
+    files, truth = _corpus(root, 6, seed=4)
+    assert [f.name for f in files] == [t["filename"] for t in truth]
+    stamp = {f.name: f.stat().st_mtime_ns for f in files}
+    again_files, again_truth = _corpus(root, 6, seed=4)  # the same count and seed: reused
+    assert again_truth == truth
+    assert again_files == files
+    assert {f.name: f.stat().st_mtime_ns for f in again_files} == stamp
+    fewer_files, fewer_truth = _corpus(root, 4, seed=4)  # fewer: the first ones, reused
+    assert fewer_truth == truth[:4]
+    assert fewer_files == files[:4]
+    other_files, other_truth = _corpus(root, 7, seed=4)  # more: written again
+    assert len(other_truth) == 7
+    assert all(f.is_file() for f in other_files)
+    assert json.loads((root / "truth.json").read_text(encoding="utf-8"))["count"] == 7
+
+
+class Refusing(DocumentsDouble):
+    """Refuses the first posts (429 with a Retry-After, then 503), drops one connection,
+    and answers the status with a lag that falls to zero."""
+
+    def __init__(self, truth: list[dict[str, Any]]) -> None:
+        super().__init__(truth)
+        self.refusals = [
+            httpx.Response(429, headers={"Retry-After": "7"}, json={"error": {}}),
+            httpx.Response(503, headers={"Retry-After": "1"}, json={"error": {}}),
+            httpx.Response(429, headers={"Retry-After": "999"}, json={"error": {}}),
+        ]
+        self.dropped = False
+        self.lags = [{"registrar": 5, "indexer": 9}, {"registrar": 0, "indexer": 2}]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/documents":
+            if self.refusals:
+                return self.refusals.pop(0)
+            if not self.dropped:
+                self.dropped = True
+                raise httpx.ConnectError("refused", request=request)
+        if request.url.path == "/v1/admin/status" and self.lags:
+            return httpx.Response(200, json={"lag": self.lags.pop(0)})
+        return super().__call__(request)
+
+
+def test_refused_posts_are_retried_and_progress_is_written(
+    corpus: tuple[list[Path], list[dict[str, Any]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    files, truth = corpus
+    slept: list[float] = []
+    monkeypatch.setattr(documents, "_sleep", slept.append)
+    double = Refusing(truth[:12])
+    path = tmp_path / "progress.json"
+    ing = ingest_corpus(_server(double), files[:12], "test", Checkpoints(path, every=0))
+    assert len(ing.ids) == 12  # nothing refused is lost
+    assert not ing.rejected
+    assert ing.retries == 4
+    # the server's Retry-After (capped), and 1 s after the dropped connection
+    assert sorted(slept[:4]) == sorted([7.0, 1.0, documents.RETRY_WAIT_CAP, 1.0])
+    written = json.loads(path.read_text(encoding="utf-8"))
+    latest = written["latest"]
+    assert latest["stage"] == "test: caught up"
+    assert latest["accepted"] == 12
+    assert latest["pages"] == ing.pages
+    stages = [h["stage"] for h in written["history"]]
+    assert "test: posting" in stages
+    assert "test: waiting for the consumers" in stages
+    lags = [h["lag"] for h in written["history"] if h["stage"].endswith("consumers")]
+    assert {"registrar": 5, "indexer": 9} in lags
+
+
+def test_retries_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(documents, "_sleep", slept.append)
+    refused = httpx.Response(503, headers={"Retry-After": "2"})
+    answer, retries, _ = send_retrying(lambda: refused)
+    assert answer.status_code == 503  # handed back, so that it is recorded as rejected
+    assert retries == documents.RETRIES
+    assert slept == [2.0] * documents.RETRIES
+    slept.clear()
+
+    def broken() -> httpx.Response:
+        raise httpx.ReadTimeout("slow")
+
+    with pytest.raises(httpx.ReadTimeout):
+        send_retrying(broken)
+    assert slept == [min(documents.RETRY_WAIT_CAP, 2.0**n) for n in range(documents.RETRIES)]
+    assert retry_after(httpx.Response(429, headers={"Retry-After": "soon"})) == 1.0
+
+
+def test_a_silent_server_stops_the_wait_with_the_progress_kept(
+    corpus: tuple[list[Path], list[dict[str, Any]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    files, truth = corpus
+    monkeypatch.setattr(documents, "_sleep", lambda s: None)
+    monkeypatch.setattr(documents, "SILENT_SERVER_LIMIT", 0.0)
+    double = DocumentsDouble(truth[:5])
+
+    def gone(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/admin/status":
+            raise httpx.ConnectError("refused", request=request)
+        return double(request)
+
+    server = Server("embedded", "http://bench.test")
+    server.http = httpx.Client(base_url=server.url, transport=httpx.MockTransport(gone))
+    path = tmp_path / "progress.json"
+    with pytest.raises(documents.ServerGone):
+        ingest_corpus(server, files[:5], "test", Checkpoints(path, every=3600))
+    latest = json.loads(path.read_text(encoding="utf-8"))["latest"]
+    assert latest["stage"].startswith("test: stopped by ServerGone")
+    assert latest["accepted"] == 5
