@@ -3,6 +3,7 @@ statistics, memory readings and two embedders that wrap or replace the real one.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import resource
@@ -26,6 +27,7 @@ __all__ = [
     "percentile",
     "progress",
     "ratio_summary",
+    "report_text",
     "rss_now_kib",
     "rss_peak_kib",
 ]
@@ -171,6 +173,12 @@ def rss_now_kib() -> int:
 def rss_peak_kib() -> int:
     """Peak resident set size of this process so far (ru_maxrss, KiB on Linux)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """A report as the JSON file holds it; a value JSON has no type for (an option that is a
+    path, such as --context-baseline) is written as its text."""
+    return json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def load_average() -> list[float]:

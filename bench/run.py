@@ -80,6 +80,7 @@ from bench.common import (  # noqa: E402
     TimedEmbedder,
     load_average,
     progress,
+    report_text,
 )
 from bench.corpus import memory_texts, query_texts  # noqa: E402
 
@@ -322,7 +323,7 @@ def _run_distributed(args: argparse.Namespace, tmp: Path, load_start: list[float
     }
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     out = args.out / f"distributed-{stamp}.json"
-    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    out.write_text(report_text(report), encoding="utf-8")
     print(summary(results, opts))
     print(f"\nwrote {out}")
 

@@ -152,3 +152,16 @@ def test_the_summary_shows_the_sizes_on_the_way_and_the_baseline_side_by_side() 
     assert "0.50 x" in lines["context p99, distributed / baseline"]
     assert "50.00 ms" in lines["context p99, distributed at 20,000"]
     assert "100.00 ms" in lines["context p99, distributed-baseline at 20,000"]
+
+
+def test_a_report_with_a_path_option_is_written() -> None:
+    """`bench.run --context-baseline CHECKOUT` keeps a path among the options: the report
+    is still written (it raised TypeError after the measurements, losing the run)."""
+    import json
+    from pathlib import Path
+
+    from bench.common import report_text
+
+    text = report_text({"options": {"context_baseline": Path("/srv/main"), "quick": True}})
+    assert text.endswith("\n")
+    assert json.loads(text)["options"] == {"context_baseline": "/srv/main", "quick": True}
