@@ -2,10 +2,10 @@
 
 1. One query to the vector engine within the tenant: a dense prefetch (the query embedding
    against the memories') and a keyword prefetch (the query's terms against each memory's
-   BM25 keyword vector, with the tenant's own IDF; see mnemo.domain.keywords), fused by
-   weighted reciprocal rank, weight / (K + rank), K = 5, weights 1.0 (dense) and 1.25
-   (keyword), computed by the engine (ports.Fusion): a small K lets the top of each list
-   count for more.
+   BM25 keyword vector, with the tenant's own IDF; see mnemo.domain.keywords), `depth`
+   deep each, fused by weighted reciprocal rank, weight / (K + rank), K = 5, weights 1.0
+   (dense) and 1.25 (keyword), computed by the engine (ports.Fusion): a small K lets the
+   top of each list count for more. The best `depth` of the fused list are the pool.
    A query mostly in Chinese, Japanese or Korean weighs its keyword list 0.25: its terms
    are single characters and character bigrams, and sharing one is far weaker evidence
    than sharing an English word stem (chosen on half of tests/data/zh_retrieval, the
@@ -115,9 +115,11 @@ def rank(
         keyword_weight=ranking.w_keyword_cjk if mostly_cjk(text) else ranking.w_keyword,
         depth=depth,
     )
-    # the whole fused union (up to `depth` from each list), as the pool to boost from
+    # the best `depth` of the fused union (up to `depth` from each list) is the pool to
+    # boost from: the whole union (2 x depth) ranked no better on LoCoMo (R@20 0.828
+    # against 0.832 with `depth`) and doubled the memories each search reads
     keywords = query_vector(text, as_of or base.live_at, timezone)
-    hits = index.hybrid_search(tenant, vector, keywords, 2 * depth, flt, fusion)
+    hits = index.hybrid_search(tenant, vector, keywords, depth, flt, fusion)
     fused_rank = {mid: r for r, (mid, _) in enumerate(hits, 1)}
     pool = {
         m.memory_id: m for m in store.get_many(tenant, sorted(fused_rank)) if _admitted(m, base)
