@@ -116,8 +116,8 @@ def rank(
         depth=depth,
     )
     # the best `depth` of the fused union (up to `depth` from each list) is the pool to
-    # boost from: the whole union (2 x depth) ranked no better on LoCoMo (R@20 0.828
-    # against 0.832 with `depth`) and doubled the memories each search reads
+    # boost from: the whole union (2 x depth) ranked no better on LoCoMo or the Chinese
+    # set (ADR 0018) and doubled the memories each search reads
     keywords = query_vector(text, as_of or base.live_at, timezone)
     hits = index.hybrid_search(tenant, vector, keywords, depth, flt, fusion)
     fused_rank = {mid: r for r, (mid, _) in enumerate(hits, 1)}
