@@ -505,7 +505,7 @@ class Assembly:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(eq=False)  # a line is itself: removing one never compares memories
 class _Line:
     candidate: Candidate
     text: str
@@ -574,6 +574,47 @@ def assemble(
         lines[spec.name].remove(victim)
         truncations.append(LeftOut(memory.memory_id, spec.name, "budget"))
 
+    counted: dict[int, int] = {}
+
+    def tokens(line: _Line) -> int:
+        if id(line) not in counted:
+            counted[id(line)] = count(line.text)
+        return counted[id(line)]
+
+    def shed(
+        order: Sequence[tuple[SectionSpec, _Line]],
+        scope: Sequence[SectionSpec],
+        limit: int,
+        head: str | None,
+    ) -> None:
+        """Drop the fewest lines of `order`, in that order, for the sections of `scope`
+        (after `head`, when there is one) to fit in `limit` tokens."""
+
+        def fits(k: int) -> bool:
+            out = {id(line) for _, line in order[:k]}
+            parts = [] if head is None else [head]
+            for spec in scope:
+                body = [line.text for line in lines[spec.name] if id(line) not in out]
+                if body:
+                    parts.append("\n".join([spec.title(), *body]))
+            return count("\n".join(parts)) <= limit
+
+        # the tokens left after k drops by the lines' own counts: a guess to start from
+        left = {spec.name: len(lines[spec.name]) for spec in scope}
+        titles = {spec.name: count(spec.title()) for spec in scope}
+        total = (0 if head is None else count(head)) + sum(
+            titles[spec.name] + sum(tokens(line) for line in lines[spec.name])
+            for spec in scope
+            if lines[spec.name]
+        )
+        estimates = [total]
+        for spec, line in order:
+            left[spec.name] -= 1
+            total -= tokens(line) + (titles[spec.name] if left[spec.name] == 0 else 0)
+            estimates.append(total)
+        for spec, victim in order[: _fewest_drops(fits, estimates, limit)]:
+            drop(spec, victim)
+
     def section_text(spec: SectionSpec) -> str:
         body = lines.get(spec.name) or []
         return "\n".join([spec.title(), *(line.text for line in body)]) if body else ""
@@ -600,24 +641,57 @@ def assemble(
                     continue
                 line = trimmed
             lines[spec.name].append(line)
-        while lines[spec.name] and count(section_text(spec)) > spec.budget:
-            drop(spec, min(lines[spec.name], key=_drop_order))
+        shed(
+            [(spec, line) for line in sorted(lines[spec.name], key=_drop_order)],
+            [spec],
+            spec.budget,
+            None,
+        )
 
-    while count(full_text()) > budget:
-        spec = next(s for s in reversed(specs) if lines[s.name])
-        drop(spec, min(lines[spec.name], key=_drop_order))
+    # over the whole budget the last section with lines gives up its lines first, in the
+    # same order as within a section, then the one before it
+    order = [(s, line) for s in reversed(specs) for line in sorted(lines[s.name], key=_drop_order)]
+    shed(order, specs, budget, header)
 
     text = full_text()
     included: list[Included] = []
     for spec in specs:
         for rank, line in enumerate(lines[spec.name], 1):
-            included.append(
-                Included(line.candidate, spec.name, rank, count(line.text), line.trimmed)
-            )
+            included.append(Included(line.candidate, spec.name, rank, tokens(line), line.trimmed))
     section_tokens = {s.name: count(section_text(s)) if lines[s.name] else 0 for s in specs}
     return Assembly(
         text, count(text), included, list(truncations), section_tokens, truncations, warnings
     )
+
+
+def _fewest_drops(fits: Callable[[int], bool], estimates: Sequence[int], limit: int) -> int:
+    """The fewest lines, given up in drop order, after which the text fits: the smallest
+    k with fits(k), where fits(len(estimates) - 1) always holds (nothing left) and giving
+    up a line never makes the text longer. `estimates[k]` is the tokens left after k drops
+    by the lines' own counts; the exact count (a tokenization of the whole text) is asked
+    about O(log n) candidates around the estimate, not once per dropped line."""
+    n = len(estimates) - 1
+    start = next((k for k, tokens in enumerate(estimates) if tokens <= limit), n)
+    if fits(start):
+        high, step = start, 1  # fits(high); look below it
+        low = start - step
+        while low >= 0 and fits(low):
+            high, step = low, step * 2
+            low = high - step
+        low = max(low, -1)  # fits(low) is false, or low is -1
+    else:
+        low, step = start, 1  # not fits(low); look above it
+        high = min(start + step, n)
+        while not fits(high):
+            low, step = high, step * 2
+            high = min(low + step, n)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def _trim(spec: SectionSpec, candidate: Candidate, count: Callable[[str], int]) -> _Line | None:
