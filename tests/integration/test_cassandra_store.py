@@ -10,8 +10,10 @@ import os
 import shutil
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -617,6 +619,74 @@ def test_a_tenant_can_have_a_keyspace_of_its_own(store: CassandraMemoryStore) ->
     assert isolated.counts()["memories"] == 0
     put(isolated, shared, vip)
     assert isolated.checksum() == before
+
+
+# ---- listings by type ------------------------------------------------------------------------
+
+
+def typed(n: int, mtype: MemoryType, stream: str = "user:U1") -> Memory:
+    return mem(n, stream=stream).model_copy(update={"type": mtype})
+
+
+def statements_run(store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    names: list[str] = []
+    real = store._execute
+
+    def recording(ks: str, name: str, params: Sequence[Any], fetch_size: int | None = None) -> Any:
+        names.append(name)
+        return real(ks, name, params, fetch_size)
+
+    monkeypatch.setattr(store, "_execute", recording)
+    return names
+
+
+def test_a_streams_memories_of_a_type_are_read_by_the_type_not_through_the_stream(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = [typed(n, MemoryType.FACT) for n in range(1, 301)]
+    rules = [typed(n, MemoryType.CONSTRAINT) for n in (400, 401, 402, 403)]
+    notes = [typed(n, MemoryType.CONTEXT) for n in (500, 501)]
+    elsewhere = typed(600, MemoryType.CONSTRAINT, stream="user:U2")
+    put(store, *facts, *rules, *notes, elsewhere)
+    with store.transaction() as tx:
+        tx.apply([SetStatus("acme", rules[3].memory_id, MemoryStatus.ARCHIVED, 2)])
+    query = MemoryQuery(stream="user:U1", types=(MemoryType.CONSTRAINT,))
+    # the index is built by the migration: wait (with a budget) until it answers
+    deadline = time.monotonic() + 60
+    while store._typed(store.home, "acme", query, "") is None:
+        assert time.monotonic() < deadline, "the type index never became queryable"
+        time.sleep(0.2)
+    names = statements_run(store, monkeypatch)
+    found = store.query("acme", query)
+    assert [m.memory_id for m in found] == [r.memory_id for r in rules[:3]]
+    assert "stream_type_scan" in names
+    assert "stream_scan" not in names  # not one page of the stream's 306 rows
+    both = MemoryQuery(stream="user:U1", types=(MemoryType.CONTEXT, MemoryType.CONSTRAINT), limit=4)
+    expected = sorted(m.memory_id for m in (*rules[:3], *notes))
+    assert [m.memory_id for m in store.query("acme", both)] == expected[:4]
+    after = replace(both, after=expected[1])
+    assert [m.memory_id for m in store.query("acme", after)] == expected[2:]
+
+
+def test_without_a_type_index_a_listing_by_type_pages_through_the_stream(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rules = [typed(n, MemoryType.CONSTRAINT) for n in (1, 2)]
+    put(store, *[typed(n, MemoryType.FACT) for n in range(10, 40)], *rules)
+    session = store._session
+    session.execute(f"DROP INDEX IF EXISTS {store.home}.memories_by_stream_mtype", timeout=120)
+    try:
+        fresh = restart(store)
+        names = statements_run(fresh, monkeypatch)
+        query = MemoryQuery(stream="user:U1", types=(MemoryType.CONSTRAINT,))
+        assert [m.memory_id for m in fresh.query("acme", query)] == [r.memory_id for r in rules]
+        assert "stream_scan" in names
+    finally:
+        session.execute(
+            f"CREATE CUSTOM INDEX IF NOT EXISTS memories_by_stream_mtype ON "
+            f"{store.home}.memories_by_stream (mtype) USING 'StorageAttachedIndex'",
+            timeout=120,
+        )
 
 
 # ---- errors --------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class _Connection:
         self._meta = threading.Lock()
         self._prepared: dict[tuple[str, str], PreparedStatement] = {}
         self._ready: set[str] = set()
+        self._unindexed: set[str] = set()  # keyspaces seen without a usable type index
         self._inflight: set[str] = set()  # owners of commits this process is applying
         self._dirty: set[str] = set()  # owners of sealed commits this process failed to apply
         self._clean: set[str] = set()  # owners position() found without a commit record

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from mnemo.adapters.cassandra_store.common import _AUDIT_CHUNK, _HOUR_US, _IN_CHUNK
+from cassandra import InvalidRequest, ReadFailure
+
+from mnemo.adapters.cassandra_store.common import (
+    _AUDIT_CHUNK,
+    _HOUR_US,
+    _IN_CHUNK,
+    _store_unavailable,
+    log,
+)
 from mnemo.adapters.cassandra_store.connection import _Connection
 from mnemo.adapters.cassandra_store.rows import (
     _audit,
@@ -17,6 +25,7 @@ from mnemo.adapters.cassandra_store.rows import (
     _Usage,
 )
 from mnemo.domain.context import ContextTemplate
+from mnemo.domain.errors import Unavailable
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.projection import (
     AuditRecord,
@@ -32,6 +41,16 @@ from mnemo.ports import MemoryQuery
 
 # chunks of ids whose filter columns a tag or key lookup reads at once
 _FILTER_WAVE = 8
+
+
+def _index_unready(exc: BaseException) -> bool:
+    """Whether a read by the index on the type failed because the index cannot answer
+    yet: Cassandra is building it, or this keyspace has none (the query then needs
+    filtering, which the store never asks for)."""
+    cause = exc.__cause__ if isinstance(exc, Unavailable) else exc
+    if isinstance(cause, ReadFailure):
+        return "INDEX_NOT_AVAILABLE" in str(cause)
+    return isinstance(cause, InvalidRequest) and "ALLOW FILTERING" in str(cause)
 
 
 class _Reads(_Connection):
@@ -106,6 +125,12 @@ class _Reads(_Connection):
             rows = self._rows(tenant, "key_rows", [tenant, query.stream, query.key])
             ids = sorted(str(r[1]) for r in rows if str(r[1]) > after)
             matched = self._filtered(tenant, ids, query, query.limit)
+        elif (
+            query.stream is not None
+            and query.types
+            and ((typed := self._typed(ks, tenant, query, after)) is not None)
+        ):
+            matched = typed
         else:
             if query.stream is not None:
                 name, params = "stream_scan", [tenant, query.stream, after]
@@ -123,6 +148,39 @@ class _Reads(_Connection):
                     if len(matched) >= query.limit:
                         break
         return self.get_many(tenant, matched)
+
+    def _typed(self, ks: str, tenant: str, query: MemoryQuery, after: str) -> list[str] | None:
+        """The ids of a stream's memories of the query's types that pass it, in id order,
+        by the index on the type: one paged read per type, not the whole stream. None
+        when the index cannot answer yet (being built after the migration that makes it,
+        or not made in this keyspace): the caller pages through the stream instead."""
+        assert query.stream is not None
+        matches = _matcher(query)
+        found: list[str] = []
+        page = min(max(query.limit, 100), 5_000)
+        try:
+            for mtype in sorted({t.value for t in query.types}):
+                params = [tenant, query.stream, mtype, after]
+                kept = 0
+                for row in self._execute(ks, "stream_type_scan", params, page):
+                    if matches(tuple(row)):
+                        found.append(str(row[0]))
+                        kept += 1
+                        if kept >= query.limit:
+                            break
+        except (Unavailable, ReadFailure, InvalidRequest) as exc:
+            if not _index_unready(exc):
+                if isinstance(exc, ReadFailure):  # a later page's read
+                    raise _store_unavailable(exc) from exc
+                raise
+            if ks not in self._unindexed:
+                self._unindexed.add(ks)
+                log.warning(
+                    "%s: listings by type page through streams until the type index is built",
+                    ks,
+                )
+            return None
+        return sorted(found)[: query.limit]
 
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
         rows = self._rows(tenant, "key_rows", [tenant, stream, self._blind(tenant, "key", key)])

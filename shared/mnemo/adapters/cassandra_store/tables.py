@@ -179,6 +179,9 @@ _QUERIES: dict[str, str] = {
     "mem_scan": "SELECT {cols} FROM {ks}.memories WHERE tenant = ? AND memory_id > ?",
     "stream_scan": "SELECT {cols} FROM {ks}.memories_by_stream "
     "WHERE tenant = ? AND stream = ? AND memory_id > ?",
+    # by the storage-attached index on the type (schemas/cql/0011_stream_type_index.cql)
+    "stream_type_scan": "SELECT {cols} FROM {ks}.memories_by_stream "
+    "WHERE tenant = ? AND stream = ? AND mtype = ? AND memory_id > ?",
     "stream_before": "SELECT {cols} FROM {ks}.memories_by_stream "
     "WHERE tenant = ? AND stream = ? AND memory_id < ? ORDER BY memory_id DESC",
     "key_rows": "SELECT version, memory_id, status FROM {ks}.memory_keys "
@@ -266,7 +269,7 @@ _QUERIES: dict[str, str] = {
     "WHERE tenant = ? AND field = ? AND unit = ? AND low >= ? AND low <= ?",
     "purge:documents": "SELECT document_id, stream FROM {ks}.documents WHERE tenant = ?",
 }
-for _name in ("mem_filters", "mem_scan", "stream_scan", "stream_before"):
+for _name in ("mem_filters", "mem_scan", "stream_scan", "stream_type_scan", "stream_before"):
     _QUERIES[_name] = _QUERIES[_name].replace("{cols}", _FILTER_COLS)
 # the generic row statements of every table: the names come from _TABLES, values are bound
 for _table, (_key, _values) in _TABLES.items():
