@@ -37,6 +37,7 @@ from mnemo.client._core import Call
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.domain.errors import MnemoError
 from mnemo.domain.memory import MemoryType, Scope
+from mnemo.entrypoints import heap
 from mnemo.settings import GatewaySettings, MnemoSettings, UnknownSetting, check_environment
 
 if TYPE_CHECKING:
@@ -468,6 +469,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
             f"Mnemo listening on {base} — API docs at {base}/docs — console at "
             f"{base}/console — data in {settings.data_dir.resolve()}"
         )
+        heap.settle()
         with sigterm_as_interrupt():
             uvicorn.run(
                 app,

@@ -44,6 +44,7 @@ from mnemo.bootstrap import (
     require_vault,
 )
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
+from mnemo.entrypoints import heap
 from mnemo.handlers import decay, indexing, registry
 from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Ownership, Sequencer, position_name
@@ -516,6 +517,7 @@ class Worker:
             self.app.conf.id,
         )
         try:
+            heap.settle()
             FaustWorker(
                 self.app,
                 loglevel=self.settings.log_level.lower(),
@@ -662,8 +664,10 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
 
     platform = _starting("connecting", lambda: build_distributed(settings, "gateway"))
     try:
+        app = create_app(platform, gateway, run_consumers=False)
+        heap.settle()
         uvicorn.run(
-            create_app(platform, gateway, run_consumers=False),
+            app,
             host=gateway.host,
             port=gateway.port,
             log_level=settings.log_level.lower(),
