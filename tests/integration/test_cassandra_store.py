@@ -636,7 +636,14 @@ def statements_run(store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch)
         names.append(name)
         return real(ks, name, params, fetch_size)
 
+    concurrent = store._concurrently
+
+    def recording_all(items: Sequence[tuple[str, str, Sequence[Any]]]) -> Any:
+        names.extend(name for _, name, _ in items)
+        return concurrent(items)
+
     monkeypatch.setattr(store, "_execute", recording)
+    monkeypatch.setattr(store, "_concurrently", recording_all)
     return names
 
 
@@ -687,6 +694,36 @@ def test_without_a_type_index_a_listing_by_type_pages_through_the_stream(
             f"{store.home}.memories_by_stream (mtype) USING 'StorageAttachedIndex'",
             timeout=120,
         )
+
+
+def test_a_tag_within_the_limit_is_read_with_its_bodies_and_filtered_the_same(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tagged = [
+        typed(n, MemoryType.HISTORY).model_copy(update={"tags": ("episode:e1",)})
+        for n in range(1, 8)
+    ]
+    tagged[1] = tagged[1].model_copy(update={"type": MemoryType.FACT})
+    tagged[2] = tagged[2].model_copy(update={"valid_until": T0 + timedelta(hours=1)})
+    tagged[3] = tagged[3].model_copy(update={"stream": "user:U2"})
+    put(store, *tagged)
+    with store.transaction() as tx:
+        tx.apply([SetStatus("acme", tagged[4].memory_id, MemoryStatus.ARCHIVED, 2)])
+    query = MemoryQuery(
+        stream="user:U1",
+        types=(MemoryType.HISTORY,),
+        tags=("episode:e1",),
+        live_at=T0 + timedelta(hours=2),
+        limit=50,
+    )
+    names = statements_run(store, monkeypatch)
+    expected = [tagged[i].memory_id for i in (0, 5, 6)]
+    assert [m.memory_id for m in store.query("acme", query)] == expected
+    assert "mem_filters" not in names  # the filter columns were not read on their own
+    # past the limit, the filter columns are read first, and the answer is the same
+    names.clear()
+    assert [m.memory_id for m in store.query("acme", replace(query, limit=2))] == expected[:2]
+    assert "mem_filters" in names
 
 
 # ---- errors --------------------------------------------------------------------------------

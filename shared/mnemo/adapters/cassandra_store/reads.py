@@ -20,6 +20,7 @@ from mnemo.adapters.cassandra_store.rows import (
     _audit,
     _chunks,
     _context_record,
+    _filter_row,
     _matcher,
     _us,
     _Usage,
@@ -72,6 +73,14 @@ class _Reads(_Connection):
                 found[memory_id] = Memory.model_validate_json(body)
         return [found[i] for i in ids if i in found]
 
+    def _read_matching(self, tenant: str, ids: Sequence[str], query: MemoryQuery) -> list[Memory]:
+        """The memories of `ids` (all of them within the query's limit) that pass the
+        (blinded) query, in the order given: their bodies read at once and their filter
+        columns worked out from them, not read first in a round trip of their own (an
+        episode's turns, a key's versions: nearly every one passes)."""
+        matches = _matcher(query)
+        return [m for m in self.get_many(tenant, ids) if matches(_filter_row(m, self._blinder))]
+
     def _filtered(
         self, tenant: str, ids: Sequence[str], query: MemoryQuery, limit: int
     ) -> list[str]:
@@ -120,10 +129,14 @@ class _Reads(_Connection):
                 [(ks, "tag_ids", [tenant, tag, after]) for tag in dict.fromkeys(query.tags)]
             )
             ids = sorted({str(r[0]) for rows in results for r in rows})
+            if len(ids) <= query.limit:
+                return self._read_matching(tenant, ids, query)
             matched = self._filtered(tenant, ids, query, query.limit)
         elif query.stream is not None and query.key is not None:
             rows = self._rows(tenant, "key_rows", [tenant, query.stream, query.key])
             ids = sorted(str(r[1]) for r in rows if str(r[1]) > after)
+            if len(ids) <= query.limit:
+                return self._read_matching(tenant, ids, query)
             matched = self._filtered(tenant, ids, query, query.limit)
         elif (
             query.stream is not None

@@ -50,23 +50,33 @@ def _us_or_none(value: datetime | None) -> int | None:
 RowSet = dict[tuple[str, str], dict[tuple[Any, ...], tuple[Any, ...]]]
 
 
+def _filter_row(memory: Memory, blinder: Blinder) -> Row:
+    """A memory's filter columns (_FILTER_COLS) as the tables hold them, the key and the
+    tags as the blinder's keyed hashes: what `_matcher` reads, whether from the filter
+    columns or worked out from a body just read."""
+    t = memory.tenant
+    return (
+        memory.memory_id,
+        memory.stream,
+        memory.type.value,
+        memory.scope.value,
+        blinder.blind(t, "key", memory.key) if memory.key is not None else None,
+        memory.status.value,
+        _us_or_none(memory.valid_until),
+        _us_or_none(memory.verification_due_at),
+        sorted({blinder.blind(t, "tag", tag) for tag in memory.tags}),
+    )
+
+
 def _memory_rows(memory: Memory, ks: str, blinder: Blinder) -> RowSet:
     """Every row a memory owns, by (keyspace, table): primary key -> values. The key, the
     tags and the content hash are stored as the blinder's keyed hashes in every column
     (lookups and filters hash what they look for the same way); only the body holds them
     in clear, and a forget overwrites the body."""
     t, mid = memory.tenant, memory.memory_id
-    tags = sorted({blinder.blind(t, "tag", tag) for tag in memory.tags})
-    mkey = blinder.blind(t, "key", memory.key) if memory.key is not None else None
+    _, _, *filters, tags = _filter_row(memory, blinder)
+    mkey = filters[2]
     chash = blinder.blind(t, "hash", memory.content_hash)
-    filters = (
-        memory.type.value,
-        memory.scope.value,
-        mkey,
-        memory.status.value,
-        _us_or_none(memory.valid_until),
-        _us_or_none(memory.verification_due_at),
-    )
     rows: RowSet = {
         (ks, "memories"): {
             (t, mid): (
