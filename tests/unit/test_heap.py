@@ -1,6 +1,5 @@
 """A server's start-up heap is out of the cyclic collector's walks before it serves
-(mnemo.entrypoints.heap): `mnemo serve` here; the distributed gateway and consumers in
-tests/e2e/test_chart_processes.py, by their logs."""
+(mnemo.entrypoints.heap): `mnemo serve`, the distributed gateway and every consumer."""
 
 from __future__ import annotations
 
@@ -68,3 +67,44 @@ def test_the_distributed_gateway_freezes_what_start_up_made_before_it_serves(
     assert gc.get_freeze_count() == 0
     workers.run_gateway(settings, GatewaySettings())
     assert seen["frozen"] > 50_000
+
+
+def test_a_consumer_freezes_what_start_up_made_before_it_consumes(
+    monkeypatch: pytest.MonkeyPatch, thawed: None
+) -> None:
+    """`Worker.run` (every `python -m mnemo_<consumer>`): the heap is frozen when faust's
+    worker takes over. The worker here is what `run` reads of a wired one; building a real
+    one needs Kafka, Cassandra and OpenBao (tests/e2e starts them so)."""
+    from types import SimpleNamespace
+
+    import faust.worker
+
+    from mnemo import telemetry
+    from mnemo.entrypoints import workers
+    from mnemo.settings import MnemoSettings
+
+    seen: dict[str, int] = {}
+    closed: list[str] = []
+
+    class Faust:
+        def __init__(self, app: Any, **options: Any) -> None:
+            pass
+
+        def execute_from_commandline(self) -> None:
+            seen["frozen"] = gc.get_freeze_count()
+
+    monkeypatch.setattr(faust.worker, "Worker", Faust)
+    monkeypatch.setattr(telemetry, "shutdown", lambda: closed.append("telemetry"))
+    wired = SimpleNamespace(
+        consumer="registrar",
+        settings=MnemoSettings(),
+        app=SimpleNamespace(conf=SimpleNamespace(id="mnemo-registrar")),
+        _unwatch=lambda: closed.append("watch"),
+        executor=SimpleNamespace(shutdown=lambda wait: closed.append("executor")),
+        platform=SimpleNamespace(close=lambda: closed.append("platform")),
+    )
+    assert gc.get_freeze_count() == 0
+    workers.Worker.run(wired)  # type: ignore[arg-type]
+    # start-up's modules at least (faust, the drivers, Mnemo): far more than a handful
+    assert seen["frozen"] > 50_000
+    assert closed == ["watch", "executor", "platform", "telemetry"]
