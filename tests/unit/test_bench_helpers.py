@@ -165,3 +165,44 @@ def test_a_report_with_a_path_option_is_written() -> None:
     text = report_text({"options": {"context_baseline": Path("/srv/main"), "quick": True}})
     assert text.endswith("\n")
     assert json.loads(text)["options"] == {"context_baseline": "/srv/main", "quick": True}
+
+
+class _RecordingServer:
+    """A stand-in for a deployment in the ingest rounds: it records what it is asked."""
+
+    def __init__(self, mode: str, calls: list[tuple[str, str, tuple[str, ...]]]) -> None:
+        self.mode = mode
+        self.calls = calls
+
+    def publish(self, tenant: str, events: list[dict[str, Any]]) -> None:
+        self.calls.append((self.mode, "publish", ()))
+
+    def wait_caught_up(
+        self, consumers: tuple[str, ...] = ("registrar", "indexer"), timeout: float = 600.0
+    ) -> None:
+        self.calls.append((self.mode, "wait", tuple(consumers)))
+
+
+def test_an_ingest_round_lets_every_consumer_finish_before_the_other_mode_starts() -> None:
+    from bench.distributed import Texts, _ingest_rounds
+
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
+    servers = {m: _RecordingServer(m, calls) for m in ("embedded", "distributed")}
+    opts = Options(
+        events=40, rounds=2, freshness_seconds=1, outage_seconds=1, context_size=0,
+        context_queries=0, context_load_limit=1, embedder="hashing", partitions=1,
+        parts=["ingest"],
+    )  # fmt: skip
+    results = Results()
+    _ingest_rounds(results, servers, opts, Texts(50), (0, "", 1, "hashing"))  # type: ignore[arg-type]
+    # each mode's turn: publish, the timed wait (registrar and indexer), then an untimed
+    # wait for all four consumers, before the other mode publishes
+    turns = [calls[i : i + 3] for i in range(0, len(calls), 3)]
+    assert [t[0][0] for t in turns] == ["embedded", "distributed", "distributed", "embedded"]
+    for turn in turns:
+        mode = turn[0][0]
+        assert [c[:2] for c in turn] == [(mode, "publish"), (mode, "wait"), (mode, "wait")]
+        assert set(turn[1][2]) == {"registrar", "indexer"}
+        assert set(turn[2][2]) == {"registrar", "indexer", "decay", "audit"}
+    rate = next(m for m in results.measurements if m.name == "distributed.ingest.rate.embedded")
+    assert len(rate.params["settle_seconds_per_round"]) == 2
