@@ -61,6 +61,8 @@ from mnemo.service.examples import EmbeddingSelector
 __all__ = ["CONSUMERS", "EmbeddedRunner", "rewind", "tenant_position"]
 
 log = logging.getLogger("mnemo.runner")
+# the event types the decay consumer's handlers read; it opens no other
+_DECAY_READS = decay.HANDLED | toolchain.TIMERS_HANDLED
 
 CONSUMERS = registry.NAMES
 
@@ -366,6 +368,8 @@ class EmbeddedRunner:
         return opened
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
+        if record.envelope.type not in _DECAY_READS:
+            return Decision()  # not opened: its sealed fields are not decay's business
         env = self.opened(record).envelope
         decision = decay.handle(env, tx, self.decay_policy)
         decision.extend(toolchain.timers(env, tx))
@@ -430,8 +434,8 @@ class EmbeddedRunner:
 
     def index_events(self, envelopes: list[Envelope]) -> None:
         """Embed and upsert what the events registered, each with its keyword vector; drop
-        what they ended."""
-        envelopes = self._opened_all(envelopes)
+        what they ended. Only the events the indexer reads are opened."""
+        envelopes = self._opened_all([e for e in envelopes if e.type in indexing.HANDLED])
         plan = indexing.plan(envelopes)
         for tenant in sorted(plan.purges):  # a forgotten tenant: before these upserts
             self.index.delete(tenant, self.index.ids(tenant))

@@ -1,0 +1,88 @@
+"""A consumer opens (decrypts) only the events its handlers read: the decay consumer and
+the indexer leave a declaration sealed, and open the registration it causes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mnemo.adapters.clocks import FixedClock
+from mnemo.bootstrap import Platform, build_embedded
+from mnemo.domain.events import Envelope, LoggedEvent
+from mnemo.service.app import RequestContext
+from mnemo.settings import MnemoSettings
+
+CTX = RequestContext("acme", "tester")
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    settings = MnemoSettings(data_dir=tmp_path / "data", embedder="hashing")
+    p = build_embedded(settings, clock=FixedClock(datetime(2026, 3, 1, tzinfo=UTC)))
+    p.app.publish(
+        CTX,
+        [
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "stream": "user:U1",
+                "payload": {"memory": {"type": "fact", "scope": "user", "content": "likes tea"}},
+            }
+        ],
+    )
+    p.runner.drain()
+    yield p
+    p.close()
+
+
+def _records(p: Platform) -> dict[str, LoggedEvent]:
+    found = {r.envelope.type: r for r in p.runner.log.read(0, 100)}
+    assert {"MemoryDeclared", "MemoryRegistered"} <= set(found)
+    # both are sealed whole on a user stream: reading them means opening them
+    assert all(r.envelope.encryption is not None for r in found.values())
+    return found
+
+
+def _counting(p: Platform) -> list[str]:
+    opened: list[str] = []
+    one, many = p.runner.opener, p.runner.open_many
+    assert one is not None
+    assert many is not None
+
+    def open_one(e: Envelope) -> Envelope:
+        opened.append(e.type)
+        return one(e)
+
+    def open_many(es: Sequence[Envelope]) -> list[Envelope]:
+        opened.extend(e.type for e in es)
+        return many(es)
+
+    p.runner.opener, p.runner.open_many = open_one, open_many
+    return opened
+
+
+def test_the_decay_consumer_opens_only_what_it_reads(platform: Platform) -> None:
+    records = _records(platform)
+    opened = _counting(platform)
+    with platform.store.transaction() as tx:
+        declared = platform.runner.decide_decay(records["MemoryDeclared"], tx)
+        registered = platform.runner.decide_decay(records["MemoryRegistered"], tx)
+    assert opened == ["MemoryRegistered"]
+    assert not declared.writes
+    assert not declared.events
+    assert registered.writes  # the registration's weight (and timers) still written
+
+
+def test_the_indexer_opens_only_what_it_reads(platform: Platform) -> None:
+    records = _records(platform)
+    opened = _counting(platform)
+    [memory_id] = platform.index.ids("acme")
+    platform.index.delete("acme", [memory_id])
+    platform.runner.index_events(
+        [records["MemoryDeclared"].envelope, records["MemoryRegistered"].envelope]
+    )
+    assert opened == ["MemoryRegistered"]
+    assert platform.index.ids("acme") == [memory_id]  # indexed again from what it opened
