@@ -678,6 +678,12 @@ class Signer(abc.ABC):
         """A signature over `message` under the key's newest version. Raises Unavailable
         when the signer cannot be reached."""
 
+    def sign_many(self, messages: Sequence[tuple[str, bytes]]) -> list[Signature]:
+        """`sign` over (tenant, message) pairs, the signatures in their order: all of them
+        or, raising as `sign` does, none. An adapter whose signer takes a batch in one
+        request overrides this."""
+        return [self.sign(tenant, message) for tenant, message in messages]
+
     @abc.abstractmethod
     def verify(self, tenant: str, message: bytes, signature: Signature) -> bool:
         """Whether `signature` is this signer's over `message`: False for anything else (a

@@ -67,6 +67,21 @@ class SignerContract:
         assert again.verify("acme", MESSAGE, signature)
         assert signer.verify("acme", MESSAGE, again.sign("acme", MESSAGE))
 
+    def test_a_batch_signs_each_message_in_its_order(self, signer: Signer) -> None:
+        messages = [
+            ("acme", MESSAGE),
+            ("globex", MESSAGE.replace(b"acme", b"globex")),
+            ("acme", MESSAGE.replace(b"\t7\t", b"\t8\t")),
+        ]
+        signatures = signer.sign_many(messages)
+        assert len(signatures) == len(messages)
+        for i, (tenant, message) in enumerate(messages):
+            for j, signature in enumerate(signatures):
+                assert signer.verify(tenant, message, signature) is (i == j)
+        assert signer.sign_many([]) == []
+        [one] = signer.sign_many([("acme", MESSAGE)])
+        assert signer.verify("acme", MESSAGE, one)
+
     def test_signatures_are_not_plain_digests_of_the_message(self, signer: Signer) -> None:
         import hashlib
 

@@ -5,6 +5,7 @@ back and signed again does not move the anchor, and the consumer says so."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from mnemo.adapters.clocks import FixedClock
 from mnemo.adapters.local_signer import LocalFileSigner
 from mnemo.adapters.sqlite_anchors import SqliteCheckpointAnchors
 from mnemo.adapters.sqlite_checkpoints import SqliteAuditCheckpoints
-from mnemo.domain.checkpoint import Checkpoint
+from mnemo.domain.checkpoint import Checkpoint, Signature, checkpoint_digest
 from mnemo.domain.errors import Unavailable
 from mnemo.domain.projection import AuditRecord
 from mnemo.ports import CheckpointAnchors
@@ -174,3 +175,59 @@ def test_a_busy_stream_is_signed_at_most_once_per_batch_seconds(tmp_path: Path) 
     clock.advance(timedelta(seconds=1))
     assert c.batch_committed() == 1
     assert [cp.n for cp in stored(c)][-1] == records[3].n
+
+
+class CountingSigner(LocalFileSigner):
+    """The development signer, counting its requests; `down` makes them fail."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.requests: list[int] = []  # messages per request
+        self.down = False
+
+    def sign_many(self, messages: Sequence[tuple[str, bytes]]) -> list[Signature]:
+        self.requests.append(len(messages))
+        if self.down:
+            raise Unavailable("vault down", code="VAULT_UNAVAILABLE")
+        return super().sign_many(messages)
+
+
+def test_the_heads_a_batch_extended_are_signed_in_one_request(tmp_path: Path) -> None:
+    signer = CountingSigner(tmp_path / "keys" / "audit-signing.json")
+    anchors = SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL")
+    c = AuditCheckpointer(
+        signer,
+        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
+        FixedClock(T0),
+        every=1_000,
+        seconds=600,
+        anchors=anchors,
+        each_batch=True,
+    )
+    streams = [f"user:U{i}" for i in range(5)]
+    trails = {s: chain(events(3, s)) for s in streams}
+    signer.down = True
+    for s in streams:
+        for r in trails[s][:2]:
+            c.observe(r)
+    assert c.batch_committed() == 0
+    assert signer.requests == [5]  # one request for the five heads, refused whole
+    assert stored(c) == []
+    signer.down = False
+    assert c.tick() == 5  # all five still pending: signed at the next look, in one request
+    assert signer.requests == [5, 5]
+    for s in streams:
+        c.observe(trails[s][2])
+    c.clock.advance(timedelta(seconds=5))  # type: ignore[attr-defined]
+    assert c.batch_committed() == 5
+    assert signer.requests == [5, 5, 5]
+    heads = {(cp.stream, cp.index): cp for cp in stored(c)}
+    assert sorted(heads) == sorted((s, i) for s in streams for i in (1, 2))
+    for s in streams:
+        first, second = heads[(s, 1)], heads[(s, 2)]
+        assert (first.n, second.n) == (2, 3)
+        assert signer.verify("acme", second.message(), second.signature)
+        assert second.prev == checkpoint_digest(first)
+    assert sorted(anchors.of_tenant("acme"), key=lambda cp: cp.stream) == sorted(
+        (heads[(s, 2)] for s in streams), key=lambda cp: cp.stream
+    )

@@ -120,7 +120,7 @@ class AuditCheckpointer:
             try:
                 last = self._last_of(key)
             except MnemoError as exc:
-                self._failed(key, exc)
+                self._failed([key], exc)
                 return
             if key in self._diverged:
                 return
@@ -147,8 +147,7 @@ class AuditCheckpointer:
         how many checkpoints were signed."""
         with self._lock:
             before = self.signed
-            for key in list(self._pending):
-                self._sign_if_due(key, now=self.each_batch)
+            self._sign_due(list(self._pending), now=self.each_batch)
             if time.monotonic() >= self._anchor_retry_at:
                 for key in list(self._unanchored):
                     if not self._anchor(key):
@@ -163,8 +162,7 @@ class AuditCheckpointer:
             before = self.signed
             self._committed()
             if self.each_batch:
-                for key in list(self._pending):
-                    self._sign_if_due(key, now=True)
+                self._sign_due(list(self._pending), now=True)
             return self.signed - before
 
     def reset(self) -> None:
@@ -187,27 +185,48 @@ class AuditCheckpointer:
 
     def _sign_if_due(self, key: _Key, *, now: bool = False) -> None:
         """Sign the stream's pending head when it is due, or at once with `now`."""
-        pending = self._pending.get(key)
-        if pending is None or time.monotonic() < self._retry_at:
+        self._sign_due([key], now=now)
+
+    def _sign_due(self, keys: list[_Key], *, now: bool = False) -> None:
+        """Sign the pending heads of `keys` that are due (all of them at once with `now`)
+        in one request to the signer, then store and anchor each checkpoint in turn."""
+        due: list[tuple[_Key, AuditRecord, Checkpoint | None, datetime]] = []
+        for key in keys:
+            pending = self._pending.get(key)
+            if pending is None or time.monotonic() < self._retry_at:
+                continue
+            record, since = pending
+            last = self._last.get(key)
+            at = self.clock.now()
+            if audit.checkpoint_due(
+                last.n if last else 0, record.n, since, at, self.every, self.seconds
+            ) or (now and self._batch_due(last, record, at)):
+                due.append((key, record, last, at))
+        if not due:
             return
-        record, since = pending
-        last = self._last.get(key)
-        at = self.clock.now()
-        due = audit.checkpoint_due(
-            last.n if last else 0, record.n, since, at, self.every, self.seconds
-        )
-        if not due and not (now and self._batch_due(last, record, at)):
-            return
-        index = last.index + 1 if last else 1
-        prev = checkpoint_digest(last) if last else FIRST
-        message = checkpoint_message(
-            record.tenant, record.stream, index, record.n, record.hash, prev, at
-        )
+        # each checkpoint's place in its stream's chain: (index, prev)
+        places = [
+            (last.index + 1, checkpoint_digest(last)) if last else (1, FIRST)
+            for _, _, last, _ in due
+        ]
+        messages = [
+            (r.tenant, checkpoint_message(r.tenant, r.stream, index, r.n, r.hash, prev, at))
+            for (_, r, _, at), (index, prev) in zip(due, places, strict=True)
+        ]
         try:
-            signature = self.signer.sign(record.tenant, message)
-            checkpoint = Checkpoint(
-                record.tenant, record.stream, index, record.n, record.hash, prev, at, signature
-            )
+            signatures = self.signer.sign_many(messages)
+        except MnemoError as exc:
+            self._failed([key for key, *_ in due], exc)
+            return
+        for (key, r, _, at), (index, prev), signature in zip(due, places, signatures, strict=True):
+            if time.monotonic() < self._retry_at:
+                break  # the store failed meanwhile: the rest stay pending
+            checkpoint = Checkpoint(r.tenant, r.stream, index, r.n, r.hash, prev, at, signature)
+            self._store(key, r, checkpoint)
+
+    def _store(self, key: _Key, record: AuditRecord, checkpoint: Checkpoint) -> None:
+        """Store a signed checkpoint of the stream's pending head, then anchor it."""
+        try:
             stored = self.checkpoints.add(checkpoint)
             if not stored:  # another writer took the index: start again from its checkpoint
                 self._last[key] = self.checkpoints.last(*key)
@@ -216,7 +235,7 @@ class AuditCheckpointer:
                     self._pending.pop(key, None)
                 return
         except MnemoError as exc:
-            self._failed(key, exc)
+            self._failed([key], exc)
             return
         self._last[key] = checkpoint
         self._pending.pop(key, None)
@@ -287,12 +306,14 @@ class AuditCheckpointer:
         if self.anchors.advance(checkpoint):
             self.anchored += 1
 
-    def _failed(self, key: _Key, exc: MnemoError) -> None:
+    def _failed(self, keys: list[_Key], exc: MnemoError) -> None:
         self.failures += 1
         self._retry_at = time.monotonic() + RETRY_SECONDS
+        tenant, stream = keys[0]
         log.warning(
-            "audit checkpoint of %s/%s not signed (%s); links stay unsigned until it is",
-            key[0],
-            key[1],
+            "audit checkpoint of %s/%s%s not signed (%s); links stay unsigned until it is",
+            tenant,
+            stream,
+            f" and {len(keys) - 1} other stream(s)" if len(keys) > 1 else "",
             exc.code,
         )
