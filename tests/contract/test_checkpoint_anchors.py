@@ -100,6 +100,21 @@ class CheckpointAnchorsContract:
         assert sorted(moved) == list(range(1, 13))  # each step taken once, by one of them
         assert not second.advance(cp(11))
 
+    def test_a_writer_that_fell_behind_another_decides_on_the_anchor_as_it_is(
+        self, tmp_path: Path
+    ) -> None:
+        first, second = self.make(tmp_path), self.make(tmp_path)
+        assert first.advance(cp(1))
+        assert second.advance(cp(2))  # the first writer has not seen this one
+        assert not first.advance(cp(2))  # already there: left as it is
+        assert second.advance(cp(3))
+        assert first.advance(cp(4))  # the next after the anchor as it is, not as last written
+        with pytest.raises(ConflictError) as gap:
+            second.advance(cp(6))
+        assert gap.value.code == "AUDIT_ANCHOR_GAP"
+        assert first.of_tenant("acme") == [cp(4)]
+        assert second.of_tenant("acme") == [cp(4)]
+
     def test_tenants_and_streams_are_apart(self, anchors: CheckpointAnchors) -> None:
         assert anchors.advance(cp(3, stream="user:U2"))
         assert anchors.advance(cp(1))
@@ -156,6 +171,29 @@ class TestVaultKvAnchors(CheckpointAnchorsContract):
         with pytest.raises(exceptions.InvalidRequest):
             kv.create_or_update_secret(path=path, secret={"format": 1}, cas=0, mount_point=mount)
         assert anchors.of_tenant("acme") == [cp(4)]
+
+    def test_a_writer_moving_its_own_anchor_writes_without_reading_it_first(
+        self, tmp_path: Path
+    ) -> None:
+        anchors: Any = self.make(tmp_path)
+        reads: list[str] = []
+        read = anchors._read
+
+        def counted(path: str) -> Any:
+            reads.append(path)
+            return read(path)
+
+        anchors._read = counted
+        assert anchors.advance(cp(1))
+        assert len(reads) == 1  # a stream it has not written yet: read once
+        for i in range(2, 6):
+            assert anchors.advance(cp(i))
+        assert len(reads) == 1  # then each move is one check-and-set write
+        other = self.make(tmp_path)
+        assert other.advance(cp(6))
+        assert anchors.advance(cp(7))  # refused on the old version, then read and decided
+        assert len(reads) == 2
+        assert other.of_tenant("acme") == [cp(7)]
 
     def test_an_unreachable_vault_is_unavailable_never_empty(self) -> None:
         from mnemo.adapters.vault_anchors import VaultKvAnchors

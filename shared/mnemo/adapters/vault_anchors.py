@@ -12,9 +12,13 @@ anchor moves it; one at its index or below leaves it; one further ahead or not d
 from it is refused), and writes with `cas` set to the version it read (0: only when there
 is none yet). A writer
 that lost a race sees the vault refuse its write, reads again and decides again, so two
-audit consumers never move an anchor back. Before its first write a process makes sure the
-mount requires check-and-set of every writer (`cas_required`), creating the mount as KV v2
-when it is missing (a fresh development vault). The audit consumer's policy needs
+audit consumers never move an anchor back. A process remembers the version and anchor it
+wrote last for each stream (up to WRITTEN_KEPT streams) and decides from them without a
+read; when another writer moved the anchor since, the vault refuses the write (or the
+decision says the anchor is out of step) and the process reads and decides again. Before
+its first write a process makes sure the mount requires check-and-set of every writer
+(`cas_required`), creating the mount as KV v2 when it is missing (a fresh development
+vault). The audit consumer's policy needs
 `create`, `update` and `read` on `<mount>/data/<prefix>/*` and `read` (and `update`, until
 it is set) on `<mount>/config`; whoever verifies needs `read` on `<mount>/data/<prefix>/*`
 and `list` on `<mount>/metadata/<prefix>/*`; nobody needs `delete` or `destroy`
@@ -32,6 +36,7 @@ import contextlib
 import re
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import hvac
@@ -43,12 +48,13 @@ from mnemo.domain.checkpoint import (
     checkpoint_from_record,
     checkpoint_record,
 )
-from mnemo.domain.errors import InvalidInput, Unavailable
+from mnemo.domain.errors import ConflictError, InvalidInput, Unavailable
 from mnemo.ports import CheckpointAnchors
 
 __all__ = ["VaultKvAnchors"]
 
 ATTEMPTS = 8  # check-and-set rounds before a contended write gives up (Unavailable)
+WRITTEN_KEPT = 10_000  # anchors whose written version is remembered (a read saved each)
 _MOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_/-]{0,63}$")
 _HEX = re.compile(r"^(?:[0-9a-f]{2})+$")
 
@@ -78,6 +84,9 @@ class VaultKvAnchors(CheckpointAnchors):
         self.name = f"vault kv {self.mount}/{prefix}"
         self._lock = threading.Lock()
         self._mount_ready = False
+        # path -> (version, anchor) of the anchors this process wrote last, newest last
+        self._written: OrderedDict[str, tuple[int, Checkpoint]] = OrderedDict()
+        self._written_lock = threading.Lock()
 
     # ---- the port -------------------------------------------------------------------------
 
@@ -86,14 +95,29 @@ class VaultKvAnchors(CheckpointAnchors):
         record = checkpoint_record(checkpoint)
         self._ensure_mount()
         for attempt in range(ATTEMPTS):
-            version, current = self._read(path)
-            if not anchor_moves(current, checkpoint):
+            # the anchor this process wrote last, if any, stands in for a read: anchors only
+            # move forward and the write is checked against its version, so a stale one is
+            # refused by the vault, or by anchor_moves, and the anchor is read after all
+            known = self._written_get(path)
+            version, current = known if known is not None else self._read(path)
+            try:
+                moves = anchor_moves(current, checkpoint)
+            except ConflictError:
+                if known is None:
+                    raise
+                self._written_drop(path)
+                continue
+            if not moves:
                 return False
             try:
-                self._write(path, record, version)
+                written = self._write(path, record, version)
             except Refused:  # another writer moved it since it was read: decide again
-                time.sleep(0.02 * attempt)
+                self._written_drop(path)
+                if known is None:
+                    time.sleep(0.02 * attempt)
                 continue
+            if written is not None:
+                self._written_put(path, (written, checkpoint))
             return True
         raise Unavailable(
             f"the audit anchor {path} kept changing while it was written",
@@ -164,13 +188,32 @@ class VaultKvAnchors(CheckpointAnchors):
                 code="AUDIT_ANCHOR_UNREADABLE",
             ) from None
 
-    def _write(self, path: str, record: dict[str, Any], version: int) -> None:
-        self._call(
+    def _write(self, path: str, record: dict[str, Any], version: int) -> int | None:
+        """Write by check-and-set on `version`; the version written (None if the vault
+        did not say)."""
+        answer = self._call(
             f"the audit anchor {path}",
             lambda: self._kv.create_or_update_secret(
                 path=path, secret=record, cas=version, mount_point=self.mount
             ),
         )
+        written = ((answer or {}).get("data") or {}).get("version")
+        return written if type(written) is int and written > version else None
+
+    def _written_get(self, path: str) -> tuple[int, Checkpoint] | None:
+        with self._written_lock:
+            return self._written.get(path)
+
+    def _written_put(self, path: str, known: tuple[int, Checkpoint]) -> None:
+        with self._written_lock:
+            self._written[path] = known
+            self._written.move_to_end(path)
+            while len(self._written) > WRITTEN_KEPT:
+                self._written.popitem(last=False)
+
+    def _written_drop(self, path: str) -> None:
+        with self._written_lock:
+            self._written.pop(path, None)
 
     def _ensure_mount(self) -> None:
         """Before this process's first write: the KV v2 mount exists (made when missing, on
