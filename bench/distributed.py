@@ -491,6 +491,40 @@ def distributed_server(
         notes.extend(d.drop())
 
 
+def checkout_env(source: Path, module: str) -> dict[str, str]:
+    """What makes a Python process of this virtualenv import Mnemo and the service
+    `module` from the checkout at `source` rather than from the installed (editable) one:
+    its source folders first on the path, ahead of the installation's import hook."""
+    service = module.removeprefix("mnemo_")
+    folders = [source / "shared", source / "services" / service]
+    return {
+        "PYTHONPATH": os.pathsep.join(str(f.resolve()) for f in folders),
+        "PYTHONDONTWRITEBYTECODE": "1",  # the other checkout is only read
+    }
+
+
+def check_checkout_imports(source: Path, module: str, env: dict[str, str], cwd: Path) -> None:
+    """Fail unless a process started with `env` imports `mnemo` and `module` from the
+    checkout at `source`: a baseline that silently ran this checkout's code would compare
+    the code with itself."""
+    probe = f"import mnemo, {module}; print(mnemo.__file__); print({module}.__file__)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    root = source.resolve()
+    found = [Path(line).resolve() for line in done.stdout.split()]
+    if done.returncode != 0 or len(found) != 2 or not all(f.is_relative_to(root) for f in found):
+        raise RuntimeError(
+            f"the baseline checkout {source} is not what a process would import: "
+            f"{done.stdout.strip() or done.stderr.strip()[-500:]}"
+        )
+
+
 @contextmanager
 def baseline_gateway(deployment: DistributedDeployment, source: Path) -> Iterator[Server]:
     """A second gateway of the same deployment (topic, keyspace, collection, vault, data
@@ -501,12 +535,12 @@ def baseline_gateway(deployment: DistributedDeployment, source: Path) -> Iterato
     env = deployment.stack.child_env(component)
     env.update(
         {
-            "WT_SRC_ROOT": str(source),
+            **checkout_env(source, component.module),
             "MNEMO_GATEWAY_PORT": str(port),
             "MNEMO_STACK_COMPONENT": "gateway-baseline",
-            "PYTHONDONTWRITEBYTECODE": "1",  # the other checkout is only read
         }
     )
+    check_checkout_imports(source, component.module, env, deployment.root)
     log = deployment.stack.run_dir / "gateway-baseline.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(

@@ -4,6 +4,8 @@ benchmark's verdict."""
 from __future__ import annotations
 
 import math
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -206,3 +208,33 @@ def test_an_ingest_round_lets_every_consumer_finish_before_the_other_mode_starts
         assert set(turn[2][2]) == {"registrar", "indexer", "decay", "audit"}
     rate = next(m for m in results.measurements if m.name == "distributed.ingest.rate.embedded")
     assert len(rate.params["settle_seconds_per_round"]) == 2
+
+
+def test_a_baseline_checkout_is_what_its_process_imports(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    from bench.distributed import check_checkout_imports, checkout_env
+
+    other = tmp_path / "other"
+    for folder in (other / "shared" / "mnemo", other / "services" / "gateway" / "mnemo_gateway"):
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+    env = {**os.environ, **checkout_env(other, "mnemo_gateway")}
+    check_checkout_imports(other, "mnemo_gateway", env, tmp_path)
+    found = subprocess.run(
+        [sys.executable, "-c", "import mnemo; print(mnemo.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(found).resolve() == (other / "shared" / "mnemo" / "__init__.py").resolve()
+    # without its folders on the path, a process imports this checkout: refused
+    with pytest.raises(RuntimeError, match="not what a process would import"):
+        check_checkout_imports(other, "mnemo_gateway", dict(os.environ), tmp_path)
+    # a checkout without the service's sources: refused too
+    (other / "services" / "gateway" / "mnemo_gateway" / "__init__.py").unlink()
+    (other / "services" / "gateway" / "mnemo_gateway").rmdir()
+    with pytest.raises(RuntimeError, match="not what a process would import"):
+        check_checkout_imports(other, "mnemo_gateway", env, tmp_path)
