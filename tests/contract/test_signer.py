@@ -82,6 +82,15 @@ class SignerContract:
         [one] = signer.sign_many([("acme", MESSAGE)])
         assert signer.verify("acme", MESSAGE, one)
 
+    def test_a_batch_larger_than_one_request_takes_is_signed_whole(self, signer: Signer) -> None:
+        # OpenBao refuses a request of 500 batch items or more; the adapter splits it
+        messages = [("acme", MESSAGE + str(i).encode()) for i in range(600)]
+        signatures = signer.sign_many(messages)
+        assert len(signatures) == 600
+        for i in (0, 249, 250, 499, 500, 599):
+            assert signer.verify("acme", messages[i][1], signatures[i])
+            assert not signer.verify("acme", messages[i][1], signatures[(i + 1) % 600])
+
     def test_signatures_are_not_plain_digests_of_the_message(self, signer: Signer) -> None:
         import hashlib
 

@@ -231,3 +231,71 @@ def test_the_heads_a_batch_extended_are_signed_in_one_request(tmp_path: Path) ->
     assert sorted(anchors.of_tenant("acme"), key=lambda cp: cp.stream) == sorted(
         (heads[(s, 2)] for s in streams), key=lambda cp: cp.stream
     )
+
+
+class FailingCheckpoints(SqliteAuditCheckpoints):
+    """Real checkpoints whose `add` fails for the streams in `failing`."""
+
+    failing: frozenset[str] = frozenset()
+
+    def add(self, checkpoint: Checkpoint) -> bool:
+        if checkpoint.stream in self.failing:
+            raise Unavailable("store down", code="STORE_UNAVAILABLE")
+        return super().add(checkpoint)
+
+
+def test_heads_left_by_a_store_failure_mid_batch_are_signed_at_the_next_look(
+    tmp_path: Path,
+) -> None:
+    signer = CountingSigner(tmp_path / "keys" / "audit-signing.json")
+    store = FailingCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL")
+    c = AuditCheckpointer(signer, store, FixedClock(T0), every=1_000, seconds=600)
+    streams = [f"user:U{i}" for i in range(4)]
+    trails = {s: chain(events(2, s)) for s in streams}
+    for s in streams:
+        c.observe(trails[s][0])
+    c.batch_committed()  # checkpoint 1 of each stream
+    store.failing = frozenset({"user:U1"})
+    for s in streams:
+        c.observe(trails[s][1])
+    signed = c.batch_committed()
+    # signed in one request; stored in turn until the store failed: the rest wait
+    assert signer.requests[-1] == 4
+    assert signed < 4
+    assert all(cp.n == 1 for cp in stored(c) if cp.stream == "user:U1")
+    store.failing = frozenset()
+    assert c.tick() == 4 - signed
+    heads = {cp.stream: cp for cp in stored(c) if cp.index == 2}
+    assert sorted(heads) == streams
+    for s in streams:
+        first = next(cp for cp in stored(c) if cp.stream == s and cp.index == 1)
+        assert heads[s].n == 2
+        assert heads[s].prev == checkpoint_digest(first)
+        assert signer.verify("acme", heads[s].message(), heads[s].signature)
+
+
+def test_a_signer_that_raises_something_unexpected_leaves_the_heads_pending(
+    tmp_path: Path,
+) -> None:
+    class Broken(CountingSigner):
+        def sign_many(self, messages: Sequence[tuple[str, bytes]]) -> list[Signature]:
+            self.requests.append(len(messages))
+            if self.down:
+                raise RuntimeError("unexpected")
+            return LocalFileSigner.sign_many(self, messages)
+
+    signer = Broken(tmp_path / "keys" / "audit-signing.json")
+    c = AuditCheckpointer(
+        signer,
+        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
+        FixedClock(T0),
+        every=1_000,
+        seconds=600,
+    )
+    signer.down = True
+    for s in ("user:U1", "user:U2"):
+        c.observe(chain(events(1, s))[0])
+    assert c.batch_committed() == 0  # no exception reaches the consumer
+    assert c.failures == 1
+    signer.down = False
+    assert c.tick() == 2

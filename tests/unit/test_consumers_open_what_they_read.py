@@ -86,3 +86,20 @@ def test_the_indexer_opens_only_what_it_reads(platform: Platform) -> None:
     )
     assert opened == ["MemoryRegistered"]
     assert platform.index.ids("acme") == [memory_id]  # indexed again from what it opened
+
+
+def test_what_decay_leaves_sealed_its_handlers_ignore(platform: Platform) -> None:
+    """Every event type outside the decay consumer's table gives its handlers nothing to
+    do, so leaving it unopened changes no decision."""
+    from mnemo.domain.events import CATALOG
+    from mnemo.handlers import decay, registry, toolchain
+
+    reads = set(registry.consumer(decay.CONSUMER).handles())
+    assert reads == set(decay.HANDLED | toolchain.TIMERS_HANDLED)
+    declared = _records(platform)["MemoryDeclared"].envelope
+    with platform.store.transaction() as tx:
+        for event_type in sorted(set(CATALOG.current) - reads):
+            event = declared.model_copy(update={"type": event_type})
+            for decision in (decay.handle(event, tx), toolchain.timers(event, tx)):
+                assert not decision.writes, event_type
+                assert not decision.events, event_type

@@ -118,6 +118,8 @@ class VaultKvAnchors(CheckpointAnchors):
                 continue
             if written is not None:
                 self._written_put(path, (written, checkpoint))
+            else:  # the vault did not say which version it wrote: read it next time
+                self._written_drop(path)
             return True
         raise Unavailable(
             f"the audit anchor {path} kept changing while it was written",

@@ -36,6 +36,9 @@ __all__ = ["KEY_TYPES", "VaultTransitSigner"]
 
 KEY_TYPES = ("ed25519", "ecdsa-p256")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# messages per transit request: OpenBao refuses a request of 500 batch items or more as too
+# complex (a JSON input limit), so a larger batch goes in several requests
+SIGN_BATCH = 250
 _SIGNATURE = re.compile(r"^vault:v([1-9][0-9]{0,8}):[A-Za-z0-9+/]+=*$")
 
 
@@ -75,38 +78,54 @@ class VaultTransitSigner(Signer):
     def sign(self, tenant: str, message: bytes) -> Signature:
         del tenant  # one key for the deployment; the message names the tenant
         self._ensure_key()
-        data = self._call(
+        data = self._signing(
             lambda: self._transit.sign_data(
                 name=self.key_name, hash_input=_b64(message), mount_point=self._vault.mount
             )
-        )["data"]
+        )
         return _signature(data)
 
     def sign_many(self, messages: Sequence[tuple[str, bytes]]) -> list[Signature]:
-        """One transit request for the whole batch (`batch_input`); an item the vault
-        could not sign fails the batch, as one failed `sign` would."""
+        """One transit request (`batch_input`) per SIGN_BATCH messages; an item the vault
+        could not sign fails the whole call, as one failed `sign` would."""
         if len(messages) < 2:
             return [self.sign(tenant, message) for tenant, message in messages]
         self._ensure_key()
-        data = self._call(
-            lambda: self._transit.sign_data(
-                name=self.key_name,
-                batch_input=[{"input": _b64(message)} for _, message in messages],
-                mount_point=self._vault.mount,
+        signatures: list[Signature] = []
+        for start in range(0, len(messages), SIGN_BATCH):
+            chunk = messages[start : start + SIGN_BATCH]
+            data = self._signing(
+                lambda chunk=chunk: self._transit.sign_data(
+                    name=self.key_name,
+                    batch_input=[{"input": _b64(message)} for _, message in chunk],
+                    mount_point=self._vault.mount,
+                )
             )
-        )["data"]
-        results = data.get("batch_results")
-        if not isinstance(results, list) or len(results) != len(messages):
+            results = data.get("batch_results")
+            if not isinstance(results, list) or len(results) != len(chunk):
+                raise Unavailable(
+                    "the vault answered a batch of signatures that does not match the request",
+                    code="VAULT_UNAVAILABLE",
+                )
+            if any(not isinstance(r, dict) or r.get("error") for r in results):
+                raise Unavailable(
+                    f"the vault did not sign every checkpoint of a batch with {self.key_name!r}",
+                    code="VAULT_UNAVAILABLE",
+                )
+            signatures.extend(_signature(r) for r in results)
+        return signatures
+
+    def _signing(self, call: Any) -> dict[str, Any]:
+        """A signing request's answer; a request the vault refuses is Unavailable, like an
+        unreachable vault: the checkpoints stay pending and are signed later."""
+        try:
+            data: dict[str, Any] = self._call(call)["data"]
+        except Refused:
             raise Unavailable(
-                "the vault answered a batch of signatures that does not match the request",
+                f"the vault refused to sign with the audit signing key {self.key_name!r}",
                 code="VAULT_UNAVAILABLE",
-            )
-        if any(not isinstance(r, dict) or r.get("error") for r in results):
-            raise Unavailable(
-                f"the vault did not sign every checkpoint of a batch with {self.key_name!r}",
-                code="VAULT_UNAVAILABLE",
-            )
-        return [_signature(r) for r in results]
+            ) from None
+        return data
 
     def verify(self, tenant: str, message: bytes, signature: Signature) -> bool:
         del tenant

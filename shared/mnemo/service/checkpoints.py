@@ -120,7 +120,7 @@ class AuditCheckpointer:
             try:
                 last = self._last_of(key)
             except MnemoError as exc:
-                self._failed([key], exc)
+                self._failed([key], exc.code)
                 return
             if key in self._diverged:
                 return
@@ -216,7 +216,10 @@ class AuditCheckpointer:
         try:
             signatures = self.signer.sign_many(messages)
         except MnemoError as exc:
-            self._failed([key for key, *_ in due], exc)
+            self._failed([key for key, *_ in due], exc.code)
+            return
+        except Exception as exc:  # a signer's fault never stops the audit consumer
+            self._failed([key for key, *_ in due], type(exc).__name__)
             return
         for (key, r, _, at), (index, prev), signature in zip(due, places, signatures, strict=True):
             if time.monotonic() < self._retry_at:
@@ -235,7 +238,7 @@ class AuditCheckpointer:
                     self._pending.pop(key, None)
                 return
         except MnemoError as exc:
-            self._failed([key], exc)
+            self._failed([key], exc.code)
             return
         self._last[key] = checkpoint
         self._pending.pop(key, None)
@@ -306,7 +309,7 @@ class AuditCheckpointer:
         if self.anchors.advance(checkpoint):
             self.anchored += 1
 
-    def _failed(self, keys: list[_Key], exc: MnemoError) -> None:
+    def _failed(self, keys: list[_Key], code: str) -> None:
         self.failures += 1
         self._retry_at = time.monotonic() + RETRY_SECONDS
         tenant, stream = keys[0]
@@ -315,5 +318,5 @@ class AuditCheckpointer:
             tenant,
             stream,
             f" and {len(keys) - 1} other stream(s)" if len(keys) > 1 else "",
-            exc.code,
+            code,
         )

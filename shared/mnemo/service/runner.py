@@ -61,8 +61,9 @@ from mnemo.service.examples import EmbeddingSelector
 __all__ = ["CONSUMERS", "EmbeddedRunner", "rewind", "tenant_position"]
 
 log = logging.getLogger("mnemo.runner")
-# the event types the decay consumer's handlers read; it opens no other
-_DECAY_READS = decay.HANDLED | toolchain.TIMERS_HANDLED
+# the event types the decay consumer's handlers read (the consumer table's); it opens no
+# other
+_DECAY_READS = frozenset(registry.consumer(decay.CONSUMER).handles())
 
 CONSUMERS = registry.NAMES
 
