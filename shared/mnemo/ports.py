@@ -198,6 +198,12 @@ class StoreTransaction(abc.ABC):
         answers are the same either way. This default does nothing."""
         return None
 
+    def prefetch_memories(self, tenant: str, memory_ids: Sequence[str]) -> None:
+        """A hint: `get` will be asked about these memories of `tenant`. A store that pays a
+        round trip per read reads them all at once here; the answers are the same either
+        way. This default does nothing."""
+        return None
+
     @abc.abstractmethod
     def stream_memories(self, tenant: str, stream: str) -> list[Memory]:
         """Every memory of a stream whatever its status, by memory id."""

@@ -853,3 +853,32 @@ def test_timeouts_are_store_unavailable(
         store.get("acme", mem(1).memory_id)
     assert caught.value.code == "STORE_UNAVAILABLE"
     assert isinstance(caught.value.__cause__, ReadTimeout)
+
+
+def test_memories_a_transaction_is_told_of_are_read_in_one_wave(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memories = [mem(n) for n in range(1, 41)]
+    put(store, *memories)
+    ids = [m.memory_id for m in memories]
+    waves: list[int] = []
+    real = store.get_many
+
+    def counted(tenant: str, memory_ids: Sequence[str]) -> list[Memory]:
+        waves.append(len(memory_ids))
+        return real(tenant, memory_ids)
+
+    monkeypatch.setattr(store, "get_many", counted)
+    with store.transaction() as tx:
+        tx.prefetch_memories("acme", [*ids, "no-such-memory"])
+        assert waves == [41]
+        found = [tx.get("acme", i) for i in ids]
+        assert tx.get("acme", "no-such-memory") is None
+        assert tx.get("globex", ids[0]) is None  # another tenant's read is its own
+    assert waves == [41, 1]
+    assert found == memories
+    # without the hint, one read per memory (what the decay consumer paid per citation)
+    waves.clear()
+    with store.transaction() as tx:
+        assert [tx.get("acme", i) for i in ids[:5]] == memories[:5]
+    assert waves == [1, 1, 1, 1, 1]

@@ -103,3 +103,62 @@ def test_what_decay_leaves_sealed_its_handlers_ignore(platform: Platform) -> Non
             for decision in (decay.handle(event, tx), toolchain.timers(event, tx)):
                 assert not decision.writes, event_type
                 assert not decision.events, event_type
+
+
+def test_the_decay_consumer_reads_the_memories_a_context_used_at_once(
+    platform: Platform,
+) -> None:
+    from mnemo.domain.events import ContextAssembled
+    from mnemo.ports import StoreTransaction
+    from mnemo.service.app import ContextRequest
+
+    platform.app.context(CTX, ContextRequest(subjects=("user:U1",), query="tea"))
+    platform.runner.drain()
+    record = next(
+        r for r in platform.runner.log.read(0, 100) if r.envelope.type == ContextAssembled.TYPE
+    )
+    opened = platform.runner.opened(record).envelope
+    used = ContextAssembled.model_validate(opened.payload).memory_ids
+    assert used  # the context showed the memory
+
+    calls: list[tuple[str, object]] = []
+
+    class Recording:
+        def __init__(self, inner: StoreTransaction) -> None:
+            self.inner = inner
+
+        def prefetch_memories(self, tenant: str, memory_ids: Sequence[str]) -> None:
+            calls.append(("prefetch", (tenant, tuple(memory_ids))))
+            self.inner.prefetch_memories(tenant, memory_ids)
+
+        def get(self, tenant: str, memory_id: str) -> object:
+            calls.append(("get", memory_id))
+            return self.inner.get(tenant, memory_id)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    with platform.store.transaction() as tx:
+        decision = platform.runner.decide_decay(record, Recording(tx))  # type: ignore[arg-type]
+    assert calls[0] == ("prefetch", ("acme", tuple(used)))
+    assert all(kind == "get" for kind, _ in calls[1:])
+    assert decision.writes  # the use moved the memory's archive timer
+
+
+def test_the_memories_decay_reads_for_an_event_are_those_its_feedback_names(
+    platform: Platform,
+) -> None:
+    from mnemo.handlers import decay
+
+    declared = _records(platform)["MemoryDeclared"].envelope
+    mid = "019c0000-0000-7000-8000-000000000001"
+
+    def event(kind: str, payload: dict[str, object]) -> Envelope:
+        return declared.model_copy(update={"type": kind, "schema_version": 1, "payload": payload})
+
+    assert decay.memory_lookups(event("MemoryCited", {"memory_id": mid})) == (mid,)
+    assert decay.memory_lookups(event("MemoryVerified", {"memory_id": mid})) == (mid,)
+    relayed = {"feedback": "ContextAssembled", "memory_ids": [mid, mid[:-1] + "2"]}
+    assert decay.memory_lookups(event("FeedbackRelayed", relayed)) == (mid, mid[:-1] + "2")
+    assert decay.memory_lookups(declared) == ()  # not feedback: nothing to read
+    assert decay.memory_lookups(event("MemoryCited", {"memory_id": 7})) == ()  # malformed

@@ -313,6 +313,20 @@ def _genuine(event: Envelope, state: DecayState, cited: MemoryCited) -> bool:
     )
 
 
+def memory_lookups(event: Envelope) -> tuple[str, ...]:
+    """The memories of the event's tenant that `handle` reads for this event (a hint for a
+    store that reads them all at once): those that feedback names."""
+    if event.type not in _FEEDBACK:
+        return ()
+    try:
+        payload = decode_payload(event)
+    except (KeyError, ValueError):  # handle() says what is wrong with it
+        return ()
+    if isinstance(payload, FeedbackRelayed):
+        return tuple(payload.memory_ids)
+    return _feedback_ids(payload)
+
+
 def _feedback_ids(payload: EventPayload) -> tuple[str, ...]:
     if isinstance(payload, MemoryCorrected | ContextAssembled):
         return payload.memory_ids

@@ -372,6 +372,7 @@ class EmbeddedRunner:
         if record.envelope.type not in _DECAY_READS:
             return Decision()  # not opened: its sealed fields are not decay's business
         env = self.opened(record).envelope
+        tx.prefetch_memories(env.tenant, decay.memory_lookups(env))
         decision = decay.handle(env, tx, self.decay_policy)
         decision.extend(toolchain.timers(env, tx))
         return decision

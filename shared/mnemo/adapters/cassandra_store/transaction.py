@@ -127,6 +127,9 @@ class _Tx(StoreTransaction):
         ids += [m.memory_id for m in self._pending(tenant) if m.stream == stream and m.key == key]
         return _current_holder(self._current(tenant, ids), stream, lambda m: m.key == key)
 
+    def prefetch_memories(self, tenant: str, memory_ids: Sequence[str]) -> None:
+        self._load(tenant, [m for m in memory_ids if (tenant, m) not in self.memories])
+
     def prefetch_hashes(self, keys: Sequence[tuple[str, str, str]]) -> None:
         missing = [k for k in dict.fromkeys(keys) if k not in self.hash_rows]
         if not missing:
