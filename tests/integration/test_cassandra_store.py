@@ -341,6 +341,49 @@ def test_two_processes_counting_one_memorys_usage_from_their_partitions_lose_not
     assert (stats.cited, stats.last_used) == (24, T0 + timedelta(hours=1))
 
 
+def test_a_holder_knows_its_own_position_until_another_process_claims_the_name(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a fenced commit it finished, a process answers `position()` for that name
+    without a round trip; a position another process moved since is never committed on:
+    the holder's next commit is refused, and a claim or a refusal reads the store again."""
+    other = restart(store)
+    name = "indexer/4"
+    mine = store.claim(name)
+    with store.transaction() as tx:
+        tx.set_position(name, 5, epoch=mine)
+    reads: list[Any] = []
+    for method in ("_execute", "_concurrently"):
+        real = getattr(store, method)
+
+        def counted(*args: Any, _real: Any = real, **kw: Any) -> Any:
+            reads.append(args)
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(store, method, counted)
+    assert store.position(name) == 5
+    assert reads == []
+    # another process takes the name over and moves it on
+    theirs = other.claim(name)
+    with other.transaction() as tx:
+        tx.set_position(name, 9, epoch=theirs)
+    assert store.positions([name]) == {name: 9}  # what lag and `?wait=` read is the store's
+    with pytest.raises(FencedOff), store.transaction() as tx:
+        tx.set_position(name, 6, epoch=mine)
+    assert store.position(name) == 9
+    # the name comes back to this process: its claim reads what the other one left
+    with other.transaction() as tx:
+        tx.set_position(name, 11, epoch=theirs)
+    again = store.claim(name)
+    assert store.position(name) == 11
+    with store.transaction() as tx:
+        tx.set_position(name, 14, epoch=again)
+    with pytest.raises(FencedOff), other.transaction() as tx:
+        tx.set_position(name, 12, epoch=theirs)
+    assert other.position(name) == 14
+    assert store.position(name) == 14
+
+
 def test_usage_counted_before_the_per_partition_rows_is_kept(
     cassandra: tuple[Any, str, list[int]], tmp_path: Path
 ) -> None:

@@ -409,6 +409,60 @@ def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) 
         assert_each_event_once(platform, accepted)
 
 
+def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(tmp_path: Path) -> None:
+    # a follower's stream brings it each record when it brings the registrar the same: the
+    # worker watches the registrar's positions and handles the batch once, not first for
+    # nothing (NotReady) and then again
+    import asyncio
+    import threading
+
+    from mnemo.entrypoints.workers import Worker
+
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        batch = [r for records in fetch_all(platform).values() for r in records]
+        partitions = sorted({r.partition for r in batch})
+        worker = Worker("indexer", platform.settings, platform)
+        calls: list[int] = []
+        real = worker.processor.process
+
+        def counted(records: Any) -> int:
+            calls.append(len(records))
+            return real(records)
+
+        worker.processor.process = counted  # type: ignore[method-assign]
+        looks = threading.Semaphore(0)
+        positions = platform.store.positions
+
+        def looked(names: Any) -> dict[str, int]:
+            looks.release()
+            return positions(names)
+
+        platform.store.positions = looked  # type: ignore[method-assign]
+        try:
+            worker.ownership.assign(partitions)
+            handled = threading.Thread(target=asyncio.run, args=(worker._process(batch),))
+            handled.start()
+            for _ in range(3):  # the follower looks at the registrar's positions, and waits
+                assert looks.acquire(timeout=30)
+            assert calls == []
+            Pump(platform, ("registrar",)).drain()
+            handled.join(timeout=60)
+            assert not handled.is_alive()
+            assert calls == [len(batch)]
+            for p in partitions:
+                end = max(r.offset for r in batch if r.partition == p) + 1
+                assert platform.store.position(position_name("indexer", p)) == end
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()
+        Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
+
+
 def test_a_zombie_sequencers_late_archive_rows_do_not_list_an_event_twice(
     tmp_path: Path,
 ) -> None:

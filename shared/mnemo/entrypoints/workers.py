@@ -45,7 +45,7 @@ from mnemo.bootstrap import (
 )
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.entrypoints import heap
-from mnemo.handlers import decay, indexing, registry
+from mnemo.handlers import decay, indexing, registration, registry
 from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Ownership, Sequencer, position_name
 from mnemo.settings import GatewaySettings, MnemoSettings, worker_settings
@@ -177,6 +177,14 @@ class Worker:
     async def _process(self, records: list[LogRecord]) -> None:
         loop = asyncio.get_running_loop()
         backoff = 0.05
+        if not self.spec.sequencer:
+            # a follower reads each record as the registrar does, and nearly always before
+            # the registrar has decided on it: watch the registrar's positions until they
+            # pass the batch, rather than handling it once for nothing and then again
+            last: dict[int, int] = {}
+            for r in records:
+                last[r.partition] = max(last.get(r.partition, r.offset), r.offset)
+            await self._until_decided(NotReady("", last), first_look=0.0)
         while True:
             try:
                 await loop.run_in_executor(self.executor, self.processor.process, records)
@@ -199,23 +207,35 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
-    async def _until_decided(self, waiting: NotReady) -> None:
-        """Returns once the registrar has decided every record `waiting` names (or after
-        `_WAIT_LOOK_LIMIT` seconds, or at once when it names none): then the batch is
-        worth handling again."""
+    async def _until_decided(self, waiting: NotReady, first_look: float = _WAIT_LOOK) -> None:
+        """Returns once the registrar has committed past every {partition: offset} that
+        `waiting` names (or after `_WAIT_LOOK_LIMIT` seconds, or at once when it names
+        none): then the batch is worth handling. The registrar records a record's fate
+        before it commits its position past it, and a follower handles only records below
+        that position (`Follower._ready`), so the position is what is watched; a look is one
+        small read per partition, taken `first_look` seconds after the call and every
+        `_WAIT_LOOK` seconds after that."""
+        if not waiting.waits:
+            return
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + _WAIT_LOOK_LIMIT
+        needed = {
+            position_name(registration.CONSUMER, p): offset + 1
+            for p, offset in waiting.waits.items()
+        }
+        pause = first_look
         while True:
-            await asyncio.sleep(_WAIT_LOOK)
-            if not waiting.waits or time.monotonic() >= deadline:
-                return
+            if pause > 0:
+                await asyncio.sleep(pause)
+            pause = _WAIT_LOOK
             try:
-                decided = await loop.run_in_executor(
-                    self.executor, self.distributed.archive.decided, waiting.waits
+                at = await loop.run_in_executor(
+                    self.executor, self.platform.store.positions, list(needed)
                 )
             except MnemoError:
-                return  # the retry reports the store's trouble
-            if decided:
+                return  # the handling reports the store's trouble
+            needed = {name: o for name, o in needed.items() if at[name] < o}
+            if not needed or time.monotonic() >= deadline:
                 return
 
     def _install(self, with_http: GatewaySettings | None) -> None:

@@ -71,6 +71,8 @@ class _Commits(_Connection):
     def _commit(self, tx: _Tx) -> None:
         mutations, late, post, moves = tx.plan()
         fenced = tx.position is not None and tx.epoch is not None
+        if tx.position is not None:  # remembered again once this commit is finished
+            self._committed.pop(tx.position[0], None)
         if not mutations and not late and not post and not fenced:
             if tx.position is not None:
                 ts = self._clock.next()
@@ -121,6 +123,8 @@ class _Commits(_Connection):
         finally:
             self._inflight.discard(owner)
         self._dirty.discard(owner)
+        if fenced and tx.position is not None:
+            self._committed[owner] = int(tx.position[1])
 
     def _move_head(self, move: HeadMove) -> None:
         """Compare-and-set which memory is active for a key (a lightweight transaction):
@@ -169,7 +173,10 @@ class _Commits(_Connection):
         transaction on its `partition_commits` partition), and return it. A seal is itself
         a lightweight transaction on that partition conditioned on the epoch, so Paxos
         orders every seal before or after this claim: one sealed before it is finished by
-        the `position()` that follows, one after it is refused."""
+        the `position()` that follows, one after it is refused. The position this process
+        remembers of its own last commit under the name is forgotten first: after a claim,
+        `position()` reads the store again."""
+        self._committed.pop(consumer, None)
         head = next(iter(self._execute(self.home, "fence_head", [consumer])), None)
         seen = int(head[0]) if head is not None and head[0] is not None else None
         for _ in range(32):
@@ -349,6 +356,14 @@ class _Commits(_Connection):
         return done
 
     def position(self, consumer: str) -> int:
+        """A consumer's stored position, with its unfinished commit record finished first.
+        After a fenced commit this process made and finished, the position it wrote is the
+        answer without a read: any other writer must claim the name first, which refuses
+        this process's next commit (FencedOff), and this process's own claim forgets it."""
+        known = self._committed.get(consumer)
+        if known is not None and consumer not in self._inflight:
+            self._clean.add(consumer)
+            return known
         if consumer in self._inflight:
             rows = [tuple(r) for r in self._execute(self.home, "position", [consumer])]
         else:

@@ -64,6 +64,9 @@ class _Connection:
         self._inflight: set[str] = set()  # owners of commits this process is applying
         self._dirty: set[str] = set()  # owners of sealed commits this process failed to apply
         self._clean: set[str] = set()  # owners position() found without a commit record
+        # owner -> the position this process's last fenced commit wrote and finished under
+        # an epoch no claim has replaced since it was taken (see `position`)
+        self._committed: dict[str, int] = {}
         if create_keyspace:
             self._create_keyspace(self.home)
         if migrate_schema:

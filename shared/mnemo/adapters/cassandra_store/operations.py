@@ -80,3 +80,4 @@ class _Operations(_Connection):
                 for future in pending:
                     future.result()
             self._dirty.clear()
+            self._committed.clear()
