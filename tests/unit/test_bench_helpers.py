@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +240,41 @@ def test_a_baseline_checkout_is_what_its_process_imports(tmp_path: Path) -> None
     (other / "services" / "gateway" / "mnemo_gateway").rmdir()
     with pytest.raises(RuntimeError, match="not what a process would import"):
         check_checkout_imports(other, "mnemo_gateway", env, tmp_path)
+
+
+def test_the_freshness_probes_of_samples_taken_together_all_search_at_once() -> None:
+    # a probe that waited for a free thread would add its wait to the freshness it reports:
+    # twelve samples taken together search side by side (the barrier needs all twelve)
+    from bench.distributed import Prober
+
+    together = threading.Barrier(12, timeout=10)
+
+    class _Answer:
+        status_code = 200
+
+        def __init__(self, word: str) -> None:
+            self.word = word
+
+        def json(self) -> dict[str, Any]:
+            return {"hits": [{"memory": {"content": f"found {self.word}"}}]}
+
+    class _Http:
+        def post(self, path: str, json: dict[str, Any], headers: dict[str, str]) -> _Answer:
+            together.wait()
+            return _Answer(json["query"])
+
+    class _Server:
+        http = _Http()
+
+        def headers(self, tenant: str) -> dict[str, str]:
+            return {}
+
+    prober = Prober(_Server(), "t", poll=0.01)  # type: ignore[arg-type]
+    now = time.monotonic()
+    for n in range(12):
+        prober.sample("user:U1", f"w{n}", now)
+    prober.finish()
+    assert len(prober.latencies) == 12
+    assert prober.missed == 0
+    assert len(prober.start_delays) == 12
+    assert max(prober.start_delays) < max(prober.latencies)
