@@ -278,3 +278,47 @@ def test_the_freshness_probes_of_samples_taken_together_all_search_at_once() -> 
     assert prober.missed == 0
     assert len(prober.start_delays) == 12
     assert max(prober.start_delays) < max(prober.latencies)
+
+
+def test_a_freshness_run_lets_every_consumer_finish_before_the_other_mode_starts() -> None:
+    from bench.distributed import Texts, _freshness
+
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
+
+    class _Found:
+        status_code = 200
+
+        def __init__(self, word: str) -> None:
+            self.word = word
+
+        def json(self) -> dict[str, Any]:
+            return {"hits": [{"memory": {"content": self.word}}]}
+
+    class _Searching(_RecordingServer):
+        def __init__(self, mode: str) -> None:
+            super().__init__(mode, calls)
+            self.http = self
+
+        def post(self, path: str, json: dict[str, Any], headers: dict[str, str]) -> _Found:
+            return _Found(json["query"])
+
+        def headers(self, tenant: str) -> dict[str, str]:
+            return {}
+
+    servers = {m: _Searching(m) for m in ("embedded", "distributed")}
+    opts = Options(
+        events=40, rounds=1, freshness_seconds=0.3, outage_seconds=1, context_size=0,
+        context_queries=0, context_load_limit=1, embedder="hashing", partitions=1,
+        parts=["freshness"], samples_per_second=20.0,
+    )  # fmt: skip
+    results = Results()
+    _freshness(results, servers, opts, Texts(50), {"embedded": 100.0, "distributed": 50.0})  # type: ignore[arg-type]
+    modes = [c[0] for c in calls]
+    first_distributed = modes.index("distributed")
+    assert set(modes[:first_distributed]) == {"embedded"}
+    assert calls[first_distributed - 1] == (
+        "embedded",
+        "wait",
+        ("registrar", "indexer", "decay", "audit"),
+    )
+    assert calls[-1][1:] == ("wait", ("registrar", "indexer", "decay", "audit"))
