@@ -290,6 +290,23 @@ def test_unused_memories_are_archived_and_use_pushes_the_archive_back() -> None:
     assert archived.payload["unused_since"].startswith(used_at.date().isoformat())
 
 
+def test_uses_within_an_hour_leave_the_archive_timer_where_the_first_put_it() -> None:
+    _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
+    state = Known(memory)
+
+    def used(minutes: int) -> datetime:
+        # a verification is a use of the memory
+        at = INSTANT + timedelta(days=3, minutes=minutes)
+        verified = feedback("MemoryVerified", {"memory_id": memory.memory_id}, at)
+        due = timers_of(decay.handle(verified, state).writes)["archive"]
+        # never before the period has passed unused, and at most an hour after
+        assert at + timedelta(days=30) <= due < at + timedelta(days=30, hours=1)
+        return due
+
+    assert [used(m) for m in (10, 25, 59)] == [INSTANT + timedelta(days=33, hours=1)] * 3
+    assert used(61) == INSTANT + timedelta(days=33, hours=2)
+
+
 def test_contradicting_behaviour_lowers_weight_instead_of_deleting() -> None:
     _, memory = registered_memory("I don't like cilantro", INSTANT, None)
     decision = decay.handle(

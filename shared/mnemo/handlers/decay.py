@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -215,10 +215,20 @@ def arrival(memory: Memory) -> datetime:
     return max(memory.created_at, sent) if sent is not None else memory.created_at
 
 
+def _hour_ceiling(at: datetime) -> datetime:
+    """The first whole hour (UTC) at or after `at`."""
+    at = at.astimezone(UTC)
+    floor = at.replace(minute=0, second=0, microsecond=0)
+    return floor if floor == at else floor + timedelta(hours=1)
+
+
 def _used(
     event: Envelope, memory_ids: Sequence[str], state: DecayState, policy: DecayPolicy
 ) -> Decision:
-    """A use pushes the archive timer back by the memory type's period."""
+    """A use pushes the archive timer back by the memory type's period, to the whole hour
+    after: the uses of a memory within one hour leave its timer where the first put it
+    (the store writes nothing for a timer that did not move), and the memory is archived
+    once unused for at least its period, at most an hour later."""
     writes: list[Write] = []
     for memory_id in memory_ids:
         memory = state.get(event.tenant, memory_id)
@@ -226,7 +236,7 @@ def _used(
             continue
         archive = policy.archive_after_days.get(memory.type)
         if archive is not None:
-            due = event.occurred_at + _days(archive)
+            due = _hour_ceiling(event.occurred_at + _days(archive))
             writes.append(PutTimer(Timer(event.tenant, memory_id, due, "archive")))
     return Decision(writes=writes)
 
