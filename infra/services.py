@@ -1150,6 +1150,11 @@ storage_compatibility_mode: NONE
 # Tests create and drop keyspaces often; snapshots on DROP/TRUNCATE would only cost time
 # and disk on a throwaway node.
 auto_snapshot: false
+
+# Memtable cells off the heap: with them on it (the default), each young collection of a
+# 1 GiB heap copied the memtables' survivors, pausing every request 80 to 180 ms on two
+# cores (docs/distributed.md, "Issue 15, eighth round").
+memtable_allocation_type: offheap_objects
 """
         write_text(self.config_dir / "cassandra.yaml", yaml)
         logback = f"""\

@@ -218,6 +218,18 @@ def test_the_per_stream_audit_version_relinks_a_keyspace_that_held_data(
     assert not (retired | {"stream_term_stats"}) & tables
 
 
+def test_the_development_node_keeps_its_memtables_off_the_heap(
+    cassandra: tuple[Any, str, list[int]],
+) -> None:
+    # infra/services.py's node: memtables on the heap made each young collection pause every
+    # request for 80 to 180 ms on two cores (docs/distributed.md, eighth round)
+    session, _, _ = cassandra
+    rows = session.execute(
+        "SELECT value FROM system_views.settings WHERE name = 'memtable_allocation_type'"
+    )
+    assert [r[0] for r in rows] == ["offheap_objects"]
+
+
 def test_keyspace_names_are_validated(cassandra: tuple[Any, str, list[int]]) -> None:
     session, _, _ = cassandra
     with pytest.raises(ValueError, match="keyspace"):
