@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.unit.test_audit import chain, events
@@ -48,15 +49,23 @@ def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checkpointing, "RETRY_SECONDS", 0.0)
 
 
-def checkpointer(tmp_path: Path, anchors: CheckpointAnchors) -> AuditCheckpointer:
+def checkpointer(
+    tmp_path: Path,
+    anchors: CheckpointAnchors | None,
+    *,
+    signer: LocalFileSigner | None = None,
+    clock: FixedClock | None = None,
+    **limits: Any,
+) -> AuditCheckpointer:
+    """A checkpointer over files in `tmp_path`: every 2 links or 600 s, batches not signed
+    at their end, unless `limits` say otherwise."""
+    chosen: dict[str, Any] = {"every": 2, "seconds": 600, "each_batch": False, **limits}
     return AuditCheckpointer(
-        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
+        signer or LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
         SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
-        FixedClock(T0),
-        every=2,
-        seconds=600,
+        clock or FixedClock(T0),
         anchors=anchors,
-        each_batch=False,
+        **chosen,
     )
 
 
@@ -121,15 +130,7 @@ def test_a_committed_batch_signs_the_heads_it_left_unsigned(
     """Neither limit is reached (every 1,000 links, 600 s): only the end of the batch signs,
     and only when each batch is to be signed."""
     anchors = SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL")
-    c = AuditCheckpointer(
-        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
-        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
-        FixedClock(T0),
-        every=1_000,
-        seconds=600,
-        anchors=anchors,
-        each_batch=each_batch,
-    )
+    c = checkpointer(tmp_path, anchors, every=1_000, each_batch=each_batch)
     records = chain(events(5))
     for r in records[:3]:
         c.observe(r)
@@ -152,15 +153,7 @@ def test_a_busy_stream_is_signed_at_most_once_per_batch_seconds(tmp_path: Path) 
     stream's last checkpoint leaves its head pending; a later batch, or the idle tick, signs
     it once that checkpoint is old enough."""
     clock = FixedClock(T0)
-    c = AuditCheckpointer(
-        LocalFileSigner(tmp_path / "keys" / "audit-signing.json"),
-        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
-        clock,
-        every=1_000,
-        seconds=600,
-        each_batch=True,
-        batch_seconds=1.0,
-    )
+    c = checkpointer(tmp_path, None, clock=clock, every=1_000, each_batch=True, batch_seconds=1.0)
     records = chain(events(4))
     c.observe(records[0])
     assert c.batch_committed() == 1  # the stream's first checkpoint: at once
@@ -195,15 +188,7 @@ class CountingSigner(LocalFileSigner):
 def test_the_heads_a_batch_extended_are_signed_in_one_request(tmp_path: Path) -> None:
     signer = CountingSigner(tmp_path / "keys" / "audit-signing.json")
     anchors = SqliteCheckpointAnchors(tmp_path / "anchors.sqlite3", "NORMAL")
-    c = AuditCheckpointer(
-        signer,
-        SqliteAuditCheckpoints(tmp_path / "checkpoints.sqlite3", "NORMAL"),
-        FixedClock(T0),
-        every=1_000,
-        seconds=600,
-        anchors=anchors,
-        each_batch=True,
-    )
+    c = checkpointer(tmp_path, anchors, signer=signer, every=1_000, each_batch=True)
     streams = [f"user:U{i}" for i in range(5)]
     trails = {s: chain(events(3, s)) for s in streams}
     signer.down = True
