@@ -409,15 +409,20 @@ def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) 
         assert_each_event_once(platform, accepted)
 
 
-def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(tmp_path: Path) -> None:
+def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a follower's stream brings it each record when it brings the registrar the same: the
     # worker watches the registrar's positions and handles the batch once, not first for
     # nothing (NotReady) and then again
     import asyncio
     import threading
 
+    from mnemo.entrypoints import workers
     from mnemo.entrypoints.workers import Worker
 
+    # however slow this machine, the follower goes on watching until the registrar passes
+    monkeypatch.setattr(workers, "_WAIT_LOOK_LIMIT", 300.0)
     with running_distributed(distributed_settings(tmp_path / "data")) as platform:
         result = platform.app.publish(
             CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
@@ -460,6 +465,57 @@ def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(tmp_path: P
             worker.executor.shutdown(wait=True)
             worker._unwatch()
         Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
+
+
+def test_a_sequencer_reads_a_streams_head_again_only_after_another_process_moved_on(
+    tmp_path: Path,
+) -> None:
+    # between its batches of a partition the registrar keeps the heads it numbered up to;
+    # once another process has handled the partition, it reads them from the archive again
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        topic = platform.distributed.topic  # type: ignore[union-attr]
+        archive = platform.distributed.archive  # type: ignore[union-attr]
+        mine = sequencer(platform)
+        asked: list[tuple[str, str]] = []
+        real = archive.stream_heads
+
+        def heads(keys: Any, below: Any = None) -> dict[tuple[str, str], int]:
+            asked.extend(keys)
+            return real(keys, below)
+
+        archive.stream_heads = heads  # type: ignore[method-assign]
+
+        def step(processor: Sequencer, at: Platform) -> None:
+            for p in topic.partitions():
+                start = at.store.position(position_name("registrar", p))
+                records = topic.fetch(p, start, 1_000)
+                if records:
+                    processor.process(records)
+
+        numbers = itertools.count()
+
+        def publish(*streams: str) -> list[str]:
+            events = [declare(f"fact {next(numbers)} on {s}", s) for s in streams]
+            return [a.event_id for a in platform.app.publish(CTX, events).accepted]
+
+        accepted = publish("user:U0", "user:U1", "user:U0")
+        step(mine, platform)
+        assert sorted(set(asked)) == [("acme", "user:U0"), ("acme", "user:U1")]
+        asked.clear()
+        # the next batches: their MemoryRegistered records, and a new stream beside them
+        accepted += publish("user:U1", "user:U2")
+        step(mine, platform)
+        assert asked == [("acme", "user:U2")]
+        # another process handles the partitions, then this one again
+        accepted += publish("user:U0", "user:U1")
+        with second_process(platform) as other:
+            step(sequencer(other), other)
+        asked.clear()
+        accepted += publish("user:U0", "user:U1", "user:U2")
+        step(mine, platform)
+        assert sorted(set(asked)) == [("acme", f"user:U{s}") for s in range(3)]
+        Pump(platform).drain()
         assert_each_event_once(platform, accepted)
 
 

@@ -180,11 +180,14 @@ class Worker:
         if not self.spec.sequencer:
             # a follower reads each record as the registrar does, and nearly always before
             # the registrar has decided on it: watch the registrar's positions until they
-            # pass the batch, rather than handling it once for nothing and then again
-            last: dict[int, int] = {}
+            # pass the first record of each of the batch's partitions, rather than handling
+            # the batch once for nothing and then again. (Not its last: in a burst the
+            # follower then trails the registrar by one of the registrar's batches, not by
+            # one of its own, which can hold thousands of records.)
+            first: dict[int, int] = {}
             for r in records:
-                last[r.partition] = max(last.get(r.partition, r.offset), r.offset)
-            await self._until_decided(NotReady("", last), first_look=0.0)
+                first[r.partition] = min(first.get(r.partition, r.offset), r.offset)
+            await self._until_decided(NotReady("", first), first_look=0.0)
         while True:
             try:
                 await loop.run_in_executor(self.executor, self.processor.process, records)

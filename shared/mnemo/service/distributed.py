@@ -71,6 +71,10 @@ __all__ = [
 log = logging.getLogger("mnemo.distributed")
 
 
+# streams whose heads the registrar keeps per partition between batches, at most
+_HEADS_KEPT = 100_000
+
+
 def position_name(consumer: str, partition: int) -> str:
     return f"{consumer}/{partition}"
 
@@ -385,6 +389,25 @@ class Sequencer(_Processor):
         self.archive = archive
         self.clock = clock
         self.next_position = next_position
+        # partition -> (the offset its heads hold below, each stream's head there): what
+        # this process's last commit of the partition left, so that the next batch, which
+        # starts at that offset, reads only the heads of streams it has not seen
+        self._heads: dict[int, tuple[int, dict[tuple[str, str], int]]] = {}
+
+    def _stream_heads(
+        self, partition: int, start: int, keys: list[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """The head of each stream below `start` in `partition` (a batch redone from there
+        numbers its events again), and the heads this process knew of the partition. The
+        heads it knew hold when its last commit of the partition ended at `start`: a
+        stream's events are all in one partition, and whoever handled records of it since
+        moved its position past `start` (or, failing to commit, placed events only at or
+        after `start`, which a read with `below` leaves out too)."""
+        held = self._heads.pop(partition, None)  # put back only after a commit
+        known = held[1] if held is not None and held[0] == start else {}
+        unknown = [k for k in dict.fromkeys(keys) if k not in known]
+        read = self.archive.stream_heads(unknown, below=(partition, start)) if unknown else {}
+        return {k: known[k] if k in known else read[k] for k in keys}, known
 
     def _partition(
         self,
@@ -402,7 +425,7 @@ class Sequencer(_Processor):
                 parsed.append((r, exc))
         # the fates recorded before, where each id went, and every stream's head (kept up
         # to date below): three reads side by side
-        known, located, heads = self._side_by_side(
+        known, located, (heads, kept) = self._side_by_side(
             lambda read: read(),
             [
                 (lambda: self.archive.fates(partition, records[0].offset, records[-1].offset),),
@@ -412,9 +435,10 @@ class Sequencer(_Processor):
                     ),
                 ),
                 (
-                    lambda: self.archive.stream_heads(
+                    lambda: self._stream_heads(
+                        partition,
+                        records[0].offset,
                         [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
-                        below=(partition, records[0].offset),
                     ),
                 ),
             ],
@@ -549,6 +573,9 @@ class Sequencer(_Processor):
             if emitted:
                 self.runner.log.append(emitted)
             tx.set_position(position_name(self.consumer, partition), records[-1].offset + 1, epoch)
+        kept.update(heads)
+        if len(kept) <= _HEADS_KEPT:
+            self._heads[partition] = (records[-1].offset + 1, kept)
         telemetry.committed(
             self.consumer,
             [e.envelope for e in archived],
