@@ -290,9 +290,19 @@ def make_tokenizer(settings: MnemoSettings) -> Tokenizer:
     return tokenizer_for_model(settings.tokenizer)
 
 
+# Connections to the Qdrant server stay open between requests. qdrant-client opens a new
+# one for every request when the server's host is localhost or 127.0.0.1 (a single-host
+# deployment, the development stack): a context's four searches then each paid a TCP
+# connect, and at tens of searches a second the closed ports pile up. Idle connections
+# are dropped after two seconds, before the server's own keep-alive closes them.
+_QDRANT_KEPT_CONNECTIONS = 32
+_QDRANT_IDLE_SECONDS = 2.0
+
+
 def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
     """The Qdrant server index when `qdrant_url` is set, else the embedded qdrant-edge shard."""
     if settings.qdrant_url:
+        import httpx
         from qdrant_client import QdrantClient
 
         from mnemo.adapters.qdrant_server_index import QdrantServerIndex
@@ -307,6 +317,11 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
             url=settings.qdrant_url,
             api_key=key.get_secret_value() if key else None,
             check_compatibility=False,
+            limits=httpx.Limits(
+                max_connections=None,
+                max_keepalive_connections=_QDRANT_KEPT_CONNECTIONS,
+                keepalive_expiry=_QDRANT_IDLE_SECONDS,
+            ),
             **tls,
         )
         server = QdrantServerIndex(client, dim, settings.qdrant_collection)

@@ -297,6 +297,11 @@ class MemoryReads(abc.ABC):
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
         """Memories matching the filters, ordered by memory id (time-ordered)."""
 
+    def query_each(self, tenant: str, queries: Sequence[MemoryQuery]) -> list[list[Memory]]:
+        """What `query` answers for each of `queries`, in their order. A store that can
+        ask several at once (round trips side by side) answers them so."""
+        return [self.query(tenant, q) for q in queries]
+
     @abc.abstractmethod
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
         """Every version of a key in a stream, oldest first."""

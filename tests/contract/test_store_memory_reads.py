@@ -47,6 +47,48 @@ class TestMemoryReads(StoreContract):
         rest = store.query("acme", MemoryQuery(limit=10, after=page[-1].memory_id))
         assert len(page) + len(rest) == 4
 
+    def test_several_queries_at_once_answer_what_each_answers_alone(
+        self, store: MemoryStore
+    ) -> None:
+        memories = [
+            mem(1, tags=("episode:a",)),
+            mem(2, tags=("episode:a",), mtype=MemoryType.CONSTRAINT),
+            mem(3, tags=("episode:a",), stream="user:U2"),
+            mem(4, tags=("episode:b",), valid_until=T0 + timedelta(minutes=5)),
+            mem(5, tags=("episode:b", "episode:a")),
+            mem(6, tags=("episode:a",), tenant="other"),
+            mem(7, tags=("episode:c",)),
+            mem(8, tags=("episode:c",)),
+            mem(9, tags=("episode:c",)),
+        ]
+        self.put(store, *memories)
+        queries = [
+            MemoryQuery(stream="user:U1", tags=("episode:a",)),
+            MemoryQuery(tags=("episode:a",), types=(MemoryType.FACT,)),
+            MemoryQuery(stream="user:U1", tags=("episode:b",), live_at=T0 + timedelta(hours=1)),
+            MemoryQuery(tags=("episode:c",), limit=2),  # more members than its limit
+            MemoryQuery(tags=("episode:c",), after=memories[6].memory_id),
+            MemoryQuery(tags=("episode:none",)),
+            MemoryQuery(tags=("episode:a",), limit=0),
+            MemoryQuery(stream="user:U2"),  # not by tag
+        ]
+        alone = [[m.memory_id for m in store.query("acme", q)] for q in queries]
+        together = [[m.memory_id for m in found] for found in store.query_each("acme", queries)]
+        assert together == alone
+        # what each answers (so that agreeing on nothing cannot pass)
+        ids = [m.memory_id for m in memories]
+        assert alone[0] == sorted([ids[0], ids[1], ids[4]])
+        assert alone[1] == sorted([ids[0], ids[2], ids[4]])
+        assert alone[2] == [ids[4]]
+        assert alone[3] == sorted(ids[6:9])[:2]
+        assert alone[4] == sorted(ids[7:9])
+        assert alone[5] == alone[6] == []
+        assert alone[7] == [ids[2]]
+        assert [[m.memory_id for m in f] for f in store.query_each("other", queries[:1])] == [
+            [ids[5]]
+        ]
+        assert store.query_each("acme", []) == []
+
     def test_history_keeps_every_version(self, store: MemoryStore) -> None:
         v1, v2 = mem(1, key="size", value="L"), mem(2, key="size", value="XL", version=2)
         self.put(store, v1, v2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,10 +18,12 @@ from tests.support import qdrant_server_url
 from mnemo.adapters.memory_index import InMemoryVectorIndex
 from mnemo.adapters.qdrant_edge_index import QdrantEdgeIndex
 from mnemo.adapters.qdrant_server_index import QdrantServerIndex
+from mnemo.bootstrap import make_index
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.domain.ids import uuid7_at
 from mnemo.domain.keywords import SparseVector, passage_vector, query_vector
 from mnemo.ports import Fusion, VectorFilter, VectorIndex, VectorPoint
+from mnemo.settings import MnemoSettings
 
 DIM = 8
 
@@ -903,6 +906,37 @@ class TestQdrantServerIndexOnServer(VectorIndexContract):
         yield idx
         idx.clear()
         idx.close()
+
+    def test_the_configured_index_keeps_its_connection_between_requests(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The index a deployment builds from its settings reuses its connections, also to
+        a server on 127.0.0.1 (where qdrant-client would otherwise open one per request)."""
+        url = qdrant_server_url()
+        port = httpx.URL(url).port
+        opened: list[object] = []
+        connect = socket.create_connection
+
+        def counted(address: tuple[str, int], *args: object, **kwargs: object) -> socket.socket:
+            if address[1] == port:
+                opened.append(address)
+            return connect(address, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(socket, "create_connection", counted)
+        settings = MnemoSettings(  # type: ignore[call-arg]
+            qdrant_url=url, qdrant_collection=f"mnemo_t{uuid.uuid4().hex[:12]}"
+        )
+        index = make_index(settings, DIM)
+        try:
+            index.upsert([point(n, basis(n % DIM), keywords={n: 1.0}) for n in range(1, 6)])
+            opened.clear()
+            for n in range(20):
+                hits = index.hybrid_search("acme", basis(n % DIM), sparse({n % 5 + 1: 1.0}), 3)
+                assert hits
+            assert len(opened) <= 1, f"{len(opened)} connections for 20 sequential searches"
+        finally:
+            index.clear()
+            index.close()
 
     def test_hybrid_search_is_one_query_request(self, tmp_path: Path) -> None:
         calls: list[str] = []

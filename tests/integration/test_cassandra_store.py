@@ -937,3 +937,28 @@ def test_memories_a_transaction_is_told_of_are_read_in_one_wave(
     with store.transaction() as tx:
         assert [tx.get("acme", i) for i in ids[:5]] == memories[:5]
     assert waves == [1, 1, 1, 1, 1]
+
+
+def test_the_members_of_several_episodes_are_read_in_two_round_trips(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`query_each` reads every episode's tag at once and all their turns' bodies at once,
+    where one `query` per episode takes two round trips each."""
+    turns = [mem(n).model_copy(update={"tags": (f"episode:e{n % 6}",)}) for n in range(1, 61)]
+    put(store, *turns)
+    queries = [MemoryQuery(stream="user:U1", tags=(f"episode:e{e}",), limit=500) for e in range(6)]
+    waves: list[int] = []
+    for method in ("_execute", "_concurrently"):
+        real = getattr(store, method)
+
+        def counted(*args: Any, _real: Any = real, **kw: Any) -> Any:
+            waves.append(1)
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(store, method, counted)
+    together = store.query_each("acme", queries)
+    assert len(waves) == 2
+    assert [len(found) for found in together] == [10] * 6
+    waves.clear()
+    assert [store.query("acme", q) for q in queries] == together
+    assert len(waves) == 12

@@ -44,6 +44,7 @@ class Counting(MemoryReads):
         self.inner = inner
         self.queries: list[MemoryQuery] = []
         self.fetched: list[str] = []
+        self.together: list[list[MemoryQuery]] = []  # the questions of each `query_each`
 
     def get(self, tenant: str, memory_id: str) -> Memory | None:
         self.fetched.append(memory_id)
@@ -56,6 +57,10 @@ class Counting(MemoryReads):
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
         self.queries.append(query)
         return list(self.inner.query(tenant, query))
+
+    def query_each(self, tenant: str, queries: Sequence[MemoryQuery]) -> list[list[Memory]]:
+        self.together.append(list(queries))
+        return super().query_each(tenant, queries)
 
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
         return list(self.inner.history(tenant, stream, key))
@@ -173,3 +178,48 @@ def test_a_context_reads_an_episode_once_however_many_of_its_turns_are_hits(
     assert len(episode_reads) == 1
     constraint_reads = [q for q in counted.queries if q.types == (MemoryType.CONSTRAINT,)]
     assert len(constraint_reads) == 1
+
+
+def test_the_episodes_of_a_ranking_are_asked_together_and_remembered(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ranked section asks for all its hits' episodes in one `query_each` (a store reads
+    them side by side); the memo answers what it already holds and asks the rest together."""
+    publish(
+        platform,
+        [
+            {
+                "type": "history",
+                "content": f"The sailing trip, leg {i}, in the {['north', 'south', 'east'][e]}.",
+                "tags": [f"episode:e{e}"],
+            }
+            for e in range(3)
+            for i in range(4)
+        ],
+    )
+    assembler = platform.app.contexts
+    counted = Counting(assembler.store)
+    monkeypatch.setattr(assembler, "store", counted)
+    assembler.assemble(
+        "acme", "tester", ContextRequest(subjects=(S,), query="sailing trip", budget=4_000)
+    )
+    asked = [[q.tags for q in batch] for batch in counted.together]
+    assert sorted(tags for batch in asked for tags in batch if len(batch) > 1) == [
+        ("episode:e0",),
+        ("episode:e1",),
+        ("episode:e2",),
+    ]
+
+    store = platform.app.contexts.store
+    counted = Counting(store)
+    reads = RequestReads(counted)
+    queries = [MemoryQuery(stream=S, tags=(f"episode:e{e}",)) for e in range(3)]
+    assert ids(reads.query("acme", queries[1])) == ids(store.query("acme", queries[1]))
+    answers = reads.query_each("acme", [*queries, queries[1]])
+    assert [ids(a) for a in answers] == [
+        ids(store.query("acme", q)) for q in [*queries, queries[1]]
+    ]
+    assert all(len(a) == 4 for a in answers)
+    assert counted.together == [[queries[1]], [queries[0], queries[2]]]
+    assert reads.query_each("acme", queries) == answers[:3]
+    assert len(counted.together) == 2  # all three remembered

@@ -71,6 +71,29 @@ class RequestReads(MemoryReads):
             return [m for i in ids if (m := self._memories.get((tenant, i))) is not None]
 
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        return self.query_each(tenant, [query])[0]
+
+    def query_each(self, tenant: str, queries: Sequence[MemoryQuery]) -> list[list[Memory]]:
+        """Each query's answer from this request's earlier answers when they hold it, the
+        others asked of `inner` together."""
+        answers: list[list[Memory] | None] = [self._held(tenant, q) for q in queries]
+        asked = [i for i, found in enumerate(answers) if found is None]
+        if asked:
+            fetched = self.inner.query_each(tenant, [queries[i] for i in asked])
+            with self._lock:
+                self.store_reads += len(asked)
+                for i, answer in zip(asked, fetched, strict=True):
+                    self._remember(tenant, answer)
+                    key = (tenant, replace(queries[i], limit=0))
+                    held = self._queries.get(key)
+                    if held is None or held[0] < queries[i].limit:
+                        self._queries[key] = (queries[i].limit, answer)
+                    answers[i] = list(answer)
+        return [found if found is not None else [] for found in answers]
+
+    def _held(self, tenant: str, query: MemoryQuery) -> list[Memory] | None:
+        """The answer to `query` from this request's earlier answers, None when they do not
+        hold it."""
         if query.limit <= 0:
             return []
         key = (tenant, replace(query, limit=0))
@@ -90,14 +113,7 @@ class RequestReads(MemoryReads):
             return [m for m in wider[1] if m.valid_until is None or at < m.valid_until][
                 : query.limit
             ]
-        answer = self.inner.query(tenant, query)
-        with self._lock:
-            self.store_reads += 1
-            self._remember(tenant, answer)
-            held = self._queries.get(key)
-            if held is None or held[0] < query.limit:
-                self._queries[key] = (query.limit, answer)
-        return list(answer)
+        return None
 
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
         at = (tenant, stream, key)

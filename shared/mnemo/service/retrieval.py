@@ -151,12 +151,12 @@ def _episodes(
     """Spread scores along episodes: adjacent turns, then the episode's best."""
     episodes = sorted({(m.stream, e) for m in pool.values() if (e := _episode(m)) is not None})
     members: dict[tuple[str, str], list[str]] = {}
-    for stream, episode in episodes:
-        turns = store.query(
-            tenant,
-            replace(base, stream=stream, tags=(episode,), limit=ranking.episode_size, after=None),
-        )
-        members[(stream, episode)] = [t.memory_id for t in turns]
+    asked = [
+        replace(base, stream=stream, tags=(episode,), limit=ranking.episode_size, after=None)
+        for stream, episode in episodes
+    ]
+    for at, turns in zip(episodes, store.query_each(tenant, asked), strict=True):
+        members[at] = [t.memory_id for t in turns]
         for t in turns:
             if t.memory_id not in pool and _admitted(t, base):
                 pool[t.memory_id] = t

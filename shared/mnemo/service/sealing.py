@@ -392,6 +392,9 @@ class OpenedMemoryStore(MemoryStore):
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
         return [self._open(m) for m in self.inner.query(tenant, query)]
 
+    def query_each(self, tenant: str, queries: Sequence[MemoryQuery]) -> list[list[Memory]]:
+        return [[self._open(m) for m in found] for found in self.inner.query_each(tenant, queries)]
+
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
         return [self._open(m) for m in self.inner.history(tenant, stream, key)]
 

@@ -162,6 +162,46 @@ class _Reads(_Connection):
                         break
         return self.get_many(tenant, matched)
 
+    def query_each(self, tenant: str, queries: Sequence[MemoryQuery]) -> list[list[Memory]]:
+        """What `query` answers for each of `queries`. The tag lookups of all of them are
+        read side by side, and the bodies of those within their limits in one wave: the
+        turns of a ranking's episodes take two round trips, not two per episode. A query
+        past its limit, or not by tag, is answered by `query`."""
+        ks = self._keyspace(tenant)
+        blinded = [self._blinded(tenant, q) for q in queries]
+        lookups = [
+            (i, tag)
+            for i, q in enumerate(blinded)
+            if q.tags and q.limit > 0
+            for tag in dict.fromkeys(q.tags)
+        ]
+        results = self._concurrently(
+            [(ks, "tag_ids", [tenant, tag, blinded[i].after or ""]) for i, tag in lookups]
+        )
+        ids_of: dict[int, set[str]] = {}
+        for (i, _), rows in zip(lookups, results, strict=True):
+            ids_of.setdefault(i, set()).update(str(r[0]) for r in rows)
+        within = {i: sorted(ids) for i, ids in ids_of.items() if len(ids) <= blinded[i].limit}
+        bodies = {
+            m.memory_id: m
+            for m in self.get_many(tenant, sorted({x for ids in within.values() for x in ids}))
+        }
+        out: list[list[Memory]] = []
+        for i, q in enumerate(queries):
+            if i in within:
+                matches = _matcher(blinded[i])
+                out.append(
+                    [
+                        m
+                        for x in within[i]
+                        if (m := bodies.get(x)) is not None
+                        and matches(_filter_row(m, self._blinder))
+                    ]
+                )
+            else:
+                out.append(self.query(tenant, q))
+        return out
+
     def _typed(self, ks: str, tenant: str, query: MemoryQuery, after: str) -> list[str] | None:
         """The ids of a stream's memories of the query's types that pass it, in id order,
         by the index on the type: one paged read per type, not the whole stream. None
