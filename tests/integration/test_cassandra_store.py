@@ -962,3 +962,19 @@ def test_the_members_of_several_episodes_are_read_in_two_round_trips(
     waves.clear()
     assert [store.query("acme", q) for q in queries] == together
     assert len(waves) == 12
+
+
+def test_a_query_past_its_limit_among_several_reads_its_tag_once(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turns = [mem(n).model_copy(update={"tags": (f"episode:e{n % 2}",)}) for n in range(1, 21)]
+    put(store, *turns)
+    queries = [
+        MemoryQuery(stream="user:U1", tags=("episode:e0",), limit=3),  # 10 members
+        MemoryQuery(stream="user:U1", tags=("episode:e1",), limit=500),
+    ]
+    alone = [store.query("acme", q) for q in queries]
+    names = statements_run(store, monkeypatch)
+    assert store.query_each("acme", queries) == alone
+    assert [len(found) for found in alone] == [3, 10]
+    assert names.count("tag_ids") == 2

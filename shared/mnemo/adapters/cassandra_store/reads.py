@@ -166,7 +166,8 @@ class _Reads(_Connection):
         """What `query` answers for each of `queries`. The tag lookups of all of them are
         read side by side, and the bodies of those within their limits in one wave: the
         turns of a ranking's episodes take two round trips, not two per episode. A query
-        past its limit, or not by tag, is answered by `query`."""
+        past its limit is filtered from the ids read as `query` does; one not by tag is
+        answered by `query`."""
         ks = self._keyspace(tenant)
         blinded = [self._blinded(tenant, q) for q in queries]
         lookups = [
@@ -198,6 +199,10 @@ class _Reads(_Connection):
                         and matches(_filter_row(m, self._blinder))
                     ]
                 )
+            elif i in ids_of:
+                limit = blinded[i].limit
+                matched = self._filtered(tenant, sorted(ids_of[i]), blinded[i], limit)
+                out.append(self.get_many(tenant, matched))
             else:
                 out.append(self.query(tenant, q))
         return out
