@@ -293,8 +293,10 @@ def make_tokenizer(settings: MnemoSettings) -> Tokenizer:
 # Connections to the Qdrant server stay open between requests. qdrant-client opens a new
 # one for every request when the server's host is localhost or 127.0.0.1 (a single-host
 # deployment, the development stack): a context's four searches then each paid a TCP
-# connect, and at tens of searches a second the closed ports pile up. Idle connections
-# are dropped after two seconds, before the server's own keep-alive closes them.
+# connect, and at tens of searches a second the closed ports pile up. At most
+# _QDRANT_CONNECTIONS are open at once (httpx's own bound), and an idle one is dropped
+# after two seconds, before the server's keep-alive (five seconds) closes it.
+_QDRANT_CONNECTIONS = 100
 _QDRANT_KEPT_CONNECTIONS = 32
 _QDRANT_IDLE_SECONDS = 2.0
 
@@ -318,7 +320,7 @@ def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
             api_key=key.get_secret_value() if key else None,
             check_compatibility=False,
             limits=httpx.Limits(
-                max_connections=None,
+                max_connections=_QDRANT_CONNECTIONS,
                 max_keepalive_connections=_QDRANT_KEPT_CONNECTIONS,
                 keepalive_expiry=_QDRANT_IDLE_SECONDS,
             ),

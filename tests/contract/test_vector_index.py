@@ -914,6 +914,7 @@ class TestQdrantServerIndexOnServer(VectorIndexContract):
         a server on 127.0.0.1 (where qdrant-client would otherwise open one per request)."""
         url = qdrant_server_url()
         port = httpx.URL(url).port
+        assert port is not None, url
         opened: list[object] = []
         connect = socket.create_connection
 
@@ -933,7 +934,9 @@ class TestQdrantServerIndexOnServer(VectorIndexContract):
             for n in range(20):
                 hits = index.hybrid_search("acme", basis(n % DIM), sparse({n % 5 + 1: 1.0}), 3)
                 assert hits
-            assert len(opened) <= 1, f"{len(opened)} connections for 20 sequential searches"
+            # one per search without keep-alive; a pause of over two seconds on a loaded
+            # machine may drop an idle one
+            assert len(opened) <= 3, f"{len(opened)} connections for 20 sequential searches"
         finally:
             index.clear()
             index.close()
