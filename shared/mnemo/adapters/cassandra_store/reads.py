@@ -78,8 +78,13 @@ class _Reads(_Connection):
         (blinded) query, in the order given: their bodies read at once and their filter
         columns worked out from them, not read first in a round trip of their own (an
         episode's turns, a key's versions: nearly every one passes)."""
+        return self._passing(self.get_many(tenant, ids), query)
+
+    def _passing(self, memories: Sequence[Memory], query: MemoryQuery) -> list[Memory]:
+        """Those of `memories` that pass the (blinded) query, by filter columns worked out
+        from their bodies."""
         matches = _matcher(query)
-        return [m for m in self.get_many(tenant, ids) if matches(_filter_row(m, self._blinder))]
+        return [m for m in memories if matches(_filter_row(m, self._blinder))]
 
     def _filtered(
         self, tenant: str, ids: Sequence[str], query: MemoryQuery, limit: int
@@ -121,18 +126,12 @@ class _Reads(_Connection):
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
         if query.limit <= 0:
             return []
+        if query.tags:
+            return self.query_each(tenant, [query])[0]
         after = query.after or ""
         ks = self._keyspace(tenant)
         query = self._blinded(tenant, query)
-        if query.tags:
-            results = self._concurrently(
-                [(ks, "tag_ids", [tenant, tag, after]) for tag in dict.fromkeys(query.tags)]
-            )
-            ids = sorted({str(r[0]) for rows in results for r in rows})
-            if len(ids) <= query.limit:
-                return self._read_matching(tenant, ids, query)
-            matched = self._filtered(tenant, ids, query, query.limit)
-        elif query.stream is not None and query.key is not None:
+        if query.stream is not None and query.key is not None:
             rows = self._rows(tenant, "key_rows", [tenant, query.stream, query.key])
             ids = sorted(str(r[1]) for r in rows if str(r[1]) > after)
             if len(ids) <= query.limit:
@@ -190,15 +189,8 @@ class _Reads(_Connection):
         out: list[list[Memory]] = []
         for i, q in enumerate(queries):
             if i in within:
-                matches = _matcher(blinded[i])
-                out.append(
-                    [
-                        m
-                        for x in within[i]
-                        if (m := bodies.get(x)) is not None
-                        and matches(_filter_row(m, self._blinder))
-                    ]
-                )
+                read = [bodies[x] for x in within[i] if x in bodies]
+                out.append(self._passing(read, blinded[i]))
             elif i in ids_of:
                 limit = blinded[i].limit
                 matched = self._filtered(tenant, sorted(ids_of[i]), blinded[i], limit)
