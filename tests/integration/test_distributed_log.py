@@ -29,7 +29,7 @@ from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import LogRecord, MemoryQuery, RecordStatus
 from mnemo.records import record_key
 from mnemo.service.app import RequestContext
-from mnemo.service.distributed import NotReady
+from mnemo.service.distributed import NotReady, position_name
 
 CTX = RequestContext("acme", "tester")
 
@@ -141,12 +141,11 @@ def test_a_waiting_follower_names_where_the_registrar_must_get_to(platform: Plat
     platform.app.publish(CTX, [declare(f"note {i}", stream=f"user:W{i}") for i in range(8)])
     topic = platform.distributed.topic  # type: ignore[union-attr]
     ends = {p: end for p, end in topic.end_offsets().items() if end}
-    followers = Pump(platform, ("indexer", "audit")).processors
-    for follower in followers.values():
-        records = [r for p in sorted(ends) for r in topic.fetch(p, 0, 100)]
-        with pytest.raises(NotReady) as waiting:
-            follower.process(records)
-        assert waiting.value.waits == dict.fromkeys(ends, 0)  # nothing has a fate yet
+    audit = Pump(platform, ("audit",)).processors["audit"]  # it reads every event
+    records = [r for p in sorted(ends) for r in topic.fetch(p, 0, 100)]
+    with pytest.raises(NotReady) as waiting:
+        audit.process(records)
+    assert waiting.value.waits == dict.fromkeys(ends, 0)  # nothing has a fate yet
     archive = platform.distributed.archive  # type: ignore[union-attr]
     assert not archive.decided(waiting.value.waits)
     Pump(platform, ("registrar",)).step()
@@ -154,6 +153,35 @@ def test_a_waiting_follower_names_where_the_registrar_must_get_to(platform: Plat
     assert not archive.decided({p: end + 5 for p, end in ends.items()})
     Pump(platform).drain()
     assert len(platform.store.audit_trail("acme", "user:W0", 0, 100)) == 2
+
+
+def test_a_follower_passes_over_what_it_does_not_read_and_waits_for_what_it_does(
+    platform: Platform,
+) -> None:
+    platform.app.publish(CTX, [declare(f"note {i}", stream=f"user:V{i}") for i in range(8)])
+    store = platform.store
+    topic = platform.distributed.topic  # type: ignore[union-attr]
+    ends = {p: end for p, end in topic.end_offsets().items() if end}
+    followers = Pump(platform, ("indexer", "decay")).processors
+    # neither reads a declaration: both pass over them before the registrar has decided
+    for name, follower in followers.items():
+        follower.process([r for p in sorted(ends) for r in topic.fetch(p, 0, 100)])
+        assert {p: store.position(position_name(name, p)) for p in ends} == ends
+    Pump(platform, ("registrar",)).step()  # registers: a MemoryRegistered record each
+    grown = {p: end for p, end in topic.end_offsets().items() if p in ends}
+    assert all(grown[p] > ends[p] for p in ends)
+    # the records of what they read wait for the registrar to decide on them
+    for name, follower in followers.items():
+        fresh = [r for p in sorted(ends) for r in topic.fetch(p, ends[p], 100)]
+        with pytest.raises(NotReady) as waiting:
+            follower.process(fresh)
+        assert waiting.value.waits == ends
+        assert {p: store.position(position_name(name, p)) for p in ends} == ends
+    assert not platform.app.search(CTX, "note", streams=["user:V0"])
+    Pump(platform).drain()
+    assert [h.memory.content for h in platform.app.search(CTX, "note", streams=["user:V0"])] == [
+        "note 0"
+    ]
 
 
 def test_a_stale_expected_sequence_is_refused_with_an_outcome(platform: Platform) -> None:

@@ -430,7 +430,7 @@ def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
         accepted = [a.event_id for a in result.accepted]
         batch = [r for records in fetch_all(platform).values() for r in records]
         partitions = sorted({r.partition for r in batch})
-        worker = Worker("indexer", platform.settings, platform)
+        worker = Worker("audit", platform.settings, platform)  # it reads every event
         calls: list[int] = []
         real = worker.processor.process
 
@@ -460,12 +460,53 @@ def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
             assert calls == [len(batch)]
             for p in partitions:
                 end = max(r.offset for r in batch if r.partition == p) + 1
-                assert platform.store.position(position_name("indexer", p)) == end
+                assert platform.store.position(position_name("audit", p)) == end
         finally:
             worker.executor.shutdown(wait=True)
             worker._unwatch()
         Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
         assert_each_event_once(platform, accepted)
+
+
+def test_a_follower_handles_at_once_a_batch_of_what_it_does_not_read(tmp_path: Path) -> None:
+    # the indexer reads no declaration: a batch of them is handled, and its position moved
+    # past them, without a look at the registrar's positions and before the registrar ran
+    import asyncio
+
+    from mnemo.entrypoints.workers import Worker
+
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        result = platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
+        )
+        accepted = [a.event_id for a in result.accepted]
+        batch = [r for records in fetch_all(platform).values() for r in records]
+        partitions = sorted({r.partition for r in batch})
+        worker = Worker("indexer", platform.settings, platform)
+        looked: list[Any] = []
+        positions = platform.store.positions
+
+        def looking(names: Any) -> dict[str, int]:
+            looked.append(names)
+            return positions(names)
+
+        platform.store.positions = looking  # type: ignore[method-assign]
+        try:
+            worker.ownership.assign(partitions)
+            asyncio.run(asyncio.wait_for(worker._process(batch), 60))
+            assert looked == []
+            for p in partitions:
+                end = max(r.offset for r in batch if r.partition == p) + 1
+                assert platform.store.position(position_name("indexer", p)) == end
+                assert platform.store.position(position_name("registrar", p)) == 0
+        finally:
+            platform.store.positions = positions  # type: ignore[method-assign]
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()
+        Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
+        hits = platform.app.search(CTX, "fact number 3", streams=[f"user:U{3 % STREAMS}"])
+        assert "fact number 3" in [h.memory.content for h in hits]
 
 
 def test_a_sequencer_reads_a_streams_head_again_only_after_another_process_moved_on(

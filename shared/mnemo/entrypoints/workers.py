@@ -177,16 +177,15 @@ class Worker:
     async def _process(self, records: list[LogRecord]) -> None:
         loop = asyncio.get_running_loop()
         backoff = 0.05
-        if not self.spec.sequencer:
+        if isinstance(self.processor, Follower):
             # a follower reads each record as the registrar does, and nearly always before
             # the registrar has decided on it: watch the registrar's positions until they
-            # pass the first record of each of the batch's partitions, rather than handling
-            # the batch once for nothing and then again. (Not its last: in a burst the
-            # follower then trails the registrar by one of the registrar's batches, not by
-            # one of its own, which can hold thousands of records.)
-            first: dict[int, int] = {}
-            for r in records:
-                first[r.partition] = min(first.get(r.partition, r.offset), r.offset)
+            # pass the first record of each of the batch's partitions that the follower
+            # cannot pass over (the indexer and a context's record need no decision),
+            # rather than handling the batch once for nothing and then again. (Not its
+            # last: in a burst the follower then trails the registrar by one of the
+            # registrar's batches, not by one of its own, which can hold thousands.)
+            first = self.processor.first_undecided(records)
             await self._until_decided(NotReady("", first), first_look=0.0)
         while True:
             try:

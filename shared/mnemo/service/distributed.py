@@ -40,6 +40,8 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from mnemo import telemetry
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
@@ -616,26 +618,65 @@ class Follower(_Processor):
         self.consumer = consumer
         self.archive = archive
         self.topic = topic
+        # the event types this consumer reads; None: every type (the audit chain)
+        spec = registry.consumer(consumer)
+        self._reads_types: frozenset[str] | None = (
+            None if any(p.types is None for p in spec.projections) else frozenset(spec.handles())
+        )
+
+    def passes_over(self, record: LogRecord) -> bool:
+        """Whether this consumer does nothing with the record whatever the sequencer decides
+        on it (archived, duplicate or rejected): a JSON object whose `type` is an event type
+        this consumer does not read (the indexer and a context's record, decay and a
+        declaration). Such a record is passed without waiting for the sequencer; a record
+        that is not one waits for its fate like the rest. The sequencer archives an event
+        under the type its record names, so the record's own field decides."""
+        if self._reads_types is None or not record.value:
+            return False
+        try:
+            raw = orjson.loads(record.value)
+        except orjson.JSONDecodeError:
+            return False
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        return isinstance(kind, str) and kind not in self._reads_types
+
+    def first_undecided(self, records: Sequence[LogRecord]) -> dict[int, int]:
+        """Per partition, the offset of the first of `records` this consumer cannot handle
+        before the sequencer has decided on it."""
+        first: dict[int, int] = {}
+        for r in records:
+            if r.offset < first.get(r.partition, r.offset + 1) and not self.passes_over(r):
+                first[r.partition] = r.offset
+        return first
 
     def _ready(
         self, partition: int, records: list[LogRecord]
     ) -> tuple[list[LogRecord], list[LoggedEvent], list[float | None], dict[int, Any]]:
-        """The records the sequencer has decided on (a prefix of `records`), and the
-        archived events among them, with their publish times and trace parents."""
-        fates = self.archive.fates(partition, records[0].offset, records[-1].offset)
-        # the sequencer records the fates before it commits what it decided on them (a
-        # citation's credit, the memories it registered): a record is ready once both are
-        name = position_name(registration.CONSUMER, partition)
-        decided = self.store.positions([name])[name]
+        """The records the sequencer has decided on, or that this consumer passes over
+        (`passes_over`): a prefix of `records`; and the archived events among them, with
+        their publish times and trace parents."""
+        passed = {r.offset for r in records if self.passes_over(r)}
+        waiting = [r.offset for r in records if r.offset not in passed]
+        fates: dict[int, Any] = {}
+        decided = 0
+        if waiting:
+            fates = self.archive.fates(partition, waiting[0], waiting[-1])
+            # the sequencer records the fates before it commits what it decided on them
+            # (a citation's credit, the memories it registered): a record is ready once
+            # both are
+            name = position_name(registration.CONSUMER, partition)
+            decided = self.store.positions([name])[name]
         ready = []
         for r in records:
-            if r.offset not in fates or r.offset >= decided:
+            if r.offset not in passed and (r.offset not in fates or r.offset >= decided):
                 break
             ready.append(r)
         events: list[LoggedEvent] = []
         accepted_at: list[float | None] = []
         parents: dict[int, telemetry.Parent | None] = {}
         for r in ready:
+            if r.offset in passed:
+                continue
             fate = fates[r.offset]
             if fate.status is not RecordStatus.ARCHIVED:
                 continue
