@@ -699,3 +699,32 @@ def test_feedback_from_several_partitions_moves_a_memory_only_in_its_own_partiti
         assert platform.app.get(CTX, memory_id).semantic_weight == moved[0]
         [stats] = platform.store.memory_stats("acme", [memory_id])
         assert stats.cited == 8
+
+
+def test_the_decay_scan_waits_for_the_registrar_not_only_for_decays_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # decay passes over declarations before the registrar decides on them: its position at
+    # the topic's end does not mean the memories they register (and their timers) are in
+    from mnemo.entrypoints.workers import Worker
+
+    with running_distributed(distributed_settings(tmp_path / "data")) as platform:
+        platform.app.publish(
+            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(6)]
+        )
+        scans: list[int] = []
+        monkeypatch.setattr(platform.runner, "decay_scan", lambda: scans.append(1) or 0)
+        worker = Worker("decay", platform.settings, platform)
+        try:
+            Pump(platform, ("decay",)).drain()  # to the end, with nothing decided
+            worker._scan_when_caught_up()
+            assert scans == []
+            Pump(platform, ("registrar",)).drain()  # registered: new records decay reads
+            worker._scan_when_caught_up()
+            assert scans == []
+            Pump(platform, ("registrar", "decay")).drain()
+            worker._scan_when_caught_up()
+            assert scans == [1]
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()

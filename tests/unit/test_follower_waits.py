@@ -4,19 +4,43 @@ Kafka and Cassandra)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import orjson
 import pytest
 
+from mnemo.domain.events import Actor, ActorKind, Envelope
+from mnemo.domain.ids import new_event_id
 from mnemo.handlers import registry
-from mnemo.ports import LogRecord
+from mnemo.ports import LogRecord, RecordFate, RecordStatus
 from mnemo.service.distributed import Follower
 
 
-def follower(name: str) -> Follower:
-    # only the record checks run here: no runner, store or archive is touched
-    return Follower(cast(Any, None), cast(Any, None), cast(Any, None), name)
+class Decided:
+    """The sequencer's side as a follower reads it: fates, and its committed positions."""
+
+    def __init__(self, fates: dict[int, RecordStatus], position: int) -> None:
+        self.statuses = fates
+        self.position = position
+        self.looks = 0
+
+    def fates(self, partition: int, first: int, last: int) -> dict[int, RecordFate]:
+        self.looks += 1
+        return {
+            o: RecordFate(partition, o, status, seq=o + 1)
+            for o, status in self.statuses.items()
+            if first <= o <= last
+        }
+
+    def positions(self, names: Sequence[str]) -> dict[str, int]:
+        return dict.fromkeys(names, self.position)
+
+
+def follower(name: str, decided: Decided | None = None) -> Follower:
+    # no runner is touched; the archive and the store are asked only for fates and positions
+    return Follower(cast(Any, None), cast(Any, decided), cast(Any, decided), name)
 
 
 def record(offset: int, value: Any, partition: int = 0) -> LogRecord:
@@ -26,6 +50,21 @@ def record(offset: int, value: Any, partition: int = 0) -> LogRecord:
 
 def typed(offset: int, kind: str, partition: int = 0) -> LogRecord:
     return record(offset, {"type": kind, "schema_version": 1, "stream": "user:U1"}, partition)
+
+
+def event(offset: int, kind: str) -> LogRecord:
+    at = datetime(2026, 12, 5, tzinfo=UTC)
+    env = Envelope(
+        event_id=new_event_id(at),
+        type=kind,
+        schema_version=1,
+        tenant="acme",
+        stream="user:U1",
+        occurred_at=at,
+        actor=Actor(kind=ActorKind.SYSTEM, id="registrar"),
+        payload={},
+    )
+    return record(offset, env.model_dump_json().encode())
 
 
 @pytest.mark.parametrize("name", ["indexer", "decay"])
@@ -60,3 +99,30 @@ def test_the_first_record_to_wait_for_is_named_per_partition() -> None:
         record(3, b"garbage", 2),
     ]
     assert f.first_undecided(records) == {0: 5, 2: 3}
+
+
+def test_a_mixed_batch_is_ready_up_to_the_first_undecided_record_it_reads() -> None:
+    batch = [
+        typed(0, "MemoryDeclared"),
+        event(1, "MemoryRegistered"),
+        typed(2, "ContextAssembled"),
+        event(3, "MemoryRegistered"),
+        typed(4, "MemoryDeclared"),
+        event(5, "MemoryRegistered"),
+    ]
+    # the registrar decided on 0 to 3 (3 a duplicate) and committed past them; 5 is not
+    # decided yet
+    decided = Decided(
+        {1: RecordStatus.ARCHIVED, 3: RecordStatus.DUPLICATE, 4: RecordStatus.ARCHIVED}, 4
+    )
+    ready, events, _, _ = follower("indexer", decided)._ready(0, batch)
+    assert [r.offset for r in ready] == [0, 1, 2, 3, 4]  # 4 passed over, 5 waits
+    assert [(e.envelope.type, e.envelope.seq) for e in events] == [("MemoryRegistered", 2)]
+    assert follower("indexer", decided).first_undecided(batch) == {0: 1}
+
+
+def test_a_batch_of_only_what_it_does_not_read_asks_the_sequencer_nothing() -> None:
+    decided = Decided({}, 0)
+    batch = [typed(0, "MemoryDeclared"), typed(1, "ContextAssembled")]
+    ready, events, _, _ = follower("indexer", decided)._ready(0, batch)
+    assert ([r.offset for r in ready], events, decided.looks) == ([0, 1], [], 0)

@@ -427,13 +427,24 @@ class Worker:
         return done
 
     def _scan_when_caught_up(self) -> int:
-        """Timers are complete only once the decay consumer has read every partition to
-        its end; scan only then (a restarted or rebuilding consumer waits)."""
-        ends = self.distributed.topic.end_offsets()
+        """Timers are complete only once the registrar has decided on every record and the
+        decay consumer has read what that produced; scan only then (a restarted or
+        rebuilding consumer waits). Decay passes over records it does not read (a forget
+        request, a declaration) before the registrar decides on them, so its own position
+        alone does not say that the events they lead to (`MemoryForgotten`, a toolchain's
+        outcome) are in: the registrar's positions must pass the topic's end first, and
+        decay's the end read after that (the registrar produces what it emits before it
+        commits its position)."""
+        topic = self.distributed.topic
         store = self.platform.store
-        for partition, end in ends.items():
-            if store.position(position_name(decay.CONSUMER, partition)) < end:
-                return 0
+        ends = topic.end_offsets()
+        names = [position_name(c, p) for c in (registration.CONSUMER, decay.CONSUMER) for p in ends]
+        at = store.positions(names)
+        if any(at[position_name(registration.CONSUMER, p)] < end for p, end in ends.items()):
+            return 0
+        after = topic.end_offsets()
+        if any(at[position_name(decay.CONSUMER, p)] < end for p, end in after.items()):
+            return 0
         return self.platform.runner.decay_scan()
 
     # -- health and metrics
