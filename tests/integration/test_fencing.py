@@ -409,6 +409,16 @@ def test_a_worker_fills_in_the_records_its_stream_never_brought(tmp_path: Path) 
         assert_each_event_once(platform, accepted)
 
 
+def declared_batch(platform: Platform) -> tuple[list[str], list[LogRecord], list[int]]:
+    """Twelve declarations published over the streams: their event ids, every record of
+    the topic as one batch, and the partitions it spans."""
+    result = platform.app.publish(
+        CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
+    )
+    batch = [r for records in fetch_all(platform).values() for r in records]
+    return [a.event_id for a in result.accepted], batch, sorted({r.partition for r in batch})
+
+
 def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -424,12 +434,7 @@ def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
     # however slow this machine, the follower goes on watching until the registrar passes
     monkeypatch.setattr(workers, "_WAIT_LOOK_LIMIT", 300.0)
     with running_distributed(distributed_settings(tmp_path / "data")) as platform:
-        result = platform.app.publish(
-            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
-        )
-        accepted = [a.event_id for a in result.accepted]
-        batch = [r for records in fetch_all(platform).values() for r in records]
-        partitions = sorted({r.partition for r in batch})
+        accepted, batch, partitions = declared_batch(platform)
         worker = Worker("audit", platform.settings, platform)  # it reads every event
         calls: list[int] = []
         real = worker.processor.process
@@ -476,12 +481,7 @@ def test_a_follower_handles_at_once_a_batch_of_what_it_does_not_read(tmp_path: P
     from mnemo.entrypoints.workers import Worker
 
     with running_distributed(distributed_settings(tmp_path / "data")) as platform:
-        result = platform.app.publish(
-            CTX, [declare(f"fact number {i}", f"user:U{i % STREAMS}") for i in range(12)]
-        )
-        accepted = [a.event_id for a in result.accepted]
-        batch = [r for records in fetch_all(platform).values() for r in records]
-        partitions = sorted({r.partition for r in batch})
+        accepted, batch, partitions = declared_batch(platform)
         worker = Worker("indexer", platform.settings, platform)
         looked: list[Any] = []
         positions = platform.store.positions
