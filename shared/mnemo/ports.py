@@ -7,7 +7,7 @@ passes the same contract suite in tests/contract.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +17,7 @@ from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.checkpoint import Checkpoint, Signature
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.document_index import DocumentRecord, EntityFilter, EntityRow
+from mnemo.domain.errors import ConflictError
 from mnemo.domain.events import Envelope, LoggedEvent, sealed_key_ids
 from mnemo.domain.keywords import SparseVector
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
@@ -96,6 +97,35 @@ class EventLog(abc.ABC):
         """Append atomically: all or none. Gives each event the next gapless sequence of its
         stream; an event whose id is already in the log is not appended again.
         Raises ConflictError when an event's expected_seq is not its stream's head."""
+
+    def append_guarded(
+        self, events: Sequence[Envelope], before: Callable[[list[Envelope]], None]
+    ) -> list[Appended]:
+        """Append as `append` does, first calling `before` with the events that will be
+        recorded (not those whose id the log holds) once they have passed the checks the
+        log can make: what must happen before the log records an event (a key shredded
+        before its request to forget) then never happens for an event the log refuses.
+        When `before` raises, nothing is appended.
+
+        This default checks against `get` and `stream_head`, which may lag the log (the
+        distributed log's archive): an expected_seq below the head is refused here
+        (ConflictError, STALE_SEQUENCE); one above it is left to the sequencer. A log that
+        checks and records in one transaction overrides this to call `before` inside it."""
+        items = list(events)
+        fresh: list[Envelope] = []
+        for event in items:
+            if self.get(event.tenant, event.event_id) is not None:
+                continue
+            head = self.stream_head(event.tenant, event.stream)
+            if event.expected_seq is not None and event.expected_seq < head:
+                raise ConflictError(
+                    f"stream {event.stream} is at sequence {head}, not {event.expected_seq}",
+                    code="STALE_SEQUENCE",
+                    field="expected_seq",
+                )
+            fresh.append(event)
+        before(fresh)
+        return self.append(items)
 
     @abc.abstractmethod
     def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:

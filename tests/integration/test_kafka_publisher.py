@@ -301,3 +301,40 @@ def test_forgetting_a_tenant_through_the_publisher_destroys_every_key_first(brok
     assert texts[("acme", "user:k2")] == REDACTED
     assert texts[("acme", "team:ops")] == REDACTED  # a shared stream's, under the tenant's key
     assert texts[("globex", "user:k1")] == f"my id is {secret.id_number}"
+
+
+def test_a_request_to_forget_with_a_sequence_is_refused_before_any_key_goes(broker: str) -> None:
+    """The publisher cannot check `expected_seq`, so a request to forget that carries one is
+    refused (EXPECTED_SEQ_UNCHECKED) before its key is destroyed and before anything is
+    produced: the sequencer could otherwise refuse a request whose key was already gone."""
+    from tests.vault_support import SwitchableVault
+
+    from mnemo.domain.errors import InvalidInput
+
+    topic = f"mnemo-forget-seq-{uuid.uuid4().hex[:10]}"
+    vault = SwitchableVault()
+    observed = {"type": "ObservationRecorded", "schema_version": 2, "stream": "user:q1",
+                "payload": {"text": "my phone is 13812345678"}}  # fmt: skip
+    forget = {"type": "ForgetRequested", "schema_version": 1, "stream": "user:q1",
+              "expected_seq": 1, "payload": {"tenant": False}}  # fmt: skip
+
+    async def scenario() -> str:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+        finally:
+            await admin.close()
+        async with EventPublisher(
+            broker, tenant="acme", principal="ingest", topic=topic, vault=vault
+        ) as pub:
+            await pub.publish(observed)
+            with pytest.raises(InvalidInput) as refused:
+                await pub.publish(forget)
+            return refused.value.code
+
+    assert asyncio.run(scenario()) == "EXPECTED_SEQ_UNCHECKED"
+    assert vault.has_key("acme/user:q1")
+    assert not vault.is_destroyed("acme/user:q1")

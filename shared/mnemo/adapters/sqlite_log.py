@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
@@ -81,7 +81,21 @@ class SqliteEventLog(EventLog):
         return conn
 
     def append(self, events: Sequence[Envelope]) -> list[Appended]:
+        return self._append(events, None)
+
+    def append_guarded(
+        self, events: Sequence[Envelope], before: Callable[[list[Envelope]], None]
+    ) -> list[Appended]:
+        """`before` runs inside the append's transaction, after every event has passed the
+        checks: the events it is given are those the commit records."""
+        return self._append(events, before)
+
+    def _append(
+        self, events: Sequence[Envelope], before: Callable[[list[Envelope]], None] | None
+    ) -> list[Appended]:
         if not events:
+            if before is not None:
+                before([])
             return []
         with (
             telemetry.sending(
@@ -93,6 +107,8 @@ class SqliteEventLog(EventLog):
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 result = [self._append_one(cur, event) for event in stamped]
+                if before is not None:
+                    before([e for e, a in zip(events, result, strict=True) if not a.duplicate])
                 cur.execute("COMMIT")
             except ConflictError:
                 cur.execute("ROLLBACK")
@@ -103,6 +119,10 @@ class SqliteEventLog(EventLog):
                 raise Unavailable(
                     "the event log could not be written", code="LOG_UNAVAILABLE"
                 ) from exc
+            except BaseException:
+                if self._write.in_transaction:  # what `before` raised: nothing is recorded
+                    cur.execute("ROLLBACK")
+                raise
             return result
 
     @staticmethod

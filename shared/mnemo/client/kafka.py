@@ -23,10 +23,12 @@ rare). Without a vault, events go out as they are: only publish events without s
 values that way.
 
 What this does *not* give, compared with `POST /v1/events`: no `expected_seq` check
-against the stream head, no `?wait=` for read-your-writes, no registration outcome in
-the answer (ask `GET /v1/events/{id}/outcome` later). The distributed log adapter that
-reads this topic is being built separately; the record layout above is the contract
-between the two. Needs the `aiokafka` package, imported when the publisher starts.
+against the stream head (so a `ForgetRequested` carrying one is refused,
+`EXPECTED_SEQ_UNCHECKED`: its key would be destroyed before the sequencer could refuse
+it), no `?wait=` for read-your-writes, no registration outcome in the answer (ask
+`GET /v1/events/{id}/outcome` later). The distributed log adapter that reads this topic is
+being built separately; the record layout above is the contract between the two.
+Needs the `aiokafka` package, imported when the publisher starts.
 """
 
 from __future__ import annotations
@@ -243,6 +245,15 @@ class EventPublisher:
         batch = [events] if isinstance(events, Mapping) else list(events)
         envelopes = self._envelopes(batch)
         if self.sealer is not None:
+            for i, e in enumerate(envelopes):
+                if e.type == ForgetRequested.TYPE and e.expected_seq is not None:
+                    # its key would be shredded before the sequencer could refuse it
+                    raise InvalidInput(
+                        "a request to forget cannot carry expected_seq here: the publisher "
+                        "cannot check it before the key is destroyed; use POST /v1/events",
+                        code="EXPECTED_SEQ_UNCHECKED",
+                        field=f"events[{i}].expected_seq",
+                    )
             tenant_wide = any(
                 e.type == ForgetRequested.TYPE and e.payload.get("tenant") is True
                 for e in envelopes

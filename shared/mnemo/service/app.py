@@ -294,8 +294,14 @@ class Mnemo:
     ) -> PublishResult:
         if self.sealer is not None:
             envelopes = self._seal_all(ctx, envelopes)
-            self._shred_forgotten(ctx, envelopes)
-        accepted = self.log.append(envelopes)
+        if self.sealer is not None and any(e.type == ForgetRequested.TYPE for e in envelopes):
+            # keys are shredded only for requests the log will record: never for one it
+            # refuses (a stale expected_seq) or holds already (a reused event id)
+            accepted = self.log.append_guarded(
+                envelopes, lambda fresh: self._shred_forgotten(ctx, fresh)
+            )
+        else:
+            accepted = self.log.append(envelopes)
         if self.runner is not None:
             self.runner.wake()
         self.notify_changed()

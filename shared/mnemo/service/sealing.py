@@ -12,7 +12,7 @@ import hmac
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
@@ -315,6 +315,11 @@ class OpenedEventLog(EventLog):
 
     def append(self, events: Sequence[Envelope]) -> list[Appended]:
         return self.inner.append(events)
+
+    def append_guarded(
+        self, events: Sequence[Envelope], before: Callable[[list[Envelope]], None]
+    ) -> list[Appended]:
+        return self.inner.append_guarded(events, before)
 
     def read(self, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self._opened(self.inner.read(after_offset, limit))
