@@ -29,7 +29,13 @@ from mnemo.domain.context import ContextTemplate
 from mnemo.domain.edge import EDGE, JsonBool, at_edge
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
-from mnemo.domain.memory import KEY_RE, Memory, MemoryDraft
+from mnemo.domain.memory import (
+    KEY_RE,
+    Memory,
+    MemoryDraft,
+    checked_zone,
+    refuse_number_as_time,
+)
 from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.domain.tool_result import (
@@ -129,6 +135,11 @@ class Envelope(BaseModel):
             raise ValueError("stream must be 1-128 letters, digits or '_.:@-', e.g. user:U7892")
         return value
 
+    @field_validator("occurred_at", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: object, info: ValidationInfo) -> object:
+        return refuse_number_as_time(value, info)
+
     @field_validator("occurred_at")
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
@@ -219,6 +230,18 @@ class ObservationRecorded(EventPayload):
         max_length=128,
         description="turns: who said it; the history memory reads 'speaker: text'",
     )
+
+    @field_validator("text")
+    @classmethod
+    def _said_something(cls, value: str, info: ValidationInfo) -> str:
+        if at_edge(info) and not value.strip():
+            raise PydanticCustomError("blank_text", "text holds nothing but white space")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return checked_zone(value, info)
 
 
 MemoryId = Annotated[
@@ -790,6 +813,10 @@ _CODES_BY_ERROR_TYPE = {
     "output_not_json": "OUTPUT_NOT_JSON",
     "duplicate_step": "DUPLICATE_STEP",
     "tool_result_not_json": "TOOL_RESULT_NOT_JSON",
+    "invalid_timezone": "INVALID_TIMEZONE",
+    "pattern_matches_everything": "PATTERN_MATCHES_EVERYTHING",
+    "time_as_number": "INVALID_TIME",
+    "blank_text": "BLANK_TEXT",
 }
 
 

@@ -20,7 +20,9 @@ from pydantic_core import PydanticCustomError
 
 from mnemo.domain.edge import JsonBool, at_edge
 from mnemo.domain.patterns import UnsupportedPattern, linear_pattern
+from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
+from mnemo.domain.timeexpr import zone_name_error
 
 __all__ = [
     "MAX_SEMANTIC_WEIGHT",
@@ -103,13 +105,20 @@ class Guard(BaseModel):
             if not at_edge(info):
                 continue  # stored guards are read back as they were accepted
             try:
-                linear_pattern(pattern, ignore_case=True)
+                compiled = linear_pattern(pattern, ignore_case=True)
             except UnsupportedPattern as exc:
                 raise PydanticCustomError(
                     "unsupported_pattern",
                     "guard pattern {pattern}: {reason}",
                     {"pattern": pattern[:80], "reason": str(exc)},
                 ) from None
+            if compiled.search("") is not None:
+                # it would match every answer: the guard could never pass
+                raise PydanticCustomError(
+                    "pattern_matches_everything",
+                    "guard pattern {pattern} matches empty text, so every answer would violate it",
+                    {"pattern": pattern[:80]},
+                )
         return value
 
     def violated_by(self, text: str) -> bool:
@@ -124,6 +133,26 @@ class Guard(BaseModel):
             if compiled.search(text) is not None:
                 return True
         return False
+
+
+def refuse_number_as_time(value: object, info: ValidationInfo) -> object:
+    """At the edge, a time is an ISO 8601 string: a number (seconds? milliseconds?) is
+    refused rather than guessed at, and never reaches the log as a number."""
+    if at_edge(info) and isinstance(value, int | float) and not isinstance(value, bool):
+        raise PydanticCustomError(
+            "time_as_number", "a time is an ISO 8601 string with a UTC offset, not a number"
+        )
+    return value
+
+
+def checked_zone(value: str | None, info: ValidationInfo) -> str | None:
+    """At the edge, a time zone is an IANA name or a UTC offset in range (INVALID_TIMEZONE);
+    what the log holds already is read back as it was accepted."""
+    if value is None or value in (SEALED_TEXT, REDACTED) or not at_edge(info):
+        return value  # a sealed zone was checked before it was sealed
+    if (error := zone_name_error(value)) is not None:
+        raise PydanticCustomError("invalid_timezone", "{error}", {"error": error})
+    return value
 
 
 class MemoryDraft(BaseModel):
@@ -172,6 +201,16 @@ class MemoryDraft(BaseModel):
             if not TAG_RE.fullmatch(tag):
                 raise ValueError(f"tag {tag!r} is not 1-64 word characters, ':', '.', '/' or '-'")
         return tuple(sorted(set(value)))
+
+    @field_validator("valid_until", "stale_after", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: object, info: ValidationInfo) -> object:
+        return refuse_number_as_time(value, info)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return checked_zone(value, info)
 
     @field_validator("valid_until", "stale_after")
     @classmethod

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Annotated, Literal, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -29,6 +29,7 @@ from mnemo.domain.patterns import (
     UnsupportedPattern,
     linear_pattern,
 )
+from mnemo.domain.timeexpr import zone_name_error
 
 __all__ = [
     "ExampleSelector",
@@ -63,12 +64,13 @@ def parse_duration(text: str) -> int:
 
 def zone_of(name: str | None) -> ZoneInfo | None:
     """The tzinfo for a zone name; None means: use the offset the event carried."""
-    if name is None or _OFFSET.fullmatch(name):
+    if name is None:
         return None
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"unknown time zone {name!r}") from exc
+    if (error := zone_name_error(name)) is not None:
+        raise ValueError(error)
+    if _OFFSET.fullmatch(name):
+        return None
+    return ZoneInfo(name)
 
 
 def to_local(instant: datetime, zone_name: str | None) -> datetime:

@@ -33,6 +33,31 @@ class Span:
     granularity: Granularity
 
 
+_OFFSET_NAME = re.compile(r"^([+-])(\d{2}):?(\d{2})$")
+# names the zone database carries that are not places: aliases of the machine's own
+# setting, or the same zones again under other rules
+_NOT_PLACES = ("localtime", "posixrules", "Factory")
+_NOT_PLACE_PREFIXES = ("posix/", "right/")
+
+
+def zone_name_error(name: str) -> str | None:
+    """Why `name` is not a time zone Mnemo reads (None when it is): an IANA zone name, or
+    a UTC offset such as +08:00 within -12:00 to +14:00 with minutes under 60."""
+    offset = _OFFSET_NAME.fullmatch(name)
+    if offset is not None:
+        sign, hours, minutes = offset.group(1), int(offset.group(2)), int(offset.group(3))
+        if minutes >= 60 or hours > (14 if sign == "+" else 12) or (hours in (12, 14) and minutes):
+            return f"the UTC offset {name!r} is out of range (-12:00 to +14:00)"
+        return None
+    if name in _NOT_PLACES or name.startswith(_NOT_PLACE_PREFIXES):
+        return f"{name!r} is not an IANA zone name such as Asia/Shanghai"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown time zone {name!r}: give an IANA name or an offset such as +08:00"
+    return None
+
+
 def zone_of(timezone: Zone) -> tzinfo:
     """An IANA time zone (a tzinfo as it is), or UTC when none is given or this machine
     does not know it."""
@@ -244,7 +269,10 @@ def resolve(text: str, at: datetime, timezone: Zone = None) -> list[Span]:
     """The spans the text's relative time expressions name, counted from `at` in the
     given time zone (UTC when none), first occurrence first, without repeats, at most
     MAX_SPANS."""
-    day = local_day(at, timezone)
+    try:
+        day = local_day(at, timezone)
+    except OverflowError:  # an instant at the calendar's edge has no local day to count from
+        return []
     found: list[Span] = []
     matches = sorted(
         [(m.start(), m, _english) for m in _EN.finditer(text)]
@@ -252,7 +280,10 @@ def resolve(text: str, at: datetime, timezone: Zone = None) -> list[Span]:
         key=lambda item: item[0],
     )
     for _, match, read in matches:
-        span = read(match, day)
+        try:
+            span = read(match, day)
+        except (OverflowError, ValueError):  # a day before year 1 or after 9999: none
+            span = None
         if span is not None and span not in found:
             found.append(span)
         if len(found) >= MAX_SPANS:

@@ -227,6 +227,12 @@ class ContextAssembler:
             )
         if request.as_of is not None and request.as_of.utcoffset() is None:
             raise InvalidInput("as_of must carry a UTC offset", code="INVALID_AS_OF", field="as_of")
+        if request.as_of is not None and not 1970 <= request.as_of.year <= 2200:
+            raise InvalidInput(
+                "as_of must fall between the years 1970 and 2200",
+                code="INVALID_AS_OF",
+                field="as_of",
+            )
         zone = retrieval.request_zone(request.timezone, request.as_of)
         template = self.template(tenant, request.template, request.template_version)
         queries = self._section_queries(template, request.where)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
@@ -45,8 +45,9 @@ class ContextIn(BaseModel):
     include_history: StrictBool = Field(
         default=False, description="also render superseded versions"
     )
-    history: Literal["facts", "facts_only", "raw"] = Field(
+    history: str = Field(
         default="facts",
+        max_length=32,
         description="facts: typed facts read from the turns in place of the turns they "
         "summarise (listed as summarised); facts_only: the facts alone; raw: the turns "
         "themselves",
