@@ -175,6 +175,13 @@ def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -
         assert httpx.get(f"{url}/v1/whoami", headers=auth(key)).json()["tenant"] == "default"
         assert httpx.get(f"{url}/v1/whoami?api_key={key}").status_code == 400
         assert httpx.get(f"{url}/v1/whoami", headers=auth(key[:-1] + "x")).status_code == 401
+        # a document's file name is sealed in the log: its request line does not show it
+        stored = httpx.post(
+            f"{url}/v1/documents?subject=user:d1&filename=contract_13912345678_wang.txt",
+            content=b"Contract A-1\nParty A: Foo Ltd\n",
+            headers=auth(key),
+        )
+        assert stored.status_code in (200, 202), stored.text
     finally:
         process.send_signal(signal.SIGINT)
         rest, errors = process.communicate(timeout=60)
@@ -182,5 +189,7 @@ def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -
     logged = rest + errors
     assert "GET /v1/whoami" in logged  # the access log was on
     assert "whoami?api_key=[redacted]" in logged  # the refused request, logged without the key
+    assert "filename=[redacted]" in logged
+    assert "13912345678" not in logged
     assert key not in logged
     assert secret_of(key) not in logged

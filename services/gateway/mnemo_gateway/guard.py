@@ -19,9 +19,13 @@ from mnemo_gateway.errors import error_response, status_of
 
 __all__ = ["McpGuard", "RedactCredentials", "install_log_redaction"]
 
-# a credential-named query parameter's value, in a logged URL
+# a credential-named query parameter's value, in a logged URL, and that of a parameter
+# that carries the user's words (a document's file name and title are sealed in the log,
+# so they may not stand in clear in a request line either)
 _CREDENTIAL_QUERY = re.compile(
-    r"((?:api_?key|access_token|admin_token|authorization|x-mnemo-key)=)[^&\s\"]*", re.IGNORECASE
+    r"((?:api_?key|access_token|admin_token|authorization|x-mnemo-key|filename|title)=)"
+    r"[^&\s\"]*",
+    re.IGNORECASE,
 )
 
 
