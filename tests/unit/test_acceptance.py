@@ -55,6 +55,20 @@ def event(**changes: Any) -> dict[str, Any]:
     return {k: v for k, v in base.items() if v is not None}
 
 
+def _tool_result(ahead: timedelta) -> dict[str, Any]:
+    return event(
+        type="ToolResultRecorded",
+        schema_version=1,
+        payload={
+            "tool": "crm.get",
+            "result": "{}",
+            "source": "crm",
+            "fetched_at": (T0 + ahead).isoformat(),
+            "fresh_for_seconds": 60,
+        },
+    )
+
+
 SAME_ON_EVERY_PATH = [
     ("a valid observation", event(), ACCEPTED),
     ("just within the clock skew", event(occurred_at=(T0 + MAX_CLOCK_SKEW).isoformat()), ACCEPTED),
@@ -80,6 +94,19 @@ SAME_ON_EVERY_PATH = [
             payload={"memory": {"type": "fact", "content": "x", "ttl_seconds": 10**12}},
         ),
         "INVALID_PAYLOAD",
+    ),
+    ("a blank turn", event(payload={"text": "  ", "kind": "turn"}), "BLANK_TEXT"),
+    (
+        "an offset out of range",
+        event(payload={"text": "hi", "timezone": "+99:00"}),
+        "INVALID_TIMEZONE",
+    ),
+    ("a time as a number", event(occurred_at=1_700_000_000), "INVALID_TIME"),
+    ("a tool result fetched just within the clock skew", _tool_result(MAX_CLOCK_SKEW), ACCEPTED),
+    (
+        "a tool result fetched past the clock skew",
+        _tool_result(MAX_CLOCK_SKEW + timedelta(seconds=1)),
+        "FETCHED_IN_FUTURE",
     ),
 ]
 

@@ -23,7 +23,8 @@ trust levels differ only where this list says:
 - event types: a publisher's must be public (EVENT_TYPE_NOT_PUBLISHABLE); on the topic
   every type of the catalog.
 - occurred_at: at most MAX_CLOCK_SKEW ahead of now (OCCURRED_IN_FUTURE), on both; a
-  consumer's (system) event keeps its cause's time and is not held to it.
+  consumer's (system) event keeps its cause's time and is not held to it. A tool
+  result's fetched_at likewise (FETCHED_IN_FUTURE).
 
 Pure: the caller gives the instant (`now`, from its Clock).
 """
@@ -43,6 +44,8 @@ from mnemo.domain.events import (
     Actor,
     ActorKind,
     Envelope,
+    ToolResultRecorded,
+    decode_payload,
     validate_envelope,
 )
 from mnemo.domain.ids import new_event_id
@@ -127,4 +130,14 @@ def accept(
             code="OCCURRED_IN_FUTURE",
             field="occurred_at",
         )
+    if not system and envelope.type == ToolResultRecorded.TYPE:
+        fetched = decode_payload(envelope)
+        assert isinstance(fetched, ToolResultRecorded)
+        if fetched.fetched_at > now + MAX_CLOCK_SKEW:
+            # it would stay fresh from a moment that has not come
+            raise InvalidInput(
+                f"fetched_at is more than {MAX_CLOCK_SKEW} ahead of the accepting clock",
+                code="FETCHED_IN_FUTURE",
+                field="payload.fetched_at",
+            )
     return envelope
