@@ -485,12 +485,25 @@ def known_variables() -> dict[str, str]:
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Refuse to start on a `MNEMO_*` variable nothing reads (names compare without case,
-    as the settings read them). Only the name is reported, never the value."""
+    as the settings read them), and on one set twice in different cases
+    (`MNEMO_DATA_DIR` and `mnemo_data_dir`), where one of the two would win unseen. Only
+    the names are reported, never the values."""
     known = known_variables()
+    seen: dict[str, str] = {}
     for name in sorted(os.environ if environ is None else environ):
-        if name.upper().startswith(PREFIX) and name.upper() not in known:
-            close = difflib.get_close_matches(name.upper(), list(known), n=1, cutoff=0.8)
+        upper = name.upper()
+        if not upper.startswith(PREFIX):
+            continue
+        if upper not in known:
+            close = difflib.get_close_matches(upper, list(known), n=1, cutoff=0.8)
             raise UnknownSetting(name, close[0] if close else None)
+        if upper in seen:
+            raise InvalidInput(
+                f"{seen[upper]} and {name} are the same setting set twice; unset one",
+                code="SETTING_SET_TWICE",
+                field=name,
+            )
+        seen[upper] = name
 
 
 # ---- the settings table in the docs (docs/settings.md) ------------------------------------

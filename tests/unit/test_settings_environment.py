@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.support import stack_module
 
+from mnemo.domain.errors import InvalidInput
 from mnemo.entrypoints.cli import cli
 from mnemo.handlers import registry
 from mnemo.settings import (
@@ -106,6 +107,17 @@ def test_known_variables_pass_whatever_their_case_and_other_prefixes_are_ignored
         check_environment({"MNEMO_GATEWAY_PROT": "8080"})
     with pytest.raises(UnknownSetting):  # a consumer prefix takes only WorkerSettings' fields
         check_environment({"MNEMO_REGISTRAR_KAFKA_BOOTSTRAP": "x"})
+
+
+def test_one_setting_set_twice_in_different_cases_is_refused_by_name() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_environment({"MNEMO_GATEWAY_PORT": "18492", "mnemo_gateway_port": "18493"})
+    assert refused.value.code == "SETTING_SET_TWICE"
+    assert "MNEMO_GATEWAY_PORT" in refused.value.message
+    assert "mnemo_gateway_port" in refused.value.message
+    assert "1849" not in str(refused.value)
+    with pytest.raises(InvalidInput):
+        check_environment({"MNEMO_DATA_DIR": "/a", "Mnemo_Data_Dir": "/b"})
 
 
 def test_the_worker_prefixes_are_the_consumers() -> None:
