@@ -652,7 +652,7 @@ def test_tool_record_and_suggestions(mnemo: Invoke, stream: str) -> None:
         "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",
         "--result", "{nope", "--fresh-for", "60",
     )  # fmt: skip
-    assert bad.exit_code == 2
+    assert bad.exit_code == 1  # a local problem: the CLI reads the JSON itself
     assert "--result" in bad.output
     large = mnemo(
         "tool", "record", "--stream", stream, "--tool", "fx.rate", "--source", "ecb",

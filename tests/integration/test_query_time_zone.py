@@ -103,6 +103,9 @@ def test_the_sdk_carries_the_time_zone_and_the_as_of_offset(server: TestClient) 
     assert client.search(QUERY, subjects=[STREAM]).hits[0].memory.content == PASTA
     answer = client.context([STREAM], QUERY, as_of=LATE_LOCAL)
     assert _top_history(answer.model_dump(mode="json")) == CURRY
+    # the same instant written as a string, as `record_turn(occurred_at=...)` takes one
+    answer = client.context([STREAM], QUERY, as_of=LATE_LOCAL.isoformat())
+    assert _top_history(answer.model_dump(mode="json")) == CURRY
     answer = client.context([STREAM], QUERY, timezone="America/Los_Angeles")
     assert _top_history(answer.model_dump(mode="json")) == CURRY
     with pytest.raises(MnemoAPIError) as caught:

@@ -108,3 +108,23 @@ def test_search_and_context_send_the_time_zone_and_as_of_they_are_given() -> Non
     assert bodies[1]["as_of"] == "2025-03-01T23:30:00-08:00"
     assert "timezone" not in bodies[1]
     assert "timezone" not in bodies[2]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["remember", "hi", "--stream", "user:x", "--speaker", "Bob"],  # --speaker needs --turn
+        ["remember", "--bogus"],
+        ["no-such-command"],
+    ],
+)
+def test_a_wrong_command_line_is_a_local_problem_exit_1(args: list[str]) -> None:
+    """Exit 2 means that Mnemo refused a request (README): a command line that is wrong
+    never reaches it."""
+    from click.testing import CliRunner
+
+    from mnemo.entrypoints.cli import cli
+
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 1, done.output
+    assert "Error:" in done.output

@@ -213,3 +213,20 @@ def test_a_process_does_not_start_with_a_misspelt_setting(
     assert TYPO in done.stderr
     assert "kafka:9092" not in done.stderr + done.stdout
     assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+@pytest.mark.parametrize(
+    "command", [["-m", "mnemo_registrar"], ["-m", "mnemo", "status"]], ids=["registrar", "cli"]
+)
+def test_a_process_does_not_start_with_one_setting_set_twice(
+    command: list[str], tmp_path: Path
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MNEMO_DATA_DIR": str(tmp_path), "mnemo_data_dir": "/elsewhere"}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 78, done.stderr
+    assert "SETTING_SET_TWICE" in done.stderr
+    assert "/elsewhere" not in done.stderr + done.stdout

@@ -397,7 +397,7 @@ class AsyncMnemoClient:
         tokenizer: str | None = None,
         include_history: bool = False,
         allow_constraint_drop: bool = False,
-        as_of: datetime | None = None,
+        as_of: datetime | str | None = None,
         history: str = "facts",
         timezone: str | None = None,
         where: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
@@ -501,7 +501,9 @@ class AsyncMnemoClient:
             )
         )
 
-    async def toolchain(self, toolchain_id: str, *, as_of: datetime | None = None) -> Toolchain:
+    async def toolchain(
+        self, toolchain_id: str, *, as_of: datetime | str | None = None
+    ) -> Toolchain:
         """A toolchain's state: steps done with their outputs, the failed step, and
         `next_step`, the one to run (expiry judged at `as_of`, default now)."""
         return await self.call(_toolchain.get(toolchain_id, as_of))
@@ -553,7 +555,7 @@ class AsyncMnemoClient:
         source: str,
         fresh_for_seconds: int,
         arguments: Mapping[str, Any] | None = None,
-        fetched_at: datetime | None = None,
+        fetched_at: datetime | str | None = None,
         key: str | None = None,
         trust: float | None = None,
         trigger: Mapping[str, str] | None = None,
@@ -580,6 +582,8 @@ class AsyncMnemoClient:
             )
         )
 
-    async def suggestions(self, subject: str, *, as_of: datetime | None = None) -> Suggestions:
+    async def suggestions(
+        self, subject: str, *, as_of: datetime | str | None = None
+    ) -> Suggestions:
         """The tool calls the operators' triggers suggest for a subject's memories."""
         return await self.call(_core.suggestions(subject, as_of))

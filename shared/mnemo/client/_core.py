@@ -149,6 +149,12 @@ def seg(value: str) -> str:
     return quote(value, safe=":@")
 
 
+def _instant(value: datetime | str) -> str:
+    """An instant for the API: a datetime as ISO 8601, or a string as the caller wrote it
+    (the server checks it: a time without a UTC offset is refused)."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
 def _params(**values: Any) -> dict[str, Any]:
     """Query parameters without the unset ones (None, False, empty)."""
     out: dict[str, Any] = {}
@@ -352,7 +358,7 @@ def context(
     tokenizer: str | None = None,
     include_history: bool = False,
     allow_constraint_drop: bool = False,
-    as_of: datetime | None = None,
+    as_of: datetime | str | None = None,
     history: str = "facts",
     timezone: str | None = None,
     where: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
@@ -372,7 +378,7 @@ def context(
     if tokenizer is not None:
         body["tokenizer"] = tokenizer
     if as_of is not None:
-        body["as_of"] = as_of.isoformat()
+        body["as_of"] = _instant(as_of)
     if timezone is not None:
         body["timezone"] = timezone
     if where is not None:
@@ -447,7 +453,7 @@ def record_tool_result(
     source: str,
     fresh_for_seconds: int,
     arguments: Mapping[str, Any] | None = None,
-    fetched_at: datetime | None = None,
+    fetched_at: datetime | str | None = None,
     key: str | None = None,
     trust: float | None = None,
     trigger: Mapping[str, str] | None = None,
@@ -465,7 +471,7 @@ def record_tool_result(
         "event_id": new_event_id(datetime.now(UTC)),
     }
     if fetched_at is not None:
-        body["fetched_at"] = fetched_at.isoformat()
+        body["fetched_at"] = _instant(fetched_at)
     if key is not None:
         body["key"] = key
     if trust is not None:
@@ -484,8 +490,8 @@ def record_tool_result(
     )
 
 
-def suggestions(subject: str, as_of: datetime | None = None) -> Call[Suggestions]:
-    params = _params(as_of=as_of.isoformat() if as_of is not None else None)
+def suggestions(subject: str, as_of: datetime | str | None = None) -> Call[Suggestions]:
+    params = _params(as_of=_instant(as_of) if as_of is not None else None)
     return Call(
         "GET", f"/v1/subjects/{seg(subject)}/suggestions", _model(Suggestions), params=params
     )

@@ -396,7 +396,7 @@ class MnemoClient:
         tokenizer: str | None = None,
         include_history: bool = False,
         allow_constraint_drop: bool = False,
-        as_of: datetime | None = None,
+        as_of: datetime | str | None = None,
         history: str = "facts",
         timezone: str | None = None,
         where: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
@@ -500,7 +500,7 @@ class MnemoClient:
             )
         )
 
-    def toolchain(self, toolchain_id: str, *, as_of: datetime | None = None) -> Toolchain:
+    def toolchain(self, toolchain_id: str, *, as_of: datetime | str | None = None) -> Toolchain:
         """A toolchain's state: steps done with their outputs, the failed step, and
         `next_step`, the one to run (expiry judged at `as_of`, default now)."""
         return self.call(_toolchain.get(toolchain_id, as_of))
@@ -552,7 +552,7 @@ class MnemoClient:
         source: str,
         fresh_for_seconds: int,
         arguments: Mapping[str, Any] | None = None,
-        fetched_at: datetime | None = None,
+        fetched_at: datetime | str | None = None,
         key: str | None = None,
         trust: float | None = None,
         trigger: Mapping[str, str] | None = None,
@@ -579,6 +579,6 @@ class MnemoClient:
             )
         )
 
-    def suggestions(self, subject: str, *, as_of: datetime | None = None) -> Suggestions:
+    def suggestions(self, subject: str, *, as_of: datetime | str | None = None) -> Suggestions:
         """The tool calls the operators' triggers suggest for a subject's memories."""
         return self.call(_core.suggestions(subject, as_of))

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from mnemo.client._core import Call, seg
+from mnemo.client._core import Call, _instant, seg
 from mnemo.client.models import _Model
 
 __all__ = [
@@ -103,6 +103,6 @@ def fail_step(
     return Call("POST", path, _toolchain, body={"status": "failed", "error": error})
 
 
-def get(toolchain_id: str, as_of: datetime | None = None) -> Call[Toolchain]:
-    params = {"as_of": as_of.isoformat()} if as_of is not None else None
+def get(toolchain_id: str, as_of: datetime | str | None = None) -> Call[Toolchain]:
+    params = {"as_of": _instant(as_of)} if as_of is not None else None
     return Call("GET", f"/v1/toolchains/{seg(toolchain_id)}", _toolchain, params=params)

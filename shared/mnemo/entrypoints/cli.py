@@ -35,10 +35,10 @@ from mnemo import __version__
 from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.client._core import Call
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
-from mnemo.domain.errors import MnemoError
+from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
-from mnemo.settings import GatewaySettings, MnemoSettings, UnknownSetting, check_environment
+from mnemo.settings import GatewaySettings, MnemoSettings, check_environment
 
 if TYPE_CHECKING:
     from mnemo.bootstrap import Platform
@@ -303,7 +303,30 @@ def progress_bar(console: Console) -> Progress:
 # ---- the command group -------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Mnemo(click.Group):
+    """The command group, with the exit statuses the README gives: a command line that is
+    wrong (an unknown option, options that do not go together) is a local problem, exit 1,
+    not click's 2, which here means that Mnemo refused the request."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            exc.exit_code = EXIT_LOCAL
+            raise
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.exit_code = EXIT_LOCAL
+            raise
+
+
+@click.group(
+    cls=_Mnemo,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="mnemo")
 @click.option(
     "--url", envvar="MNEMO_URL", default=DEFAULT_URL, show_default=True, help="Mnemo's address."
@@ -369,7 +392,7 @@ def main(args: Sequence[str] | None = None) -> None:
     error does (exit status 78, EX_CONFIG)."""
     try:
         check_environment()
-    except UnknownSetting as exc:
+    except InvalidInput as exc:  # an unknown name, or one set twice
         click.echo(f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True)
         sys.exit(78)
     cli.main(args=list(args) if args is not None else None, prog_name="mnemo")

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from mnemo import telemetry
 from mnemo.bootstrap import build_consumer
+from mnemo.domain.errors import InvalidInput
 from mnemo.handlers import registry
-from mnemo.settings import MnemoSettings, UnknownSetting, check_environment
+from mnemo.settings import MnemoSettings, check_environment
 
 __all__ = ["main", "service_files", "write_service_files"]
 
@@ -31,7 +32,7 @@ __all__ = ["main", "service_files", "write_service_files"]
 def main(consumer: str) -> None:
     try:
         check_environment()
-    except UnknownSetting as exc:  # a configuration error: exit status 78 (EX_CONFIG)
+    except InvalidInput as exc:  # a configuration error: exit status 78 (EX_CONFIG)
         print(
             f"mnemo-{consumer}: cannot start: configuration error {exc.code}: {exc.message}",
             file=sys.stderr,
