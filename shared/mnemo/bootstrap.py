@@ -535,6 +535,8 @@ def build_embedded(
     tokenizer = make_tokenizer(settings)
     reads = OpenedMemoryStore(store, sealer)  # every use case reads memories opened, once
     searched = BlindTagIndex(index, sealer)
+    from mnemo.adapters.cn2an_numbers import arabic_numerals
+
     contexts = ContextAssembler(
         SealingEventLog(event_log, sealer),
         reads,
@@ -543,6 +545,7 @@ def build_embedded(
         tokenizer,
         tokenizer_for_model,
         clock,
+        numbers=arabic_numerals,
     )
     replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(
@@ -936,6 +939,8 @@ def build_distributed(
     tokenizer = make_tokenizer(settings)
     reads = OpenedMemoryStore(store, sealer)  # every use case reads memories opened, once
     searched = BlindTagIndex(index, sealer)
+    from mnemo.adapters.cn2an_numbers import arabic_numerals
+
     contexts = ContextAssembler(
         SealingEventLog(event_log, sealer),
         reads,
@@ -944,6 +949,7 @@ def build_distributed(
         tokenizer,
         tokenizer_for_model,
         clock,
+        numbers=arabic_numerals,
     )
     replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(

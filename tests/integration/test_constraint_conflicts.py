@@ -69,3 +69,31 @@ def test_contradicting_constraints_are_reported_and_the_more_trusted_wins(
         if e.envelope.type == ContextAssembled.TYPE
     ]
     assert recorded.envelope.payload["conflicts"] == [f"{strict}>{loose}:trust"]
+
+
+def test_the_assembly_reads_chinese_numerals_and_keeps_rules_for_other_groups(
+    platform: Platform,
+) -> None:
+    result = platform.app.publish(
+        CTX,
+        [
+            constraint("单笔转账不超过五千元", 0.9),
+            constraint("单笔转账上限两万元", 0.6),  # the same quantity, another limit
+            constraint("禁止向未成年人推荐信贷产品", 0.8),
+            constraint("允许向成年人推荐信贷产品", 0.7),  # another group: both hold
+        ],
+    )
+    platform.runner.drain()
+    strict, loose, minors, adults = (
+        platform.app.outcome(CTX, a.event_id)[0].memory_id for a in result.accepted
+    )
+    response = platform.app.context(CTX, ContextRequest(subjects=(S,), query="转账限额 信贷"))
+    [conflict] = response.conflicts
+    assert (conflict["kept"], conflict["dropped"]) == (strict, loose)
+    assert conflict["why"] in (
+        "different money limits (5000 and 20000)",
+        "different money limits (20000 and 5000)",  # the pair in memory id order
+    )
+    rendered = {i.candidate.memory.memory_id for i in response.assembly.included}
+    assert {strict, minors, adults} <= rendered
+    assert loose not in rendered

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mnemo.adapters.cn2an_numbers import arabic_numerals
 from mnemo.adapters.hashing_embedder import HashingEmbedder
 from mnemo.domain.conflicts import claim_of, find_conflicts
 from mnemo.domain.memory import Memory, MemoryType, Provenance, Scope
@@ -47,7 +48,9 @@ def cosine(a: Memory, b: Memory) -> float:
 
 
 def conflicts(a: str, b: str) -> list[str]:
-    found = find_conflicts([constraint(a, 1), constraint(b, 2)], cosine, THRESHOLD)
+    found = find_conflicts(
+        [constraint(a, 1), constraint(b, 2)], cosine, THRESHOLD, numbers=arabic_numerals
+    )
     return [d.why for d in found]
 
 
@@ -61,6 +64,24 @@ def conflicts(a: str, b: str) -> list[str]:
         ("Discounts must not exceed 20%", "Maximum discount is 15%", "percent"),
         ("Agents may offer refunds", "Agents must never offer refunds", "allows"),
         ("Daily withdrawals are capped at $2,000", "Daily withdrawals: at most $500", "money"),
+        # limits in Chinese numerals, against digits or each other
+        ("单笔转账不超过5000元", "单笔转账上限两万", "money"),
+        ("单笔转账不超过5000元", "单笔转账上限两万元", "money"),
+        ("单笔转账不超过五千元", "单笔转账上限为20000元", "money"),
+        ("单笔转账上限两万元", "单笔转账上限五万元", "money"),
+        ("每月最多退货三次", "每月最多退货5次", "times"),
+        ("每月最多退货两次", "每月最多退货3次", "times"),
+        ("单笔转账上限一点五万元", "单笔转账不超过2万元", "money"),
+        # 每笔 and 单笔 say the same quantity
+        ("每笔转账上限2万元", "单笔转账不得超过5万元", "money"),
+        # the same group, the same action: allowed and denied
+        ("不得向未成年人销售", "可以向未成年人销售", "allows"),
+        ("允许向成年人推荐信贷产品", "禁止向成年人推荐信贷产品", "allows"),
+        ("非会员不得预订房间", "非会员可以预订房间", "allows"),
+        ("Non-members must not book rooms", "Non-members may book rooms", "allows"),
+        ("Users under 18 may open accounts", "Users under 18 must not open accounts", "allows"),
+        # a deny that is a bound's wording against an allow beyond the bound
+        ("单笔转账不得超过5万元", "单笔转账可以在5万元以上", "allows"),
     ],
 )
 def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
@@ -81,6 +102,26 @@ def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
         ("Discounts must not exceed 20%", "Maximum discount is 20 percent"),
         # a floor and a ceiling of the same quantity can both hold
         ("单笔转账不低于100元", "单笔转账不超过5万元"),
+        # the same action for different groups: a negated group (未成年人, 未满18岁, 非会员,
+        # non-members) is not the plain one, nor is one group another (老年人, 成年人)
+        ("未成年人不得购买酒类", "成年人可以购买酒类"),
+        ("禁止向未成年人推荐信贷产品", "允许向成年人推荐信贷产品"),
+        ("禁止向未成年人推荐信贷产品", "可以向成年人推荐信贷产品"),
+        ("未满18岁的用户不能开户", "满18岁的用户可以开户"),
+        ("Do not sell alcohol to minors", "You may sell alcohol to adults"),
+        ("禁止向老年人推荐信贷产品", "允许向成年人推荐信贷产品"),
+        ("老年人不得购买酒类", "成年人可以购买酒类"),
+        ("老年人每日取现不超过2000元", "成年人每日取现不超过5000元"),
+        ("非会员不得预订房间", "会员可以预订房间"),
+        ("Non-members must not book rooms", "Members may book rooms"),
+        # an allow and a deny on ranges that do not meet
+        ("18岁以下的用户不能开户", "18岁以上的用户可以开户"),
+        ("Users under 18 must not open accounts", "Users over 18 may open accounts"),
+        # the same limit in Chinese numerals and in digits
+        ("单笔转账上限两万元", "单笔转账上限2万元"),
+        ("单笔转账上限两万", "单笔转账不得超过2万元"),
+        ("单笔转账上限一点五万元", "单笔转账不超过15000元"),
+        ("每月最多退货三次", "每月退货不超过3次"),
     ],
 )
 def test_constraints_that_only_look_alike_do_not_conflict(a: str, b: str) -> None:
@@ -113,3 +154,34 @@ def test_claims_read_bounds_units_and_polarity() -> None:
     assert [(k, b, f"{v:f}") for k, b, v in claim.limits] == [("money", "max", "50000")]
     assert claim_of("Agents may offer refunds").polarity == "allow"
     assert [k for k, _, _ in claim_of("亏损不超过百分之十").limits] == ["percent"]
+
+
+def limits(text: str) -> list[tuple[str, str, str]]:
+    return [(k, b, f"{v:f}") for k, b, v in claim_of(text, arabic_numerals).limits]
+
+
+def test_claims_read_chinese_numerals_that_state_a_quantity() -> None:
+    assert limits("单笔转账上限两万") == [("number", "max", "20000")]
+    assert limits("单笔转账不超过五千元") == [("money", "max", "5000")]
+    assert limits("单笔转账上限一点五万元") == [("money", "max", "15000")]
+    assert limits("每月最多退货三次") == [("times", "max", "3")]
+    assert limits("客户年龄必须满十八岁") == [("age", "min", "18")]
+    # words, ordinals and 一次性 are not quantities
+    assert limits("千万不要向未成年人销售烟酒") == []
+    assert limits("一律不得超过两万元") == [("money", "max", "20000")]
+    assert limits("第一次转账不超过五千元") == [("money", "max", "5000")]
+    assert limits("一次性转账不超过五万元") == [("money", "max", "50000")]
+    # without the platform's numbers, only digits (and 百分之…) are read
+    assert claim_of("单笔转账上限两万").limits == ()
+
+
+def test_claims_read_who_is_meant() -> None:
+    under, over = claim_of("未满18岁的用户不能开户"), claim_of("满18岁的用户可以开户")
+    assert [(k, b) for k, b, _ in under.limits] == [("age", "max")]
+    assert [(k, b) for k, b, _ in over.limits] == [("age", "min")]
+    assert (under.action, over.action) == ("deny", "allow")
+    # the deny of 不得超过 is the bound's wording, not what is done
+    assert claim_of("单笔转账不得超过5万元").action == ""
+    assert "¬成" in claim_of("未成年人不得购买酒类").subject
+    assert "成" in claim_of("成年人可以购买酒类").subject
+    assert "¬member" in claim_of("Non-members must not book rooms").subject

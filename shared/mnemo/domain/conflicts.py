@@ -5,14 +5,25 @@ Two constraints conflict when they are about the same matter and cannot both hol
 - the same matter: their texts are close in meaning (a similarity the caller measures
   with its embedder, at or above a threshold) AND what they constrain is the same: the
   words left once the numbers, bounds and allow/deny markers are taken out agree (the
-  same quantity, or the same action);
+  same quantity, or the same action, for the same people). They agree when they overlap
+  enough and neither has a word the other lacks while lacking one of the other's:
+  老年人 and 成年人, minors and adults name different groups. A word negated in one
+  (未成年人, 未满18岁, 非会员, non-members) is another word than the same word plain in
+  the other (成年人, 满18岁, 会员, members);
 - cannot both hold: two different limits of the same kind (a percentage, an amount of
-  money, a plain number) bounding in the same direction, or an allow and a deny.
+  money, a plain number) bounding in the same direction, or an allow and a deny, unless
+  the allow and the deny hold on ranges of one quantity that do not meet (未满18岁的用户
+  不能开户 and 满18岁的用户可以开户; up to $500 and over $500). A bare number (上限两万)
+  is in the unit of the other's one limit (不超过5000元).
+
+Numerals written in words (两万, 五千元, 三次, 一点五万) are read through the `numbers`
+function the platform passes in (cn2an's); only a numeral followed by a unit or following
+a bound goes through it, so the 一 of 一律 or the 千万 of 千万不要 stay words.
 
 "单笔转账不得超过5万元" and "单笔转账上限为2万元" conflict; "单笔转账不得超过5万元" and
 "单日取现不得超过2万元" only look alike (transfers and withdrawals are different
-quantities); "不得超过5万元" and "最多50000元" agree. The winner is the more trusted, then
-the more specific (narrower scope, then more tags), then the more recent.
+quantities); "不得超过5万元", "最多50000元" and "上限五万元" agree. The winner is the more
+trusted, then the more specific (narrower scope, then more tags), then the more recent.
 
 Pure: standard library only; the similarity comes in as a function.
 """
@@ -39,13 +50,13 @@ _DENY = re.compile(
 _ALLOW = re.compile(r"允许|可以|准许|\b(?:may|allowed|permitted|can|is\s+fine)\b", re.IGNORECASE)
 # bounds: a limit at most (max) or at least (min)
 _MAX = re.compile(
-    r"不超过|不得超过|不能超过|不可超过|最多|以内|以下|上限|封顶|最高|"
+    r"不超过|不得超过|不能超过|不可超过|最多|以内|以下|上限|封顶|最高|(?:未满|不满|不足)(?=\d)|"
     r"\b(?:at\s+most|no\s+more\s+than|not\s+(?:to\s+)?exceed|up\s+to|under|below|"
     r"max(?:imum)?|limit(?:ed)?\s+to|cap(?:ped)?\s+at)\b",
     re.IGNORECASE,
 )
 _MIN = re.compile(
-    r"不少于|不低于|至少|最少|最低|以上|下限|满(?=\d)|"
+    r"不少于|不低于|至少|最少|最低|以上|下限|(?<![未不])满(?=\d)|"
     r"\b(?:at\s+least|no\s+less\s+than|min(?:imum)?|over|above)\b",
     re.IGNORECASE,
 )
@@ -70,6 +81,18 @@ _NUMBER = re.compile(
     re.IGNORECASE,
 )
 _PERCENT_WORDS = re.compile(r"百分之([零〇一二两三四五六七八九十]+)")
+# a numeral in words (两万, 五千, 三, 一点五万), not one read as an ordinal (第一) or one that
+# continues digits (the 万 of 2万, which _NUMBER reads)
+_CN_NUMERALS = "零〇一二两三四五六七八九十百千万亿"
+_CN_NUMERAL = re.compile(rf"(?<![\d.第])[{_CN_NUMERALS}][{_CN_NUMERALS}点]*")
+_CN_DIGIT = re.compile(r"[零〇一二两三四五六七八九十]")
+# ... read as a number only when a unit follows it (五千元, 三次, not 一次性) or a bound comes
+# right before it (上限两万, 最多三)
+_UNIT_AFTER = re.compile(r"\s*(?:元|块|人民币|美元|岁|天|次(?!性)|%|％)")
+_BOUND_BEFORE = re.compile(
+    rf"(?:{_MAX.pattern}|{_MIN.pattern}|满)\s*(?:为|是|[:：])?\s*$", re.IGNORECASE
+)
+_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _MULTIPLIERS = {"k": 1_000, "千": 1_000, "万": 10_000, "百万": 1_000_000, "亿": 100_000_000}
 _UNIT_KIND = {
     "%": "percent",
@@ -122,6 +145,8 @@ _STOP = frozenset(
         "should",
         "shall",
         "will",
+        "每",
+        "各",
         "必",
         "须",
         "的",
@@ -133,7 +158,12 @@ _STOP = frozenset(
         "为",
     }
 )
-_WORD = re.compile(r"[a-z]+|[\u4e00-\u9fff]")
+# a word, or a negated one: non-members, 未成(年人), 未满(18岁), 非会(员), 无(卡)
+_WORD = re.compile(
+    r"\bnon(?:-|\s+)(?P<en>[a-z]+)|[a-z]+|"
+    r"[未非无不](?P<cjk>[\u4e00-\u9fff])|[\u4e00-\u9fff]"
+)
+_NEGATED = "¬"  # marks a negated word in a claim's subject
 
 
 def _stem(word: str) -> str:
@@ -141,6 +171,45 @@ def _stem(word: str) -> str:
     if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
         return word[:-1]
     return word
+
+
+def _words(text: str) -> frozenset[str]:
+    """The content words of `text` (casefolded, stemmed), a negated one as ¬word."""
+    words: set[str] = set()
+    for m in _WORD.finditer(text.casefold()):
+        negated = m.group("en") or m.group("cjk")
+        word = negated or m.group()
+        if word in _STOP:
+            continue
+        words.add(_NEGATED + _stem(word) if negated else _stem(word))
+    return frozenset(words)
+
+
+def _written_as_digits(numeral: str, numbers: Callable[[str], str]) -> str | None:
+    """A numeral in words as digits (两万 -> 20000, 一点五万 -> 1.5万), or None."""
+    numeral = numeral.replace("两", "二")  # cn2an reads 两 only in some places
+    head, multiplier = numeral[:-1], numeral[-1]
+    if "点" in head and multiplier in "千万亿":  # 一点五万: cn2an reads 一点五, _NUMBER the 万
+        written = numbers(head)
+        return written + multiplier if _PLAIN_NUMBER.fullmatch(written) else None
+    written = numbers(numeral)
+    return written if _PLAIN_NUMBER.fullmatch(written) else None
+
+
+def _arabic(text: str, numbers: Callable[[str], str]) -> str:
+    """`text` with the numerals in words that state a quantity written as digits."""
+    out: list[str] = []
+    end = 0
+    for m in _CN_NUMERAL.finditer(text):
+        if not _CN_DIGIT.search(m.group()):
+            continue  # 万, 千: a multiplier alone
+        if not (_UNIT_AFTER.match(text, m.end()) or _BOUND_BEFORE.search(text, 0, m.start())):
+            continue  # a word: 一律, 千万不要, 万一
+        digits = _written_as_digits(m.group(), numbers)
+        if digits is not None:
+            out += [text[end : m.start()], digits]
+            end = m.end()
+    return "".join(out) + text[end:]
 
 
 def _small_cn_number(text: str) -> int:
@@ -158,11 +227,18 @@ class Claim:
 
     polarity: str  # "deny", "allow", or "" when it says neither
     limits: tuple[tuple[str, str, Decimal], ...]  # (kind, bound, value): ("money", "max", 50000)
-    subject: frozenset[str]  # the words left: what is constrained
+    subject: frozenset[str]  # the words left: what is constrained (¬word: a negated word)
+    # the allow or deny once the bounds' own words are out: "deny" for 未满18岁的用户不能开户
+    # (the deny holds under the bound), "" for 不得超过5万元 (the deny is the bound's wording)
+    action: str = ""
 
 
-def claim_of(text: str) -> Claim:
+def claim_of(text: str, numbers: Callable[[str], str] | None = None) -> Claim:
+    """What `text` says; `numbers` writes Chinese numerals as digits (五千 -> 5000; the
+    platform passes cn2an's), without it only 百分之… is read."""
     normalized = _PERCENT_WORDS.sub(lambda m: f"{_small_cn_number(m.group(1))}%", text)
+    if numbers is not None:
+        normalized = _arabic(normalized, numbers)
     bound = "max" if _MAX.search(normalized) else "min" if _MIN.search(normalized) else ""
     limits: list[tuple[str, str, Decimal]] = []
     for m in _NUMBER.finditer(normalized):
@@ -176,12 +252,16 @@ def claim_of(text: str) -> Claim:
         unit = re.sub(r"\s+", " ", unit)
         kind = "money" if m.group("cur") else _UNIT_KIND.get(unit, "number")
         limits.append((kind, bound, value.normalize()))
-    polarity = "deny" if _DENY.search(normalized) else "allow" if _ALLOW.search(normalized) else ""
+    polarity = _polarity(normalized)
+    action = _polarity(_MIN.sub(" ", _MAX.sub(" ", normalized)))
     rest = _NUMBER.sub(" ", normalized)
     for pattern in (_MAX, _MIN, _DENY, _ALLOW):  # bounds first: 不得超过 is one bound
         rest = pattern.sub(" ", rest)
-    words = frozenset(_stem(w) for w in _WORD.findall(rest.casefold()) if w not in _STOP)
-    return Claim(polarity, tuple(limits), words)
+    return Claim(polarity, tuple(limits), _words(rest), action)
+
+
+def _polarity(text: str) -> str:
+    return "deny" if _DENY.search(text) else "allow" if _ALLOW.search(text) else ""
 
 
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
@@ -191,17 +271,47 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def same_matter(a: Claim, b: Claim, min_overlap: float = 0.6) -> bool:
-    """Whether two claims constrain the same thing: their remaining words agree."""
+    """Whether two claims constrain the same thing: their remaining words agree. When
+    each has a word the other lacks (老年人 and 成年人; 未成年人, whose 成 is negated, and
+    成年人), they name different groups, quantities or actions however much else they
+    share."""
+    if a.subject - b.subject and b.subject - a.subject:
+        return False
     return _overlap(a.subject, b.subject) >= min_overlap
+
+
+def _same_kind(kind: str, kind_b: str, a: Claim, b: Claim) -> bool:
+    """Whether two limits count in the same unit: the same kind, or a bare number (上限两万)
+    against the other claim's one limit (不超过5000元)."""
+    if kind == kind_b:
+        return True
+    return (kind == "number" and len(b.limits) == 1) or (kind_b == "number" and len(a.limits) == 1)
+
+
+def _apart(a: Claim, b: Claim) -> bool:
+    """Whether an allow and a deny hold on ranges of one quantity that do not meet: 未满18岁
+    (under 18) and 满18岁 (18 or more), up to $500 and over $500."""
+    if {a.action, b.action} != {"allow", "deny"}:
+        return False  # a deny that is a bound's wording (不得超过) bounds what is allowed
+    for kind, bound, value in a.limits:
+        for kind_b, bound_b, value_b in b.limits:
+            if not _same_kind(kind, kind_b, a, b):
+                continue
+            if (bound, bound_b) == ("max", "min") and value_b >= value:
+                return True
+            if (bound, bound_b) == ("min", "max") and value >= value_b:
+                return True
+    return False
 
 
 def incompatible(a: Claim, b: Claim) -> str | None:
     """Why two claims about the same matter cannot both hold, or None."""
     for kind, bound, value in a.limits:
         for kind_b, bound_b, value_b in b.limits:
-            if kind == kind_b and bound == bound_b and value != value_b:
-                return f"different {kind} limits ({value:f} and {value_b:f})"
-    if {a.polarity, b.polarity} == {"allow", "deny"}:
+            if _same_kind(kind, kind_b, a, b) and bound == bound_b and value != value_b:
+                named = kind if kind != "number" else kind_b
+                return f"different {named} limits ({value:f} and {value_b:f})"
+    if {a.polarity, b.polarity} == {"allow", "deny"} and not _apart(a, b):
         return "one allows what the other denies"
     return None
 
@@ -238,10 +348,12 @@ def find_conflicts(
     constraints: Sequence[Memory],
     similarity: Callable[[Memory, Memory], float],
     threshold: float,
+    numbers: Callable[[str], str] | None = None,
 ) -> list[ConflictDecision]:
     """Pairs of keyless constraints that contradict each other, each decided once, in a
-    stable order. A memory that lost is not compared again (its winner stands for it)."""
-    claims = {m.memory_id: claim_of(m.text()) for m in constraints}
+    stable order. A memory that lost is not compared again (its winner stands for it).
+    `numbers` writes Chinese numerals as digits (claim_of)."""
+    claims = {m.memory_id: claim_of(m.text(), numbers) for m in constraints}
     ordered = sorted(constraints, key=lambda m: m.memory_id)
     dropped: set[str] = set()
     decisions: list[ConflictDecision] = []

@@ -157,6 +157,8 @@ class ContextAssembler:
         tokenizer: Tokenizer,
         tokenizer_for: Callable[[str], Tokenizer],
         clock: Clock,
+        *,
+        numbers: Callable[[str], str] | None = None,
     ) -> None:
         self.log = log
         self.store = store
@@ -165,6 +167,9 @@ class ContextAssembler:
         self.tokenizer = tokenizer
         self.tokenizer_for = tokenizer_for
         self.clock = clock
+        # Chinese numerals as digits, for comparing the limits of keyless constraints (the
+        # wiring passes cn2an's; without it only 百分之… is read)
+        self._numbers = numbers
         self._tokenizers: dict[str, Tokenizer] = {}
         self._embeddings: dict[str, list[float]] = {}  # constraint texts, for conflicts
         # the documents' use cases, for sections filled from a structured query (set by
@@ -622,7 +627,9 @@ class ContextAssembler:
         ]
         if len(keyless) < 2:
             return ranked
-        decisions = find_conflicts(keyless, self._similarity, self._conflict_threshold())
+        decisions = find_conflicts(
+            keyless, self._similarity, self._conflict_threshold(), self._numbers
+        )
         losers: set[str] = set()
         for d in decisions:
             losers.add(d.dropped.memory_id)
