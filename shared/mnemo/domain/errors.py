@@ -78,3 +78,11 @@ class KeyDestroyed(MnemoError):
     """The encryption key was destroyed (crypto-shredded) or never existed."""
 
     code = "KEY_DESTROYED"
+
+
+def echoed(value: str) -> str:
+    """A caller's id as an error message may repeat it: an id shaped like an API key (one
+    pasted in the wrong place) is not repeated, and a long one is cut short."""
+    if value.startswith("mnemo_"):
+        return "with that id (it has the form of an API key, which is not repeated here)"
+    return value if len(value) <= 80 else f"{value[:40]}… ({len(value)} characters)"

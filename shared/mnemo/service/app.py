@@ -19,7 +19,14 @@ from mnemo.domain import replica
 from mnemo.domain.acceptance import accept
 from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.edge import EDGE
-from mnemo.domain.errors import ConflictError, InvalidInput, MnemoError, NotFound, Unavailable
+from mnemo.domain.errors import (
+    ConflictError,
+    InvalidInput,
+    MnemoError,
+    NotFound,
+    Unavailable,
+    echoed,
+)
 from mnemo.domain.events import (
     ActorKind,
     Envelope,
@@ -347,7 +354,7 @@ class Mnemo:
             )
         if record is None:
             raise InvalidInput(
-                f"no assembled context {cited.request_id}",
+                f"no assembled context {echoed(cited.request_id)}",
                 code="CONTEXT_NOT_FOUND",
                 field=f"events[{i}].payload.request_id",
             )
@@ -447,7 +454,9 @@ class Mnemo:
     def get(self, ctx: RequestContext, memory_id: str) -> Memory:
         memory = self.store.get(ctx.tenant, memory_id)
         if memory is None:
-            raise NotFound(f"no memory {memory_id}", code="MEMORY_NOT_FOUND", field="memory_id")
+            raise NotFound(
+                f"no memory {echoed(memory_id)}", code="MEMORY_NOT_FOUND", field="memory_id"
+            )
         return memory
 
     def list_memories(
@@ -788,5 +797,5 @@ class Mnemo:
     def outcome(self, ctx: RequestContext, event_id: str) -> list[Outcome]:
         found = self.store.outcome(ctx.tenant, event_id)
         if not found and self.log.get(ctx.tenant, event_id) is None:
-            raise NotFound(f"no event {event_id}", code="EVENT_NOT_FOUND", field="event_id")
+            raise NotFound(f"no event {echoed(event_id)}", code="EVENT_NOT_FOUND", field="event_id")
         return found

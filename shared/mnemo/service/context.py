@@ -26,7 +26,7 @@ from mnemo.domain.context import (
     score_candidate,
 )
 from mnemo.domain.documents import Condition
-from mnemo.domain.errors import InvalidInput, MnemoError, NotFound, Unavailable
+from mnemo.domain.errors import InvalidInput, MnemoError, NotFound, Unavailable, echoed
 from mnemo.domain.events import (
     Actor,
     ActorKind,
@@ -870,7 +870,9 @@ class ContextAssembler:
         record = self.store.context_record(tenant, request_id)
         if record is None:
             raise NotFound(
-                f"no assembled context {request_id}", code="CONTEXT_NOT_FOUND", field="request_id"
+                f"no assembled context {echoed(request_id)}",
+                code="CONTEXT_NOT_FOUND",
+                field="request_id",
             )
         used = set(record.memory_ids)
         cited: list[tuple[str, str]] = []

@@ -34,7 +34,7 @@ from mnemo.domain.documents import (
     ParsedDocument,
     extract_entities,
 )
-from mnemo.domain.errors import InvalidInput, NotFound
+from mnemo.domain.errors import InvalidInput, NotFound, echoed
 from mnemo.domain.events import DocumentIngested, Envelope
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import MemoryStatus, MemoryType
@@ -456,5 +456,5 @@ class Documents:
     def document(self, ctx: RequestContext, document_id: str) -> DocumentRecord:
         found = self.reads.document(ctx.tenant, document_id)
         if found is None:
-            raise NotFound(f"no document {document_id}", code="DOCUMENT_NOT_FOUND")
+            raise NotFound(f"no document {echoed(document_id)}", code="DOCUMENT_NOT_FOUND")
         return found

@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from mnemo.domain.checkpoint import Checkpoint
-from mnemo.domain.errors import InvalidInput, MnemoError, NotFound, Unavailable
+from mnemo.domain.errors import InvalidInput, MnemoError, NotFound, Unavailable, echoed
 from mnemo.domain.events import CATALOG, Envelope, LoggedEvent
 from mnemo.domain.ids import valid_stream
 from mnemo.domain.memory import Memory, MemoryStatus
@@ -368,7 +368,9 @@ class Insights:
         the contexts it was rendered in or cut from (in log order)."""
         memory = self.store.get(ctx.tenant, memory_id)
         if memory is None:
-            raise NotFound(f"no memory {memory_id}", code="MEMORY_NOT_FOUND", field="memory_id")
+            raise NotFound(
+                f"no memory {echoed(memory_id)}", code="MEMORY_NOT_FOUND", field="memory_id"
+            )
         versions = (
             self.store.history(ctx.tenant, memory.stream, memory.key) if memory.key else [memory]
         ) or [memory]
@@ -436,7 +438,9 @@ class Insights:
         record = self.store.context_record(ctx.tenant, request_id)
         if record is None:
             raise NotFound(
-                f"no assembled context {request_id}", code="CONTEXT_NOT_FOUND", field="request_id"
+                f"no assembled context {echoed(request_id)}",
+                code="CONTEXT_NOT_FOUND",
+                field="request_id",
             )
         sections = (
             record.sections
