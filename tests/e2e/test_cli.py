@@ -660,3 +660,17 @@ def test_tool_record_and_suggestions(mnemo: Invoke, stream: str) -> None:
     )  # fmt: skip
     assert large.exit_code == 2
     assert "error TOOL_RESULT_TOO_LARGE" in large.stderr
+
+
+def test_context_names_the_constraint_it_kept_of_two_that_contradict(mnemo: Invoke) -> None:
+    stream = "user:cli-conflict"
+    for text in ("单笔转账上限为2万元", "单笔转账不得超过5万元"):
+        said = mnemo("remember", text, "--stream", stream, "--type", "constraint")
+        assert said.exit_code == 0, said.output
+    shown = mnemo("context", "转账", "--subject", stream)
+    assert shown.exit_code == 0, shown.output
+    assert "1 left out" in shown.output
+    [line] = [x for x in shown.output.splitlines() if x.startswith("conflict: ")]
+    assert "单笔转账不得超过5万元" in line  # the later one: equal trust and scope, recency
+    assert "单笔转账上限为2万元" in line
+    assert "by recency" in line

@@ -715,3 +715,31 @@ async def test_a_suggested_call_is_offered_then_closed_by_its_recorded_result(
             )
         )
         assert bad["code"] == "TOOL_RESULT_TOO_LARGE"
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_get_context_says_which_of_two_contradicting_constraints_it_kept(
+    server_url: str, transport: str, sdk: MnemoClient
+) -> None:
+    subject = f"user:conflict-{transport}"
+
+    def constraint(text: str, trust: float) -> dict[str, Any]:
+        return {"type": "MemoryDeclared", "schema_version": 1, "stream": subject,
+                "payload": {"memory": {"type": "constraint", "content": text,
+                                       "provenance": {"trust": trust}}}}  # fmt: skip
+
+    strict, loose = sdk.publish(
+        [constraint("单笔转账不得超过5万元", 0.9), constraint("单笔转账上限为2万元", 0.6)],
+        wait="registered",
+    ).memory_ids
+    async with connect(server_url, transport) as client:
+        got = data(await client.call_tool("get_context", {"subjects": [subject], "query": "转账"}))
+    [conflict] = got["conflicts"]
+    assert (conflict["kept"], conflict["dropped"], conflict["decided_by"]) == (
+        strict,
+        loose,
+        "trust",
+    )
+    assert conflict["kept_text"] == "单笔转账不得超过5万元"
+    assert "money" in conflict["why"]
+    assert {"memory_id": loose, "section": "constraints", "reason": "conflict"} in got["left_out"]

@@ -1056,6 +1056,14 @@ def render_context(answer: Mapping[str, Any]) -> None:
         f"{len(answer['left_out'])} left out",
         err=True,
     )
+    for conflict in answer.get("conflicts") or []:
+        kept = conflict.get("kept_text") or conflict.get("kept")
+        dropped = conflict.get("dropped_text") or conflict.get("dropped")
+        click.echo(
+            f"conflict: kept {kept!r} over {dropped!r} ({conflict.get('why') or 'incompatible'}; "
+            f"by {conflict.get('decided_by') or 'rule'})",
+            err=True,
+        )
 
 
 @cli.command()

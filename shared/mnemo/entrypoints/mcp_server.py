@@ -262,6 +262,38 @@ class LeftOutOut(BaseModel):
     reason: str
 
 
+class ConflictOut(BaseModel):
+    """Two constraints that cannot both hold: the one kept, the one left out, and why."""
+
+    kept: str = Field(description="the memory id kept in the context")
+    dropped: str = Field(description="the memory id left out (listed in left_out)")
+    kept_text: str | None = None
+    dropped_text: str | None = None
+    why: str | None = Field(default=None, description="what makes them incompatible")
+    decided_by: str | None = Field(
+        default=None, description="trust, specificity or recency: what chose the one kept"
+    )
+    key: str | None = None
+
+
+def _conflict(raw: dict[str, Any]) -> ConflictOut:
+    """A resolved conflict as the context answer gives it, with the fields an agent reads."""
+
+    def text(name: str) -> str | None:
+        value = raw.get(name)
+        return None if value is None else str(value)
+
+    return ConflictOut(
+        kept=str(raw.get("kept", "")),
+        dropped=str(raw.get("dropped", "")),
+        kept_text=text("kept_text"),
+        dropped_text=text("dropped_text"),
+        why=text("why"),
+        decided_by=text("decided_by"),
+        key=text("key"),
+    )
+
+
 class ContextOut(BaseModel):
     request_id: str = Field(description="pass it to `feedback` with your answer")
     context: str = Field(description="the text to put in front of the model")
@@ -270,6 +302,11 @@ class ContextOut(BaseModel):
     template: str
     included: list[IncludedOut]
     left_out: list[LeftOutOut]
+    conflicts: list[ConflictOut] = Field(
+        default_factory=list,
+        description="constraints that contradict each other, resolved: tell the user which "
+        "one was applied when it matters",
+    )
     warnings: list[str]
     suggestions: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -580,6 +617,7 @@ def _tools(server: MnemoMCPServer, upstream: Upstream) -> None:
                     LeftOutOut(memory_id=x.memory_id, section=x.section, reason=x.reason)
                     for x in c.left_out
                 ],
+                conflicts=[_conflict(x) for x in c.conflicts],
                 warnings=c.warnings,
                 suggestions=[x.model_dump(mode="json") for x in c.suggestions],
             )
