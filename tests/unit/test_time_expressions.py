@@ -191,7 +191,9 @@ def test_a_query_zone_is_its_named_zone_else_its_as_of_offset_else_utc() -> None
             query_zone(bad, offset)
     # yesterday, read at 23:30 local with the as_of's offset: the 28th, not the UTC 1st
     assert _days("yesterday", offset, query_zone(None, offset)) == [date(2025, 2, 28)]
-    assert _days("昨天", offset) == [date(2025, 3, 1)]  # no zone: UTC's yesterday
+    # no zone: the offset the instant carries; an instant in UTC: UTC's yesterday
+    assert _days("昨天", offset) == [date(2025, 2, 28)]
+    assert _days("昨天", offset.astimezone(UTC)) == [date(2025, 3, 1)]
 
 
 def test_search_and_context_read_yesterday_in_the_requests_time_zone(
@@ -226,3 +228,17 @@ def test_search_and_context_read_yesterday_in_the_requests_time_zone(
             CTX, ContextRequest(subjects=("user:U1",), query=query, timezone="Mars/Olympus")
         )
     assert caught.value.code == "INVALID_TIMEZONE"
+
+
+def test_a_turn_is_dated_at_the_offset_it_was_said_at_when_it_names_no_zone() -> None:
+    from mnemo.domain.text import keyword_terms
+
+    said = datetime(2026, 11, 16, 0, 30, tzinfo=timezone(timedelta(hours=8)))  # 15th in UTC
+    sixteenth, fifteenth = keyword_terms("16 November 2026"), keyword_terms("15 November 2026")
+    assert history_terms("Ok.", said)[:3] == sixteenth
+    assert history_terms("我昨天去了西湖", said) == [*sixteenth, "15"]  # yesterday: the 15th
+    # a zone given as an offset is read as one, whatever offset the instant was stored at
+    in_utc = said.astimezone(UTC)
+    assert history_terms("Ok.", in_utc)[:3] == fifteenth
+    assert history_terms("Ok.", in_utc, "+08:00")[:3] == sixteenth
+    assert history_terms("Ok.", in_utc, "Asia/Shanghai")[:3] == sixteenth

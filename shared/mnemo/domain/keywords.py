@@ -21,7 +21,8 @@ keeps corpus statistics.
   property of the memory alone (what changes with the corpus would have to be rewritten
   into every point), and only sets where "long" begins.
 * A conversation turn's date: a history memory also carries the terms of the calendar date
-  it was said on ("8 May 2023", in the memory's time zone), so "what did she say in May
+  it was said on ("8 May 2023", in the memory's time zone, else at the UTC offset its
+  event time carries: the user's own calendar), so "what did she say in May
   2023" matches the turns of that day by keyword. Like a field of its own (BM25F), the
   date's terms do not make the memory longer: its text alone sets the length.
 * Relative time expressions: a history turn that says "yesterday", "last Saturday",
@@ -40,10 +41,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from mnemo.domain.text import STOP_TERMS, keyword_terms, query_terms
-from mnemo.domain.timeexpr import Span, Zone, resolve, zone_of
+from mnemo.domain.timeexpr import Span, Zone, resolve, seen_in
 
 __all__ = [
     "BM25_B",
@@ -73,7 +74,9 @@ REFERENCE_LENGTH = 35.0
 # 2: a history memory also carries its date's terms (date_terms).
 # 3: ... and the terms of the days its relative time expressions name (history_terms);
 #    stopwords (text.STOP_TERMS) are left out of memories as they were of queries.
-TERMS_VERSION = 3
+# 4: a turn's days are those of the offset it was said at when it names no zone (UTC
+#    before), and a zone given as an offset (+08:00) is read as one (UTC before).
+TERMS_VERSION = 4
 # What the stored keyword vectors were made with. An index records it when it is created;
 # one made with another format is rebuilt from the log (embedded: at start; server: 503
 # INDEX_NEEDS_REBUILD until `mnemo admin rebuild`), since its weights would rank
@@ -142,8 +145,9 @@ _MONTHS = (
 
 def date_terms(at: datetime, timezone: str | None = None) -> list[str]:
     """The keyword terms of the calendar date of `at` ("8 May 2023" -> 8, may, 2023), in the
-    given IANA time zone (UTC when none, or one this machine does not know)."""
-    day = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(zone_of(timezone))
+    given time zone (an IANA name or a UTC offset), else at the offset `at` carries (the
+    one the user was at when it was said), else UTC."""
+    day = seen_in(at, timezone)
     return _day_terms(day.day, day.month, day.year)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
+from datetime import timezone as dt_timezone
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -59,16 +60,32 @@ def zone_name_error(name: str) -> str | None:
 
 
 def zone_of(timezone: Zone) -> tzinfo:
-    """An IANA time zone (a tzinfo as it is), or UTC when none is given or this machine
-    does not know it."""
+    """An IANA time zone or a UTC offset such as +08:00 (a tzinfo as it is), or UTC when
+    none is given or this machine does not know it."""
     if isinstance(timezone, tzinfo):
         return timezone
     if timezone:
+        offset = _OFFSET_NAME.fullmatch(timezone)
+        if offset is not None:
+            if zone_name_error(timezone) is not None:
+                return UTC
+            sign = 1 if offset.group(1) == "+" else -1
+            hours, minutes = int(offset.group(2)), int(offset.group(3))
+            return dt_timezone(sign * timedelta(hours=hours, minutes=minutes))
         try:
             return ZoneInfo(timezone)
         except (ZoneInfoNotFoundError, ValueError):
             return UTC
     return UTC
+
+
+def seen_in(at: datetime, timezone: Zone = None) -> datetime:
+    """`at` on the wall clock of the given zone; with none, at the UTC offset `at` carries
+    (a turn said at 00:30+08:00 was said on that day, not on UTC's day before); UTC when
+    `at` carries none."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at if timezone is None else at.astimezone(zone_of(timezone))
 
 
 def query_zone(timezone: str | None, as_of: datetime | None) -> Zone:
@@ -86,10 +103,9 @@ def query_zone(timezone: str | None, as_of: datetime | None) -> Zone:
 
 
 def local_day(at: datetime, timezone: Zone = None) -> date:
-    """The calendar day of `at` in the given time zone (UTC when `at` is naive)."""
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return at.astimezone(zone_of(timezone)).date()
+    """The calendar day of `at` in the given time zone, else at the offset `at` carries
+    (UTC when `at` is naive)."""
+    return seen_in(at, timezone).date()
 
 
 _NUMBERS = {
