@@ -242,3 +242,43 @@ def test_a_turn_is_dated_at_the_offset_it_was_said_at_when_it_names_no_zone() ->
     assert history_terms("Ok.", in_utc)[:3] == fifteenth
     assert history_terms("Ok.", in_utc, "+08:00")[:3] == sixteenth
     assert history_terms("Ok.", in_utc, "Asia/Shanghai")[:3] == sixteenth
+
+
+def test_a_question_that_writes_a_date_in_chinese_finds_the_turns_of_that_day(
+    platform: Platform, clock: FixedClock
+) -> None:
+    shanghai = ZoneInfo("Asia/Shanghai")
+    said = [
+        (datetime(2026, 11, d, 20, 0, tzinfo=shanghai), f"我们去了{place}")
+        for d, place in [(18, "博物馆"), (19, "西湖"), (20, "书店"), (21, "公园")]
+    ]
+    clock.set(datetime(2026, 11, 25, 12, 0, tzinfo=UTC))
+    _say(platform, said)
+
+    def top(query: str) -> str:
+        return platform.app.search(CTX, query, streams=["user:U1"])[0].memory.content
+
+    assert top("11月19日我们做了什么") == "我们去了西湖"
+    assert top("十一月二十号我们去哪了") == "我们去了书店"
+    assert top("2026年11月21日的安排") == "我们去了公园"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("11月19日我做了什么", [(None, 11, 19)]),
+        ("2026年11月20日", [(2026, 11, 20)]),
+        ("十一月十九号和十一月二十号", [(None, 11, 19), (None, 11, 20)]),
+        ("我十一月去了哪", [(None, 11, None)]),
+        ("三个月前", []),  # a span of time, not a date
+        ("每月还款", []),
+        ("12月32日", []),
+        ("13月1日", []),
+    ],
+)
+def test_dates_written_in_chinese_are_read(
+    text: str, want: list[tuple[int | None, int, int | None]]
+) -> None:
+    from mnemo.domain.timeexpr import written_dates
+
+    assert written_dates(text) == want

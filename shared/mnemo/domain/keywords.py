@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from mnemo.domain.text import STOP_TERMS, keyword_terms, query_terms
-from mnemo.domain.timeexpr import Span, Zone, resolve, seen_in
+from mnemo.domain.timeexpr import Span, Zone, resolve, seen_in, written_dates
 
 __all__ = [
     "BM25_B",
@@ -155,6 +155,17 @@ def _day_terms(day: int, month: int, year: int) -> list[str]:
     return keyword_terms(f"{day} {_MONTHS[month - 1]} {year}")
 
 
+def written_date_terms(text: str) -> list[str]:
+    """The date terms of the calendar dates a text writes out in Chinese (11月19日 -> 19,
+    novemb; 2026年11月 -> novemb, 2026), the terms a turn's date field carries, so a
+    question that names a day in Chinese finds the turns said on it."""
+    terms: list[str] = []
+    for year, month, day in written_dates(text):
+        parts = [str(day) if day is not None else "", _MONTHS[month - 1], str(year or "")]
+        terms.extend(keyword_terms(" ".join(p for p in parts if p)))
+    return list(dict.fromkeys(terms))
+
+
 def span_terms(spans: Sequence[Span]) -> list[str]:
     """The distinct date terms of resolved time expressions: each day of a span of days
     (a weekend or a week: every day number, its months and years), a month's month and
@@ -200,10 +211,12 @@ def passage_vector(text: str, dated: Sequence[str] = ()) -> SparseVector:
 
 
 def query_vector(text: str, as_of: datetime | None = None, timezone: Zone = None) -> SparseVector:
-    """A query's keyword vector: 1.0 on each distinct query term, and, given the moment
-    the query speaks from (`as_of`, in `timezone`, UTC when none), on the date terms of
-    the days its relative time expressions name ("yesterday" -> that day's terms)."""
+    """A query's keyword vector: 1.0 on each distinct query term and on the date terms of
+    the dates it writes out in Chinese (written_date_terms), and, given the moment the
+    query speaks from (`as_of`, in `timezone`, UTC when none), on the date terms of the
+    days its relative time expressions name ("yesterday" -> that day's terms)."""
     terms = [fold_term(t) for t in query_terms(text)]
+    terms.extend(written_date_terms(text))
     if as_of is not None:
         terms.extend(span_terms(resolve(text, as_of, timezone)))
     ids = sorted({term_id(t) for t in terms})

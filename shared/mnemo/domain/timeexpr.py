@@ -172,6 +172,31 @@ def _zh_number(text: str) -> int:
     return _ZH_NUMBERS.get(tens, 1) * 10 + _ZH_NUMBERS.get(ones, 0)
 
 
+_ZH_NUMERAL = "一二三四五六七八九十"
+_ZH_DATE = re.compile(
+    rf"(?:(\d{{4}})\s*年\s*)?(?<![\d{_ZH_NUMERAL}个])([{_ZH_NUMERAL}]{{1,3}}|\d{{1,2}})\s*月"
+    rf"(?:\s*([{_ZH_NUMERAL}]{{1,3}}|\d{{1,2}})\s*[日号])?"
+)
+
+
+def written_dates(text: str) -> list[tuple[int | None, int, int | None]]:
+    """The calendar dates written out in Chinese (2026年11月20日, 11月19号, 十一月): each as
+    (year or None, month, day or None), first first, without repeats."""
+    found: list[tuple[int | None, int, int | None]] = []
+    for m in _ZH_DATE.finditer(text):
+        try:
+            month = _zh_number(m.group(2))
+            day = _zh_number(m.group(3)) if m.group(3) else None
+        except KeyError:
+            continue
+        if not 1 <= month <= 12 or (day is not None and not 1 <= day <= 31):
+            continue
+        written = (int(m.group(1)) if m.group(1) else None, month, day)
+        if written not in found:
+            found.append(written)
+    return found
+
+
 def _day(d: date) -> Span:
     return Span(d, d, "days")
 

@@ -9,7 +9,8 @@
    A query mostly in Chinese, Japanese or Korean weighs its keyword list 0.25: its terms
    are single characters and character bigrams, and sharing one is far weaker evidence
    than sharing an English word stem (chosen on half of tests/data/zh_retrieval, the
-   other half held out; docs/adr/0015).
+   other half held out; docs/adr/0015); unless it names a day (11月19日, 昨天, 上周),
+   whose date terms are strong evidence in any script.
 2. Episodes: memories tagged `episode:<id>` (by the client, or by registration from the
    pauses between a subject's turns) are turns of one conversation or task. A turn
    gains 0.6 x the best fused score among the turns near it (an answer often sits next
@@ -41,7 +42,7 @@ from mnemo.domain.errors import InvalidInput
 from mnemo.domain.keywords import query_vector
 from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.text import keyword_terms, mostly_cjk
-from mnemo.domain.timeexpr import Zone, query_zone
+from mnemo.domain.timeexpr import Zone, query_zone, resolve, written_dates
 from mnemo.ports import Fusion, MemoryQuery, MemoryReads, VectorFilter, VectorIndex
 
 __all__ = ["RANKING", "Ranked", "Ranking", "rank", "request_zone"]
@@ -109,16 +110,22 @@ def rank(
         scopes=tuple(s.value for s in base.scopes),
         tags=base.tags,
     )
+    when = as_of or base.live_at
+    # a query that names a day (11月19日, 昨天) keeps the full keyword weight whatever its
+    # script: a date's terms are as strong evidence in Chinese as in English
+    dated = bool(written_dates(text)) or (when is not None and bool(resolve(text, when, timezone)))
     fusion = Fusion(
         k=ranking.rrf_k,
         dense_weight=ranking.w_vector,
-        keyword_weight=ranking.w_keyword_cjk if mostly_cjk(text) else ranking.w_keyword,
+        keyword_weight=(
+            ranking.w_keyword_cjk if mostly_cjk(text) and not dated else ranking.w_keyword
+        ),
         depth=depth,
     )
     # the best `depth` of the fused union (up to `depth` from each list) is the pool to
     # boost from: the whole union (2 x depth) ranked no better on LoCoMo or the Chinese
     # set (ADR 0018) and doubled the memories each search reads
-    keywords = query_vector(text, as_of or base.live_at, timezone)
+    keywords = query_vector(text, when, timezone)
     hits = index.hybrid_search(tenant, vector, keywords, depth, flt, fusion)
     fused_rank = {mid: r for r, (mid, _) in enumerate(hits, 1)}
     pool = {
