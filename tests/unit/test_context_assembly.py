@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -747,3 +747,275 @@ def test_neighbouring_turns_only_fill_what_the_hits_leave_of_the_budget() -> Non
     )
     assert ids(one_spare) == ["h1", "h1n", "h2"]
     assert dropped(one_spare) == ["h2n"]
+
+
+# ---- ranked sections spend the budget on their evidence ---------------------------------------
+
+TURN = MemoryType.HISTORY
+HISTORY_ONLY = template(section("history", 1, types=(TURN,)))
+
+
+def turn(mid: str, content: str, *, weight: float) -> Memory:
+    return mem(mid, content, type=TURN, weight=weight)
+
+
+def hit(memory: Memory, *, score: float) -> Candidate:
+    return Candidate(memory, score, 1, memory.semantic_weight, 1.0, 0.5, score)
+
+
+def test_the_neighbours_of_the_weaker_hit_go_first_however_old_the_stronger_one_is() -> None:
+    # the stronger hit was said first, so it and its neighbours have decayed a little more:
+    # a lower weight must not send its neighbours out before the weaker hit's
+    strong = hit(turn("s0", "Caroline: my sister adopted a kitten.", weight=0.228195), score=0.637)
+    weak = hit(turn("w0", "Melanie: Pepper sleeps on the piano.", weight=0.228206), score=0.599)
+    around_strong = [
+        neighbour(
+            turn(f"s{i}", f"Caroline: we spoke about thing {i}.", weight=0.228190), score=0.3186
+        )
+        for i in (1, 2)
+    ]
+    around_weak = [
+        neighbour(
+            turn(f"w{i}", f"Melanie: we spoke about thing {i}.", weight=0.228210), score=0.2996
+        )
+        for i in (1, 2)
+    ]
+    lines = [strong, weak, *around_strong, *around_weak]
+    hits_and_one = run(10_000, {"history": [strong, weak, around_strong[0]]}, HISTORY_ONLY)
+    # in a section that does not rank and in one that does alike
+    for ranked in ((), ("history",)):
+        a = assemble(
+            HISTORY_ONLY,
+            {"history": lines},
+            hits_and_one.tokens,
+            COUNT,
+            header=HEADER,
+            **({"ranked": ranked} if ranked else {}),
+        )
+        assert sorted(ids(a)) == ["s0", "s1", "w0"], ranked
+        # the weaker hit's neighbours first, the newest id first among equal scores
+        assert dropped(a) == ["w2", "w1", "s2"], ranked
+
+
+def test_a_ranked_section_gives_up_its_least_relevant_hit_first() -> None:
+    # two hits said three minutes apart: their weights differ in the sixth digit
+    best = hit(turn("r1", "Caroline: my sister adopted a kitten.", weight=0.228195), score=0.637)
+    second = hit(turn("r2", "Melanie: Pepper sleeps on the piano.", weight=0.228206), score=0.599)
+    sections = {"history": [best, second]}
+    one_line = run(10_000, {"history": [best]}, HISTORY_ONLY).tokens
+    ranked = assemble(HISTORY_ONLY, sections, one_line, COUNT, header=HEADER, ranked={"history"})
+    assert ids(ranked) == ["r1"]
+    assert dropped(ranked) == ["r2"]
+    # a section that does not rank keeps the documented order: the lightest line first
+    unranked = assemble(HISTORY_ONLY, sections, one_line, COUNT, header=HEADER)
+    assert ids(unranked) == ["r2"]
+    assert dropped(unranked) == ["r1"]
+
+
+def test_a_ranked_section_is_not_left_empty_while_one_of_its_hits_fits() -> None:
+    long = hit(
+        turn("h1", "Melanie: " + "we talked about the weather and the garden " * 8, weight=0.9),
+        score=0.9,
+    )
+    short = hit(turn("h2", "Caroline: the kitten is called Pepper.", weight=0.5), score=0.6)
+    shorter = hit(turn("h3", "Caroline: Pepper is grey.", weight=0.5), score=0.3)
+    after_long = neighbour(turn("n1", "Caroline: oh nice.", weight=0.5), score=0.45)
+    lines = [long, short, after_long, shorter]
+    only_short = run(10_000, {"history": [short]}, HISTORY_ONLY).tokens
+    assert only_short < run(10_000, {"history": [long]}, HISTORY_ONLY).tokens
+    a = assemble(
+        HISTORY_ONLY, {"history": lines}, only_short, COUNT, header=HEADER, ranked={"history"}
+    )
+    # the best hit does not fit: it goes, and the next hit takes what is left
+    assert ids(a) == ["h2"]
+    assert dropped(a) == ["n1", "h3", "h1"]
+    # room for the neighbour, but its hit went: a neighbour never stays once a hit of its
+    # section was given up
+    room = only_short + COUNT("\n- Caroline: oh nice.")
+    a = assemble(HISTORY_ONLY, {"history": lines}, room, COUNT, header=HEADER, ranked={"history"})
+    assert "n1" in dropped(a)
+    assert "h1" in dropped(a)
+    # with room for the two short hits both stay, the weaker after the stronger
+    both = run(10_000, {"history": [short, shorter]}, HISTORY_ONLY).tokens
+    a = assemble(HISTORY_ONLY, {"history": lines}, both, COUNT, header=HEADER, ranked={"history"})
+    assert ids(a) == ["h2", "h3"]
+    # over the total budget, below a higher section, the same: a hit that fits what the
+    # higher section leaves stays
+    two = template(section("facts", 1), section("history", 2, types=(TURN,)))
+    facts = run(10_000, {"facts": FACTS}, two).tokens
+    extra = facts + COUNT("\n## history\n- Caroline: the kitten is called Pepper.")
+    a = assemble(
+        two, {"facts": FACTS, "history": lines}, extra, COUNT, header=HEADER, ranked={"history"}
+    )
+    assert ids(a) == ["f1", "f2", "f3", "h2"]
+
+
+def test_an_old_version_in_a_ranked_section_never_stays_without_its_current_one() -> None:
+    current = "The user's size is XL since the spring, and the user prefers dark colours."
+    new = hit(mem("v2", current, key="size", weight=0.3), score=0.9)
+    old = history(mem("v1", key="size", value="L", weight=0.9))
+    small = hit(mem("x1", "Likes tea.", weight=0.2), score=0.2)
+    tpl = template(section("facts", 1))
+    # room for the small hit and the old version, not for the current version
+    budget = run(10_000, {"facts": [small, old]}, tpl).tokens
+    assert run(10_000, {"facts": [new]}, tpl).tokens > budget
+    a = assemble(tpl, {"facts": [new, old, small]}, budget, COUNT, header=HEADER, ranked={"facts"})
+    assert ids(a) == ["x1"]
+    assert dropped(a) == ["v1", "v2"]
+
+
+def test_each_included_line_reports_its_own_tokens_after_others_were_given_up() -> None:
+    # lines given up in one section are freed; a line made later must not read their count
+    long = [
+        cand(
+            mem(
+                f"a{i:02d}",
+                f"A much longer note about the user's travel plans number {i}.",
+                weight=0.1 + i / 100,
+            )
+        )
+        for i in range(30)
+    ]
+    short = [cand(mem(f"b{i:02d}", f"Short {i}.")) for i in range(30)]
+    tpl = template(section("first", 1, budget=40), section("second", 2))
+    a = run(10_000, {"first": long, "second": short}, tpl)
+    assert len(a.included) > 30
+    for inc in a.included:
+        assert inc.tokens == COUNT(f"- {inc.candidate.memory.content}"), (
+            inc.candidate.memory.memory_id
+        )
+
+
+def said(platform: Platform, texts: Sequence[str]) -> list[str]:
+    """The turns of one conversation, three minutes apart and ending an hour before T0
+    (the platform's clock): the later a turn, the less its weight has decayed."""
+    ctx = RequestContext("acme", "agent")
+    start = T0 - timedelta(hours=1)
+    result = platform.app.publish(
+        ctx,
+        [
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "stream": "user:U1",
+                "occurred_at": (start + timedelta(minutes=3 * i)).isoformat(),
+                "payload": {"memory": {"type": "history", "content": text}},
+            }
+            for i, text in enumerate(texts)
+        ],
+    )
+    platform.runner.drain()
+    found = [platform.app.outcome(ctx, a.event_id)[0] for a in result.accepted]
+    return [m.memory_id for m in found if m is not None]
+
+
+CHAT = [
+    "Melanie: the weather was grey all week by the sea.",
+    "Caroline: we painted the fence on Saturday morning.",
+    "Melanie: the bakery on the corner closed early.",
+    "Caroline: my sister adopted a grey kitten named Pepper last week.",
+    "Melanie: the train was late again on Monday.",
+    "Caroline: I finished the book about old lighthouses.",
+    "Melanie: the garden needs more water this summer.",
+    "Caroline: we watched a film about mountain climbers.",
+    "Melanie: a kitten sleeps on our piano.",
+    "Caroline: the museum opens a new wing in spring.",
+    "Melanie: my cousin moved to a flat near the park.",
+    "Caroline: the soup recipe needs less salt next time.",
+]
+
+
+def test_a_conversation_over_budget_keeps_its_best_hit_and_that_hits_neighbours(
+    platform: Platform,
+) -> None:
+    ctx = RequestContext("acme", "agent")
+    platform.app.register_template(
+        ctx,
+        {
+            "name": "chat",
+            "version": 1,
+            "sections": [
+                {
+                    "name": "rules",
+                    "priority": 1,
+                    "budget": 200,
+                    "types": ["constraint"],
+                    "query": "",
+                },
+                {
+                    "name": "history",
+                    "priority": 2,
+                    "budget": 800,
+                    "types": ["history"],
+                    "limit": 2,
+                    "neighbours": 2,
+                    "render": "- {text}",
+                },
+            ],
+        },
+    )
+    turns = said(platform, CHAT)
+
+    def context(budget: int) -> list[Candidate]:
+        request = ContextRequest(
+            subjects=("user:U1",),
+            query="my sister adopted a kitten",
+            budget=budget,
+            history="raw",
+            template="chat",
+        )
+        return [i.candidate for i in platform.app.context(ctx, request).assembly.included]
+
+    everything = context(1_000)
+    hits = [c for c in everything if c.via == "retrieval"]
+    # the stronger hit was said first: its turns weigh a little less than the weaker's
+    assert [c.memory.memory_id for c in hits] == [turns[3], turns[8]]
+    assert hits[0].score > hits[1].score
+    assert hits[0].weight < hits[1].weight
+    around = {c.memory.memory_id: c for c in everything if c.via == "neighbour"}
+    assert len(around) == 8
+    # too small for the stronger hit's line, not for the weaker's: the weaker one is shown
+    assert [c.memory.memory_id for c in context(40)] == [turns[8]]
+    for budget in range(50, 130, 10):
+        kept = context(budget)
+        assert kept[0].memory.memory_id == turns[3], budget  # never the weaker hit alone
+        shown = {c.memory.memory_id for c in kept}
+        gone = [c for mid, c in around.items() if mid not in shown]
+        stayed = [c for mid, c in around.items() if mid in shown]
+        if stayed and gone:
+            # the neighbours of the weaker hit went first
+            assert min(c.score for c in stayed) >= max(c.score for c in gone), budget
+
+
+def test_a_small_budget_shows_the_best_short_hit_rather_than_nothing(
+    platform: Platform,
+) -> None:
+    filler = "Melanie: " + " ".join(
+        ["we talked about the weather and the garden and many unrelated small things"] * 7
+    )
+    texts = [
+        filler,
+        "Caroline: my sister adopted a grey kitten named Pepper.",
+        filler + " again",
+        filler + " more",
+        "Caroline: the kitten Pepper sleeps on the piano.",
+        filler + " last",
+    ]
+    turns = said(platform, texts)
+    ctx = RequestContext("acme", "agent")
+    hits = {turns[1], turns[4]}
+
+    def shown(budget: int) -> list[str]:
+        request = ContextRequest(
+            subjects=("user:U1",), query="kitten Pepper", budget=budget, history="raw"
+        )
+        found = platform.app.context(ctx, request).assembly.included
+        return [i.candidate.memory.memory_id for i in found]
+
+    best = shown(1_000)[0]
+    assert best in hits
+    for budget in (60, 80, 100):
+        # the header and one short hit fit: the best of them is shown
+        assert best in shown(budget), budget
+    # room for both short hits and no filler: the two hits, not a filler turn
+    assert set(shown(140)) == hits

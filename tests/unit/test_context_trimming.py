@@ -1,11 +1,12 @@
-"""Trimming to the budget gives up the same lines as dropping one line at a time in drop
-order until the text fits (the rule docs/context.md states), while tokenizing a text
-proportional to the lines, not to the lines times the lines dropped."""
+"""Trimming to the budget gives up the same lines as placing them one at a time, in the
+reverse of the drop order, while the text fits (the rule docs/context.md states), while
+tokenizing a text proportional to the lines, not to the lines times the lines dropped."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 from tests.unit.test_context_assembly import HEADER, cand, mem
@@ -18,6 +19,7 @@ from mnemo.domain.context import (
     SectionSpec,
     _drop_order,
     _Line,
+    _tier,
     assemble,
     render_line,
 )
@@ -26,6 +28,7 @@ from mnemo.domain.memory import MemoryType
 
 WORDS = ("coffee", "Kyoto", "loan", "尺码", "花生", "每天早上", "the", "of", "42", "refund")
 TYPES = (MemoryType.FACT, MemoryType.HISTORY, MemoryType.CONSTRAINT, MemoryType.CONTEXT)
+VIAS = ("retrieval", "retrieval", "retrieval", "retrieval", "neighbour", "history")
 
 
 def weight(rng: random.Random) -> float:
@@ -48,38 +51,77 @@ def reference(
     sections: Mapping[str, Sequence[Candidate]],
     budget: int,
     count: Callable[[str], int],
+    ranked: Collection[str] = (),
 ) -> tuple[str, list[str]]:
-    """The rule, one line at a time: in each section, while it is over its budget, the
-    first line in drop order goes; then, while the whole is over the budget, the last
-    section with lines gives up its first line in drop order. (Lines that need trimming
-    are left out of these inputs: each one fits its section alone.)"""
+    """The rule, one line at a time: each section places its lines in the reverse of the
+    drop order, keeping each one if the section still fits its budget with it. A line that
+    does not fit is given up; in a section that does not rank, so is every line after it,
+    in a ranked one the next line is still tried, unless a line of a higher tier (hit,
+    neighbour, older version) of the section has been given up. Then the sections, in
+    priority order, place what they kept the same way in the whole text (after a line of
+    a section that does not rank is given up, every line after it goes, lower sections'
+    included). The lines given up are listed in drop order: section by section, then over
+    the total budget the last section's first. (Lines that need trimming are left out of
+    these inputs: each one fits its section alone.)"""
     specs = tpl.ordered()
     lines = {s.name: [_Line(c, render_line(s, c)) for c in sections.get(s.name, ())] for s in specs}
+    shown = {s.name: [True] * len(lines[s.name]) for s in specs}
     dropped: list[str] = []
 
     def text_of(spec: SectionSpec) -> str:
-        body = lines[spec.name]
-        return "\n".join([spec.title(), *(line.text for line in body)]) if body else ""
+        body = [
+            line.text for line, on in zip(lines[spec.name], shown[spec.name], strict=True) if on
+        ]
+        return "\n".join([spec.title(), *body]) if body else ""
 
     def whole() -> str:
         return "\n".join(p for p in [HEADER, *(text_of(s) for s in specs)] if p)
 
-    def drop(spec: SectionSpec) -> None:
-        victim = min(lines[spec.name], key=_drop_order)
-        lines[spec.name].remove(victim)
-        dropped.append(victim.candidate.memory.memory_id)
+    def drop_order(spec: SectionSpec) -> list[int]:
+        return sorted(
+            (i for i, on in enumerate(shown[spec.name]) if on),
+            key=lambda i: _drop_order(lines[spec.name][i], spec.name in ranked),
+        )
+
+    def place(queue: list[tuple[SectionSpec, int]], fits: Callable[[], bool]) -> None:
+        """Place the lines of `queue` (in keep order) one at a time."""
+        for spec, i in queue:
+            shown[spec.name][i] = False
+        given_up: set[tuple[str, int]] = set()
+        lost: dict[str, int] = {}
+        stopped = False
+        for spec, i in queue:
+            tier = _tier(lines[spec.name][i].candidate)
+            if not stopped and tier >= lost.get(spec.name, -1):
+                shown[spec.name][i] = True
+                if fits():
+                    continue
+                shown[spec.name][i] = False
+            given_up.add((spec.name, i))
+            lost[spec.name] = max(lost.get(spec.name, -1), tier)
+            stopped = stopped or spec.name not in ranked
+        for spec, i in reversed(queue):
+            if (spec.name, i) in given_up:
+                dropped.append(lines[spec.name][i].candidate.memory.memory_id)
 
     for spec in specs:
-        while lines[spec.name] and count(text_of(spec)) > spec.budget:
-            drop(spec)
-    while count(whole()) > budget:
-        drop(next(s for s in reversed(specs) if lines[s.name]))
+        place(
+            [(spec, i) for i in reversed(drop_order(spec))],
+            lambda spec=spec: count(text_of(spec)) <= spec.budget,
+        )
+    place(
+        [(spec, i) for spec in specs for i in reversed(drop_order(spec))],
+        lambda: count(whole()) <= budget,
+    )
     return whole(), dropped
 
 
 def random_case(
     rng: random.Random, sections: int, lines: int
-) -> tuple[ContextTemplate, dict[str, list[Candidate]], int]:
+) -> tuple[ContextTemplate, dict[str, list[Candidate]], int, set[str]]:
+    """A template, its sections' candidates (hits, and now and then a neighbouring turn or
+    an older version shown as history), a total budget, and the sections ranked by a
+    text (about half of them)."""
     tpl = template([rng.randint(40, 400) for _ in range(sections)])
     by_section: dict[str, list[Candidate]] = {}
     n = 0
@@ -89,9 +131,11 @@ def random_case(
             n += 1
             words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
             memory = mem(f"m{n:04d}", words, type=rng.choice(TYPES), weight=weight(rng))
-            found.append(cand(memory, score=rng.random()))
+            via = rng.choice(VIAS)
+            found.append(replace(cand(memory, score=rng.random()), via=via))
         by_section[spec.name] = found
-    return tpl, by_section, rng.randint(30, 900)
+    ranked = {s.name for s in tpl.sections if rng.random() < 0.5}
+    return tpl, by_section, rng.randint(30, 900), ranked
 
 
 @pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
@@ -102,31 +146,51 @@ def test_the_lines_given_up_are_those_of_one_at_a_time(encoding: str) -> None:
         return tokenizer.count([text])[0]
 
     rng = random.Random(11)
-    compared = refused = 0
+    compared = refused = skipped = 0
     for _ in range(300):
-        tpl, sections, budget = random_case(rng, rng.randint(1, 4), 40)
+        tpl, sections, budget, ranked = random_case(rng, rng.randint(1, 4), 40)
         if count(HEADER) > budget:  # refused whole (not what this test is about)
             continue
-        expected = reference(tpl, sections, budget, count)
+        expected = reference(tpl, sections, budget, count, ranked)
         dropped_constraint = any(
-            c.memory.memory_id in expected[1] and c.memory.type is MemoryType.CONSTRAINT
+            c.memory.memory_id in expected[1]
+            and c.memory.type is MemoryType.CONSTRAINT
+            and c.via != "history"
             for found in sections.values()
             for c in found
         )
         if dropped_constraint:
             with pytest.raises(MnemoError) as refusal:
-                assemble(tpl, sections, budget, count, header=HEADER)
+                assemble(tpl, sections, budget, count, header=HEADER, ranked=ranked)
             assert refusal.value.code == "CONSTRAINT_DROPPED"
             refused += 1
-        got = assemble(tpl, sections, budget, count, header=HEADER, allow_constraint_drop=True)
+        got = assemble(
+            tpl, sections, budget, count, header=HEADER, allow_constraint_drop=True, ranked=ranked
+        )
         assert (got.text, [t.memory_id for t in got.truncations]) == expected
         compared += 1
-    # both outcomes were exercised
+        # a ranked section skipped a line that did not fit and kept a later one
+        kept = {i.candidate.memory.memory_id for i in got.included}
+        skipped += any(
+            c.memory.memory_id in expected[1]
+            and any(
+                o.memory.memory_id in kept
+                and _drop_order(_Line(o, ""), True) < _drop_order(_Line(c, ""), True)
+                for o in sections[name]
+            )
+            for name in ranked
+            for c in sections[name]
+        )
+    # every outcome was exercised
     assert compared > 250
     assert refused > 20
+    assert skipped > 20
 
 
-def test_trimming_a_long_section_tokenizes_a_text_in_proportion_to_its_lines() -> None:
+@pytest.mark.parametrize("ranked", [False, True], ids=["unranked", "ranked"])
+def test_trimming_a_long_section_tokenizes_a_text_in_proportion_to_its_lines(
+    ranked: bool,
+) -> None:
     tokenizer = ToktokTokenizer("cl100k_base")
     counted: list[int] = []
 
@@ -140,8 +204,14 @@ def test_trimming_a_long_section_tokenizes_a_text_in_proportion_to_its_lines() -
         for i in range(400)
     ]
     tpl = template([400])
+    # ranked, the lines after the first one given up are each tried in turn, too
     result: Assembly = assemble(
-        tpl, {"s0": [cand(m) for m in memories]}, 1_000, count, header=HEADER
+        tpl,
+        {"s0": [cand(m, score=rng.random()) for m in memories]},
+        1_000,
+        count,
+        header=HEADER,
+        ranked={"s0"} if ranked else (),
     )
     assert 5 < len(result.included) < 100
     assert len(result.truncations) > 300

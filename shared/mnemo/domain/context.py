@@ -3,12 +3,16 @@
 A template is a list of sections, each with a priority (1 is the most important), a token
 budget, a render pattern and the filters that feed it. Assembly renders every section,
 then trims: a memory that cannot fit its section even alone goes first; inside a section
-over its budget, older versions shown as history go next, then the lowest semantic weight
-(a constraint only once nothing else is left in the section); over the total budget, the
-lowest-priority section gives up lines in that same order first, and so on. Memories are
-whole lines: a line is never cut inside a token or a sentence (a memory too long for its
-section keeps only its leading whole sentences). A constraint is never dropped silently:
-dropping one is an error unless the caller allowed it.
+over its budget, older versions shown as history go next, then neighbouring turns (lowest
+score first), then the hits: in a section ranked by a text the lowest score first, in one
+that does not rank the lowest semantic weight first (a binding constraint last); over the
+total budget, the lowest-priority section gives up lines in that same order first, and so
+on. A ranked section that must give up a line that does not fit still keeps a later one
+that does, so it is never left empty while one of its hits fits (`_drop_order`, and
+`assemble`'s `shed`). Memories are whole lines: a line is never cut inside a token or a
+sentence (a memory too long for its section keeps only its leading whole sentences). A
+constraint is never dropped silently: dropping one is an error unless the caller allowed
+it.
 
 Score of a memory (reported component by component):
     relevance = the hybrid retrieval's fused score (dense and BM25 lists fused by the
@@ -25,7 +29,7 @@ import hashlib
 import json
 import re
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -529,20 +533,42 @@ def _binding(candidate: Candidate) -> bool:
     return candidate.memory.type is MemoryType.CONSTRAINT and candidate.via != "history"
 
 
-def _drop_order(line: _Line) -> tuple[bool, bool, bool, float, float, str]:
-    """The line a section gives up first: older versions shown as history (never left
-    without their current version), then turns that came in as a hit's neighbours (they
-    only fill what the hits leave of the budget), then anything before a binding
-    constraint; among those the lowest weight, then the lowest score, then the newest id."""
+def _tier(candidate: Candidate) -> int:
+    """What a line is to its section: 2 a hit (any line but the two below, and a binding
+    constraint always), 1 a turn that came in as a hit's neighbour, 0 an older version
+    shown as history. A line is kept only while no line of a higher tier of its section
+    has been given up: a neighbour never stays once a hit went, nor an older version once
+    its current one (or any other line) went."""
+    if _binding(candidate):
+        return 2
+    return {"history": 0, "neighbour": 1}.get(candidate.via, 2)
+
+
+def _drop_order(line: _Line, ranked: bool) -> tuple[bool, int, float, float, str]:
+    """The line a section gives up first (it keeps them in the reverse order): older
+    versions shown as history (never left without their current version), then turns
+    that came in as a hit's neighbours (they only fill what the hits leave of the
+    budget), then the hits, a binding constraint last. Neighbours go by lowest score (a
+    neighbour scores with half its hit's relevance: the neighbours of the weakest hits go
+    first); so do the lines of a section `ranked` by a text (the least relevant evidence
+    goes first); in a section that does not rank, by lowest weight. Ties: the lowest
+    weight or score (the other of the two), then the newest id."""
     c = line.candidate
+    by_score = ranked or c.via == "neighbour"
     return (
         _binding(c),
-        c.via != "history",
-        c.via != "neighbour",
-        c.weight,
-        c.score,
+        _tier(c),
+        c.score if by_score else c.weight,
+        c.weight if by_score else c.score,
         "".join(chr(0x10FFFF - ord(ch)) for ch in c.memory.memory_id),
     )
+
+
+# A line added to a text adds at least its own tokens, less what a BPE merge across a line
+# break saves (one token at most per break in random texts of both encodings; two are
+# allowed for). It only spares counting a line that cannot fit: were a tokenizer to save
+# more, such a line would be given up although it fits, never kept over the budget.
+_JOIN_SLACK = 2
 
 
 def assemble(
@@ -553,8 +579,11 @@ def assemble(
     *,
     header: str,
     allow_constraint_drop: bool = False,
+    ranked: Collection[str] = (),
 ) -> Assembly:
-    """Render and trim. `sections` maps section names to candidates, best first."""
+    """Render and trim. `sections` maps section names to candidates, best first; `ranked`
+    names the sections whose candidates were ranked by a text (the request's query or the
+    section's own), which give up their least relevant lines first (`_drop_order`)."""
     specs = template.ordered()
     lines: dict[str, list[_Line]] = {}
     truncations: list[LeftOut] = []
@@ -574,12 +603,14 @@ def assemble(
         lines[spec.name].remove(victim)
         truncations.append(LeftOut(memory.memory_id, spec.name, "budget"))
 
-    counted: dict[int, int] = {}
+    # keyed by the line itself, which it keeps alive: an id would be reused by a line made
+    # after one given up was freed, and read its count
+    counted: dict[_Line, int] = {}
 
     def tokens(line: _Line) -> int:
-        if id(line) not in counted:
-            counted[id(line)] = count(line.text)
-        return counted[id(line)]
+        if line not in counted:
+            counted[line] = count(line.text)
+        return counted[line]
 
     def shed(
         order: Sequence[tuple[SectionSpec, _Line]],
@@ -587,17 +618,36 @@ def assemble(
         limit: int,
         head: str | None,
     ) -> None:
-        """Drop the fewest lines of `order`, in that order, for the sections of `scope`
-        (after `head`, when there is one) to fit in `limit` tokens."""
+        """Fit the sections of `scope` (after `head`, when there is one) in `limit` tokens.
+        Their lines are placed one at a time in the reverse of `order` (the drop order),
+        each kept if the text still fits with it, else given up. After a line of a section
+        that does not rank, every line after it is given up too (the section and those
+        below it give up their lines strictly in drop order); after a line of a `ranked`
+        section, the next line is still tried, but only if no line of a higher tier of
+        its own section has been given up (`_tier`). The lines given up are dropped in
+        drop order.
 
-        def fits(k: int) -> bool:
-            out = {id(line) for _, line in order[:k]}
+        Worked out in two steps, with the same outcome. The lines kept before the first
+        one given up are the shortest tail of `order` that fits (`_fewest_drops`: a few
+        exact counts around an estimate from the lines' own counts). When that line is a
+        ranked section's, each line before it is then tried in turn: one whose own count
+        (with its section's heading, when the section has nothing yet) cannot fit in what
+        is left, allowing `_JOIN_SLACK` per line break, is given up without counting the
+        text again; only a line that may fit is counted with the text."""
+
+        def measure(out: set[int]) -> int:
             parts = [] if head is None else [head]
             for spec in scope:
                 body = [line.text for line in lines[spec.name] if id(line) not in out]
                 if body:
                     parts.append("\n".join([spec.title(), *body]))
-            return count("\n".join(parts)) <= limit
+            return count("\n".join(parts))
+
+        measured: dict[int, int] = {}
+
+        def fits(k: int) -> bool:
+            measured[k] = measure({id(line) for _, line in order[:k]})
+            return measured[k] <= limit
 
         # the tokens left after k drops by the lines' own counts: a guess to start from
         left = {spec.name: len(lines[spec.name]) for spec in scope}
@@ -612,8 +662,43 @@ def assemble(
             left[spec.name] -= 1
             total -= tokens(line) + (titles[spec.name] if left[spec.name] == 0 else 0)
             estimates.append(total)
-        for spec, victim in order[: _fewest_drops(fits, estimates, limit)]:
-            drop(spec, victim)
+        cut = _fewest_drops(fits, estimates, limit)
+        placed: set[int] = set()  # lines before the cut that were kept after all
+        if cut > 1 and order[cut - 1][0].name in ranked:
+            out = {id(line) for _, line in order[:cut]}
+            used = measured[cut] if cut in measured else measure(out)
+            shown = {
+                spec.name: sum(id(line) not in out for line in lines[spec.name]) for spec in scope
+            }
+            # the highest tier of each section that has given up a line
+            lost = {order[cut - 1][0].name: _tier(order[cut - 1][1].candidate)}
+            for at in range(cut - 2, -1, -1):
+                spec, line = order[at]
+                tier = _tier(line.candidate)
+                new = shown[spec.name] == 0
+                least = tokens(line) + (titles[spec.name] if new else 0)
+                if tier >= lost.get(spec.name, -1) and (
+                    used + least - _JOIN_SLACK * (2 if new else 1) <= limit
+                ):
+                    out.discard(id(line))
+                    tried = measure(out)
+                    if tried <= limit:
+                        used = tried
+                        shown[spec.name] += 1
+                        placed.add(at)
+                        continue
+                    out.add(id(line))
+                if spec.name not in ranked:
+                    break  # this line and every one before it in drop order go
+                lost[spec.name] = max(lost.get(spec.name, -1), tier)
+        for at in range(cut):
+            if at not in placed:
+                drop(*order[at])
+
+    def dropping(spec: SectionSpec) -> list[_Line]:
+        """The section's lines in the order it gives them up."""
+        by_score = spec.name in ranked
+        return sorted(lines[spec.name], key=lambda line: _drop_order(line, by_score))
 
     def section_text(spec: SectionSpec) -> str:
         body = lines.get(spec.name) or []
@@ -641,17 +726,12 @@ def assemble(
                     continue
                 line = trimmed
             lines[spec.name].append(line)
-        shed(
-            [(spec, line) for line in sorted(lines[spec.name], key=_drop_order)],
-            [spec],
-            spec.budget,
-            None,
-        )
+        shed([(spec, line) for line in dropping(spec)], [spec], spec.budget, None)
 
     # over the whole budget the last section with lines gives up its lines first, in the
-    # same order as within a section, then the one before it
-    order = [(s, line) for s in reversed(specs) for line in sorted(lines[s.name], key=_drop_order)]
-    shed(order, specs, budget, header)
+    # same order as within a section, then the one before it: the sections are filled in
+    # priority order, the highest first
+    shed([(s, line) for s in reversed(specs) for line in dropping(s)], specs, budget, header)
 
     text = full_text()
     included: list[Included] = []

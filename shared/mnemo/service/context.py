@@ -329,6 +329,12 @@ class ContextAssembler:
             lambda s: tokenizer.count([s])[0],
             header=header,
             allow_constraint_drop=request.allow_constraint_drop,
+            # the sections whose hits were ranked by a text give up the least relevant first
+            ranked={
+                s.name
+                for s in template.ordered()
+                if (request.query if s.query is None else s.query).strip()
+            },
         )
         assembly.warnings[:0] = [
             f"CONSTRAINT_DROPPED:{m}" for m in dict.fromkeys(o.memory_id for o in unshown)
