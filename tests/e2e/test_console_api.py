@@ -483,6 +483,9 @@ def test_event_tail_with_filters(fresh: World) -> None:
     u2 = get(client, "/v1/insights/events", stream="user:U2")["events"]
     assert u2
     assert {e["stream"] for e in u2} == {"user:U2"}
+    bad = client.get("/v1/insights/events", params={"stream": "bad stream"}, headers=H)
+    assert bad.status_code == 400
+    assert bad.json()["error"]["code"] == "INVALID_STREAM"
     seeder = get(client, "/v1/insights/events", actor="seeder", type="MemoryDeclared")["events"]
     assert len(seeder) == 10  # globex's own declaration is not acme's
 

@@ -222,6 +222,15 @@ def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: Tes
     ) as r:
         resumed = [int(line[4:]) for line in r.iter_lines() if line.startswith("id: ")]
     assert resumed == ids[2:]
+    # anything but a sequence number is refused, not read as "from the start"
+    for bad in ("abc", "-5", "9" * 40, "1.5"):
+        refused = server.get(
+            f"/v1/subjects/{STREAM}/events/live",
+            params={"max_seconds": 0.5},
+            headers={"Last-Event-ID": bad},
+        )
+        assert refused.status_code == 400, bad
+        assert refused.json()["error"]["code"] == "INVALID_LAST_EVENT_ID"
 
 
 def test_a_live_tail_ends_soon_after_its_key_is_revoked(

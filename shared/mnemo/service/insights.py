@@ -506,6 +506,12 @@ class Insights:
         wanted = set(types)
         stream = _blank_none(stream)
         actor = _blank_none(actor)
+        if stream is not None and not valid_stream(stream):
+            raise InvalidInput(
+                f"stream {echoed(stream)!r} is not a stream name",
+                code="INVALID_STREAM",
+                field="stream",
+            )
 
         def keep(e: LoggedEvent) -> bool:
             env = e.envelope

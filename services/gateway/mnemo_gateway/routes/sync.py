@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain import replica
-from mnemo.domain.errors import MnemoError
+from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import Memory
 from mnemo_gateway.deps import App, ReadCtx, platform_of, presented_key
 
@@ -71,7 +71,14 @@ async def live(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     start = from_seq
-    if last_event_id is not None and last_event_id.isdigit() and len(last_event_id) < 19:
+    if last_event_id:
+        # what this route sent as an event's id: a sequence number, nothing else
+        if not (last_event_id.isascii() and last_event_id.isdigit() and len(last_event_id) < 19):
+            raise InvalidInput(
+                "Last-Event-ID is the sequence number of the last event received",
+                code="INVALID_LAST_EVENT_ID",
+                field="Last-Event-ID",
+            )
         start = int(last_event_id) + 1
     mnemo.replay(ctx, stream, start, 1)  # validates the stream name before streaming starts
     key = presented_key(request) or ""
