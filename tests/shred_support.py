@@ -11,14 +11,23 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mnemo.domain.pii import cn_id_check_char, luhn_valid
 
-__all__ = ["Markers", "Words", "feedback_events", "plant_markers", "scan", "word_events"]
+__all__ = [
+    "Markers",
+    "Words",
+    "feedback_events",
+    "plant_markers",
+    "refuse_zones",
+    "scan",
+    "word_events",
+    "zone_events",
+]
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ class Words:
     rule: str  # a constraint's guard: its rule id
     pattern: str  # and its pattern
     language: str  # an observation's language (at most 16 characters)
-    zone: str  # an observation's time zone (an unknown one: the rejection must not quote it)
+    zone: str  # an observation's time zone (an unknown one: the refusal must not quote it)
     memory_zone: str  # a memory's time zone (likewise)
     corrected_request: str  # a correction's request id
 
@@ -116,9 +125,8 @@ def word_events(stream: str, w: Words) -> list[dict[str, Any]]:
     """Events that put someone's words in every free-text field, for one stream: a turn
     (with the actor, correlation and causation ids and a trace state), a memory declared
     with its key, value, tag and provenance, a constraint whose guard has a rule id and a
-    pattern, and an observation (with a language) and a memory in unknown time zones, both
-    refused with INVALID_TIMEZONE (the rejection must not quote them). Index 1 is the
-    memory the feedback of `feedback_events` is about."""
+    pattern, and an observation with a language. Index 1 is the memory the feedback of
+    `feedback_events` is about."""
     turn = _event(
         "ObservationRecorded",
         stream,
@@ -150,14 +158,33 @@ def word_events(stream: str, w: Words) -> list[dict[str, Any]]:
     spoken = _event(
         "ObservationRecorded",
         stream,
-        {"text": "call me tomorrow at 9", "language": w.language, "timezone": w.zone},
+        {"text": "call me tomorrow at 9", "language": w.language},
     )
+    return [turn, declared, guarded, spoken]
+
+
+def zone_events(stream: str, w: Words) -> list[dict[str, Any]]:
+    """An observation and a memory in unknown time zones (the markers): each is refused
+    when it is published (INVALID_TIMEZONE), and the refusal must not quote it."""
+    spoken = _event("ObservationRecorded", stream, {"text": "call me at 9", "timezone": w.zone})
     zoned = _event(
         "MemoryDeclared",
         stream,
         {"memory": {"type": "fact", "content": "works nights", "timezone": w.memory_zone}},
     )
-    return [turn, declared, guarded, spoken, zoned]
+    return [spoken, zoned]
+
+
+def refuse_zones(
+    publish: Callable[[dict[str, Any]], tuple[str, str]], stream: str, w: Words
+) -> None:
+    """Each of `zone_events` is refused with INVALID_TIMEZONE by `publish` (which returns the
+    code and the whole text of the refusal), without the zone in the refusal."""
+    for event in zone_events(stream, w):
+        code, text = publish(event)
+        assert code == "INVALID_TIMEZONE", text
+        assert w.zone not in text
+        assert w.memory_zone not in text
 
 
 def feedback_events(stream: str, w: Words, memory_id: str) -> list[dict[str, Any]]:

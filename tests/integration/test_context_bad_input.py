@@ -42,3 +42,18 @@ def test_a_bad_context_request_is_a_coded_400(
             },
         )
         assert fine.status_code == 200, fine.text
+
+
+def test_a_time_given_as_a_number_is_refused_not_guessed_at(tmp_path: Path) -> None:
+    with (
+        running_server(tmp_path / "data") as (url, _),
+        httpx.Client(base_url=url, timeout=30, headers=headers_for("acme")) as client,
+    ):
+        context = client.post("/v1/context", json={"subjects": ["user:m1"], "as_of": 1.7e9})
+        assert context.status_code == 422, context.text
+        assert context.json()["error"]["field"] == "as_of"
+        result = {"stream": "user:m1", "tool": "crm.get", "result": {"a": 1}, "source": "crm",
+                  "fetched_at": 1_700_000_000, "fresh_for_seconds": 60}  # fmt: skip
+        tool = client.post("/v1/tool-results", json=result)
+        assert tool.status_code == 422, tool.text
+        assert tool.json()["error"]["field"] == "fetched_at"

@@ -3,11 +3,14 @@ stay visible (archival counts from arrival), and repeated turns stay separate.""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+import pytest
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.memory import MemoryStatus, MemoryType
 from mnemo.service.app import RequestContext
 from mnemo.service.context import ContextRequest
@@ -107,3 +110,37 @@ ONE_HIT_TEMPLATE: dict[str, Any] = {
         },
     ],
 }
+
+
+def test_an_import_whose_client_stamps_its_ids_at_the_past_event_time_stays_visible(
+    platform: Platform, clock: FixedClock
+) -> None:
+    """A client that makes each turn's id from the turn's own (past) time, for idempotent
+    imports: the memories still count their disuse from when Mnemo accepted them."""
+    from mnemo.domain.ids import new_event_id
+
+    long_ago = clock.now() - timedelta(days=200)
+    turns = [turn(f"Alice: turn {i}", long_ago + timedelta(minutes=i)) for i in range(3)]
+    for t in turns:
+        t["event_id"] = new_event_id(datetime.fromisoformat(t["occurred_at"]))
+    result = platform.app.publish(CTX, turns)
+    clock.advance(timedelta(seconds=5))
+    platform.runner.drain()
+    ids = [platform.app.outcome(CTX, a.event_id)[0].memory_id for a in result.accepted]
+    memories = [platform.app.get(CTX, i) for i in ids]
+    assert {m.status for m in memories} == {MemoryStatus.ACTIVE}
+    assert {m.received_at for m in memories} == {clock.now() - timedelta(seconds=5)}
+    clock.advance(timedelta(days=89))
+    platform.runner.drain()
+    assert {platform.app.get(CTX, i).status for i in ids} == {MemoryStatus.ACTIVE}
+    clock.advance(timedelta(days=2))
+    platform.runner.drain()
+    assert {platform.app.get(CTX, i).status for i in ids} == {MemoryStatus.ARCHIVED}
+    # a client may not stamp the acceptance itself
+    forged = {**turn("Alice: forged", long_ago), "received_at": long_ago.isoformat()}
+    with pytest.raises(InvalidInput) as refused:
+        platform.app.publish(CTX, [forged])
+    assert (refused.value.code, refused.value.field) == (
+        "INVALID_ENVELOPE",
+        "events[0].received_at",
+    )

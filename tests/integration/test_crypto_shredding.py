@@ -24,6 +24,7 @@ from tests.shred_support import (
     Words,
     feedback_events,
     plant_markers,
+    refuse_zones,
     scan,
     word_events,
 )
@@ -254,10 +255,13 @@ def plant_words(client: httpx.Client, tenant: str, user: str, w: Words) -> tuple
     assert r.status_code == 202, r.text
     assert r.json()["complete"] is True
     [memory_id] = [o["memory_id"] for o in r.json()["accepted"][1]["outcomes"]]
-    assert [o["reason_code"] for a in r.json()["accepted"][3:] for o in a["outcomes"]] == [
-        "INVALID_TIMEZONE",
-        "INVALID_TIMEZONE",
-    ]
+
+    def publish(event: dict[str, Any]) -> tuple[str, str]:
+        refused = client.post("/v1/events", json=event, headers=as_principal)
+        assert refused.status_code == 400, refused.text
+        return refused.json()["error"]["code"], refused.text
+
+    refuse_zones(publish, user, w)
     # reasons in the user's words (the timeline, the decay decisions), and a stale write
     # of their key (the outcome's detail)
     feedback = feedback_events(user, w, memory_id)
@@ -296,8 +300,8 @@ def test_forgetting_a_user_leaves_none_of_their_words(
         _, bob_memory = plant_words(client, "acme", "user:bob", bob)
         waited = client.get("/v1/subjects/user:alice/events", headers=acme)
         assert waited.status_code == 200
-        for word in alice.all():  # replay opens every field
-            if word != alice.principal:
+        for word in alice.all():  # replay opens every field (the zones were refused)
+            if word not in (alice.principal, alice.zone, alice.memory_zone):
                 assert word in waited.text, word
         ctx_view = client.get(f"/v1/insights/contexts/{alice_ctx}", headers=acme).json()
         assert alice.content in (ctx_view["rendered"] or "")

@@ -6,10 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from tests.support import audit_trails, verify_trails
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
+from mnemo.domain.errors import InvalidInput
+from mnemo.domain.events import Envelope
+from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Guard, MemoryStatus
 from mnemo.domain.rules import RuleSet
 from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
@@ -107,7 +111,13 @@ def test_rebuilding_from_the_log_gives_identical_state(
                 declare(
                     stream=f"user:U{i}", type="constraint", content="no credit products for minors"
                 ),
-                declare(stream=f"user:U{i}", type="fact", content="x", timezone="Mars/Base"),
+                # refused by the registrar: its validity ends before it began
+                declare(
+                    stream=f"user:U{i}",
+                    type="fact",
+                    content="x",
+                    valid_until="1971-01-01T00:00:00+00:00",
+                ),
             ],
         )
         clock.advance(timedelta(hours=10))
@@ -193,18 +203,36 @@ def test_sealed_time_zones_and_guards_still_work(platform: Platform) -> None:
         [
             obs("hello there", timezone="Asia/Shanghai", language="en"),
             declare(type="constraint", content="no peanuts", timezone="Asia/Shanghai", guard=guard),
-            obs("hello again", timezone="Mars/Base"),
         ],
     )
+    # an unknown zone is refused when it is published, and the refusal does not quote it
+    with pytest.raises(InvalidInput) as unknown_zone:
+        app.publish(CTX, [obs("hello again", timezone="Mars/Base")])
+    assert unknown_zone.value.code == "INVALID_TIMEZONE"
+    assert "Mars" not in str(unknown_zone.value)
+    # one the log already holds (published before zones were checked at the edge) is
+    # rejected by the registrar, its detail quoting no one's words
+    assert platform.sealer is not None
+    now = platform.app.clock.now()
+    held = Envelope.model_validate(
+        {
+            **obs("hello again", timezone="Mars/Base"),
+            "tenant": "acme",
+            "event_id": new_event_id(now),
+            "occurred_at": now.isoformat(),
+            "actor": {"kind": "agent", "id": "agent"},
+        }
+    )
+    [unknown_held] = platform.log.append([platform.sealer.seal(held)])
     platform.runner.drain()
-    known, declared, unknown = (app.outcome(CTX, a.event_id) for a in result.accepted)
+    known, declared = (app.outcome(CTX, a.event_id) for a in result.accepted)
     assert known
     assert all(o.reason_code != "INVALID_TIMEZONE" for o in known)
     [registered] = declared
     assert registered.memory_id is not None
     memory = app.get(CTX, registered.memory_id)
     assert (memory.timezone, memory.guard) == ("Asia/Shanghai", Guard(**guard))
-    [refused] = unknown
+    [refused] = app.outcome(CTX, unknown_held.event_id)
     assert refused.reason_code == "INVALID_TIMEZONE"
     assert "Mars" not in (refused.detail or "")  # the detail quotes no one's words
     logged = [e.envelope for e in platform.log.read(0, 100) if e.envelope.stream == "user:U1"]

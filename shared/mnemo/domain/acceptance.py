@@ -22,6 +22,8 @@ trust levels differ only where this list says:
   topic allowed (a trusted producer may seal).
 - event types: a publisher's must be public (EVENT_TYPE_NOT_PUBLISHABLE); on the topic
   every type of the catalog.
+- received_at: a publisher's event is stamped with `now` (a client may not set it); on
+  the topic it is the producer's, or absent.
 - occurred_at: at most MAX_CLOCK_SKEW ahead of now (OCCURRED_IN_FUTURE), on both; a
   consumer's (system) event keeps its cause's time and is not held to it. A tool
   result's fetched_at likewise (FETCHED_IN_FUTURE).
@@ -86,6 +88,13 @@ def accept(
     if "seq" in event:
         raise InvalidInput("seq is assigned by the log", code="INVALID_ENVELOPE", field="seq")
     if not trusted:
+        if "received_at" in event:
+            raise InvalidInput(
+                "received_at is stamped by Mnemo when it accepts the event",
+                code="INVALID_ENVELOPE",
+                field="received_at",
+            )
+        event["received_at"] = now.isoformat()
         if "payload" in event and len(orjson.dumps(event["payload"])) > MAX_PAYLOAD_BYTES:
             raise InvalidInput(
                 f"payload over {MAX_PAYLOAD_BYTES} bytes", code="PAYLOAD_TOO_LARGE", field="payload"

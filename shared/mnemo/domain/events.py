@@ -114,6 +114,11 @@ class Envelope(BaseModel):
     seq: int | None = Field(default=None, ge=1)
     expected_seq: int | None = Field(default=None, ge=0)
     occurred_at: datetime
+    received_at: datetime | None = Field(
+        default=None,
+        description="when Mnemo accepted a published event (stamped by the gateway or the "
+        "SDK's publisher, never by the client): its memories' disuse counts from here",
+    )
     actor: Actor
     causation_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
     correlation_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
@@ -135,10 +140,17 @@ class Envelope(BaseModel):
             raise ValueError("stream must be 1-128 letters, digits or '_.:@-', e.g. user:U7892")
         return value
 
-    @field_validator("occurred_at", mode="before")
+    @field_validator("occurred_at", "received_at", mode="before")
     @classmethod
     def _not_a_number(cls, value: object, info: ValidationInfo) -> object:
         return refuse_number_as_time(value, info)
+
+    @field_validator("received_at")
+    @classmethod
+    def _received(cls, value: datetime | None) -> datetime | None:
+        if value is not None and (value.utcoffset() is None or not 1970 <= value.year <= 2200):
+            raise ValueError("received_at must carry its UTC offset and fall in 1970-2200")
+        return value
 
     @field_validator("occurred_at")
     @classmethod

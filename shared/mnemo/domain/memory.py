@@ -263,6 +263,9 @@ class Memory(BaseModel):
     supersedes: str | None = None
     status: MemoryStatus = MemoryStatus.ACTIVE
     source_event_id: str
+    received_at: datetime | None = Field(
+        default=None, description="when Mnemo accepted the event that declared it"
+    )
     rule_id: str | None = None
     verified_at: datetime | None = None
     verification_due_at: datetime | None = None

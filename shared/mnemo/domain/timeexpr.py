@@ -43,19 +43,23 @@ _NOT_PLACE_PREFIXES = ("posix/", "right/")
 
 def zone_name_error(name: str) -> str | None:
     """Why `name` is not a time zone Mnemo reads (None when it is): an IANA zone name, or
-    a UTC offset such as +08:00 within -12:00 to +14:00 with minutes under 60."""
+    a UTC offset such as +08:00 within -12:00 to +14:00 with minutes under 60. The reason
+    never quotes the name: a zone is the user's (it is sealed in the log), and the reason
+    may travel where the user's words may not (a dead letter)."""
     offset = _OFFSET_NAME.fullmatch(name)
     if offset is not None:
         sign, hours, minutes = offset.group(1), int(offset.group(2)), int(offset.group(3))
         if minutes >= 60 or hours > (14 if sign == "+" else 12) or (hours in (12, 14) and minutes):
-            return f"the UTC offset {name!r} is out of range (-12:00 to +14:00)"
+            return "the UTC offset is out of range (-12:00 to +14:00, minutes under 60)"
         return None
     if name in _NOT_PLACES or name.startswith(_NOT_PLACE_PREFIXES):
-        return f"{name!r} is not an IANA zone name such as Asia/Shanghai"
+        return "not an IANA zone name of a place, such as Asia/Shanghai"
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        return f"unknown time zone {name!r}: give an IANA name or an offset such as +08:00"
+        return (
+            "unknown time zone: give an IANA name such as Asia/Shanghai or an offset such as +08:00"
+        )
     return None
 
 

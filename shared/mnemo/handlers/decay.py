@@ -207,12 +207,18 @@ def _registered(memory: Memory, policy: DecayPolicy) -> Decision:
 
 
 def arrival(memory: Memory) -> datetime:
-    """When Mnemo received the memory: the later of its event time and the instant in the
-    id of the event that declared it (a UUIDv7, stamped when the event was sent; the
-    gateway stamps one when the client gave none). Imported history keeps its real, past
-    event time, and is still only archived once unused for its period after it arrived."""
-    sent = id_time(memory.source_event_id)
-    return max(memory.created_at, sent) if sent is not None else memory.created_at
+    """When Mnemo received the memory: the latest of its event time, the instant Mnemo
+    accepted the event that declared it (`received_at`, stamped by the gateway or the
+    SDK's publisher) and the instant in that event's id (a UUIDv7, stamped when the event
+    was sent; what a trusted producer's event without `received_at` has). Imported
+    history keeps its real, past event time, and is still only archived once unused for
+    its period after it arrived, whatever instant its client stamped in its ids."""
+    times = [memory.created_at]
+    if (sent := id_time(memory.source_event_id)) is not None:
+        times.append(sent)
+    if memory.received_at is not None:
+        times.append(memory.received_at)
+    return max(times)
 
 
 def _hour_ceiling(at: datetime) -> datetime:

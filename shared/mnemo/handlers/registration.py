@@ -276,6 +276,7 @@ def _register(
         version=current.version + 1 if current else 1,
         supersedes=current.memory_id if current else None,
         source_event_id=event.event_id,
+        received_at=event.received_at,
         rule_id=rule_id,
         content_hash=digest,
         sealed=_sealed_for(event, draft, carried, reseal),

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.access import ALL_SCOPES, ApiKey, Caller, Scope
@@ -20,6 +20,7 @@ from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.service.access import IssuedKey
 from mnemo.service.app import RequestContext
 from mnemo_gateway.deps import Admin, AdminCtx, Body, CallerDep, PlatformDep
+from mnemo_gateway.fields import Instant
 
 __all__ = ["router"]
 
@@ -36,7 +37,7 @@ class KeyIn(BaseModel):
         min_length=1, max_length=64, description="who will use it; the default actor of events"
     )
     scopes: list[Scope] = Field(min_length=1, max_length=len(ALL_SCOPES))
-    expires_at: AwareDatetime | None = Field(default=None, description="with a UTC offset")
+    expires_at: Instant | None = Field(default=None, description="with a UTC offset")
     ttl_seconds: int | None = Field(
         default=None, ge=60, le=10 * 365 * 86_400, description="instead of expires_at"
     )

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
 from mnemo.domain.memory import Memory
 from mnemo.service.context import ContextRequest, ContextResponse
 from mnemo_gateway.deps import AdminCtx, App, Body, ContextCtx
+from mnemo_gateway.fields import Instant
 
 router = APIRouter(tags=["context"])
 
@@ -52,7 +53,7 @@ class ContextIn(BaseModel):
         "summarise (listed as summarised); facts_only: the facts alone; raw: the turns "
         "themselves",
     )
-    as_of: AwareDatetime | None = Field(
+    as_of: Instant | None = Field(
         default=None,
         description="the instant to judge freshness at, with a UTC offset; now when absent",
     )

@@ -14,6 +14,7 @@ from mnemo.domain.events import TriggerRef
 from mnemo.domain.triggers import Suggestion
 from mnemo.service.app import Wait
 from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, settings_of
+from mnemo_gateway.fields import Instant
 from mnemo_gateway.routes.events import OutcomeOut
 
 router = APIRouter(tags=["tool results"])
@@ -27,7 +28,7 @@ class ToolResultIn(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict, description="the call's arguments")
     result: Any = Field(description="the tool's structured result (any JSON value)")
     source: str = Field(min_length=1, max_length=256, description="the system it came from")
-    fetched_at: AwareDatetime | None = Field(
+    fetched_at: Instant | None = Field(
         default=None, description="when the result was fetched, with a UTC offset; now if absent"
     )
     fresh_for_seconds: int = Field(gt=0, description="how long it stays fresh")
