@@ -111,6 +111,7 @@ class Reason(StrEnum):
     VALUE_NOT_FOUND = "VALUE_NOT_FOUND"  # it reads like a rule's examples, but holds no value
     TARGET_NOT_FOUND = "TARGET_NOT_FOUND"  # a correction, but of what? ask the user
     REQUEST_NOT_UNDERSTOOD = "REQUEST_NOT_UNDERSTOOD"  # asks to be remembered; no rule read it
+    ABOUT_SOMEONE_ELSE = "ABOUT_SOMEONE_ELSE"  # reads like a memory, of another person's
 
 
 Normalizer = Literal["number", "size", "upper"]
@@ -137,6 +138,9 @@ class RegistrationRule(BaseModel):
     keywords: tuple[str, ...] = Field(
         default=(), description="words that name this rule's key (corrections)"
     )
+    unless: str | None = Field(
+        default=None, description="a regex: an utterance it matches is never this rule's"
+    )
     normalize: tuple[Normalizer, ...] = ()
     negates: tuple[str, ...] = Field(
         default=(), description="negations: keys whose memory of the same value is retired"
@@ -153,7 +157,7 @@ class RegistrationRule(BaseModel):
     trust: float = Field(default=0.5, ge=0.0, le=1.0)
     semantic_weight: float = Field(default=0.5, ge=0.0, le=0.99)
 
-    @field_validator("pattern", "shape")
+    @field_validator("pattern", "shape", "unless")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
         if value is not None:
@@ -306,6 +310,11 @@ _SOMEONE_ELSE = re.compile(
 )
 
 
+_SOMEONE_ELSE_DETAIL = "it is about someone else, not the user: nothing to ask"
+_SUPPOSED_DETAIL = "a supposition states nothing to remember"
+_PAST_DETAIL = "it reports something past, not a standing fact"
+
+
 def _about_someone_else(text: str) -> bool:
     """An utterance whose subject is another person: what it says is not the user's own
     preference or fact. Examples never select a rule for one (an explicit pattern, such
@@ -364,6 +373,15 @@ def _reports_the_past(text: str) -> bool:
 
 
 _VALUE_TRIM = "。.!！?？,，;；、 "
+# words that end a sentence, not a value, whatever the rule: the particle of a change
+# (我不吃辣了, 我不喜欢香菜了啦) and "anymore"/"again" (I don't like cilantro anymore)
+_FINAL_WORDS = re.compile(r"[了啦][吧呢啊呀哦嘛]*$|\s+(?:any\s?more|again)$", re.IGNORECASE)
+# a value that is only a pronoun names a person, not a thing: "stop calling me"
+_PRONOUN = re.compile(
+    r"(?:给|跟|向|对|和)?(?:我|你|您|他|她|它|我们|你们|他们|她们)"
+    r"|me|myself|you|him|her|it|us|them|this|that",
+    re.IGNORECASE,
+)
 
 
 def ttl_from_text(text: str) -> str:
@@ -439,6 +457,9 @@ class RuleSet:
         self.facts = facts
         self._compiled = [(r, r.compiled()) for r in rules]
         self._slots = {r.id: [linear_pattern(s, ignore_case=True) for s in r.slots] for r in rules}
+        self._unless = {
+            r.id: linear_pattern(r.unless, ignore_case=True) for r in rules if r.unless is not None
+        }
         # a shape matches a whole value: anchored, on the same linear-time engine
         self._shapes = {
             r.id: linear_pattern(f"^(?:{r.shape})$", ignore_case=True)
@@ -499,7 +520,7 @@ class RuleSet:
         claimed: list[tuple[int, int]] = []
         miss: tuple[Reason, str] | None = None
         for rule, pattern in self._compiled:
-            if pattern is None:
+            if pattern is None or self._excluded(rule, text):
                 continue
             hit = pattern.search(text)
             if hit is None or any(
@@ -517,11 +538,21 @@ class RuleSet:
         if found:
             return Reading(matches=tuple(found.values()))
         if miss is None:
-            ranked = list((selector or NoExamples()).select(text))[:3]
+            ranked = [
+                rule_id
+                for rule_id in (selector or NoExamples()).select(text)
+                if rule_id in self.by_id and not self._excluded(self.by_id[rule_id], text)
+            ][:3]
+            # examples select no rule for these (see _build_one); said here, before the
+            # slots, so that one without a value is not taken for a value to ask for
+            if ranked and _about_someone_else(text):
+                return Reading(reason=Reason.ABOUT_SOMEONE_ELSE, detail=_SOMEONE_ELSE_DETAIL)
+            if ranked and _supposes(text):
+                return Reading(reason=Reason.NO_RULE_MATCHED, detail=_SUPPOSED_DETAIL)
+            if ranked and _reports_the_past(text):
+                return Reading(reason=Reason.NO_RULE_MATCHED, detail=_PAST_DETAIL)
             for rule_id in ranked:
-                selected = self.by_id.get(rule_id)
-                if selected is None:
-                    continue
+                selected = self.by_id[rule_id]
                 for slot in self._slots[selected.id]:
                     hit = slot.search(text)
                     if hit is None:
@@ -549,8 +580,14 @@ class RuleSet:
                 )
         return Reading(reason=Reason.NO_RULE_MATCHED)
 
+    def _excluded(self, rule: RegistrationRule, text: str) -> bool:
+        """Whether the rule's `unless` pattern keeps it from hearing this utterance."""
+        unless = self._unless.get(rule.id)
+        return unless is not None and unless.search(text) is not None
+
     def normalized(self, rule: RegistrationRule, value: str) -> str:
         value = value.strip().rstrip(_VALUE_TRIM).strip()
+        value = _FINAL_WORDS.sub("", value).rstrip(_VALUE_TRIM).strip() or value
         if rule.shape is not None or rule.kind is RuleKind.NEGATION:
             value = _PARTICLES.sub("", value).rstrip(_VALUE_TRIM).strip() or value
         for step in rule.normalize:
@@ -599,13 +636,13 @@ class RuleSet:
         if via == "examples" and _is_question(text):
             return (Reason.NO_RULE_MATCHED, "a question states nothing to remember")
         if _supposes(text):
-            return (Reason.NO_RULE_MATCHED, "a supposition states nothing to remember")
+            return (Reason.NO_RULE_MATCHED, _SUPPOSED_DETAIL)
         if _asks_without_requesting(text):
             return (Reason.NO_RULE_MATCHED, "a question states nothing to remember")
         if via == "examples" and _about_someone_else(text):
-            return (Reason.NO_RULE_MATCHED, "it is about someone else, not the user")
+            return (Reason.ABOUT_SOMEONE_ELSE, _SOMEONE_ELSE_DETAIL)
         if via == "examples" and _reports_the_past(text):
-            return (Reason.NO_RULE_MATCHED, "it reports something past, not a standing fact")
+            return (Reason.NO_RULE_MATCHED, _PAST_DETAIL)
         if rule.kind is RuleKind.CORRECTION:
             return self._correction(rule, raw, text, occurred_at, zone_name, stream, via)
         if rule.key is None or rule.type is None:  # guarded by the model validator
@@ -613,6 +650,9 @@ class RuleSet:
         value = self.normalized(rule, raw)
         if not value:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no value")
+        if _PRONOUN.fullmatch(value):
+            # "stop calling me": the words after the verb name a person, not a thing
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found a pronoun, not a value")
         key = _key_of(_fill(rule.key, {**groups, "value": value}))
         if not key:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no key")
@@ -651,6 +691,7 @@ class RuleSet:
             and r.key is not None
             and "{" not in r.key
             and r.type is not None
+            and not self._excluded(r, text)
         ]
         named = [r for r in targets if any(k.casefold() in folded for k in r.keywords)]
         chosen: RegistrationRule | None = None

