@@ -318,6 +318,13 @@ BAD: list[tuple[str, Any, dict[str, str], int, str]] = [
     ),
     ("empty batch", {"events": []}, H, 400, "EMPTY_BATCH"),
     (
+        "a key beside a batch's events",
+        {"events": [observation("记住我的尺码是L")], "expected_seq": 0},
+        H,
+        400,
+        "INVALID_ENVELOPE",
+    ),
+    (
         "one bad event in a batch",
         {"events": [observation("记住我的尺码是L"), observation("")]},
         H,

@@ -61,6 +61,14 @@ def _events_of(body: Any) -> list[Any]:
         events = body["events"]
         if not isinstance(events, list):
             raise InvalidInput("events must be a list", code="INVALID_ENVELOPE", field="events")
+        if extra := sorted(k for k in body if k != "events"):
+            # a batch holds its events and nothing else: a key beside them (a misplaced
+            # envelope field, a typo) would otherwise be dropped without a word
+            raise InvalidInput(
+                f'a batch is {{"events": [...]}} alone; unexpected: {", ".join(extra)[:200]}',
+                code="INVALID_ENVELOPE",
+                field=extra[0][:64],
+            )
         return events
     if isinstance(body, dict):
         return [body]
