@@ -74,6 +74,7 @@ def conflicts(a: str, b: str) -> list[str]:
         ("单笔转账上限一点五万元", "单笔转账不超过2万元", "money"),
         # 每笔 and 单笔 say the same quantity
         ("每笔转账上限2万元", "单笔转账不得超过5万元", "money"),
+        ("每日取现上限2万元", "每天取现最多5万元", "money"),  # 天 and 日 say the same
         # the same group, the same action: allowed and denied
         ("不得向未成年人销售", "可以向未成年人销售", "allows"),
         ("允许向成年人推荐信贷产品", "禁止向成年人推荐信贷产品", "allows"),

@@ -173,12 +173,17 @@ def _stem(word: str) -> str:
     return word
 
 
+# characters that say the same in a limit's wording: 每天 and 每日, 单日 and 单天
+_SAME_CHARACTER = {"天": "日"}
+
+
 def _words(text: str) -> frozenset[str]:
     """The content words of `text` (casefolded, stemmed), a negated one as ¬word."""
     words: set[str] = set()
     for m in _WORD.finditer(text.casefold()):
         negated = m.group("en") or m.group("cjk")
         word = negated or m.group()
+        word = _SAME_CHARACTER.get(word, word)
         if word in _STOP:
             continue
         words.add(_NEGATED + _stem(word) if negated else _stem(word))
