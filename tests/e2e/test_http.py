@@ -318,6 +318,20 @@ BAD: list[tuple[str, Any, dict[str, str], int, str]] = [
     ),
     ("empty batch", {"events": []}, H, 400, "EMPTY_BATCH"),
     (
+        "a principal over 128",
+        observation("hi"),
+        H | {"X-Mnemo-Principal": "a" * 129},
+        400,
+        "INVALID_PRINCIPAL",
+    ),
+    (
+        "a principal with a tab",
+        observation("hi"),
+        H | {"X-Mnemo-Principal": "a\tb"},
+        400,
+        "INVALID_PRINCIPAL",
+    ),
+    (
         "a key beside a batch's events",
         {"events": [observation("记住我的尺码是L")], "expected_seq": 0},
         H,

@@ -118,6 +118,16 @@ def needs(scope: Scope | None) -> Callable[..., RequestContext]:
         caller = authenticate(request)
         if scope is not None:
             require_scope(caller, scope)
+        if x_mnemo_principal and (
+            len(x_mnemo_principal) > 128 or not x_mnemo_principal.isprintable()
+        ):
+            # the principal becomes the events' actor id: not cut short, nor taken with
+            # control characters, without a word
+            raise InvalidInput(
+                "X-Mnemo-Principal is 1 to 128 printable characters",
+                code="INVALID_PRINCIPAL",
+                field="X-Mnemo-Principal",
+            )
         principal = (x_mnemo_principal or caller.name)[:128]
         return RequestContext(
             tenant=caller.tenant,
