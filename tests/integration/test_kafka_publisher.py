@@ -40,16 +40,23 @@ def broker() -> str:
     return BOOTSTRAP
 
 
-async def _roundtrip(bootstrap: str, topic: str) -> tuple[list[str], list[object]]:
-    from aiokafka import AIOKafkaConsumer
+async def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
+        await admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
+        )
     finally:
         await admin.close()
+
+
+async def _roundtrip(bootstrap: str, topic: str) -> tuple[list[str], list[object]]:
+    from aiokafka import AIOKafkaConsumer
+
+    await _create_topic(bootstrap, topic, 3)
     events = [
         {"type": "ObservationRecorded", "schema_version": 2, "stream": f"user:U{i % 2}",
          "payload": {"text": f"记住我的尺码是L {i}"}}
@@ -108,14 +115,8 @@ async def _publish_and_read(
     bootstrap: str, topic: str, batches: list[tuple[EventPublisher, list[dict[str, Any]]]]
 ) -> list[Any]:
     from aiokafka import AIOKafkaConsumer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    finally:
-        await admin.close()
+    await _create_topic(bootstrap, topic, 1)
     count = 0
     for publisher, events in batches:
         async with publisher as pub:
@@ -231,7 +232,6 @@ def test_forgetting_a_tenant_through_the_publisher_destroys_every_key_first(brok
     tenant's key and every user key its earlier records were sealed under (found in the
     topic, by a publisher that sealed none of them itself) before the request is produced;
     another tenant's keys live on. With the vault down, nothing is produced."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from tests.vault_support import SwitchableVault
 
     from mnemo.domain.errors import KeyDestroyed, Unavailable
@@ -251,12 +251,7 @@ def test_forgetting_a_tenant_through_the_publisher_destroys_every_key_first(brok
               "payload": {"tenant": True, "reason": "contract ended"}}  # fmt: skip
 
     async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
-        finally:
-            await admin.close()
+        await _create_topic(broker, topic, 3)
         async with publisher("acme") as pub:
             await pub.publish(
                 [
@@ -319,14 +314,8 @@ def test_a_request_to_forget_with_a_sequence_is_refused_before_any_key_goes(brok
               "expected_seq": 1, "payload": {"tenant": False}}  # fmt: skip
 
     async def scenario() -> str:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-        finally:
-            await admin.close()
+        await _create_topic(broker, topic, 1)
         async with EventPublisher(
             broker, tenant="acme", principal="ingest", topic=topic, vault=vault
         ) as pub:
