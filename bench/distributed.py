@@ -727,14 +727,29 @@ class Prober:
     """Searches for each sampled word until a hit carries it: publish-accepted to searchable.
     Each sample has a thread of its own as soon as it is taken (up to `threads` at once): a
     probe that waited for a thread would count its wait as the platform's; how late each
-    one started is kept (`start_delays`)."""
+    one started is kept (`start_delays`).
+
+    A probe searches again `poll` seconds after an answer without the word, or `backoff`
+    times the time since the publish when that is longer: its reading is then at most that
+    share late, and the searches of the probes in flight stay a bounded load. With a fixed
+    pause, a platform that falls behind has more probes in flight, each searching fifty
+    times a second, and their searches slow it further (`searches` counts them all)."""
 
     def __init__(
-        self, server: Server, tenant: str, poll: float, timeout: float = 60.0, threads: int = 64
+        self,
+        server: Server,
+        tenant: str,
+        poll: float,
+        timeout: float = 60.0,
+        threads: int = 64,
+        backoff: float = 0.0,
     ) -> None:
         self.server = server
         self.tenant = tenant
         self.poll = poll
+        if backoff < 0 or poll <= 0:
+            raise ValueError("a probe's poll must be positive and its backoff not negative")
+        self.backoff = backoff
         self.timeout = timeout
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="probe")
         self.lock = threading.Lock()
@@ -743,6 +758,10 @@ class Prober:
         self.search_seconds: list[float] = []
         self.missed = 0
         self.futures: list[Any] = []
+
+    def pause(self, elapsed: float) -> float:
+        """Seconds before the next search of a probe `elapsed` seconds after its publish."""
+        return max(self.poll, self.backoff * elapsed)
 
     def sample(self, stream: str, word: str, accepted: float) -> None:
         self.futures.append(self.pool.submit(self._probe, stream, word, accepted))
@@ -767,7 +786,7 @@ class Prober:
                 with self.lock:
                     self.latencies.append(t1 - accepted)
                 return
-            time.sleep(self.poll)
+            time.sleep(self.pause(time.monotonic() - accepted))
         with self.lock:
             self.missed += 1
 
@@ -830,6 +849,9 @@ class Options:
     partitions: int
     parts: list[str]
     probe_poll: float = 0.02
+    # a probe's pause between searches grows to this share of the time since the publish
+    # (Prober); 0 keeps the pause at probe_poll
+    probe_backoff: float = 0.1
     samples_per_second: float = 4.0
     # registrar processes (one consumer group) the ingest part is measured with, in turn
     registrar_replicas: tuple[int, ...] = (1, 2)
@@ -1007,7 +1029,7 @@ def _freshness(
     for mode, s in servers.items():
         rate = rates[mode] / 2
         tenant = f"bench-fresh-{mode}"
-        prober = Prober(s, tenant, opts.probe_poll)
+        prober = Prober(s, tenant, opts.probe_poll, backoff=opts.probe_backoff)
         progress(
             "distributed",
             f"freshness {mode}: {rate:.0f} events/s for {opts.freshness_seconds:.0f}s",
@@ -1030,7 +1052,11 @@ def _freshness(
             "sampled": len(prober.latencies) + prober.missed,
             "not_found_within_60s": prober.missed,
             "probe": "POST /v1/search for the event's unique word, again "
-            f"{opts.probe_poll * 1000:.0f} ms after each answer without it",
+            f"{opts.probe_poll * 1000:.0f} ms after each answer without it, or "
+            f"{opts.probe_backoff:g} x the time since the publish when longer",
+            "probe_searches_per_second": round(
+                len(prober.search_seconds) / max(1e-9, opts.freshness_seconds), 1
+            ),
             "probe_search_p50_ms": search["p50"],
             "probe_start_delay_p99_ms": latency_summary(prober.start_delays)["p99"],
             "from": "the 202 of the publish call",

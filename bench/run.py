@@ -134,6 +134,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     dist.add_argument(
         "--freshness-seconds", type=float, help="steady load per mode for freshness (60)"
     )
+    dist.add_argument(
+        "--probe-backoff",
+        type=float,
+        default=0.1,
+        help="a freshness probe searches again after max(20 ms, this x the time since the "
+        "publish) (0.1; 0: every 20 ms)",
+    )
     dist.add_argument("--outage-seconds", type=float, default=60.0, help="registrar outage (60)")
     dist.add_argument("--context-size", type=int, help="memories for the context latency (100000)")
     dist.add_argument("--context-queries", type=int, help="context requests per mode (300)")
@@ -227,6 +234,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--dist-also-embedders: unknown embedder {name.strip()!r}")
     if not all(n.strip().isdigit() and int(n) >= 1 for n in args.registrar_replicas.split(",")):
         ap.error("--registrar-replicas takes whole numbers from 1, e.g. 1,2")
+    if args.probe_backoff < 0:
+        ap.error("--probe-backoff takes 0 or more")
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
@@ -277,6 +286,7 @@ def _run_distributed(args: argparse.Namespace, tmp: Path, load_start: list[float
         events=args.dist_events,
         rounds=args.dist_rounds,
         freshness_seconds=args.freshness_seconds,
+        probe_backoff=args.probe_backoff,
         outage_seconds=args.outage_seconds,
         context_size=args.context_size,
         context_queries=args.context_queries,

@@ -280,6 +280,22 @@ def test_the_freshness_probes_of_samples_taken_together_all_search_at_once() -> 
     assert max(prober.start_delays) < max(prober.latencies)
 
 
+def test_a_freshness_probe_searches_less_often_the_longer_it_has_waited() -> None:
+    # a probe's pause grows with the time since the publish, so the reading is at most that
+    # share late and a platform that falls behind is not searched fifty times a second per
+    # probe in flight
+    from bench.distributed import Prober
+
+    prober = Prober(object(), "t", poll=0.02, backoff=0.1)  # type: ignore[arg-type]
+    assert prober.pause(0.05) == pytest.approx(0.02)
+    assert prober.pause(1.0) == pytest.approx(0.1)
+    assert prober.pause(5.0) == pytest.approx(0.5)
+    fixed = Prober(object(), "t", poll=0.02, backoff=0.0)  # type: ignore[arg-type]
+    assert fixed.pause(5.0) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="backoff not negative"):
+        Prober(object(), "t", poll=0.02, backoff=-0.1)  # type: ignore[arg-type]
+
+
 def test_a_freshness_run_lets_every_consumer_finish_before_the_other_mode_starts() -> None:
     from bench.distributed import Texts, _freshness
 
