@@ -506,6 +506,35 @@ async def test_http_without_a_valid_key_is_refused_before_mcp(server_url: str) -
     assert admitted.status_code == 200
 
 
+async def test_a_foreign_host_origin_or_content_type_is_refused_with_a_code(
+    server_url: str,
+) -> None:
+    # on loopback the endpoint answers only its own host and pages of its own origin (DNS
+    # rebinding); each refusal is a coded JSON error like any other of the API's
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    own = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {fixed_key(TENANT)}",
+    }
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        host = await http.post(
+            f"{server_url}/mcp", json=hello, headers={**own, "Host": "mnemo.attacker.example"}
+        )
+        origin = await http.post(
+            f"{server_url}/mcp", json=hello, headers={**own, "Origin": "https://attacker.example"}
+        )
+        text = await http.post(
+            f"{server_url}/mcp",
+            content=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+            headers={**own, "Content-Type": "text/plain"},
+        )
+        fine = await http.post(f"{server_url}/mcp", json=hello, headers=own)
+    assert (host.status_code, host.json()["error"]["code"]) == (421, "MISDIRECTED_HOST")
+    assert (origin.status_code, origin.json()["error"]["code"]) == (403, "ORIGIN_NOT_ALLOWED")
+    assert (text.status_code, text.json()["error"]["code"]) == (400, "INVALID_CONTENT_TYPE")
+    assert fine.status_code == 200
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_record_turn_keeps_history_and_reports_what_the_rules_made_of_it(
     server_url: str, transport: str, sdk: MnemoClient

@@ -36,9 +36,11 @@ from mcp.server.mcpserver.exceptions import (
     ToolError,
     UnexpectedToolError,
 )
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -1043,13 +1045,36 @@ async def run_stdio(url: str, identity: Identity | None = None, *, timeout: floa
         await build_server(upstream).run_stdio_async()
 
 
+# what the transport's header checks refuse, by the status they answer, as the API's coded
+# errors (the transport itself answers in plain text)
+_TRANSPORT_REFUSALS = {
+    400: ("INVALID_CONTENT_TYPE", "an MCP request is sent as application/json"),
+    403: ("ORIGIN_NOT_ALLOWED", "this endpoint does not answer pages of that origin"),
+    421: ("MISDIRECTED_HOST", "this endpoint answers only under the host it listens on"),
+}
+
+
 class _Endpoint:
-    """The /mcp route: hands each request to the session manager of the current run."""
+    """The /mcp route: checks the request's headers as the transport would (DNS rebinding
+    protection on loopback, the content type of a POST) and refuses with a coded error, then
+    hands the request to the session manager of the current run."""
 
     def __init__(self, mount: McpMount) -> None:
         self.mount = mount
+        self.checks = TransportSecurityMiddleware(mount.security)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        refused = await self.checks.validate_request(request, is_post=request.method == "POST")
+        if refused is not None:
+            code, message = _TRANSPORT_REFUSALS.get(
+                refused.status_code, ("REQUEST_REFUSED", "the MCP transport refused the request")
+            )
+            answer = JSONResponse(
+                {"error": {"code": code, "message": message}}, status_code=refused.status_code
+            )
+            await answer(scope, receive, send)
+            return
         await self.mount.server.session_manager.handle_request(scope, receive, send)
 
 
