@@ -78,6 +78,11 @@ SAME_ON_EVERY_PATH = [
         "OCCURRED_IN_FUTURE",
     ),
     ("a time without offset", event(occurred_at="2026-11-30T12:00:00"), "INVALID_ENVELOPE"),
+    (
+        "a template in a subject's stream",
+        event(type="TemplateRegistered", schema_version=1, payload={"template": {}}),
+        "INVALID_STREAM",
+    ),
     ("a UUIDv4 id", event(event_id="0190a6a0-0000-4000-8000-000000000001"), "INVALID_EVENT_ID"),
     ("an upper-case id", event(event_id=new_event_id(T0).upper()), "INVALID_EVENT_ID"),
     ("an id that is no UUID", event(event_id="evt-1"), "INVALID_EVENT_ID"),

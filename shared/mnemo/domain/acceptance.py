@@ -24,6 +24,7 @@ trust levels differ only where this list says:
   every type of the catalog.
 - received_at: a publisher's event is stamped with `now` (a client may not set it); on
   the topic it is the producer's, or absent.
+- a template's stream: the tenant's `templates` stream, on both (INVALID_STREAM).
 - occurred_at: at most MAX_CLOCK_SKEW ahead of now (OCCURRED_IN_FUTURE), on both; a
   consumer's (system) event keeps its cause's time and is not held to it. A tool
   result's fetched_at likewise (FETCHED_IN_FUTURE).
@@ -43,9 +44,11 @@ import orjson
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.events import (
     MAX_PAYLOAD_BYTES,
+    TEMPLATES_STREAM,
     Actor,
     ActorKind,
     Envelope,
+    TemplateRegistered,
     ToolResultRecorded,
     decode_payload,
     validate_envelope,
@@ -131,6 +134,12 @@ def accept(
             "values itself (trusted producers may seal on the topic)",
             code="ENCRYPTION_NOT_ALLOWED",
             field="encryption",
+        )
+    if event.get("type") == TemplateRegistered.TYPE and event.get("stream") != TEMPLATES_STREAM:
+        raise InvalidInput(
+            f"a template is registered in the tenant's {TEMPLATES_STREAM!r} stream",
+            code="INVALID_STREAM",
+            field="stream",
         )
     envelope = validate_envelope(event, public=not trusted)
     if not system and envelope.occurred_at > now + MAX_CLOCK_SKEW:

@@ -351,8 +351,14 @@ class MemoriesRewrapped(EventPayload):
     memories: tuple[RewrappedKey, ...] = Field(min_length=1, max_length=200)
 
 
+# the tenant's stream that holds its templates: a template belongs to the tenant, not to
+# a subject, so no subject's forget takes it away
+TEMPLATES_STREAM = "templates"
+
+
 class TemplateRegistered(EventPayload):
-    """A context template (validated when published; a version is immutable once taken)."""
+    """A context template (validated when published; a version is immutable once taken),
+    always in the TEMPLATES_STREAM."""
 
     TYPE = "TemplateRegistered"
     VERSION = 1

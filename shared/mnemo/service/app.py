@@ -28,6 +28,7 @@ from mnemo.domain.errors import (
     echoed,
 )
 from mnemo.domain.events import (
+    TEMPLATES_STREAM,
     ActorKind,
     Envelope,
     EventPayload,
@@ -702,7 +703,7 @@ class Mnemo:
         event = {
             "type": "TemplateRegistered",
             "schema_version": 1,
-            "stream": "templates",
+            "stream": TEMPLATES_STREAM,
             "payload": {"template": parsed.model_dump(mode="json")},
         }
         self.publish(
