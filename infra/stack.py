@@ -255,6 +255,11 @@ class Stack:
             env.pop(key, None)  # an empty value in the stack's env: not set at all
         env.setdefault("MNEMO_MODE", "distributed")
         env["MNEMO_HEALTH_PORT"] = str(component.health_port)
+        consumer = next((c for c in TABLE if c.module == component.module), None)
+        if consumer is not None:
+            # a consumer reads its own variable over MNEMO_HEALTH_PORT: one inherited from
+            # this script's environment would give a replica its first process's port
+            env[f"MNEMO_{consumer.name.upper()}_HEALTH_PORT"] = str(component.health_port)
         env["MNEMO_GATEWAY_PORT"] = str(self.gateway_port)
         env["MNEMO_GATEWAY_COMPONENTS"] = ",".join(
             f"{n}=http://127.0.0.1:{p}" for n, p in sorted(self.ports.items()) if "-" not in n

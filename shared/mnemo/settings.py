@@ -7,7 +7,8 @@ prefix (`MNEMO_GATEWAY_` for the gateway, `MNEMO_REGISTRAR_` and so on for the c
 models below, the client's variables (`CLIENT_VARIABLES`), and, in a source checkout, the
 development scripts' own (each script under infra/ declares them in an `ENVIRONMENT`
 table). `check_environment()` refuses any other `MNEMO_*` variable, so a misspelt setting
-stops a process at its start instead of leaving it on a default.
+stops a process at its start instead of leaving it on a default; `check_setting_values()`
+refuses a value a setting cannot take, by the variable's name and never with the value.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemo.domain.errors import InvalidInput
@@ -30,10 +31,12 @@ __all__ = [
     "CLIENT_VARIABLES",
     "CONSUMERS",
     "GatewaySettings",
+    "InvalidSetting",
     "MnemoSettings",
     "UnknownSetting",
     "WorkerSettings",
     "check_environment",
+    "check_setting_values",
     "known_variables",
     "setting_variables",
     "worker_settings",
@@ -504,6 +507,54 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
                 field=name,
             )
         seen[upper] = name
+
+
+class InvalidSetting(InvalidInput):
+    """A `MNEMO_*` setting whose value its model refuses (a negative port, a word where a
+    number goes). The message names the variable and what it takes, never the value: a
+    secret pasted into the wrong variable must not reach a log."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(
+            f"{name} has a value it cannot take: {problem}; fix its value or unset it",
+            code="INVALID_SETTING",
+            field=name,
+        )
+
+
+def _setting_models() -> list[tuple[type[BaseSettings], str]]:
+    """Each settings model with the prefix its variables take."""
+    models: list[tuple[type[BaseSettings], str]] = [
+        (MnemoSettings, PREFIX),
+        (GatewaySettings, f"{PREFIX}GATEWAY_"),
+    ]
+    models += [(WorkerSettings, f"{PREFIX}{consumer.upper()}_") for consumer in CONSUMERS]
+    return models
+
+
+def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to start on a setting whose value its model does not take, as the process
+    would read it (names without case). Run after check_environment(), which has refused
+    names nothing reads and names set twice."""
+    env = os.environ if environ is None else environ
+    upper = {name.upper(): (name, value) for name, value in env.items()}
+    for model, prefix in _setting_models():
+        given: dict[str, str] = {}
+        names: dict[str, str] = {}
+        for field in model.model_fields:
+            found = upper.get(f"{prefix}{field}".upper())
+            if found is not None:
+                names[field], given[field] = found
+        if not given:
+            continue
+        try:
+            # the values as they stand in the environment, without reading it again
+            model.model_validate(given)
+        except ValidationError as exc:
+            error = exc.errors(include_input=False, include_url=False)[0]
+            field = str(error["loc"][0]) if error["loc"] else ""
+            name = names.get(field, f"{prefix}{field}".upper())
+            raise InvalidSetting(name, error["msg"]) from None
 
 
 # ---- the settings table in the docs (docs/settings.md) ------------------------------------

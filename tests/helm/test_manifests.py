@@ -493,6 +493,22 @@ def test_topics_then_migrations_run_as_hooks(render: Render) -> None:
     assert "hook-succeeded" not in hook["helm.sh/hook-delete-policy"]
 
 
+def test_the_topics_are_created_with_the_replication_the_values_ask_for(render: Render) -> None:
+    """The create-topics hook (and every component, which makes sure the topics exist at its
+    start) creates the log with the replicas and min.insync.replicas of the values: a
+    production log kept on one broker, acknowledged by one, loses records with that broker."""
+    production = render("production")
+    data = config(production)
+    assert data["MNEMO_KAFKA_REPLICATION"] == "3"
+    assert data["MNEMO_KAFKA_MIN_INSYNC"] == "2"
+    topics = of_kind(production, "Job")[f"{RELEASE}-create-topics"]
+    env = env_of(pod_spec(topics)["containers"][0])
+    assert env["MNEMO_KAFKA_REPLICATION"]["value"] == "3"
+    assert env["MNEMO_KAFKA_MIN_INSYNC"]["value"] == "2"
+    single = config(render("minimal", overrides={"kafka.replication": 1, "kafka.minInsync": 1}))
+    assert (single["MNEMO_KAFKA_REPLICATION"], single["MNEMO_KAFKA_MIN_INSYNC"]) == ("1", "1")
+
+
 def test_hooks_can_be_switched_off(render: Render) -> None:
     manifests = render(
         "minimal", overrides={"hooks.createTopics.enabled": False, "hooks.migrate.enabled": False}

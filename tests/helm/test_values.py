@@ -68,6 +68,11 @@ def test_lint_fails_on_a_bad_values_file(helm: Helm, tmp_path: Path) -> None:
             id="unsupported-kafka-protocol",
         ),
         pytest.param(
+            {"kafka": {"replication": 0}},
+            "/kafka/replication",
+            id="no-kafka-replicas",
+        ),
+        pytest.param(
             {"cassandra": {"tenantKeyspaces": ["Acme Corp"]}},
             "/cassandra/tenantKeyspaces/0",
             id="tenant-that-cannot-name-a-keyspace",
@@ -147,6 +152,11 @@ def test_there_is_no_place_for_a_literal_secret(
             {"kafka": {"securityProtocol": "SASL_SSL"}},
             "kafka.sasl.existingSecret",
             id="sasl-without-credentials",
+        ),
+        pytest.param(
+            {"kafka": {"replication": 2, "minInsync": 3}},
+            "kafka.minInsync",
+            id="more-in-sync-replicas-than-replicas",
         ),
         pytest.param(
             {"components": {"gateway": {"autoscaling": {"keda": {"enabled": True}}}}},

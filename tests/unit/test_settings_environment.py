@@ -25,6 +25,7 @@ from mnemo.settings import (
     UnknownSetting,
     WorkerSettings,
     check_environment,
+    check_setting_values,
     declared_environment,
     known_variables,
     render_settings_doc,
@@ -230,3 +231,73 @@ def test_a_process_does_not_start_with_one_setting_set_twice(
     assert done.returncode == 78, done.stderr
     assert "SETTING_SET_TWICE" in done.stderr
     assert "/elsewhere" not in done.stderr + done.stdout
+
+
+# a value that would be a secret if an operator pasted it into the wrong setting
+PASTED = "s3cret-paste-0451"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MNEMO_CASSANDRA_PORT", "-5"),
+        ("MNEMO_GATEWAY_PORT", "0"),
+        ("MNEMO_REGISTRAR_HEALTH_PORT", "abc"),
+        ("MNEMO_LOG_FORMAT", "yaml"),
+        ("MNEMO_KAFKA_SESSION_TIMEOUT", PASTED),
+        ("mnemo_batch_size", "-1"),
+    ],
+)
+def test_a_bad_value_is_refused_by_name_without_the_value(name: str, value: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_setting_values({"MNEMO_MODE": "distributed", name: value, "PATH": "/bin"})
+    assert refused.value.code == "INVALID_SETTING"
+    assert refused.value.field == name
+    assert name in refused.value.message
+    assert value not in str(refused.value) + refused.value.message
+
+
+def test_good_values_and_other_variables_pass_the_value_check() -> None:
+    check_setting_values(
+        {
+            "MNEMO_MODE": "distributed",
+            "MNEMO_CASSANDRA_PORT": "9042",
+            "MNEMO_INDEXER_BATCH_SIZE": "8",
+            "MNEMO_GATEWAY_PORT": "8080",
+            "MNEMO_VAULT_TOKEN": "anything at all",
+            "MNEMO_API_KEY": "not a setting of a server",
+            "MNEMO_TIMEOUT": "not checked here either",
+            "PATH": "/bin",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "value"),
+    [
+        (["-m", "mnemo_gateway"], "MNEMO_GATEWAY_PORT", "-1"),
+        (["-m", "mnemo_registrar"], "MNEMO_CASSANDRA_PORT", "-5"),
+        (["-m", "mnemo_registrar"], "MNEMO_REGISTRAR_HEALTH_PORT", PASTED),
+        (["-m", "mnemo", "status"], "MNEMO_KAFKA_SESSION_TIMEOUT", PASTED),
+    ],
+    ids=["gateway", "registrar", "registrar-own", "cli"],
+)
+def test_a_process_does_not_start_with_a_bad_value(
+    command: list[str], name: str, value: str, tmp_path: Path
+) -> None:
+    """A configuration error like any other: exit status 78, a code and the variable's name,
+    no traceback and not the value."""
+    env = {"PATH": "/usr/bin:/bin", "MNEMO_DATA_DIR": str(tmp_path), "MNEMO_MODE": "distributed"}
+    env[name] = value
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=120
+    )
+    output = done.stderr + done.stdout
+    assert done.returncode == 78, output
+    assert "INVALID_SETTING" in done.stderr
+    assert name in done.stderr
+    assert "Traceback" not in output
+    assert value not in output
+    assert not any(tmp_path.iterdir())

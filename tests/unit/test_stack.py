@@ -111,3 +111,26 @@ def test_replicas_of_a_consumer_are_components_with_ports_of_their_own(tmp_path:
     assert "indexer-2" not in [c.name for c in co_located.components()]
     with pytest.raises(stack.StackError):
         co_located.scale("indexer", 2)
+
+
+def test_a_replica_listens_on_its_own_health_port_when_the_consumers_ports_are_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`infra/stack.py up` takes the consumers' health ports from MNEMO_<CONSUMER>_HEALTH_PORT,
+    and a consumer reads that variable over MNEMO_HEALTH_PORT: a replica given only
+    MNEMO_HEALTH_PORT would bind its first process's port and exit."""
+    monkeypatch.setenv("MNEMO_REGISTRAR_HEALTH_PORT", "18491")
+    monkeypatch.setenv("MNEMO_DECAY_HEALTH_PORT", "18493")
+    server = stack.Stack(
+        tmp_path,
+        {"MNEMO_QDRANT_URL": "http://127.0.0.1:6333"},
+        ports={**stack.CONSUMER_PORTS, "registrar": 18491, "decay": 18493},
+    )
+    server.replicas = {"registrar": 2}
+    for name in ("registrar", "registrar-2", "decay", "indexer"):
+        component = server.component(name)
+        env = server.child_env(component)
+        consumer = name.split("-")[0].upper()
+        assert env["MNEMO_HEALTH_PORT"] == str(component.health_port)
+        assert env[f"MNEMO_{consumer}_HEALTH_PORT"] == str(component.health_port), name
+    assert server.component("registrar-2").health_port != 18491

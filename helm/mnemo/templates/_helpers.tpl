@@ -116,6 +116,8 @@ MNEMO_HEALTH_HOST: "0.0.0.0"
 MNEMO_KAFKA_BOOTSTRAP: {{ required "kafka.bootstrap must list at least one broker" (join "," $v.kafka.bootstrap) | quote }}
 MNEMO_KAFKA_TOPIC: {{ $v.kafka.topic | quote }}
 MNEMO_KAFKA_PARTITIONS: {{ $v.kafka.partitions | quote }}
+MNEMO_KAFKA_REPLICATION: {{ $v.kafka.replication | quote }}
+MNEMO_KAFKA_MIN_INSYNC: {{ $v.kafka.minInsync | quote }}
 MNEMO_KAFKA_SECURITY_PROTOCOL: {{ $v.kafka.securityProtocol | quote }}
 {{- if eq $v.kafka.securityProtocol "SASL_SSL" }}
 MNEMO_KAFKA_SASL_MECHANISM: {{ $v.kafka.sasl.mechanism | quote }}
@@ -217,6 +219,9 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- end -}}
 {{- if and $v.vault.agent.enabled (not $v.vault.agent.role) -}}
 {{- fail "vault.agent.role is required when vault.agent.enabled is true" -}}
+{{- end -}}
+{{- if gt (int $v.kafka.minInsync) (int $v.kafka.replication) -}}
+{{- fail "kafka.minInsync cannot be more than kafka.replication: no write would ever be acknowledged" -}}
 {{- end -}}
 {{- if and $v.kafka.tls.clientSecret (eq $v.kafka.securityProtocol "PLAINTEXT") -}}
 {{- fail "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL" -}}

@@ -38,7 +38,12 @@ from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
-from mnemo.settings import GatewaySettings, MnemoSettings, check_environment
+from mnemo.settings import (
+    GatewaySettings,
+    MnemoSettings,
+    check_environment,
+    check_setting_values,
+)
 
 if TYPE_CHECKING:
     from mnemo.bootstrap import Platform
@@ -388,11 +393,12 @@ def cli(
 
 def main(args: Sequence[str] | None = None) -> None:
     """The console script's entry point; `args` defaults to the command line. A `MNEMO_*`
-    variable that no setting reads stops it before anything starts, as every configuration
-    error does (exit status 78, EX_CONFIG)."""
+    variable that no setting reads, or a setting with a value it cannot take, stops it
+    before anything starts, as every configuration error does (exit status 78, EX_CONFIG)."""
     try:
         check_environment()
-    except InvalidInput as exc:  # an unknown name, or one set twice
+        check_setting_values()
+    except InvalidInput as exc:  # an unknown name, one set twice, or a value it cannot take
         click.echo(f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True)
         sys.exit(78)
     cli.main(args=list(args) if args is not None else None, prog_name="mnemo")

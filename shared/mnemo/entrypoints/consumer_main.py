@@ -24,7 +24,7 @@ from mnemo import telemetry
 from mnemo.bootstrap import build_consumer
 from mnemo.domain.errors import InvalidInput
 from mnemo.handlers import registry
-from mnemo.settings import MnemoSettings, check_environment
+from mnemo.settings import MnemoSettings, check_environment, check_setting_values
 
 __all__ = ["main", "service_files", "write_service_files"]
 
@@ -32,6 +32,7 @@ __all__ = ["main", "service_files", "write_service_files"]
 def main(consumer: str) -> None:
     try:
         check_environment()
+        check_setting_values()
     except InvalidInput as exc:  # a configuration error: exit status 78 (EX_CONFIG)
         print(
             f"mnemo-{consumer}: cannot start: configuration error {exc.code}: {exc.message}",
