@@ -94,6 +94,11 @@ def test_online_verify(tmp_path: Path, runner: CliRunner) -> None:
         )
         assert ok.exit_code == 0, ok.output
         assert ok.output.startswith("OK: ")
+        # the key alone says whose trail it is: no tenant given is no "tenant None"
+        keyed = runner.invoke(cli, ["--url", url, "--api-key", KEY, "audit", "verify"])
+        assert keyed.exit_code == 0, keyed.output
+        assert "intact for the key's tenant" in keyed.output
+        assert "None" not in keyed.output
     tamper(data, 1)
     with running_server(data) as (url, _):
         broken = runner.invoke(

@@ -1735,11 +1735,13 @@ def audit_verify(state: State, data_dir: Path | None) -> None:
         state.emit_json(answer)
     elif passed:
         links = int(answer["links"])
+        # over HTTP the key says whose trail it is, and --tenant may be left out
+        whose = f"tenant {state.api.tenant}" if state.api.tenant else "the key's tenant"
         head = answer.get("head_hash") or "-"
         streams = int(answer.get("streams") or 0)
         click.echo(
-            f"OK: {links} links in {streams} stream chains intact for tenant "
-            f"{state.api.tenant} (heads digest {head}); {int(answer.get('signed') or 0)} "
+            f"OK: {links} links in {streams} stream chains intact for "
+            f"{whose} (heads digest {head}); {int(answer.get('signed') or 0)} "
             f"links under {int(answer.get('checkpoints') or 0)} signed checkpoints, "
             f"{int(answer.get('unsigned') or 0)} not yet signed"
         )
