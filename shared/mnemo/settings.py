@@ -153,6 +153,7 @@ class MnemoSettings(BaseSettings):
     )
     key_pepper: SecretStr | None = Field(
         default=None,
+        min_length=16,
         description="server-wide secret that API key digests are keyed with (at least 16 "
         "characters); unset: a random one kept in data_dir/access.pepper. Every gateway "
         "replica of a platform needs the same one",

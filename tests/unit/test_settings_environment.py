@@ -246,6 +246,8 @@ PASTED = "s3cret-paste-0451"
         ("MNEMO_LOG_FORMAT", "yaml"),
         ("MNEMO_KAFKA_SESSION_TIMEOUT", PASTED),
         ("mnemo_batch_size", "-1"),
+        # checked before anything starts, not once the topics are made
+        ("MNEMO_KEY_PEPPER", "short-pepper"),
     ],
 )
 def test_a_bad_value_is_refused_by_name_without_the_value(name: str, value: str) -> None:
