@@ -5,6 +5,8 @@ container is run with its own command and exactly the environment the rendered m
 give it (the ConfigMap, the container's env, Secrets by reference, the kubelet's field
 references and $(VAR) expansion), with only what a cluster provides replaced:
 
+- the Services' URLs in the settings (the consumers' health Services that the gateway's
+  status page reads) point at the loopback ports of the processes their selectors pick;
 - service addresses point at the services on 127.0.0.1: the broker's SASL_SSL listener
   (SCRAM-SHA-512, as the values say), the Cassandra node that requires TLS, a client
   certificate and a password, the Qdrant server that requires HTTPS and an API key, and
@@ -17,8 +19,8 @@ references and $(VAR) expansion), with only what a cluster provides replaced:
   the processes share one network here.
 
 The names the test owns (topic, keyspace, consumer-group suffix, Qdrant collection), the
-local node's datacenter in the replication map and fewer partitions are set through the
-chart's own values; the hashing embedder (extraEnv) spares the model's start-up. All
+local node's datacenter in the replication map, fewer partitions and one Kafka replica (one
+broker here) are set through the chart's own values; the hashing embedder (extraEnv) spares the model's start-up. All
 components must become ready (their readiness probe's path and port), and a publish
 through the gateway must become searchable."""
 
@@ -111,7 +113,13 @@ class Cluster:
 
 def render(helm: Helm, cluster: Cluster) -> list[dict[str, Any]]:
     local = {
-        "kafka": {"topic": f"chart.{cluster.tag}", "partitions": 3},
+        # one broker here: the production values' three replicas cannot be placed
+        "kafka": {
+            "topic": f"chart.{cluster.tag}",
+            "partitions": 3,
+            "replication": 1,
+            "minInsync": 1,
+        },
         "cassandra": {
             "keyspace": f"mnemo_chart_{cluster.tag}",
             # the one node's datacenter (SimpleSnitch), where the values name the cluster's dc1
@@ -179,7 +187,31 @@ def pod_processes(manifests: list[dict[str, Any]], cluster: Cluster) -> list[Pro
             command[0] = found
         ready = f"http://127.0.0.1:{port}{probe['path']}" if probe else None
         out.append(Process(name, command, env, ready, home / "process.log"))
+    resolve_services(manifests, out)
     return out
+
+
+def resolve_services(manifests: list[dict[str, Any]], processes: list[Process]) -> None:
+    """What the cluster's DNS and Services do: a Service's URL (`http://<name>:<port>`) in
+    any process's settings becomes the loopback port of the process its selector picks."""
+    local_port = {p.name: p.ready.split(":")[2].split("/")[0] for p in processes if p.ready}
+    deployments = [m for m in manifests if m["kind"] == "Deployment"]
+    routes: dict[str, str] = {}
+    for service in (m for m in manifests if m["kind"] == "Service"):
+        selector = service["spec"]["selector"].items()
+        [picked] = [
+            d
+            for d in deployments
+            if selector <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        for port in service["spec"]["ports"]:
+            url = f"http://{service['metadata']['name']}:{port['port']}"
+            routes[url] = f"http://127.0.0.1:{local_port[picked['metadata']['name']]}"
+    for process in processes:
+        for name, value in process.env.items():
+            for url, local in routes.items():
+                value = re.sub(re.escape(url) + r"(?![0-9])", local, value)
+            process.env[name] = value
 
 
 def mount_volumes(
@@ -418,3 +450,10 @@ def test_the_production_values_start_and_a_publish_becomes_searchable(
         read = http.get(f"/v1/memories/{memory_id}")
         assert read.status_code == 200, read.text
         assert read.json()["content"] == "gate code 7316", read.text
+        # the status page reaches every consumer through its Service (mnemo status)
+        status = http.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": OPERATOR})
+        assert status.status_code == 200, status.text
+        assert status.json()["components"] == {
+            "gateway": "ready",
+            **{c: "ready" for c in ("registrar", "indexer", "decay", "audit")},
+        }, status.text

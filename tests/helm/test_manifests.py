@@ -139,7 +139,8 @@ def test_gateway_listens_on_all_interfaces_and_is_served(render: Render) -> None
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}
     ]
-    assert len(of_kind(manifests, "Service")) == 1
+    # besides it, one Service per consumer for the status page's reads of its health port
+    assert set(of_kind(manifests, "Service")) == {f"{RELEASE}-{c}" for c in COMPONENTS}
 
 
 def test_consumers_are_scraped_on_the_health_port(render: Render) -> None:
@@ -644,7 +645,7 @@ def test_network_policy_defaults(render: Render) -> None:
         "app.kubernetes.io/instance": RELEASE,
     }
     assert base["policyTypes"] == ["Ingress", "Egress"]
-    assert [_ports(rule) for rule in base["ingress"]] == [{(8081, "TCP")}]
+    assert [_ports(rule) for rule in base["ingress"]] == [{(8081, "TCP")}, {(8081, "TCP")}]
     egress = [_ports(rule) for rule in base["egress"]]
     assert egress[0] == {(53, "UDP"), (53, "TCP")}
     allowed = set().union(*egress)
@@ -653,7 +654,7 @@ def test_network_policy_defaults(render: Render) -> None:
     assert (4317, "TCP") not in allowed
     gateway = policies[f"{RELEASE}-gateway"]["spec"]
     assert gateway["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
-    assert gateway["policyTypes"] == ["Ingress"]
+    assert gateway["policyTypes"] == ["Ingress", "Egress"]
     assert [_ports(rule) for rule in gateway["ingress"]] == [{(8080, "TCP")}]
     # every pod of the release, hooks included, is under the base policy
     selector = base["podSelector"]["matchLabels"]
@@ -662,6 +663,52 @@ def test_network_policy_defaults(render: Render) -> None:
     ):
         labels = manifest["spec"]["template"]["metadata"]["labels"]
         assert selector.items() <= labels.items(), name
+
+
+def _gateway_components(gateway: Manifest) -> str:
+    env = env_of(pod_spec(gateway)["containers"][0])
+    return str(env["MNEMO_GATEWAY_COMPONENTS"]["value"])
+
+
+def test_the_gateway_reaches_each_consumers_health_port_for_its_status_page(
+    render: Render,
+) -> None:
+    # mnemo status reads every consumer's /readyz: the gateway names one Service per
+    # consumer, each Service picks that consumer's pods on their health port, and the
+    # network policies let the gateway through, also where the scrapes are restricted
+    manifests = render("production")
+    components = _gateway_components(deployments(manifests)["gateway"])
+    named = dict(item.split("=", 1) for item in components.split(","))
+    assert set(named) == set(CONSUMERS)
+    services = of_kind(manifests, "Service")
+    for consumer, url in named.items():
+        service = services[f"{RELEASE}-{consumer}"]
+        assert url == f"http://{RELEASE}-{consumer}:8081"
+        assert service["spec"]["selector"]["app.kubernetes.io/component"] == consumer
+        [port] = service["spec"]["ports"]
+        assert (port["port"], port["targetPort"]) == (8081, "health")
+        container = pod_spec(deployments(manifests)[consumer])["containers"][0]
+        assert {"name": "health", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    policies = of_kind(manifests, "NetworkPolicy")
+    gateway_pods = {"app.kubernetes.io/component": "gateway"}
+    admitted = [
+        rule
+        for rule in policies[RELEASE]["spec"]["ingress"]
+        if any(
+            gateway_pods.items() <= peer.get("podSelector", {}).get("matchLabels", {}).items()
+            for peer in rule.get("from", [])
+        )
+    ]
+    assert [_ports(rule) for rule in admitted] == [{(8081, "TCP")}]
+    [out] = policies[f"{RELEASE}-gateway"]["spec"]["egress"]
+    assert _ports(out) == {(8081, "TCP")}
+    assert out["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == RELEASE
+    # a consumer switched off is neither named nor served
+    fewer = render("production", overrides={"components.decay.enabled": False})
+    names = _gateway_components(deployments(fewer)["gateway"])
+    assert "decay=" not in names
+    assert "registrar=" in names
+    assert f"{RELEASE}-decay" not in of_kind(fewer, "Service")
 
 
 def test_network_policy_restricts_peers_in_production(render: Render) -> None:

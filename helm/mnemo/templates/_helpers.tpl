@@ -330,3 +330,16 @@ vault.hashicorp.com/auth-path: {{ .authPath | quote }}
 {{- end -}}
 {{- join "," $attrs -}}
 {{- end -}}
+
+{{/* The gateway's MNEMO_GATEWAY_COMPONENTS: name=URL of each enabled consumer's health
+Service, so `mnemo status` (GET /v1/admin/status) reaches every consumer. */}}
+{{- define "mnemo.gatewayComponents" -}}
+{{- $items := list -}}
+{{- range $name := splitList " " (include "mnemo.componentNames" .) -}}
+{{- $c := include "mnemo.component" (dict "root" $ "name" $name) | fromJson -}}
+{{- if and $c.enabled (ne $name "gateway") -}}
+{{- $items = append $items (printf "%s=http://%s:8081" $name (include "mnemo.componentFullname" (dict "root" $ "name" $name))) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $items -}}
+{{- end -}}
