@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -315,6 +316,67 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
     return value
 
 
+def _detect_in(text: str, context: str | None = None) -> list[Finding]:
+    """The detector's findings in one string of a JSON document. The member name it sits
+    under is read in front of it (`"password": "hunter2"` is a password, as
+    `password: hunter2` is), and findings that reach into that name are left out."""
+    if not context:
+        return detect(text)
+    lead = f"{context}: "
+    found = [
+        Finding(f.kind, f.start - len(lead), f.end - len(lead), f.value)
+        for f in detect(lead + text)
+        if f.start >= len(lead)
+    ]
+    for alone in detect(text):  # never fewer than the string read on its own
+        if not any(alone.start < f.end and f.start < alone.end for f in found):
+            found.append(alone)
+    return sorted(found, key=lambda f: f.start)
+
+
+def _json_escaped(value: str) -> str:
+    """A string as a JSON string literal holds it, without the quotes."""
+    return orjson.dumps(value).decode()[1:-1]
+
+
+def _json_rewritten(text: str, visit: Callable[[str, str | None], object | None]) -> str | None:
+    """JSON text with each string, member name and number passed to `visit` (with the
+    name of the member it is the value of); None when `visit` changed nothing. A number
+    `visit` changes becomes a string. Text that is not JSON is read as one string."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        changed = visit(text, None)
+        return changed if isinstance(changed, str) else None
+    touched = False
+
+    def walk(node: Any, context: str | None) -> Any:
+        nonlocal touched
+        if isinstance(node, bool) or node is None:
+            return node
+        if isinstance(node, str | int | float):
+            plain = node if isinstance(node, str) else orjson.dumps(node).decode()
+            changed = visit(plain, context)
+            if changed is None:
+                return node
+            touched = True
+            return changed if isinstance(changed, str) else plain
+        if isinstance(node, list):
+            return [walk(item, context) for item in node]
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for name, item in node.items():
+                renamed = visit(name, None)
+                if renamed is not None:
+                    touched = True
+                out[renamed if isinstance(renamed, str) else name] = walk(item, name)
+            return out
+        return node
+
+    rebuilt = walk(value, None)
+    return orjson.dumps(rebuilt).decode() if touched else None
+
+
 class Sealer:
     """Seals events before the log and opens them for authorized reads."""
 
@@ -417,7 +479,8 @@ class Sealer:
         masks; a rejected value refuses the event when `strict`."""
         model = CATALOG.models.get((envelope.type, envelope.schema_version))
         paths = model.SCANNED if model is not None else ()
-        if not paths:
+        json_paths = model.SCANNED_JSON if model is not None else ()
+        if not paths and not json_paths:
             return envelope
         memory = envelope.payload.get("memory")
         whole = isinstance(memory, dict) and memory.get("sensitive") is True
@@ -433,18 +496,25 @@ class Sealer:
                 findings = detect(text)
             if findings:
                 found_in.append((path, findings))
-        if not found_in:
+        json_found: list[str] = []  # JSON text fields (a tool's arguments and result)
+        for path in json_paths:
+            spot = _locate(envelope.payload, path)
+            text = spot[0].get(spot[1]) if spot is not None else None
+            if (
+                isinstance(text, str)
+                and text
+                and _json_rewritten(text, lambda t, c: _detect_in(t, c) or None) is not None
+            ):
+                json_found.append(path)
+        if not found_in and not json_found:
             return envelope
         payload = copy.deepcopy(envelope.payload)
         policy = self.policy.for_tenant(envelope.tenant)
         key_id = self.key_id(envelope.tenant, envelope.stream)
         plan: dict[str, str] = {}
         fields: list[str] = []
-        for path, findings in found_in:
-            spot = _locate(payload, path)
-            assert spot is not None
-            parent, leaf = spot
-            text = parent[leaf]
+
+        def swapped(path: str, text: str, findings: Sequence[Finding], in_json: bool) -> str:
             out: list[str] = []
             pos = 0
             for found in findings:
@@ -463,13 +533,37 @@ class Sealer:
                     stand_in = mask(found.kind, found.value)
                 else:
                     token = self.token(key_id, found.kind, found.value)
-                    plan[f"{found.kind.value}:{token}"] = found.value
+                    # inside JSON text the placeholder sits in a string literal: what opens
+                    # there is the value as that literal holds it (escaped), so the opened
+                    # text is JSON again
+                    plan[f"{found.kind.value}:{token}"] = (
+                        _json_escaped(found.value) if in_json else found.value
+                    )
                     stand_in = placeholder(found.kind, token)
                 out += [text[pos : found.start], stand_in]
                 pos = found.end
             out.append(text[pos:])
-            parent[leaf] = "".join(out)
+            return "".join(out)
+
+        for path, findings in found_in:
+            spot = _locate(payload, path)
+            assert spot is not None
+            parent, leaf = spot
+            parent[leaf] = swapped(path, parent[leaf], findings, False)
             fields.append(path)
+        for path in json_found:
+            spot = _locate(payload, path)
+            assert spot is not None
+            parent, leaf = spot
+
+            def visit(text: str, context: str | None, path: str = path) -> str | None:
+                findings = _detect_in(text, context)
+                return swapped(path, text, findings, True) if findings else None
+
+            rewritten = _json_rewritten(parent[leaf], visit)
+            if rewritten is not None:
+                parent[leaf] = rewritten
+                fields.append(path)
         if not fields:
             return envelope
         if not plan:

@@ -441,3 +441,77 @@ def test_two_different_keys_in_one_request_are_refused(world: tuple[TestClient, 
     assert client.get("/v1/whoami", headers=same).json()["tenant"] == "acme"
     alone = {"X-Mnemo-Key": fixed_key("acme")}
     assert client.get("/v1/whoami", headers=alone).json()["tenant"] == "acme"
+
+
+def test_a_key_that_expires_issues_none_that_outlives_it(
+    world: tuple[TestClient, Seeded],
+) -> None:
+    """A key lent for an hour could issue an admin key that never expires, and so outlive
+    its own end for good: a key now hands on no longer a life than its own."""
+    client, _ = world
+    lent = client.post(
+        "/v1/tenants/acme/keys",
+        json={"name": "lent", "scopes": ["admin", "memory:read"], "ttl_seconds": 3600},
+        headers=headers_for("acme"),
+    )
+    assert lent.status_code == 201, lent.text
+    end = lent.json()["expires_at"]
+    lent_key = auth(lent.json()["key"])
+    forever = client.post(
+        "/v1/tenants/acme/keys", json={"name": "heir", "scopes": ["admin"]}, headers=lent_key
+    )
+    assert forever.status_code == 201, forever.text
+    assert forever.json()["expires_at"] == end  # absent: the issuer's own end
+    for longer in ({"ttl_seconds": 7200}, {"expires_at": "2999-01-01T00:00:00Z"}):
+        refused = client.post(
+            "/v1/tenants/acme/keys",
+            json={"name": "heir2", "scopes": ["memory:read"], **longer},
+            headers=lent_key,
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "INVALID_EXPIRY"
+        assert refused.json()["error"]["field"] == next(iter(longer))
+    shorter = client.post(
+        "/v1/tenants/acme/keys",
+        json={"name": "heir3", "scopes": ["memory:read"], "ttl_seconds": 600},
+        headers=lent_key,
+    )
+    assert shorter.status_code == 201, shorter.text
+    # a key without an end still issues keys without one
+    free = client.post(
+        "/v1/tenants/acme/keys",
+        json={"name": "heir4", "scopes": ["memory:read"]},
+        headers=headers_for("acme"),
+    )
+    assert free.status_code == 201
+    assert free.json()["expires_at"] is None
+
+
+def test_a_credential_header_sent_twice_with_different_values_is_refused(
+    world: tuple[TestClient, Seeded],
+) -> None:
+    """The first of two Authorization headers spoke, where a proxy in front may check the
+    last; two X-Mnemo-Tenant headers passed when only the first named the key's tenant."""
+    client, _ = world
+    acme, globex = fixed_key("acme"), fixed_key("globex")
+    for name, values in (
+        ("Authorization", [f"Bearer {acme}", f"Bearer {globex}"]),
+        ("X-Mnemo-Key", [acme, globex]),
+    ):
+        r = client.get("/v1/whoami", headers=[(name, v) for v in values])
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "CREDENTIALS_CONFLICT"
+        assert acme not in r.text
+        assert globex not in r.text
+        mcp = client.post("/mcp", headers=[(name, v) for v in values], json={})
+        assert mcp.status_code == 400, mcp.text
+    twice = client.get(
+        "/v1/whoami",
+        headers=[("Authorization", f"Bearer {acme}"), ("Authorization", f"Bearer {acme}")],
+    )
+    assert twice.json()["tenant"] == "acme"  # the same key twice is one key
+    tenants = [("Authorization", f"Bearer {acme}")]
+    mixed = client.get(
+        "/v1/whoami", headers=[*tenants, ("X-Mnemo-Tenant", "acme"), ("X-Mnemo-Tenant", "globex")]
+    )
+    assert (mixed.status_code, mixed.json()["error"]["code"]) == (403, "TENANT_MISMATCH")

@@ -309,6 +309,39 @@ async def test_every_tool(server_url: str, transport: str, sdk: MnemoClient) -> 
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_argument_a_tool_does_not_take_is_refused(server_url: str, transport: str) -> None:
+    """Unknown arguments were dropped without a word: `recall` given `subject` (for
+    `subjects`) searched every subject of the tenant, and `remember` given `sensitive`
+    stored the content as if nothing had been said."""
+    subject = f"user:unknown-arg-{transport}"
+    other = f"user:unknown-arg-other-{transport}"
+    async with connect(server_url, transport) as client:
+        kept = await client.call_tool(
+            "remember", {"subject": other, "type": "fact", "content": "other user's teapot"}
+        )
+        assert not kept.is_error, kept.content
+        narrow = error(await client.call_tool("recall", {"query": "teapot", "subject": subject}))
+        assert (narrow["code"], narrow["field"]) == ("INVALID_ARGUMENTS", "subject")
+        assert "teapot" not in json.dumps(narrow)
+        sealed = error(
+            await client.call_tool(
+                "remember",
+                {"subject": subject, "type": "fact", "content": "code 1234", "sensitive": True},
+            )
+        )
+        assert (sealed["code"], sealed["field"]) == ("INVALID_ARGUMENTS", "sensitive")
+    assert sdk_free_of(server_url, subject)
+
+
+def sdk_free_of(server_url: str, subject: str) -> bool:
+    """Nothing was stored for the subject."""
+    with MnemoClient(
+        server_url, tenant=TENANT, principal="sdk", api_key=fixed_key(TENANT)
+    ) as client:
+        return not client.replay(subject).events
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_bad_arguments_are_structured_errors(server_url: str, transport: str) -> None:
     subject = f"user:bad-{transport}"
     async with connect(server_url, transport) as client:

@@ -675,3 +675,83 @@ def test_a_key_seen_to_exist_is_not_asked_for_again_within_the_ttl(
     assert vault.calls == calls + 2
     keys.destroy("acme/user:A")
     assert not keys.has_key("acme/user:A")  # a destroyed key leaves the cache at once
+
+
+def tool_result(
+    arguments: dict[str, Any], result: Any, stream: str = "user:U1", source: str = "crm"
+) -> Envelope:
+    return validate_envelope(
+        {
+            "event_id": new_event_id(datetime.now(UTC)),
+            "type": "ToolResultRecorded",
+            "schema_version": 1,
+            "tenant": "acme",
+            "stream": stream,
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": {"kind": "agent", "id": "a1"},
+            "payload": {
+                "tool": "crm.lookup",
+                "arguments": orjson.dumps(arguments).decode(),
+                "result": orjson.dumps(result).decode(),
+                "source": source,
+                "fetched_at": datetime.now(UTC).isoformat(),
+                "fresh_for_seconds": 600,
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("stream", ["user:U1", "session:S1"])
+def test_a_tool_results_sensitive_values_are_placeholders_for_the_consumers(
+    sealer: Sealer, stream: str
+) -> None:
+    """A tool's arguments and result become a memory's content and value, which the
+    indexer embeds and the keyword index reads: their sensitive values must reach the
+    consumers as placeholders, as a declared memory's do, not in plaintext."""
+    event = tool_result(
+        {"q": f"customer {PHONE}", "password": "hunter22x"},
+        {"card": "4111 1111 1111 1111", "id": int("4012888888881881"), "ok": True, "n": 3},
+        stream=stream,
+        source=f"crm of {PHONE}",
+    )
+    seen = detected(sealer, event)
+    consumed = seen.model_dump_json()
+    for plain in (PHONE, "4111 1111 1111 1111", "4012888888881881", "hunter22x"):
+        assert plain not in consumed
+    arguments = orjson.loads(seen.payload["arguments"])  # still JSON
+    result = orjson.loads(seen.payload["result"])
+    assert arguments["q"].startswith("customer ⟦phone:h")
+    assert arguments["password"].startswith("⟦password:h")
+    assert result["card"].startswith("⟦bank_card:h")
+    assert result["id"].startswith("⟦bank_card:h")  # a number that is a card: a string now
+    assert (result["ok"], result["n"]) == (True, 3)
+    assert seen.payload["source"].startswith("crm of ⟦phone:h")
+    # an authorized read gets the values back, and JSON still
+    opened = sealer.open_json(seen.model_dump(mode="json"))["payload"]
+    assert orjson.loads(opened["arguments"]) == {"q": f"customer {PHONE}", "password": "hunter22x"}
+    assert orjson.loads(opened["result"])["card"] == "4111 1111 1111 1111"
+    assert orjson.loads(opened["result"])["id"] == "4012888888881881"
+
+
+def test_a_tool_results_value_needing_escapes_opens_as_json(sealer: Sealer) -> None:
+    event = tool_result({}, {"password": 'pa"ss\\word9'})
+    opened = sealer.open_json(detected(sealer, event).model_dump(mode="json"))["payload"]
+    assert orjson.loads(opened["result"]) == {"password": 'pa"ss\\word9'}
+
+
+def test_a_tenants_policy_holds_for_tool_results(vault: SwitchableVault, ticker: Ticker) -> None:
+    policy = SecurityPolicy.model_validate(
+        {"default": {"actions": {"phone": "mask", "bank_card": "reject"}}}
+    )
+    sealer = Sealer(KeyCache(vault, 30.0, now=ticker), policy)
+    masked = detected(sealer, tool_result({}, {"phone": PHONE}))
+    assert orjson.loads(masked.payload["result"]) == {"phone": "138****8000"}
+    with pytest.raises(InvalidInput) as info:
+        sealer.seal(tool_result({}, {"card": "4111 1111 1111 1111"}))
+    assert info.value.code == "SENSITIVE_VALUE_REJECTED"
+    assert info.value.field == "payload.result"
+
+
+def test_a_tool_result_with_nothing_sensitive_is_left_as_it_was(sealer: Sealer) -> None:
+    event = tool_result({"city": "Paris"}, {"temp": 21.5, "sky": "clear"}, stream="agent:A1")
+    assert sealer.seal_found(event) is event

@@ -55,11 +55,24 @@ def refuse_credentials_in_url(request: Request) -> None:
             )
 
 
+def _one_header(request: Request, name: str, shown: str) -> str | None:
+    """A credential header's value. Sent twice with different values it is refused: the
+    first would speak here, while a proxy in front may have read the last."""
+    values = request.headers.getlist(name)
+    if len({v.strip() for v in values}) > 1:
+        raise Unauthenticated(
+            f"{shown} is sent more than once with different values; send it once",
+            code="CREDENTIALS_CONFLICT",
+            field=shown,
+        )
+    return values[0] if values else None
+
+
 def presented_key(request: Request) -> str | None:
     """The API key a request carries: `Authorization: Bearer <key>` or `X-Mnemo-Key`."""
     refuse_credentials_in_url(request)
-    auth = request.headers.get("authorization")
-    direct = request.headers.get(KEY_HEADER.lower())
+    auth = _one_header(request, "authorization", "Authorization")
+    direct = _one_header(request, KEY_HEADER.lower(), KEY_HEADER)
     if auth is not None:
         scheme, _, value = auth.partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
@@ -92,8 +105,8 @@ def authenticate(request: Request) -> Caller:
             field="Authorization",
         )
     caller = platform_of(request).access.authenticate(key)
-    claimed = request.headers.get("x-mnemo-tenant")
-    if claimed is not None and claimed != caller.tenant:
+    # every X-Mnemo-Tenant must name the key's tenant (sent twice, one could name another)
+    if any(claimed != caller.tenant for claimed in request.headers.getlist("x-mnemo-tenant")):
         raise MnemoError(
             "X-Mnemo-Tenant names another tenant than the API key's",
             code="TENANT_MISMATCH",

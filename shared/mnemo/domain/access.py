@@ -117,6 +117,7 @@ class Caller(BaseModel):
     name: str
     scopes: frozenset[Scope]
     tools: frozenset[str] | None = None  # the tools whose results it may record; None: any
+    expires_at: datetime | None = None  # when the key stops working; None: never
 
 
 class Unauthenticated(MnemoError):
@@ -178,6 +179,7 @@ def check_key(record: ApiKey | None, pepper: bytes, secret: str, now: datetime) 
         name=record.name,
         scopes=frozenset(record.scopes),
         tools=frozenset(record.tools) if record.tools is not None else None,
+        expires_at=record.expires_at,
     )
 
 

@@ -181,6 +181,9 @@ class EventPayload(BaseModel):
     PUBLIC: ClassVar[bool] = True  # may agents publish it, or only consumers emit it
     # free-text payload paths (dotted) the PII detector reads before the event is logged
     SCANNED: ClassVar[tuple[str, ...]] = ()
+    # payload paths holding JSON text the detector reads the same way, string by string
+    # (each with the name of the member it is the value of), keeping the text JSON
+    SCANNED_JSON: ClassVar[tuple[str, ...]] = ()
     # payload paths (dotted; a list's items each) that may carry a person's words: on a
     # user stream each is sealed whole under the subject's key before the log (ADR 0010)
     PRIVATE: ClassVar[tuple[str, ...]] = ()
@@ -443,6 +446,8 @@ class ToolResultRecorded(EventPayload):
     TYPE = "ToolResultRecorded"
     VERSION = 1
     PRIVATE = ("arguments", "result", "source", "key")
+    SCANNED = ("source",)
+    SCANNED_JSON = ("arguments", "result")
     tool: str = Field(pattern=TOOL_NAME_RE.pattern, description="the tool's name")
     arguments: str = Field(
         default="{}",

@@ -245,9 +245,27 @@ def table(*columns: str) -> Table:
     return Table(*columns, header_style="bold", show_lines=False)
 
 
+# what a terminal would act on rather than show: C0 controls but line breaks and tabs, DEL,
+# C1 controls (U+009B is a CSI of its own) and the bidirectional controls
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """Stored text as the terminal may print it: a control character (ESC starting an
+    escape sequence that recolours, retitles or clears the terminal, a carriage return
+    that overwrites the line) is written out as its escape (\\x1b), never sent as is."""
+    return _UNSHOWN.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
+
+
 def add_row(target: Table, *values: Any) -> None:
-    """A row of plain text: values are never read as rich markup."""
-    target.add_row(*(Text("" if v is None else str(v)) for v in values))
+    """A row of plain text: values are never read as rich markup, nor reach the terminal
+    with control characters."""
+    target.add_row(*(Text("" if v is None else shown(str(v))) for v in values))
 
 
 def key_value(memory: Mapping[str, Any]) -> str:
@@ -289,7 +307,7 @@ def describe_outcome(outcome: Mapping[str, Any]) -> str:
     if outcome.get("reason_code"):
         parts.append(str(outcome["reason_code"]))
     if outcome.get("detail"):
-        parts.append(f"— {outcome['detail']}")
+        parts.append(f"— {shown(str(outcome['detail']))}")
     return " ".join(parts)
 
 

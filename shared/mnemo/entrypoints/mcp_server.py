@@ -174,6 +174,19 @@ class MnemoMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        # an argument the tool does not take is refused, not dropped: `recall` given
+        # `subject` for `subjects` searched every subject, and `remember` given
+        # `sensitive: true` stored the content as any other
+        known = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
+        if known is not None:
+            unknown = sorted(set(arguments) - set(known.get("properties", {})))
+            if unknown:
+                return error_result(
+                    "INVALID_ARGUMENTS",
+                    f"{name} takes no argument {unknown[0][:64]!r}; it takes: "
+                    f"{', '.join(sorted(known.get('properties', {})))}",
+                    unknown[0][:64],
+                )
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:

@@ -9,6 +9,7 @@ and only a document that parsed is stored and logged.
 from __future__ import annotations
 
 import threading
+import unicodedata
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -199,9 +200,22 @@ class Ingested:
         }
 
 
+# bidirectional marks and overrides: `\u202egpj.exe` shows as `exe.jpg` wherever the name
+# is printed (the CLI, the console, a log)
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def _unfit(c: str) -> bool:
+    """A character a file name may not hold: C0 and C1 controls and DEL (a C1 CSI starts
+    a terminal escape sequence), surrogates, line and paragraph separators, bidi controls."""
+    return c in _BIDI_CONTROLS or unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")
+
+
 def _filename(name: str) -> str:
     name = name.strip()
-    if not name or len(name) > 256 or any(ord(c) < 32 for c in name):
+    if not name or len(name) > 256 or any(_unfit(c) for c in name):
         raise InvalidInput(
             "filename is 1 to 256 characters, no control characters",
             code="INVALID_FILENAME",

@@ -187,13 +187,26 @@ async def issue_key(
                 code="TOOL_NOT_ALLOWED",
                 field="tools",
             )
+    expires_at = _expiry(access.clock.now(), req.expires_at, req.ttl_seconds)
+    if caller.expires_at is not None:
+        # a key that expires hands on no longer a life than its own (absent: the same end),
+        # or a key lent for an hour could leave behind one that never expires
+        if expires_at is None:
+            expires_at = caller.expires_at
+        elif expires_at > caller.expires_at:
+            raise InvalidInput(
+                f"a key cannot issue a key that outlives it (it expires at "
+                f"{caller.expires_at.isoformat()})",
+                code="INVALID_EXPIRY",
+                field="ttl_seconds" if req.ttl_seconds is not None else "expires_at",
+            )
     issued = await run_in_threadpool(
         lambda: access.issue_key(
             tenant,
             req.name,
             [s.value for s in req.scopes],
             by=f"key:{caller.key_id}",
-            expires_at=_expiry(access.clock.now(), req.expires_at, req.ttl_seconds),
+            expires_at=expires_at,
             tools=tools,
         )
     )
