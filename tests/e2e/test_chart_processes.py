@@ -20,8 +20,8 @@ references and $(VAR) expansion), with only what a cluster provides replaced:
 
 The names the test owns (topic, keyspace, consumer-group suffix, Qdrant collection), the
 local node's datacenter in the replication map, fewer partitions and one Kafka replica (one
-broker here) are set through the chart's own values; the hashing embedder (extraEnv) spares the model's start-up. All
-components must become ready (their readiness probe's path and port), and a publish
+broker here) are set through the chart's own values; the hashing embedder (extraEnv) spares
+the model's start-up. All components must become ready (their readiness probe's path and port), and a publish
 through the gateway must become searchable."""
 
 from __future__ import annotations
