@@ -21,8 +21,9 @@ references and $(VAR) expansion), with only what a cluster provides replaced:
 The names the test owns (topic, keyspace, consumer-group suffix, Qdrant collection), the
 local node's datacenter in the replication map, fewer partitions and one Kafka replica (one
 broker here) are set through the chart's own values; the hashing embedder (extraEnv) spares
-the model's start-up. All components must become ready (their readiness probe's path and port), and a publish
-through the gateway must become searchable."""
+the model's start-up. All components must become ready (their readiness probe's path and
+port), a publish through the gateway must become searchable, and the gateway's status page
+must reach every consumer."""
 
 from __future__ import annotations
 
