@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr, ValidationError
 
 from mnemo.adapters.local_key_vault import LocalKeyFileVault
 from mnemo.bootstrap import PEPPER_FILE, key_pepper
@@ -57,8 +58,13 @@ def test_a_set_pepper_is_used_and_a_short_one_refused(tmp_path: Path) -> None:
     given = MnemoSettings(data_dir=tmp_path, key_pepper="p" * 16)
     assert key_pepper(given) == b"p" * 16
     assert not (tmp_path / PEPPER_FILE).exists()
+    # the settings refuse a short one before anything starts ...
+    with pytest.raises(ValidationError, match="at least 16"):
+        MnemoSettings(data_dir=tmp_path, key_pepper="p" * 15)
+    # ... and the pepper itself still does, whatever built the settings
+    built = MnemoSettings.model_construct(data_dir=tmp_path, key_pepper=SecretStr("p" * 15))
     with pytest.raises(InvalidInput) as short:
-        key_pepper(MnemoSettings(data_dir=tmp_path, key_pepper="p" * 15))
+        key_pepper(built)
     assert short.value.code == "INVALID_SETTING"
 
 
