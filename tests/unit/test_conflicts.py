@@ -186,3 +186,54 @@ def test_claims_read_who_is_meant() -> None:
     assert "¬成" in claim_of("未成年人不得购买酒类").subject
     assert "成" in claim_of("成年人可以购买酒类").subject
     assert "¬member" in claim_of("Non-members must not book rooms").subject
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # a duty against a prohibition of the same action
+        (
+            "Always ask for photo ID before issuing a refund",
+            "Never ask for photo ID before issuing a refund",
+        ),
+        ("退款前必须核实客户身份证", "退款前禁止核实客户身份证"),
+        # a duty against a waiver of it
+        ("退款前必须核实客户身份证", "退款前不需要核实客户身份证"),
+        (
+            "Agents must confirm the address before shipping",
+            "Agents need not confirm the address before shipping",
+        ),
+    ],
+)
+def test_a_duty_conflicts_with_a_prohibition_or_a_waiver_of_it(a: str, b: str) -> None:
+    [found] = conflicts(a, b)
+    assert "requires" in found
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # a waiver leaves the action allowed, and a duty does not forbid what is allowed
+        ("You don't have to call the customer back", "You may call the customer back"),
+        ("退款前必须核实客户身份证", "退款前可以核实客户身份证"),
+        # a waiver and a prohibition both hold: the action is simply not done
+        ("退款前不需要核实客户身份证", "退款前不要核实客户身份证"),
+        # a duty bounded from below and a ceiling of the same quantity
+        ("Orders must be at least 20 dollars", "Orders must not exceed 300 dollars"),
+        ("每笔订单必须至少100元", "每笔订单不得超过5000元"),
+        # the same ceiling, said as a duty and as a prohibition
+        ("Refunds must not exceed 200 dollars", "Refunds never exceed 200 dollars"),
+    ],
+)
+def test_duties_and_waivers_that_can_both_hold_do_not_conflict(a: str, b: str) -> None:
+    assert conflicts(a, b) == []
+
+
+def test_claims_read_duties_and_waivers() -> None:
+    assert claim_of("Always ask for photo ID").action == "require"
+    assert claim_of("退款前必须核实身份").action == "require"
+    assert claim_of("退款前不需要核实身份").polarity == "exempt"
+    assert claim_of("You don't have to call back").polarity == "exempt"
+    # the must of a bound's deny is no duty
+    assert claim_of("Refunds must not exceed 200 dollars").action == ""
+    assert claim_of("Agents must never offer refunds").action == "deny"

@@ -253,3 +253,53 @@ def test_none_of_these_touches_a_memory_of_the_user() -> None:
     run(state, "我妹妹对海鲜过敏", minutes=5)
     assert current(state, "allergy") == "花生"
     assert all(m.status is MemoryStatus.ACTIVE for m in state.memories.values())
+
+
+# ---- a request not to be contacted at some times keeps the times -------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("Please don't call me on weekends", "avoid.call_on_weekends", "call on weekends"),
+        ("don't email me before 9am", "avoid.email_before_9am", "email before 9am"),
+        ("never text me after 10pm please", "avoid.text_after_10pm", "text after 10pm"),
+        ("周末别给我打电话", "avoid.周末打电话", "周末打电话"),
+        ("晚上十点以后不要给我发消息", "avoid.晚上10点以后发消息", "晚上10点以后发消息"),
+        ("上班时间不要打电话给我", "avoid.上班时间打电话", "上班时间打电话"),
+    ],
+)
+def test_a_request_not_to_be_contacted_at_some_times_keeps_the_times(
+    text: str, key: str, value: str
+) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.kind, m.draft.key, m.draft.value) for m in reading.matches] == [
+        (RuleKind.NEGATION, key, value)
+    ], reading
+
+
+def test_a_request_not_to_be_called_at_some_times_keeps_the_contact_channel() -> None:
+    state = said("联系我的话请打电话")
+    assert current(state, "contact_channel") == "电话"
+    run(state, "周末别给我打电话", minutes=5)
+    assert current(state, "contact_channel") == "电话"
+    state = said("please contact me by phone")
+    run(state, "please don't call me on weekends", minutes=5)
+    assert current(state, "contact_channel") == "phone"
+
+
+# ---- English values without the words around them ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("no more spicy food please", "avoid.spicy_food", "spicy food"),
+        ("stop sending me newsletters, please", "avoid.newsletters", "newsletters"),
+        ("Actually my budget is only 300 now", "budget", "300"),
+        ("my budget is now 800 dollars", "budget", "800 dollars"),
+    ],
+)
+def test_please_and_adverbs_are_no_part_of_the_value(text: str, key: str, value: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [(key, value)], reading

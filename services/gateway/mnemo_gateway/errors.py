@@ -79,8 +79,16 @@ def error_response(
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
-def _field(loc: Any) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+_LOCATIONS = ("body", "query", "path", "header", "cookie")
+
+
+def _field(loc: Any, *, located: bool = False) -> str | None:
+    """The failing field's dotted path. FastAPI puts where a value came from first
+    (`("body", "query")`, `("query", "limit")`); only that first element is a location, so
+    a body field named `query` or `path` keeps its name."""
+    parts = [str(p) for p in loc]
+    if located and parts and parts[0] in _LOCATIONS:
+        parts = parts[1:]
     return ".".join(parts) or None
 
 
@@ -95,7 +103,10 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         err = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         return error_response(
-            422, "VALIDATION_ERROR", str(err.get("msg")), _field(err.get("loc", ()))
+            422,
+            "VALIDATION_ERROR",
+            str(err.get("msg")),
+            _field(err.get("loc", ()), located=True),
         )
 
     @app.exception_handler(ValidationError)

@@ -48,6 +48,20 @@ _DENY = re.compile(
     re.IGNORECASE,
 )
 _ALLOW = re.compile(r"允许|可以|准许|\b(?:may|allowed|permitted|can|is\s+fine)\b", re.IGNORECASE)
+# a duty (must, 必须) and a waiver of one (need not, 不需要): a duty contradicts a deny of the
+# same action and a waiver of it; a waiver is read before a deny ("don't have to" waives)
+_REQUIRE = re.compile(
+    r"必须|务必|一定要|总是|始终|\b(?:must|always|(?:is|are)\s+required\s+to|ha(?:s|ve)\s+to)\b",
+    re.IGNORECASE,
+)
+_EXEMPT = re.compile(
+    r"不需要|不必|无需|无须|没必要|"
+    r"\b(?:need\s+not|needn'?t|(?:do|does)(?:\s+not|n'?t)\s+(?:need|have)\s+to|no\s+need\s+to|"
+    r"(?:is|are)\s+not\s+required\s+to)\b",
+    re.IGNORECASE,
+)
+# pairs of what two claims do to one action that cannot both hold
+_CONTRADICTING = ({"allow", "deny"}, {"require", "deny"}, {"require", "exempt"})
 # bounds: a limit at most (max) or at least (min)
 _MAX = re.compile(
     r"不超过|不得超过|不能超过|不可超过|最多|以内|以下|上限|封顶|最高|(?:未满|不满|不足)(?=\d)|"
@@ -230,7 +244,8 @@ class Claim:
     """What one constraint says: allow or deny, the limits it sets, and the rest of its
     words (what it is about)."""
 
-    polarity: str  # "deny", "allow", or "" when it says neither
+    # "deny", "allow", "require" (a duty), "exempt" (a duty waived), or "" for none of them
+    polarity: str
     limits: tuple[tuple[str, str, Decimal], ...]  # (kind, bound, value): ("money", "max", 50000)
     subject: frozenset[str]  # the words left: what is constrained (¬word: a negated word)
     # the allow or deny once the bounds' own words are out: "deny" for 未满18岁的用户不能开户
@@ -259,14 +274,24 @@ def claim_of(text: str, numbers: Callable[[str], str] | None = None) -> Claim:
         limits.append((kind, bound, value.normalize()))
     polarity = _polarity(normalized)
     action = _polarity(_MIN.sub(" ", _MAX.sub(" ", normalized)))
+    if action == "require" and polarity != "require":
+        action = ""  # the must of "must not exceed" is the bound's deny, not a duty
     rest = _NUMBER.sub(" ", normalized)
-    for pattern in (_MAX, _MIN, _DENY, _ALLOW):  # bounds first: 不得超过 is one bound
+    for pattern in (_MAX, _MIN, _EXEMPT, _DENY, _ALLOW, _REQUIRE):  # bounds first: 不得超过
         rest = pattern.sub(" ", rest)
     return Claim(polarity, tuple(limits), _words(rest), action)
 
 
 def _polarity(text: str) -> str:
-    return "deny" if _DENY.search(text) else "allow" if _ALLOW.search(text) else ""
+    for polarity, pattern in (
+        ("exempt", _EXEMPT),
+        ("deny", _DENY),
+        ("allow", _ALLOW),
+        ("require", _REQUIRE),
+    ):
+        if pattern.search(text):
+            return polarity
+    return ""
 
 
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
@@ -296,7 +321,7 @@ def _same_kind(kind: str, kind_b: str, a: Claim, b: Claim) -> bool:
 def _apart(a: Claim, b: Claim) -> bool:
     """Whether an allow and a deny hold on ranges of one quantity that do not meet: 未满18岁
     (under 18) and 满18岁 (18 or more), up to $500 and over $500."""
-    if {a.action, b.action} != {"allow", "deny"}:
+    if {a.action, b.action} not in _CONTRADICTING:
         return False  # a deny that is a bound's wording (不得超过) bounds what is allowed
     for kind, bound, value in a.limits:
         for kind_b, bound_b, value_b in b.limits:
@@ -318,6 +343,12 @@ def incompatible(a: Claim, b: Claim) -> str | None:
                 return f"different {named} limits ({value:f} and {value_b:f})"
     if {a.polarity, b.polarity} == {"allow", "deny"} and not _apart(a, b):
         return "one allows what the other denies"
+    # a duty against a deny or a waiver, read without the bounds' own words: "must be at
+    # least 20" and "must not exceed 300" bound one quantity from both sides
+    actions = {a.action, b.action}
+    if actions in ({"require", "deny"}, {"require", "exempt"}) and not _apart(a, b):
+        other = "denies" if "deny" in actions else "waives"
+        return f"one requires what the other {other}"
     return None
 
 

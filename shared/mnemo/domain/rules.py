@@ -374,8 +374,11 @@ def _reports_the_past(text: str) -> bool:
 
 _VALUE_TRIM = "。.!！?？,，;；、 "
 # words that end a sentence, not a value, whatever the rule: the particle of a change
-# (我不吃辣了, 我不喜欢香菜了啦) and "anymore"/"again" (I don't like cilantro anymore)
-_FINAL_WORDS = re.compile(r"[了啦][吧呢啊呀哦嘛]*$|\s+(?:any\s?more|again)$", re.IGNORECASE)
+# (我不吃辣了, 我不喜欢香菜了啦), "anymore"/"again" (I don't like cilantro anymore) and
+# "please" (no more spicy food please)
+_FINAL_WORDS = re.compile(
+    r"[了啦][吧呢啊呀哦嘛]*$|(?:,?\s+(?:any\s?more|again|please))+$", re.IGNORECASE
+)
 # a value that is only a pronoun names a person, not a thing: "stop calling me"
 _PRONOUN = re.compile(
     r"(?:给|跟|向|对|和)?(?:我|你|您|他|她|它|我们|你们|他们|她们)"
