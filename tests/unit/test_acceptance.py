@@ -102,6 +102,21 @@ SAME_ON_EVERY_PATH = [
     ),
     ("a blank turn", event(payload={"text": "  ", "kind": "turn"}), "BLANK_TEXT"),
     (
+        "a speaker with a control character",
+        event(payload={"text": "hi", "kind": "turn", "speaker": "a\u0000b"}),
+        "INVALID_SPEAKER",
+    ),
+    (
+        "a blank speaker",
+        event(payload={"text": "hi", "kind": "turn", "speaker": "   "}),
+        "INVALID_SPEAKER",
+    ),
+    (
+        "a speaker's name in Chinese",
+        event(payload={"text": "你好", "kind": "turn", "speaker": "王 小明"}),
+        ACCEPTED,
+    ),
+    (
         "an offset out of range",
         event(payload={"text": "hi", "timezone": "+99:00"}),
         "INVALID_TIMEZONE",

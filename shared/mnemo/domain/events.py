@@ -258,6 +258,18 @@ class ObservationRecorded(EventPayload):
     def _zone(cls, value: str | None, info: ValidationInfo) -> str | None:
         return checked_zone(value, info)
 
+    @field_validator("speaker")
+    @classmethod
+    def _speaker(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # a name heads the turn's history memory ("speaker: text"): printable, and more
+        # than white space
+        if value is not None and at_edge(info):
+            if not value.strip() or not value.isprintable():
+                raise PydanticCustomError(
+                    "invalid_speaker", "speaker must be a printable name, not blank"
+                )
+        return value
+
 
 MemoryId = Annotated[
     str, Field(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -840,6 +852,7 @@ _CODES_BY_ERROR_TYPE = {
     "pattern_matches_everything": "PATTERN_MATCHES_EVERYTHING",
     "time_as_number": "INVALID_TIME",
     "blank_text": "BLANK_TEXT",
+    "invalid_speaker": "INVALID_SPEAKER",
 }
 
 
