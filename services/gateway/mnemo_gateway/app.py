@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from mnemo import __version__, telemetry
 from mnemo.bootstrap import Platform
@@ -17,6 +17,7 @@ from mnemo.entrypoints.mcp_server import mount_mcp
 from mnemo.settings import GatewaySettings
 from mnemo_gateway.errors import ErrorResponse, install_error_handlers
 from mnemo_gateway.guard import McpGuard, install_log_redaction
+from mnemo_gateway.query_params import single_valued_queries
 from mnemo_gateway.ratelimit import RateLimiter
 from mnemo_gateway.routes import (
     access,
@@ -52,6 +53,7 @@ def create_app(
             platform.runner.stop()
 
     app = FastAPI(
+        dependencies=[Depends(single_valued_queries)],
         title="Mnemo",
         version=__version__,
         summary="Durable, governed, shared memory for AI agents.",

@@ -1,0 +1,65 @@
+"""A query parameter given twice where the route takes one value is refused.
+
+Starlette keeps every value of a repeated parameter and FastAPI hands a single-valued one
+the last of them, so `?subject=a&subject=b` would silently mean `b` (and a proxy that
+reads the first would disagree). Routes declare their list parameters by their type
+(`list[...]`); every other parameter must appear at most once: 400 REPEATED_PARAMETER,
+naming it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from typing import Any, Union, get_args, get_origin
+
+from fastapi import Request
+from fastapi.dependencies.models import Dependant
+
+from mnemo.domain.errors import InvalidInput
+
+__all__ = ["single_valued_queries"]
+
+_ROUTE_LISTS: dict[int, frozenset[str]] = {}
+
+
+def _query_fields(dependant: Dependant) -> Iterator[Any]:
+    yield from dependant.query_params
+    for sub in dependant.dependencies:
+        yield from _query_fields(sub)
+
+
+def _takes_many(annotation: Any) -> bool:
+    """Whether a parameter's type is a list (or a tuple or set), through Optional."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_takes_many(arg) for arg in get_args(annotation) if arg is not type(None))
+    return origin in (list, tuple, set, frozenset)
+
+
+def _lists_of(route: Any) -> frozenset[str]:
+    known = _ROUTE_LISTS.get(id(route))
+    if known is None:
+        dependant = getattr(route, "dependant", None)
+        fields = list(_query_fields(dependant)) if dependant is not None else []
+        known = frozenset(f.alias for f in fields if _takes_many(f.field_info.annotation))
+        _ROUTE_LISTS[id(route)] = known
+    return known
+
+
+def single_valued_queries(request: Request) -> None:
+    """An app-wide dependency: refuses a repeated query parameter the route takes once."""
+    params = request.query_params
+    given = params.multi_items()
+    if len(given) == len(params):  # (the length counts each name once)
+        return
+    lists = _lists_of(request.scope.get("route"))
+    seen: set[str] = set()
+    for name, _ in given:
+        if name in seen and name not in lists:
+            raise InvalidInput(
+                "this query parameter takes one value and was given more than once",
+                code="REPEATED_PARAMETER",
+                field=name[:64],
+            )
+        seen.add(name)

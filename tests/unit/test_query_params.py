@@ -1,0 +1,49 @@
+"""A query parameter the route takes once is refused when given twice (REPEATED_PARAMETER);
+a list parameter takes as many values as it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.support import headers_for
+
+from mnemo.bootstrap import Platform
+from mnemo.settings import GatewaySettings
+
+
+@pytest.fixture
+def client(platform: Platform) -> Iterator[TestClient]:
+    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/events?after_offset=0&after_offset=5", "after_offset"),
+        ("/v1/subjects/user:U1/memories?limit=1&limit=50", "limit"),
+        ("/v1/subjects/user:U1/memories?type=fact&key=a&key=b", "key"),
+    ],
+)
+def test_a_single_valued_parameter_given_twice_is_refused(
+    client: TestClient, path: str, name: str
+) -> None:
+    answer = client.get(path, headers=headers_for("acme", "tester"))
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["field"]) == ("REPEATED_PARAMETER", name)
+
+
+def test_a_list_parameter_takes_every_value_and_one_value_still_passes(
+    client: TestClient,
+) -> None:
+    headers = headers_for("acme", "tester")
+    listed = client.get(
+        "/v1/subjects/user:U1/memories?type=fact&type=preference&tag=a&tag=b", headers=headers
+    )
+    assert listed.status_code == 200, listed.text
+    once = client.get("/v1/events?after_offset=0&limit=5", headers=headers)
+    assert once.status_code == 200, once.text
