@@ -67,6 +67,25 @@ def test_registration_makes_an_external_memory_with_provenance_and_deadline() ->
     assert types == ["MemoryRegistered", "MemorySuperseded"]
 
 
+@pytest.mark.parametrize(
+    ("stream", "scope"),
+    [
+        ("user:U7892", Scope.USER),
+        ("session:S3", Scope.SESSION),
+        ("agent:planner", Scope.AGENT),
+        ("shared:policies", Scope.TENANT),
+    ],
+)
+def test_a_results_memory_has_the_scope_of_the_stream_it_was_recorded_in(
+    stream: str, scope: Scope
+) -> None:
+    decision = registration.handle(
+        event("ToolResultRecorded", recorded(), stream=stream), DictState(), RULES
+    )
+    [registered] = [e for e in decision.events if e.type == MemoryRegistered.TYPE]
+    assert MemoryRegistered.model_validate(registered.payload).memory.scope is scope
+
+
 def test_a_trigger_reference_tags_the_memory_and_a_stale_result_is_rejected() -> None:
     ref = {"trigger_id": "stale-proposal", "memory_id": "01a22c54-6c60-8c68-a22f-ad1a2ffd25e9"}
     decision = registration.handle(

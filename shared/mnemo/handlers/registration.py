@@ -966,6 +966,8 @@ def _tool_result(
         recorded.trust,
         (trigger.trigger_id, trigger.memory_id) if trigger is not None else None,
     )
+    # a result belongs where it was recorded: a session's is the session's (as a document's)
+    draft = draft.model_copy(update={"scope": _scope_of(event.stream)})
     return _register(event, state, draft, 0, None, fetched_at=recorded.fetched_at)
 
 
