@@ -614,3 +614,17 @@ def test_a_use_counts_from_its_arrival_and_never_brings_archival_forward() -> No
     [relay] = decay.handle(away, other).events
     due = timers_of(decay.handle(relay, other).writes)["archive"]
     assert arrived + timedelta(days=365) <= due < arrived + timedelta(days=365, hours=1)
+
+
+def test_a_confirmation_dated_before_the_memory_never_asks_again_sooner() -> None:
+    """A confirmation stamped with an event time before the memory existed (a client's
+    clock, an import) renews it from no earlier than the memory's own time: the next
+    question is never due, and the weight never drops, right after a confirmation."""
+    _, memory = registered_memory("记住我的尺码是L", INSTANT, None)  # a preference
+    state = Known(memory)
+    confirmed = feedback("MemoryVerified", {"memory_id": memory.memory_id}, INSTANT).model_copy(
+        update={"occurred_at": INSTANT - timedelta(days=400)}
+    )
+    assert timers_of(decay.handle(confirmed, state).writes)["verify"] == (
+        memory.created_at + timedelta(days=90)
+    )

@@ -429,9 +429,10 @@ def _verified(event: Envelope, memory_id: str, state: DecayState, policy: DecayP
     decision = Decision(writes=[DropTimer(t, memory_id, "verify_deadline")])
     verify = policy.verify_after_days.get(memory.type)
     if verify is not None:
-        decision.writes.append(
-            PutTimer(Timer(t, memory_id, event.occurred_at + _days(verify), "verify"))
-        )
+        # counted from the confirmation's event time, but never from before the memory's
+        # own: a confirmation dated earlier must not bring the next question forward
+        renewed = max(event.occurred_at, memory.created_at)
+        decision.writes.append(PutTimer(Timer(t, memory_id, renewed + _days(verify), "verify")))
     decision.extend(_used(event, [memory_id], state, policy))
     current = state.weight_of(t, memory_id)
     if current is not None and current[0] < current[2]:
