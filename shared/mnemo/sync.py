@@ -223,11 +223,7 @@ class SyncClient:
 
     def _apply_page(self, events: list[dict[str, Any]]) -> None:
         """Fold a page into the replica, touching only the memories the page names."""
-        touched = {
-            str(e["payload"]["memory_id"])
-            for e in events
-            if isinstance(e["payload"].get("memory_id"), str)
-        }
+        touched = {mid for e in events for mid in _named(e)}
         state = self._load(touched)
         expected = self.seq + 1
         conflicts: list[tuple[str, str]] = []
@@ -247,8 +243,8 @@ class SyncClient:
             p = event["payload"]
             if event["type"] == "MemoryRegistered":
                 changed.add(p["memory"]["memory_id"])
-            elif isinstance(p.get("memory_id"), str):
-                changed.add(p["memory_id"])
+            else:
+                changed.update(_named(event))
             if (
                 event["type"] == "MemoryRejected"
                 and p.get("reason_code") == "VERSION_CONFLICT"
@@ -313,3 +309,15 @@ class SyncClient:
 
 def _as_is(body: Any) -> Any:
     return body
+
+
+def _named(event: dict[str, Any]) -> list[str]:
+    """The ids of the memories already in the replica that an event may change: its
+    `memory_id`, or the `memory_ids` a relayed feedback lists (a verification published on
+    another stream renews the memory here)."""
+    p = event["payload"]
+    if isinstance(p.get("memory_id"), str):
+        return [p["memory_id"]]
+    if event["type"] == "FeedbackRelayed" and isinstance(p.get("memory_ids"), list):
+        return [str(m) for m in p["memory_ids"] if isinstance(m, str)]
+    return []

@@ -632,3 +632,35 @@ def test_tool_results_from_both_clients(server_url: str, mnemo: MnemoClient) -> 
         mnemo.record_tool_result(
             stream, "fx.rate", float("nan"), source="ecb", fresh_for_seconds=60
         )
+
+
+def test_archived_memories_can_be_asked_for_by_both_clients() -> None:
+    """`include_archived` reaches the server from list, iter_memories and search, on the
+    blocking and the async client; left unset, it is not sent at all."""
+    page = {"memories": [MEMORY], "next_after": None}
+    script = Script(
+        httpx.Response(200, json=page),
+        httpx.Response(200, json=page),
+        httpx.Response(200, json={"hits": []}),
+        httpx.Response(200, json=page),
+        httpx.Response(200, json={"hits": []}),
+        httpx.Response(200, json=page),
+    )
+    with script.client() as client:
+        client.list("user:U1", include_archived=True)
+        assert [m.value for m in client.iter_memories("user:U1", include_archived=True)] == ["L"]
+        client.search("size", include_archived=True)
+
+    async def run() -> None:
+        async with AsyncMnemoClient(
+            "http://mnemo.test", tenant="acme", transport=httpx.MockTransport(script.ahandle)
+        ) as client:
+            await client.list("user:U1", include_archived=True)
+            await client.search("size", include_archived=True)
+            await client.list("user:U1")
+
+    asyncio.run(run())
+    lists = [r for r in script.requests if r.method == "GET"]
+    searches = [json.loads(r.content) for r in script.requests if r.method == "POST"]
+    assert [r.url.params.get("include_archived") for r in lists] == ["true", "true", "true", None]
+    assert [s["include_archived"] for s in searches] == [True, True]

@@ -147,6 +147,33 @@ def test_a_device_can_start_from_a_snapshot_and_tail(
     assert tablet.checksum() == full.checksum() == snapshot(server)["checksum"]
 
 
+def test_a_verification_relayed_from_another_stream_lands_in_a_replica_that_pulled_before(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    publish(server, [observe("记住我的尺码是L")])
+    phone, _ = device(tmp_path, server, "phone")
+    phone.pull()
+    [memory] = phone.memories().values()
+    assert memory.verified_at is None
+    # confirmed on another stream: the memory's own stream gets a FeedbackRelayed
+    verify = {
+        "type": "MemoryVerified",
+        "schema_version": 1,
+        "stream": "team:T1",
+        "payload": {"memory_id": memory.memory_id},
+    }
+    publish(server, [verify])
+    settle(platform)
+    settle(platform)
+    assert phone.pull() >= 1
+    snap = snapshot(server)
+    [served] = snap["memories"]
+    assert served["verified_at"] is not None
+    assert phone.seq == snap["seq"]
+    assert phone.memories()[memory.memory_id].verified_at is not None
+    assert phone.checksum() == snap["checksum"]
+
+
 def test_a_stale_offline_write_is_a_conflict_with_both_versions(
     tmp_path: Path, server: TestClient, platform: Platform
 ) -> None:

@@ -589,3 +589,42 @@ def test_a_context_credits_a_memory_once_whatever_the_event_ids_of_its_citations
     # the first citation handled again (a redelivery) is still the one that counted
     assert state.records[R1].credited_by(M1) == first.event_id
     assert [e.type for e in decay.handle(first, state).events] == ["MemoryDecayed"]
+
+
+def test_a_use_counts_from_its_arrival_and_never_brings_archival_forward() -> None:
+    """A use (here a verification) sent now but stamped with an old event time keeps the
+    memory for the whole period after the use arrived: the old event time alone must not
+    put the archive timer in the past, in the memory's stream or after a relay."""
+    _, memory = registered_memory("I want to buy coffee today", INSTANT, None)  # a context
+    state = Known(memory)
+    arrived = INSTANT + timedelta(hours=2)
+    old = feedback("MemoryVerified", {"memory_id": memory.memory_id}, arrived)
+    backdated = old.model_copy(
+        update={"occurred_at": INSTANT - timedelta(days=400), "received_at": arrived}
+    )
+    due = timers_of(decay.handle(backdated, state).writes)["archive"]
+    assert arrived + timedelta(days=30) <= due < arrived + timedelta(days=30, hours=1)
+    # the same verification published on another stream reaches the memory by a relay
+    other = Weights()
+    other.values[M2] = (0.5, 0.5, 0.5)
+    other.streams[M2] = "user:U2"
+    away = feedback("MemoryVerified", {"memory_id": M2}, arrived).model_copy(
+        update={"occurred_at": INSTANT - timedelta(days=400), "received_at": arrived}
+    )
+    [relay] = decay.handle(away, other).events
+    due = timers_of(decay.handle(relay, other).writes)["archive"]
+    assert arrived + timedelta(days=365) <= due < arrived + timedelta(days=365, hours=1)
+
+
+def test_a_confirmation_dated_before_the_memory_never_asks_again_sooner() -> None:
+    """A confirmation stamped with an event time before the memory existed (a client's
+    clock, an import) renews it from no earlier than the memory's own time: the next
+    question is never due, and the weight never drops, right after a confirmation."""
+    _, memory = registered_memory("记住我的尺码是L", INSTANT, None)  # a preference
+    state = Known(memory)
+    confirmed = feedback("MemoryVerified", {"memory_id": memory.memory_id}, INSTANT).model_copy(
+        update={"occurred_at": INSTANT - timedelta(days=400)}
+    )
+    assert timers_of(decay.handle(confirmed, state).writes)["verify"] == (
+        memory.created_at + timedelta(days=90)
+    )

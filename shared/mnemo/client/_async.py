@@ -328,6 +328,7 @@ class AsyncMnemoClient:
         key: str | None = None,
         include_expired: bool = False,
         include_superseded: bool = False,
+        include_archived: bool = False,
         limit: int = 100,
         after: str | None = None,
     ) -> MemoryPage:
@@ -341,16 +342,21 @@ class AsyncMnemoClient:
                 key=key,
                 include_expired=include_expired,
                 include_superseded=include_superseded,
+                include_archived=include_archived,
                 limit=limit,
                 after=after,
             )
         )
 
-    async def iter_memories(self, stream: str, *, page_size: int = 100) -> AsyncIterator[Memory]:
+    async def iter_memories(
+        self, stream: str, *, page_size: int = 100, include_archived: bool = False
+    ) -> AsyncIterator[Memory]:
         """Every live memory of a subject, page by page."""
         after: str | None = None
         while True:
-            page = await self.list(stream, limit=page_size, after=after)
+            page = await self.list(
+                stream, limit=page_size, after=after, include_archived=include_archived
+            )
             for memory in page.memories:
                 yield memory
             if page.next_after is None:
@@ -371,6 +377,7 @@ class AsyncMnemoClient:
         tags: Iterable[str] = (),
         limit: int = 10,
         timezone: str | None = None,
+        include_archived: bool = False,
     ) -> SearchResult:
         """Hybrid search (vector + keyword), best first. The query's time expressions
         ("yesterday") are read in `timezone` (an IANA name; UTC when none)."""
@@ -383,6 +390,7 @@ class AsyncMnemoClient:
                 tags=tags,
                 limit=limit,
                 timezone=timezone,
+                include_archived=include_archived,
             )
         )
 

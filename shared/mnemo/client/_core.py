@@ -305,6 +305,7 @@ def list_memories(
     key: str | None = None,
     include_expired: bool = False,
     include_superseded: bool = False,
+    include_archived: bool = False,
     limit: int = 100,
     after: str | None = None,
 ) -> Call[MemoryPage]:
@@ -315,6 +316,7 @@ def list_memories(
         key=key,
         include_expired=include_expired,
         include_superseded=include_superseded,
+        include_archived=include_archived,
         limit=limit,
         after=after,
     )
@@ -334,6 +336,7 @@ def search(
     tags: Iterable[str] = (),
     limit: int = 10,
     timezone: str | None = None,
+    include_archived: bool = False,
 ) -> Call[SearchResult]:
     body: dict[str, Any] = {
         "query": query,
@@ -345,6 +348,8 @@ def search(
     }
     if timezone is not None:
         body["timezone"] = timezone
+    if include_archived:
+        body["include_archived"] = True
     return Call("POST", "/v1/search", _model(SearchResult), body=body)
 
 

@@ -328,6 +328,7 @@ class MnemoClient:
         key: str | None = None,
         include_expired: bool = False,
         include_superseded: bool = False,
+        include_archived: bool = False,
         limit: int = 100,
         after: str | None = None,
     ) -> MemoryPage:
@@ -341,16 +342,21 @@ class MnemoClient:
                 key=key,
                 include_expired=include_expired,
                 include_superseded=include_superseded,
+                include_archived=include_archived,
                 limit=limit,
                 after=after,
             )
         )
 
-    def iter_memories(self, stream: str, *, page_size: int = 100) -> Iterator[Memory]:
+    def iter_memories(
+        self, stream: str, *, page_size: int = 100, include_archived: bool = False
+    ) -> Iterator[Memory]:
         """Every live memory of a subject, page by page."""
         after: str | None = None
         while True:
-            page = self.list(stream, limit=page_size, after=after)
+            page = self.list(
+                stream, limit=page_size, after=after, include_archived=include_archived
+            )
             yield from page.memories
             if page.next_after is None:
                 return
@@ -370,6 +376,7 @@ class MnemoClient:
         tags: Iterable[str] = (),
         limit: int = 10,
         timezone: str | None = None,
+        include_archived: bool = False,
     ) -> SearchResult:
         """Hybrid search (vector + keyword), best first. The query's time expressions
         ("yesterday") are read in `timezone` (an IANA name; UTC when none)."""
@@ -382,6 +389,7 @@ class MnemoClient:
                 tags=tags,
                 limit=limit,
                 timezone=timezone,
+                include_archived=include_archived,
             )
         )
 

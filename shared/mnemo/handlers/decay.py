@@ -221,6 +221,19 @@ def arrival(memory: Memory) -> datetime:
     return max(times)
 
 
+def used_at(event: Envelope) -> datetime:
+    """When a use (a context, a citation, a verification) reached Mnemo: the latest of its
+    event time, its `received_at` and the instant in its id. A use sent now with an old
+    event time (an import, a client's clock) counts from now, so it never brings a
+    memory's archival forward."""
+    times = [event.occurred_at]
+    if event.received_at is not None:
+        times.append(event.received_at)
+    if (sent := id_time(event.event_id)) is not None:
+        times.append(sent)
+    return max(times)
+
+
 def _hour_ceiling(at: datetime) -> datetime:
     """The first whole hour (UTC) at or after `at`."""
     at = at.astimezone(UTC)
@@ -242,7 +255,7 @@ def _used(
             continue
         archive = policy.archive_after_days.get(memory.type)
         if archive is not None:
-            due = _hour_ceiling(event.occurred_at + _days(archive))
+            due = _hour_ceiling(used_at(event) + _days(archive))
             writes.append(PutTimer(Timer(event.tenant, memory_id, due, "archive")))
     return Decision(writes=writes)
 
@@ -290,7 +303,12 @@ def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None
             position=getattr(payload, "position", None),
             reason=getattr(payload, "reason", None),
         )
-        decision.events.append(emit(event, relayed, CONSUMER, stream=stream))
+        relay = emit(event, relayed, CONSUMER, stream=stream)
+        # the relay arrived when its cause did: a use relayed keeps the cause's arrival
+        arrived = used_at(event)
+        if arrived != relay.occurred_at:
+            relay = relay.model_copy(update={"received_at": arrived})
+        decision.events.append(relay)
     return decision
 
 
@@ -411,9 +429,10 @@ def _verified(event: Envelope, memory_id: str, state: DecayState, policy: DecayP
     decision = Decision(writes=[DropTimer(t, memory_id, "verify_deadline")])
     verify = policy.verify_after_days.get(memory.type)
     if verify is not None:
-        decision.writes.append(
-            PutTimer(Timer(t, memory_id, event.occurred_at + _days(verify), "verify"))
-        )
+        # counted from the confirmation's event time, but never from before the memory's
+        # own: a confirmation dated earlier must not bring the next question forward
+        renewed = max(event.occurred_at, memory.created_at)
+        decision.writes.append(PutTimer(Timer(t, memory_id, renewed + _days(verify), "verify")))
     decision.extend(_used(event, [memory_id], state, policy))
     current = state.weight_of(t, memory_id)
     if current is not None and current[0] < current[2]:
