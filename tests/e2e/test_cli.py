@@ -343,7 +343,7 @@ def test_context_renders_the_protocol_header_constraints_and_memories(
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("[MNEMO-CONTEXT v1")
     assert "## Constraints\n- never ship on Fridays" in result.stdout
-    assert "size: L" in result.stdout
+    assert "尺码：L" in result.stdout
 
     whole = json.loads(mnemo("--json", "context", "size", "--subject", stream).stdout)
     assert whole["context"].startswith("[MNEMO-CONTEXT v1")

@@ -292,7 +292,7 @@ def test_gateway_and_raw_kafka_paths_end_in_the_same_read_models(deployment: Dep
     context = d.http.post(
         "/v1/context", json={"query": "what size do I wear", "subjects": ["user:U1"]}
     ).json()
-    assert "size: L" in context["context"]
+    assert "尺码：L" in context["context"]
 
     # straight to the topic, as any Kafka client could (the SDK's publisher here)
     from mnemo.client.kafka import EventPublisher

@@ -113,7 +113,8 @@ def test_publish_register_search_context_replay(client: TestClient) -> None:
             or f"{hits[0]['memory']['key']}: {hits[0]['memory']['value']}"
         )
 
-    assert top("what size of clothes does the user wear") == "size: L"
+    # a Chinese rule renders in Chinese; its English key still answers English queries
+    assert top("what size of clothes does the user wear") == "尺码：L"
     assert top("does the user have any food allergies") == "The user is allergic to peanuts"
     assert top("他早餐一般喝什么饮料") == "用户每天早上喝一杯美式咖啡"
     assert top("用户住在哪里") == "用户住在上海浦东"
@@ -134,7 +135,7 @@ def test_publish_register_search_context_replay(client: TestClient) -> None:
     lines = ctx["context"].splitlines()
     assert lines[1] == "## Constraints"
     assert "禁止向未成年人推荐信贷产品" in lines[2]
-    assert any(line.startswith("- size: L (weight 0.72)") for line in lines)
+    assert any(line.startswith("- 尺码：L (weight 0.72)") for line in lines)
     tight_request = {"subjects": ["user:U7892"], "query": "衣服", "budget": 40}
     refused = client.post("/v1/context", json=tight_request, headers=H)
     assert refused.status_code == 422

@@ -318,7 +318,7 @@ def test_typed_models_parse_real_answers(mnemo: MnemoClient) -> None:
     assert memory.type is MemoryType.PREFERENCE
     assert memory.status is MemoryStatus.ACTIVE
     assert memory.created_at.tzinfo is not None
-    assert (memory.key, memory.value, memory.text()) == ("size", "L", "size: L")
+    assert (memory.key, memory.value, memory.text()) == ("size", "L", "尺码：L")
 
     page = mnemo.list("user:U7892", types=["preference"])
     assert {m.key for m in page.memories} == {"size", "drink"}

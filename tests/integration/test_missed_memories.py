@@ -50,5 +50,34 @@ def test_a_correction_leaves_only_the_new_value_current_in_search_and_context(
     hits = platform.app.search(ctx, "预算", streams=["user:U1"])
     assert [(h.memory.key, h.memory.value) for h in hits] == [("budget", "6000")]
     context = platform.app.context(ctx, ContextRequest(subjects=("user:U1",), query="预算"))
-    assert "budget: 6000" in context.assembly.text
+    assert "预算：6000" in context.assembly.text
     assert "5000" not in context.assembly.text
+
+
+def test_what_a_chinese_rule_remembers_is_found_by_a_chinese_question(platform: Platform) -> None:
+    # a Chinese rule's memory is written in Chinese (尺码：XL), so a Chinese question finds
+    # it by its words (the fixture's hashing embedder knows no meaning, only words); its
+    # English key still answers an English one
+    ctx = RequestContext("acme", "agent")
+    said = [
+        "记住我的尺码是XL",
+        "别再给我发短信了",
+        "我不喜欢红色",
+        "我住在上海",
+        "我的预算是五千块",
+        "以后请用邮件联系我",
+        "我对花生过敏",
+        "我的鞋码是42",
+    ]
+    platform.app.publish(ctx, [observation(t) for t in said])
+    platform.runner.drain()
+
+    def top(query: str) -> str | None:
+        hits = platform.app.search(ctx, query, streams=["user:U1"], limit=3)
+        return hits[0].memory.key if hits else None
+
+    assert top("我穿什么尺码") == "size"
+    assert top("鞋码") == "shoe_size"
+    assert top("预算多少") == "budget"
+    assert top("我住哪里") == "home_city"
+    assert top("what is my budget") == "budget"
