@@ -263,11 +263,10 @@ class ObservationRecorded(EventPayload):
     def _speaker(cls, value: str | None, info: ValidationInfo) -> str | None:
         # a name heads the turn's history memory ("speaker: text"): printable, and more
         # than white space
-        if value is not None and at_edge(info):
-            if not value.strip() or not value.isprintable():
-                raise PydanticCustomError(
-                    "invalid_speaker", "speaker must be a printable name, not blank"
-                )
+        if value is not None and at_edge(info) and (not value.strip() or not value.isprintable()):
+            raise PydanticCustomError(
+                "invalid_speaker", "speaker must be a printable name, not blank"
+            )
         return value
 
 
