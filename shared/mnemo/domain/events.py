@@ -720,6 +720,9 @@ class ToolchainStepCompleted(EventPayload):
     TYPE = "ToolchainStepCompleted"
     VERSION = 1
     PRIVATE = ("output",)
+    # the detector reads the output as it reads a tool result's: on every stream, so the
+    # toolchain read model holds placeholders, and the tenant's policy holds for it
+    SCANNED_JSON = ("output",)
     toolchain_id: ToolchainId
     step_id: StepId
     output: str = Field(max_length=64 * 1024, description="the step's result, a JSON document")
@@ -742,6 +745,7 @@ class ToolchainStepFailed(EventPayload):
     TYPE = "ToolchainStepFailed"
     VERSION = 1
     PRIVATE = ("error.reason", "error.field")
+    SCANNED = ("error.reason", "error.field")
     toolchain_id: ToolchainId
     step_id: StepId
     error: StepError

@@ -42,6 +42,7 @@ from mnemo.domain.projection import (
 )
 from mnemo.domain.term_keys import KeyedDimensions
 from mnemo.domain.toolchain import ToolchainState
+from mnemo.handlers.toolchain import failure_digest, output_digest
 from mnemo.ports import (
     Appended,
     Blinder,
@@ -374,6 +375,46 @@ class OpenedEventLog(EventLog):
         return getattr(self.inner, name)
 
 
+def open_toolchain(sealer: Sealer, state: ToolchainState) -> ToolchainState:
+    """A toolchain as its readers see it: the placeholders of its steps' outputs and errors
+    opened (redacted under a shredded key), the ciphertexts dropped, and each step's digest
+    that of the opened content, the one a client sending the same outcome again computes."""
+    if not any(d.sealed for d in state.done) and not any(f.sealed for f in state.failures):
+        return state
+    done = []
+    for step in state.done:
+        if step.sealed is None:
+            done.append(step)
+            continue
+        opened = sealer.open_block(state.tenant, step.sealed)
+        output = sealer.open_text(step.output, opened)
+        done.append(
+            step.model_copy(
+                update={"output": output, "digest": output_digest(output), "sealed": None}
+            )
+        )
+    failures = []
+    for failure in state.failures:
+        if failure.sealed is None:
+            failures.append(failure)
+            continue
+        opened = sealer.open_block(state.tenant, failure.sealed)
+        error = failure.error.model_copy(
+            update={
+                "reason": sealer.open_text(failure.error.reason, opened),
+                "field": None
+                if failure.error.field is None
+                else sealer.open_text(failure.error.field, opened),
+            }
+        )
+        failures.append(
+            failure.model_copy(
+                update={"error": error, "digest": failure_digest(error), "sealed": None}
+            )
+        )
+    return state.model_copy(update={"done": tuple(done), "failures": tuple(failures)})
+
+
 class OpenedMemoryStore(MemoryStore):
     """The read models as every use case reads them: memories come out opened (their
     sealed values put back, or redacted under a shredded key), so the API, the console, the
@@ -450,7 +491,8 @@ class OpenedMemoryStore(MemoryStore):
         return self.inner.timeline(tenant, memory_id, limit)
 
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
-        return self.inner.toolchain(tenant, toolchain_id)
+        found = self.inner.toolchain(tenant, toolchain_id)
+        return None if found is None else open_toolchain(self.sealer, found)
 
     def counts(self) -> dict[str, int]:
         return self.inner.counts()
