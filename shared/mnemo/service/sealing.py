@@ -288,8 +288,17 @@ class OpenedEventLog(EventLog):
     def _forgotten(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
         if isinstance(envelope, Envelope):
             event_id, payload = envelope.event_id, envelope.payload
+            event_type = envelope.type
         else:
             event_id, payload = str(envelope.get("event_id")), envelope.get("payload") or {}
+            event_type = str(envelope.get("type"))
+        if event_type == ContextAssembled.TYPE and isinstance(payload, Mapping):
+            # the rendered text holds the words of every memory it included: one of them
+            # forgotten, the record of the context reads redacted
+            included = [str(m) for m in payload.get("memory_ids") or ()]
+            return any(
+                m.status is MemoryStatus.FORGOTTEN for m in self.store.get_many(tenant, included)
+            )
         memory = payload.get("memory") if isinstance(payload, Mapping) else None
         if isinstance(memory, Mapping) and "memory_id" in memory:
             ids = [str(memory["memory_id"])]
