@@ -108,3 +108,48 @@ def test_a_context_that_rendered_a_forgotten_memory_reads_redacted(
         assert WORD not in text, where
     assert "⟦redacted⟧" in _reads(client, stream, shown["request_id"])["inspector"]
     assert KEPT in _recorded(client, later["request_id"])
+
+
+def test_a_forgotten_shared_stream_reads_redacted_where_it_made_no_memory(
+    client: TestClient,
+) -> None:
+    stream = "session:S9"
+    said = {
+        "type": "ObservationRecorded",
+        "schema_version": 2,
+        "stream": stream,
+        "payload": {"text": f"hmm the weather {WORD}, ping {EMAIL}"},
+    }
+    answer = client.post("/v1/events?wait=registered", json=said, headers=H)
+    assert answer.status_code in (200, 202), answer.text
+    assert answer.json()["accepted"][0]["outcomes"][0]["outcome"] == "ignored"
+    memory_id = _declare(client, stream, "likes tea")
+    contradicted = {
+        "type": "MemoryContradicted",
+        "schema_version": 1,
+        "stream": stream,
+        "payload": {"memory_id": memory_id, "reason": f"{WORD} said to write to {EMAIL}"},
+    }
+    assert client.post("/v1/events", json=contradicted, headers=H).status_code == 202
+    started = {"toolchain_id": "tc-9", "subject": stream, "steps": ["a"]}
+    assert client.post("/v1/toolchains", json=started, headers=H).status_code == 201
+    step = {"status": "completed", "output": {"mail": EMAIL, "who": WORD}}
+    assert client.post("/v1/toolchains/tc-9/steps/a", json=step, headers=H).status_code == 201
+    replay = client.get(f"/v1/subjects/{stream}/events", headers=H).text
+    assert EMAIL in replay
+    assert WORD in replay
+
+    forget = {"type": "ForgetRequested", "schema_version": 1, "stream": stream, "payload": {}}
+    answer = client.post("/v1/events?wait=registered", json=forget, headers=H)
+    assert answer.status_code in (200, 202), answer.text
+    _declare(client, stream, f"favourite pen is {KEPT}")  # written after: reads as written
+
+    reads = {
+        "replay": client.get(f"/v1/subjects/{stream}/events", headers=H).text,
+        "tail": client.get("/v1/events", params={"limit": 1000}, headers=H).text,
+        "console events": client.get("/v1/insights/events", headers=H).text,
+    }
+    for where, text in reads.items():
+        assert EMAIL not in text, where
+        assert WORD not in text, where
+    assert KEPT in reads["replay"]

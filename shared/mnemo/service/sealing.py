@@ -12,6 +12,7 @@ import hmac
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -27,6 +28,7 @@ from mnemo.domain.events import (
     ContextResponseReported,
     Envelope,
     FeedbackRelayed,
+    ForgetRequested,
     LoggedEvent,
     MemoryCited,
     MemoryCorrected,
@@ -273,6 +275,10 @@ class BlindTagIndex(VectorIndex):
         return getattr(self.inner, name)
 
 
+_FORGET_SCAN_PAGE = 1_000
+_FORGET_STREAMS_KEPT = 4_096
+
+
 class OpenedEventLog(EventLog):
     """The log as every use case reads it (replay, tail, insights, the console): events
     come out opened, whole-sealed fields and the detector's values alike, or redacted
@@ -284,6 +290,45 @@ class OpenedEventLog(EventLog):
         self.inner = inner
         self.sealer = sealer
         self.store = store  # the read models as stored, to tell forgotten memories
+        # (tenant, stream) -> (the last seq looked at, the seq of its last whole-stream
+        # forget, 0 when none), the streams read most recently kept
+        self._stream_forgets: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+        self._forgets_lock = threading.Lock()
+
+    def _stream_forgotten_upto(self, tenant: str, stream: str) -> int:
+        """The seq of the stream's last `ForgetRequested` without a memory id (0: never
+        forgotten whole). Every event up to it reads redacted: the words of a forgotten
+        stream that made no memory (an utterance no rule matched, a contradiction's reason,
+        a toolchain step's output) are gone with its memories, though a shared stream's
+        key lives on."""
+        key = (tenant, stream)
+        with self._forgets_lock:
+            scanned, upto = self._stream_forgets.get(key, (0, 0))
+        head = self.inner.stream_head(tenant, stream)
+        while scanned < head:
+            page = self.inner.read_stream(tenant, stream, scanned + 1, _FORGET_SCAN_PAGE)
+            if not page:
+                break
+            for logged in page:
+                env = logged.envelope
+                if env.type == ForgetRequested.TYPE and env.payload.get("memory_id") is None:
+                    upto = max(upto, env.seq or 0)
+            scanned = max(scanned + 1, page[-1].envelope.seq or 0)
+        with self._forgets_lock:
+            self._stream_forgets[key] = (scanned, upto)
+            self._stream_forgets.move_to_end(key)
+            while len(self._stream_forgets) > _FORGET_STREAMS_KEPT:
+                self._stream_forgets.popitem(last=False)
+        return upto
+
+    def _redacted(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
+        if isinstance(envelope, Envelope):
+            stream, seq = envelope.stream, envelope.seq
+        else:
+            stream, seq = str(envelope.get("stream")), envelope.get("seq")
+        if isinstance(seq, int) and seq <= self._stream_forgotten_upto(tenant, stream):
+            return True
+        return self._forgotten(tenant, envelope)
 
     def _forgotten(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
         if isinstance(envelope, Envelope):
@@ -313,7 +358,7 @@ class OpenedEventLog(EventLog):
         env = logged.envelope
         if not is_sealed(env):
             return logged
-        return self.sealer.open_event(logged, redact=self._forgotten(env.tenant, env))
+        return self.sealer.open_event(logged, redact=self._redacted(env.tenant, env))
 
     def _opened(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
         return [self._open(e) for e in events]
@@ -348,7 +393,7 @@ class OpenedEventLog(EventLog):
                 opened.append(body)
                 continue
             event = orjson.loads(body)
-            redact = self._forgotten(tenant, event)
+            redact = self._redacted(tenant, event)
             opened.append(orjson.dumps(self.sealer.open_json(event, redact=redact)))
         return opened
 
