@@ -424,6 +424,8 @@ class ContextResponseReported(EventPayload):
     TYPE = "ContextResponseReported"
     VERSION = 1
     PUBLIC = False
+    # a guard's rule id is the client's text, sealed in the constraint's own events too
+    PRIVATE = ("violations",)
     request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
     response_hash: str = Field(max_length=64)
     cited: tuple[str, ...] = ()
