@@ -424,6 +424,8 @@ class ContextResponseReported(EventPayload):
     TYPE = "ContextResponseReported"
     VERSION = 1
     PUBLIC = False
+    # a guard's rule id is the client's text, sealed in the constraint's own events too
+    PRIVATE = ("violations",)
     request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
     response_hash: str = Field(max_length=64)
     cited: tuple[str, ...] = ()
@@ -720,6 +722,9 @@ class ToolchainStepCompleted(EventPayload):
     TYPE = "ToolchainStepCompleted"
     VERSION = 1
     PRIVATE = ("output",)
+    # the detector reads the output as it reads a tool result's: on every stream, so the
+    # toolchain read model holds placeholders, and the tenant's policy holds for it
+    SCANNED_JSON = ("output",)
     toolchain_id: ToolchainId
     step_id: StepId
     output: str = Field(max_length=64 * 1024, description="the step's result, a JSON document")
@@ -742,6 +747,7 @@ class ToolchainStepFailed(EventPayload):
     TYPE = "ToolchainStepFailed"
     VERSION = 1
     PRIVATE = ("error.reason", "error.field")
+    SCANNED = ("error.reason", "error.field")
     toolchain_id: ToolchainId
     step_id: StepId
     error: StepError

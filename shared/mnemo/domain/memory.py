@@ -87,6 +87,12 @@ class Provenance(BaseModel):
 Weight = Annotated[float, Field(ge=0.0, le=MAX_SEMANTIC_WEIGHT)]
 
 
+def _without_fragment(reason: str) -> str:
+    """RE2's reason without the piece of the pattern it quotes (`missing ): (abc`)."""
+    head, sep, rest = reason.partition("(RE2): ")
+    return head + sep + rest.split(": ", 1)[0] if sep else reason
+
+
 class Guard(BaseModel):
     """A constraint's circuit breaker: a reported response matching any pattern breaks it."""
 
@@ -99,7 +105,9 @@ class Guard(BaseModel):
     @field_validator("patterns")
     @classmethod
     def _compiles(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        for pattern in value:
+        # a refusal names the pattern by its place, never its text (which may hold a
+        # person's words: a guard is sealed whole on every stream)
+        for index, pattern in enumerate(value):
             if len(pattern) > MAX_GUARD_PATTERN_CHARS:
                 raise ValueError(f"a guard pattern is at most {MAX_GUARD_PATTERN_CHARS} characters")
             if not at_edge(info):
@@ -109,15 +117,15 @@ class Guard(BaseModel):
             except UnsupportedPattern as exc:
                 raise PydanticCustomError(
                     "unsupported_pattern",
-                    "guard pattern {pattern}: {reason}",
-                    {"pattern": pattern[:80], "reason": str(exc)},
+                    "guard pattern {index}: {reason}",
+                    {"index": index, "reason": _without_fragment(str(exc))},
                 ) from None
             if compiled.search("") is not None:
                 # it would match every answer: the guard could never pass
                 raise PydanticCustomError(
                     "pattern_matches_everything",
-                    "guard pattern {pattern} matches empty text, so every answer would violate it",
-                    {"pattern": pattern[:80]},
+                    "guard pattern {index} matches empty text, so every answer would violate it",
+                    {"index": index},
                 )
         return value
 
@@ -197,9 +205,10 @@ class MemoryDraft(BaseModel):
     def _tags_shape(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(value) > 32:
             raise ValueError("at most 32 tags")
-        for tag in value:
+        for index, tag in enumerate(value):
             if not TAG_RE.fullmatch(tag):
-                raise ValueError(f"tag {tag!r} is not 1-64 word characters, ':', '.', '/' or '-'")
+                # named by its place: a tag may hold a person's words (sealed whole)
+                raise ValueError(f"tag {index} is not 1-64 word characters, ':', '.', '/' or '-'")
         return tuple(sorted(set(value)))
 
     @field_validator("valid_until", "stale_after", mode="before")

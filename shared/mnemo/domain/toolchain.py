@@ -24,6 +24,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemo.domain.edge import JsonBool
+from mnemo.domain.sealed import EncryptionBlock
 
 __all__ = [
     "DEFAULT_TTL_SECONDS",
@@ -107,6 +108,9 @@ class StepDone(BaseModel):
     digest: str
     at: datetime
     event_id: str
+    # the ciphertexts of the sensitive values whose placeholders the output holds (the
+    # event's detector block); None when it holds none, and when read through Mnemo
+    sealed: EncryptionBlock | None = None
 
     def output_value(self) -> Any:
         """The output as a JSON value (the stand-in text when it cannot be opened)."""
@@ -125,6 +129,7 @@ class StepFailure(BaseModel):
     attempts: int = Field(ge=1)
     at: datetime
     event_id: str
+    sealed: EncryptionBlock | None = None  # as StepDone's, for the reason and field
 
 
 class ToolchainState(BaseModel):

@@ -134,6 +134,10 @@ class DocumentSource(Protocol):
 
     def entities(self, text: str, language: str) -> tuple[Entity, ...]: ...
 
+    def seal(self, event: Envelope, text: str) -> tuple[str, EncryptionBlock | None]: ...
+
+    def opened(self, tenant: str, text: str, sealed: EncryptionBlock | None) -> str: ...
+
 
 def _outcome(
     event: Envelope,
@@ -812,7 +816,7 @@ def replay(
         ]
         ingested = decode_payload(event)
         assert isinstance(ingested, DocumentIngested)
-        sections = [(m.memory_id, _section_of(m), m.content) for m in registered]
+        sections = [(m.memory_id, _section_of(m), m.content, m.sealed) for m in registered]
         put = _document_write(event, ingested, sections, documents)
         if put is not None:
             writes.append(put)
@@ -990,12 +994,13 @@ def _section_of(memory: Memory) -> int:
 def _document_write(
     event: Envelope,
     ingested: DocumentIngested,
-    sections: Sequence[tuple[str, int, str]],
+    sections: Sequence[tuple[str, int, str, EncryptionBlock | None]],
     documents: DocumentSource,
 ) -> PutDocument | None:
     """The document's record and the entity rows of the sections this event registered
-    (memory id, section index, text); None when it registered none (the same document
-    ingested again into the same stream: the first event's rows stand)."""
+    (memory id, section index, text with its placeholders, their ciphertexts); None when it
+    registered none (the same document ingested again into the same stream: the first
+    event's rows stand). The entities are read from the text opened."""
     if not sections:
         return None
     record = DocumentRecord(
@@ -1011,8 +1016,9 @@ def _document_write(
         ingested_at=event.occurred_at.isoformat(),
     )
     rows = []
-    for memory_id, index, text in sorted(sections, key=lambda s: s[1]):
-        found = documents.entities(text, ingested.language)
+    for memory_id, index, text, sealed in sorted(sections, key=lambda s: s[1]):
+        opened = documents.opened(event.tenant, text, sealed)
+        found = documents.entities(opened, ingested.language)
         rows += entity_rows(
             event.tenant, ingested.document_id, event.stream, memory_id, index, found
         )
@@ -1038,12 +1044,14 @@ def _document(
             "the document's bytes cannot be read: forgotten, or its key destroyed",
         )
     decision = Decision()
-    registered: list[tuple[str, int, str]] = []
+    registered: list[tuple[str, int, str, EncryptionBlock | None]] = []
     for section in parsed.sections:
+        # the values the tenant's policy encrypts become placeholders, as in any memory
+        text, sealed = documents.seal(event, section.text)
         draft = MemoryDraft(
             type=MemoryType.LONG_TERM,
             scope=_scope_of(event.stream),
-            content=section.text,
+            content=text,
             tags=(DOCUMENT_TAG, f"document:{ingested.document_id}", f"section:{section.index}"),
             provenance=Provenance(
                 source_id=f"document:{ingested.document_id}",
@@ -1051,11 +1059,12 @@ def _document(
                 trust=0.7,
             ),
         )
-        outcome = _register(event, state, draft, section.index, None)
+        outcome = _register(event, state, draft, section.index, None, carried=sealed)
         decision.extend(outcome)
         for write in outcome.writes:
             if isinstance(write, PutMemory):
-                registered.append((write.memory.memory_id, section.index, write.memory.content))
+                memory = write.memory
+                registered.append((memory.memory_id, section.index, memory.content, memory.sealed))
     put = _document_write(event, ingested, registered, documents)
     if put is not None:
         decision.writes.append(put)

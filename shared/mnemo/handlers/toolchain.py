@@ -46,8 +46,10 @@ from mnemo.domain.projection import (
     Timer,
     Write,
 )
+from mnemo.domain.sealed import EncryptionBlock
 from mnemo.domain.toolchain import (
     StepDone,
+    StepError,
     StepFailure,
     ToolchainState,
     canonical_json,
@@ -167,11 +169,26 @@ def output_digest(output: str) -> str:
     return content_digest("completed", text)
 
 
+def failure_digest(error: StepError) -> str:
+    """A failed step's content: its error."""
+    return content_digest("failed", error.model_dump_json())
+
+
 def step_digest(payload: ToolchainStepCompleted | ToolchainStepFailed) -> str:
     """What makes two records of a step the same record."""
     if isinstance(payload, ToolchainStepCompleted):
         return output_digest(payload.output)
-    return content_digest("failed", payload.error.model_dump_json())
+    return failure_digest(payload.error)
+
+
+def _detector_block(event: Envelope) -> EncryptionBlock | None:
+    """The ciphertexts of the detector's placeholders the event holds (its whole-sealed
+    fields are opened by now), kept with the step so that a read opens them again and a
+    shredded key leaves them redacted."""
+    block = event.encryption
+    if block is None or not block.values or block.wrapped_key is None:
+        return None
+    return block
 
 
 def check_step(
@@ -229,6 +246,7 @@ def _step(
             digest=digest,
             at=event.occurred_at,
             event_id=event.event_id,
+            sealed=_detector_block(event),
         )
         updated = current.with_done(done)
     else:
@@ -240,6 +258,7 @@ def _step(
             attempts=(before.attempts + 1) if before is not None else 1,
             at=event.occurred_at,
             event_id=event.event_id,
+            sealed=_detector_block(event),
         )
         updated = current.with_failure(failure)
     return Decision(writes=[PutToolchain(updated), _outcome(event, OutcomeKind.APPLIED)])

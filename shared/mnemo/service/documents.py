@@ -36,10 +36,11 @@ from mnemo.domain.documents import (
     extract_entities,
 )
 from mnemo.domain.errors import InvalidInput, NotFound, echoed
-from mnemo.domain.events import DocumentIngested, Envelope
+from mnemo.domain.events import DocumentIngested, Envelope, MemoryDeclared
 from mnemo.domain.ids import valid_stream
-from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.domain.memory import MAX_CONTENT_CHARS, MemoryStatus, MemoryType
 from mnemo.domain.pii import mask_by_policy
+from mnemo.domain.sealed import EncryptionBlock
 from mnemo.ports import DocumentReads, EventLog, MemoryReads, VectorFilter
 from mnemo.service.app import Mnemo, RequestContext, Wait
 from mnemo.service.blobs import SealedBlobs, digest_of
@@ -150,9 +151,9 @@ class BlobDocuments:
     def read(self, event: Envelope, ingested: DocumentIngested) -> ParsedDocument | None:
         """The document's sections as they become memories: their text through the same
         PII detector and tenant policy as any other memory's content, so a value the policy
-        masks is masked (before the entities are read). Values the policy encrypts stay:
-        the registered sections are sealed whole in the log, the read models serve them
-        and are purged on forget (docs/documents.md)."""
+        masks is masked (before the entities are read). Values the policy encrypts stay
+        here; registration puts placeholders in their place (`seal`), as in any memory's
+        content (docs/documents.md)."""
         kept = self.parsed.take((event.tenant, event.stream, ingested.sha256, ingested.filename))
         data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
         if data is None:
@@ -170,6 +171,36 @@ class BlobDocuments:
 
     def entities(self, text: str, language: str) -> tuple[Entity, ...]:
         return extract_entities(text, language=language, rules=self.rules)
+
+    def seal(self, event: Envelope, text: str) -> tuple[str, EncryptionBlock | None]:
+        """A section's text as its memory holds it: every value the tenant's policy
+        encrypts replaced by its placeholder, as in any memory's content, with the block of
+        their ciphertexts (None when it holds none). The memory's content, its embedding and
+        its keyword terms then never hold those values; reads open them."""
+        draft = event.model_copy(
+            update={
+                "type": MemoryDeclared.TYPE,
+                "schema_version": MemoryDeclared.VERSION,
+                "payload": {"memory": {"type": MemoryType.LONG_TERM.value, "content": text}},
+                "encryption": None,
+            }
+        )
+        sealer = self.blobs.sealer
+        try:
+            sealed = sealer.seal_found(draft, strict=False)
+        except InvalidInput:  # more distinct values than a block holds: masked, not kept
+            return sealer.mask_text(text), None
+        if sealed.encryption is None:
+            return text, None
+        content = str(sealed.payload["memory"]["content"])
+        if len(content) > MAX_CONTENT_CHARS:  # placeholders longer than the values they hide
+            return sealer.mask_text(text), None
+        return content, sealed.encryption
+
+    def opened(self, tenant: str, text: str, sealed: EncryptionBlock | None) -> str:
+        """A section's text with its placeholders opened (the entities are read from it)."""
+        sealer = self.blobs.sealer
+        return sealer.open_text(text, sealer.open_block(tenant, sealed))
 
     def forget(self, tenant: str, stream: str | None) -> int:
         """Delete the blobs of a forgotten stream (None: of the whole tenant)."""

@@ -12,6 +12,7 @@ import hmac
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -27,6 +28,7 @@ from mnemo.domain.events import (
     ContextResponseReported,
     Envelope,
     FeedbackRelayed,
+    ForgetRequested,
     LoggedEvent,
     MemoryCited,
     MemoryCorrected,
@@ -42,6 +44,7 @@ from mnemo.domain.projection import (
 )
 from mnemo.domain.term_keys import KeyedDimensions
 from mnemo.domain.toolchain import ToolchainState
+from mnemo.handlers.toolchain import failure_digest, output_digest
 from mnemo.ports import (
     Appended,
     Blinder,
@@ -272,6 +275,10 @@ class BlindTagIndex(VectorIndex):
         return getattr(self.inner, name)
 
 
+_FORGET_SCAN_PAGE = 1_000
+_FORGET_STREAMS_KEPT = 4_096
+
+
 class OpenedEventLog(EventLog):
     """The log as every use case reads it (replay, tail, insights, the console): events
     come out opened, whole-sealed fields and the detector's values alike, or redacted
@@ -283,12 +290,60 @@ class OpenedEventLog(EventLog):
         self.inner = inner
         self.sealer = sealer
         self.store = store  # the read models as stored, to tell forgotten memories
+        # (tenant, stream) -> (the last seq looked at, the seq of its last whole-stream
+        # forget, 0 when none), the streams read most recently kept
+        self._stream_forgets: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+        self._forgets_lock = threading.Lock()
+
+    def _stream_forgotten_upto(self, tenant: str, stream: str) -> int:
+        """The seq of the stream's last `ForgetRequested` without a memory id (0: never
+        forgotten whole). Every event up to it reads redacted: the words of a forgotten
+        stream that made no memory (an utterance no rule matched, a contradiction's reason,
+        a toolchain step's output) are gone with its memories, though a shared stream's
+        key lives on."""
+        key = (tenant, stream)
+        with self._forgets_lock:
+            scanned, upto = self._stream_forgets.get(key, (0, 0))
+        head = self.inner.stream_head(tenant, stream)
+        while scanned < head:
+            page = self.inner.read_stream(tenant, stream, scanned + 1, _FORGET_SCAN_PAGE)
+            if not page:
+                break
+            for logged in page:
+                env = logged.envelope
+                if env.type == ForgetRequested.TYPE and env.payload.get("memory_id") is None:
+                    upto = max(upto, env.seq or 0)
+            scanned = max(scanned + 1, page[-1].envelope.seq or 0)
+        with self._forgets_lock:
+            self._stream_forgets[key] = (scanned, upto)
+            self._stream_forgets.move_to_end(key)
+            while len(self._stream_forgets) > _FORGET_STREAMS_KEPT:
+                self._stream_forgets.popitem(last=False)
+        return upto
+
+    def _redacted(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
+        if isinstance(envelope, Envelope):
+            stream, seq = envelope.stream, envelope.seq
+        else:
+            stream, seq = str(envelope.get("stream")), envelope.get("seq")
+        if isinstance(seq, int) and seq <= self._stream_forgotten_upto(tenant, stream):
+            return True
+        return self._forgotten(tenant, envelope)
 
     def _forgotten(self, tenant: str, envelope: Envelope | Mapping[str, Any]) -> bool:
         if isinstance(envelope, Envelope):
             event_id, payload = envelope.event_id, envelope.payload
+            event_type = envelope.type
         else:
             event_id, payload = str(envelope.get("event_id")), envelope.get("payload") or {}
+            event_type = str(envelope.get("type"))
+        if event_type == ContextAssembled.TYPE and isinstance(payload, Mapping):
+            # the rendered text holds the words of every memory it included: one of them
+            # forgotten, the record of the context reads redacted
+            included = [str(m) for m in payload.get("memory_ids") or ()]
+            return any(
+                m.status is MemoryStatus.FORGOTTEN for m in self.store.get_many(tenant, included)
+            )
         memory = payload.get("memory") if isinstance(payload, Mapping) else None
         if isinstance(memory, Mapping) and "memory_id" in memory:
             ids = [str(memory["memory_id"])]
@@ -303,7 +358,7 @@ class OpenedEventLog(EventLog):
         env = logged.envelope
         if not is_sealed(env):
             return logged
-        return self.sealer.open_event(logged, redact=self._forgotten(env.tenant, env))
+        return self.sealer.open_event(logged, redact=self._redacted(env.tenant, env))
 
     def _opened(self, events: Sequence[LoggedEvent]) -> list[LoggedEvent]:
         return [self._open(e) for e in events]
@@ -338,7 +393,7 @@ class OpenedEventLog(EventLog):
                 opened.append(body)
                 continue
             event = orjson.loads(body)
-            redact = self._forgotten(tenant, event)
+            redact = self._redacted(tenant, event)
             opened.append(orjson.dumps(self.sealer.open_json(event, redact=redact)))
         return opened
 
@@ -372,6 +427,46 @@ class OpenedEventLog(EventLog):
 
     def __getattr__(self, name: str) -> Any:  # an adapter's own extras
         return getattr(self.inner, name)
+
+
+def open_toolchain(sealer: Sealer, state: ToolchainState) -> ToolchainState:
+    """A toolchain as its readers see it: the placeholders of its steps' outputs and errors
+    opened (redacted under a shredded key), the ciphertexts dropped, and each step's digest
+    that of the opened content, the one a client sending the same outcome again computes."""
+    if not any(d.sealed for d in state.done) and not any(f.sealed for f in state.failures):
+        return state
+    done = []
+    for step in state.done:
+        if step.sealed is None:
+            done.append(step)
+            continue
+        opened = sealer.open_block(state.tenant, step.sealed)
+        output = sealer.open_text(step.output, opened)
+        done.append(
+            step.model_copy(
+                update={"output": output, "digest": output_digest(output), "sealed": None}
+            )
+        )
+    failures = []
+    for failure in state.failures:
+        if failure.sealed is None:
+            failures.append(failure)
+            continue
+        opened = sealer.open_block(state.tenant, failure.sealed)
+        error = failure.error.model_copy(
+            update={
+                "reason": sealer.open_text(failure.error.reason, opened),
+                "field": None
+                if failure.error.field is None
+                else sealer.open_text(failure.error.field, opened),
+            }
+        )
+        failures.append(
+            failure.model_copy(
+                update={"error": error, "digest": failure_digest(error), "sealed": None}
+            )
+        )
+    return state.model_copy(update={"done": tuple(done), "failures": tuple(failures)})
 
 
 class OpenedMemoryStore(MemoryStore):
@@ -450,7 +545,8 @@ class OpenedMemoryStore(MemoryStore):
         return self.inner.timeline(tenant, memory_id, limit)
 
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
-        return self.inner.toolchain(tenant, toolchain_id)
+        found = self.inner.toolchain(tenant, toolchain_id)
+        return None if found is None else open_toolchain(self.sealer, found)
 
     def counts(self) -> dict[str, int]:
         return self.inner.counts()

@@ -1,0 +1,122 @@
+"""A document's sections hold the values the tenant's policy encrypts as placeholders, like
+any memory's content: the memories table, the embedding and the keyword terms never see
+them, reads open them, an exact search for the value finds the section, the structured
+query reads its entities as before, and forgetting the user leaves nothing readable."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from mnemo_gateway.app import create_app
+from tests.support import headers_for, install_keys
+
+from mnemo.adapters.clocks import FixedClock
+from mnemo.bootstrap import Platform, build_embedded
+from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
+from mnemo.settings import GatewaySettings, MnemoSettings
+
+H = headers_for("acme", "agent")
+CARD = "6222021234567890128"
+EMAIL = "zhang.san@example.org"
+PHONE = "13812345678"
+TEXT = (
+    "合同编号：HT-2023-0917\n\n甲方：XX科技有限公司\n乙方：远山贸易有限公司\n\n"
+    f"第三条 甲方联系人电话{PHONE}，邮箱{EMAIL}，收款卡号{CARD}。\n\n"
+    "第八条 违约金为合同金额的8%。\n"
+)
+
+
+@pytest.fixture
+def made(tmp_path: Path, clock: FixedClock) -> Iterator[tuple[TestClient, Platform]]:
+    settings = MnemoSettings(
+        data_dir=tmp_path / "data", embedder="hashing", sqlite_synchronous="NORMAL"
+    )
+    platform = build_embedded(settings, clock=clock)
+    install_keys(platform, "acme")
+    try:
+        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
+            yield c, platform
+    finally:
+        platform.close()
+
+
+def _bodies(platform: Platform) -> str:
+    with sqlite3.connect(platform.settings.data_dir / "store.sqlite3") as db:
+        return "\n".join(str(b) for (b,) in db.execute("SELECT body FROM memories"))
+
+
+@pytest.mark.parametrize("subject", ["user:U1", "tenant"])
+def test_document_sections_hold_placeholders_and_read_opened(
+    made: tuple[TestClient, Platform], subject: str
+) -> None:
+    client, platform = made
+    params = {"subject": subject, "filename": "c.txt", "wait": "registered"}
+    done = client.post("/v1/documents", params=params, content=TEXT.encode(), headers=H)
+    assert done.status_code == 200, done.text
+    document_id = done.json()["document_id"]
+
+    stored = _bodies(platform)
+    for kind in ("bank_card", "email", "phone"):
+        assert f"⟦{kind}:" in stored, kind
+    for value in (CARD, EMAIL, PHONE):
+        assert value not in stored, value
+
+    stream = "tenant" if subject == "tenant" else subject
+    sections = client.get(
+        f"/v1/subjects/{stream}/memories",
+        params={"tag": f"document:{document_id}", "limit": 100},
+        headers=H,
+    ).json()["memories"]
+    contact = next(m for m in sections if "联系人" in m["content"])
+    assert PHONE in contact["content"]
+    assert EMAIL in contact["content"]
+    assert CARD in contact["content"]
+    # the exact value finds the section (its keyword terms hold the placeholder's)
+    platform.runner.drain()  # indexed
+    search = {"query": CARD, "subjects": [stream], "limit": 5}
+    hits = client.post("/v1/search", json=search, headers=H).json()["hits"]
+    assert any(h["memory"]["memory_id"] == contact["memory_id"] for h in hits)
+    # the entities are read as before
+    where = [{"field": "contract_no", "op": "eq", "value": "HT-2023-0917"}]
+    assert client.post("/v1/query", json={"where": where}, headers=H).json()["total"] == 1
+    rate = [{"field": "penalty_rate", "op": "gt", "value": "5%"}]
+    assert client.post("/v1/query", json={"where": rate}, headers=H).json()["total"] == 1
+    context = client.post(
+        "/v1/context",
+        json={"subjects": [stream], "query": "联系人电话", "budget": 2_000},
+        headers=H,
+    ).json()
+    assert PHONE in context["context"]
+
+
+def test_a_rebuild_gives_the_same_read_models(made: tuple[TestClient, Platform]) -> None:
+    client, platform = made
+    params = {"subject": "user:U2", "filename": "c.txt", "wait": "registered"}
+    done = client.post("/v1/documents", params=params, content=TEXT.encode(), headers=H)
+    assert done.status_code == 200, done.text
+    platform.runner.drain()
+    before = platform_checksum(platform)
+    counts = platform.store.counts()
+    assert counts["entities"] > 0
+    assert rebuild_read_models(platform) == before
+    assert platform.store.counts() == counts
+    assert CARD not in _bodies(platform)
+
+
+def test_a_section_whose_placeholders_would_overflow_a_memory_is_masked(
+    made: tuple[TestClient, Platform],
+) -> None:
+    client, platform = made
+    phones = [f"139{n:08d}" for n in range(10_000_001, 10_000_001 + 320)]
+    text = "通讯录\n\n" + "，".join(phones) + "。\n"
+    params = {"subject": "user:U3", "filename": "list.txt", "wait": "registered"}
+    done = client.post("/v1/documents", params=params, content=text.encode(), headers=H)
+    assert done.status_code == 200, done.text
+    assert done.json()["status"] == "registered"
+    stored = _bodies(platform)
+    assert not [p for p in phones if p in stored]
+    assert "139****0001" in stored  # masked: nothing kept that a placeholder would open
