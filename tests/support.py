@@ -141,6 +141,29 @@ def wait_healthy(url: str, alive: Callable[[], bool], timeout: float = 60.0) -> 
 
 
 @contextmanager
+def gateway_client(platform: Platform) -> Iterator[Any]:
+    """A test client of the gateway over `platform` (consumers running, waits up to 60 s);
+    the platform is closed afterwards."""
+    from fastapi.testclient import TestClient
+
+    try:
+        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as client:
+            yield client
+    finally:
+        platform.close()
+
+
+def embedded_platform(data: Path, clock: Any, *tenants: str, **settings: Any) -> Platform:
+    """An embedded platform on `data` with the hashing embedder and keys for `tenants`."""
+    built = build_embedded(
+        MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL", **settings),
+        clock=clock,
+    )
+    install_keys(built, *tenants)
+    return built
+
+
+@contextmanager
 def running_server(
     data: Path,
     gateway: GatewaySettings | None = None,

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from mnemo_gateway.app import create_app
-from tests.support import headers_for, install_keys
+from tests.support import embedded_platform, gateway_client, headers_for
 
 from mnemo.adapters.clocks import FixedClock
-from mnemo.bootstrap import Platform, build_embedded
+from mnemo.bootstrap import Platform
 from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
-from mnemo.settings import GatewaySettings, MnemoSettings
 
 H = headers_for("acme", "agent")
 CARD = "6222021234567890128"
@@ -32,16 +30,9 @@ TEXT = (
 
 @pytest.fixture
 def made(tmp_path: Path, clock: FixedClock) -> Iterator[tuple[TestClient, Platform]]:
-    settings = MnemoSettings(
-        data_dir=tmp_path / "data", embedder="hashing", sqlite_synchronous="NORMAL"
-    )
-    platform = build_embedded(settings, clock=clock)
-    install_keys(platform, "acme")
-    try:
-        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
-            yield c, platform
-    finally:
-        platform.close()
+    platform = embedded_platform(tmp_path / "data", clock, "acme")
+    with gateway_client(platform) as c:
+        yield c, platform
 
 
 def _bodies(platform: Platform) -> str:

@@ -11,12 +11,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from mnemo_gateway.app import create_app
-from tests.support import headers_for, install_keys
+from tests.support import embedded_platform, gateway_client, headers_for
 
 from mnemo.adapters.clocks import FixedClock
-from mnemo.bootstrap import build_embedded
-from mnemo.settings import GatewaySettings, MnemoSettings
 
 H = headers_for("acme")
 EMAIL = "zed.unique77@example.net"
@@ -26,16 +23,8 @@ KEPT = "Quillfeather"
 
 @pytest.fixture
 def client(tmp_path: Path, clock: FixedClock) -> Iterator[TestClient]:
-    settings = MnemoSettings(
-        data_dir=tmp_path / "data", embedder="hashing", sqlite_synchronous="NORMAL"
-    )
-    platform = build_embedded(settings, clock=clock)
-    install_keys(platform, "acme")
-    try:
-        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
-            yield c
-    finally:
-        platform.close()
+    with gateway_client(embedded_platform(tmp_path / "data", clock, "acme")) as c:
+        yield c
 
 
 def _declare(client: TestClient, stream: str, content: str) -> str:

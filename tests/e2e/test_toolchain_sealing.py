@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from mnemo_gateway.app import create_app
-from tests.support import headers_for, install_keys
+from tests.support import gateway_client, headers_for, install_keys
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
@@ -47,11 +47,8 @@ def _platform(tmp_path: Path, clock: FixedClock, policy: str | None) -> Platform
 @pytest.fixture
 def made(tmp_path: Path, clock: FixedClock) -> Iterator[tuple[TestClient, Platform]]:
     platform = _platform(tmp_path, clock, None)
-    try:
-        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
-            yield c, platform
-    finally:
-        platform.close()
+    with gateway_client(platform) as c:
+        yield c, platform
 
 
 def _stored(platform: Platform) -> str:

@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from mnemo_gateway.app import create_app
-from tests.support import headers_for, install_keys
+from tests.support import embedded_platform, gateway_client, headers_for
 
 from mnemo.adapters.clocks import FixedClock
-from mnemo.bootstrap import Platform, build_embedded
-from mnemo.settings import GatewaySettings, MnemoSettings
+from mnemo.bootstrap import Platform
 
 H = headers_for("acme")
 RULE = "no-floribunda-rule"
@@ -24,16 +22,9 @@ STREAM = "user:G1"
 
 @pytest.fixture
 def made(tmp_path: Path, clock: FixedClock) -> Iterator[tuple[TestClient, Platform]]:
-    settings = MnemoSettings(
-        data_dir=tmp_path / "data", embedder="hashing", sqlite_synchronous="NORMAL"
-    )
-    platform = build_embedded(settings, clock=clock)
-    install_keys(platform, "acme")
-    try:
-        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
-            yield c, platform
-    finally:
-        platform.close()
+    platform = embedded_platform(tmp_path / "data", clock, "acme")
+    with gateway_client(platform) as c:
+        yield c, platform
 
 
 def _raw_reports(platform: Platform) -> list[str]:
