@@ -34,8 +34,10 @@ def _declare(client: TestClient, stream: str, content: str) -> str:
         "stream": stream,
         "payload": {"memory": {"type": "fact", "content": content}},
     }
-    answer = client.post("/v1/events?wait=registered", json=event, headers=H)
+    # a context with a query finds memories through the index: wait until it holds them
+    answer = client.post("/v1/events?wait=indexed", json=event, headers=H)
     assert answer.status_code in (200, 202), answer.text
+    assert answer.json()["complete"], answer.text
     return str(answer.json()["accepted"][0]["outcomes"][0]["memory_id"])
 
 
