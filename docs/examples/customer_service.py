@@ -52,9 +52,11 @@ def session_two(mnemo: MnemoClient) -> None:
     context = mnemo.context([CUSTOMER], "recommend a winter jacket", budget=300)
     prefs = known(context)
     print(f"session 2: knows {', '.join(f'{k} = {v}' for k, v in sorted(prefs.items()))}")
+    # each thing disliked is its own preference (dislike.红色), so several stand together
+    avoided = sorted(v for k, v in prefs.items() if k.startswith("dislike."))
     print(
         f"session 2: agent: How about a {prefs['favourite_color']} jacket in size "
-        f"{prefs['size']}? Nothing in {prefs['dislike']}."
+        f"{prefs['size']}? Nothing in {', '.join(avoided)}."
     )
     result = mnemo.observe(CUSTOMER, "Thanks, but my size is XL now.", wait="indexed")
     outcome = result.outcomes[0]

@@ -73,12 +73,13 @@ def test_customer_service_keeps_preferences_across_sessions(server_url: str) -> 
     out = run_example("customer_service.py", server_url, "ex-shop")
     assert out[:4] == [
         "session 1: '你好，我想买衬衫。记住我的尺码是L' -> remembered size = L",
-        "session 1: '我不要红色，太显眼了' -> remembered dislike = 红色",
+        "session 1: '我不要红色，太显眼了' -> remembered dislike.红色 = 红色",
         "session 1: 'Also, remember that my favourite color is navy blue.' "
         "-> remembered favourite_color = navy blue",
         "session 1: '谢谢！' -> nothing to remember (NO_RULE_MATCHED)",
     ]
-    assert "session 2: knows dislike = 红色, favourite_color = navy blue, size = L" in out
+    assert "session 2: knows dislike.红色 = 红色, favourite_color = navy blue, size = L" in out
+    assert "session 2: agent: How about a navy blue jacket in size L? Nothing in 红色." in out
     assert "session 2: size is now XL (superseded, version 2)" in out
     assert "session 3: 客服: 为您推荐navy blue的外套，尺码XL。" in out
     assert out[-1] == "session 3: size history: L (superseded) -> XL (active)"

@@ -156,7 +156,7 @@ def registered(decision: Decision) -> list[Memory]:
             MemoryType.PREFERENCE,
             None,
         ),
-        ("I don't like cilantro", "dislike", "cilantro", MemoryType.PREFERENCE, None),
+        ("I don't like cilantro", "dislike.cilantro", "cilantro", MemoryType.PREFERENCE, None),
     ],
 )
 def test_rules_turn_utterances_into_typed_memories(

@@ -95,10 +95,10 @@ def test_asking_not_to_be_emailed_retires_email_as_the_contact_channel() -> None
 @pytest.mark.parametrize(
     ("text", "key", "value"),
     [
-        ("我不吃辣了", "dislike", "辣"),
-        ("我不喜欢香菜了", "dislike", "香菜"),
-        ("我不吃香菜了", "dislike", "香菜"),
-        ("I don't like cilantro anymore", "dislike", "cilantro"),
+        ("我不吃辣了", "dislike.辣", "辣"),
+        ("我不喜欢香菜了", "dislike.香菜", "香菜"),
+        ("我不吃香菜了", "dislike.香菜", "香菜"),
+        ("I don't like cilantro anymore", "dislike.cilantro", "cilantro"),
         ("今天想吃点辣的", "intent", "吃点辣的"),  # 的 is part of this value
     ],
 )
@@ -198,10 +198,10 @@ def test_a_correction_back_to_a_value_after_all(
         ("我兜里最多就两千块", "budget", "2000块"),
         ("我最多也就能出三千块", "budget", "3000块"),
         ("我手里最多只有五百块", "budget", "500块"),
-        ("我以后只喝无糖的饮料", "likes", "无糖的饮料"),
-        ("我以后只吃有机蔬菜", "likes", "有机蔬菜"),
-        ("我平时只喝绿茶", "likes", "绿茶"),
-        ("from now on I only drink decaf", "likes", "decaf"),
+        ("我以后只喝无糖的饮料", "likes.无糖的饮料", "无糖的饮料"),
+        ("我以后只吃有机蔬菜", "likes.有机蔬菜", "有机蔬菜"),
+        ("我平时只喝绿茶", "likes.绿茶", "绿茶"),
+        ("from now on I only drink decaf", "likes.decaf", "decaf"),
     ],
 )
 def test_values_said_in_other_words_are_found(text: str, key: str, value: str) -> None:
@@ -213,7 +213,7 @@ def test_a_turn_that_keeps_to_one_thing_from_now_on_is_a_liking() -> None:
     decision = run(DictState(), "我以后只喝无糖的饮料", kind="turn")
     assert [(m.type, m.key, m.value) for m in registered(decision)] == [
         (MemoryType.HISTORY, None, None),
-        (MemoryType.PREFERENCE, "likes", "无糖的饮料"),
+        (MemoryType.PREFERENCE, "likes.无糖的饮料", "无糖的饮料"),
     ]
     assert [kind for _, kind, _ in outcomes(decision)] == [OutcomeKind.REGISTERED] * 2
 

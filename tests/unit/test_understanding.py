@@ -144,7 +144,54 @@ def test_a_negation_retires_the_liking_it_contradicts_and_keeps_it_in_history() 
     state = DictState()
     run(state, "我喜欢喝咖啡")
     run(state, "不要再推荐理财产品了", at=T0 + timedelta(hours=1))
-    assert current(state, "likes") == "咖啡"
+    assert current(state, "likes.咖啡") == "咖啡"
+
+
+@pytest.mark.parametrize(
+    ("said", "key"),
+    [
+        (["我喜欢喝咖啡", "我喜欢喝绿茶", "我喜欢听爵士乐"], "likes"),
+        (["I love drinking green tea", "I love drinking coffee"], "likes"),
+        (["我不喜欢香菜", "我不吃葱"], "dislike"),
+        (["I don't like cilantro", "I don't eat pork"], "dislike"),
+    ],
+)
+def test_several_likings_of_one_person_stand_side_by_side(said: list[str], key: str) -> None:
+    state = DictState()
+    for n, text in enumerate(said):
+        run(state, text, at=T0 + timedelta(minutes=n))
+    active = [m for m in state.memories.values() if m.status is MemoryStatus.ACTIVE]
+    assert len(active) == len(said)
+    assert all(m.key is not None and m.key.startswith(f"{key}.") for m in active)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "retired", "now"),
+    [
+        ("我喜欢吃香菜", "我不喜欢香菜", "likes.香菜", "dislike.香菜"),
+        ("我不喜欢香菜", "我喜欢吃香菜", "dislike.香菜", "likes.香菜"),
+        ("I love eating cilantro", "I don't like cilantro", "likes.cilantro", "dislike.cilantro"),
+        ("I don't like jazz", "jazz is my favourite", "dislike.jazz", "likes.jazz"),
+        ("不要再推荐理财产品了", "我喜欢看理财产品", "avoid.理财产品", "likes.理财产品"),
+        ("I don't eat pork", "I no longer eat pork", "dislike.pork", "avoid.pork"),
+    ],
+)
+def test_a_liking_and_a_dislike_of_the_same_thing_do_not_both_stand(
+    before: str, after: str, retired: str, now: str
+) -> None:
+    state = DictState()
+    first = registered(run(state, before))[0]
+    assert first.key == retired
+    decision = run(state, after, at=T0 + timedelta(hours=1))
+    assert [e.type for e in decision.events].count(MemorySuperseded.TYPE) == 1
+    assert state.memories[first.memory_id].status is MemoryStatus.SUPERSEDED
+    assert current(state, retired) is None
+    assert current(state, now) is not None
+    # another thing liked before stays liked
+    state = DictState()
+    run(state, "我喜欢喝绿茶")
+    run(state, "我不喜欢香菜", at=T0 + timedelta(hours=1))
+    assert current(state, "likes.绿茶") == "绿茶"
 
 
 # ---- temporary intents -----------------------------------------------------------------
@@ -259,7 +306,11 @@ def test_an_operator_file_extends_the_defaults(tmp_path: Path) -> None:
         ({"examples": ("x",)}, "needs slots"),
         ({"pattern": "a", "kind": "temporary"}, "needs a ttl"),
         ({"pattern": "a", "ttl": "from_text"}, "temporary"),
-        ({"pattern": "a", "negates": ("likes",)}, "only a negation"),
+        (
+            {"pattern": "a", "kind": "correction", "negates": ("likes",)},
+            "a correction replaces",
+        ),
+        ({"pattern": "a", "negates": ("likes.{value}",)}, "a family of keys"),
         ({"examples": ("x",), "slots": ("no value group",)}, "no \\(\\?P<value>"),
     ],
 )

@@ -143,7 +143,9 @@ class RegistrationRule(BaseModel):
     )
     normalize: tuple[Normalizer, ...] = ()
     negates: tuple[str, ...] = Field(
-        default=(), description="negations: keys whose memory of the same value is retired"
+        default=(),
+        description="keys whose memory of the same value this rule's memory retires: a "
+        "literal key, or `likes.*` for the same thing's key in that family (likes.<value>)",
     )
     type: MemoryType | None = None
     scope: Scope = Scope.USER
@@ -188,8 +190,13 @@ class RegistrationRule(BaseModel):
             raise ValueError("a temporary rule needs a ttl")
         if self.ttl == "from_text" and self.kind is not RuleKind.TEMPORARY:
             raise ValueError("ttl from_text is for temporary rules")
-        if self.negates and self.kind is not RuleKind.NEGATION:
-            raise ValueError("only a negation negates keys")
+        if self.negates and self.kind is RuleKind.CORRECTION:
+            raise ValueError("a correction replaces the value it corrects; it negates no keys")
+        for negated in self.negates:
+            if not _NEGATED.fullmatch(negated):
+                raise ValueError(
+                    f"negates {negated!r}: name a key (likes) or a family of keys (likes.*)"
+                )
         return self
 
     def compiled(self) -> LinearPattern | None:
@@ -280,6 +287,8 @@ _TIME_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _FROM_TEXT_FALLBACK = "24h"
 _KEY_JUNK = re.compile(r"[^\w.-]+")
+# what `negates` may name: a key, or a family of keys by its prefix (`likes.*`)
+_NEGATED = re.compile(r"[\w-]+(?:\.[\w-]+)*(?:\.\*)?")
 # sentence-final particles that are not part of a value: 换成XL吧, 改成M的, 不要葱了
 _PARTICLES = re.compile(r"[吧了呢啊呀哦的嘛]+$")
 # A question is marked ("?"), or, written without the mark, ends on a question particle,
@@ -660,11 +669,12 @@ class RuleSet:
         if not key:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no key")
         retires: list[str] = []
-        if rule.kind is RuleKind.NEGATION:
-            for negated in rule.negates:
-                current = stream.current_for_key(negated)
-                if current is not None and current.value and _same_thing(current.value, value):
-                    retires.append(current.memory_id)
+        for negated in rule.negates:
+            # `likes.*`: the key the same thing has in that family (likes.<value>)
+            held = _key_of(negated[:-1] + value) if negated.endswith(".*") else negated
+            current = stream.current_for_key(held) if held != key else None
+            if current is not None and current.value and _same_thing(current.value, value):
+                retires.append(current.memory_id)
         ttl = ttl_from_text(text) if rule.ttl == "from_text" else rule.ttl
         return self._match(
             rule, rule.type, key, value, groups, ttl, occurred_at, zone_name, tuple(retires), via
