@@ -154,6 +154,14 @@ def test_templates_register_list_get(client: TestClient) -> None:
     error = refused.json()["error"]
     assert error["code"] == "TEMPLATE_INVALID"
     assert error["field"] == "sections.0.render"
+    for field, text in (("budget", "200"), ("limit", True), ("priority", 2.0)):
+        section = {**SUPPORT["sections"][1], field: text}
+        refused = client.post(
+            "/v1/templates", json={**SUPPORT, "version": 2, "sections": [section]}, headers=H
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["field"] == f"sections.0.{field}"
+        assert refused.json()["error"]["code"] == "TEMPLATE_INVALID"
     dup = {**SUPPORT, "version": 2, "sections": [SUPPORT["sections"][0]] * 2}
     assert client.post("/v1/templates", json=dup, headers=H).json()["error"]["code"] == (
         "TEMPLATE_INVALID"

@@ -314,6 +314,125 @@ def test_every_payload_boolean_is_a_json_boolean(
     }
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/context", {"subjects": ["user:U1"], "budget": "100"}),
+        ("/v1/context", {"subjects": ["user:U1"], "budget": 100.0}),
+        ("/v1/context", {"subjects": ["user:U1"], "template_version": True}),
+        ("/v1/search", {"query": "tea", "limit": "5"}),
+        (
+            "/v1/toolchains",
+            {"toolchain_id": "t", "subject": "user:U1", "steps": ["a"], "ttl_seconds": "60"},
+        ),
+        (
+            "/v1/tool-results",
+            {
+                "stream": "user:U1",
+                "tool": "t",
+                "result": {},
+                "source": "s",
+                "fresh_for_seconds": "60",
+            },
+        ),
+        (
+            "/v1/tool-results",
+            {
+                "stream": "user:U1",
+                "tool": "t",
+                "result": {},
+                "source": "s",
+                "fresh_for_seconds": 60,
+                "trust": "0.5",
+            },
+        ),
+    ],
+)
+def test_request_numbers_are_json_numbers(
+    client: TestClient, platform: Platform, path: str, body: dict[str, Any]
+) -> None:
+    before = platform.log.head()
+    r = client.post(path, json=body, headers=H)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert platform.log.head() == before
+
+
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        ({"schema_version": 1, "expected_seq": "0"}, "expected_seq"),
+        (
+            {
+                "schema_version": 1,
+                "payload": {"memory": {"type": "fact", "content": "x", "ttl_seconds": "60"}},
+            },
+            "payload.memory.ttl_seconds",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "payload": {"memory": {"type": "fact", "content": "x", "ttl_seconds": 60.0}},
+            },
+            "payload.memory.ttl_seconds",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "payload": {"memory": {"type": "fact", "content": "x", "expected_version": True}},
+            },
+            "payload.memory.expected_version",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "payload": {"memory": {"type": "fact", "content": "x", "semantic_weight": "0.5"}},
+            },
+            "payload.memory.semantic_weight",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "payload": {
+                    "memory": {"type": "fact", "content": "x", "provenance": {"trust": True}}
+                },
+            },
+            "payload.memory.provenance.trust",
+        ),
+    ],
+)
+def test_event_numbers_are_json_numbers(
+    client: TestClient, platform: Platform, event: dict[str, Any], field: str
+) -> None:
+    declared = {
+        "type": "MemoryDeclared",
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": "x"}},
+        **event,
+    }
+    before = platform.log.head()
+    r = client.post("/v1/events", json=declared, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {
+        "code": "INVALID_NUMBER",
+        "message": r.json()["error"]["message"],
+        "field": f"events[0].{field}",
+    }
+    assert platform.log.head() == before
+    # JSON numbers are taken, and an integer where a fraction may stand is a number
+    fixed = {
+        "type": "fact",
+        "content": "x",
+        "ttl_seconds": 60,
+        "expected_version": 0,
+        "semantic_weight": 0,
+        "provenance": {"trust": 1},
+    }
+    declared = {**declared, "expected_seq": 0, "payload": {"memory": fixed}}
+    ok = client.post("/v1/events", json=declared, headers=H)
+    assert ok.status_code == 202, ok.text
+
+
 @pytest.mark.parametrize("truthy", ["yes", "true", 1, 0, "false"])
 def test_a_failed_steps_retryable_is_a_json_boolean(
     client: TestClient, platform: Platform, truthy: Any

@@ -44,7 +44,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mnemo.domain.edge import at_edge
+from mnemo.domain.edge import at_edge, json_int
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import Memory, MemoryType, Scope
 from mnemo.domain.tool_result import format_age, tool_of
@@ -176,6 +176,7 @@ class SectionSpec(BaseModel):
     neighbours: int = Field(
         default=0, ge=0, le=5, description="turns of the same episode pulled in around each hit"
     )
+    _ints = field_validator("priority", "budget", "limit", "neighbours", mode="before")(json_int)
     where: tuple[dict[str, Any], ...] | None = Field(
         default=None,
         min_length=1,
@@ -267,6 +268,7 @@ class ContextTemplate(BaseModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
     version: int = Field(ge=1, le=2**31)
+    _ints = field_validator("version", mode="before")(json_int)
     protocol: str = "v1"
     description: str = Field(default="", max_length=1_000)
     sections: tuple[SectionSpec, ...] = Field(min_length=1, max_length=16)

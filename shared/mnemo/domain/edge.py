@@ -3,9 +3,10 @@ again when the log or a read model is read back.
 
 Input validated with `EDGE` as its pydantic context is held to the strict rules: booleans
 are JSON booleans (`"true"`, `1` or `"yes"` are refused, where pydantic's lax mode would
-take them as true), and client patterns must run on the linear-time engine. Events already
-in the log are decoded without it, so whatever was once accepted still reads the same way
-(a rebuild gives the same read models).
+take them as true), numbers are JSON numbers (`"100"` or `true` are refused, and a count
+is a JSON integer, not `100.0`), and client patterns must run on the linear-time engine.
+Events already in the log are decoded without it, so whatever was once accepted still
+reads the same way (a rebuild gives the same read models).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-__all__ = ["EDGE", "JsonBool", "at_edge"]
+__all__ = ["EDGE", "JsonBool", "at_edge", "json_int", "json_number"]
 
 EDGE: dict[str, Any] = {"edge": True}
 
@@ -34,3 +35,27 @@ def _json_bool(value: Any, info: ValidationInfo) -> Any:
 
 JsonBool = Annotated[bool, BeforeValidator(_json_bool)]
 """A boolean that, at the edge, only a JSON `true` or `false` gives."""
+
+
+def json_int(value: Any, info: ValidationInfo) -> Any:
+    """A before-validator: at the edge, only a JSON integer (not "100", 100.0 or true).
+    Used as `field_validator(..., mode="before")(json_int)`, so the field's own bounds stay
+    in its schema."""
+    if (
+        at_edge(info)
+        and value is not None
+        and (isinstance(value, bool) or not isinstance(value, int))
+    ):
+        raise PydanticCustomError("strict_number", "must be a JSON integer")
+    return value
+
+
+def json_number(value: Any, info: ValidationInfo) -> Any:
+    """A before-validator: at the edge, only a JSON number (not "0.5" or true)."""
+    if (
+        at_edge(info)
+        and value is not None
+        and (isinstance(value, bool) or not isinstance(value, int | float))
+    ):
+        raise PydanticCustomError("strict_number", "must be a JSON number")
+    return value

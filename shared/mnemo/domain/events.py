@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.edge import EDGE, JsonBool, at_edge
+from mnemo.domain.edge import EDGE, JsonBool, at_edge, json_int, json_number
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import (
@@ -113,6 +113,7 @@ class Envelope(BaseModel):
     stream: str
     seq: int | None = Field(default=None, ge=1)
     expected_seq: int | None = Field(default=None, ge=0)
+    _ints = field_validator("schema_version", "seq", "expected_seq", mode="before")(json_int)
     occurred_at: datetime
     received_at: datetime | None = Field(
         default=None,
@@ -482,6 +483,8 @@ class ToolResultRecorded(EventPayload):
         "the arguments>",
     )
     trust: float = Field(default=0.8, ge=0.0, le=1.0)
+    _numbers = field_validator("trust", mode="before")(json_number)
+    _ints = field_validator("fresh_for_seconds", mode="before")(json_int)
     trigger: TriggerRef | None = Field(
         default=None, description="the suggested call this result answers"
     )
@@ -707,6 +710,7 @@ class ToolchainStarted(EventPayload):
     toolchain_id: ToolchainId
     steps: tuple[StepId, ...] = Field(min_length=1, max_length=MAX_STEPS)
     ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
+    _ints = field_validator("ttl_seconds", mode="before")(json_int)
 
     @field_validator("steps")
     @classmethod
@@ -848,6 +852,7 @@ def decode_payload(envelope: Envelope, *, edge: bool = False) -> EventPayload:
 _CODES_BY_ERROR_TYPE = {
     "unsupported_pattern": "UNSUPPORTED_PATTERN",
     "strict_boolean": "INVALID_BOOLEAN",
+    "strict_number": "INVALID_NUMBER",
     "template_without_constraints": "TEMPLATE_WITHOUT_CONSTRAINTS",
     "output_too_large": "OUTPUT_TOO_LARGE",
     "output_not_json": "OUTPUT_NOT_JSON",

@@ -18,7 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mnemo.domain.edge import JsonBool, at_edge
+from mnemo.domain.edge import JsonBool, at_edge, json_int, json_number
 from mnemo.domain.patterns import UnsupportedPattern, linear_pattern
 from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
@@ -82,6 +82,8 @@ class Provenance(BaseModel):
     source_location: str | None = Field(default=None, max_length=256)
     trust: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
     verified: JsonBool = False
+
+    _numbers = field_validator("trust", mode="before")(json_number)
 
 
 Weight = Annotated[float, Field(ge=0.0, le=MAX_SEMANTIC_WEIGHT)]
@@ -187,6 +189,8 @@ class MemoryDraft(BaseModel):
         description="with a key: the version the writer last saw (0: none); another current "
         "version is a conflict, reported, never overwritten",
     )
+    _ints = field_validator("ttl_seconds", "expected_version", mode="before")(json_int)
+    _numbers = field_validator("semantic_weight", mode="before")(json_number)
     sensitive: JsonBool = Field(
         default=False,
         description="x-mnemo-sensitive: the content and value are sealed whole, whatever the "

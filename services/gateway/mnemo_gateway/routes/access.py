@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.access import ALL_SCOPES, ApiKey, Caller, Scope
@@ -38,7 +38,7 @@ class KeyIn(BaseModel):
     )
     scopes: list[Scope] = Field(min_length=1, max_length=len(ALL_SCOPES))
     expires_at: Instant | None = Field(default=None, description="with a UTC offset")
-    ttl_seconds: int | None = Field(
+    ttl_seconds: StrictInt | None = Field(
         default=None, ge=60, le=10 * 365 * 86_400, description="instead of expires_at"
     )
     tools: list[str] | None = Field(
@@ -53,7 +53,7 @@ class TenantIn(BaseModel):
 
     tenant: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     admin_key_name: str = Field(default="admin", min_length=1, max_length=64)
-    ttl_seconds: int | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
+    ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
 
 
 class KeyOut(BaseModel):

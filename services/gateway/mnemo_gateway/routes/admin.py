@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.entrypoints.admin import distributed_status, rebuild_read_models
@@ -62,7 +62,7 @@ class RotateOut(BaseModel):
 
 class RewrapIn(RotateIn):
     after: str | None = Field(default=None, max_length=64, description="the cursor `next` gave")
-    limit: int = Field(default=keys.MAX_PAGE, ge=1, le=keys.MAX_PAGE)
+    limit: StrictInt = Field(default=keys.MAX_PAGE, ge=1, le=keys.MAX_PAGE)
 
 
 class RewrapOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
@@ -26,11 +26,11 @@ class ContextIn(BaseModel):
         min_length=1, max_length=32, description="subject streams to draw on"
     )
     query: str = Field(default="", max_length=2_000, description="the current question")
-    budget: int = Field(
+    budget: StrictInt = Field(
         default=1_000, ge=16, le=200_000, description="total tokens, header included"
     )
     template: str = Field(default="default", max_length=64)
-    template_version: int | None = Field(
+    template_version: StrictInt | None = Field(
         default=None, ge=1, le=2**31, description="latest when absent"
     )
     tokenizer: str | None = Field(

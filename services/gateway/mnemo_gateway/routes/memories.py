@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.memory import Memory, MemoryType, Scope
@@ -47,7 +47,7 @@ class SearchIn(BaseModel):
     types: list[MemoryType] = Field(default_factory=list)
     scopes: list[Scope] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list, max_length=32)
-    limit: int = Field(default=10, ge=1, le=100)
+    limit: StrictInt = Field(default=10, ge=1, le=100)
     include_archived: StrictBool = Field(
         default=False, description="also memories archived as unused"
     )

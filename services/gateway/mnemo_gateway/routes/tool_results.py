@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.events import TriggerRef
@@ -31,9 +31,9 @@ class ToolResultIn(BaseModel):
     fetched_at: Instant | None = Field(
         default=None, description="when the result was fetched, with a UTC offset; now if absent"
     )
-    fresh_for_seconds: int = Field(gt=0, description="how long it stays fresh")
+    fresh_for_seconds: StrictInt = Field(gt=0, description="how long it stays fresh")
     key: str | None = Field(default=None, max_length=64, description="the memory key")
-    trust: float | None = Field(default=None, ge=0.0, le=1.0)
+    trust: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
     trigger: TriggerRef | None = Field(
         default=None, description="the suggestion this call answers (it then stops firing)"
     )

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.edge import EDGE
@@ -34,7 +34,7 @@ class ToolchainIn(BaseModel):
     toolchain_id: ToolchainId
     subject: str = Field(min_length=1, max_length=128, description="the stream it acts for")
     steps: list[StepId] = Field(min_length=1, max_length=MAX_STEPS)
-    ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
+    ttl_seconds: StrictInt = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
 
 
 class StepIn(BaseModel):
