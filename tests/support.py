@@ -172,7 +172,8 @@ def running_server(
     vault: KeyVault | None = None,
 ) -> Iterator[tuple[str, Platform]]:
     """A server on its own data directory; yields (base URL, platform) and stops it after.
-    `vault` replaces the development key file (e.g. a Vault transit adapter)."""
+    `vault` replaces the development key file (e.g. a Vault transit adapter). Unless
+    `gateway` says otherwise, a `?wait=` waits up to 60 s, as in `gateway_client`."""
     platform = build_embedded(
         MnemoSettings(data_dir=data, embedder="hashing", sqlite_synchronous="NORMAL"),
         vault=vault,
@@ -181,7 +182,7 @@ def running_server(
     sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])
     config = uvicorn.Config(
-        create_app(platform, gateway or GatewaySettings()),
+        create_app(platform, gateway or GatewaySettings(wait_timeout=60)),
         host="127.0.0.1",
         port=port,
         log_level=log_level,

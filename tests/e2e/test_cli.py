@@ -130,7 +130,8 @@ class Published:
 @pytest.fixture
 def published(mnemo: Invoke, stream: str, tmp_path: Path) -> Published:
     """A JSONL file (a Chinese and two English observations, a declared constraint) published
-    with --wait registered; the events name no stream, --stream fills it in."""
+    with --wait indexed (the search and the context with a query read the index); the events
+    name no stream, --stream fills it in."""
     events = [
         observation("记住我的尺码是L"),
         observation("remember my favourite colour is blue"),
@@ -138,8 +139,9 @@ def published(mnemo: Invoke, stream: str, tmp_path: Path) -> Published:
         observation("hello there, nice weather"),
     ]
     file = write_jsonl(tmp_path / "events.jsonl", [events[0], None, *events[1:]])
-    result = mnemo("publish", str(file), "--stream", stream, "--wait", "registered")
+    result = mnemo("publish", str(file), "--stream", stream, "--wait", "indexed")
     assert result.exit_code == 0, result.output
+    assert "the wait timed out" not in result.output
     return Published(file, [e["event_id"] for e in events], result)
 
 

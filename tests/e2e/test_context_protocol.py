@@ -23,7 +23,7 @@ from mnemo.adapters.toktok_tokenizer import ToktokTokenizer, encoding_for_model
 from mnemo.bootstrap import Platform, build_embedded
 from mnemo.domain.context import ContextTemplate
 from mnemo.service.runner import CONSUMERS
-from mnemo.settings import MnemoSettings
+from mnemo.settings import GatewaySettings, MnemoSettings
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 H = headers_for("acme", "planner")
@@ -81,7 +81,7 @@ def settle(platform: Platform) -> None:
     for _ in range(20):
         head = platform.log.head()
         for consumer in CONSUMERS:
-            assert platform.runner.wait_for(consumer, head, 10.0), consumer
+            assert platform.runner.wait_for(consumer, head, 60), consumer
         if platform.log.head() == head:
             return
     raise AssertionError("the consumers never caught up")
@@ -122,7 +122,7 @@ def open_platform(data: Path) -> Platform:
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform)) as c:
+    with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
         yield c
 
 

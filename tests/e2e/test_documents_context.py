@@ -16,6 +16,7 @@ from tests.e2e.test_documents_http import CONTRACTS, QUESTION, contract, ingest
 from tests.support import headers_for
 
 from mnemo.bootstrap import Platform
+from mnemo.settings import GatewaySettings
 
 H = headers_for("acme", "agent")
 
@@ -39,13 +40,16 @@ CLAUSES: dict[str, Any] = {
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform)) as c:
-        # indexed: a ranked section finds every hit in the vector index
+    with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
+        # indexed: a ranked section finds every hit in the vector index ("registered", not
+        # "pending": the wait was complete)
         for name, data in CONTRACTS.items():
-            assert ingest(c, name, data, wait="indexed").status_code == 200
+            done = ingest(c, name, data, wait="indexed")
+            assert (done.status_code, done.json()["status"]) == (200, "registered"), done.text
         # a matching contract of another subject: never in user:U1's context
         other = contract("HT-2023-0999", "XX科技有限公司", "9%", "人民币650,000元", "2023年9月9日")
-        assert ingest(c, "e.txt", other, subject="user:U2", wait="indexed").status_code == 200
+        done = ingest(c, "e.txt", other, subject="user:U2", wait="indexed")
+        assert (done.status_code, done.json()["status"]) == (200, "registered"), done.text
         yield c
 
 

@@ -15,7 +15,7 @@ from tests.support import headers_for, install_keys
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import build_embedded
-from mnemo.settings import MnemoSettings
+from mnemo.settings import GatewaySettings, MnemoSettings
 
 H = headers_for("acme", "agent")
 PHONE, EMAIL = "13812345678", "zhang.san@example.org"
@@ -45,7 +45,7 @@ def client(tmp_path: Path, clock: FixedClock) -> Iterator[TestClient]:
     platform = build_embedded(settings, clock=clock)
     install_keys(platform, "acme")
     try:
-        with TestClient(create_app(platform)) as c:
+        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
             yield c
     finally:
         platform.close()
@@ -76,10 +76,11 @@ def test_values_the_policy_masks_are_masked_in_document_sections(
     [outcome] = accepted["outcomes"]
     declared = client.get(f"/v1/memories/{outcome['memory_id']}", headers=H).json()
     assert declared["content"] == f"我的电话是{PHONE_MASK}"
-    params = {"subject": subject, "filename": "c.txt", "wait": "registered"}
+    # a context with a query finds the sections through the index: wait until it holds them
+    params = {"subject": subject, "filename": "c.txt", "wait": "indexed"}
     done = client.post("/v1/documents", params=params, content=TEXT.encode(), headers=H)
     assert done.status_code == 200, done.text
-    assert done.json()["status"] == "registered"
+    assert done.json()["status"] == "registered"  # not "pending": the wait was complete
     where = [{"field": "contract_no", "op": "eq", "value": "HT-2023-0917"}]
     found = client.post("/v1/query", json={"where": where}, headers=H).json()
     [document] = found["documents"]

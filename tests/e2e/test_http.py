@@ -433,12 +433,13 @@ def test_data_survives_a_restart(tmp_path: Path) -> None:
     )
     first = build_embedded(settings)
     install_keys(first, "acme")  # the second start finds the key in the data directory
-    with TestClient(create_app(first)) as c:
-        c.post(
+    with TestClient(create_app(first, GatewaySettings(wait_timeout=60))) as c:
+        r = c.post(
             "/v1/events?wait=indexed",
             json=observation("记住我的尺码是L", stream="user:R"),
             headers=H,
         )
+        assert r.json()["complete"] is True, r.text
     first.close()
     second = build_embedded(settings)
     with TestClient(create_app(second)) as c:

@@ -105,7 +105,7 @@ def test_rotate_and_rewrap_online(tmp_path: Path, vault: KeyVault) -> None:
         assert {v for p in pages for v in p["key_versions"]} == {2}
         for marker in m.all():  # the answers hold no value (and no key)
             assert marker not in str(pages)
-        assert platform.runner.wait_for(registration.CONSUMER, platform.log.head(), 10)
+        assert platform.runner.wait_for(registration.CONSUMER, platform.log.head(), 60)
 
         def stored_state() -> dict[str, tuple[int, str | None]]:
             out = {}
@@ -140,7 +140,7 @@ def test_rotate_and_rewrap_online(tmp_path: Path, vault: KeyVault) -> None:
         assert r.json() == {"key_id": "acme", "key_version": 2}
         r = client.post("/v1/admin/keys/rewrap", json={})
         assert (r.json()["rewrapped"], r.json()["key_versions"]) == (1, [2])
-        assert platform.runner.wait_for(registration.CONSUMER, platform.log.head(), 10)
+        assert platform.runner.wait_for(registration.CONSUMER, platform.log.head(), 60)
         assert stored_state()[team][0] == 2
         assert client.get(f"/v1/memories/{team}").json()["content"] == texts[team]
 
@@ -187,7 +187,7 @@ def test_cli_rotates_and_rewraps_offline_and_through_the_server(tmp_path: Path) 
         assert done.exit_code == 0, done.output
         assert "key acme/user:U1 is now at version 2; 3 of 3 memories rewrapped" in done.output
         assert "rewrapping: 3 of 3 memories so far" in done.output
-        assert platform.runner.wait_for(registration.CONSUMER, platform.log.head(), 10)
+        assert platform.runner.wait_for(registration.CONSUMER, platform.log.head(), 60)
         for i in ids:
             memory = platform.store.get("acme", i)
             assert memory is not None

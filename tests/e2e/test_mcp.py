@@ -606,9 +606,11 @@ async def test_get_context_shows_history_as_facts_facts_only_or_raw(
     late = "订单20240511-3到现在还没到，已经晚了三天了！"
     async with connect(server_url, transport) as client:
         for text in (late, "今天天气不错"):
+            # a context with a query finds the turns through the index: wait until it holds them
             said = data(
                 await client.call_tool(
-                    "record_turn", {"subject": subject, "text": text, "speaker": "客户"}
+                    "record_turn",
+                    {"subject": subject, "text": text, "speaker": "客户", "wait": "indexed"},
                 )
             )
             assert said["outcome"] == "registered"

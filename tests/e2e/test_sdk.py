@@ -366,7 +366,10 @@ def test_typed_models_parse_real_answers(mnemo: MnemoClient) -> None:
 
 def test_feedback_forget_and_templates(mnemo: MnemoClient) -> None:
     mid = mnemo.remember("user:fb", "likes jazz", type="preference").memory_ids[0]
-    other = mnemo.remember("user:fb", "owns a cat", type="fact").memory_ids[0]
+    # a context with a query finds memories through the index: wait until it holds them
+    indexed = mnemo.remember("user:fb", "owns a cat", type="fact", wait="indexed")
+    assert indexed.complete
+    other = indexed.memory_ids[0]
     ctx = mnemo.context(["user:fb"], "what music?", budget=400)
     assert mid in ctx.memory_ids
     cited = mnemo.cite(mid, request_id=ctx.request_id, position="beginning")
@@ -457,7 +460,7 @@ def test_async_client_against_the_server(server_url: str) -> None:
 
 def test_wait_indexed_gives_read_your_writes(mnemo: MnemoClient) -> None:
     text = "The user's parking spot is number 417 on level B2"
-    mnemo.remember("user:ryw", text, type="fact", wait="indexed")
+    assert mnemo.remember("user:ryw", text, type="fact", wait="indexed").complete
     hits = mnemo.search("parking spot level B2", subjects=["user:ryw"]).hits
     assert hits
     assert hits[0].memory.content == text

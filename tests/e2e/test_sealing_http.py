@@ -82,6 +82,7 @@ def test_forgetting_one_memory(tmp_path: Path) -> None:
         ]
         r = client.post("/v1/events?wait=indexed", json={"events": batch})
         assert r.status_code == 202, r.text
+        assert r.json()["complete"] is True, r.text
         forgotten_id, kept_id = (a["outcomes"][0]["memory_id"] for a in r.json()["accepted"])
 
         def search(query: str) -> list[str]:
@@ -94,6 +95,7 @@ def test_forgetting_one_memory(tmp_path: Path) -> None:
 
         forget = event("ForgetRequested", {"memory_id": forgotten_id})
         r = client.post("/v1/events?wait=indexed", json=forget)
+        assert r.json()["complete"] is True, r.text
         assert r.json()["accepted"][0]["outcomes"][0]["outcome"] == "applied"
 
         memory = client.get(f"/v1/memories/{forgotten_id}").json()

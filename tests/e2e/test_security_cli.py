@@ -37,8 +37,10 @@ def fill(data: Path, count: int = 4) -> None:
             }
             for size in ("S", "M", "L", "XL")[:count]
         ]
-        platform.app.publish(RequestContext("acme", "t"), events, wait=Wait.INDEXED)
-        assert platform.runner.wait_for("audit", platform.log.head(), 10)
+        ctx = RequestContext("acme", "t")
+        done = platform.app.publish(ctx, events, wait=Wait.INDEXED, timeout=60)
+        assert done.complete
+        assert platform.runner.wait_for("audit", platform.log.head(), 60)
     finally:
         platform.close()
 
@@ -88,7 +90,7 @@ def test_online_verify(tmp_path: Path, runner: CliRunner) -> None:
     data = tmp_path / "data"
     fill(data, 2)
     with running_server(data) as (url, platform):
-        assert platform.runner.wait_for("audit", platform.log.head(), 10)
+        assert platform.runner.wait_for("audit", platform.log.head(), 60)
         ok = runner.invoke(
             cli, ["--url", url, "--api-key", KEY, "--tenant", "acme", "audit", "verify"]
         )

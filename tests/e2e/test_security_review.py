@@ -142,7 +142,7 @@ WRITER = headers_for("acme", "writer", label="writer")
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
     install_keys(platform, "acme", label="writer", scopes=("memory:write", "memory:read"))
-    with TestClient(create_app(platform, GatewaySettings())) as c:
+    with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
         yield c
 
 
@@ -1023,6 +1023,7 @@ def test_a_read_makes_no_vault_key(client: TestClient, platform: Platform) -> No
     }
     r = client.post("/v1/events?wait=indexed", json=declared, headers=H)  # searchable now
     assert r.status_code == 202, r.text
+    assert r.json()["complete"] is True, r.text
     known = r.json()["accepted"][0]["outcomes"][0]["memory_id"]
     before = _user_keys(platform)
     reader = headers_for("acme", "reader", label="reader")

@@ -28,7 +28,8 @@ SMALL = headers_for("globex", "agent")
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform, GatewaySettings())) as c:
+    # the gateway caps a request's ?timeout= at its wait_timeout: let the 60 s asked for hold
+    with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
         yield c
 
 

@@ -83,11 +83,14 @@ def test_ttl_expiry_fires_at_the_instant_and_leaves_every_read_model(
 def test_forgetting_a_memory_removes_it_from_every_read_model(platform: Platform) -> None:
     app = platform.app
     platform.runner.start()
-    r = app.publish(CTX, [obs("记住我的尺码是L")], wait=Wait.INDEXED)
+    r = app.publish(CTX, [obs("记住我的尺码是L")], wait=Wait.INDEXED, timeout=60)
+    assert r.complete
     memory_id = r.outcomes[r.accepted[0].event_id][0].memory_id
     assert memory_id is not None
-    app.publish(CTX, [{"type": "ForgetRequested", "schema_version": 1, "stream": "user:U1",
-                       "payload": {"memory_id": memory_id}}], wait=Wait.INDEXED)  # fmt: skip
+    forget = {"type": "ForgetRequested", "schema_version": 1, "stream": "user:U1",
+              "payload": {"memory_id": memory_id}}  # fmt: skip
+    r = app.publish(CTX, [forget], wait=Wait.INDEXED, timeout=60)
+    assert r.complete
     forgotten = app.get(CTX, memory_id)
     assert forgotten.status is MemoryStatus.FORGOTTEN
     assert forgotten.value is None

@@ -43,7 +43,7 @@ def server(tmp_path: Path) -> Iterator[TestClient]:
     )
     install_keys(platform, "acme")
     try:
-        with TestClient(create_app(platform, GatewaySettings())) as client:
+        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as client:
             events = [
                 {
                     "type": "MemoryDeclared",
@@ -56,6 +56,7 @@ def server(tmp_path: Path) -> Iterator[TestClient]:
             ]
             r = client.post("/v1/events?wait=indexed", json={"events": events}, headers=H)
             assert r.status_code == 202, r.text
+            assert r.json()["complete"] is True, r.text
             yield client
     finally:
         platform.close()

@@ -20,6 +20,7 @@ from mnemo.bootstrap import Platform
 from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.domain import replica
 from mnemo.service.app import RequestContext
+from mnemo.settings import GatewaySettings
 from mnemo.sync import SyncClient, SyncGap
 
 H = headers_for("acme", "device")
@@ -47,7 +48,7 @@ class Switch(httpx.BaseTransport):
 
 @pytest.fixture
 def server(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform), headers=H) as client:
+    with TestClient(create_app(platform, GatewaySettings(wait_timeout=60)), headers=H) as client:
         yield client
 
 
@@ -65,6 +66,7 @@ def device(
 def publish(server: TestClient, events: list[dict[str, Any]]) -> None:
     r = server.post("/v1/events?wait=indexed", json={"events": events})
     assert r.status_code == 202, r.text
+    assert r.json()["complete"] is True, r.text
 
 
 def observe(text: str) -> dict[str, Any]:
@@ -77,8 +79,8 @@ def observe(text: str) -> dict[str, Any]:
 
 
 def settle(platform: Platform) -> None:
-    platform.runner.wait_for("registrar", platform.log.head(), 10)
-    platform.runner.wait_for("registrar", platform.log.head(), 10)
+    assert platform.runner.wait_for("registrar", platform.log.head(), 60)
+    assert platform.runner.wait_for("registrar", platform.log.head(), 60)
 
 
 def snapshot(server: TestClient, stream: str = STREAM) -> dict[str, Any]:
