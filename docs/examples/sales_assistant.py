@@ -72,7 +72,7 @@ def main() -> None:
             fresh_for_seconds=3600,
             key="crm.deal",
             trigger=suggestion.trigger,
-            wait="registered",
+            wait="indexed",
         )
         memory = mnemo.get(recorded.memory_id or "")
         print(f"recorded: {memory.key} from {memory.provenance.source_id} (fresh for 1h)")
@@ -88,7 +88,7 @@ def main() -> None:
             source="ecb",
             fetched_at=fetched,
             fresh_for_seconds=60,
-            wait="registered",
+            wait="indexed",
         )
         fresh = mnemo.context(
             CLIENT, "exchange rate", budget=600, as_of=fetched + timedelta(seconds=59)
