@@ -44,14 +44,21 @@ import yaml
 
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform, build_embedded
-from mnemo.domain.rules import end_of_local_day, parse_duration
+from mnemo.domain.rules import (
+    end_of_local_day,
+    end_of_local_month,
+    end_of_local_week,
+    parse_duration,
+)
 from mnemo.service.app import MAX_SUBJECT_KEYS_PER_REQUEST, RequestContext
 from mnemo.settings import MnemoSettings
 
 __all__ = ["Item", "load_items", "main", "run_registration"]
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "registration"
-T0 = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
+# a Wednesday in mid-month: the end of its day, of tomorrow, of its week and of its month
+# are four different instants, so each TTL label reads back as itself
+T0 = datetime(2026, 11, 18, 9, 30, tzinfo=UTC)
 KINDS = ("statement", "correction", "negation", "temporary", "none")
 CTX = RequestContext("bench", "bench-agent")
 
@@ -108,6 +115,10 @@ def _ttl_of(created: datetime, valid_until: datetime | None) -> str:
         return "end_of_day"
     if valid_until == end_of_local_day(end_of_local_day(created, None), None):
         return "end_of_tomorrow"
+    if valid_until == end_of_local_week(created, None):
+        return "end_of_week"
+    if valid_until == end_of_local_month(created, None):
+        return "end_of_month"
     for form in ("24h", "7d", "30d"):
         if valid_until - created == timedelta(seconds=parse_duration(form)):
             return form

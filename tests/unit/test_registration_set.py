@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from bench.registration import T0, _same, _ttl_of, load_items
 
@@ -27,6 +27,8 @@ def test_ttls_and_values_compare_as_labelled() -> None:
     assert _ttl_of(T0, T0 + timedelta(hours=24)) == "24h"
     assert _ttl_of(T0, T0 + timedelta(days=7)) == "7d"
     assert _ttl_of(T0, T0.replace(hour=0, minute=0) + timedelta(days=1)) == "end_of_day"
+    assert _ttl_of(T0, datetime(2026, 11, 23, tzinfo=UTC)) == "end_of_week"  # T0: a Wednesday
+    assert _ttl_of(T0, datetime(2026, 12, 1, tzinfo=UTC)) == "end_of_month"
     assert _ttl_of(T0, T0 + timedelta(hours=5)) == "18000s"
     assert _same(
         ("fact", "budget", "500 dollars", "permanent"),

@@ -200,11 +200,16 @@ def test_a_liking_and_a_dislike_of_the_same_thing_do_not_both_stand(
 @pytest.mark.parametrize(
     ("text", "ttl", "ends"),
     [
-        ("这周我想吃清淡一点", "7d", T0 + timedelta(days=7)),
+        # T0 is Monday 30 November 2026, 09:30 UTC
+        ("这周我想吃清淡一点", "end_of_week", datetime(2026, 12, 7, tzinfo=UTC)),
         ("明天我要早点出门", "end_of_tomorrow", datetime(2026, 12, 2, tzinfo=UTC)),
         ("今晚我想看电影", "end_of_day", datetime(2026, 12, 1, tzinfo=UTC)),
-        ("this week I'm looking for a laptop", "7d", T0 + timedelta(days=7)),
+        ("this week I'm looking for a laptop", "end_of_week", datetime(2026, 12, 7, tzinfo=UTC)),
         ("tomorrow I need to leave early", "end_of_tomorrow", datetime(2026, 12, 2, tzinfo=UTC)),
+        ("这周末我想去爬山", "end_of_week", datetime(2026, 12, 7, tzinfo=UTC)),
+        ("周末我打算在家休息", "end_of_week", datetime(2026, 12, 7, tzinfo=UTC)),
+        ("this weekend I want to go hiking", "end_of_week", datetime(2026, 12, 7, tzinfo=UTC)),
+        ("这个月我打算少花钱", "end_of_month", datetime(2026, 12, 1, tzinfo=UTC)),
     ],
 )
 def test_temporary_intents_end_when_their_words_say(text: str, ttl: str, ends: datetime) -> None:
@@ -216,9 +221,33 @@ def test_temporary_intents_end_when_their_words_say(text: str, ttl: str, ends: d
     assert RULES.read(text, T0, None).matches[0].ttl == ttl
 
 
+@pytest.mark.parametrize(
+    ("said_at", "zone", "ends"),
+    [
+        # said on a Saturday: the weekend ends on Sunday at midnight, not a week later
+        (datetime(2026, 12, 5, 10, 0, tzinfo=UTC), "Asia/Shanghai", "2026-12-07T00:00:00+08:00"),
+        # a Sunday evening in Shanghai is still that Sunday (already Sunday 15:00 UTC)
+        (datetime(2026, 12, 6, 15, 30, tzinfo=UTC), "Asia/Shanghai", "2026-12-07T00:00:00+08:00"),
+        # Sunday 23:00 in New York is Monday in UTC: the user's Sunday counts
+        (datetime(2026, 12, 7, 4, 0, tzinfo=UTC), "America/New_York", "2026-12-07T00:00:00-05:00"),
+    ],
+)
+def test_the_weekend_ends_on_the_users_sunday(said_at: datetime, zone: str, ends: str) -> None:
+    [match] = RULES.read("这周末我想去爬山", said_at, zone, selector=SELECTOR).matches
+    assert match.draft.valid_until == datetime.fromisoformat(ends)
+
+
+def test_this_month_ends_with_the_users_month() -> None:
+    said = datetime(2026, 1, 31, 20, 0, tzinfo=UTC)  # already 1 February in Shanghai
+    [match] = RULES.read("这个月我打算少花钱", said, "Asia/Shanghai", selector=SELECTOR).matches
+    assert match.draft.valid_until == datetime.fromisoformat("2026-03-01T00:00:00+08:00")
+    [match] = RULES.read("this month I'm planning to save money", said, None).matches
+    assert match.draft.valid_until == datetime(2026, 2, 1, tzinfo=UTC)
+
+
 def test_ttl_from_text_falls_back_to_a_day() -> None:
     assert ttl_from_text("for now I'd like it quiet") == "24h"
-    assert ttl_from_text("本月我打算少花钱") == "30d"
+    assert ttl_from_text("本月我打算少花钱") == "end_of_month"
 
 
 # ---- nothing remembered, with a reason the agent can act on -----------------------------

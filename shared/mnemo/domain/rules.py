@@ -95,6 +95,21 @@ def end_of_local_day(instant: datetime, zone_name: str | None) -> datetime:
     return (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def end_of_local_week(instant: datetime, zone_name: str | None) -> datetime:
+    """The local midnight that ends the user's week (Monday to Sunday) holding `instant`:
+    what "this week" and "this weekend" leave of it."""
+    local = to_local(instant, zone_name)
+    days = 7 - local.weekday()
+    return (local + timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def end_of_local_month(instant: datetime, zone_name: str | None) -> datetime:
+    """The local midnight that starts the next month on the user's calendar."""
+    local = to_local(instant, zone_name)
+    later = local.replace(day=28) + timedelta(days=4)  # always in the next month
+    return later.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
 class RuleKind(StrEnum):
     """What an utterance that a rule hears does to memory."""
 
@@ -116,7 +131,7 @@ class Reason(StrEnum):
 
 Normalizer = Literal["number", "size", "upper"]
 
-_TTL = r"^(permanent|end_of_day|end_of_tomorrow|from_text|\d+[smhdw])$"
+_TTL = r"^(permanent|end_of_day|end_of_tomorrow|end_of_week|end_of_month|from_text|\d+[smhdw])$"
 
 
 class RegistrationRule(BaseModel):
@@ -282,8 +297,14 @@ _TIME_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"今天|今晚|今日|今儿|\btoday\b|\btonight\b|\bthis evening\b", re.IGNORECASE),
         "end_of_day",
     ),
-    (re.compile(r"这周|本周|这个星期|这星期|\bthis week\b", re.IGNORECASE), "7d"),
-    (re.compile(r"这个月|本月|\bthis month\b", re.IGNORECASE), "30d"),
+    (
+        re.compile(
+            r"周末|这周|本周|这个星期|这星期|\bthis week(?:end)?\b|\b(?:on|over) the weekend\b",
+            re.IGNORECASE,
+        ),
+        "end_of_week",
+    ),
+    (re.compile(r"这个月|本月|\bthis month\b", re.IGNORECASE), "end_of_month"),
 )
 _FROM_TEXT_FALLBACK = "24h"
 _KEY_JUNK = re.compile(r"[^\w.-]+")
@@ -773,6 +794,10 @@ class RuleSet:
             valid_until = end_of_local_day(occurred_at, zone_name)
         elif ttl == "end_of_tomorrow":
             valid_until = end_of_local_day(end_of_local_day(occurred_at, zone_name), zone_name)
+        elif ttl == "end_of_week":
+            valid_until = end_of_local_week(occurred_at, zone_name)
+        elif ttl == "end_of_month":
+            valid_until = end_of_local_month(occurred_at, zone_name)
         elif ttl != "permanent":
             ttl_seconds = parse_duration(ttl)
         used = rule_id or rule.id
