@@ -81,6 +81,49 @@ def test_a_pronoun_is_never_a_value(text: str) -> None:
     assert reading.reason is Reason.VALUE_NOT_FOUND  # what to stop is for the agent to ask
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I don't want this one",
+        "I don't want that",
+        "I don't like it",
+        "I don't like this color",
+        "I no longer eat it",
+        "我不要这个",
+        "我不要那件",
+        "我不喜欢这个",
+        "不要这个了",
+        "我不吃这种",
+    ],
+)
+def test_a_thing_pointed_at_and_not_named_is_asked_about_never_guessed(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert reading.matches == ()
+    assert reading.reason is Reason.AMBIGUOUS_REFERENCE  # the agent asks which one
+    # as a conversation turn, the miss is reported after the turn's history memory
+    decision = run(DictState(), text, kind="turn")
+    assert [(m.type, m.key) for m in registered(decision)] == [(MemoryType.HISTORY, None)]
+    assert [reason for _, _, reason in outcomes(decision)][-1] == "AMBIGUOUS_REFERENCE"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("I don't like those loud restaurants", "dislike.those_loud_restaurants"),
+        ("我不喜欢那不勒斯披萨", "dislike.那不勒斯披萨"),
+        ("我不要红色，太显眼了", "dislike.红色"),
+    ],
+)
+def test_a_thing_named_after_a_demonstrative_is_a_value(text: str, key: str) -> None:
+    [match] = RULES.read(text, T0, None, selector=SELECTOR).matches
+    assert match.draft.key == key
+
+
+def test_particles_alone_are_no_value() -> None:
+    reading = RULES.read("我不要了", T0, None, selector=SELECTOR)
+    assert (reading.matches, reading.reason) == ((), Reason.VALUE_NOT_FOUND)
+
+
 def test_asking_not_to_be_emailed_retires_email_as_the_contact_channel() -> None:
     state = said("please contact me by email")
     assert current(state, "contact_channel") == "email"

@@ -127,6 +127,7 @@ class Reason(StrEnum):
     TARGET_NOT_FOUND = "TARGET_NOT_FOUND"  # a correction, but of what? ask the user
     REQUEST_NOT_UNDERSTOOD = "REQUEST_NOT_UNDERSTOOD"  # asks to be remembered; no rule read it
     ABOUT_SOMEONE_ELSE = "ABOUT_SOMEONE_ELSE"  # reads like a memory, of another person's
+    AMBIGUOUS_REFERENCE = "AMBIGUOUS_REFERENCE"  # "I don't want this one": which one? ask
 
 
 Normalizer = Literal["number", "size", "upper"]
@@ -341,6 +342,7 @@ _SOMEONE_ELSE = re.compile(
 
 
 _SOMEONE_ELSE_DETAIL = "it is about someone else, not the user: nothing to ask"
+_REFERENCE_DETAIL = "it points at something said or shown before: ask which one is meant"
 _SUPPOSED_DETAIL = "a supposition states nothing to remember"
 _PAST_DETAIL = "it reports something past, not a standing fact"
 
@@ -409,10 +411,20 @@ _VALUE_TRIM = "。.!！?？,，;；、 "
 _FINAL_WORDS = re.compile(
     r"[了啦][吧呢啊呀哦嘛]*$|(?:,?\s+(?:any\s?more|again|please))+$", re.IGNORECASE
 )
+# a value that points at something shown or said before instead of naming it ("I don't
+# want this one", "我不要那件"): which thing is for the user to say, never a guess
+_REFERENCE = re.compile(
+    r"it|them|(?:this|that|these|those)(?:\s+[a-z]+)?|the\s+(?:same|other)(?:\s+[a-z]+)?"
+    r"|(?:the\s+)?(?:first|second|last|other)\s+one"
+    r"|它们?|[这那](?:(?:个|些|件|款|种|条|双|家|位|样|次|套|杯|份|一个|一件|一款|一种|一双)\w{0,2})?",
+    re.IGNORECASE,
+)
+# a value that is only particles holds nothing: 我不要了
+_ONLY_PARTICLES = re.compile(r"[吧了呢啊呀哦的嘛]+")
 # a value that is only a pronoun names a person, not a thing: "stop calling me"
 _PRONOUN = re.compile(
-    r"(?:给|跟|向|对|和)?(?:我|你|您|他|她|它|我们|你们|他们|她们)"
-    r"|me|myself|you|him|her|it|us|them|this|that",
+    r"(?:给|跟|向|对|和)?(?:我|你|您|他|她|我们|你们|他们|她们)"
+    r"|me|myself|you|him|her|us",
     re.IGNORECASE,
 )
 
@@ -683,9 +695,11 @@ class RuleSet:
         value = self.normalized(rule, raw)
         if not value:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no value")
-        if _PRONOUN.fullmatch(value):
+        if _PRONOUN.fullmatch(value) or _ONLY_PARTICLES.fullmatch(value):
             # "stop calling me": the words after the verb name a person, not a thing
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found a pronoun, not a value")
+        if _REFERENCE.fullmatch(value):
+            return (Reason.AMBIGUOUS_REFERENCE, _REFERENCE_DETAIL)
         key = _key_of(_fill(rule.key, {**groups, "value": value}))
         if not key:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no key")
@@ -753,6 +767,8 @@ class RuleSet:
                 "a correction, but of which memory is unclear: ask the user",
             )
         value = self.normalized(chosen, raw)
+        if _REFERENCE.fullmatch(value):  # 换成这个: which one is for the user to say
+            return (Reason.AMBIGUOUS_REFERENCE, _REFERENCE_DETAIL)
         ttl = ttl_from_text(text) if chosen.ttl == "from_text" else chosen.ttl
         current = stream.current_for_key(chosen.key)
         memory_type = current.type if current is not None else chosen.type

@@ -231,7 +231,8 @@ class ExtractedOut(BaseModel):
     reason_code: str | None = Field(
         default=None,
         description="why nothing was remembered: VALUE_NOT_FOUND (ask for the value), "
-        "TARGET_NOT_FOUND (ask what to change), REQUEST_NOT_UNDERSTOOD (declare it)",
+        "TARGET_NOT_FOUND (ask what to change), REQUEST_NOT_UNDERSTOOD (declare it), "
+        "AMBIGUOUS_REFERENCE (ask which thing the user means)",
     )
     detail: str | None = None
 

@@ -300,7 +300,8 @@ class RejectionOut(BaseModel):
     outcome: str = Field(
         default="rejected",
         description="rejected, or ignored: an utterance that looked like a memory but "
-        "yielded none (VALUE_NOT_FOUND, TARGET_NOT_FOUND, REQUEST_NOT_UNDERSTOOD)",
+        "yielded none (VALUE_NOT_FOUND, TARGET_NOT_FOUND, REQUEST_NOT_UNDERSTOOD, "
+        "AMBIGUOUS_REFERENCE)",
     )
     reason_code: str
     detail: str | None
