@@ -80,7 +80,7 @@ __all__ = ["Platform", "build_distributed", "build_embedded", "load_rules", "req
 log = logging.getLogger("mnemo.bootstrap")
 
 
-_RULE_FILE_KEYS = {"rules", "cues", "ignore_examples", "similarity", "extends"}
+_RULE_FILE_KEYS = {"rules", "cues", "ignore_examples", "agent_speakers", "similarity", "extends"}
 
 
 def _rule_file(path: Path | None) -> dict[str, Any]:
@@ -111,6 +111,7 @@ def load_rules(path: Path | None = None) -> RuleSet:
     rules: list[dict[str, Any]] = []
     cues: list[str] = []
     ignore: list[str] = []
+    agents: list[str] = []
     similarity: dict[str, float] = {}
     for layer in reversed(layers):  # the file's own settings override the defaults'
         similarity.update(layer.get("similarity") or {})
@@ -118,10 +119,12 @@ def load_rules(path: Path | None = None) -> RuleSet:
         rules += layer.get("rules") or []
         cues += layer.get("cues") or []
         ignore += layer.get("ignore_examples") or []
+        agents += layer.get("agent_speakers") or []
     return RuleSet(
         [RegistrationRule.model_validate(r) for r in rules],
         cues=cues,
         ignore_examples=ignore,
+        agent_speakers=agents,
         similarity=similarity,
         numbers=arabic_numerals,
     )

@@ -510,6 +510,36 @@ def test_a_turn_recorded_with_its_speaker_is_tagged_with_that_speaker() -> None:
     assert any(t.startswith("episode:") for t in memory.tags)
 
 
+@pytest.mark.parametrize(
+    ("speaker", "text"),
+    [
+        ("客服", "我的尺码是L，这款偏大"),
+        ("客服", "亲，不要再犹豫了，今天下单有优惠"),
+        ("Agent", "I live in Berlin too"),
+        ("assistant", "Got it, please reply in English"),
+    ],
+)
+def test_the_agent_sides_turns_are_history_and_never_the_users_memories(
+    speaker: str, text: str
+) -> None:
+    state = DictState()
+    run(state, observe("我的尺码是M", kind="turn", speaker="客户"))
+    decision = run(state, observe(text, kind="turn", speaker=speaker, at=T0 + timedelta(minutes=1)))
+    [turn] = registered(decision)
+    assert turn.type is MemoryType.HISTORY
+    assert outcomes(decision) == [(OutcomeKind.REGISTERED, None)]
+    sizes = [m for m in state.memories.values() if m.key == "size"]
+    assert [(m.value, m.status) for m in sizes] == [("M", MemoryStatus.ACTIVE)]
+
+
+def test_the_customers_turn_and_an_unnamed_speakers_turn_are_read_by_the_rules() -> None:
+    state = DictState()
+    [_, size] = registered(run(state, observe("我的尺码是M", kind="turn", speaker="客户")))
+    assert (size.key, size.value) == ("size", "M")
+    [_, city] = registered(run(state, observe("I live in Berlin", kind="turn")))
+    assert (city.key, city.value) == ("home_city", "Berlin")
+
+
 class AskedState(DictState):
     """Records the content-hash lookups registration makes."""
 

@@ -346,3 +346,54 @@ def test_a_request_not_to_be_called_at_some_times_keeps_the_contact_channel() ->
 def test_please_and_adverbs_are_no_part_of_the_value(text: str, key: str, value: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert [(m.draft.key, m.draft.value) for m in reading.matches] == [(key, value)], reading
+
+
+# ---- likings and dislikes in everyday words; a size said beside another memory ---------
+
+
+@pytest.mark.parametrize(
+    ("text", "memories"),
+    [
+        ("我一般穿L码，预算两千以内", [("size", "L"), ("budget", "2000")]),
+        ("预算不要超过两千", [("budget", "2000")]),
+        ("我喜欢爵士乐", [("likes.爵士乐", "爵士乐")]),
+        ("其实我挺喜欢香菜的", [("likes.香菜", "香菜")]),
+        ("我讨厌香菜", [("dislike.香菜", "香菜")]),
+        ("我受不了辣", [("dislike.辣", "辣")]),
+        ("我不太喜欢甜食", [("dislike.甜食", "甜食")]),
+        ("I like jazz", [("likes.jazz", "jazz")]),
+        ("I hate cilantro", [("dislike.cilantro", "cilantro")]),
+        ("I'm not a fan of spicy food", [("dislike.spicy_food", "spicy food")]),
+    ],
+)
+def test_likings_dislikes_and_a_size_beside_a_budget_are_heard(
+    text: str, memories: list[tuple[str, str]]
+) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == memories, reading
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我喜欢这个颜色",
+        "我喜欢你们家的衣服",
+        "你知道我喜欢什么吗",
+        "我穿L码会不会太大？",
+        "I like it",
+        "I like the blue one",
+        "I love your store",
+        "I hate to bother you",
+        "I like to be called in the morning",
+        "I'd like a refund",
+        "do I like jazz?",
+    ],
+)
+def test_a_liking_of_this_or_that_or_of_the_shop_is_no_memory(text: str) -> None:
+    assert RULES.read(text, T0, None, selector=SELECTOR).matches == ()
+
+
+def test_a_liking_said_in_plain_words_retires_the_dislike_of_the_same_thing() -> None:
+    state = said("我讨厌香菜", "其实我挺喜欢香菜的")
+    assert current(state, "dislike.香菜") is None
+    assert current(state, "likes.香菜") == "香菜"

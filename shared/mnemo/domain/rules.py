@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -449,6 +450,11 @@ def normalize_size(value: str) -> str:
     return value.strip()
 
 
+def _speaker_key(name: str) -> str:
+    """A speaker's name as compared with agent_speakers: NFKC, case-folded, trimmed."""
+    return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
 class RuleSet:
     """Rules in priority order; the first rule to claim a key wins.
 
@@ -456,7 +462,9 @@ class RuleSet:
     passes one in, the domain needs no library for it. `cues` are words that ask to be
     remembered (an utterance holding one that no rule reads is REQUEST_NOT_UNDERSTOOD);
     `ignore_examples` are utterances that look like memories and are not; `similarity`
-    maps an embedder name prefix to the least similarity that selects a rule."""
+    maps an embedder name prefix to the least similarity that selects a rule.
+    `agent_speakers` name the speakers of a conversation's agent side (客服, assistant):
+    what they say is the agent's, not the user's, so the rules never read their turns."""
 
     def __init__(
         self,
@@ -467,6 +475,7 @@ class RuleSet:
         similarity: Mapping[str, float] | None = None,
         numbers: Callable[[str], str] | None = None,
         facts: FactRules | None = None,
+        agent_speakers: Sequence[str] = (),
     ) -> None:
         ids = [r.id for r in rules]
         if len(ids) != len(set(ids)):
@@ -496,6 +505,7 @@ class RuleSet:
         self.by_id = {r.id: r for r in rules}
         self.cues = tuple(c.casefold() for c in cues)
         self.ignore_examples = tuple(ignore_examples)
+        self.agent_speakers = frozenset(_speaker_key(s) for s in agent_speakers)
         self.similarity = dict(similarity or {})
         self._numbers = numbers
         # the history rules that read typed facts in conversation turns (mnemo.domain.history)
@@ -511,6 +521,11 @@ class RuleSet:
             for r in rules
             if r.shape is not None
         }
+
+    def spoken_by_agent(self, speaker: str | None) -> bool:
+        """Whether a turn's speaker is the agent side of the conversation (agent_speakers),
+        whose words are never the user's memories."""
+        return speaker is not None and _speaker_key(speaker) in self.agent_speakers
 
     # ---- what the example selector needs -----------------------------------------------
 

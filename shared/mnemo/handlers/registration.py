@@ -87,7 +87,7 @@ from mnemo.domain.projection import (
     Write,
     citation_refusal,
 )
-from mnemo.domain.rules import ExampleSelector, RuleMatch, RuleSet, zone_of
+from mnemo.domain.rules import ExampleSelector, Reading, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
 from mnemo.domain.tool_result import freshness_deadline, tool_memory_draft
 from mnemo.handlers import Decision, emit
@@ -358,13 +358,18 @@ def _turn(
         zone_of(payload.timezone)
     except ValueError:
         return decision  # the history memory was already refused with INVALID_TIMEZONE
-    reading = rules.read(
-        payload.text,
-        event.occurred_at,
-        payload.timezone,
-        selector=selector,
-        stream=_StreamView(state, event.tenant, event.stream),
-    )
+    if rules.spoken_by_agent(payload.speaker):
+        # the agent's own words ("我自己一般穿L码", "I live in Berlin too") are not the
+        # user's memories: the turn is history, and only the history rules read it
+        reading = Reading()
+    else:
+        reading = rules.read(
+            payload.text,
+            event.occurred_at,
+            payload.timezone,
+            selector=selector,
+            stream=_StreamView(state, event.tenant, event.stream),
+        )
     for index, match in enumerate(reading.matches, start=1):
         registered = _register(event, state, match.draft, index, match.rule_id)
         decision.extend(registered)
