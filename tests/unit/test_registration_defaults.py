@@ -94,6 +94,8 @@ def test_a_pronoun_is_never_a_value(text: str) -> None:
         "我不喜欢这个",
         "不要这个了",
         "我不吃这种",
+        "我讨厌这个",
+        "我不喜欢这个颜色的",
     ],
 )
 def test_a_thing_pointed_at_and_not_named_is_asked_about_never_guessed(text: str) -> None:

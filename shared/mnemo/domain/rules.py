@@ -417,7 +417,7 @@ _FINAL_WORDS = re.compile(
 _REFERENCE = re.compile(
     r"it|them|(?:this|that|these|those)(?:\s+[a-z]+)?|the\s+(?:same|other)(?:\s+[a-z]+)?"
     r"|(?:the\s+)?(?:first|second|last|other)\s+one"
-    r"|它们?|[这那](?:(?:个|些|件|款|种|条|双|家|位|样|次|套|杯|份|一个|一件|一款|一种|一双)\w{0,2})?",
+    r"|它们?|[这那](?:(?:个|些|件|款|种|条|双|家|位|样|次|套|杯|份|一个|一件|一款|一种|一双)\w{0,2})?的?",
     re.IGNORECASE,
 )
 # a value that is only particles holds nothing: 我不要了
