@@ -289,6 +289,37 @@ def test_operator_routes_need_the_operator_token(world: tuple[TestClient, Seeded
         assert (in_url.status_code, in_url.json()["error"]["code"]) == (400, "CREDENTIAL_IN_URL")
 
 
+def test_an_operator_token_sent_twice_with_different_values_is_refused(
+    world: tuple[TestClient, Seeded],
+) -> None:
+    """The first of two X-Mnemo-Admin-Token headers spoke, where a proxy in front may check
+    the last: a guess followed by the token was refused, the token followed by a guess let
+    the request through. Either order is now refused, as two API keys are."""
+    client, _ = world
+    for method, path in sorted(OPERATOR_ROUTES):
+        body = {"tenant": "twiceco"} if path.endswith("tenants") and method == "POST" else None
+        for values in ([OPERATOR, "guess"], ["guess", OPERATOR]):
+            headers = [("X-Mnemo-Admin-Token", v) for v in values]
+            r = client.request(method, path, json=body, headers=headers)
+            assert (r.status_code, r.json()["error"]["code"]) == (400, "CREDENTIALS_CONFLICT"), (
+                path,
+                r.text,
+            )
+            assert OPERATOR not in r.text
+    # the operator's counts on the admin status: a key, and two different tokens
+    both = [*headers_for("acme").items()]
+    r = client.get(
+        "/v1/admin/status",
+        headers=[*both, ("X-Mnemo-Admin-Token", OPERATOR), ("X-Mnemo-Admin-Token", "guess")],
+    )
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "CREDENTIALS_CONFLICT")
+    same = [("X-Mnemo-Admin-Token", OPERATOR), ("X-Mnemo-Admin-Token", OPERATOR)]
+    assert client.get("/v1/admin/tenants", headers=same).status_code == 200
+    assert "counts" in client.get("/v1/admin/status", headers=[*both, *same]).json()
+    listed = client.get("/v1/admin/tenants", headers={"X-Mnemo-Admin-Token": OPERATOR})
+    assert "twiceco" not in [t["tenant"] for t in listed.json()["tenants"]]
+
+
 def test_tenant_and_key_lifecycle_over_http(world: tuple[TestClient, Seeded]) -> None:
     client, _ = world
     op = {"X-Mnemo-Admin-Token": OPERATOR}
