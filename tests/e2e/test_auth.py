@@ -546,3 +546,53 @@ def test_a_credential_header_sent_twice_with_different_values_is_refused(
         "/v1/whoami", headers=[*tenants, ("X-Mnemo-Tenant", "acme"), ("X-Mnemo-Tenant", "globex")]
     )
     assert (mixed.status_code, mixed.json()["error"]["code"]) == (403, "TENANT_MISMATCH")
+
+
+def test_an_error_never_repeats_an_api_key(world: tuple[TestClient, Seeded]) -> None:
+    """A key pasted into the wrong place came back in the error that refused it: as an
+    event type, a payload member's name, a context's subject, a query's field, a template's
+    name, or cut to a tool name's 48 characters (most of its secret still there); over MCP as
+    an argument's or a tool's name. Errors now cut every key, whole or cut short, down to
+    its public id."""
+    client, _ = world
+    acme = headers_for("acme")
+    pasted = fixed_key("globex")
+    key_id, secret = pasted.split("_")[1], pasted.split("_", 2)[2]
+    event = {"type": "ObservationRecorded", "schema_version": 2, "stream": "user:U1"}
+    refused = [
+        client.post("/v1/events", json={**event, "type": pasted, "payload": {}}, headers=acme),
+        client.post(
+            "/v1/events", json={**event, "payload": {"text": "x", pasted: 1}}, headers=acme
+        ),
+        client.post("/v1/context", json={"subjects": [f"u {pasted}"]}, headers=acme),
+        client.post(
+            "/v1/query",
+            json={"where": [{"field": pasted, "op": "eq", "value": 1}]},
+            headers=acme,
+        ),
+        client.get(f"/v1/templates/{pasted}", headers=acme),
+        client.post(
+            "/v1/tenants/acme/keys",
+            json={"name": "n", "scopes": ["memory:read"], "tools": [f"{pasted} x"]},
+            headers=acme,
+        ),
+    ]
+    mcp_headers = {
+        **acme,
+        "Accept": "application/json, text/event-stream",
+        "Host": "127.0.0.1:8080",
+    }
+    for name, arguments in (("recall", {"query": "x", pasted: 1}), (pasted, {})):
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }
+        refused.append(client.post("/mcp", json=call, headers=mcp_headers))
+    for r in refused:
+        assert r.status_code in (200, 400, 404), r.text
+        assert "error" in r.text.lower(), r.text
+        assert secret[:8] not in r.text, r.text
+        assert secret[-8:] not in r.text, r.text
+        assert f"mnemo_{key_id}_[redacted]" in r.text, r.text
