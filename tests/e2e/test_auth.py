@@ -289,6 +289,37 @@ def test_operator_routes_need_the_operator_token(world: tuple[TestClient, Seeded
         assert (in_url.status_code, in_url.json()["error"]["code"]) == (400, "CREDENTIAL_IN_URL")
 
 
+def test_an_operator_token_sent_twice_with_different_values_is_refused(
+    world: tuple[TestClient, Seeded],
+) -> None:
+    """The first of two X-Mnemo-Admin-Token headers spoke, where a proxy in front may check
+    the last: a guess followed by the token was refused, the token followed by a guess let
+    the request through. Either order is now refused, as two API keys are."""
+    client, _ = world
+    for method, path in sorted(OPERATOR_ROUTES):
+        body = {"tenant": "twiceco"} if path.endswith("tenants") and method == "POST" else None
+        for values in ([OPERATOR, "guess"], ["guess", OPERATOR]):
+            headers = [("X-Mnemo-Admin-Token", v) for v in values]
+            r = client.request(method, path, json=body, headers=headers)
+            assert (r.status_code, r.json()["error"]["code"]) == (400, "CREDENTIALS_CONFLICT"), (
+                path,
+                r.text,
+            )
+            assert OPERATOR not in r.text
+    # the operator's counts on the admin status: a key, and two different tokens
+    both = [*headers_for("acme").items()]
+    r = client.get(
+        "/v1/admin/status",
+        headers=[*both, ("X-Mnemo-Admin-Token", OPERATOR), ("X-Mnemo-Admin-Token", "guess")],
+    )
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "CREDENTIALS_CONFLICT")
+    same = [("X-Mnemo-Admin-Token", OPERATOR), ("X-Mnemo-Admin-Token", OPERATOR)]
+    assert client.get("/v1/admin/tenants", headers=same).status_code == 200
+    assert "counts" in client.get("/v1/admin/status", headers=[*both, *same]).json()
+    listed = client.get("/v1/admin/tenants", headers={"X-Mnemo-Admin-Token": OPERATOR})
+    assert "twiceco" not in [t["tenant"] for t in listed.json()["tenants"]]
+
+
 def test_tenant_and_key_lifecycle_over_http(world: tuple[TestClient, Seeded]) -> None:
     client, _ = world
     op = {"X-Mnemo-Admin-Token": OPERATOR}
@@ -515,3 +546,53 @@ def test_a_credential_header_sent_twice_with_different_values_is_refused(
         "/v1/whoami", headers=[*tenants, ("X-Mnemo-Tenant", "acme"), ("X-Mnemo-Tenant", "globex")]
     )
     assert (mixed.status_code, mixed.json()["error"]["code"]) == (403, "TENANT_MISMATCH")
+
+
+def test_an_error_never_repeats_an_api_key(world: tuple[TestClient, Seeded]) -> None:
+    """A key pasted into the wrong place came back in the error that refused it: as an
+    event type, a payload member's name, a context's subject, a query's field, a template's
+    name, or cut to a tool name's 48 characters (most of its secret still there); over MCP as
+    an argument's or a tool's name. Errors now cut every key, whole or cut short, down to
+    its public id."""
+    client, _ = world
+    acme = headers_for("acme")
+    pasted = fixed_key("globex")
+    key_id, secret = pasted.split("_")[1], pasted.split("_", 2)[2]
+    event = {"type": "ObservationRecorded", "schema_version": 2, "stream": "user:U1"}
+    refused = [
+        client.post("/v1/events", json={**event, "type": pasted, "payload": {}}, headers=acme),
+        client.post(
+            "/v1/events", json={**event, "payload": {"text": "x", pasted: 1}}, headers=acme
+        ),
+        client.post("/v1/context", json={"subjects": [f"u {pasted}"]}, headers=acme),
+        client.post(
+            "/v1/query",
+            json={"where": [{"field": pasted, "op": "eq", "value": 1}]},
+            headers=acme,
+        ),
+        client.get(f"/v1/templates/{pasted}", headers=acme),
+        client.post(
+            "/v1/tenants/acme/keys",
+            json={"name": "n", "scopes": ["memory:read"], "tools": [f"{pasted} x"]},
+            headers=acme,
+        ),
+    ]
+    mcp_headers = {
+        **acme,
+        "Accept": "application/json, text/event-stream",
+        "Host": "127.0.0.1:8080",
+    }
+    for name, arguments in (("recall", {"query": "x", pasted: 1}), (pasted, {})):
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }
+        refused.append(client.post("/mcp", json=call, headers=mcp_headers))
+    for r in refused:
+        assert r.status_code in (200, 400, 404), r.text
+        assert "error" in r.text.lower(), r.text
+        assert secret[:8] not in r.text, r.text
+        assert secret[-8:] not in r.text, r.text
+        assert f"mnemo_{key_id}_[redacted]" in r.text, r.text

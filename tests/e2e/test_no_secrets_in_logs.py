@@ -201,3 +201,38 @@ def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -
     assert "13912345678" not in logged
     assert key not in logged
     assert secret_of(key) not in logged
+
+
+def test_mcp_calls_log_no_key_and_no_file_name(tmp_path: Path, captured: Capture) -> None:
+    """The MCP endpoint calls the API in process through httpx, whose logger printed each
+    URL: a document's file name (sealed in the log, cut out of the access log) stood there
+    in clear, and so did a key pasted as a memory id, which the MCP server's own logger
+    repeated in the resource's failure."""
+    filename = "Zhang-San-settlement-7731.md"
+    gateway = GatewaySettings(admin_token=OPERATOR)
+    with (
+        running_server(tmp_path / "data", gateway, log_level="debug") as (url, _),
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        op = {"X-Mnemo-Admin-Token": OPERATOR}
+        admin = http.post("/v1/admin/tenants", json={"tenant": "mcplog"}, headers=op).json()["key"]
+        headers = {**auth(admin), "Accept": "application/json, text/event-stream"}
+
+        def call(method: str, params: dict[str, object]) -> httpx.Response:
+            message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            return http.post("/mcp", json=message, headers=headers)
+
+        ingest = {"filename": filename, "subject": "user:U1", "text": "a short note"}
+        done = call("tools/call", {"name": "ingest_document", "arguments": ingest})
+        assert done.status_code == 200, done.text
+        assert "document_id" in done.text, done.text
+        missing = call("resources/read", {"uri": f"mnemo://memories/{admin}"})
+        assert missing.status_code == 200, missing.text
+        unknown = call("tools/call", {"name": admin, "arguments": {}})
+        assert unknown.status_code == 200, unknown.text
+    lines = captured.lines
+    assert any("POST /mcp" in line for line in lines), "access logs were not captured"
+    assert any("/v1/documents" in line for line in lines), "httpx's lines were not captured"
+    for secret in (filename, admin, secret_of(admin)):
+        leaked = [line for line in lines if secret in line]
+        assert leaked == [], f"{secret[:12]}… is in {len(leaked)} log lines: {leaked[:2]}"

@@ -18,6 +18,7 @@ from mnemo.domain.access import (
     key_digest,
     parse_key,
     redact,
+    redact_all,
     require_scope,
 )
 from mnemo.domain.errors import MnemoError
@@ -112,3 +113,17 @@ def test_public_views_and_redaction_hide_secrets() -> None:
     assert SECRET not in cleaned
     assert cleaned.count(f"mnemo_{KEY_ID}_[redacted]") == 2
     assert redact("nothing to hide") == "nothing to hide"
+
+
+def test_redaction_cuts_a_key_cut_short_and_every_string_of_a_value() -> None:
+    """A message that cuts its input at 48 characters held 25 of the secret's 43."""
+    cut = format_key(KEY_ID, SECRET)[:48]
+    assert redact(f"tool '{cut}' is not a tool name") == (
+        f"tool 'mnemo_{KEY_ID}_[redacted]' is not a tool name"
+    )
+    assert redact(redact(cut)) == redact(cut)
+    key = format_key(KEY_ID, SECRET)
+    cleaned = redact_all({"ids": [key, 3], key: {"x": (cut,)}, "n": None})
+    assert SECRET[:8] not in str(cleaned)
+    assert cleaned["n"] is None
+    assert cleaned["ids"][1] == 3

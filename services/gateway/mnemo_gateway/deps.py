@@ -35,6 +35,7 @@ __all__ = [
 
 
 KEY_HEADER = "X-Mnemo-Key"
+ADMIN_TOKEN_HEADER = "X-Mnemo-Admin-Token"  # noqa: S105 (a header name)
 # the scope each `needs(...)` dependency checks, by dependency: mnemo_gateway.scopes reads
 # it to list what every route requires (docs/security.md's table is generated from it)
 REQUIRED_SCOPE: dict[Callable[..., Any], Scope | None] = {}
@@ -226,8 +227,10 @@ async def json_body(request: Request) -> Any:
 Body = Annotated[Any, Depends(json_body)]
 
 
-def is_admin(request: Request, token: str | None) -> bool:
-    """Whether the request carries the operator token (compared in constant time)."""
+def is_admin(request: Request) -> bool:
+    """Whether the request carries the operator token (compared in constant time). The
+    header sent twice with different values is refused, as an API key's is."""
+    token = _one_header(request, ADMIN_TOKEN_HEADER.lower(), ADMIN_TOKEN_HEADER)
     wanted = settings_of(request).admin_token
     if wanted is None or token is None:
         return False
@@ -245,7 +248,7 @@ def require_admin(
             "admin operations over HTTP are off: set MNEMO_GATEWAY_ADMIN_TOKEN",
             code="ADMIN_DISABLED",
         )
-    if not is_admin(request, x_mnemo_admin_token):
+    if not is_admin(request):
         raise MnemoError("this needs the operator token", code="ADMIN_ONLY")
 
 

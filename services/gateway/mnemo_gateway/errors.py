@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mnemo.domain.access import redact, redact_all
 from mnemo.domain.errors import ConflictError, MnemoError, NotFound, Unavailable
 
 __all__ = ["ErrorResponse", "error_response", "install_error_handlers", "status_of"]
@@ -65,10 +66,12 @@ def status_of(exc: MnemoError) -> int:
 def error_response(
     status: int, code: str, message: str, field: str | None = None, **extra: Any
 ) -> JSONResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
+    """An error body. Messages and field names repeat what the caller sent (an event type,
+    a member name, a subject, a tool); a key pasted there is not repeated, whole or cut."""
+    body: dict[str, Any] = {"code": code, "message": redact(message)}
     if field is not None:
-        body["field"] = field
-    body.update(extra)
+        body["field"] = redact(field)
+    body.update({name: redact_all(v) for name, v in extra.items()})
     headers: dict[str, str] | None = None
     if status == 503:
         headers = {"Retry-After": "1"}

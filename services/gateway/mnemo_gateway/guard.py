@@ -51,7 +51,13 @@ class McpGuard:
 def _clean(value: Any) -> Any:
     if isinstance(value, str):
         return _CREDENTIAL_QUERY.sub(r"\1[redacted]", redact(value))
-    return value
+    if value is None or isinstance(value, int | float):
+        return value
+    # an object formatted as text (httpx logs its URL objects): replaced by its cleaned
+    # text when that differs, left as it is otherwise
+    text = str(value)
+    cleaned = _clean(text)
+    return cleaned if cleaned != text else value
 
 
 class RedactCredentials(logging.Filter):
@@ -71,9 +77,23 @@ class RedactCredentials(logging.Filter):
 _FILTER = RedactCredentials()
 
 
+# the loggers that print request lines or a caller's input: uvicorn's; httpx's, which
+# logs each URL the MCP endpoint calls the API with (a document's file name, a memory id
+# that is a pasted key); and the MCP server's, which logs a failed tool's or resource's
+# name and URI (a filter applies to the records of its own logger only, so each is named)
+_REDACTED_LOGGERS = (
+    "uvicorn.access",
+    "uvicorn.error",
+    "mnemo",
+    "mnemo.gateway",
+    "httpx",
+    "mcp.server.mcpserver.server",
+)
+
+
 def install_log_redaction() -> None:
-    """On the loggers that print request lines (uvicorn's), once per process."""
-    for name in ("uvicorn.access", "uvicorn.error", "mnemo", "mnemo.gateway"):
+    """On the loggers that print request lines or a caller's input, once per process."""
+    for name in _REDACTED_LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)

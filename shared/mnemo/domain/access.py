@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import re
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +38,7 @@ __all__ = [
     "looks_like_key",
     "parse_key",
     "redact",
+    "redact_all",
     "require_scope",
 ]
 
@@ -44,8 +46,11 @@ KEY_PREFIX = "mnemo_"
 KEY_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _KEY_RE = re.compile(r"^mnemo_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
-# anything shaped like a key inside a longer text (for redaction)
+# anything shaped like a key inside a longer text
 _KEY_IN_TEXT = re.compile(r"mnemo_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
+# what redaction cuts: a key, or one cut short (a message that cuts an input at 48 or 64
+# characters would otherwise hold most of a key's secret)
+_KEY_OR_PART = re.compile(r"mnemo_([0-9a-f]{16})_[A-Za-z0-9_-]+")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
 
 
@@ -146,8 +151,19 @@ def key_id_of(text: str) -> str | None:
 
 
 def redact(text: str) -> str:
-    """The text with every key in it cut down to its public id."""
-    return _KEY_IN_TEXT.sub(lambda m: f"mnemo_{m.group(1)}_[redacted]", text)
+    """The text with every key in it, whole or cut short, cut down to its public id."""
+    return _KEY_OR_PART.sub(lambda m: f"mnemo_{m.group(1)}_[redacted]", text)
+
+
+def redact_all(value: Any) -> Any:
+    """A JSON value with every key in its strings (member names too) redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [redact_all(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_all(v) for k, v in value.items()}
+    return value
 
 
 def key_digest(pepper: bytes, salt: str, secret: str) -> str:

@@ -47,6 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mnemo import __version__
 from mnemo.client import AsyncMnemoClient, MnemoAPIError, _core
 from mnemo.client.models import Memory, PublishResult
+from mnemo.domain.access import redact, redact_all
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
 from mnemo.domain.tool_result import TOOL_NAME_RE
@@ -141,10 +142,15 @@ def error_result(
     code: str, reason: str, field: str | None = None, **details: Any
 ) -> CallToolResult:
     """A tool error the agent can read: isError, and {code, field, reason} both as
-    structured content and as JSON text (for clients that only show text)."""
-    error: dict[str, Any] = {"code": code, "field": field, "reason": reason}
+    structured content and as JSON text (for clients that only show text). An API key
+    pasted into an argument's name or value is not repeated, whole or cut short."""
+    error: dict[str, Any] = {
+        "code": code,
+        "field": None if field is None else redact(field),
+        "reason": redact(reason),
+    }
     if details:
-        error["details"] = details
+        error["details"] = {name: redact_all(v) for name, v in details.items()}
     text = json.dumps({"error": error}, ensure_ascii=False)
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=error, is_error=True
