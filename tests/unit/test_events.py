@@ -134,3 +134,14 @@ def test_a_topic_record_sealed_under_another_tenants_key_is_dead_lettered() -> N
     with pytest.raises(InvalidInput) as refused:
         parse_record(record, datetime.now(UTC))
     assert refused.value.code == "FOREIGN_ENCRYPTION_KEY"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Nope" * 100_000, {"nested": ["x" * 100_000]}, ["MemoryDeclared"] * 10_000],
+)
+def test_an_unknown_type_is_not_repeated_whole(value: object) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        validate_envelope(raw(type=value))
+    assert refused.value.code == "UNKNOWN_EVENT_TYPE"
+    assert len(str(refused.value)) < 200

@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.edge import EDGE, JsonBool, at_edge, json_int, json_number
-from mnemo.domain.errors import InvalidInput
+from mnemo.domain.errors import InvalidInput, echoed
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import (
     KEY_RE,
@@ -922,9 +922,9 @@ def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelop
     """
     event_type = raw.get("type")
     if not isinstance(event_type, str) or event_type not in CATALOG.current:
-        raise InvalidInput(
-            f"unknown event type {event_type!r}", code="UNKNOWN_EVENT_TYPE", field="type"
-        )
+        # a long or non-text value is not repeated whole: the error stays small
+        shown = repr(echoed(event_type)) if isinstance(event_type, str) else "that is no string"
+        raise InvalidInput(f"unknown event type {shown}", code="UNKNOWN_EVENT_TYPE", field="type")
     model_for_type = CATALOG.current_model(event_type)
     if public and not model_for_type.PUBLIC:
         raise InvalidInput(
