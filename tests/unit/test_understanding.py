@@ -22,6 +22,7 @@ from mnemo.domain.rules import (
     RegistrationRule,
     RuleKind,
     RuleSet,
+    moved_size,
     normalize_size,
     ttl_from_text,
 )
@@ -194,6 +195,86 @@ def test_a_liking_and_a_dislike_of_the_same_thing_do_not_both_stand(
     assert current(state, "likes.绿茶") == "绿茶"
 
 
+# ---- a move of the size held -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "move", "key", "now"),
+    [
+        ("我一般穿L码", "大一号吧", "size", "XL"),
+        ("我一般穿L码", "换小一码的", "size", "M"),
+        ("我一般穿M码", "我要大两号的", "size", "XL"),
+        ("remember my size is M", "actually, one size up please", "size", "L"),
+        ("remember my size is M", "a size smaller please", "size", "S"),
+        ("我的鞋码是42", "鞋要大半码", "shoe_size", "42.5"),
+        ("我的鞋码是42", "鞋子小一码", "shoe_size", "41"),
+    ],
+)
+def test_a_move_of_the_size_held_supersedes_it(before: str, move: str, key: str, now: str) -> None:
+    state = DictState()
+    first = registered(run(state, before))[0]
+    decision = run(state, move, at=T0 + timedelta(minutes=5))
+    assert outcome(decision)[0] is OutcomeKind.SUPERSEDED
+    assert current(state, key) == now
+    assert state.memories[first.memory_id].status is MemoryStatus.SUPERSEDED
+    # the other size is left alone
+    other = "shoe_size" if key == "size" else "size"
+    assert current(state, other) is None
+
+
+@pytest.mark.parametrize(
+    ("before", "move", "reason"),
+    [
+        (None, "大一号吧", "TARGET_NOT_FOUND"),  # from which size? the agent asks
+        ("我一般穿XL码", "鞋要大一码", "TARGET_NOT_FOUND"),  # no shoe size held
+        ("remember my size is 5XL", "one size up please", "VALUE_NOT_FOUND"),  # none larger
+        ("我一般穿L码", "大半码", None),  # a half step is no clothing size: nothing moves
+    ],
+)
+def test_a_move_with_nothing_to_move_from_is_asked_about(
+    before: str | None, move: str, reason: str | None
+) -> None:
+    state = DictState()
+    if before is not None:
+        run(state, before)
+    held = {m.memory_id: m.value for m in state.memories.values()}
+    decision = run(state, move, at=T0 + timedelta(minutes=5))
+    assert outcome(decision)[0] is OutcomeKind.IGNORED
+    if reason is not None:
+        assert outcome(decision)[1] == reason
+    assert {m.memory_id: m.value for m in state.memories.values()} == held
+
+
+@pytest.mark.parametrize(
+    "asked", ["有没有大一号的？", "这件有大一码的吗", "do you have it one size up?"]
+)
+def test_asking_for_another_size_moves_nothing(asked: str) -> None:
+    state = DictState()
+    run(state, "我一般穿L码")
+    run(state, asked, at=T0 + timedelta(minutes=5))
+    assert current(state, "size") == "L"
+
+
+@pytest.mark.parametrize(
+    ("value", "step", "moved"),
+    [
+        ("L", 1, "XL"),
+        ("XL", 1, "XXL"),
+        ("2XL", 1, "3XL"),
+        ("XS", -1, "XXS"),
+        ("XXS", -1, None),
+        ("5XL", 1, None),
+        ("M", 0.5, None),
+        ("42", 0.5, "42.5"),
+        ("42.5", 0.5, "43"),
+        ("9", -1, "8"),
+        ("蓝色", 1, None),
+    ],
+)
+def test_sizes_move_along_their_ladder(value: str, step: float, moved: str | None) -> None:
+    assert moved_size(value, step) == moved
+
+
 # ---- temporary intents -----------------------------------------------------------------
 
 
@@ -340,6 +421,7 @@ def test_an_operator_file_extends_the_defaults(tmp_path: Path) -> None:
             "a correction replaces",
         ),
         ({"pattern": "a", "negates": ("likes.{value}",)}, "a family of keys"),
+        ({"pattern": "a", "key": "{value}", "steps": {"up": 1}}, "steps move a literal key"),
         ({"examples": ("x",), "slots": ("no value group",)}, "no \\(\\?P<value>"),
     ],
 )

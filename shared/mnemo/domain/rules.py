@@ -164,6 +164,11 @@ class RegistrationRule(BaseModel):
         description="keys whose memory of the same value this rule's memory retires: a "
         "literal key, or `likes.*` for the same thing's key in that family (likes.<value>)",
     )
+    steps: dict[str, float] = Field(
+        default_factory=dict,
+        description="a move of the key's current value (大一号, one size up): the matched "
+        "value's words -> how many sizes (or units of a number) to move it",
+    )
     type: MemoryType | None = None
     scope: Scope = Scope.USER
     key: str | None = Field(
@@ -207,6 +212,8 @@ class RegistrationRule(BaseModel):
             raise ValueError("a temporary rule needs a ttl")
         if self.ttl == "from_text" and self.kind is not RuleKind.TEMPORARY:
             raise ValueError("ttl from_text is for temporary rules")
+        if self.steps and (self.kind is not RuleKind.STATEMENT or "{" in (self.key or "{")):
+            raise ValueError("steps move a literal key's current value: a statement's")
         if self.negates and self.kind is RuleKind.CORRECTION:
             raise ValueError("a correction replaces the value it corrects; it negates no keys")
         for negated in self.negates:
@@ -428,6 +435,30 @@ _PRONOUN = re.compile(
     r"|me|myself|you|him|her|us",
     re.IGNORECASE,
 )
+
+
+# clothing sizes in order, for a move such as 大一号 / one size up
+_SIZE_LADDER = ("XXS", "XS", "S", "M", "L", "XL", "XXL", "3XL", "4XL", "5XL")
+_SIZE_SPELLINGS = {"2XS": "XXS", "2XL": "XXL", "XXXL": "3XL", "XXXXL": "4XL"}
+
+
+def moved_size(value: str, step: float) -> str | None:
+    """A size moved by `step`: along the letter sizes (L + 1 -> XL), or a number size by
+    that much (42 + 1 -> 43, 42 + 0.5 -> 42.5); None when it cannot move so (past the
+    largest size, a half step on letters, a value that is no size)."""
+    text = value.strip().upper()
+    letters = _SIZE_SPELLINGS.get(text, text)
+    if letters in _SIZE_LADDER:
+        if step != int(step):
+            return None
+        at = _SIZE_LADDER.index(letters) + int(step)
+        return _SIZE_LADDER[at] if 0 <= at < len(_SIZE_LADDER) else None
+    if re.fullmatch(r"\d{1,3}(?:\.5)?", text):
+        moved = float(text) + step
+        if moved <= 0:
+            return None
+        return str(int(moved)) if moved == int(moved) else f"{moved:g}"
+    return None
 
 
 def ttl_from_text(text: str) -> str:
@@ -710,6 +741,11 @@ class RuleSet:
         value = self.normalized(rule, raw)
         if not value:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no value")
+        if rule.steps:
+            moved = self._moved(rule, value, stream)
+            if isinstance(moved, tuple):
+                return moved
+            value = moved
         if _PRONOUN.fullmatch(value) or _ONLY_PARTICLES.fullmatch(value):
             # "stop calling me": the words after the verb name a person, not a thing
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found a pronoun, not a value")
@@ -729,6 +765,21 @@ class RuleSet:
         return self._match(
             rule, rule.type, key, value, groups, ttl, occurred_at, zone_name, tuple(retires), via
         )
+
+    def _moved(
+        self, rule: RegistrationRule, said: str, stream: StreamView
+    ) -> str | tuple[Reason, str]:
+        """The key's current value moved as the words say (大一号: L -> XL); with no current
+        value there is nothing to move from, so the agent asks."""
+        assert rule.key is not None
+        step = rule.steps.get("".join(said.casefold().split()))
+        current = stream.current_for_key(rule.key)
+        if current is None or not current.value:
+            return (Reason.TARGET_NOT_FOUND, f"a move of {rule.key}, but from what? ask the user")
+        moved = moved_size(current.value, step) if step is not None else None
+        if moved is None:
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} cannot move {rule.key} so")
+        return moved
 
     def _correction(
         self,
