@@ -86,12 +86,13 @@ def rebuild_read_models(
 
 def _not_ready(answer: httpx.Response) -> str:
     """What a component's /readyz says is wrong: `fenced` (another process owns some of
-    its partitions and refuses its commits) or `not_ready`."""
+    its partitions and refuses its commits), `failing` (its batch in flight cannot be
+    written) or `not_ready`."""
     try:
         status = answer.json().get("status")
     except ValueError:
         return "not_ready"
-    return "fenced" if status == "fenced" else "not_ready"
+    return status if status in ("fenced", "failing") else "not_ready"
 
 
 def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
