@@ -35,6 +35,7 @@ __all__ = [
     "MnemoSettings",
     "UnknownSetting",
     "WorkerSettings",
+    "check_client_values",
     "check_environment",
     "check_setting_values",
     "known_variables",
@@ -584,6 +585,22 @@ def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
             for field in FILE_SETTINGS:
                 if field in given and not _readable_file(Path(given[field])):
                     raise InvalidSetting(names[field], "it names no file this process can read")
+
+
+def check_client_values(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a client variable's value the `mnemo` command cannot take, as
+    check_setting_values() does a setting's: by the variable's name, never with the value.
+    Only the client commands and the MCP server run it (the servers do not read these)."""
+    env = os.environ if environ is None else environ
+    for name, value in env.items():
+        if name.upper() != "MNEMO_TIMEOUT":
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise InvalidSetting(name, "it takes a number of seconds") from None
+        if not seconds >= 0.1:  # NaN included
+            raise InvalidSetting(name, "it takes a number of seconds of at least 0.1")
 
 
 # ---- the settings table in the docs (docs/settings.md) ------------------------------------

@@ -24,6 +24,7 @@ from mnemo.settings import (
     MnemoSettings,
     UnknownSetting,
     WorkerSettings,
+    check_client_values,
     check_environment,
     check_setting_values,
     declared_environment,
@@ -282,6 +283,19 @@ def test_good_values_and_other_variables_pass_the_value_check() -> None:
     )
 
 
+@pytest.mark.parametrize("value", [PASTED, "0.05", "-1", "nan"])
+def test_a_client_timeout_it_cannot_take_is_refused_by_name(value: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_client_values({"MNEMO_TIMEOUT": value})
+    assert refused.value.code == "INVALID_SETTING"
+    assert refused.value.field == "MNEMO_TIMEOUT"
+    assert value not in refused.value.message
+
+
+def test_a_client_timeout_it_can_take_passes() -> None:
+    check_client_values({"MNEMO_TIMEOUT": "2.5", "MNEMO_URL": "http://127.0.0.1:8080"})
+
+
 @pytest.mark.parametrize("name", ["MNEMO_RULES_FILE", "mnemo_pii_policy_file"])
 @pytest.mark.parametrize("where", ["missing", "directory", "empty"])
 def test_a_file_setting_that_names_no_readable_file_is_refused_by_name(
@@ -312,6 +326,9 @@ def test_a_file_setting_that_names_a_readable_file_passes(tmp_path: Path) -> Non
         (["-m", "mnemo_gateway"], "MNEMO_LOG_LEVEL", PASTED),
         (["-m", "mnemo_registrar"], "MNEMO_RULES_FILE", f"/nonexistent/{PASTED}.yaml"),
         (["-m", "mnemo_audit"], "MNEMO_PII_POLICY_FILE", f"/nonexistent/{PASTED}.yaml"),
+        # the client's own variable: refused by the CLI before click echoes it back
+        (["-m", "mnemo", "status"], "MNEMO_TIMEOUT", PASTED),
+        (["-m", "mnemo", "--json", "audit", "verify"], "MNEMO_TIMEOUT", "-1"),
     ],
     ids=[
         "gateway",
@@ -322,6 +339,8 @@ def test_a_file_setting_that_names_a_readable_file_passes(tmp_path: Path) -> Non
         "gateway-log-level",
         "registrar-rules-file",
         "audit-policy-file",
+        "cli-timeout-word",
+        "cli-timeout-negative",
     ],
 )
 def test_a_process_does_not_start_with_a_bad_value(
