@@ -35,6 +35,7 @@ __all__ = [
     "MnemoSettings",
     "UnknownSetting",
     "WorkerSettings",
+    "check_client_values",
     "check_environment",
     "check_setting_values",
     "known_variables",
@@ -64,6 +65,9 @@ TOOL_VARIABLES: dict[str, str] = {
     "MNEMO_HELM": "the helm binary the chart tests run",
     "MNEMO_LOCOMO_DATA": "where the LoCoMo benchmark finds its data",
 }
+
+# the levels both logging and uvicorn take, in any case (uvicorn knows no WARN or FATAL)
+LOG_LEVELS = r"(?i)^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$"
 
 
 class MnemoSettings(BaseSettings):
@@ -120,7 +124,11 @@ class MnemoSettings(BaseSettings):
     )
     batch_size: int = Field(default=256, ge=1, le=10_000, description="events per consumer step")
     embed_batch: int = Field(default=32, ge=1, le=1_024, description="texts per embedding call")
-    log_level: str = Field(default="INFO", description="logging level")
+    log_level: str = Field(
+        default="INFO",
+        pattern=LOG_LEVELS,
+        description="logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)",
+    )
     log_format: Literal["json", "text"] = Field(
         default="json",
         description="json: one object per line with the current trace and span ids; text: "
@@ -406,7 +414,7 @@ class WorkerSettings(BaseSettings):
     embed_threads: int | None = Field(default=None, ge=1, le=64)
     health_port: int | None = Field(default=None, ge=0, le=65_535)
     health_host: str | None = None
-    log_level: str | None = None
+    log_level: str | None = Field(default=None, pattern=LOG_LEVELS)
     prometheus_port: int | None = Field(default=None, ge=0, le=65_535)
     kafka_session_timeout: float | None = Field(default=None, ge=6.0, le=300.0)
 
@@ -523,6 +531,22 @@ class InvalidSetting(InvalidInput):
         )
 
 
+# the settings that name a file a process reads as it starts: one that names no readable
+# file stops the start by the setting's name, before anything is connected to or created
+FILE_SETTINGS: tuple[str, ...] = (
+    "rules_file",
+    "history_rules_file",
+    "triggers_file",
+    "entity_rules_file",
+    "decay_policy_file",
+    "pii_policy_file",
+)
+
+
+def _readable_file(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.R_OK)
+
+
 def _setting_models() -> list[tuple[type[BaseSettings], str]]:
     """Each settings model with the prefix its variables take."""
     models: list[tuple[type[BaseSettings], str]] = [
@@ -535,8 +559,9 @@ def _setting_models() -> list[tuple[type[BaseSettings], str]]:
 
 def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
     """Refuse to start on a setting whose value its model does not take, as the process
-    would read it (names without case). Run after check_environment(), which has refused
-    names nothing reads and names set twice."""
+    would read it (names without case), and on a file setting (FILE_SETTINGS) that names
+    no readable file. Run after check_environment(), which has refused names nothing reads
+    and names set twice."""
     env = os.environ if environ is None else environ
     upper = {name.upper(): (name, value) for name, value in env.items()}
     for model, prefix in _setting_models():
@@ -556,6 +581,26 @@ def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
             field = str(error["loc"][0]) if error["loc"] else ""
             name = names.get(field, f"{prefix}{field}".upper())
             raise InvalidSetting(name, error["msg"]) from None
+        if model is MnemoSettings:
+            for field in FILE_SETTINGS:
+                if field in given and not _readable_file(Path(given[field])):
+                    raise InvalidSetting(names[field], "it names no file this process can read")
+
+
+def check_client_values(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a client variable's value the `mnemo` command cannot take, as
+    check_setting_values() does a setting's: by the variable's name, never with the value.
+    Only the client commands and the MCP server run it (the servers do not read these)."""
+    env = os.environ if environ is None else environ
+    for name, value in env.items():
+        if name.upper() != "MNEMO_TIMEOUT":
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise InvalidSetting(name, "it takes a number of seconds") from None
+        if not seconds >= 0.1:  # NaN included
+            raise InvalidSetting(name, "it takes a number of seconds of at least 0.1")
 
 
 # ---- the settings table in the docs (docs/settings.md) ------------------------------------

@@ -163,6 +163,26 @@ def test_there_is_no_place_for_a_literal_secret(
             "gateway has no consumer lag",
             id="keda-on-the-gateway",
         ),
+        pytest.param(
+            {"defaults": {"autoscaling": {"enabled": True, "minReplicas": 8}}},
+            "components.gateway.autoscaling: minReplicas (8) cannot be more than maxReplicas (6)",
+            id="cpu-autoscaler-min-over-max",
+        ),
+        pytest.param(
+            {
+                "components": {
+                    "indexer": {
+                        "autoscaling": {
+                            "minReplicas": 4,
+                            "maxReplicas": 2,
+                            "keda": {"enabled": True},
+                        }
+                    }
+                }
+            },
+            "components.indexer.autoscaling: minReplicas (4) cannot be more than maxReplicas (2)",
+            id="keda-min-over-max",
+        ),
     ],
 )
 def test_chart_refuses_incomplete_or_contradictory_values(

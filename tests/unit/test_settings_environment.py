@@ -24,6 +24,7 @@ from mnemo.settings import (
     MnemoSettings,
     UnknownSetting,
     WorkerSettings,
+    check_client_values,
     check_environment,
     check_setting_values,
     declared_environment,
@@ -97,6 +98,8 @@ def test_known_variables_pass_whatever_their_case_and_other_prefixes_are_ignored
             "MNEMO_MODE": "distributed",
             "mnemo_data_dir": "/tmp/x",  # the settings read names without case
             "MNEMO_INDEXER_BATCH_SIZE": "8",
+            "MNEMO_LOG_LEVEL": "warning",
+            "MNEMO_REGISTRAR_LOG_LEVEL": "DEBUG",
             "MNEMO_GATEWAY_PORT": "8080",
             "MNEMO_API_KEY": "k",
             "OTEL_SERVICE_NAME": "x",
@@ -246,6 +249,10 @@ PASTED = "s3cret-paste-0451"
         ("MNEMO_LOG_FORMAT", "yaml"),
         ("MNEMO_KAFKA_SESSION_TIMEOUT", PASTED),
         ("mnemo_batch_size", "-1"),
+        # a level logging or uvicorn does not know would stop the start later, unnamed
+        ("MNEMO_LOG_LEVEL", "verbose"),
+        ("MNEMO_LOG_LEVEL", "fatal"),
+        ("MNEMO_AUDIT_LOG_LEVEL", PASTED),
         # checked before anything starts, not once the topics are made
         ("MNEMO_KEY_PEPPER", "short-pepper"),
     ],
@@ -265,6 +272,8 @@ def test_good_values_and_other_variables_pass_the_value_check() -> None:
             "MNEMO_MODE": "distributed",
             "MNEMO_CASSANDRA_PORT": "9042",
             "MNEMO_INDEXER_BATCH_SIZE": "8",
+            "MNEMO_LOG_LEVEL": "warning",
+            "MNEMO_REGISTRAR_LOG_LEVEL": "DEBUG",
             "MNEMO_GATEWAY_PORT": "8080",
             "MNEMO_VAULT_TOKEN": "anything at all",
             "MNEMO_API_KEY": "not a setting of a server",
@@ -274,6 +283,38 @@ def test_good_values_and_other_variables_pass_the_value_check() -> None:
     )
 
 
+@pytest.mark.parametrize("value", [PASTED, "0.05", "-1", "nan"])
+def test_a_client_timeout_it_cannot_take_is_refused_by_name(value: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_client_values({"MNEMO_TIMEOUT": value})
+    assert refused.value.code == "INVALID_SETTING"
+    assert refused.value.field == "MNEMO_TIMEOUT"
+    assert value not in refused.value.message
+
+
+def test_a_client_timeout_it_can_take_passes() -> None:
+    check_client_values({"MNEMO_TIMEOUT": "2.5", "MNEMO_URL": "http://127.0.0.1:8080"})
+
+
+@pytest.mark.parametrize("name", ["MNEMO_RULES_FILE", "mnemo_pii_policy_file"])
+@pytest.mark.parametrize("where", ["missing", "directory", "empty"])
+def test_a_file_setting_that_names_no_readable_file_is_refused_by_name(
+    name: str, where: str, tmp_path: Path
+) -> None:
+    value = {"missing": str(tmp_path / "rules.yaml"), "directory": str(tmp_path), "empty": ""}
+    with pytest.raises(InvalidInput) as refused:
+        check_setting_values({name: value[where]})
+    assert refused.value.code == "INVALID_SETTING"
+    assert refused.value.field == name
+    assert value[where] not in refused.value.message or not value[where]
+
+
+def test_a_file_setting_that_names_a_readable_file_passes(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: []\n", encoding="utf-8")
+    check_setting_values({"MNEMO_RULES_FILE": str(rules), "MNEMO_DECAY_POLICY_FILE": str(rules)})
+
+
 @pytest.mark.parametrize(
     ("command", "name", "value"),
     [
@@ -281,8 +322,26 @@ def test_good_values_and_other_variables_pass_the_value_check() -> None:
         (["-m", "mnemo_registrar"], "MNEMO_CASSANDRA_PORT", "-5"),
         (["-m", "mnemo_registrar"], "MNEMO_REGISTRAR_HEALTH_PORT", PASTED),
         (["-m", "mnemo", "status"], "MNEMO_KAFKA_SESSION_TIMEOUT", PASTED),
+        (["-m", "mnemo_decay"], "MNEMO_LOG_LEVEL", PASTED),
+        (["-m", "mnemo_gateway"], "MNEMO_LOG_LEVEL", PASTED),
+        (["-m", "mnemo_registrar"], "MNEMO_RULES_FILE", f"/nonexistent/{PASTED}.yaml"),
+        (["-m", "mnemo_audit"], "MNEMO_PII_POLICY_FILE", f"/nonexistent/{PASTED}.yaml"),
+        # the client's own variable: refused by the CLI before click echoes it back
+        (["-m", "mnemo", "status"], "MNEMO_TIMEOUT", PASTED),
+        (["-m", "mnemo", "--json", "audit", "verify"], "MNEMO_TIMEOUT", "-1"),
     ],
-    ids=["gateway", "registrar", "registrar-own", "cli"],
+    ids=[
+        "gateway",
+        "registrar",
+        "registrar-own",
+        "cli",
+        "decay-log-level",
+        "gateway-log-level",
+        "registrar-rules-file",
+        "audit-policy-file",
+        "cli-timeout-word",
+        "cli-timeout-negative",
+    ],
 )
 def test_a_process_does_not_start_with_a_bad_value(
     command: list[str], name: str, value: str, tmp_path: Path

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from mnemo.settings import worker_settings
+from mnemo.entrypoints import consumer_main
+from mnemo.settings import MnemoSettings, worker_settings
 
 
 def test_a_consumer_prefix_overrides_the_shared_value_for_that_consumer_only(
@@ -23,3 +26,30 @@ def test_a_bad_consumer_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("MNEMO_DECAY_BATCH_SIZE", "0")
     with pytest.raises(ValueError, match="batch_size"):
         worker_settings("decay")
+
+
+def test_a_consumer_on_embedded_storage_takes_its_own_settings_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`python -m mnemo_registrar` without the distributed mode builds its runner with the
+    registrar's own values over the shared ones, as the distributed worker does."""
+    monkeypatch.setenv("MNEMO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MNEMO_BATCH_SIZE", "100")
+    monkeypatch.setenv("MNEMO_REGISTRAR_BATCH_SIZE", "7")
+    monkeypatch.setenv("MNEMO_REGISTRAR_LOG_LEVEL", "DEBUG")
+    built: list[MnemoSettings] = []
+
+    class Built(Exception):
+        pass
+
+    def build_consumer(settings: MnemoSettings, consumer: str) -> None:
+        built.append(settings)
+        raise Built
+
+    monkeypatch.setattr(consumer_main, "build_consumer", build_consumer)
+    monkeypatch.setattr(consumer_main.telemetry, "configure_logging", lambda *args: None)
+    monkeypatch.setattr(consumer_main.telemetry, "configure", lambda *args, **kw: None)
+    with pytest.raises(Built):
+        consumer_main.main("registrar")
+    assert built[0].mode == "embedded"
+    assert (built[0].batch_size, built[0].log_level) == (7, "DEBUG")

@@ -236,6 +236,13 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- if $gateway.autoscaling.keda.enabled -}}
 {{- fail "components.gateway.autoscaling.keda: the gateway has no consumer lag; use the CPU autoscaler" -}}
 {{- end -}}
+{{- range $name := splitList " " (include "mnemo.componentNames" .) -}}
+{{- $c := include "mnemo.component" (dict "root" $ "name" $name) | fromJson -}}
+{{- $autoscaled := or $c.autoscaling.enabled (and (ne $name "gateway") $c.autoscaling.keda.enabled) -}}
+{{- if and $c.enabled $autoscaled (gt (int $c.autoscaling.minReplicas) (int $c.autoscaling.maxReplicas)) -}}
+{{- fail (printf "components.%s.autoscaling: minReplicas (%d) cannot be more than maxReplicas (%d)" $name (int $c.autoscaling.minReplicas) (int $c.autoscaling.maxReplicas)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* TLS CA files from existing Secrets, one directory per dependency. */}}

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import ssl
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,21 +18,29 @@ from mnemo.domain.errors import ConflictError, MnemoError
 __all__ = ["distributed_status", "platform_checksum", "rebuild_read_models"]
 
 _REBUILDING = threading.Lock()
-_PROBES: httpx.Client | None = None
+_PROBES: dict[tuple[str | None, str | None], httpx.Client] = {}
 _PROBES_LOCK = threading.Lock()
 
 
-def _probes() -> httpx.Client:
-    """One HTTP client for every health probe of the status page, made once: a client
+def _probes(cafile: Path | str | None = None, capath: Path | str | None = None) -> httpx.Client:
+    """One HTTP client for every health probe of the status page that trusts the same CAs
+    (the system's, or a CA file or directory the settings name), made once: a client
     builds its TLS context when it is made (CA bundle loading, tens of milliseconds of
     CPU), and the page probes six services on every call, which monitors and `?wait`
     loops make several times a second. No connection is kept between probes, so each
     one still opens its own, as a client per probe did."""
-    global _PROBES
+    trust = (str(cafile) if cafile else None, str(capath) if capath else None)
     with _PROBES_LOCK:
-        if _PROBES is None:
-            _PROBES = httpx.Client(timeout=2.0, limits=httpx.Limits(max_keepalive_connections=0))
-        return _PROBES
+        client = _PROBES.get(trust)
+        if client is None:
+            verify: ssl.SSLContext | bool = (
+                ssl.create_default_context(cafile=trust[0], capath=trust[1]) if any(trust) else True
+            )
+            client = httpx.Client(
+                timeout=2.0, verify=verify, limits=httpx.Limits(max_keepalive_connections=0)
+            )
+            _PROBES[trust] = client
+        return client
 
 
 def platform_checksum(platform: Platform) -> str:
@@ -75,12 +86,13 @@ def rebuild_read_models(
 
 def _not_ready(answer: httpx.Response) -> str:
     """What a component's /readyz says is wrong: `fenced` (another process owns some of
-    its partitions and refuses its commits) or `not_ready`."""
+    its partitions and refuses its commits), `failing` (its batch in flight cannot be
+    written) or `not_ready`."""
     try:
         status = answer.json().get("status")
     except ValueError:
         return "not_ready"
-    return "fenced" if status == "fenced" else "not_ready"
+    return status if status in ("fenced", "failing") else "not_ready"
 
 
 def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
@@ -118,18 +130,32 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
     return body
 
 
-def _http_state(url: str, states: dict[int, str]) -> str:
+def _http_state(url: str, states: dict[int, str], client: httpx.Client | None = None) -> str:
     try:
-        answer = _probes().get(url)
+        answer = (client or _probes()).get(url)
     except httpx.HTTPError:
         return "unreachable"
     return states.get(answer.status_code, f"not_ready ({answer.status_code})")
 
 
+def _trusted_state(
+    url: str, states: dict[int, str], cafile: Path | str | None, capath: str | None = None
+) -> str:
+    """_http_state with a client that trusts `cafile` (or `capath`), when one is named."""
+    try:
+        client = _probes(cafile, capath)
+    except OSError:  # ssl.SSLError included: the CA file is missing or not PEM
+        return "tls_config_invalid"
+    return _http_state(url, states, client)
+
+
 def backing_services(platform: Platform) -> dict[str, str]:
     """The state of each service the distributed mode runs on, as the gateway sees it:
     Kafka and Cassandra (answering, else the error code), the vault (OpenBao/Vault health:
-    ready, sealed, not_initialized, unreachable) and the Qdrant server (/readyz)."""
+    ready, sealed, not_initialized, unreachable) and the Qdrant server (/readyz). Each is
+    probed trusting the CAs Mnemo's own connections to it trust: MNEMO_QDRANT_CA_FILE for
+    Qdrant, VAULT_CACERT (else VAULT_CAPATH) for the vault, as hvac reads them; a CA file
+    that cannot be read is reported as `tls_config_invalid`."""
     from mnemo.service.distributed import position_name
 
     assert platform.distributed is not None
@@ -146,14 +172,19 @@ def backing_services(platform: Platform) -> dict[str, str]:
     except MnemoError as exc:
         out["cassandra"] = exc.code
     if settings.vault_addr:
-        out["vault"] = _http_state(
+        cacert, capath = os.environ.get("VAULT_CACERT"), os.environ.get("VAULT_CAPATH")
+        out["vault"] = _trusted_state(
             f"{settings.vault_addr.rstrip('/')}/v1/sys/health",
             {200: "ready", 429: "ready", 501: "not_initialized", 503: "sealed"},
+            cacert,
+            None if cacert else capath,
         )
     else:
         out["vault"] = "development key file"
     if settings.qdrant_url:
-        out["qdrant"] = _http_state(f"{settings.qdrant_url.rstrip('/')}/readyz", {200: "ready"})
+        out["qdrant"] = _trusted_state(
+            f"{settings.qdrant_url.rstrip('/')}/readyz", {200: "ready"}, settings.qdrant_ca_file
+        )
     else:
         out["qdrant"] = "embedded (qdrant-edge)"
     return out

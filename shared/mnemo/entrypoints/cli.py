@@ -41,6 +41,7 @@ from mnemo.entrypoints import heap
 from mnemo.settings import (
     GatewaySettings,
     MnemoSettings,
+    check_client_values,
     check_environment,
     check_setting_values,
 )
@@ -416,6 +417,7 @@ def main(args: Sequence[str] | None = None) -> None:
     try:
         check_environment()
         check_setting_values()
+        check_client_values()
     except InvalidInput as exc:  # an unknown name, one set twice, or a value it cannot take
         click.echo(f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True)
         sys.exit(78)

@@ -24,7 +24,7 @@ from mnemo import telemetry
 from mnemo.bootstrap import build_consumer
 from mnemo.domain.errors import InvalidInput
 from mnemo.handlers import registry
-from mnemo.settings import MnemoSettings, check_environment, check_setting_values
+from mnemo.settings import check_environment, check_setting_values, worker_settings
 
 __all__ = ["main", "service_files", "write_service_files"]
 
@@ -39,7 +39,9 @@ def main(consumer: str) -> None:
             file=sys.stderr,
         )
         sys.exit(78)
-    settings = MnemoSettings()
+    # the consumer's own values (MNEMO_REGISTRAR_BATCH_SIZE, ...) over the shared ones, in
+    # either mode
+    settings = worker_settings(consumer)
     if settings.mode == "distributed":
         from mnemo.entrypoints.workers import run_worker
 

@@ -10,8 +10,8 @@ only committed for batches the processor returned from, and the processor's own
 positions (committed with its writes) make every retry harmless.
 
 Every worker serves `/healthz` (the process runs), `/readyz` (Cassandra and Kafka answer,
-and no partition it was assigned is fenced off) and `/metrics` (Prometheus text) on
-`MNEMO_HEALTH_PORT`.
+no partition it was assigned is fenced off, and its batch in flight is not failing) and
+`/metrics` (Prometheus text) on `MNEMO_HEALTH_PORT`.
 
 One writer per partition (ADR 0014): when Kafka assigns the worker its partitions, it
 claims each one in the store (an epoch, by compare-and-set), and every commit carries that
@@ -50,7 +50,14 @@ from mnemo.ports import LogRecord
 from mnemo.service.distributed import Follower, NotReady, Ownership, Sequencer, position_name
 from mnemo.settings import GatewaySettings, MnemoSettings, worker_settings
 
-__all__ = ["ConfigurationError", "Worker", "make_worker", "run_gateway", "run_worker"]
+__all__ = [
+    "ConfigurationError",
+    "Worker",
+    "make_worker",
+    "readiness_status",
+    "run_gateway",
+    "run_worker",
+]
 
 log = logging.getLogger("mnemo.worker")
 
@@ -329,10 +336,8 @@ class Worker:
         async def readyz(web: Any, request: Any) -> Any:
             loop = asyncio.get_running_loop()
             checks = await loop.run_in_executor(None, self.readiness)
-            ok = all(v == "ok" for k, v in checks.items() if k in ("cassandra", "kafka"))
-            status = "ready" if ok else "not_ready"
-            if ok and checks["partitions"]["fenced"]:
-                status, ok = "fenced", False
+            status = readiness_status(checks)
+            ok = status == "ready"
             return web.json({"status": status, "checks": checks}, status=200 if ok else 503)
 
         @app.page("/metrics")
@@ -564,6 +569,20 @@ class Worker:
             self.executor.shutdown(wait=True)
             self.platform.close()
             telemetry.shutdown()
+
+
+def readiness_status(checks: dict[str, Any]) -> str:
+    """What a worker's /readyz answers for its `checks`: `ready`, else `not_ready`
+    (Cassandra or Kafka does not answer), `failing` (the batch in flight cannot be written
+    and is being retried: a dependency the two pings do not reach, such as the indexer's
+    Qdrant server, refuses it) or `fenced` (another process owns some of its partitions)."""
+    if not all(checks.get(k) == "ok" for k in ("cassandra", "kafka")):
+        return "not_ready"
+    if checks["partitions"]["fenced"]:
+        return "fenced"
+    if checks.get("failing_batches"):
+        return "failing"
+    return "ready"
 
 
 def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
