@@ -57,3 +57,9 @@ def test_the_status_page_shows_why_a_component_is_not_ready(
     body: dict[str, str], shown: str
 ) -> None:
     assert _not_ready(httpx.Response(503, json=body)) == shown
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_batch_retried_once_or_twice_is_no_outage(failures: int) -> None:
+    assert readiness_status(checks(failing_batches=failures)) == "ready"
+    assert readiness_status(checks(failing_batches=failures + 2)) == "failing"

@@ -571,6 +571,11 @@ class Worker:
             telemetry.shutdown()
 
 
+# consecutive failures of the batch in flight before /readyz says `failing`: one retried
+# blip (a timeout under load, a rebalance) is no outage (about 0.35 s of retries)
+FAILING_AFTER = 3
+
+
 def readiness_status(checks: dict[str, Any]) -> str:
     """What a worker's /readyz answers for its `checks`: `ready`, else `not_ready`
     (Cassandra or Kafka does not answer), `failing` (the batch in flight cannot be written
@@ -580,7 +585,7 @@ def readiness_status(checks: dict[str, Any]) -> str:
         return "not_ready"
     if checks["partitions"]["fenced"]:
         return "fenced"
-    if checks.get("failing_batches"):
+    if checks.get("failing_batches", 0) >= FAILING_AFTER:
         return "failing"
     return "ready"
 
