@@ -83,6 +83,10 @@ def conflicts(a: str, b: str) -> list[str]:
         ("Users under 18 may open accounts", "Users under 18 must not open accounts", "allows"),
         # a deny that is a bound's wording against an allow beyond the bound
         ("单笔转账不得超过5万元", "单笔转账可以在5万元以上", "allows"),
+        # one says it more narrowly, or in another form of the word
+        ("Never offer discounts above 10%", "Discounts above 10% are allowed", "allows"),
+        ("Do not recommend crypto funds", "Crypto funds may be recommended", "allows"),
+        ("Never call the customer after 9pm", "Calling the customer after 9pm is fine", "allows"),
     ],
 )
 def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
@@ -98,6 +102,7 @@ def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
         ("禁止向未成年人推荐信贷产品", "允许向老客户推荐信贷产品"),
         ("Discounts must not exceed 20%", "Commission must not exceed 5%"),
         ("Never call customers after 9pm", "Agents may call customers before noon"),
+        ("Never share passwords", "Sharing files is allowed"),
         # the same limit said twice, in other words or units
         ("单笔转账不得超过5万元", "单笔转账最多50000元"),
         ("Discounts must not exceed 20%", "Maximum discount is 20 percent"),
