@@ -399,3 +399,39 @@ def test_a_liking_said_in_plain_words_retires_the_dislike_of_the_same_thing() ->
     state = said("我讨厌香菜", "其实我挺喜欢香菜的")
     assert current(state, "dislike.香菜") is None
     assert current(state, "likes.香菜") == "香菜"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("我吃素", "素"),
+        ("我是素食主义者", "素食"),
+        ("我只吃清真的", "清真"),
+        ("I'm vegetarian", "vegetarian"),
+        ("I am a vegan", "vegan"),
+        ("I only eat halal food", "halal"),
+        ("I'm lactose intolerant", "lactose intolerant"),
+    ],
+)
+def test_a_way_of_eating_is_a_fact_about_the_user(text: str, value: str) -> None:
+    [match] = RULES.read(text, T0, None, selector=SELECTOR).matches
+    assert (match.draft.type, match.draft.key, match.draft.value) == (
+        MemoryType.FACT,
+        "diet",
+        value,
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我吃素吗？",
+        "are you vegetarian?",
+        "my sister is vegetarian",
+        "I'm not vegetarian",
+        "我吃素菜",
+    ],
+)
+def test_a_way_of_eating_asked_about_or_of_someone_else_is_not_the_users(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [m.draft.key for m in reading.matches if m.draft.key == "diet"] == []
