@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.edge import EDGE, JsonBool, at_edge, json_int, json_number
-from mnemo.domain.errors import InvalidInput, echoed
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import (
     KEY_RE,
@@ -915,6 +915,12 @@ def sealed_key_ids(tenant: str, events: Iterable[Envelope | Mapping[str, Any]]) 
     return found
 
 
+def _cut(value: str) -> str:
+    """A caller's value as an error may repeat it: a long one cut short (a key pasted in
+    stays whole enough for the gateway's redaction to name it by its public id)."""
+    return value if len(value) <= 80 else f"{value[:40]}… ({len(value)} characters)"
+
+
 def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelope:
     """Check an incoming event: envelope, known type, supported version, valid payload.
 
@@ -923,7 +929,7 @@ def validate_envelope(raw: Mapping[str, Any], *, public: bool = True) -> Envelop
     event_type = raw.get("type")
     if not isinstance(event_type, str) or event_type not in CATALOG.current:
         # a long or non-text value is not repeated whole: the error stays small
-        shown = repr(echoed(event_type)) if isinstance(event_type, str) else "that is no string"
+        shown = repr(_cut(event_type)) if isinstance(event_type, str) else "that is no string"
         raise InvalidInput(f"unknown event type {shown}", code="UNKNOWN_EVENT_TYPE", field="type")
     model_for_type = CATALOG.current_model(event_type)
     if public and not model_for_type.PUBLIC:
