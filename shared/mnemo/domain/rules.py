@@ -752,7 +752,8 @@ class RuleSet:
         if _REFERENCE.fullmatch(value):
             return (Reason.AMBIGUOUS_REFERENCE, _REFERENCE_DETAIL)
         key = _key_of(_fill(rule.key, {**groups, "value": value}))
-        if not key:
+        if not key or ("{value}" in rule.key and not _key_of(value)):
+            # likes.{value} of 😀: no key of its own, and never the family's bare name
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no key")
         retires: list[str] = []
         for negated in rule.negates:
