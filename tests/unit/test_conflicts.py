@@ -83,8 +83,7 @@ def conflicts(a: str, b: str) -> list[str]:
         ("Users under 18 may open accounts", "Users under 18 must not open accounts", "allows"),
         # a deny that is a bound's wording against an allow beyond the bound
         ("单笔转账不得超过5万元", "单笔转账可以在5万元以上", "allows"),
-        # one says it more narrowly, or in another form of the word
-        ("Never offer discounts above 10%", "Discounts above 10% are allowed", "allows"),
+        # the same words in another form (recommended, calling)
         ("Do not recommend crypto funds", "Crypto funds may be recommended", "allows"),
         ("Never call the customer after 9pm", "Calling the customer after 9pm is fine", "allows"),
     ],
@@ -103,6 +102,13 @@ def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
         ("Discounts must not exceed 20%", "Commission must not exceed 5%"),
         ("Never call customers after 9pm", "Agents may call customers before noon"),
         ("Never share passwords", "Sharing files is allowed"),
+        # a narrower rule beside the general one: an exception, not a conflict
+        ("Discounts must not exceed 20%", "Discounts for VIP members must not exceed 30%"),
+        ("单笔转账不得超过5万元", "VIP客户单笔转账不得超过20万元"),
+        (
+            "Refunds must not exceed $500",
+            "Refunds for damaged items may exceed $500 with manager approval",
+        ),
         # the same limit said twice, in other words or units
         ("单笔转账不得超过5万元", "单笔转账最多50000元"),
         ("Discounts must not exceed 20%", "Maximum discount is 20 percent"),
@@ -242,3 +248,19 @@ def test_claims_read_duties_and_waivers() -> None:
     # the must of a bound's deny is no duty
     assert claim_of("Refunds must not exceed 200 dollars").action == ""
     assert claim_of("Agents must never offer refunds").action == "deny"
+
+
+@pytest.mark.parametrize(
+    "forms",
+    [
+        ("call", "calls", "calling", "called"),
+        ("recommend", "recommended", "recommending", "recommends"),
+        ("share", "shared", "sharing", "shares"),
+        ("exceed", "exceeds", "exceeded", "exceeding"),
+        ("add", "added", "adds"),
+        ("plan", "planned", "planning", "plans"),
+        ("price", "prices", "pricing"),
+    ],
+)
+def test_forms_of_one_english_word_are_one_word(forms: tuple[str, ...]) -> None:
+    assert len({claim_of(f"never {word} it").subject for word in forms}) == 1

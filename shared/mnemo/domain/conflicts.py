@@ -182,17 +182,19 @@ _NEGATED = "¬"  # marks a negated word in a claim's subject
 
 def _stem(word: str) -> str:
     """A crude English stem, enough to compare what is constrained: discounts, calling,
-    recommended and shared as discount, call, recommend and shar (share: a final e goes)."""
+    recommended and shared as discount, call, recommend and shar (a final e goes, so share
+    is shar too); exceeds and exceed as exceed."""
     if not word.isascii():
         return word
-    for suffix in ("ing", "ed"):
-        base = word[: -len(suffix)]
-        if word.endswith(suffix) and len(base) >= 3:
-            if base[-1] == base[-2] and base[-1] not in "lsz":
-                base = base[:-1]  # running -> run, but calling -> call
-            return base
     if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
         word = word[:-1]
+    if not word.endswith("eed"):
+        for suffix in ("ing", "ed"):
+            base = word[: -len(suffix)]
+            if word.endswith(suffix) and len(base) >= 3:
+                if base[-1] == base[-2] and base[-1] not in "lszd":
+                    base = base[:-1]  # planned -> plan, but calling -> call, added -> add
+                return base
     if len(word) > 4 and word.endswith("e"):
         word = word[:-1]
     return word
@@ -305,14 +307,22 @@ def _polarity(text: str) -> str:
     return ""
 
 
-def same_matter(a: Claim, b: Claim) -> bool:
-    """Whether two claims constrain the same thing: every remaining word of one is in the
-    other, so one says it as the other does or more narrowly ("Discounts above 10% are
-    allowed" against "Never offer discounts above 10%"). When each has a word the other
-    lacks (老年人 and 成年人; 未成年人, whose 成 is negated, and 成年人), they name different
-    groups, quantities or actions however much else they share. (How close their meaning
-    is, the caller checks with the embedder first.)"""
-    return bool(a.subject and b.subject) and (a.subject <= b.subject or b.subject <= a.subject)
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def same_matter(a: Claim, b: Claim, min_overlap: float = 0.6) -> bool:
+    """Whether two claims constrain the same thing: their remaining words agree. When
+    each has a word the other lacks (老年人 and 成年人; 未成年人, whose 成 is negated, and
+    成年人), they name different groups, quantities or actions however much else they
+    share. A narrower claim that adds words of its own ("for VIP members") is an exception
+    the general rule can stand beside, unless the words they share are most of both: a
+    reported conflict drops one of them from the context, so a doubt keeps both."""
+    if a.subject - b.subject and b.subject - a.subject:
+        return False
+    return _overlap(a.subject, b.subject) >= min_overlap
 
 
 def _same_kind(kind: str, kind_b: str, a: Claim, b: Claim) -> bool:
