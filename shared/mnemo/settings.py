@@ -587,6 +587,11 @@ def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
                     raise InvalidSetting(names[field], "it names no file this process can read")
 
 
+# the longest a client waits for one answer (a day): more is no timeout at all, and an
+# infinite one overflows the HTTP client's clock
+MAX_CLIENT_TIMEOUT = 86_400.0
+
+
 def check_client_values(environ: Mapping[str, str] | None = None) -> None:
     """Refuse a client variable's value the `mnemo` command cannot take, as
     check_setting_values() does a setting's: by the variable's name, never with the value.
@@ -599,8 +604,10 @@ def check_client_values(environ: Mapping[str, str] | None = None) -> None:
             seconds = float(value)
         except ValueError:
             raise InvalidSetting(name, "it takes a number of seconds") from None
-        if not seconds >= 0.1:  # NaN included
-            raise InvalidSetting(name, "it takes a number of seconds of at least 0.1")
+        if not 0.1 <= seconds <= MAX_CLIENT_TIMEOUT:  # NaN and infinity included
+            raise InvalidSetting(
+                name, f"it takes a number of seconds from 0.1 to {MAX_CLIENT_TIMEOUT:g}"
+            )
 
 
 # ---- the settings table in the docs (docs/settings.md) ------------------------------------

@@ -98,6 +98,7 @@ async def connect(
     mode: str = "auto",
     errlog: Path | None = None,
     label: str = "all",
+    log_level: str = "WARNING",
 ) -> AsyncIterator[Client]:
     """An MCP client session: over stdio to a `mnemo mcp` process (identity from its
     environment), or over HTTP to /mcp (identity in each request's headers)."""
@@ -113,7 +114,7 @@ async def connect(
             yield c
         return
     command, *args = mnemo_command()
-    env = {"MNEMO_PRINCIPAL": principal, "MNEMO_LOG_LEVEL": "WARNING"}
+    env = {"MNEMO_PRINCIPAL": principal, "MNEMO_LOG_LEVEL": log_level}
     if tenant is not None:
         env["MNEMO_TENANT"] = tenant
         env["MNEMO_API_KEY"] = fixed_key(tenant, label)
@@ -660,6 +661,31 @@ async def test_one_http_session_cannot_borrow_another_identity(server_url: str) 
     async with connect(server_url, "http", tenant="tenant-b", principal="b") as b:
         found = data(await b.call_tool("recall", {"query": "secret", "subjects": ["user:iso"]}))
     assert found["hits"] == []
+
+
+async def test_the_stdio_server_logs_no_file_name_and_no_key(
+    server_url: str, tmp_path: Path
+) -> None:
+    """`mnemo mcp` calls the API through httpx, whose logger prints each URL (at INFO): a
+    document's file name (sealed in the log) and a key pasted as a memory id stood there in
+    clear on the stdio server's stderr, which MCP hosts keep in their log files."""
+    filename = "Li-Si-settlement-4417.md"
+    pasted = fixed_key("someone-else")
+    stderr = tmp_path / "stderr"
+    async with connect(server_url, "stdio", errlog=stderr, log_level="INFO") as client:
+        done = data(
+            await client.call_tool(
+                "ingest_document",
+                {"filename": filename, "text": "a short note", "subject": "user:mcp-log"},
+            )
+        )
+        assert done["document_id"]
+        await client.call_tool("forget", {"subject": "user:mcp-log", "memory_id": pasted})
+    logged = stderr.read_text(encoding="utf-8")
+    assert "/v1/documents" in logged, "httpx's request lines were not logged"
+    assert filename not in logged
+    assert pasted not in logged
+    assert pasted.split("_", 2)[2][:12] not in logged
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

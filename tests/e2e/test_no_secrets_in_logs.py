@@ -233,6 +233,8 @@ def test_mcp_calls_log_no_key_and_no_file_name(tmp_path: Path, captured: Capture
     lines = captured.lines
     assert any("POST /mcp" in line for line in lines), "access logs were not captured"
     assert any("/v1/documents" in line for line in lines), "httpx's lines were not captured"
+    failed = [line for line in lines if "failed" in line.lower() and "mnemo://" in line]
+    assert failed, "the MCP server's failure lines were not captured"
     for secret in (filename, admin, secret_of(admin)):
         leaked = [line for line in lines if secret in line]
         assert leaked == [], f"{secret[:12]}… is in {len(leaked)} log lines: {leaked[:2]}"

@@ -532,6 +532,16 @@ def test_the_agent_sides_turns_are_history_and_never_the_users_memories(
     assert [(m.value, m.status) for m in sizes] == [("M", MemoryStatus.ACTIVE)]
 
 
+@pytest.mark.parametrize("text", ["客服：我自己一般穿L码", "Agent: I wear a large myself"])
+def test_an_agents_turn_that_names_its_speaker_in_the_text_is_history_only(text: str) -> None:
+    state = DictState()
+    run(state, observe("我的尺码是M", kind="turn", speaker="客户"))
+    decision = run(state, observe(text, kind="turn", at=T0 + timedelta(minutes=1)))
+    assert [m.type for m in registered(decision)] == [MemoryType.HISTORY]
+    sizes = [m for m in state.memories.values() if m.key == "size"]
+    assert [(m.value, m.status) for m in sizes] == [("M", MemoryStatus.ACTIVE)]
+
+
 def test_the_customers_turn_and_an_unnamed_speakers_turn_are_read_by_the_rules() -> None:
     state = DictState()
     [_, size] = registered(run(state, observe("我的尺码是M", kind="turn", speaker="客户")))

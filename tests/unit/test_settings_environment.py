@@ -283,7 +283,7 @@ def test_good_values_and_other_variables_pass_the_value_check() -> None:
     )
 
 
-@pytest.mark.parametrize("value", [PASTED, "0.05", "-1", "nan"])
+@pytest.mark.parametrize("value", [PASTED, "0.05", "-1", "nan", "inf", "1e309", "86401"])
 def test_a_client_timeout_it_cannot_take_is_refused_by_name(value: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         check_client_values({"MNEMO_TIMEOUT": value})

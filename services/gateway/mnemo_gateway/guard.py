@@ -3,30 +3,17 @@ key, and access logs never carry a credential."""
 
 from __future__ import annotations
 
-import logging
-import re
-from typing import Any
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mnemo.domain.access import redact
 from mnemo.domain.errors import MnemoError
 from mnemo.entrypoints.mcp_server import MCP_PATH
+from mnemo.log_redaction import RedactCredentials, install_log_redaction
 from mnemo_gateway.deps import authenticate
 from mnemo_gateway.errors import error_response, status_of
 
 __all__ = ["McpGuard", "RedactCredentials", "install_log_redaction"]
-
-# a credential-named query parameter's value, in a logged URL, and that of a parameter
-# that carries the user's words (a document's file name and title are sealed in the log,
-# so they may not stand in clear in a request line either)
-_CREDENTIAL_QUERY = re.compile(
-    r"((?:api_?key|access_token|admin_token|authorization|x-mnemo-key|filename|title)=)"
-    r"[^&\s\"]*",
-    re.IGNORECASE,
-)
 
 
 class McpGuard:
@@ -46,54 +33,3 @@ class McpGuard:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, str):
-        return _CREDENTIAL_QUERY.sub(r"\1[redacted]", redact(value))
-    if value is None or isinstance(value, int | float):
-        return value
-    # an object formatted as text (httpx logs its URL objects): replaced by its cleaned
-    # text when that differs, left as it is otherwise
-    text = str(value)
-    cleaned = _clean(text)
-    return cleaned if cleaned != text else value
-
-
-class RedactCredentials(logging.Filter):
-    """Cuts API keys, and the values of credential-named query parameters, out of a log
-    record's message and arguments."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str):
-            record.msg = _clean(record.msg)
-        if isinstance(record.args, tuple):
-            record.args = tuple(_clean(a) for a in record.args)
-        elif isinstance(record.args, dict):
-            record.args = {k: _clean(v) for k, v in record.args.items()}
-        return True
-
-
-_FILTER = RedactCredentials()
-
-
-# the loggers that print request lines or a caller's input: uvicorn's; httpx's, which
-# logs each URL the MCP endpoint calls the API with (a document's file name, a memory id
-# that is a pasted key); and the MCP server's, which logs a failed tool's or resource's
-# name and URI (a filter applies to the records of its own logger only, so each is named)
-_REDACTED_LOGGERS = (
-    "uvicorn.access",
-    "uvicorn.error",
-    "mnemo",
-    "mnemo.gateway",
-    "httpx",
-    "mcp.server.mcpserver.server",
-)
-
-
-def install_log_redaction() -> None:
-    """On the loggers that print request lines or a caller's input, once per process."""
-    for name in _REDACTED_LOGGERS:
-        logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)

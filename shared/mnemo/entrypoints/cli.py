@@ -39,6 +39,7 @@ from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
 from mnemo.settings import (
+    MAX_CLIENT_TIMEOUT,
     GatewaySettings,
     MnemoSettings,
     check_client_values,
@@ -376,7 +377,7 @@ class _Mnemo(click.Group):
 @click.option(
     "--timeout",
     envvar="MNEMO_TIMEOUT",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=0.1, max=MAX_CLIENT_TIMEOUT),
     default=60.0,
     show_default=True,
     help="Seconds to wait for an answer.",
@@ -1398,6 +1399,7 @@ def mcp_stdio(ctx: click.Context) -> None:
     import anyio
 
     from mnemo.entrypoints.mcp_server import Identity, run_stdio
+    from mnemo.log_redaction import install_log_redaction
 
     api = ctx.ensure_object(State).api
     group = ctx.parent
@@ -1412,6 +1414,8 @@ def mcp_stdio(ctx: click.Context) -> None:
         authorization=f"Bearer {key}" if key else None,
     )
     configure_logging(os.environ.get("MNEMO_LOG_LEVEL", "WARNING"))
+    # httpx logs each API call's URL (a document's file name, a key pasted as an id)
+    install_log_redaction()
     anyio.run(lambda: run_stdio(api.url, identity, timeout=api.timeout))
 
 

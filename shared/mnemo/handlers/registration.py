@@ -358,7 +358,8 @@ def _turn(
         zone_of(payload.timezone)
     except ValueError:
         return decision  # the history memory was already refused with INVALID_TIMEZONE
-    if rules.spoken_by_agent(payload.speaker):
+    # the speaker the event names, else the one its text names ("客服：我一般穿L码")
+    if rules.spoken_by_agent(payload.speaker or speaker_of(payload.text)):
         # the agent's own words ("我自己一般穿L码", "I live in Berlin too") are not the
         # user's memories: the turn is history, and only the history rules read it
         reading = Reading()
