@@ -364,13 +364,7 @@ def _turn(
         # user's memories: the turn is history, and only the history rules read it
         reading = Reading()
     else:
-        reading = rules.read(
-            payload.text,
-            event.occurred_at,
-            payload.timezone,
-            selector=selector,
-            stream=_StreamView(state, event.tenant, event.stream),
-        )
+        reading = _read(event, state, rules, payload, selector)
     for index, match in enumerate(reading.matches, start=1):
         registered = _register(event, state, match.draft, index, match.rule_id)
         decision.extend(registered)
@@ -477,6 +471,23 @@ class _StreamView:
 
     def current_for_key(self, key: str) -> Memory | None:
         return self.state.current_for_key(self.tenant, self.stream, key)
+
+
+def _read(
+    event: Envelope,
+    state: RegistrationState,
+    rules: RuleSet,
+    payload: ObservationRecorded,
+    selector: ExampleSelector | None,
+) -> Reading:
+    """What the registration rules make of an utterance, against the stream's memories."""
+    return rules.read(
+        payload.text,
+        event.occurred_at,
+        payload.timezone,
+        selector=selector,
+        stream=_StreamView(state, event.tenant, event.stream),
+    )
 
 
 def _retire(
@@ -872,13 +883,7 @@ def handle(
             zone_of(payload.timezone)
         except ValueError:
             return _reject(event, 0, "INVALID_TIMEZONE", _UNKNOWN_ZONE)
-        reading = rules.read(
-            payload.text,
-            event.occurred_at,
-            payload.timezone,
-            selector=selector,
-            stream=_StreamView(state, event.tenant, event.stream),
-        )
+        reading = _read(event, state, rules, payload, selector)
         if not reading.matches:
             reason = reading.reason.value if reading.reason else "NO_RULE_MATCHED"
             return Decision(
