@@ -500,3 +500,18 @@ def test_a_move_refused_past_or_compared_leaves_the_size(before: str, said_after
 def test_a_liking_of_what_has_no_key_of_its_own_is_no_memory() -> None:
     reading = RULES.read("我喜欢吃😀", T0, None, selector=SELECTOR)
     assert (reading.matches, reading.reason) == ((), Reason.VALUE_NOT_FOUND)
+
+
+@pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
+def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
+    state = said("我一般穿L码")
+    decision = run(state, text, minutes=5)
+    assert outcomes(decision) == [(0, OutcomeKind.IGNORED, "NO_RULE_MATCHED")]
+    assert current(state, "size") == "L"
+
+
+def test_a_move_of_the_size_said_as_not_wanted_is_no_dislike() -> None:
+    state = said("remember my size is M")
+    decision = run(state, "I don't want one size up", minutes=5)
+    assert memories(decision) == []
+    assert current(state, "size") == "M"
