@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -234,6 +235,15 @@ def missing(what: str, reason: str, *, module_level: bool = False) -> NoReturn:
         pytest.fail(f"{what} is required under CI: {reason}")
     start = f"; start it: {_START[what]}" if what in _START else ""
     pytest.skip(f"{what} is not available ({reason}){start}", allow_module_level=module_level)
+
+
+def answer_json(handler: BaseHTTPRequestHandler, code: int, body: bytes) -> None:
+    """A stand-in health endpoint's answer: `body` as JSON with status `code`."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 SERVICES_ENV = Path(__file__).resolve().parents[1] / "var" / "run" / "services.env"

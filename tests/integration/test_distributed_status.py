@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.distributed_support import distributed_settings, running_distributed
+from tests.support import answer_json
 
 from mnemo.bootstrap import Platform
 from mnemo.entrypoints.admin import distributed_status
@@ -28,11 +29,7 @@ class Component:
             def do_GET(self) -> None:
                 outer.calls += 1
                 body = b'{"status": "fenced"}' if outer.code == 503 else b'{"status": "ready"}'
-                self.send_response(outer.code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                answer_json(self, outer.code, body)
 
             def log_message(self, *args: object) -> None:
                 pass

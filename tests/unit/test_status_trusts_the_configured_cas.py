@@ -19,6 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from tests.support import answer_json
 
 from mnemo.entrypoints.admin import backing_services
 from mnemo.settings import MnemoSettings
@@ -74,12 +75,7 @@ def _private_ca(directory: Path) -> tuple[Path, Path, Path]:
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # Qdrant's /readyz and the vault's /v1/sys/health alike
-        body = b"{}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        answer_json(self, 200, b"{}")
 
     def log_message(self, *args: object) -> None:
         pass
