@@ -208,29 +208,43 @@ def _forms(marker: str) -> set[bytes]:
     return forms
 
 
-def scan(markers: Iterable[str], paths: Iterable[Path], texts: Iterable[str] = ()) -> list[str]:
-    """'marker in place' for every marker found in the files under `paths` (recursively)
-    or in the given texts (captured log lines); empty when none is anywhere."""
-    wanted = {m: _forms(m) for m in markers}
-    owner = {form: m for m, forms in wanted.items() for form in forms}
-    pattern = re.compile(b"|".join(re.escape(f) for f in sorted(owner, key=len, reverse=True)))
-    found: list[str] = []
+def _files(paths: list[Path]) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
             files.extend(p for p in sorted(path.rglob("*")) if p.is_file())
+    return files
+
+
+def scan(markers: Iterable[str], paths: Iterable[Path], texts: Iterable[str] = ()) -> list[str]:
+    """'marker in place' for every marker found in the files under `paths` (recursively)
+    or in the given texts (captured log lines); empty when none is anywhere."""
+    wanted = {m: _forms(m) for m in markers}
+    owner = {form: m for m, forms in wanted.items() for form in forms}
+    pattern = re.compile(b"|".join(re.escape(f) for f in sorted(owner, key=len, reverse=True)))
+    paths = list(paths)
 
     def hits(data: bytes) -> list[str]:  # one pass over the bytes for every marker
         return sorted({owner[m.group()] for m in pattern.finditer(data)}) if owner else []
 
-    for file in files:
-        try:
-            data = file.read_bytes()
-        except FileNotFoundError:  # a live service removed it meanwhile (a recycled segment)
-            continue
-        found += [f"{marker} in {file}" for marker in hits(data)]
+    # A live service replaces files while they are read: a compaction writes its new
+    # SSTable, then deletes the ones it merged; Kafka recycles a segment. A file listed and
+    # gone before it was read may have handed its bytes to one the listing missed, so a
+    # pass that lost a file is done again from a fresh listing.
+    for _ in range(20):
+        found: list[str] = []
+        lost = False
+        for file in _files(paths):
+            try:
+                data = file.read_bytes()
+            except FileNotFoundError:
+                lost = True
+                continue
+            found += [f"{marker} in {file}" for marker in hits(data)]
+        if not lost:
+            break
     for i, text in enumerate(texts):
         found += [f"{marker} in log text {i}" for marker in hits(text.encode("utf-8"))]
     return found
