@@ -236,7 +236,11 @@ def scan(markers: Iterable[str], paths: Iterable[Path], texts: Iterable[str] = (
     for _ in range(20):
         found: list[str] = []
         lost = False
-        for file in _files(paths):
+        try:
+            files = _files(paths)
+        except FileNotFoundError:  # a directory went while it was listed
+            continue
+        for file in files:
             try:
                 data = file.read_bytes()
             except FileNotFoundError:
