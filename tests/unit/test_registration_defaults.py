@@ -502,6 +502,20 @@ def test_a_liking_of_what_has_no_key_of_its_own_is_no_memory() -> None:
     assert (reading.matches, reading.reason) == ((), Reason.VALUE_NOT_FOUND)
 
 
+def test_languages_told_apart_by_a_sign_keep_keys_of_their_own() -> None:
+    state = said("I like C++", "I like C", "I like C#")
+    assert (current(state, "likes.c_plus_plus"), current(state, "likes.c")) == ("C++", "C")
+    assert current(state, "likes.c_sharp") == "C#"
+
+
+def test_a_thing_typed_in_full_width_letters_is_the_same_thing() -> None:
+    state = said("我喜欢ｃｏｆｆｅｅ")
+    assert current(state, "likes.coffee") == "ｃｏｆｆｅｅ"
+    decision = run(state, "我不喜欢coffee了", minutes=5)
+    assert [m.key for m in registered(decision) if m.key] == ["dislike.coffee"]
+    assert current(state, "likes.coffee") is None
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")

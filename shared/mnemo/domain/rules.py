@@ -317,6 +317,9 @@ _TIME_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _FROM_TEXT_FALLBACK = "24h"
 _KEY_JUNK = re.compile(r"[^\w.-]+")
+# a sign right after a name's letters is part of the name: c++, c#, f#, disney+
+_KEY_SIGNS = re.compile(r"(?<=\w)(?:\+\+|\+|#)")
+_SIGN_WORDS = {"++": "plus_plus", "+": "plus", "#": "sharp"}
 # what `negates` may name: a key, or a family of keys by its prefix (`likes.*`)
 _NEGATED = re.compile(r"[\w-]+(?:\.[\w-]+)*(?:\.\*)?")
 # sentence-final particles that are not part of a value: 换成XL吧, 改成M的, 不要葱了
@@ -913,10 +916,14 @@ class _NoStream:
 
 
 def _key_of(text: str) -> str:
-    key = _KEY_JUNK.sub("_", text.strip().lower().replace(" ", "_")).strip("_")
+    """A key from words: compatibility forms folded (ＸＬ is XL), lower case, and the signs
+    that tell languages apart spelled out (C, C++ and C# are three keys, not one)."""
+    text = unicodedata.normalize("NFKC", text).strip().lower()
+    text = _KEY_SIGNS.sub(lambda m: "_" + _SIGN_WORDS[m.group()], text)
+    key = _KEY_JUNK.sub("_", text.replace(" ", "_")).strip("_")
     return key[:64].rstrip("_.-")
 
 
 def _same_thing(held: str, negated: str) -> bool:
-    a, b = held.casefold().strip(), negated.casefold().strip()
+    a, b = (unicodedata.normalize("NFKC", x).casefold().strip() for x in (held, negated))
     return bool(a and b) and (a in b or b in a)
