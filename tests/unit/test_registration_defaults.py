@@ -516,6 +516,35 @@ def test_a_thing_typed_in_full_width_letters_is_the_same_thing() -> None:
     assert current(state, "likes.coffee") is None
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "please forget that I like tea",
+        "forget what I said about tea",
+        "Okay, forget that I said I like tea",
+        "stop remembering that I like tea",
+        "忘掉我喜欢茶这件事",
+        "请忘记我喜欢茶",
+        "别记我喜欢茶了",
+        "把我说喜欢茶这件事删掉",
+    ],
+)
+def test_a_request_to_forget_is_no_memory_of_what_it_names(text: str) -> None:
+    state = said("I like tea", "我喜欢茶")
+    decision = run(state, text, minutes=5)
+    assert outcomes(decision) == [(0, OutcomeKind.IGNORED, "FORGET_REQUESTED")]
+    # the agent confirms what to forget: registration never forgets on its own
+    assert (current(state, "likes.tea"), current(state, "likes.茶")) == ("tea", "茶")
+
+
+@pytest.mark.parametrize(
+    "text", ["forget it", "forget about it, I'll buy it myself", "我忘了带伞", "请帮我删除这个订单"]
+)
+def test_never_mind_or_i_forgot_is_no_request_to_forget(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert reading.reason is not Reason.FORGET_REQUESTED
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")

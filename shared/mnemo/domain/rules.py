@@ -129,6 +129,7 @@ class Reason(StrEnum):
     REQUEST_NOT_UNDERSTOOD = "REQUEST_NOT_UNDERSTOOD"  # asks to be remembered; no rule read it
     ABOUT_SOMEONE_ELSE = "ABOUT_SOMEONE_ELSE"  # reads like a memory, of another person's
     AMBIGUOUS_REFERENCE = "AMBIGUOUS_REFERENCE"  # "I don't want this one": which one? ask
+    FORGET_REQUESTED = "FORGET_REQUESTED"  # "forget that I like tea": confirm, then forget
 
 
 Normalizer = Literal["number", "size", "upper"]
@@ -387,6 +388,36 @@ _REQUEST = re.compile(
 _PLEASE = re.compile(r"请|麻烦|帮我|\bplease\b", re.IGNORECASE)
 
 
+# a request to forget something said: never heard as what it names ("forget that I like
+# tea" is no liking). "Forget it" alone is never mind, and 我忘了… is "I forgot", so a
+# Chinese request needs a word that makes it one (掉, 请, 帮我, 别/不要记, 把…删)
+_FORGET = re.compile(
+    r"^\W*(?:(?:ok|okay|so|and|also|actually|oh|now|hey),?\s+)?(?:please\s+)?"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+)?"
+    r"(?:forget\s+(?!it\b|about\s+it\b|this\b\W*$|that\b\W*$)"
+    r"(?:what\b|that\b|about\b|my\b|me\b|everything\b|all\b|the\b|any\b|i\b)"
+    r"|(?:delete|erase|wipe|remove|clear)\s+(?:what\s+i\s+(?:said|told)|what\s+you\s+know"
+    r"|everything\s+(?:you|about\s+me|i\s+said)|all\s+(?:you|that\s+you|my\s+data)"
+    r"|my\s+(?:data|info|information|details|memories|preferences|profile)\b|that\s+i\b)"
+    r"|stop\s+remembering\b|(?:don't|do\s+not)\s+(?:remember|keep|store)\s+(?:that|this|my|what)\b)"
+    r"|忘掉|(?:请|帮我|麻烦你?)\s*(?:把.{0,30})?(?:忘记|忘了|忘掉)"
+    r"|(?:别|不要|不用)(?:再)?记(?:住|着|下)?(?:我|这|那|刚才|之前)"
+    r"|把.{0,20}(?:我的|我说|我刚才|我之前|关于我|记忆|记录|这条|那条|这件事).{0,20}"
+    r"(?:忘掉|忘了吧|删掉|删了吧?|删除|去掉)",
+    re.IGNORECASE,
+)
+_FORGET_DETAIL = (
+    "asks to forget something said before: confirm with the user which memories, "
+    "then forget them through the API"
+)
+
+
+def _asks_to_forget(text: str) -> bool:
+    """A request to forget ("forget that I like tea", "忘掉我喜欢茶这件事"): nothing in it is
+    a memory to keep, and what to forget is the agent's to confirm (FORGET_REQUESTED)."""
+    return bool(_FORGET.search(text))
+
+
 def _supposes(text: str) -> bool:
     """A supposition ("如果我对花生过敏…", "what if my budget were 500"): whatever rule hears
     it, the user stated nothing. No rule registers one, by pattern or by examples, unless
@@ -609,6 +640,8 @@ class RuleSet:
         """Patterns first, in file order; when none triggers, the rules the selector ranks
         (their examples are close to the utterance) extract a value with their slots."""
         zone_of(zone_name)  # an unknown zone is an error before anything is read
+        if _asks_to_forget(text):
+            return Reading(reason=Reason.FORGET_REQUESTED, detail=_FORGET_DETAIL)
         view = stream or _NoStream()
         found: dict[str, RuleMatch] = {}
         claimed: list[tuple[int, int]] = []

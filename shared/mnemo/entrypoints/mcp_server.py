@@ -238,7 +238,8 @@ class ExtractedOut(BaseModel):
         default=None,
         description="why nothing was remembered: VALUE_NOT_FOUND (ask for the value), "
         "TARGET_NOT_FOUND (ask what to change), REQUEST_NOT_UNDERSTOOD (declare it), "
-        "AMBIGUOUS_REFERENCE (ask which thing the user means)",
+        "AMBIGUOUS_REFERENCE (ask which thing the user means), FORGET_REQUESTED (confirm "
+        "which memories, then call forget)",
     )
     detail: str | None = None
 

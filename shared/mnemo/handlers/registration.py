@@ -459,7 +459,13 @@ class _FactView:
 
 # reasons that say an utterance looked like a memory that registration could not complete
 MISSED = frozenset(
-    {"VALUE_NOT_FOUND", "TARGET_NOT_FOUND", "REQUEST_NOT_UNDERSTOOD", "AMBIGUOUS_REFERENCE"}
+    {
+        "VALUE_NOT_FOUND",
+        "TARGET_NOT_FOUND",
+        "REQUEST_NOT_UNDERSTOOD",
+        "AMBIGUOUS_REFERENCE",
+        "FORGET_REQUESTED",
+    }
 )
 
 

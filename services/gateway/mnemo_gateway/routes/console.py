@@ -301,7 +301,7 @@ class RejectionOut(BaseModel):
         default="rejected",
         description="rejected, or ignored: an utterance that looked like a memory but "
         "yielded none (VALUE_NOT_FOUND, TARGET_NOT_FOUND, REQUEST_NOT_UNDERSTOOD, "
-        "AMBIGUOUS_REFERENCE)",
+        "AMBIGUOUS_REFERENCE, FORGET_REQUESTED)",
     )
     reason_code: str
     detail: str | None
