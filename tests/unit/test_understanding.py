@@ -24,6 +24,7 @@ from mnemo.domain.rules import (
     RuleSet,
     moved_size,
     normalize_size,
+    shifted_amount,
     ttl_from_text,
 )
 from mnemo.handlers import Decision, registration
@@ -275,6 +276,69 @@ def test_sizes_move_along_their_ladder(value: str, step: float, moved: str | Non
     assert moved_size(value, step) == moved
 
 
+@pytest.mark.parametrize(
+    ("held", "amount", "sign", "shifted"),
+    [
+        ("5000", "1000", 1, "6000"),
+        ("5000块", "500", -1, "4500块"),
+        ("$500", "200 dollars", 1, "$700"),
+        ("2,000 dollars", "500", -1, "1,500 dollars"),
+        ("2k", "500", -1, "1.5k"),
+        ("1万", "2000", 1, "1.2万"),
+        ("1万", "3333", 1, "13333"),
+        ("5000", "1k", 1, "6000"),
+        ("500", "500", -1, None),
+        ("about two hundred", "50", 1, None),
+    ],
+)
+def test_an_amount_shifts_in_its_own_words(
+    held: str, amount: str, sign: int, shifted: str | None
+) -> None:
+    assert shifted_amount(held, amount, sign) == shifted
+
+
+@pytest.mark.parametrize(
+    ("said_first", "change", "budget"),
+    [
+        ("我的预算是五千", "预算再加一千", "6000"),
+        ("我的预算是五千块", "预算再多一千块", "6000块"),
+        ("我的预算是五千", "预算减少五百", "4500"),
+        ("我的预算是五千", "预算提高到八千", "8000"),
+        ("my budget is $500", "increase my budget by 200", "$700"),
+        ("my budget is 2000 dollars", "add 100 to my budget", "2100 dollars"),
+        ("my budget is 2k", "please take 500 off my budget", "1.5k"),
+        ("my budget is 500", "raise my budget to 800", "800"),
+    ],
+)
+def test_a_budget_changed_by_an_amount_supersedes_the_held_one(
+    said_first: str, change: str, budget: str
+) -> None:
+    state = DictState()
+    run(state, said_first)
+    decision = run(state, change, at=T0 + timedelta(minutes=1))
+    assert outcome(decision)[:2] == (OutcomeKind.SUPERSEDED, None)
+    assert current(state, "budget") == budget
+
+
+@pytest.mark.parametrize(
+    ("said_first", "change", "reason"),
+    [
+        (None, "预算再加一千", "TARGET_NOT_FOUND"),  # from what? the agent asks
+        (None, "raise my budget by 100", "TARGET_NOT_FOUND"),
+        ("my budget is 500", "cut the budget by 600", "VALUE_NOT_FOUND"),
+    ],
+)
+def test_a_change_by_an_amount_with_nothing_to_change_asks(
+    said_first: str | None, change: str, reason: str
+) -> None:
+    state = DictState()
+    if said_first is not None:
+        run(state, said_first)
+    decision = run(state, change, at=T0 + timedelta(minutes=1))
+    assert outcome(decision)[:2] == (OutcomeKind.IGNORED, reason)
+    assert current(state, "budget") == ("500" if said_first else None)
+
+
 # ---- temporary intents -----------------------------------------------------------------
 
 
@@ -422,6 +486,9 @@ def test_an_operator_file_extends_the_defaults(tmp_path: Path) -> None:
         ),
         ({"pattern": "a", "negates": ("likes.{value}",)}, "a family of keys"),
         ({"pattern": "a", "key": "{value}", "steps": {"up": 1}}, "steps move a literal key"),
+        ({"pattern": "a", "kind": "negation", "shifts": {"加": 1}}, "shifts change a literal"),
+        ({"pattern": "a", "shifts": {"加": 2}}, "the sign is 1 or -1"),
+        ({"pattern": "a", "shifts": {"加": 1}, "steps": {"up": 1}}, "not both"),
         ({"examples": ("x",), "slots": ("no value group",)}, "no \\(\\?P<value>"),
     ],
 )

@@ -170,6 +170,11 @@ class RegistrationRule(BaseModel):
         description="a move of the key's current value (大一号, one size up): the matched "
         "value's words -> how many sizes (or units of a number) to move it",
     )
+    shifts: dict[str, float] = Field(
+        default_factory=dict,
+        description="a change of the key's current amount by the matched value (预算再加一千, "
+        "raise my budget by 200): the `direction` group's word -> its sign (1 or -1)",
+    )
     type: MemoryType | None = None
     scope: Scope = Scope.USER
     key: str | None = Field(
@@ -215,6 +220,13 @@ class RegistrationRule(BaseModel):
             raise ValueError("ttl from_text is for temporary rules")
         if self.steps and (self.kind is not RuleKind.STATEMENT or "{" in (self.key or "{")):
             raise ValueError("steps move a literal key's current value: a statement's")
+        if self.shifts and (self.kind is not RuleKind.STATEMENT or "{" in (self.key or "{")):
+            raise ValueError("shifts change a literal key's current amount: a statement's")
+        if self.shifts and self.steps:
+            raise ValueError("a rule either moves a size (steps) or shifts an amount, not both")
+        for word, sign in self.shifts.items():
+            if sign not in (1, -1):
+                raise ValueError(f"shifts {word!r}: the sign is 1 or -1")
         if self.negates and self.kind is RuleKind.CORRECTION:
             raise ValueError("a correction replaces the value it corrects; it negates no keys")
         for negated in self.negates:
@@ -493,6 +505,40 @@ def moved_size(value: str, step: float) -> str | None:
             return None
         return str(int(moved)) if moved == int(moved) else f"{moved:g}"
     return None
+
+
+_AMOUNT = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:\s*([kK千万]))?")
+_AMOUNT_SCALE = {"": 1, "k": 1_000, "千": 1_000, "万": 10_000}
+
+
+def _amount(text: str) -> tuple[float, re.Match[str]] | None:
+    found = _AMOUNT.search(text)
+    if found is None:
+        return None
+    number = float(found.group(1).replace(",", ""))
+    return number * _AMOUNT_SCALE[(found.group(2) or "").lower()], found
+
+
+def shifted_amount(current: str, amount: str, sign: float) -> str | None:
+    """`current` (5000, 5000元, $500, 2k, 1万) changed by sign x `amount` (1000, 200 dollars,
+    1k), written in the current value's own words; None when either holds no number or the
+    result would not be above zero."""
+    held, by = _amount(current), _amount(amount)
+    if held is None or by is None:
+        return None
+    (base, where), (change, _) = held, by
+    total = base + sign * change
+    if total <= 0:
+        return None
+    unit = where.group(2) or ""
+    shown = round(total / _AMOUNT_SCALE[unit.lower()], 3)  # 2k + 500 -> 2.5k
+    if abs(shown * _AMOUNT_SCALE[unit.lower()] - total) > 1e-6:  # 1万 + 3333: 13333
+        shown, unit = round(total, 3), ""
+    if shown == int(shown):
+        number = f"{int(shown):,}" if "," in where.group(1) else str(int(shown))
+    else:
+        number = f"{shown:.3f}".rstrip("0")
+    return current[: where.start()] + number + unit + current[where.end() :]
 
 
 def ttl_from_text(text: str) -> str:
@@ -782,6 +828,11 @@ class RuleSet:
             if isinstance(moved, tuple):
                 return moved
             value = moved
+        if rule.shifts:
+            shifted = self._shifted(rule, value, groups.get("direction", ""), stream)
+            if isinstance(shifted, tuple):
+                return shifted
+            value = shifted
         if _PRONOUN.fullmatch(value) or _ONLY_PARTICLES.fullmatch(value):
             # "stop calling me": the words after the verb name a person, not a thing
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found a pronoun, not a value")
@@ -817,6 +868,22 @@ class RuleSet:
         if moved is None:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} cannot move {rule.key} so")
         return moved
+
+    def _shifted(
+        self, rule: RegistrationRule, amount: str, direction: str, stream: StreamView
+    ) -> str | tuple[Reason, str]:
+        """The key's current amount changed by the one said (5000 + 一千 -> 6000), written
+        as the current value writes it ($500 + 200 -> $700); with no current amount there
+        is nothing to change, so the agent asks."""
+        assert rule.key is not None
+        sign = rule.shifts.get(" ".join(direction.casefold().split()))
+        current = stream.current_for_key(rule.key)
+        if current is None or not current.value:
+            return (Reason.TARGET_NOT_FOUND, f"a change of {rule.key}, but from what? ask the user")
+        shifted = shifted_amount(current.value, amount, sign) if sign is not None else None
+        if shifted is None:
+            return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} cannot change {rule.key} so")
+        return shifted
 
     def _correction(
         self,
