@@ -86,6 +86,9 @@ def conflicts(a: str, b: str) -> list[str]:
         # the same words in another form (recommended, calling)
         ("Do not recommend crypto funds", "Crypto funds may be recommended", "allows"),
         ("Never call the customer after 9pm", "Calling the customer after 9pm is fine", "allows"),
+        # a verb that only carries its object (offer, give) names nothing of its own
+        ("Never offer discounts above 10%", "Discounts above 10% are allowed", "allows"),
+        ("Never give refunds without a receipt", "Refunds without a receipt are allowed", "allows"),
     ],
 )
 def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
@@ -102,6 +105,7 @@ def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
         ("Discounts must not exceed 20%", "Commission must not exceed 5%"),
         ("Never call customers after 9pm", "Agents may call customers before noon"),
         ("Never share passwords", "Sharing files is allowed"),
+        ("Never offer free shipping", "Discounts above 10% are allowed"),
         # a narrower rule beside the general one: an exception, not a conflict
         ("Discounts must not exceed 20%", "Discounts for VIP members must not exceed 30%"),
         ("单笔转账不得超过5万元", "VIP客户单笔转账不得超过20万元"),

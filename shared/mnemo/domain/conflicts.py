@@ -159,6 +159,12 @@ _STOP = frozenset(
         "should",
         "shall",
         "will",
+        # verbs that only carry their object: "never offer discounts above 10%" is about
+        # the discounts that "discounts above 10% are allowed" allows
+        "offer",
+        "give",
+        "provide",
+        "grant",
         "每",
         "各",
         "必",
