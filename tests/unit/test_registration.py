@@ -517,6 +517,11 @@ def test_a_turn_recorded_with_its_speaker_is_tagged_with_that_speaker() -> None:
         ("客服", "亲，不要再犹豫了，今天下单有优惠"),
         ("Agent", "I live in Berlin too"),
         ("assistant", "Got it, please reply in English"),
+        # a role and a name, or a role among other words
+        ("客服小美", "我的尺码是XL，这款偏大"),
+        ("理财经理", "我的尺码是XL"),
+        ("sales rep", "my size is XL"),
+        ("AI advisor", "my size is XL"),
     ],
 )
 def test_the_agent_sides_turns_are_history_and_never_the_users_memories(

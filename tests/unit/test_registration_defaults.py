@@ -296,7 +296,8 @@ def test_a_past_account_or_a_supposition_asks_for_no_value(text: str) -> None:
 def test_none_of_these_touches_a_memory_of_the_user() -> None:
     state = said("我对花生过敏")
     run(state, "我妹妹对海鲜过敏", minutes=5)
-    assert current(state, "allergy") == "花生"
+    assert current(state, "allergy.花生") == "花生"
+    assert current(state, "allergy.海鲜") is None
     assert all(m.status is MemoryStatus.ACTIVE for m in state.memories.values())
 
 
@@ -543,6 +544,121 @@ def test_a_request_to_forget_is_no_memory_of_what_it_names(text: str) -> None:
 def test_never_mind_or_i_forgot_is_no_request_to_forget(text: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert reading.reason is not Reason.FORGET_REQUESTED
+
+
+# ---- what a negation, another person, the past or "a bit" says is never the thing ------
+
+
+@pytest.mark.parametrize(
+    "text", ["我对花生不过敏", "我对花生已经不过敏了", "医生说我对花生不过敏了"]
+)
+def test_not_being_allergic_supersedes_the_allergy_and_is_never_one(text: str) -> None:
+    state = said("我对花生过敏")
+    decision = run(state, text, minutes=5)
+    assert outcomes(decision) == [(0, OutcomeKind.SUPERSEDED, None)]
+    [memory] = registered(decision)
+    assert (memory.key, memory.content) == ("allergy.花生", "对花生不过敏")
+
+
+def test_a_question_whether_one_is_allergic_changes_nothing() -> None:
+    state = said("我对花生过敏")
+    decision = run(state, "我对花生过不过敏", minutes=5)
+    assert [code for _, _, code in outcomes(decision)] == ["NO_RULE_MATCHED"]
+    assert current(state, "allergy.花生") == "花生"
+
+
+def test_a_second_allergy_stands_beside_the_first() -> None:
+    state = said("我对花生过敏", "我还对芒果过敏", "I'm allergic to penicillin")
+    assert (current(state, "allergy.花生"), current(state, "allergy.芒果")) == ("花生", "芒果")
+    assert current(state, "allergy.penicillin") == "penicillin"
+    decision = run(state, "I'm not allergic to penicillin after all", minutes=5)
+    assert [m.content for m in registered(decision)] == ["not allergic to penicillin"]
+    assert current(state, "allergy.花生") == "花生"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("我不是保守型投资者", "risk_profile"),
+        ("I'm not a conservative investor", "risk_profile"),
+        ("我今天不想吃辣", "intent"),
+        ("tonight I don't want sushi", "dislike.sushi"),
+        ("这周我不想买衣服", "avoid.衣服"),
+        ("I don't want coffee today", "dislike.coffee"),
+        ("I'm on vacation until Friday, don't call me", "avoid.call"),
+    ],
+)
+def test_a_negated_or_passing_wish_is_never_a_standing_memory(text: str, key: str) -> None:
+    state = DictState()
+    decision = run(state, text)
+    assert registered(decision) == []
+    assert outcomes(decision)[0][1] is OutcomeKind.IGNORED
+    assert current(state, key) is None
+
+
+@pytest.mark.parametrize(
+    ("said_first", "text", "key", "held"),
+    [
+        ("我穿L码", "帮我老公挑一件，他穿XXL", "size", "L"),
+        ("我穿L码", "给我妈买件外套，她穿M", "size", "L"),
+        ("我穿L码", "我女朋友穿S码的", "size", "L"),
+        ("我的预算是三千", "我老公的预算是五千", "budget", "3000"),
+    ],
+)
+def test_anothers_size_or_budget_leaves_the_users_alone(
+    said_first: str, text: str, key: str, held: str
+) -> None:
+    state = said(said_first)
+    decision = run(state, text, minutes=5)
+    assert outcomes(decision) == [(0, OutcomeKind.IGNORED, "ABOUT_SOMEONE_ELSE")]
+    assert current(state, key) == held
+
+
+@pytest.mark.parametrize(
+    "text", ["我以前穿XL", "I used to wear XL", "我昨天跟客服说我穿XL，其实不对"]
+)
+def test_a_size_worn_before_is_not_the_size_now(text: str) -> None:
+    state = said("我穿L码")
+    run(state, text, minutes=5)
+    assert current(state, "size") == "L"
+
+
+def test_the_last_value_of_a_correction_that_corrects_itself_wins() -> None:
+    state = said("我穿L码")
+    run(state, "尺码改成XL，不对，改成M", minutes=5)
+    assert current(state, "size") == "M"
+
+
+@pytest.mark.parametrize("text", ["预算少一点，四千吧", "预算少一点吧", "预算多一点，六千吧"])
+def test_a_bit_more_or_less_is_no_amount_of_one(text: str) -> None:
+    state = said("我的预算是五千")
+    run(state, text, minutes=5)
+    assert current(state, "budget") == "5000"  # no amount of its own: the agent asks
+
+
+@pytest.mark.parametrize(("text", "budget"), [("我的预算是3k", "3k"), ("我最多花1.5k", "1.5k")])
+def test_a_chinese_budget_keeps_its_thousands(text: str, budget: str) -> None:
+    state = said(text)
+    assert current(state, "budget") == budget
+    run(state, "预算再加五百", minutes=5)
+    assert current(state, "budget") == {"3k": "3.5k", "1.5k": "2k"}[budget]
+
+
+@pytest.mark.parametrize(
+    ("avoid", "channel", "key"),
+    [
+        ("please don't email me", "please contact me by email", "avoid.email"),
+        ("以后别打电话给我了", "以后用电话联系我吧", "avoid.电话"),
+    ],
+)
+def test_asking_to_be_contacted_on_a_channel_lifts_the_avoid_of_it(
+    avoid: str, channel: str, key: str
+) -> None:
+    state = said(avoid)
+    assert current(state, key) is not None
+    run(state, channel, minutes=5)
+    assert current(state, key) is None
+    assert current(state, "contact_channel") is not None
 
 
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])

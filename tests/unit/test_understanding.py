@@ -62,7 +62,7 @@ def current(state: DictState, key: str) -> str | None:
         ("我最多能花三千块", "budget", "3000块", True),
         ("预算大概五千元", "budget", "5000元", False),
         ("我不能接受超过百分之十的亏损", "max_loss", "10%", False),
-        ("I'm allergic to peanuts", "allergy", "peanuts", False),
+        ("I'm allergic to peanuts", "allergy.peanuts", "peanuts", False),
     ],
 )
 def test_statements_select_by_pattern_or_examples(

@@ -350,7 +350,7 @@ _QUESTION = re.compile(
 # An utterance that reports what happened (a past time named) states no lasting fact or
 # preference of the user's: "this fund lost 15% last year", "上次买的鞋是四十二码".
 _PAST = re.compile(
-    r"去年|前年|上次|上回|昨天|前天|上个月|上周|上星期"
+    r"去年|前年|上次|上回|昨天|前天|上个月|上周|上星期|以前|曾经|\bused\s+to\b"
     r"|\blast\s+(?:year|time|month|week|night)\b|\byesterday\b|\b\d+\s+\w+\s+ago\b",
     re.IGNORECASE,
 )
@@ -358,7 +358,10 @@ _PAST = re.compile(
 
 _SOMEONE_ELSE = re.compile(
     r"^\s*(?:他|她|他们|她们|我(?:的)?(?:妈妈|妈|爸爸|爸|朋友|同事|妹妹|姐姐|哥哥|弟弟|老婆|老公|"
-    r"孩子|儿子|女儿|父母|家人|领导|老板))|"
+    r"孩子|儿子|女儿|父母|家人|领导|老板|女朋友|男朋友|对象|爱人|丈夫|妻子|太太|先生|室友|闺蜜|"
+    r"同学|爷爷|奶奶|外公|外婆|姥姥|姥爷|宝宝|小孩|弟|妹|哥|姐))|"
+    # 给我妈买件外套，她穿M / 帮我老公挑一件，他穿XXL: a later clause about him or her
+    r"[，,;；]\s*(?:他|她|他们|她们)(?:也|都|一般|平时|通常)?(?:穿|要|喜欢|的|对|是|买|预算)|"
     r"^\s*(?:he|she|they|my\s+(?:\w+\s+)?(?:mom|mother|dad|father|friend|brother|sister|wife|"
     r"husband|son|daughter|kids?|parents|colleague|boss|partner))\b",
     re.IGNORECASE,
@@ -369,6 +372,14 @@ _SOMEONE_ELSE_DETAIL = "it is about someone else, not the user: nothing to ask"
 _REFERENCE_DETAIL = "it points at something said or shown before: ask which one is meant"
 _SUPPOSED_DETAIL = "a supposition states nothing to remember"
 _PAST_DETAIL = "it reports something past, not a standing fact"
+
+
+def _last_match(pattern: LinearPattern, text: str) -> PatternMatch | None:
+    """The last of the non-overlapping matches of `pattern` in `text`."""
+    last = None
+    for last in pattern.finditer(text):  # noqa: B007 (the loop keeps the last)
+        pass
+    return last
 
 
 def _about_someone_else(text: str) -> bool:
@@ -636,7 +647,16 @@ class RuleSet:
     def spoken_by_agent(self, speaker: str | None) -> bool:
         """Whether a turn's speaker is the agent side of the conversation (agent_speakers),
         whose words are never the user's memories."""
-        return speaker is not None and _speaker_key(speaker) in self.agent_speakers
+        if speaker is None:
+            return False
+        name = _speaker_key(speaker)
+        if name in self.agent_speakers:
+            return True
+        # 客服小美, 销售小王: a role and a name; "sales rep", "AI advisor": a role among words
+        words = re.split(r"[\s_\-./:]+", name)
+        if any(w in self.agent_speakers for w in words if w):
+            return True
+        return any(not agent.isascii() and name.startswith(agent) for agent in self.agent_speakers)
 
     # ---- what the example selector needs -----------------------------------------------
 
@@ -696,9 +716,17 @@ class RuleSet:
             if pattern is None or self._excluded(rule, text):
                 continue
             hit = pattern.search(text)
+            if hit is not None and rule.kind is RuleKind.CORRECTION:
+                # 尺码改成XL，不对，改成M: the last value the user gave is the one meant
+                hit = _last_match(pattern, text) or hit
             if hit is None or any(
                 hit.start() < end and start < hit.end() for start, end in claimed
             ):
+                continue
+            if "{key}" not in (rule.key or "") and _about_someone_else(text):
+                # 我老公的预算是五千: the rule's key is the user's own; "remember my wife's
+                # name is Anna" (a key taken from the words) still is the user's to keep
+                miss = miss or (Reason.ABOUT_SOMEONE_ELSE, _SOMEONE_ELSE_DETAIL)
                 continue
             built = self._build(rule, hit, text, occurred_at, zone_name, view, "pattern")
             if isinstance(built, tuple):
