@@ -661,6 +661,40 @@ def test_asking_to_be_contacted_on_a_channel_lifts_the_avoid_of_it(
     assert current(state, "contact_channel") is not None
 
 
+@pytest.mark.parametrize(
+    ("avoid", "lifted", "key"),
+    [
+        ("不要再推荐理财产品了", "以后可以给我推荐理财产品了", "理财产品"),
+        ("不要再推荐理财产品了", "理财产品可以推荐了", "理财产品"),
+        ("stop recommending crypto", "you can recommend crypto again", "crypto"),
+        (
+            "stop sending me promotional emails",
+            "ok, you can send me promotional emails again",
+            "promotional_emails",
+        ),
+    ],
+)
+def test_an_earlier_dont_lifted_in_plain_words_retires_the_avoid(
+    avoid: str, lifted: str, key: str
+) -> None:
+    state = said(avoid)
+    assert current(state, f"avoid.{key}") is not None
+    run(state, lifted, minutes=5)
+    assert current(state, f"avoid.{key}") is None
+    assert current(state, f"allow.{key}") is not None
+    run(state, avoid, minutes=10)  # and a later "don't" holds again
+    assert (current(state, f"avoid.{key}") is not None, current(state, f"allow.{key}")) == (
+        True,
+        None,
+    )
+
+
+def test_asking_for_what_was_avoided_lifts_nothing() -> None:
+    state = said("不要再推荐理财产品了")
+    run(state, "可以给我推荐理财产品吗？", minutes=5)
+    assert current(state, "avoid.理财产品") == "理财产品"
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")
