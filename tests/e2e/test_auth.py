@@ -570,8 +570,8 @@ def test_an_error_never_repeats_an_api_key(world: tuple[TestClient, Seeded]) -> 
             json={"where": [{"field": pasted, "op": "eq", "value": 1}]},
             headers=acme,
         ),
-        client.get(f"/v1/templates/{pasted}", headers=acme),
         client.post(
+
             "/v1/tenants/acme/keys",
             json={"name": "n", "scopes": ["memory:read"], "tools": [f"{pasted} x"]},
             headers=acme,
@@ -596,3 +596,7 @@ def test_an_error_never_repeats_an_api_key(world: tuple[TestClient, Seeded]) -> 
         assert secret[:8] not in r.text, r.text
         assert secret[-8:] not in r.text, r.text
         assert f"mnemo_{key_id}_[redacted]" in r.text, r.text
+    # in a path, the key is refused before anything reads it, and never named
+    in_path = client.get(f"/v1/templates/{pasted}", headers=acme)
+    assert in_path.json()["error"]["code"] == "CREDENTIAL_IN_URL"
+    assert key_id not in in_path.text and secret[:8] not in in_path.text

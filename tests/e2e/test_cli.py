@@ -20,6 +20,8 @@ from click.testing import CliRunner, Result
 from tests.support import fixed_key, free_port, install_keys, running_server, wait_healthy
 
 from mnemo.bootstrap import Platform, build_embedded
+from mnemo.client import MnemoClient, RetryPolicy
+from mnemo.client.errors import MnemoConnectionError
 from mnemo.domain.ids import new_event_id
 from mnemo.entrypoints import cli as cli_module
 from mnemo.entrypoints.admin import platform_checksum
@@ -424,6 +426,21 @@ def test_connection_refused_exits_3() -> None:
     result = CliRunner().invoke(cli, ["--url", url, "status"])
     assert result.exit_code == 3
     assert f"cannot reach Mnemo at {url} (is `mnemo serve` running?)" in result.stderr
+
+
+def test_a_password_in_the_url_is_never_printed() -> None:
+    port = unused_port()
+    result = CliRunner().invoke(cli, ["--url", f"http://user:S3cretPW@127.0.0.1:{port}", "status"])
+    assert result.exit_code == 3
+    assert f"cannot reach Mnemo at http://127.0.0.1:{port} " in result.stderr
+    assert "S3cretPW" not in result.stderr + result.output
+    sdk = MnemoClient(
+        f"http://u:S3cretPW@127.0.0.1:{port}", api_key="x", retry=RetryPolicy(attempts=1)
+    )
+    with pytest.raises(MnemoConnectionError) as caught:
+        sdk.get("m")
+    assert "S3cretPW" not in str(caught.value)
+    assert f"127.0.0.1:{port}" in str(caught.value)
 
 
 # ---- admin ----------------------------------------------------------------------------------

@@ -169,3 +169,73 @@ def test_the_audit_check_refuses_an_event_linked_twice(platform: Platform) -> No
         audit.link_hash(last.hash, audit.canonical(events[last.event_id])),
     )
     assert audit.verify([*trail, again], events) == last.n + 1
+
+
+# ---- credentials and names where they do not belong ---------------------------------------
+
+A_KEY = "mnemo_0123456789abcdef_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {**declared("x"), "stream": f"user:{A_KEY}"},
+        declared("x", correlation_id=A_KEY),
+        declared("x", causation_id=f"from {A_KEY}"),
+        {**declared("x"), "stream": "USER:V1"},  # another stream than user:V1, and no user's
+    ],
+)
+def test_an_identifier_that_holds_a_key_or_miscases_a_user_is_refused(
+    client: TestClient, platform: Platform, event: dict[str, Any]
+) -> None:
+    before = platform.log.head()
+    r = client.post("/v1/events", json=event, headers=H)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "INVALID_ENVELOPE"
+    assert A_KEY not in r.text
+    assert platform.log.head() == before
+
+
+def test_a_key_in_the_path_is_refused(client: TestClient) -> None:
+    r = client.get(f"/v1/subjects/{A_KEY}/memories", headers=H)
+    assert r.status_code == 400
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == ("CREDENTIAL_IN_URL", "path")
+
+
+def test_the_principal_is_utf8_and_never_a_key(client: TestClient, platform: Platform) -> None:
+    refused = client.post(
+        "/v1/events", json=declared("x"), headers={**H, "X-Mnemo-Principal": A_KEY}
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "INVALID_PRINCIPAL"
+    raw: dict[str, Any] = {**H, "X-Mnemo-Principal": "café".encode()}  # UTF-8 on the wire
+    accepted = client.post("/v1/events", json=declared("y"), headers=raw)
+    assert accepted.status_code == 202, accepted.text
+    [logged] = [
+        e
+        for e in platform.log.read(-1, 1_000)
+        if e.envelope.event_id == accepted.json()["accepted"][0]["event_id"]
+    ]
+    assert platform.sealer is not None  # the actor id is sealed in the log: open it
+    opened = platform.sealer.open_json(logged.envelope.model_dump(mode="json"))
+    assert opened["actor"]["id"] == "café"
+
+
+def test_a_body_that_names_a_member_twice_is_refused(
+    client: TestClient, platform: Platform
+) -> None:
+    before = platform.log.head()
+    body = (
+        b'{"type":"MemoryDeclared","schema_version":1,"stream":"user:FIRST","stream":"user:SECOND",'
+        b'"payload":{"memory":{"type":"fact","content":"x"}}}'
+    )
+    r = client.post("/v1/events", content=body, headers={**H, "Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "MALFORMED_JSON"
+    assert platform.log.head() == before
+    nested = (
+        b'{"events":[{"type":"MemoryDeclared","schema_version":1,"stream":"user:A",'
+        b'"payload":{"memory":{"type":"fact","content":"x","content":"y"}}}]}'
+    )
+    r = client.post("/v1/events", content=nested, headers={**H, "Content-Type": "application/json"})
+    assert r.json()["error"]["code"] == "MALFORMED_JSON"

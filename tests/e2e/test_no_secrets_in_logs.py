@@ -175,10 +175,10 @@ def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -
         assert httpx.get(f"{url}/v1/whoami", headers=auth(key)).json()["tenant"] == "default"
         assert httpx.get(f"{url}/v1/whoami?api_key={key}").status_code == 400
         assert httpx.get(f"{url}/v1/whoami", headers=auth(key[:-1] + "x")).status_code == 401
-        # a key pasted where an id goes is not repeated in the error
+        # a key pasted where an id goes is refused as a credential in the URL, unrepeated
         misplaced = httpx.get(f"{url}/v1/memories/{key}", headers=auth(key))
-        assert misplaced.status_code == 404
-        assert misplaced.json()["error"]["code"] == "MEMORY_NOT_FOUND"
+        assert misplaced.status_code == 400
+        assert misplaced.json()["error"]["code"] == "CREDENTIAL_IN_URL"
         assert secret_of(key) not in misplaced.text
         long_id = httpx.get(f"{url}/v1/events/{'e' * 3000}/outcome", headers=auth(key))
         assert long_id.status_code in (400, 404)

@@ -95,6 +95,8 @@ def test_passwords_and_tokens_by_context_and_shape() -> None:
     assert kinds("api key sk-abcdefghijklmnop1234") == [("api_token", "sk-abcdefghijklmnop1234")]
     assert kinds("token=9f8e7d6c5b4a") == [("api_token", "9f8e7d6c5b4a")]
     assert kinds("AKIAABCDEFGHIJKLMNOP in the config") == [("api_token", "AKIAABCDEFGHIJKLMNOP")]
+    mnemo_key = "mnemo_0123456789abcdef_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v"
+    assert kinds(f"the globex key is {mnemo_key}, keep it") == [("api_token", mnemo_key)]
 
 
 def test_ordinary_text_is_left_alone() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -46,7 +47,12 @@ _CREDENTIAL_PARAMS = frozenset(
 
 
 def refuse_credentials_in_url(request: Request) -> None:
-    """A credential in the query string is refused: URLs end up in logs and histories."""
+    """A credential in the query string or the path is refused: URLs end up in logs and
+    histories."""
+    if looks_like_key(request.url.path):
+        raise InvalidInput(
+            "send credentials in headers, never in the URL", code="CREDENTIAL_IN_URL", field="path"
+        )
     for name, value in request.query_params.multi_items():
         if name.lower() in _CREDENTIAL_PARAMS or looks_like_key(value):
             raise InvalidInput(
@@ -54,6 +60,15 @@ def refuse_credentials_in_url(request: Request) -> None:
                 code="CREDENTIAL_IN_URL",
                 field=name[:40],
             )
+
+
+def _utf8_header(value: str) -> str | None:
+    """A header value as the UTF-8 its bytes are (HTTP hands them over as Latin-1: café
+    would arrive as cafÃ©); None when they are no UTF-8."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return None
 
 
 def _one_header(request: Request, name: str, shown: str) -> str | None:
@@ -132,17 +147,18 @@ def needs(scope: Scope | None) -> Callable[..., RequestContext]:
         caller = authenticate(request)
         if scope is not None:
             require_scope(caller, scope)
+        given = _utf8_header(x_mnemo_principal) if x_mnemo_principal else None
         if x_mnemo_principal and (
-            len(x_mnemo_principal) > 128 or not x_mnemo_principal.isprintable()
+            given is None or len(given) > 128 or not given.isprintable() or looks_like_key(given)
         ):
             # the principal becomes the events' actor id: not cut short, nor taken with
             # control characters, without a word
             raise InvalidInput(
-                "X-Mnemo-Principal is 1 to 128 printable characters",
+                "X-Mnemo-Principal is 1 to 128 printable UTF-8 characters, and no API key",
                 code="INVALID_PRINCIPAL",
                 field="X-Mnemo-Principal",
             )
-        principal = (x_mnemo_principal or caller.name)[:128]
+        principal = (given or caller.name)[:128]
         return RequestContext(
             tenant=caller.tenant,
             principal=principal,
@@ -199,6 +215,25 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+class _TwiceNamed(Exception):
+    pass
+
+
+def _refuse_twice_named(pairs: list[tuple[str, Any]]) -> None:
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise _TwiceNamed
+    return None  # the values are orjson's; this pass only looks at the names
+
+
+def _names_a_member_twice(body: bytes) -> bool:
+    """Whether an object of the (valid) JSON body names one member twice."""
+    try:
+        json.loads(body, object_pairs_hook=_refuse_twice_named)
+    except _TwiceNamed:
+        return True
+    return False
+
+
 async def json_body(request: Request) -> Any:
     """The request body as JSON, refused when too large, malformed or too deeply nested."""
     settings = settings_of(request)
@@ -213,14 +248,19 @@ async def json_body(request: Request) -> Any:
         if size > limit:
             raise InvalidInput(f"body over {limit} bytes", code="PAYLOAD_TOO_LARGE")
         chunks.append(chunk)
+    body = b"".join(chunks)
     try:
-        value = orjson.loads(b"".join(chunks))
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"the body is not valid JSON: {exc.msg}", code="MALFORMED_JSON") from exc
     if _too_deep(value, settings.max_json_depth):
         raise InvalidInput(
             f"JSON nests deeper than {settings.max_json_depth}", code="JSON_TOO_DEEP"
         )
+    if b'"' in body and _names_a_member_twice(body):
+        # {"stream": "a", "stream": "b"}: a proxy that reads the first would see another
+        # request than the one handled here
+        raise InvalidInput("the body names a member of one object twice", code="MALFORMED_JSON")
     return value
 
 

@@ -141,11 +141,13 @@ class AsyncMnemoClient:
                     timeout=_core.http_timeout(self.timeout, call),
                 )
             except _core.FATAL as exc:
-                raise MnemoConnectionError(f"cannot talk to Mnemo at {self.url}: {exc}") from exc
+                shown = _core.shown_url(self.url)
+                raise MnemoConnectionError(f"cannot talk to Mnemo at {shown}: {exc}") from exc
             except httpx.TransportError as exc:
                 if last or not (call.idempotent or isinstance(exc, _core.NOT_SENT)):
+                    shown = _core.shown_url(self.url)
                     raise MnemoConnectionError(
-                        f"Mnemo at {self.url} did not answer: {type(exc).__name__} {exc}"
+                        f"Mnemo at {shown} did not answer: {type(exc).__name__} {exc}"
                     ) from exc
                 await self._sleep(self.retry.delay(retry, None, self._rng))
                 retry += 1

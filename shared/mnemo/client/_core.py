@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, Literal, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -145,8 +145,19 @@ def http_timeout(default: float, call: Call[Any]) -> float:
 
 
 def seg(value: str) -> str:
-    """One path segment, escaped."""
-    return quote(value, safe=":@")
+    """One path segment, escaped. A segment of dots is escaped too: '..' left as it is
+    would be folded away by the URL, and name another route (the tenant's whole log)."""
+    escaped = quote(value, safe=":@")
+    return escaped.replace(".", "%2E") if set(escaped) <= {"."} else escaped
+
+
+def shown_url(url: str) -> str:
+    """The URL as errors show it: without a user and password written into it."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def _instant(value: datetime | str) -> str:

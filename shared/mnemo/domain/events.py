@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from mnemo.domain.access import looks_like_key
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.edge import EDGE, JsonBool, at_edge, json_int, json_number
 from mnemo.domain.errors import InvalidInput
@@ -83,11 +84,24 @@ class ActorKind(StrEnum):
     SYSTEM = "system"
 
 
+def _no_credential(value: str) -> str:
+    """An identifier that holds an API key is refused: identifiers are stored and served
+    in clear (replay, the log), so a key pasted into one would be handed out again."""
+    if looks_like_key(value):
+        raise ValueError("holds an API key; credentials go in headers, never in identifiers")
+    return value
+
+
 class Actor(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: ActorKind
     id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+
+    @field_validator("id")
+    @classmethod
+    def _no_key(cls, value: str) -> str:
+        return _no_credential(value)
 
 
 class TraceContext(BaseModel):
@@ -138,8 +152,16 @@ class Envelope(BaseModel):
     @classmethod
     def _stream(cls, value: str) -> str:
         if not valid_stream(value):
-            raise ValueError("stream must be 1-128 letters, digits or '_.:@-', e.g. user:U7892")
-        return value
+            raise ValueError(
+                "stream must be 1-128 letters, digits or '_.:@-', e.g. user:U7892 (a user "
+                "stream's prefix is 'user:' in lower case)"
+            )
+        return _no_credential(value)
+
+    @field_validator("causation_id", "correlation_id")
+    @classmethod
+    def _ids(cls, value: str | None) -> str | None:
+        return None if value is None else _no_credential(value)
 
     @field_validator("occurred_at", "received_at", mode="before")
     @classmethod

@@ -26,7 +26,11 @@ def valid_tenant(value: str) -> bool:
 
 
 def valid_stream(value: str) -> bool:
-    return bool(STREAM_RE.fullmatch(value))
+    """A stream name; a user's stream is spelled `user:` in lower case (USER:V1 would be
+    another stream, outside the user's key and the user's forget)."""
+    if not STREAM_RE.fullmatch(value):
+        return False
+    return not (value[:5].casefold() == "user:" and value[:5] != "user:")
 
 
 def uuid7_at(ms: int, rand: bytes, version: int = 7) -> uuid.UUID:

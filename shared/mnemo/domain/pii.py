@@ -15,7 +15,7 @@
 * e-mail addresses, internationalized ones included ("用户@例子.中国", "jörg@bücher.de",
   punycode "xn--" domains),
 * passwords and API tokens, by context ("password: ...", "密码是...", "api key ...") or by
-  their well-known shapes (sk-..., ghp_..., AKIA...).
+  their well-known shapes (sk-..., ghp_..., AKIA..., and Mnemo's own mnemo_<id>_...).
 
 A tenant's `PiiPolicy` says per kind whether a value is encrypted (the default), masked,
 or makes the whole event rejected. Encrypted values are replaced in the text by a
@@ -317,6 +317,8 @@ _TOKEN_CONTEXT = re.compile(
 )
 _TOKEN_SHAPES = re.compile(
     r"(?<![A-Za-z0-9_-])(?:sk-[A-Za-z0-9_-]{16,}|(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}|"
+    # Mnemo's own API keys: mnemo_<16 hex>_<43 base64url>
+    r"mnemo_[0-9a-f]{16}_[A-Za-z0-9_-]{43}|"
     r"AKIA[0-9A-Z]{16}|xox[abpors]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
     r"\.[A-Za-z0-9_-]{10,})"
 )
@@ -357,7 +359,7 @@ _STATES = frozenset(
 )
 # cheap checks that let most texts skip the costlier patterns
 _HAS_DIGIT = re.compile(r"\d")
-_SHAPE_HINT = re.compile(r"sk-|gh[pos]_|github_pat_|AKIA|xox|eyJ")
+_SHAPE_HINT = re.compile(r"sk-|gh[pos]_|github_pat_|AKIA|xox|eyJ|mnemo_")
 _TOKEN_HINT = re.compile(r"(?i)key|token|bearer|secret|密钥")
 _SECRET_HINT = re.compile(r"(?i)pass|pwd|密码|口令")
 _SSN_HINT = re.compile(r"(?i)ssn|social")

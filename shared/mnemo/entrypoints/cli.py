@@ -33,7 +33,7 @@ from rich.text import Text
 
 from mnemo import __version__
 from mnemo.client import MnemoClient, RetryPolicy
-from mnemo.client._core import Call
+from mnemo.client._core import Call, shown_url
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
@@ -173,16 +173,17 @@ class Api:
         except MnemoAPIError as exc:
             if exc.code == "INVALID_RESPONSE":
                 raise Unreachable(
-                    f"{self.url} answered {exc.status} without JSON: is it Mnemo?"
+                    f"{shown_url(self.url)} answered {exc.status} without JSON: is it Mnemo?"
                 ) from exc
             raise api_error(exc) from exc
 
     def _unreachable(self, cause: BaseException | None) -> Unreachable:
+        url = shown_url(self.url)  # never a password written into the URL
         if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
-            return Unreachable(f"cannot reach Mnemo at {self.url} (is `mnemo serve` running?)")
+            return Unreachable(f"cannot reach Mnemo at {url} (is `mnemo serve` running?)")
         if isinstance(cause, httpx.TimeoutException):
-            return Unreachable(f"Mnemo at {self.url} did not answer within {self.timeout:g} s")
-        return Unreachable(f"cannot talk to Mnemo at {self.url}: {cause}")
+            return Unreachable(f"Mnemo at {url} did not answer within {self.timeout:g} s")
+        return Unreachable(f"cannot talk to Mnemo at {url}: {cause}")
 
 
 def _as_is(body: Any) -> Any:
