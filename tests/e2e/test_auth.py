@@ -571,7 +571,6 @@ def test_an_error_never_repeats_an_api_key(world: tuple[TestClient, Seeded]) -> 
             headers=acme,
         ),
         client.post(
-
             "/v1/tenants/acme/keys",
             json={"name": "n", "scopes": ["memory:read"], "tools": [f"{pasted} x"]},
             headers=acme,
