@@ -511,7 +511,7 @@ def test_languages_told_apart_by_a_sign_keep_keys_of_their_own() -> None:
 
 def test_a_thing_typed_in_full_width_letters_is_the_same_thing() -> None:
     state = said("我喜欢ｃｏｆｆｅｅ")
-    assert current(state, "likes.coffee") == "ｃｏｆｆｅｅ"
+    assert current(state, "likes.coffee") == "coffee"  # read as the letters they are
     decision = run(state, "我不喜欢coffee了", minutes=5)
     assert [m.key for m in registered(decision) if m.key] == ["dislike.coffee"]
     assert current(state, "likes.coffee") is None
@@ -693,6 +693,26 @@ def test_asking_for_what_was_avoided_lifts_nothing() -> None:
     state = said("不要再推荐理财产品了")
     run(state, "可以给我推荐理财产品吗？", minutes=5)
     assert current(state, "avoid.理财产品") == "理财产品"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("我的鞋码是４２", "shoe_size", "42"),
+        ("我穿Ｌ码", "size", "L"),
+        ("我的预算是５０００元", "budget", "5000元"),
+    ],
+)
+def test_full_width_letters_and_digits_are_read_as_what_they_are(
+    text: str, key: str, value: str
+) -> None:
+    assert current(said(text), key) == value
+
+
+@pytest.mark.parametrize("text", ["有XL的吗", "do you have this in XL", "我一般穿什么码"])
+def test_a_question_is_no_value_to_ask_for(text: str) -> None:
+    decision = run(DictState(), text)
+    assert outcomes(decision) == [(0, OutcomeKind.IGNORED, "NO_RULE_MATCHED")]
 
 
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])

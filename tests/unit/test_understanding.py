@@ -414,10 +414,13 @@ def test_an_utterance_like_a_rule_without_a_value_says_value_not_found() -> None
     selector = EmbeddingSelector(rules, HashingEmbedder())
     reading = rules.read("我一般穿XL码", T0, None, selector=selector)
     assert [m.draft.value for m in reading.matches] == ["XL"]
-    reading = rules.read("我一般穿什么码", T0, None, selector=selector)
+    reading = rules.read("我一般穿偏大的码", T0, None, selector=selector)
     assert reading.reason is Reason.VALUE_NOT_FOUND
     assert reading.detail is not None
     assert "zh-size" in reading.detail
+    # a question states nothing: there is no value to ask the user for
+    reading = rules.read("我一般穿什么码", T0, None, selector=selector)
+    assert reading.reason is Reason.NO_RULE_MATCHED
 
 
 def test_a_request_to_remember_that_no_rule_reads_is_reported_as_such() -> None:

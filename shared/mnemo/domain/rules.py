@@ -706,6 +706,9 @@ class RuleSet:
         """Patterns first, in file order; when none triggers, the rules the selector ranks
         (their examples are close to the utterance) extract a value with their slots."""
         zone_of(zone_name)  # an unknown zone is an error before anything is read
+        # full-width letters and digits read as what they are (我穿Ｌ码, 鞋码是４２), and so
+        # does full-width punctuation (the patterns spell both forms)
+        text = unicodedata.normalize("NFKC", text)
         if _asks_to_forget(text):
             return Reading(reason=Reason.FORGET_REQUESTED, detail=_FORGET_DETAIL)
         view = stream or _NoStream()
@@ -752,6 +755,12 @@ class RuleSet:
                 return Reading(reason=Reason.NO_RULE_MATCHED, detail=_SUPPOSED_DETAIL)
             if ranked and _reports_the_past(text):
                 return Reading(reason=Reason.NO_RULE_MATCHED, detail=_PAST_DETAIL)
+            if ranked and _is_question(text):
+                # 有XL的吗: examples never select a rule for a question, so there is no value
+                # to ask for either
+                return Reading(
+                    reason=Reason.NO_RULE_MATCHED, detail="a question states nothing to remember"
+                )
             for rule_id in ranked:
                 selected = self.by_id[rule_id]
                 for slot in self._slots[selected.id]:
