@@ -167,6 +167,7 @@ OPERATOR_ROUTES = {
     ("POST", "/v1/admin/rebuild"),
     ("POST", "/v1/admin/tenants"),
     ("GET", "/v1/admin/tenants"),
+    ("POST", "/v1/admin/tenants/{tenant}/keys"),
 }
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
 
@@ -600,3 +601,75 @@ def test_an_error_never_repeats_an_api_key(world: tuple[TestClient, Seeded]) -> 
     assert in_path.json()["error"]["code"] == "CREDENTIAL_IN_URL"
     assert key_id not in in_path.text
     assert secret[:8] not in in_path.text
+
+
+def test_a_lesser_key_cannot_lock_the_tenant_out(platform: Platform) -> None:
+    """A short-lived admin key with fewer scopes revoked the tenant's root admin key, then
+    itself: the tenant had no admin key left and no way back (TENANT_EXISTS). Now a key
+    revokes only itself or keys it could have issued, the last active admin key stays, and
+    the operator can issue a new admin key of an existing tenant."""
+    with TestClient(create_app(platform, GatewaySettings(admin_token=OPERATOR))) as client:
+        op = {"X-Mnemo-Admin-Token": OPERATOR}
+        root = client.post("/v1/admin/tenants", json={"tenant": "lockco"}, headers=op).json()
+        boss = auth(root["key"])
+        tmp = client.post(
+            "/v1/tenants/lockco/keys",
+            json={"name": "tmpadmin", "scopes": ["admin", "memory:read"], "ttl_seconds": 120},
+            headers=boss,
+        ).json()
+        r = client.delete(f"/v1/tenants/lockco/keys/{root['key_id']}", headers=auth(tmp["key"]))
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "REVOKE_NOT_ALLOWED")
+        assert client.get("/v1/whoami", headers=boss).status_code == 200
+        # what it issued it may revoke; the answer names the keys those issued, still active
+        child = client.post(
+            "/v1/tenants/lockco/keys",
+            json={"name": "child", "scopes": ["admin", "memory:read"], "ttl_seconds": 60},
+            headers=auth(tmp["key"]),
+        ).json()
+        grandchild = client.post(
+            "/v1/tenants/lockco/keys",
+            json={"name": "grandchild", "scopes": ["memory:read"]},
+            headers=auth(child["key"]),
+        ).json()
+        # a key with the same scopes but a longer life is beyond it as well
+        longer = client.post(
+            "/v1/tenants/lockco/keys",
+            json={"name": "longer", "scopes": ["memory:read"]},
+            headers=boss,
+        ).json()
+        r = client.delete(f"/v1/tenants/lockco/keys/{longer['key_id']}", headers=auth(tmp["key"]))
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "REVOKE_NOT_ALLOWED")
+        r = client.delete(f"/v1/tenants/lockco/keys/{child['key_id']}", headers=auth(tmp["key"]))
+        assert r.status_code == 200, r.text
+        assert r.json()["issued_active"] == [grandchild["key_id"]]
+        # and so does revoking the key that issued the issuer
+        r = client.delete(f"/v1/tenants/lockco/keys/{tmp['key_id']}", headers=boss)
+        assert r.status_code == 200, r.text
+        assert r.json()["issued_active"] == [grandchild["key_id"]]
+        assert client.get("/v1/whoami", headers=auth(grandchild["key"])).status_code == 200
+        # the last active admin key is kept, even from itself
+        r = client.delete(f"/v1/tenants/lockco/keys/{root['key_id']}", headers=boss)
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "LAST_ADMIN_KEY")
+        assert client.get("/v1/whoami", headers=boss).status_code == 200
+        # with a second admin key, the first may go
+        second = client.post(
+            "/v1/tenants/lockco/keys", json={"name": "admin2", "scopes": ALL}, headers=boss
+        ).json()
+        r = client.delete(f"/v1/tenants/lockco/keys/{root['key_id']}", headers=auth(second["key"]))
+        assert r.status_code == 200, r.text
+        # the operator's way back: a new admin key of an existing tenant
+        for headers in ({}, auth(second["key"])):
+            r = client.post("/v1/admin/tenants/lockco/keys", json={}, headers=headers)
+            assert (r.status_code, r.json()["error"]["code"]) == (403, "ADMIN_ONLY")
+        missing = client.post("/v1/admin/tenants/nobody/keys", json={}, headers=op)
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "TENANT_NOT_FOUND")
+        again = client.post(
+            "/v1/admin/tenants/lockco/keys", json={"name": "rescue", "ttl_seconds": 600}, headers=op
+        )
+        assert again.status_code == 201, again.text
+        assert again.headers["cache-control"] == "no-store"
+        rescued = again.json()
+        assert sorted(rescued["scopes"]) == sorted(ALL)
+        assert (rescued["name"], rescued["created_by"]) == ("rescue", "operator")
+        assert rescued["expires_at"] is not None
+        assert client.get("/v1/whoami", headers=auth(rescued["key"])).json()["tenant"] == "lockco"

@@ -629,10 +629,34 @@ def test_admin_tenant_and_key_commands_over_http(server_url: str, tenant: str) -
     assert "TOOL_NOT_ALLOWED" in fx.stderr
     crm = runner.invoke(cli, [*as_crm, *record, "--tool", "crm.get_deal", "--fresh-for", "60"])
     assert crm.exit_code == 0, crm.output
+    # the tenant's last admin key stays; the operator gives an existing tenant a new one
+    admin_id = next(k["key_id"] for k in keys if k["name"] == "admin")
+    last = runner.invoke(cli, [*as_admin, "admin", "key", "revoke", admin_id])
+    assert last.exit_code == 2
+    assert "LAST_ADMIN_KEY" in last.stderr
+    no_token = runner.invoke(cli, [*base, "admin", "tenant", "key", tenant])
+    assert no_token.exit_code == 2
+    assert "ADMIN_ONLY" in no_token.stderr
+    rescue = runner.invoke(
+        cli,
+        [*base, "--admin-token", ADMIN_TOKEN, "admin", "tenant", "key", tenant, "--ttl", "600"],
+    )
+    rescue_key = _printed_key(rescue)
+    as_rescue = [*base, "--api-key", rescue_key]
+    outlives = runner.invoke(cli, [*as_rescue, "admin", "key", "revoke", admin_id])
+    assert outlives.exit_code == 2  # a key for ten minutes cannot end one without an end
+    assert "REVOKE_NOT_ALLOWED" in outlives.stderr
+    lasting = _printed_key(
+        runner.invoke(cli, [*base, "--admin-token", ADMIN_TOKEN, "admin", "tenant", "key", tenant])
+    )
+    revoke_admin = ["admin", "key", "revoke", admin_id]
+    gone_admin = runner.invoke(cli, [*base, "--api-key", lasting, *revoke_admin])
+    assert gone_admin.exit_code == 0, gone_admin.output
 
 
 def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None:
     from mnemo.bootstrap import open_access
+    from mnemo.domain.access import ALL_SCOPES
 
     data = tmp_path / "data"
     data.mkdir()
@@ -642,9 +666,16 @@ def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None
     again = runner.invoke(cli, ["admin", "tenant", "create", "offco", "--data-dir", str(data)])
     assert again.exit_code == 2
     assert "TENANT_EXISTS" in again.stderr
+    second = _printed_key(
+        runner.invoke(cli, ["admin", "tenant", "key", "offco", "--data-dir", str(data)])
+    )
+    unknown = runner.invoke(cli, ["admin", "tenant", "key", "noco", "--data-dir", str(data)])
+    assert unknown.exit_code == 2
+    assert "TENANT_NOT_FOUND" in unknown.stderr
     access = open_access(MnemoSettings(data_dir=data))
     try:
         assert access.authenticate(key).tenant == "offco"
+        assert access.authenticate(second).scopes == frozenset(ALL_SCOPES)
     finally:
         access.store.close()
     missing = runner.invoke(

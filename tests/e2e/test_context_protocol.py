@@ -650,3 +650,34 @@ def test_an_answer_without_guarded_constraints_is_not_checked(client: TestClient
         headers=H,
     )
     assert r.status_code == 200
+
+
+def test_a_constraint_declared_again_with_a_wider_guard_keeps_the_new_guard(
+    client: TestClient,
+) -> None:
+    """The probe's sequence: a constraint guarded by "loan", declared again guarded by
+    "loan" and "credit card", came back `duplicate` with the old memory, and an answer
+    offering a credit card passed. The guard is part of what the constraint says."""
+    rule = "no credit offers to minors"
+
+    def guarded(*patterns: str) -> dict[str, Any]:
+        guard = {"rule_id": "no-credit", "patterns": list(patterns)}
+        return declared({"type": "constraint", "content": rule, "guard": guard}, "user:G1")
+
+    (first,) = publish(client, guarded("loan"))
+    (second,) = publish(client, guarded("loan", "credit card"))
+    assert second != first
+    ctx = client.post("/v1/context", json={"subjects": ["user:G1"]}, headers=H).json()
+    assert second in [i["memory"]["memory_id"] for i in ctx["included"]]
+    for bad in ("Here is a great credit card for you", "A small loan, then?"):
+        r = client.post(
+            f"/v1/context/{ctx['request_id']}/response", json={"response": bad}, headers=H
+        )
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "CONSTRAINT_VIOLATION"
+    fine = client.post(
+        f"/v1/context/{ctx['request_id']}/response",
+        json={"response": "Here is a warm winter jacket."},
+        headers=H,
+    )
+    assert fine.status_code == 200, fine.text

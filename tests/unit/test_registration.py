@@ -229,6 +229,36 @@ def test_repeated_turns_stay_separate_occurrences_while_other_types_deduplicate(
     assert len(state.memories) == 3
 
 
+def test_a_constraint_with_another_guard_is_no_duplicate() -> None:
+    """The same constraint declared again with a wider guard was a duplicate of the first,
+    and the new pattern was dropped: an answer it should refuse passed."""
+    state = DictState()
+    rule = "no credit offers to minors"
+
+    def guarded(*patterns: str) -> dict[str, Any]:
+        guard = {"rule_id": "no-credit", "patterns": list(patterns)}
+        return {"type": "constraint", "content": rule, "guard": guard}
+
+    first = run(state, declare(guarded("loan"), T0))
+    wider = run(state, declare(guarded("loan", "credit card"), T0 + timedelta(minutes=1)))
+    assert outcomes(first) == outcomes(wider) == [(OutcomeKind.REGISTERED, None)]
+    [old], [new] = registered(first), registered(wider)
+    assert new.memory_id != old.memory_id
+    assert new.guard is not None
+    assert new.guard.patterns == ("loan", "credit card")
+    # the same guard again, its patterns in another order, is still a duplicate
+    again = run(state, declare(guarded("credit card", "loan"), T0 + timedelta(minutes=2)))
+    assert outcomes(again) == [(OutcomeKind.DUPLICATE, None)]
+    [put] = [w.outcome for w in again.writes if isinstance(w, PutOutcome)]
+    assert put.memory_id == new.memory_id
+    # and so is the unguarded constraint declared twice
+    bare = {"type": "constraint", "content": rule}
+    assert outcomes(run(state, declare(bare, T0))) == [(OutcomeKind.REGISTERED, None)]
+    assert outcomes(run(state, declare(bare, T0 + timedelta(minutes=3)))) == [
+        (OutcomeKind.DUPLICATE, None)
+    ]
+
+
 def test_redelivery_of_the_same_event_emits_the_same_event_ids() -> None:
     env = observe("记住我的尺码是L")
     first = registration.handle(env, DictState(), RULES)

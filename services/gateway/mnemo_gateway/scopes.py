@@ -34,6 +34,9 @@ FURTHER = {
     ("POST", "/v1/events"): "`admin` for a `TemplateRegistered`, and for a `ForgetRequested` "
     "of a whole stream or tenant; a key limited to some tools records only their "
     "`ToolResultRecorded`",
+    ("DELETE", "/v1/tenants/{tenant}/keys/{key_id}"): "a key revokes itself or a key it "
+    "could have issued (403 `REVOKE_NOT_ALLOWED`), never the tenant's last active admin key "
+    "(409 `LAST_ADMIN_KEY`)",
     ("POST", "/v1/tool-results"): "a key limited to some tools records only their results "
     "(403 `TOOL_NOT_ALLOWED`)",
 }

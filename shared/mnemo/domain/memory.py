@@ -325,6 +325,18 @@ def content_hash(draft: MemoryDraft) -> str:
         " ".join(draft.content.split()),
         ",".join(draft.tags),
     ]
+    if draft.guard is not None:
+        # a guard is part of what a constraint says: the same words with another guard
+        # are not a duplicate, or a widened guard would be dropped. Patterns in any order
+        # are one guard. Left out when absent, so hashes of unguarded memories stay as
+        # they were.
+        guard = draft.guard
+        parts.append(
+            "guard\x1e"
+            + "\x1e".join(
+                [guard.rule_id, str(guard.break_on_violation), *sorted(set(guard.patterns))]
+            )
+        )
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
 

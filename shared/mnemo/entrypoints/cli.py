@@ -1604,6 +1604,50 @@ def admin_tenant_create(
     show_issued(state, {**issued.record.public(), "key": issued.key})
 
 
+@admin_tenant.command("key")
+@click.argument("tenant")
+@click.option("--key-name", default="admin", show_default=True, help="Name of the new key.")
+@click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds the key is valid.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Issue it in this data directory instead of over HTTP (no operator token needed).",
+)
+@pass_state
+def admin_tenant_key(
+    state: State, tenant: str, key_name: str, ttl: int | None, data_dir: Path | None
+) -> None:
+    """Issue a new admin key (every scope) of an existing TENANT.
+
+    The way back for a tenant whose admin keys were all revoked or expired. Over HTTP this
+    needs the operator token (--admin-token); with --data-dir it writes to the embedded data
+    directory directly."""
+    if data_dir is None:
+        body: dict[str, Any] = {"name": key_name}
+        if ttl is not None:
+            body["ttl_seconds"] = ttl
+        show_issued(
+            state, state.api.call("POST", f"/v1/admin/tenants/{seg(tenant)}/keys", body=body)
+        )
+        return
+    from datetime import timedelta
+
+    from mnemo.bootstrap import open_access
+
+    if not data_dir.is_dir():
+        raise CliError(f"no Mnemo data in {data_dir} (see --data-dir)")
+    access = open_access(mnemo_settings(data_dir))
+    try:
+        expires = access.clock.now() + timedelta(seconds=ttl) if ttl else None
+        issued = access.recovery_key(tenant, key_name, by="cli", expires_at=expires)
+    except MnemoError as exc:
+        raise ApiError(exc.code, exc.message, exc.field) from exc
+    finally:
+        access.store.close()
+    show_issued(state, {**issued.record.public(), "key": issued.key})
+
+
 @admin.group("key")
 def admin_key() -> None:
     """A tenant's API keys, managed with an admin key (--api-key)."""
@@ -1681,6 +1725,11 @@ def admin_key_revoke(state: State, key_id: str) -> None:
         state.emit_json(answer)
     else:
         click.echo(f"revoked key {answer['key_id']} ({answer['name']}) at {answer['revoked_at']}")
+        if answer.get("issued_active"):
+            click.echo(
+                "  keys it issued are still active (revoke them too if they should stop): "
+                + " ".join(answer["issued_active"])
+            )
 
 
 @admin.command("checksum")

@@ -22,12 +22,12 @@ from mnemo.domain.access import (
     key_digest,
     parse_key,
 )
-from mnemo.domain.errors import ConflictError, InvalidInput, NotFound
+from mnemo.domain.errors import ConflictError, InvalidInput, MnemoError, NotFound
 from mnemo.domain.ids import valid_tenant
 from mnemo.domain.tool_result import TOOL_NAME_RE
 from mnemo.ports import AccessStore, Clock
 
-__all__ = ["DEFAULT_TENANT", "Access", "IssuedKey"]
+__all__ = ["DEFAULT_TENANT", "Access", "IssuedKey", "Revoked"]
 
 DEFAULT_TENANT = "default"
 MAX_KEYS_PER_TENANT = 1_000
@@ -44,6 +44,38 @@ class IssuedKey:
 
     def __repr__(self) -> str:  # never the secret, even in a debugger or a traceback
         return f"IssuedKey(key_id={self.record.key_id!r}, tenant={self.record.tenant!r})"
+
+
+class Revoked:
+    """A key just revoked, and the keys issued by it (directly or through keys it issued)
+    that are still active: revoking a key does not revoke what it issued, so the answer
+    names them for the caller to decide."""
+
+    __slots__ = ("issued_active", "record")
+
+    def __init__(self, record: ApiKey, issued_active: list[str]) -> None:
+        self.record = record
+        self.issued_active = issued_active
+
+
+def is_active(key: ApiKey, now: datetime) -> bool:
+    """Neither revoked nor expired at `now`."""
+    return (key.revoked_at is None or key.revoked_at > now) and (
+        key.expires_at is None or key.expires_at > now
+    )
+
+
+def could_issue(caller: Caller, key: ApiKey) -> bool:
+    """Whether `caller` could have issued `key`: the key's scopes (and tools) are within the
+    caller's, and it ends no later than the caller does. The rule of issuing, which is also
+    the rule of revoking: a key never undoes what it could not have done."""
+    if not set(key.scopes) <= caller.scopes:
+        return False
+    if caller.tools is not None and (key.tools is None or not set(key.tools) <= caller.tools):
+        return False
+    if caller.expires_at is not None:
+        return key.expires_at is not None and key.expires_at <= caller.expires_at
+    return True
 
 
 def parse_scopes(values: Iterable[str]) -> tuple[Scope, ...]:
@@ -181,11 +213,39 @@ class Access:
         self.tenant(tenant)
         return self.store.keys(tenant)
 
-    def revoke(self, tenant: str, key_id: str) -> ApiKey:
-        revoked = self.store.revoke_key(tenant, key_id, self.clock.now())
+    def revoke(self, tenant: str, key_id: str, by: Caller | None = None) -> Revoked:
+        """Revoke a key of the tenant. `by`: the key asking (None: the operator). A key
+        revokes itself, or a key it could have issued (`could_issue`), else 403
+        REVOKE_NOT_ALLOWED. The tenant's last active key holding `admin` is never revoked
+        (409 LAST_ADMIN_KEY): without one, nobody of the tenant could manage its keys."""
+        now = self.clock.now()
+        keys = self.store.keys(tenant) if valid_tenant(tenant) else []
+        target = next((k for k in keys if k.key_id == key_id), None)
+        if target is None:
+            raise NotFound("the tenant has no such key", code="KEY_NOT_FOUND", field="key_id")
+        if by is not None and by.key_id != key_id and not could_issue(by, target):
+            raise MnemoError(
+                "a key revokes only itself and keys it could have issued (scopes and tools "
+                "within its own, ending no later than it does)",
+                code="REVOKE_NOT_ALLOWED",
+                field="key_id",
+            )
+        if (
+            is_active(target, now)
+            and Scope.ADMIN in target.scopes
+            and not any(
+                k.key_id != key_id and Scope.ADMIN in k.scopes and is_active(k, now) for k in keys
+            )
+        ):
+            raise ConflictError(
+                "that is the tenant's last active admin key; issue another admin key first",
+                code="LAST_ADMIN_KEY",
+                field="key_id",
+            )
+        revoked = self.store.revoke_key(tenant, key_id, now)
         if revoked is None:
             raise NotFound("the tenant has no such key", code="KEY_NOT_FOUND", field="key_id")
-        return revoked
+        return Revoked(revoked, _issued_active(keys, key_id, now))
 
     def authenticate(self, presented: str) -> Caller:
         """The caller a presented key stands for; Unauthenticated for anything else."""
@@ -194,6 +254,15 @@ class Access:
             raise Unauthenticated("the API key is not valid", code="UNAUTHENTICATED")
         key_id, secret = parsed
         return check_key(self.store.key(key_id), self._pepper, secret, self.clock.now())
+
+    def recovery_key(
+        self, tenant: str, name: str, *, by: str = "operator", expires_at: datetime | None = None
+    ) -> IssuedKey:
+        """An operator's new admin key (every scope) for an existing tenant: the way back
+        for a tenant with no admin key left (all revoked or expired)."""
+        return self.issue_key(
+            tenant, name, [s.value for s in ALL_SCOPES], by=by, expires_at=expires_at
+        )
 
     # -- first start
 
@@ -209,3 +278,19 @@ class Access:
         return self.issue_key(
             DEFAULT_TENANT, "admin", [s.value for s in ALL_SCOPES], by="first-start"
         )
+
+
+def _issued_active(keys: list[ApiKey], key_id: str, now: datetime) -> list[str]:
+    """The active keys issued by `key_id`, directly or down a chain of keys it issued."""
+    issuers = {f"key:{key_id}"}
+    found: list[str] = []
+    grew = True
+    while grew:
+        grew = False
+        for k in keys:
+            if k.created_by in issuers and f"key:{k.key_id}" not in issuers:
+                issuers.add(f"key:{k.key_id}")
+                grew = True
+                if k.key_id != key_id and is_active(k, now):
+                    found.append(k.key_id)
+    return sorted(found)

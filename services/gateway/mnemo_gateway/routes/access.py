@@ -1,9 +1,11 @@
 """Tenants and API keys over HTTP.
 
-Operators (the operator token) create tenants, each with its first admin key. A tenant's
-admin key (scope `admin`) issues, lists and revokes the tenant's keys under
-/v1/tenants/{tenant}/keys; naming another tenant there is 403 FORBIDDEN. A key's secret is
-in exactly one answer: the one that made it (sent with Cache-Control: no-store)."""
+Operators (the operator token) create tenants, each with its first admin key, and can give
+an existing tenant a new admin key (the way back when it has none left). A tenant's admin
+key (scope `admin`) issues, lists and revokes the tenant's keys under
+/v1/tenants/{tenant}/keys; naming another tenant there is 403 FORBIDDEN. A key revokes
+itself or keys it could have issued, never the tenant's last active admin key. A key's
+secret is in exactly one answer: the one that made it (sent with Cache-Control: no-store)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,13 @@ class TenantIn(BaseModel):
     ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
 
 
+class RecoveryKeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="admin", min_length=1, max_length=64)
+    ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
+
+
 class KeyOut(BaseModel):
     key_id: str
     tenant: str
@@ -74,6 +83,13 @@ class KeyOut(BaseModel):
 
 class IssuedOut(KeyOut):
     key: str = Field(description="the API key itself: shown this once, stored only hashed")
+
+
+class RevokedOut(KeyOut):
+    issued_active: list[str] = Field(
+        description="ids of keys this key issued (or keys they issued) that are still "
+        "active: revoking a key leaves them working; revoke them too if they should stop"
+    )
 
 
 class KeysOut(BaseModel):
@@ -149,6 +165,26 @@ async def create_tenant(_: Admin, platform: PlatformDep, body: Body) -> JSONResp
     return _issued(await run_in_threadpool(run), 201)
 
 
+@router.post(
+    "/v1/admin/tenants/{tenant}/keys",
+    summary="Issue a new admin key of an existing tenant (operator token)",
+    status_code=201,
+    response_model=IssuedOut,
+    openapi_extra=_schema(RecoveryKeyIn),
+)
+async def issue_recovery_key(
+    _: Admin, platform: PlatformDep, tenant: TenantPath, body: Body
+) -> JSONResponse:
+    req = RecoveryKeyIn.model_validate(body if body is not None else {})
+    access = platform.access
+    issued = await run_in_threadpool(
+        lambda: access.recovery_key(
+            tenant, req.name, expires_at=_expiry(access.clock.now(), None, req.ttl_seconds)
+        )
+    )
+    return _issued(issued, 201)
+
+
 @router.get("/v1/admin/tenants", summary="Every tenant (operator token)")
 def list_tenants(_: Admin, platform: PlatformDep) -> dict[str, list[dict[str, Any]]]:
     return {"tenants": [t.model_dump(mode="json") for t in platform.access.store.tenants()]}
@@ -221,7 +257,9 @@ def list_keys(ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath) -> KeysO
 
 @router.delete("/v1/tenants/{tenant}/keys/{key_id}", summary="Revoke a key of your tenant")
 def revoke_key(
-    ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath, key_id: KeyIdPath
-) -> KeyOut:
+    ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath, key_id: KeyIdPath, request: Request
+) -> RevokedOut:
     _own_tenant(ctx, tenant)
-    return KeyOut.of(platform.access.revoke(tenant, key_id))
+    caller: Caller = request.state.caller
+    revoked = platform.access.revoke(tenant, key_id, by=caller)
+    return RevokedOut(**KeyOut.of(revoked.record).model_dump(), issued_active=revoked.issued_active)
