@@ -133,3 +133,9 @@ def test_suggestions_route_answers_for_the_subject(client: TestClient) -> None:
         "/v1/subjects/user:C42/suggestions", params={"as_of": "2026-12-01T09:00:00"}, headers=H
     )
     assert naive.status_code in (400, 422)
+    for far in ("0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z"):  # as /v1/context says
+        out_of_range = client.get(
+            "/v1/subjects/user:C42/suggestions", params={"as_of": far}, headers=H
+        )
+        assert out_of_range.status_code == 400
+        assert out_of_range.json()["error"]["code"] == "INVALID_AS_OF"

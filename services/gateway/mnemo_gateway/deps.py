@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
@@ -293,3 +294,15 @@ def require_admin(
 
 
 Admin = Annotated[None, Depends(require_admin)]
+
+
+def checked_as_of(value: datetime | None, now: datetime) -> datetime:
+    """A query's `as_of`, or now: one outside 1970-2200 is refused as /v1/context refuses
+    it (INVALID_AS_OF), never read as a valid instant."""
+    if value is None:
+        return now
+    if not 1970 <= value.year <= 2200:
+        raise InvalidInput(
+            "as_of must fall between the years 1970 and 2200", code="INVALID_AS_OF", field="as_of"
+        )
+    return value

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from mnemo.domain.events import TriggerRef
 from mnemo.domain.triggers import Suggestion
 from mnemo.service.app import Wait
-from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, settings_of
+from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, checked_as_of, settings_of
 from mnemo_gateway.fields import Instant
 from mnemo_gateway.routes.events import OutcomeOut
 
@@ -141,7 +141,7 @@ def suggestions(
         Query(description="the instant to judge ages at, with a UTC offset; now when absent"),
     ] = None,
 ) -> SuggestionsOut:
-    at = as_of or mnemo.clock.now()
+    at = checked_as_of(as_of, mnemo.clock.now())
     return SuggestionsOut(
         as_of=at,
         suggestions=[SuggestionOut.of(s) for s in mnemo.suggestions(ctx, [stream], at)],

@@ -20,7 +20,7 @@ from mnemo.domain.toolchain import (
     ToolchainId,
 )
 from mnemo.service import toolchains
-from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, settings_of
+from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, checked_as_of, settings_of
 
 router = APIRouter(tags=["toolchains"])
 
@@ -173,4 +173,4 @@ def get(
     ] = None,
 ) -> dict[str, Any]:
     found = toolchains.state(mnemo, ctx, toolchain_id)
-    return toolchains.view(found, as_of or mnemo.clock.now())
+    return toolchains.view(found, checked_as_of(as_of, mnemo.clock.now()))
