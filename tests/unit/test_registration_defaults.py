@@ -715,6 +715,24 @@ def test_a_question_is_no_value_to_ask_for(text: str) -> None:
     assert outcomes(decision) == [(0, OutcomeKind.IGNORED, "NO_RULE_MATCHED")]
 
 
+@pytest.mark.parametrize(
+    ("text", "city"),
+    [
+        ("我搬家了，现在住在杭州", "杭州"),  # never 住在杭州
+        ("我是上海人，现在住在北京", "北京"),
+        ("我老家在成都", "上海"),  # a hometown is not where one lives
+        ("我下个月要搬到深圳", "上海"),  # a move still to come
+        ("我上个月搬到了深圳", "深圳"),
+    ],
+)
+def test_the_city_one_lives_in_is_the_place_alone_and_only_once_moved(
+    text: str, city: str
+) -> None:
+    state = said("我住在上海")
+    run(state, text, minutes=5)
+    assert current(state, "home_city") == city
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")
