@@ -303,6 +303,8 @@ class Mnemo:
         timeout: float,
     ) -> PublishResult:
         if self.sealer is not None:
+            # a forgotten tenant takes nothing more, on any stream (a new user's included)
+            self.sealer.refuse_forgotten_tenant(ctx.tenant)
             envelopes = self._seal_all(ctx, envelopes)
         if self.sealer is not None and any(e.type == ForgetRequested.TYPE for e in envelopes):
             # keys are shredded only for requests the log will record: never for one it
