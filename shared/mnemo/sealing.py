@@ -107,6 +107,7 @@ class KeyCache:
         self._search: dict[str, tuple[float, bytes]] = {}
         self._destroyed: set[str] = set()
         self._exists: dict[str, tuple[float, bool]] = {}  # keys seen to exist, until when
+        self._alive: dict[str, float] = {}  # keys the vault said were not destroyed, until
         # bumped by forget(): a fetch that began before it must not put the key back
         self._generation: dict[str, int] = {}
         self._refreshing: set[tuple[int, Any]] = set()
@@ -150,16 +151,27 @@ class KeyCache:
                 self._exists[key_id] = (now + self.ttl, True)
         return found
 
-    def is_destroyed(self, key_id: str) -> bool:
-        """Whether the key was shredded; a yes is kept (it is for good), a no is asked again
-        each time, so a forget in another process shows at once."""
+    def is_destroyed(self, key_id: str, *, reuse_no: bool = False) -> bool:
+        """Whether the key was shredded; a yes is kept (it is for good). A no is asked again
+        each time, so a forget in another process shows at once; with `reuse_no`, a no the
+        vault gave within the TTL is reused (a forget in this process still shows at once,
+        one in another within the TTL, as a cached data key would be used that long)."""
+        now = self._now()
         with self._lock:
             if key_id in self._destroyed:
                 return True
+            seen = self._alive.get(key_id)
+            if reuse_no and seen is not None and seen > now:
+                return False
+            generation = self._generation.get(key_id, 0)
         gone = self.vault.is_destroyed(key_id)
-        if gone:
-            with self._lock:
+        with self._lock:
+            if gone:
                 self._destroyed.add(key_id)
+                self._alive.pop(key_id, None)
+            elif self.ttl > 0 and self._generation.get(key_id, 0) == generation:
+                self._sweep(now)
+                self._alive[key_id] = now + self.ttl
         return gone
 
     def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
@@ -188,6 +200,7 @@ class KeyCache:
             self._data.pop(key_id, None)
             self._search.pop(key_id, None)
             self._exists.pop(key_id, None)
+            self._alive.pop(key_id, None)
             for entry in [k for k in self._unwrapped if k[0] == key_id]:
                 del self._unwrapped[entry]
 
@@ -282,6 +295,9 @@ class KeyCache:
             if len(table) > 4_096:
                 for k in [k for k, (until, _) in table.items() if until <= now]:
                     del table[k]
+        if len(self._alive) > 4_096:
+            for k in [k for k, until in self._alive.items() if until <= now]:
+                del self._alive[k]
 
 
 def _aad(tenant: str, key_id: str, ref: str) -> bytes:
@@ -399,6 +415,20 @@ class Sealer:
             return f"{tenant}/{stream}"
         return tenant
 
+    def tenant_forgotten(self, tenant: str) -> bool:
+        """Whether the tenant was forgotten (its key shredded: `shred_forgotten`). Cheap:
+        a yes is kept for good, a no reused for the key cache's TTL (`KeyCache.is_destroyed`).
+        A vault that cannot answer raises Unavailable (the caller fails closed)."""
+        return self.keys.is_destroyed(tenant, reuse_no=True)
+
+    def refuse_forgotten_tenant(self, tenant: str) -> None:
+        """Raise KeyDestroyed (410) when the tenant was forgotten: it takes no new event,
+        on any stream, a user's new stream included."""
+        if self.tenant_forgotten(tenant):
+            raise KeyDestroyed(
+                f"tenant {tenant!r} was forgotten (its keys destroyed); it takes no new events"
+            )
+
     def makes_key(self, tenant: str, stream: str) -> bool:
         """Whether sealing into `stream` would make a new key in the vault: a stream with a
         key of its own that does not exist yet."""
@@ -462,7 +492,10 @@ class Sealer:
         Unavailable when Vault cannot be reached (nothing may then be logged), KeyDestroyed
         when the subject's key was shredded. Mnemo's own events (`strict` False) are never
         refused: a rejected value is masked, and on a shredded key the private fields are
-        blanked (nothing can open them again anyway)."""
+        blanked (nothing can open them again anyway). A forgotten tenant's event is refused
+        when `strict` (KeyDestroyed)."""
+        if strict:
+            self.refuse_forgotten_tenant(envelope.tenant)
         if self.seal_whole:
             if _has_private(envelope.encryption):
                 return envelope  # sealed already (by the publish path)

@@ -401,6 +401,20 @@ class GatewaySettings(BaseSettings):
     rate_key_burst: int = Field(
         default=400, ge=1, description="requests one API key may make at once after a pause"
     )
+    max_tails_per_tenant: int = Field(
+        default=32,
+        ge=1,
+        le=100_000,
+        description="live tails (GET .../events/live) one tenant may hold open at once in this "
+        "process; one more is refused with 429 TOO_MANY_TAILS",
+    )
+    max_tails_per_key: int = Field(
+        default=16,
+        ge=1,
+        le=100_000,
+        description="live tails one API key may hold open at once in this process (429 "
+        "TOO_MANY_TAILS above it)",
+    )
 
 
 class WorkerSettings(BaseSettings):

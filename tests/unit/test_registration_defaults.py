@@ -725,9 +725,7 @@ def test_a_question_is_no_value_to_ask_for(text: str) -> None:
         ("我上个月搬到了深圳", "深圳"),
     ],
 )
-def test_the_city_one_lives_in_is_the_place_alone_and_only_once_moved(
-    text: str, city: str
-) -> None:
+def test_the_city_one_lives_in_is_the_place_alone_and_only_once_moved(text: str, city: str) -> None:
     state = said("我住在上海")
     run(state, text, minutes=5)
     assert current(state, "home_city") == city

@@ -245,6 +245,8 @@ PASTED = "s3cret-paste-0451"
     [
         ("MNEMO_CASSANDRA_PORT", "-5"),
         ("MNEMO_GATEWAY_PORT", "0"),
+        ("MNEMO_GATEWAY_MAX_TAILS_PER_TENANT", "0"),
+        ("MNEMO_GATEWAY_MAX_TAILS_PER_KEY", "many"),
         ("MNEMO_REGISTRAR_HEALTH_PORT", "abc"),
         ("MNEMO_LOG_FORMAT", "yaml"),
         ("MNEMO_KAFKA_SESSION_TIMEOUT", PASTED),

@@ -32,6 +32,7 @@ from mnemo_gateway.routes import (
     tool_results,
     toolchains,
 )
+from mnemo_gateway.tails import TailLimiter, TailNews
 
 __all__ = ["create_app"]
 
@@ -76,6 +77,9 @@ def create_app(
         gateway.rate_key_per_second,
         gateway.rate_key_burst,
     )
+    app.state.tail_limiter = TailLimiter(gateway.max_tails_per_tenant, gateway.max_tails_per_key)
+    app.state.tail_news = tail_news = TailNews()
+    platform.app.listen(tail_news.notify)  # appends wake the waiting live tails
     app.state.run_consumers = run_consumers
     install_error_handlers(app)
     install_log_redaction()

@@ -3,10 +3,11 @@ replay a stream. Every call is scoped to the tenant of the request context."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -229,6 +230,7 @@ class Mnemo:
         # the document use cases (mnemo.service.documents), set by the wiring
         self.documents: Documents | None = None
         self._changed = threading.Condition()
+        self._listeners: list[Callable[[], None]] = []
         if runner is not None:
             runner.on_progress.append(self.notify_changed)
 
@@ -301,6 +303,8 @@ class Mnemo:
         timeout: float,
     ) -> PublishResult:
         if self.sealer is not None:
+            # a forgotten tenant takes nothing more, on any stream (a new user's included)
+            self.sealer.refuse_forgotten_tenant(ctx.tenant)
             envelopes = self._seal_all(ctx, envelopes)
         if self.sealer is not None and any(e.type == ForgetRequested.TYPE for e in envelopes):
             # keys are shredded only for requests the log will record: never for one it
@@ -775,6 +779,27 @@ class Mnemo:
         """Wake whoever waits for new events (live tails)."""
         with self._changed:
             self._changed.notify_all()
+            listeners = tuple(self._listeners)
+        for listener in listeners:
+            listener()
+
+    @property
+    def notifies(self) -> bool:
+        """Whether this process hears of every append (`listen`): the embedded mode. In
+        the distributed mode other processes sequence the log, so a waiter polls."""
+        return self.progress is None
+
+    def listen(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` whenever new events may have been appended (from the thread that
+        appended: it must not block); returns the function that stops it."""
+        with self._changed:
+            self._listeners.append(listener)
+
+        def stop() -> None:
+            with self._changed, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return stop
 
     def wait_for_stream(self, ctx: RequestContext, stream: str, seq: int, timeout: float) -> bool:
         """Block until the stream holds sequence `seq`, or the timeout passes."""

@@ -293,6 +293,8 @@ class Documents:
                 code="INVALID_STREAM",
                 field="subject",
             )
+        # a forgotten tenant stores no new document (the blob would outlive its keys)
+        self.source.blobs.sealer.refuse_forgotten_tenant(ctx.tenant)
         filename = _filename(filename)
         limits = self.source.limits
         if len(data) > min(limits.max_bytes, self.source.blobs.max_bytes):

@@ -100,7 +100,11 @@ class SealingEventLog(EventLog):
         self.sealer = sealer
 
     def _forgotten_stream(self, envelope: Envelope) -> bool:
-        if envelope.type not in _RECORDS_OF_USE or not is_private_stream(envelope.stream):
+        if envelope.type not in _RECORDS_OF_USE:
+            return False
+        if self.sealer.tenant_forgotten(envelope.tenant):
+            return True  # a forgotten tenant: no stream of it takes a record of use
+        if not is_private_stream(envelope.stream):
             return False
         return self.sealer.keys.is_destroyed(self.sealer.key_id(envelope.tenant, envelope.stream))
 
@@ -473,7 +477,9 @@ class OpenedMemoryStore(MemoryStore):
     """The read models as every use case reads them: memories come out opened (their
     sealed values put back, or redacted under a shredded key), so the API, the console, the
     search and the context assembler, and with it the token count, all see one text: the
-    one the model receives. Writes (`transaction`) and everything else pass through."""
+    one the model receives. A forgotten tenant's memories, context records, timelines and
+    toolchains read as none, whatever a purge may have missed (fail closed). Writes
+    (`transaction`) and everything else pass through."""
 
     def __init__(self, inner: MemoryStore, sealer: Sealer) -> None:
         self.inner = inner
@@ -482,20 +488,33 @@ class OpenedMemoryStore(MemoryStore):
     def _open(self, memory: Memory) -> Memory:
         return self.sealer.open_memory(memory)
 
+    def _gone(self, tenant: str) -> bool:
+        return self.sealer.tenant_forgotten(tenant)
+
     def get(self, tenant: str, memory_id: str) -> Memory | None:
+        if self._gone(tenant):
+            return None
         found = self.inner.get(tenant, memory_id)
         return None if found is None else self._open(found)
 
     def get_many(self, tenant: str, memory_ids: Sequence[str]) -> list[Memory]:
+        if self._gone(tenant):
+            return []
         return [self._open(m) for m in self.inner.get_many(tenant, memory_ids)]
 
     def query(self, tenant: str, query: MemoryQuery) -> list[Memory]:
+        if self._gone(tenant):
+            return []
         return [self._open(m) for m in self.inner.query(tenant, query)]
 
     def query_each(self, tenant: str, queries: Sequence[MemoryQuery]) -> list[list[Memory]]:
+        if self._gone(tenant):
+            return [[] for _ in queries]
         return [[self._open(m) for m in found] for found in self.inner.query_each(tenant, queries)]
 
     def history(self, tenant: str, stream: str, key: str) -> list[Memory]:
+        if self._gone(tenant):
+            return []
         return [self._open(m) for m in self.inner.history(tenant, stream, key)]
 
     def transaction(self) -> AbstractContextManager[StoreTransaction]:
@@ -531,20 +550,30 @@ class OpenedMemoryStore(MemoryStore):
         return self.inner.templates(tenant)
 
     def context_record(self, tenant: str, request_id: str) -> ContextRecord | None:
+        if self._gone(tenant):
+            return None
         return self.inner.context_record(tenant, request_id)
 
     def memory_stats(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryStats]:
+        if self._gone(tenant):
+            return []
         return self.inner.memory_stats(tenant, memory_ids)
 
     def context_records(
         self, tenant: str, limit: int, before: str | None = None
     ) -> list[ContextRecord]:
+        if self._gone(tenant):
+            return []
         return self.inner.context_records(tenant, limit, before)
 
     def timeline(self, tenant: str, memory_id: str, limit: int = 500) -> list[TimelineEntry]:
+        if self._gone(tenant):
+            return []
         return self.inner.timeline(tenant, memory_id, limit)
 
     def toolchain(self, tenant: str, toolchain_id: str) -> ToolchainState | None:
+        if self._gone(tenant):
+            return None
         found = self.inner.toolchain(tenant, toolchain_id)
         return None if found is None else open_toolchain(self.sealer, found)
 

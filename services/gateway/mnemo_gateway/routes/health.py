@@ -14,7 +14,8 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", summary="Liveness: the process answers")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    # on the event loop, never behind a busy worker pool: liveness is the process answering
     return {"status": "ok"}
 
 

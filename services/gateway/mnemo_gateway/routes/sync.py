@@ -3,8 +3,10 @@ questions an agent should ask."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Callable
 from typing import Annotated
 
 import orjson
@@ -12,15 +14,18 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from mnemo.domain import replica
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import Memory
-from mnemo_gateway.deps import App, ReadCtx, platform_of, presented_key
+from mnemo.service.app import Mnemo, RequestContext
+from mnemo_gateway.deps import App, ReadCtx, authenticate, platform_of, presented_key
+from mnemo_gateway.tails import TailLimiter, TailNews
 
 router = APIRouter(tags=["sync"])
 
-WAIT_SECONDS = 1.0  # longest wait for news before checking the connection again
+POLL_SECONDS = 0.05  # distributed mode: how often a waiting tail looks at the stream's head
 HEARTBEAT_SECONDS = 15.0
 KEY_RECHECK_SECONDS = 5.0  # a tail ends this soon after its key is revoked or expires
 
@@ -53,12 +58,54 @@ async def snapshot(ctx: ReadCtx, mnemo: App, stream: str) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
+class _TailResponse(StreamingResponse):
+    """A live tail's response: gives its slot back (TailLimiter) however it ends, the
+    client leaving included, and closes the tail's generator."""
+
+    def __init__(self, tail: AsyncGenerator[bytes, None], release: Callable[[], None]) -> None:
+        super().__init__(
+            tail,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+        self._tail = tail
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+            with contextlib.suppress(Exception):
+                await self._tail.aclose()
+
+
+async def _news_or_timeout(
+    mnemo: Mnemo, news: asyncio.Event, ctx: RequestContext, stream: str, seq: int, wait: float
+) -> None:
+    """Wait, holding no worker thread, until the stream may hold `seq` or `wait` passes.
+    Embedded: until the service reports an append. Distributed: the stream's head is
+    polled (each look a short call on a worker thread)."""
+    if wait <= 0:
+        return
+    if mnemo.notifies:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(news.wait(), wait)
+        return
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        if await run_in_threadpool(mnemo.log.stream_head, ctx.tenant, stream) >= seq:
+            return
+
+
 @router.get(
     "/v1/subjects/{stream}/events/live",
     summary="Live tail of a stream by Server-Sent Events",
     description="Each message carries `id: <seq>`, so a client that reconnects with "
     "Last-Event-ID resumes with no gap and no duplicate. Comments keep idle connections "
-    "open. `max_seconds` bounds the connection (0: until the client leaves).",
+    "open. `max_seconds` bounds the connection (0: until the client leaves). A tenant and "
+    "a key hold a limited number of tails open at once (429 `TOO_MANY_TAILS`).",
     response_class=StreamingResponse,
 )
 async def live(
@@ -80,45 +127,59 @@ async def live(
                 field="Last-Event-ID",
             )
         start = int(last_event_id) + 1
-    mnemo.replay(ctx, stream, start, 1)  # validates the stream name before streaming starts
+    # validates the stream name before streaming starts
+    await run_in_threadpool(mnemo.replay, ctx, stream, start, 1)
     key = presented_key(request) or ""
     access = platform_of(request).access
+    limiter: TailLimiter = request.app.state.tail_limiter
+    tail_news: TailNews = request.app.state.tail_news
+    release = limiter.acquire(ctx.tenant, authenticate(request).key_id)
 
-    async def messages() -> AsyncIterator[bytes]:
+    async def messages() -> AsyncGenerator[bytes, None]:
         next_seq = start
         began = time.monotonic()
         quiet_since = checked = began
-        while max_seconds == 0 or time.monotonic() - began < max_seconds:
-            if time.monotonic() - checked >= KEY_RECHECK_SECONDS:
-                checked = time.monotonic()
-                try:
-                    await run_in_threadpool(access.authenticate, key)
-                except MnemoError as exc:
-                    error = {"code": exc.code, "message": exc.message}
-                    yield f"event: error\ndata: {orjson.dumps(error).decode()}\n\n".encode()
-                    return
-            page = await run_in_threadpool(mnemo.replay, ctx, stream, next_seq, 500)
-            for logged in page:
-                env = logged.envelope
-                data = orjson.dumps(env.model_dump(mode="json")).decode()
-                yield f"id: {env.seq}\nevent: {env.type}\ndata: {data}\n\n".encode()
-                next_seq = (env.seq or next_seq) + 1
-            if page:
-                quiet_since = time.monotonic()
-                continue
-            if time.monotonic() - quiet_since > HEARTBEAT_SECONDS:
-                quiet_since = time.monotonic()
-                yield b": keep-alive\n\n"
-            wait = WAIT_SECONDS
-            if max_seconds:
-                wait = max(0.0, min(wait, max_seconds - (time.monotonic() - began)))
-            await run_in_threadpool(mnemo.wait_for_stream, ctx, stream, next_seq, wait)
+        news = tail_news.subscribe()
+        try:
+            while max_seconds == 0 or time.monotonic() - began < max_seconds:
+                if time.monotonic() - checked >= KEY_RECHECK_SECONDS:
+                    checked = time.monotonic()
+                    try:
+                        await run_in_threadpool(access.authenticate, key)
+                    except MnemoError as exc:
+                        error = {"code": exc.code, "message": exc.message}
+                        yield f"event: error\ndata: {orjson.dumps(error).decode()}\n\n".encode()
+                        return
+                news.clear()  # news from here on wakes the wait below
+                page = await run_in_threadpool(mnemo.replay, ctx, stream, next_seq, 500)
+                for logged in page:
+                    env = logged.envelope
+                    data = orjson.dumps(env.model_dump(mode="json")).decode()
+                    yield f"id: {env.seq}\nevent: {env.type}\ndata: {data}\n\n".encode()
+                    next_seq = (env.seq or next_seq) + 1
+                if page:
+                    quiet_since = time.monotonic()
+                    continue
+                now = time.monotonic()
+                if now - quiet_since > HEARTBEAT_SECONDS:
+                    quiet_since = now
+                    yield b": keep-alive\n\n"
+                # until news, the next keep-alive, the next key check or the end
+                wait = min(
+                    HEARTBEAT_SECONDS - (now - quiet_since),
+                    KEY_RECHECK_SECONDS - (now - checked),
+                )
+                if max_seconds:
+                    wait = min(wait, max_seconds - (now - began))
+                await _news_or_timeout(mnemo, news, ctx, stream, next_seq, wait)
+        finally:
+            tail_news.unsubscribe(news)
 
-    return StreamingResponse(
-        messages(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    try:
+        return _TailResponse(messages(), release)
+    except BaseException:
+        release()
+        raise
 
 
 @router.get(
