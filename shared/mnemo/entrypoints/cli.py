@@ -1559,16 +1559,38 @@ def show_issued(state: State, answer: Mapping[str, Any]) -> None:
     click.echo("  shown once: Mnemo keeps only a hash of it")
 
 
+def _admin_key_options(key_name: str, verb: str) -> Callable[[Any], Any]:
+    """The options of a command that issues a tenant's admin key: its name, its lifetime,
+    and the data directory to write to instead of asking over HTTP."""
+
+    def apply(command: Any) -> Any:
+        for option in reversed(
+            (
+                click.option("--key-name", default="admin", show_default=True, help=key_name),
+                click.option(
+                    "--ttl",
+                    type=click.IntRange(min=60),
+                    default=None,
+                    help="Seconds the key is valid.",
+                ),
+                click.option(
+                    "--data-dir",
+                    type=click.Path(file_okay=False, path_type=Path),
+                    default=None,
+                    help=f"{verb} in this data directory instead of over HTTP (no operator "
+                    "token needed).",
+                ),
+            )
+        ):
+            command = option(command)
+        return command
+
+    return apply
+
+
 @admin_tenant.command("create")
 @click.argument("tenant")
-@click.option("--key-name", default="admin", show_default=True, help="Name of its admin key.")
-@click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds the key is valid.")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Create it in this data directory instead of over HTTP (no operator token needed).",
-)
+@_admin_key_options("Name of its admin key.", "Create it")
 @pass_state
 def admin_tenant_create(
     state: State, tenant: str, key_name: str, ttl: int | None, data_dir: Path | None
@@ -1606,14 +1628,7 @@ def admin_tenant_create(
 
 @admin_tenant.command("key")
 @click.argument("tenant")
-@click.option("--key-name", default="admin", show_default=True, help="Name of the new key.")
-@click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds the key is valid.")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Issue it in this data directory instead of over HTTP (no operator token needed).",
-)
+@_admin_key_options("Name of the new key.", "Issue it")
 @pass_state
 def admin_tenant_key(
     state: State, tenant: str, key_name: str, ttl: int | None, data_dir: Path | None
