@@ -731,6 +731,34 @@ def test_the_city_one_lives_in_is_the_place_alone_and_only_once_moved(text: str,
     assert current(state, "home_city") == city
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("我的size是L", "size", "L"),
+        ("我的budget是500刀", "budget", "500刀"),
+        ("budget大概5k", "budget", "5k"),
+        ("请用English回复", "language", "English"),
+    ],
+)
+def test_chinese_with_an_english_word_in_it_is_heard(text: str, key: str, value: str) -> None:
+    assert current(said(text), key) == value
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "channel"),
+    [
+        ("please contact me by email", "I never check email, text me instead", "text"),
+        ("以后用邮件联系我", "别发邮件了，还是打电话吧", "电话"),
+    ],
+)
+def test_the_channel_to_use_instead_replaces_the_held_one(
+    first: str, then: str, channel: str
+) -> None:
+    state = said(first)
+    run(state, then, minutes=5)
+    assert current(state, "contact_channel") == channel
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")
