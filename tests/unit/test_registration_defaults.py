@@ -759,6 +759,19 @@ def test_the_channel_to_use_instead_replaces_the_held_one(
     assert current(state, "contact_channel") == channel
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("my budget is twenty dollars", "budget", "20 dollars"),
+        ("I can spend up to two thousand dollars", "budget", "2000 dollars"),
+        ("my shoe size is forty two", "shoe_size", "42"),
+        ("I can't accept losses above fifteen percent", "max_loss", "15%"),
+    ],
+)
+def test_english_numbers_in_words_are_heard(text: str, key: str, value: str) -> None:
+    assert current(said(text), key) == value
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")

@@ -22,6 +22,7 @@ from mnemo.domain.rules import (
     RegistrationRule,
     RuleKind,
     RuleSet,
+    english_amounts,
     moved_size,
     normalize_size,
     shifted_amount,
@@ -274,6 +275,26 @@ def test_asking_for_another_size_moves_nothing(asked: str) -> None:
 )
 def test_sizes_move_along_their_ladder(value: str, step: float, moved: str | None) -> None:
     assert moved_size(value, step) == moved
+
+
+@pytest.mark.parametrize(
+    ("said", "read"),
+    [
+        ("my budget is twenty dollars", "my budget is 20 dollars"),
+        ("I can spend up to two thousand dollars", "I can spend up to 2000 dollars"),
+        ("two thousand five hundred bucks", "2500 bucks"),
+        ("losses above fifteen percent", "losses above 15%"),
+        ("twenty-five per cent", "25%"),
+        ("my shoe size is forty two", "my shoe size is 42"),
+        ("a hundred dollars", "100 dollars"),
+        # a number word that states no amount stays a word
+        ("one size up", "one size up"),
+        ("I like one direction", "I like one direction"),
+        ("we live under one roof", "we live under one roof"),
+    ],
+)
+def test_english_amounts_in_words_are_read_as_digits(said: str, read: str) -> None:
+    assert english_amounts(said) == read
 
 
 @pytest.mark.parametrize(

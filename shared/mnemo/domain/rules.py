@@ -435,6 +435,83 @@ _FORGET_DETAIL = (
 )
 
 
+_SMALL = {
+    w: n
+    for n, w in enumerate(
+        [
+            "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+            "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+            "seventeen", "eighteen", "nineteen",
+        ]
+    )
+}  # fmt: skip
+_TENS = {
+    w: 10 * n
+    for n, w in enumerate(
+        ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2
+    )
+}
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000}
+_NUMBER_WORD = "|".join([*_SMALL, *_TENS, *_SCALES])
+_WORDS_RUN = (
+    rf"(?:(?:{_NUMBER_WORD})(?:[\s-]+(?:and[\s-]+)?(?:{_NUMBER_WORD}))*|a\s+(?:hundred|thousand))"
+)
+# a number in words that states an amount, a percentage or a size: before its unit, or
+# after the words that ask for one ("twenty dollars", "fifteen percent", "size eight");
+# elsewhere a number word stays a word ("one size up", "I like one direction")
+_EN_AMOUNT = re.compile(
+    rf"\b(?P<before>(?:size|budget\s+is|up\s+to|at\s+most|spend|limit\s+(?:is|of))\s+"
+    rf"(?:(?:is|of|about|around)\s+)?)?(?P<words>{_WORDS_RUN})"
+    rf"(?P<after>\s*(?:dollars?|bucks|euros?|pounds?|yuan|rmb|usd|percent|per\s+cent|%))?\b",
+    re.IGNORECASE,
+)
+
+
+def _words_value(words: str) -> int | None:
+    total = current = 0
+    for word in re.split(r"[\s-]+", words.casefold()):
+        if word == "and":
+            continue
+        if word == "a":
+            current = 1
+        elif word in _SMALL:
+            current += _SMALL[word]
+        elif word in _TENS:
+            current += _TENS[word]
+        elif word == "hundred":
+            current = max(current, 1) * 100
+        elif word in _SCALES:
+            total += max(current, 1) * _SCALES[word]
+            current = 0
+        else:
+            return None
+    return total + current
+
+
+def english_amounts(text: str) -> str:
+    """Numbers in words that state an amount, a percentage or a size, written as digits:
+    "twenty dollars" -> "20 dollars", "size forty two" -> "size 42"."""
+
+    def digits(m: re.Match[str]) -> str:
+        if not (m.group("before") or m.group("after")):
+            return m.group()
+        value = _words_value(m.group("words"))
+        if value is None:
+            return m.group()
+        return f"{m.group('before') or ''}{value}{m.group('after') or ''}"
+
+    if _EN_HINT.search(text):
+        text = _EN_AMOUNT.sub(digits, text)
+    # 15 percent is 15%, as the percentage rules spell it
+    return _PERCENT.sub(r"\1%", text) if "cent" in text.casefold() else text
+
+
+_PERCENT = re.compile(r"(\d[\d.]*)\s*(?:percent|per\s+cent)\b", re.IGNORECASE)
+
+
+_EN_HINT = re.compile(rf"\b(?:{_NUMBER_WORD})\b", re.IGNORECASE)
+
+
 def _asks_to_forget(text: str) -> bool:
     """A request to forget ("forget that I like tea", "忘掉我喜欢茶这件事"): nothing in it is
     a memory to keep, and what to forget is the agent's to confirm (FORGET_REQUESTED)."""
@@ -708,7 +785,7 @@ class RuleSet:
         zone_of(zone_name)  # an unknown zone is an error before anything is read
         # full-width letters and digits read as what they are (我穿Ｌ码, 鞋码是４２), and so
         # does full-width punctuation (the patterns spell both forms)
-        text = unicodedata.normalize("NFKC", text)
+        text = english_amounts(unicodedata.normalize("NFKC", text))
         if _asks_to_forget(text):
             return Reading(reason=Reason.FORGET_REQUESTED, detail=_FORGET_DETAIL)
         view = stream or _NoStream()
