@@ -772,6 +772,19 @@ def test_english_numbers_in_words_are_heard(text: str, key: str, value: str) -> 
     assert current(said(text), key) == value
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("I'm looking for a laptop this week", "a laptop"),
+        ("I need to leave early tomorrow", "leave early"),
+        ("I want to go hiking this weekend", "go hiking"),
+    ],
+)
+def test_an_intent_with_its_time_said_last_is_heard(text: str, value: str) -> None:
+    state = said(text)
+    assert current(state, "intent") == value
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")
