@@ -785,6 +785,21 @@ def test_an_intent_with_its_time_said_last_is_heard(text: str, value: str) -> No
     assert current(state, "intent") == value
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "key", "value"),
+    [
+        ("I can't accept losses above 10%", "make that 5 percent", "max_loss", "5%"),
+        ("I wear XL", "nah, go back to large", "size", "L"),
+    ],
+)
+def test_a_casual_correction_changes_the_held_value(
+    first: str, then: str, key: str, value: str
+) -> None:
+    state = said(first)
+    run(state, then, minutes=5)
+    assert current(state, key) == value
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")
