@@ -110,7 +110,7 @@ def test_unused_memories_are_archived_yet_retrievable_on_request(
 
 
 def test_use_keeps_a_memory_from_being_archived(platform: Platform, clock: FixedClock) -> None:
-    memory_id = remember(platform, "I want to buy coffee today")
+    memory_id = remember(platform, "this week I'm looking for a laptop")
     for _ in range(3):
         clock.advance(timedelta(hours=6))
         cite(platform, memory_id)

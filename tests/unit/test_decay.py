@@ -190,9 +190,9 @@ def timers_of(decision_writes: list[object]) -> dict[str, datetime]:
 
 
 def test_registration_sets_the_timers_its_type_calls_for() -> None:
-    env, _ = registered_memory("I want to buy coffee today", INSTANT, None)  # context, 24 h
+    env, _ = registered_memory("I want to buy coffee today", INSTANT, None)  # until midnight
     assert timers_of(decay.handle(env, Weights()).writes) == {
-        "expire": INSTANT + timedelta(hours=24),
+        "expire": datetime(2026, 12, 1, tzinfo=UTC),
         "archive": INSTANT + timedelta(days=30),
     }
     env, _ = registered_memory("记住我的尺码是L", INSTANT, None)  # a permanent preference
@@ -206,12 +206,12 @@ def test_registration_sets_the_timers_its_type_calls_for() -> None:
 
 def test_expiry_fires_at_the_exact_instant_and_only_once() -> None:
     _, memory = registered_memory("I want to buy coffee today", INSTANT, None)
-    timer = Timer(memory.tenant, memory.memory_id, INSTANT + timedelta(hours=24), "expire")
+    timer = Timer(memory.tenant, memory.memory_id, datetime(2026, 12, 1, tzinfo=UTC), "expire")
     decision = decay.scan([timer], Known(memory))
     [expired] = decision.events
     assert expired.type == "MemoryExpired"
     # event time is the due instant, whenever the scan happened to run
-    assert expired.occurred_at == INSTANT + timedelta(hours=24)
+    assert expired.occurred_at == datetime(2026, 12, 1, tzinfo=UTC)
     assert isinstance(decision.writes[0], DropTimer)
     # scanning again derives the same id, so the log drops the copy
     assert decay.scan([timer], Known(memory)).events[0].event_id == expired.event_id

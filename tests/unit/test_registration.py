@@ -140,15 +140,22 @@ def registered(decision: Decision) -> list[Memory]:
 
 
 @pytest.mark.parametrize(
-    ("text", "key", "value", "mtype", "ttl_hours"),
+    ("text", "key", "value", "mtype", "ttl"),
     [
         ("记住我的尺码是L", "size", "L", MemoryType.PREFERENCE, None),
         ("请记住我的尺码是 XL。", "size", "XL", MemoryType.PREFERENCE, None),
-        ("我今天想买咖啡", "intent", "买咖啡", MemoryType.CONTEXT, 24),
+        # T0 is 09:30 UTC: today ends at the next midnight, 14.5 hours on
+        ("我今天想买咖啡", "intent", "买咖啡", MemoryType.CONTEXT, timedelta(hours=14.5)),
         ("记住我的生日是五月三日", "生日", "五月三日", MemoryType.PREFERENCE, None),
         ("我的预算是5000元", "budget", "5000元", MemoryType.FACT, None),
         ("Remember that my size is M.", "size", "M", MemoryType.PREFERENCE, None),
-        ("I want to buy coffee today", "intent", "buy coffee", MemoryType.CONTEXT, 24),
+        (
+            "I want to buy coffee today",
+            "intent",
+            "buy coffee",
+            MemoryType.CONTEXT,
+            timedelta(hours=14.5),
+        ),
         (
             "please remember my favourite color is teal",
             "favourite_color",
@@ -160,15 +167,15 @@ def registered(decision: Decision) -> list[Memory]:
     ],
 )
 def test_rules_turn_utterances_into_typed_memories(
-    text: str, key: str, value: str, mtype: MemoryType, ttl_hours: int | None
+    text: str, key: str, value: str, mtype: MemoryType, ttl: timedelta | None
 ) -> None:
     decision = run(DictState(), observe(text))
     [memory] = registered(decision)
     assert (memory.key, memory.value, memory.type) == (key, value, mtype)
-    if ttl_hours is None:
+    if ttl is None:
         assert memory.valid_until is None
     else:
-        assert memory.valid_until == T0 + timedelta(hours=ttl_hours)
+        assert memory.valid_until == T0 + ttl
     assert memory.rule_id is not None
     assert outcomes(decision) == [(OutcomeKind.REGISTERED, None)]
 
