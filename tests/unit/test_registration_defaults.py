@@ -800,6 +800,32 @@ def test_a_casual_correction_changes_the_held_value(
     assert current(state, key) == value
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "retired", "now"),
+    [
+        ("我喜欢喝咖啡", "我最近戒咖啡了", "likes.咖啡", ("avoid.咖啡", "咖啡")),
+        ("我喜欢喝咖啡", "我现在不怎么喝咖啡了", "likes.咖啡", ("avoid.咖啡", "咖啡")),
+        ("我喜欢吃辣", "我最近胃不好，不能吃辣了", "likes.辣", ("avoid.辣", "辣")),
+        (
+            "I love drinking coffee",
+            "I don't drink coffee these days",
+            "likes.coffee",
+            ("avoid.coffee", "coffee"),
+        ),
+        ("I'm vegan", "I'm not vegan anymore", None, ("diet", "no longer vegan")),
+        ("我吃素", "我现在开始吃肉了", None, ("diet", "吃肉")),
+    ],
+)
+def test_giving_something_up_in_everyday_words_retires_the_old_memory(
+    first: str, then: str, retired: str | None, now: tuple[str, str]
+) -> None:
+    state = said(first)
+    run(state, then, minutes=5)
+    if retired is not None:
+        assert current(state, retired) is None
+    assert current(state, now[0]) == now[1]
+
+
 @pytest.mark.parametrize("text", ["算了", "算了吧", "还是算了", "那还是算了吧"])
 def test_never_mind_changes_nothing_and_asks_nothing(text: str) -> None:
     state = said("我一般穿L码")
