@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from mnemo.domain.acceptance import refuse_reused_id
 from mnemo.domain.access import ApiKey, Tenant
 from mnemo.domain.checkpoint import Checkpoint, Signature
 from mnemo.domain.context import ContextTemplate
@@ -114,7 +115,9 @@ class EventLog(abc.ABC):
         items = list(events)
         fresh: list[Envelope] = []
         for event in items:
-            if self.get(event.tenant, event.event_id) is not None:
+            held = self.get(event.tenant, event.event_id)
+            if held is not None:
+                refuse_reused_id(event, held.envelope.digest)
                 continue
             head = self.stream_head(event.tenant, event.stream)
             if event.expected_seq is not None and event.expected_seq < head:

@@ -42,7 +42,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mnemo.domain import pii
-from mnemo.domain.errors import InvalidInput, KeyDestroyed
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
 from mnemo.domain.events import (
     CATALOG,
     ActorKind,
@@ -428,6 +428,17 @@ class Sealer:
             raise KeyDestroyed(
                 f"tenant {tenant!r} was forgotten (its keys destroyed); it takes no new events"
             )
+
+    def publication_key(self, tenant: str, stream: str) -> bytes | None:
+        """The key of a published event's digest (`acceptance.publication_digest`): the
+        search key of the key its stream is sealed under, so a forgotten subject's digests
+        go with the subject. None when that key is destroyed or the vault cannot answer:
+        the event then carries no digest (and the check of a reused id is skipped; sealing
+        refuses what it must on its own)."""
+        try:
+            return self.keys.search_key(self.key_id(tenant, stream))
+        except (KeyDestroyed, Unavailable):
+            return None
 
     def makes_key(self, tenant: str, stream: str) -> bool:
         """Whether sealing into `stream` would make a new key in the vault: a stream with a

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 
 from mnemo.adapters.sqlite_log import SqliteEventLog
@@ -63,6 +64,11 @@ class EventLogContract:
         """Append a batch holding a stale expected_seq; the code it was refused with."""
         raise NotImplementedError
 
+    def reused(self, log: EventLog, events: Sequence[Envelope]) -> str:
+        """Append a batch reusing an event id of the log with other content; the code it
+        was refused with."""
+        raise NotImplementedError
+
     @pytest.fixture
     def log(self, tmp_path: Path) -> Iterator[EventLog]:
         with self.opened(tmp_path) as log:
@@ -95,6 +101,26 @@ class EventLogContract:
         self.append(log, [event, ev("user:U2")])  # a publisher's retry, then more
         assert seqs(log, "acme", "user:U1") == [1]
         assert [e.envelope.event_id for e in log.read(0, 100)].count(event.event_id) == 1
+        assert len(log.read(0, 100)) == 2
+
+    def test_an_id_sent_again_with_other_content_is_refused_and_the_first_kept(
+        self, log: EventLog
+    ) -> None:
+        first = ev().model_copy(update={"digest": "a" * 32})
+        self.append(log, [first])
+        other = first.model_copy(update={"digest": "b" * 32, "payload": {"text": "changed"}})
+        assert self.reused(log, [other]) == "EVENT_ID_REUSED"
+        held = log.get("acme", first.event_id)
+        assert held is not None
+        assert held.envelope.payload == {"text": "event 0"}
+        assert held.envelope.digest == "a" * 32
+        # the same digest is a retry; an event logged without one (Mnemo's own, or from
+        # before digests) takes anything sent again under its id for a retry
+        self.append(log, [first])
+        plain = ev(i=1)
+        self.append(log, [plain])
+        self.append(log, [plain.model_copy(update={"digest": "c" * 32})])
+        assert seqs(log, "acme", "user:U1") == [1, 2]
         assert len(log.read(0, 100)) == 2
 
     def test_a_stale_expected_sequence_is_never_applied(self, log: EventLog) -> None:
@@ -191,6 +217,18 @@ class TestSqliteEventLog(EventLogContract):
             log.append(events)
         return caught.value.code
 
+    def reused(self, log: EventLog, events: Sequence[Envelope]) -> str:
+        return self.refusal(log, events)
+
+    def test_a_reused_id_refuses_the_whole_batch(self, log: EventLog) -> None:
+        first = ev().model_copy(update={"digest": "a" * 32})
+        log.append([first])
+        with pytest.raises(ConflictError) as caught:
+            log.append([ev("user:U9"), first.model_copy(update={"digest": "b" * 32})])
+        assert caught.value.code == "EVENT_ID_REUSED"
+        assert caught.value.field == "event_id"
+        assert log.stream_head("acme", "user:U9") == 0  # nothing of the batch landed
+
     def test_sequences_and_offsets_come_with_the_append(self, log: EventLog) -> None:
         got = log.append(
             [ev("user:U1"), ev("user:U2"), ev("user:U1"), ev("user:U1", tenant="other")]
@@ -257,6 +295,35 @@ class TestDistributedEventLog(EventLogContract):
         }
         assert len(codes) == 1, codes
         return str(codes.pop())
+
+    def reused(self, log: EventLog, events: Sequence[Envelope]) -> str:
+        """The sequencer sends the record to the dead-letter topic with its reason, and its
+        fate names the id (the id's outcome stays the first event's)."""
+        appended = self.append(log, events)
+        topic = self.platform.distributed.topic  # type: ignore[union-attr]
+        letters = [
+            r
+            for r in topic.fetch_dead_letters()
+            if orjson.loads(r.value)["event_id"] in {a.event_id for a in appended}
+        ]
+        assert len(letters) == len(events)
+        reasons = {dict(r.headers)["mnemo-dlq-reason"].decode() for r in letters}
+        assert len(reasons) == 1, reasons
+        return reasons.pop()
+
+    def test_the_same_id_twice_in_one_batch_with_other_content_keeps_the_first(
+        self, log: EventLog
+    ) -> None:
+        first = ev().model_copy(update={"digest": "a" * 32})
+        other = first.model_copy(update={"digest": "b" * 32, "payload": {"text": "changed"}})
+        self.append(log, [first, other])
+        held = log.get("acme", first.event_id)
+        assert held is not None
+        assert held.envelope.digest == "a" * 32
+        topic = self.platform.distributed.topic  # type: ignore[union-attr]
+        [letter] = topic.fetch_dead_letters()
+        assert dict(letter.headers)["mnemo-dlq-reason"] == b"EVENT_ID_REUSED"
+        assert orjson.loads(letter.value)["payload"] == {"text": "changed"}
 
     def test_the_append_answers_before_sequencing(self, log: EventLog) -> None:
         [a] = log.append([ev()])

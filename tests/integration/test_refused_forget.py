@@ -70,12 +70,13 @@ def test_a_refused_request_to_forget_destroys_no_key(tmp_path: Path) -> None:
         refused = client.post("/v1/events", json={"events": batch}, headers=acme)
         assert refused.status_code == 409, refused.text
         assert not keys.is_destroyed("acme/user:ann")
-        # an event id the log holds already: a duplicate, not a request to forget
+        # an event id the log holds already, for another event: refused, not a request
+        # to forget
         reused = _event("ForgetRequested", "user:ann", {"tenant": False})
         reused["event_id"] = used_id
         dup = client.post("/v1/events", json=reused, headers=acme)
-        assert dup.status_code == 202, dup.text
-        assert dup.json()["accepted"][0]["duplicate"] is True
+        assert dup.status_code == 409, dup.text
+        assert dup.json()["error"]["code"] == "EVENT_ID_REUSED"
         assert not keys.is_destroyed("acme/user:ann")
         assert _declare(client, "acme", "user:ann", "ann also keeps hens").status_code == 202
         listed = client.get("/v1/subjects/user:ann/memories", headers=acme).json()

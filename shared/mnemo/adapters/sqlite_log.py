@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from mnemo import telemetry
+from mnemo.domain.acceptance import refuse_reused_id
 from mnemo.domain.errors import ConflictError, Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.ports import Appended, EventLog
@@ -128,10 +129,11 @@ class SqliteEventLog(EventLog):
     @staticmethod
     def _append_one(cur: sqlite3.Cursor, event: Envelope) -> Appended:
         found = cur.execute(
-            "SELECT offset, seq FROM events WHERE tenant = ? AND event_id = ?",
+            "SELECT offset, seq, body FROM events WHERE tenant = ? AND event_id = ?",
             (event.tenant, event.event_id),
         ).fetchone()
         if found is not None:
+            refuse_reused_id(event, orjson.loads(found[2]).get("digest"))
             return Appended(event.event_id, found[0], found[1], duplicate=True)
         row = cur.execute(
             "SELECT head FROM streams WHERE tenant = ? AND stream = ?", (event.tenant, event.stream)

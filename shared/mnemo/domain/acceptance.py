@@ -24,6 +24,10 @@ trust levels differ only where this list says:
   every type of the catalog.
 - received_at: a publisher's event is stamped with `now` (a client may not set it); on
   the topic it is the producer's, or absent.
+- digest: a publisher may not set it (INVALID_ENVELOPE); the gateway stamps
+  `publication_digest` of what the client sent, so that a log holding the event id
+  already tells a retry (the same digest) from another event under a reused id
+  (EVENT_ID_REUSED). On the topic it is the producer's, or absent (no check).
 - a template's stream: the tenant's `templates` stream, on both (INVALID_STREAM).
 - occurred_at: at most MAX_CLOCK_SKEW ahead of now (OCCURRED_IN_FUTURE), on both; a
   consumer's (system) event keeps its cause's time and is not held to it. A tool
@@ -34,6 +38,9 @@ Pure: the caller gives the instant (`now`, from its Clock).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -41,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from mnemo.domain.errors import InvalidInput
+from mnemo.domain.errors import ConflictError, InvalidInput
 from mnemo.domain.events import (
     MAX_PAYLOAD_BYTES,
     TEMPLATES_STREAM,
@@ -55,7 +62,11 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.ids import new_event_id
 
-__all__ = ["MAX_CLOCK_SKEW", "accept"]
+__all__ = ["MAX_CLOCK_SKEW", "accept", "publication_digest", "refuse_reused_id", "reuses_id"]
+
+# what a publisher's retry may change without being another event: the id it is sent
+# under, its trace (a new span per attempt) and the tenant (implied by the key)
+_NOT_DIGESTED = frozenset({"event_id", "trace", "tenant"})
 
 # how far ahead of the accepting clock an event's occurred_at may be
 MAX_CLOCK_SKEW = timedelta(minutes=5)
@@ -98,6 +109,12 @@ def accept(
                 field="received_at",
             )
         event["received_at"] = now.isoformat()
+        if "digest" in event:
+            raise InvalidInput(
+                "digest is stamped by Mnemo when it accepts the event",
+                code="INVALID_ENVELOPE",
+                field="digest",
+            )
         if "payload" in event and len(orjson.dumps(event["payload"])) > MAX_PAYLOAD_BYTES:
             raise InvalidInput(
                 f"payload over {MAX_PAYLOAD_BYTES} bytes", code="PAYLOAD_TOO_LARGE", field="payload"
@@ -159,3 +176,37 @@ def accept(
                 field="payload.fetched_at",
             )
     return envelope
+
+
+def publication_digest(raw: Mapping[str, Any], key: bytes) -> str:
+    """A keyed hash (HMAC-SHA256, 128 bits) of an event as its publisher sent it, before
+    anything is filled in: every field but the id, the trace and the tenant, members in
+    sorted order. A retry sends the same event and gets the same digest; another event
+    under a reused id gets another one. Keyed, so a digest in the log tells nothing about
+    a low-entropy value it covers to whoever lacks the key (the subject's search key: it
+    goes when the subject is forgotten)."""
+    body = {k: v for k, v in raw.items() if k not in _NOT_DIGESTED}
+    # the standard library's encoder: any JSON number, and strings escaped to ASCII
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    digest = hmac.new(key, b"mnemo-publication\x00" + canonical.encode(), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def reuses_id(event: Envelope, held_digest: object) -> bool:
+    """Whether `event`, whose id the log holds already with `held_digest`, is another
+    event under that id rather than a retry. Only two digests can tell: an event that
+    reached the log without one (Mnemo's own, a producer's on the topic, or one logged
+    before digests) is taken for a retry, as it always was."""
+    return event.digest is not None and isinstance(held_digest, str) and held_digest != event.digest
+
+
+def refuse_reused_id(event: Envelope, held_digest: object) -> None:
+    """ConflictError (EVENT_ID_REUSED) when `reuses_id`."""
+    if reuses_id(event, held_digest):
+        raise ConflictError(
+            f"event_id {event.event_id} is already in the log with other content; a retry "
+            "must send the same event, and a new event needs a new id",
+            code="EVENT_ID_REUSED",
+            field="event_id",
+            extra={"event_id": event.event_id},
+        )

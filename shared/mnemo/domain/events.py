@@ -140,6 +140,13 @@ class Envelope(BaseModel):
     trace: TraceContext | None = None
     payload: dict[str, Any]
     encryption: EncryptionBlock | None = None
+    digest: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{32}$",
+        description="a keyed hash of the event as its publisher sent it (stamped by the "
+        "gateway, never by the client): the same event_id sent again with other content is "
+        "refused (EVENT_ID_REUSED) instead of being taken for a retry",
+    )
 
     @field_validator("tenant")
     @classmethod

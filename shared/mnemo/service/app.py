@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from mnemo.domain import replica
-from mnemo.domain.acceptance import accept
+from mnemo.domain.acceptance import accept, publication_digest
 from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import (
@@ -269,7 +269,7 @@ class Mnemo:
             if envelope.type == MemoryCited.TYPE:
                 envelope = self._citation(ctx, i, envelope)
             envelopes.append(envelope)
-        return self._append(ctx, envelopes, wait, timeout)
+        return self._append(ctx, envelopes, wait, timeout, sent=raw_events)
 
     def append_own(
         self,
@@ -301,19 +301,31 @@ class Mnemo:
         envelopes: list[Envelope],
         wait: Wait,
         timeout: float,
+        sent: Sequence[Mapping[str, Any]] | None = None,
     ) -> PublishResult:
+        """`sent`: the events as the client sent them, one per envelope, for their digests
+        (a publish; None for Mnemo's own events)."""
         if self.sealer is not None:
             # a forgotten tenant takes nothing more, on any stream (a new user's included)
             self.sealer.refuse_forgotten_tenant(ctx.tenant)
-            envelopes = self._seal_all(ctx, envelopes)
-        if self.sealer is not None and any(e.type == ForgetRequested.TYPE for e in envelopes):
-            # keys are shredded only for requests the log will record: never for one it
-            # refuses (a stale expected_seq) or holds already (a reused event id)
-            accepted = self.log.append_guarded(
-                envelopes, lambda fresh: self._shred_forgotten(ctx, fresh)
-            )
-        else:
-            accepted = self.log.append(envelopes)
+            envelopes = self._seal_all(ctx, envelopes, sent)
+        elif sent is not None:
+            envelopes = [_digested(e, raw, b"") for e, raw in zip(envelopes, sent, strict=True)]
+        try:
+            if self.sealer is not None and any(e.type == ForgetRequested.TYPE for e in envelopes):
+                # keys are shredded only for requests the log will record: never for one it
+                # refuses (a stale expected_seq) or holds already (a reused event id)
+                accepted = self.log.append_guarded(
+                    envelopes, lambda fresh: self._shred_forgotten(ctx, fresh)
+                )
+            else:
+                accepted = self.log.append(envelopes)
+        except ConflictError as exc:
+            reused = exc.extra.get("event_id")
+            if exc.code == "EVENT_ID_REUSED" and exc.field == "event_id":
+                at = next((i for i, e in enumerate(envelopes) if e.event_id == reused), None)
+                exc.field = f"events[{at}].event_id" if at is not None else exc.field
+            raise
         if self.runner is not None:
             self.runner.wake()
         self.notify_changed()
@@ -394,8 +406,14 @@ class Mnemo:
                 record = self.store.context_record(tenant, request_id)
         return record
 
-    def _seal_all(self, ctx: RequestContext, envelopes: Sequence[Envelope]) -> list[Envelope]:
-        """Seal a batch; refused (TOO_MANY_SUBJECT_KEYS) once it would make more than
+    def _seal_all(
+        self,
+        ctx: RequestContext,
+        envelopes: Sequence[Envelope],
+        sent: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Envelope]:
+        """Seal a batch, each event digested first when `sent` gives what the client sent
+        (`_digested`); refused (TOO_MANY_SUBJECT_KEYS) once it would make more than
         MAX_SUBJECT_KEYS_PER_REQUEST new subject keys in the vault, before the next one is
         made. Subjects whose keys exist already do not count: a batch may touch any
         number of known users."""
@@ -415,6 +433,10 @@ class Mnemo:
                             code="TOO_MANY_SUBJECT_KEYS",
                             field=f"events[{i}].stream",
                         )
+            if sent is not None:
+                key = self.sealer.publication_key(ctx.tenant, envelope.stream)
+                if key is not None:
+                    envelope = _digested(envelope, sent[i], key)
             sealed.append(self._seal(i, envelope))
         return sealed
 
@@ -825,3 +847,12 @@ class Mnemo:
         if not found and self.log.get(ctx.tenant, event_id) is None:
             raise NotFound(f"no event {echoed(event_id)}", code="EVENT_NOT_FOUND", field="event_id")
         return found
+
+
+def _digested(envelope: Envelope, raw: Mapping[str, Any], key: bytes) -> Envelope:
+    """The envelope with the digest of what its client sent, when the client chose its
+    id: the log then tells a retry from another event under the same id. An id Mnemo
+    chose (a fresh one, or a citation's, derived so that repeats collapse) gets none."""
+    if raw.get("event_id") != envelope.event_id:
+        return envelope
+    return envelope.model_copy(update={"digest": publication_digest(raw, key)})

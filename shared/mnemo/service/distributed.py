@@ -43,6 +43,7 @@ from typing import Any
 import orjson
 
 from mnemo import telemetry
+from mnemo.domain.acceptance import reuses_id
 from mnemo.domain.errors import FencedOff, InvalidInput, MnemoError, Unavailable
 from mnemo.domain.events import Envelope, LoggedEvent
 from mnemo.domain.projection import Outcome, OutcomeKind, PutOutcome
@@ -411,6 +412,20 @@ class Sequencer(_Processor):
         read = self.archive.stream_heads(unknown, below=(partition, start)) if unknown else {}
         return {k: known[k] if k in known else read[k] for k in keys}, known
 
+    def _reuses_id(self, event: Envelope, earlier: Envelope | None) -> bool:
+        """Whether `event`, whose id is archived already (or taken by `earlier` in this
+        batch), is another event under that id (`acceptance.reuses_id`): read from the
+        archive only for an event with a digest, so a retry or a redelivery without one
+        costs nothing more."""
+        if event.digest is None:
+            return False
+        if earlier is None:
+            held = self.archive.get(event.tenant, event.event_id)
+            if held is None:  # not readable yet: taken for a retry, as before digests
+                return False
+            earlier = held.envelope
+        return reuses_id(event, earlier.digest)
+
     def _partition(
         self,
         partition: int,
@@ -445,7 +460,7 @@ class Sequencer(_Processor):
                 ),
             ],
         )
-        seen: set[tuple[str, str]] = set()
+        seen: dict[tuple[str, str], Envelope] = {}
         fates: list[RecordFate] = []
         archived: list[ArchivedEvent] = []
         accepted_at: dict[int, float | None] = {r.offset: r.timestamp for r in records}
@@ -464,6 +479,23 @@ class Sequencer(_Processor):
             if ident in seen or (
                 where is not None and (where.partition, where.offset) != (partition, r.offset)
             ):
+                if self._reuses_id(env, seen.get(ident)):
+                    if r.offset not in known:
+                        letters.append(
+                            (r, "EVENT_ID_REUSED", "the event id is archived with other content")
+                        )
+                    fates.append(
+                        RecordFate(
+                            partition,
+                            r.offset,
+                            RecordStatus.DEAD,
+                            env.tenant,
+                            env.event_id,
+                            env.stream,
+                            reason="EVENT_ID_REUSED",
+                        )
+                    )
+                    continue
                 fates.append(
                     RecordFate(
                         partition,
@@ -477,7 +509,7 @@ class Sequencer(_Processor):
                     )
                 )
                 continue
-            seen.add(ident)
+            seen[ident] = env
             key = (env.tenant, env.stream)
             head = heads[key]
             if where is not None:  # placed before a crash: the same number again
