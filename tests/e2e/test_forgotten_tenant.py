@@ -127,6 +127,9 @@ def test_a_forgotten_tenant_takes_no_write_and_reads_nothing(
     )
     assert platform.log.head() == head
     assert not platform.sealer.keys.vault.has_key("acme/user:Z9")  # no new user key made
+    # nor does the key tell about itself any more; another tenant's still does
+    refused_gone(client.get("/v1/whoami", headers=ACME))
+    assert client.get("/v1/whoami", headers=GLOBEX).json()["tenant"] == "globex"
 
     # a write that reached the log past the gateway (a race with the forget elsewhere) is
     # registered by the consumers, but the forgotten tenant's reads still answer nothing

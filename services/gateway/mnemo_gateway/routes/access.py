@@ -131,7 +131,11 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 @router.get("/v1/whoami", summary="The tenant, name and scopes of the calling API key")
-def whoami(caller: CallerDep) -> WhoAmIOut:
+def whoami(caller: CallerDep, platform: PlatformDep) -> WhoAmIOut:
+    # a forgotten tenant is gone for every route: its keys still authenticate (so that a
+    # client learns why), but nothing of it is answered, its keys' names and scopes included
+    if platform.sealer is not None:
+        platform.sealer.refuse_forgotten_tenant(caller.tenant)
     return WhoAmIOut(
         tenant=caller.tenant,
         key_id=caller.key_id,
