@@ -938,7 +938,7 @@ def build_distributed(
         sealer=sealer,
         documents=source,
     )
-    progress = PartitionProgress(store, topic)
+    progress = PartitionProgress(store, topic, archive)
     tokenizer = make_tokenizer(settings)
     reads = OpenedMemoryStore(store, sealer)  # every use case reads memories opened, once
     searched = BlindTagIndex(index, sealer)

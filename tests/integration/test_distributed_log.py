@@ -28,7 +28,7 @@ from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import OutcomeKind
 from mnemo.ports import LogRecord, MemoryQuery, RecordStatus
 from mnemo.records import record_key
-from mnemo.service.app import RequestContext
+from mnemo.service.app import RequestContext, Wait
 from mnemo.service.distributed import NotReady, position_name
 
 CTX = RequestContext("acme", "tester")
@@ -135,6 +135,54 @@ def test_a_repeated_event_id_is_archived_and_registered_once(platform: Platform)
     ]
     assert len(platform.app.outcome(CTX, event["event_id"])) == 1
     assert len(platform.store.audit_trail("acme", "user:U1", 0, 100)) == 2
+
+
+def test_another_event_under_an_archived_id_is_dead_lettered_and_answered_rejected(
+    platform: Platform,
+) -> None:
+    event = obs("remember my shoe size is 42")
+    event["event_id"] = new_event_id(platform.runner.clock.now())
+    first = platform.app.publish(CTX, [event])
+    Pump(platform).drain()
+    [registered] = platform.app.outcome(CTX, event["event_id"])
+    assert registered.kind is OutcomeKind.REGISTERED
+
+    # the gateway stamps both with a digest of what the client sent; the sequencer finds
+    # the second another event, not a retry: a waiting publish hears so
+    other = {**event, "payload": {"text": "remember my shoe size is 39"}}
+    done = threading.Event()
+
+    def pump() -> None:
+        while not done.is_set():
+            Pump(platform).drain()
+
+    pumping = threading.Thread(target=pump)
+    pumping.start()
+    try:
+        waited = platform.app.publish(CTX, [other], Wait.REGISTERED, timeout=60)
+        retried = platform.app.publish(CTX, [event], Wait.REGISTERED, timeout=60)
+    finally:
+        done.set()
+        pumping.join()
+    assert waited.complete
+    [refused] = waited.outcomes[event["event_id"]]
+    assert (refused.kind, refused.reason_code) == (OutcomeKind.REJECTED, "EVENT_ID_REUSED")
+    assert retried.outcomes[event["event_id"]] == [registered]  # a retry: the first's
+    assert platform.distributed is not None
+    assert platform.distributed.progress.refused(first.accepted) == {}
+
+    letters = platform.distributed.topic.fetch_dead_letters()  # type: ignore[attr-defined]
+    assert [dict(r.headers)["mnemo-dlq-reason"] for r in letters] == [b"EVENT_ID_REUSED"]
+    held = platform.log.get("acme", event["event_id"])
+    assert held is not None
+    assert platform.sealer is not None
+    opened = platform.sealer.open_event(held)
+    assert opened.envelope.payload == {"text": "remember my shoe size is 42"}
+    assert platform.app.outcome(CTX, event["event_id"]) == [registered]
+    assert [e.envelope.type for e in platform.log.read_stream("acme", "user:U1", 1, 100)] == [
+        "ObservationRecorded",
+        "MemoryRegistered",
+    ]
 
 
 def test_a_waiting_follower_names_where_the_registrar_must_get_to(platform: Platform) -> None:

@@ -44,7 +44,7 @@ from mnemo.domain.events import (
 )
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
-from mnemo.domain.projection import ContextRecord, Outcome, credits_citation
+from mnemo.domain.projection import ContextRecord, Outcome, OutcomeKind, credits_citation
 from mnemo.domain.tool_result import MAX_ARGUMENTS_CHARS, MAX_RESULT_CHARS, canonical_json
 from mnemo.domain.triggers import Suggestion, TriggerSet
 from mnemo.handlers import indexing, registration
@@ -129,6 +129,11 @@ class Progress(Protocol):
     """How far the consumers of a distributed deployment are (`?wait=` there)."""
 
     def wait(self, accepted: Sequence[Appended], indexed: bool, timeout: float) -> bool: ...
+
+    def refused(self, accepted: Sequence[Appended]) -> dict[str, str]:
+        """{event_id: code} of the accepted records the sequencer refused on its own
+        without an outcome of theirs (another event under a reused id), once it decided."""
+        ...
 
 
 class Wait(StrEnum):
@@ -331,11 +336,18 @@ class Mnemo:
         self.notify_changed()
         if wait is Wait.NONE:
             return PublishResult(accepted)
+        refused: dict[str, str] = {}
         if self.progress is not None:
             complete = self.progress.wait(accepted, wait is Wait.INDEXED, timeout)
+            refused = self.progress.refused(accepted) if complete else {}
         else:
             complete = self._wait(ctx.tenant, max(a.offset for a in accepted), wait, timeout)
-        outcomes = {a.event_id: self.store.outcome(ctx.tenant, a.event_id) for a in accepted}
+        outcomes = {
+            a.event_id: [_refusal(ctx.tenant, a.event_id, refused[a.event_id])]
+            if a.event_id in refused
+            else self.store.outcome(ctx.tenant, a.event_id)
+            for a in accepted
+        }
         return PublishResult(accepted, outcomes, complete)
 
     def _citation(self, ctx: RequestContext, i: int, envelope: Envelope) -> Envelope:
@@ -847,6 +859,20 @@ class Mnemo:
         if not found and self.log.get(ctx.tenant, event_id) is None:
             raise NotFound(f"no event {echoed(event_id)}", code="EVENT_NOT_FOUND", field="event_id")
         return found
+
+
+def _refusal(tenant: str, event_id: str, code: str) -> Outcome:
+    """The outcome a publish answers for a record the sequencer refused: the id's own
+    outcome is the first event's, which this record did not become."""
+    return Outcome(
+        tenant,
+        event_id,
+        0,
+        OutcomeKind.REJECTED,
+        reason_code=code,
+        detail="the event id is in the log with other content; the record went to the "
+        "dead-letter topic",
+    )
 
 
 def _digested(envelope: Envelope, raw: Mapping[str, Any], key: bytes) -> Envelope:

@@ -826,10 +826,36 @@ class Follower(_Processor):
 class PartitionProgress:
     """`?wait=` in the distributed mode: how far each consumer is, per partition."""
 
-    def __init__(self, store: ProjectionStore, topic: LogTopic, poll_seconds: float = 0.02) -> None:
+    def __init__(
+        self,
+        store: ProjectionStore,
+        topic: LogTopic,
+        archive: EventArchive | None = None,
+        poll_seconds: float = 0.02,
+    ) -> None:
         self.store = store
         self.topic = topic
+        self.archive = archive
         self.poll_seconds = poll_seconds
+
+    def refused(self, accepted: Sequence[Appended]) -> dict[str, str]:
+        """The records among `accepted` the sequencer sent to the dead-letter topic as
+        another event under a reused id (EVENT_ID_REUSED): one read of fates per
+        partition, after `wait` saw the registrar pass them."""
+        if self.archive is None or not accepted:
+            return {}
+        by_partition: dict[int, dict[int, str]] = {}
+        for a in accepted:
+            partition, offset = decode_offset(a.offset)
+            by_partition.setdefault(partition, {})[offset] = a.event_id
+        out: dict[str, str] = {}
+        for partition, ids in by_partition.items():
+            fates = self.archive.fates(partition, min(ids), max(ids))
+            for offset, event_id in ids.items():
+                fate = fates.get(offset)
+                if fate is not None and fate.reason == "EVENT_ID_REUSED":
+                    out[event_id] = fate.reason
+        return out
 
     def _until(self, targets: dict[str, int], deadline: float) -> bool:
         pending = dict(targets)
