@@ -532,6 +532,38 @@ def test_imported_history_is_archived_from_its_arrival_not_its_past_event_time()
     )
 
 
+def test_an_imported_preference_is_asked_about_before_it_counts_as_unanswered() -> None:
+    """A preference said 200 days before it was imported is due for confirmation at once,
+    and its deadline runs from its arrival: the agent gets the whole answering period to
+    ask, instead of the weight dropping to the floor the moment it arrives."""
+    said = INSTANT - timedelta(days=200)
+    env = Envelope(
+        event_id=new_event_id(INSTANT),
+        type="MemoryDeclared",
+        schema_version=1,
+        tenant="acme",
+        stream="user:U1",
+        occurred_at=said,
+        actor=Actor(kind=ActorKind.AGENT, id="importer"),
+        payload={"memory": {"type": "preference", "key": "shoe_size", "value": "42"}},
+    )
+    decision = registration.handle(env, NoMemories(), RULES)
+    registered = next(e for e in decision.events if e.type == "MemoryRegistered")
+    memory = Memory.model_validate(registered.payload["memory"])
+    due_at = timers_of(decay.handle(registered, Weights()).writes)["verify"]
+    assert due_at == said + timedelta(days=90)  # long past: ask about it now
+    asked = decay.scan([Timer(memory.tenant, memory.memory_id, due_at, "verify")], Known(memory))
+    [due] = asked.events
+    deadline = timers_of(asked.writes)["verify_deadline"]
+    assert deadline == decay.arrival(memory) + timedelta(days=7)
+    assert datetime.fromisoformat(due.payload["deadline"]) == deadline
+    # asked on time (no import): the deadline is the due time plus the answering period
+    _, live = registered_memory("记住我的尺码是L", INSTANT, None)
+    on_time = INSTANT + timedelta(days=90)
+    asked = decay.scan([Timer(live.tenant, live.memory_id, on_time, "verify")], Known(live))
+    assert timers_of(asked.writes)["verify_deadline"] == on_time + timedelta(days=7)
+
+
 def test_a_citation_credits_only_a_memory_the_cited_context_included() -> None:
     """A citation naming no context, an unknown one, one assembled on another stream, or
     one that did not include the memory moves nothing; nor does the registrar count it."""

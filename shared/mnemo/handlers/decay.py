@@ -503,7 +503,9 @@ def scan(
             )
             ended.add((timer.tenant, timer.memory_id))
         elif timer.kind == "verify":
-            deadline = timer.due_at + _days(policy.answer_within_days)
+            # an imported memory can be due long before it arrived: the answering period
+            # runs from when the agent could first ask, never from a past event time alone
+            deadline = max(timer.due_at, arrival(memory)) + _days(policy.answer_within_days)
             payload = VerificationDue(
                 memory_id=memory.memory_id, due_at=timer.due_at, deadline=deadline
             )
