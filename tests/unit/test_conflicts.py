@@ -71,6 +71,10 @@ def conflicts(a: str, b: str) -> list[str]:
         ("单笔转账上限两万元", "单笔转账上限五万元", "money"),
         ("每月最多退货三次", "每月最多退货5次", "times"),
         ("每月最多退货两次", "每月最多退货3次", "times"),
+        # 限额 bounds like 上限 does; 八折 is a discount as 80% of the price
+        ("单笔转账限额两万", "单笔转账限额3万", "number"),
+        ("折扣不能低于八折", "折扣不能低于七折", "discount"),
+        ("会员价最低打八五折", "会员价最低打7折", "discount"),
         ("单笔转账上限一点五万元", "单笔转账不超过2万元", "money"),
         # 每笔 and 单笔 say the same quantity
         ("每笔转账上限2万元", "单笔转账不得超过5万元", "money"),
@@ -138,6 +142,8 @@ def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
         ("单笔转账上限两万", "单笔转账不得超过2万元"),
         ("单笔转账上限一点五万元", "单笔转账不超过15000元"),
         ("每月最多退货三次", "每月退货不超过3次"),
+        ("折扣不能低于八折", "折扣不能低于8折"),
+        ("单笔转账限额两万", "单笔转账不得超过2万元"),
     ],
 )
 def test_constraints_that_only_look_alike_do_not_conflict(a: str, b: str) -> None:

@@ -64,7 +64,7 @@ _EXEMPT = re.compile(
 _CONTRADICTING = ({"allow", "deny"}, {"require", "deny"}, {"require", "exempt"})
 # bounds: a limit at most (max) or at least (min)
 _MAX = re.compile(
-    r"不超过|不得超过|不能超过|不可超过|最多|以内|以下|上限|封顶|最高|(?:未满|不满|不足)(?=\d)|"
+    r"不超过|不得超过|不能超过|不可超过|最多|以内|以下|上限|限额|封顶|最高|(?:未满|不满|不足)(?=\d)|"
     r"\b(?:at\s+most|no\s+more\s+than|not\s+(?:to\s+)?exceed|up\s+to|under|below|"
     r"max(?:imum)?|limit(?:ed)?\s+to|cap(?:ped)?\s+at)\b",
     re.IGNORECASE,
@@ -91,7 +91,7 @@ _CN_DIGITS = {
 _NUMBER = re.compile(
     r"(?P<cur>[$€£¥])?\s*(?P<num>\d[\d,]*(?:\.\d+)?)\s*(?P<mult>[kK]\b|万|千|百万|亿)?\s*"
     r"(?P<unit>%|％|percent\b|元|块|人民币|美元|dollars?\b|usd\b|rmb\b|euros?\b|pounds?\b|"
-    r"岁|years?\s+old\b|天|days?\b|次|times\b)?",
+    r"岁|years?\s+old\b|天|days?\b|次|times\b|折)?",
     re.IGNORECASE,
 )
 _PERCENT_WORDS = re.compile(r"百分之([零〇一二两三四五六七八九十]+)")
@@ -102,7 +102,7 @@ _CN_NUMERAL = re.compile(rf"(?<![\d.第])[{_CN_NUMERALS}][{_CN_NUMERALS}点]*")
 _CN_DIGIT = re.compile(r"[零〇一二两三四五六七八九十]")
 # ... read as a number only when a unit follows it (五千元, 三次, not 一次性) or a bound comes
 # right before it (上限两万, 最多三)
-_UNIT_AFTER = re.compile(r"\s*(?:元|块|人民币|美元|岁|天|次(?!性)|%|％)")
+_UNIT_AFTER = re.compile(r"\s*(?:元|块|人民币|美元|岁|天|次(?!性)|%|％|折)")
 _BOUND_BEFORE = re.compile(
     rf"(?:{_MAX.pattern}|{_MIN.pattern}|满)\s*(?:为|是|[:：])?\s*$", re.IGNORECASE
 )
@@ -132,6 +132,8 @@ _UNIT_KIND = {
     "days": "days",
     "次": "times",
     "times": "times",
+    # 八折 (80% of the price), 八五折 or 8.5折 (85%): a discount, read as the share paid
+    "折": "discount",
 }
 _STOP = frozenset(
     {
@@ -290,6 +292,8 @@ def claim_of(text: str, numbers: Callable[[str], str] | None = None) -> Claim:
         unit = (m.group("unit") or "").lower()
         unit = re.sub(r"\s+", " ", unit)
         kind = "money" if m.group("cur") else _UNIT_KIND.get(unit, "number")
+        if kind == "discount" and value < 10:
+            value *= 10  # 8折 and 8.5折 as 80 and 85, as 八五折 reads 85
         limits.append((kind, bound, value.normalize()))
     polarity = _polarity(normalized)
     action = _polarity(_MIN.sub(" ", _MAX.sub(" ", normalized)))
