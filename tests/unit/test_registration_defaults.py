@@ -904,3 +904,21 @@ def test_an_intent_for_a_time_of_tomorrow_is_heard() -> None:
     [memory] = registered(run(state, "明天下午我要去机场"))
     assert (memory.key, memory.value, memory.type) == ("intent", "去机场", MemoryType.CONTEXT)
     assert memory.valid_until == end_of_local_day(end_of_local_day(T0, None), None)
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "content"),
+    [
+        ("我一般穿M码", "改成L吧", "尺码：L"),
+        ("我一般穿M码", "尺码换成L", "尺码：L"),
+        ("I usually wear a medium", "actually, make it large", ""),
+    ],
+)
+def test_a_correction_keeps_the_words_of_its_own_language(
+    first: str, then: str, content: str
+) -> None:
+    """Two rules (zh-size, en-size) hold the same key: a Chinese correction is written with
+    the Chinese one's template, so a Chinese question still finds it by its words."""
+    state = said(first)
+    [memory] = registered(run(state, then, minutes=5))
+    assert (memory.key, memory.content) == ("size", content)

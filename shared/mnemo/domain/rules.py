@@ -1043,7 +1043,17 @@ class RuleSet:
                 if current is not None:
                     held.append((current, target))
             if held:
-                held.sort(key=lambda pair: (pair[0].created_at, pair[0].version))
+                # the most recently stated key; of the rules that hold it (zh-size, en-size),
+                # the one whose template is written in the utterance's script, so 改成L吧
+                # keeps 尺码：L and a Chinese question still finds it by its words
+                han = _HAN.search(text) is not None
+                held.sort(
+                    key=lambda pair: (
+                        pair[0].created_at,
+                        pair[0].version,
+                        (_HAN.search(pair[1].content or "") is not None) == han,
+                    )
+                )
                 chosen = held[-1][1]
         if chosen is None or chosen.key is None or chosen.type is None:
             return (
@@ -1127,6 +1137,9 @@ class RuleSet:
 class _NoStream:
     def current_for_key(self, key: str) -> Memory | None:
         return None
+
+
+_HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _key_of(text: str) -> str:
