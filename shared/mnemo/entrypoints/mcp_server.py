@@ -70,9 +70,12 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 INSTRUCTIONS = """\
 Mnemo is a shared, durable memory. Memories belong to a subject stream such as
-user:U7892, session:S1 or agent:planner. Use `remember` to store one explicitly,
-`recall` to search, and `get_context` before answering: it returns the memories that
-matter within a token budget, constraints first. Cite the memories you rely on with
+user:U7892, session:S1 or agent:planner. Use `record_turn` for what someone said, in
+their own words: it is kept as history, and the preferences, facts, corrections and
+negations in it are registered. Use `remember` to store a memory you have already
+shaped (a type, and content or key and value), `recall` to search, and `get_context`
+before answering: it returns the memories that matter within a token budget,
+constraints first. Cite the memories you rely on with
 <memory_ref id="MEMORY_ID"/> in your answer, then call `feedback` with the context's
 request_id and your answer (and the user's correction, if any); cited memories gain
 weight, corrected ones lose it. `forget` erases a memory. Errors come back as
