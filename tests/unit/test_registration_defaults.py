@@ -922,3 +922,19 @@ def test_a_correction_keeps_the_words_of_its_own_language(
     state = said(first)
     [memory] = registered(run(state, then, minutes=5))
     assert (memory.key, memory.content) == ("size", content)
+
+
+# ---- a negation's words keep the verb the user said ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "content"),
+    [
+        ("我已经不喝咖啡了", "avoid.咖啡", "不要再喝咖啡"),
+        ("我不喝酒", "avoid.酒", "不要再喝酒"),
+        ("我从来不吃香菜", "avoid.香菜", "不要再吃香菜"),
+    ],
+)
+def test_a_negation_found_by_its_examples_keeps_its_verb(text: str, key: str, content: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.content) for m in reading.matches] == [(key, content)]
