@@ -5,8 +5,9 @@ python-docx and XLSX through openpyxl, and the hostile ones (a zip bomb, an encr
 from __future__ import annotations
 
 import io
+import re
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def _cmap(high_bytes: Sequence[int]) -> str:
@@ -179,4 +180,61 @@ def with_entity_bomb(data: bytes, member: str, placeholder: str) -> bytes:
                 assert placeholder in xml
                 body = (LAUGHS + xml.replace(placeholder, "&lol9;", 1)).encode("utf-8")
             archive.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def _with_member(data: bytes, member: str, edit: Callable[[str], str]) -> bytes:
+    """The zip `data` with `member`'s XML text passed through `edit`."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info in source.infolist():
+            body = source.read(info.filename)
+            if info.filename == member:
+                body = edit(body.decode("utf-8")).encode("utf-8")
+            archive.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def sparse_xlsx(cells: Sequence[tuple[str, str]], dimension: str | None = None) -> bytes:
+    """A one-sheet XLSX holding only `cells` ((reference, text), in row order), and
+    declaring `dimension` (`A1:XFD1048576`) as the sheet's size when given: a few bytes
+    that name a sheet of millions of blank cells."""
+    rows = "".join(
+        f'<row r="{ref.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ")}"><c r="{ref}" t="inlineStr">'
+        f"<is><t>{text}</t></is></c></row>"
+        for ref, text in cells
+    )
+    size = f'<dimension ref="{dimension}"/>' if dimension else ""
+
+    def sheet(xml: str) -> str:
+        xml = re.sub(r"<dimension [^>]*/>", "", xml)
+        return re.sub(r"<sheetData>.*</sheetData>", f"{size}<sheetData>{rows}</sheetData>", xml)
+
+    return _with_member(xlsx_bytes({"s": [["x"]]}), "xl/worksheets/sheet1.xml", sheet)
+
+
+def spanning_docx(span: int, *, continued_rows: int = 0) -> bytes:
+    """A DOCX whose table's one cell spans `span` grid columns (`w:gridSpan`), with
+    `continued_rows` rows below it merged into it (`w:vMerge`)."""
+    import docx
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    document.add_paragraph("Article 1 Scope")
+    table = document.add_table(rows=1 + continued_rows, cols=1)
+    table.cell(0, 0).text = "Party A: Acme"
+    for index, row in enumerate(table.rows):
+        properties = row._tr.tc_lst[0].get_or_add_tcPr()
+        spans = OxmlElement("w:gridSpan")
+        spans.set(qn("w:val"), str(span))
+        properties.append(spans)
+        if continued_rows:
+            merge = OxmlElement("w:vMerge")
+            if index == 0:
+                merge.set(qn("w:val"), "restart")
+            properties.append(merge)
+    out = io.BytesIO()
+    document.save(out)
     return out.getvalue()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import random
+import threading
 import zipfile
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
@@ -13,6 +15,8 @@ from tests.document_samples import (
     encrypted_pdf_bytes,
     many_members_zip,
     pdf_bytes,
+    spanning_docx,
+    sparse_xlsx,
     with_entity_bomb,
     xlsx_bytes,
     zip_bomb_docx,
@@ -233,6 +237,67 @@ def test_the_compression_ratio_limit_is_the_settings() -> None:
     with pytest.raises(DocumentRejected) as caught:
         parse_document(bomb, "a.docx", None, lenient)
     assert caught.value.code != "DOCUMENT_BOMB"  # let through the ratio, then unreadable
+
+
+# a parse that would take hours on a hostile file must end in seconds (the unbounded
+# parsers took minutes to hours, holding a worker thread and the interpreter lock)
+PARSE_BOUND = 15.0
+
+
+def within_bound(parse_it: Callable[[], object]) -> object:
+    """What `parse_it` returns or raises, failing the test when it is still parsing after
+    PARSE_BOUND seconds (the thread is left behind, a daemon)."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(parse_it())
+        except DocumentRejected as exc:
+            done.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(PARSE_BOUND)
+    assert done, f"still parsing after {PARSE_BOUND} s"
+    return done[0]
+
+
+def test_a_spreadsheet_declaring_millions_of_blank_cells_is_read_for_what_it_holds() -> None:
+    # 5 KB that declare a sheet of 16,384 columns by 1,048,576 rows: the declared size
+    # padded every row to it, 17 billion blank cells visited
+    data = sparse_xlsx([("A1", "Party A: Acme"), ("XFD1048576", "end")], "A1:XFD1048576")
+    assert len(data) < 8_000
+    doc = within_bound(lambda: parse(data, "a.xlsx"))
+    assert isinstance(doc, ParsedDocument), doc
+    assert "Party A: Acme" in doc.sections[0].text
+    assert "end" in doc.sections[-1].text
+
+
+def test_a_spreadsheet_with_a_row_a_billion_rows_down_is_too_large() -> None:
+    data = sparse_xlsx([("A1", "Party A: Acme"), ("A1000000000", "end")])
+    refused = within_bound(lambda: parse(data, "a.xlsx"))
+    assert isinstance(refused, DocumentRejected), refused
+    assert (refused.code, refused.status) == ("DOCUMENT_TOO_LARGE", 413)
+
+
+def test_the_cells_a_spreadsheet_may_hold_are_the_limits() -> None:
+    data = xlsx_bytes({"s": [[f"r{r}c{c}" for c in range(10)] for r in range(20)]})
+    assert parse(data, "a.xlsx").sections
+    assert rejected(data, limits=DocumentLimits(max_cells=100)) == "DOCUMENT_TOO_LARGE"
+
+
+def test_a_docx_cell_spanning_a_billion_columns_is_read_once() -> None:
+    # python-docx repeats a cell once per grid column it spans: 10^9 times here
+    data = spanning_docx(1_000_000_000)
+    doc = within_bound(lambda: parse(data, "a.docx"))
+    assert isinstance(doc, ParsedDocument), doc
+    assert "Party A: Acme" in "\n".join(s.text for s in doc.sections)
+
+
+def test_a_docx_cell_merged_down_repeats_the_text_above() -> None:
+    doc = parse(spanning_docx(3, continued_rows=2), "a.docx")
+    text = "\n".join(s.text for s in doc.sections)
+    assert text.count("Party A: Acme") == 3  # each merged row reads as the cell it joins
 
 
 def test_xml_entity_expansion_in_a_docx_or_xlsx_is_refused() -> None:

@@ -316,12 +316,31 @@ def _docx(data: bytes) -> _Extracted:
             if lines:
                 lines[-1] = replace(lines[-1], paragraph_end=True)
         elif isinstance(block, Table):
-            for row in block.rows:
-                cells = _unique(cell.text.strip() for cell in row.cells)
-                if cells:
-                    lines.append(_Line(_row_text(cells)))
+            lines.extend(_Line(_row_text(cells)) for cells in _table_rows(block) if cells)
     title = (document.core_properties.title or "").strip()[:_HEADING_CHARS] or None
     return _Extracted(lines, 0, title)
+
+
+def _table_rows(table: Any) -> Iterator[list[str]]:
+    """Each row's cell texts, a cell once however many grid columns it spans, and a cell
+    merged into the one above (`w:vMerge`) read as that one. python-docx's `row.cells`
+    repeats a cell once per column it spans, so one `w:gridSpan` of 10^9 in a small file
+    took hours; the spans are only added up here."""
+    from docx.table import _Cell
+
+    above: dict[int, str] = {}  # grid column -> the text of the cell that starts there
+    for tr in table._tbl.tr_lst:
+        column = tr.grid_before
+        texts: list[str] = []
+        for tc in tr.tc_lst:
+            if tc.vMerge == "continue":
+                text = above.get(column, "")
+            else:
+                text = _Cell(tc, table).text.strip()
+                above[column] = text
+            texts.append(text)
+            column += tc.grid_span
+        yield _unique(texts)
 
 
 def _paragraph_styles(document: Any) -> Callable[[Any], str]:
@@ -359,10 +378,19 @@ def _xlsx(data: bytes, limits: DocumentLimits) -> _Extracted:
         if len(sheets) > limits.max_pages:
             raise _reject("DOCUMENT_TOO_LARGE", f"{len(sheets)} sheets, over {limits.max_pages}")
         lines: list[_Line] = []
+        budget = limits.max_cells
         for number, sheet in enumerate(sheets, start=1):
             first = True
+            # the declared size (`<dimension ref="A1:XFD1048576"/>`) would pad every row to
+            # its width; without it a row is as wide as its last cell
+            sheet.reset_dimensions()
             for row in sheet.iter_rows(values_only=True):
-                cells = [c for c in (_cell(v) for v in row) if c]
+                budget -= max(1, len(row))  # a blank row costs its step too
+                if budget < 0:
+                    raise _reject(
+                        "DOCUMENT_TOO_LARGE", f"over {limits.max_cells} spreadsheet cells"
+                    )
+                cells = [c for c in (_cell(v) for v in row if v is not None) if c]
                 if not cells:
                     continue
                 lines.append(

@@ -119,9 +119,18 @@ class DocumentLimits:
     max_compression_ratio: float = 100.0  # a member's declared size over its packed size
     max_sections: int = 20_000
     section_chars: int = 4_000  # the longest a section's text may be
+    # spreadsheet cells read, blank ones before a row's last cell and blank rows included:
+    # a few bytes can place a cell a billion rows down or 16,384 columns across
+    max_cells: int = 10_000_000
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_pages", "max_zip_members", "max_expanded_bytes"):
+        for name in (
+            "max_bytes",
+            "max_pages",
+            "max_zip_members",
+            "max_expanded_bytes",
+            "max_cells",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
         if self.max_compression_ratio < 1:
