@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 
 
@@ -237,4 +238,36 @@ def spanning_docx(span: int, *, continued_rows: int = 0) -> bytes:
             properties.append(merge)
     out = io.BytesIO()
     document.save(out)
+    return out.getvalue()
+
+
+def shared_stream_pdf(pages: int, content: bytes) -> bytes:
+    """A PDF of `pages` pages that all draw the same content stream (Helvetica as F1): a
+    few bytes that cost each page's reading all over again."""
+    stream = zlib.compress(content, 9)
+    font = 4 + pages
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>"
+        % (b" ".join(b"%d 0 R" % (4 + i) for i in range(pages)), pages),
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    objects += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+        b"/Resources << /Font << /F1 %d 0 R >> >> >>" % font
+    ] * pages
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    )
     return out.getvalue()

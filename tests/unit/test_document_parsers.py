@@ -15,6 +15,7 @@ from tests.document_samples import (
     encrypted_pdf_bytes,
     many_members_zip,
     pdf_bytes,
+    shared_stream_pdf,
     spanning_docx,
     sparse_xlsx,
     with_entity_bomb,
@@ -298,6 +299,22 @@ def test_a_docx_cell_merged_down_repeats_the_text_above() -> None:
     doc = parse(spanning_docx(3, continued_rows=2), "a.docx")
     text = "\n".join(s.text for s in doc.sections)
     assert text.count("Party A: Acme") == 3  # each merged row reads as the cell it joins
+
+
+def test_a_pdf_whose_pages_share_one_long_stream_is_too_large() -> None:
+    # 8 KB: 40 pages drawing the same 100,000 text operators took half a minute
+    data = shared_stream_pdf(40, b"BT /F1 12 Tf 72 700 Td " + b"(a) Tj " * 100_000 + b"ET")
+    assert len(data) < 10_000
+    refused = within_bound(lambda: parse(data, "a.pdf"))
+    assert isinstance(refused, DocumentRejected), refused
+    assert (refused.code, refused.status) == ("DOCUMENT_TOO_LARGE", 413)
+
+
+def test_a_pdf_of_many_ordinary_pages_sharing_a_stream_is_read() -> None:
+    data = shared_stream_pdf(2_000, b"BT /F1 12 Tf 72 700 Td " + b"(Article 1) Tj T* " * 50 + b"ET")
+    doc = parse(data, "a.pdf")
+    assert doc.pages == 2_000
+    assert "Article 1" in doc.sections[0].text
 
 
 def test_xml_entity_expansion_in_a_docx_or_xlsx_is_refused() -> None:

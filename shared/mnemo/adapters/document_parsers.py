@@ -274,8 +274,22 @@ def _first_title(lines: list[_Line]) -> str | None:
 # Formats
 
 
+# Reading a PDF's pages costs work in proportion to the content streams parsed and the
+# operators run, not to the file's size: a stream shared by every page, or a form drawn
+# again and again, is parsed each time (an 8 KB file of 40 pages sharing one stream took
+# half a minute, 2,000 pages would take half an hour). The work is counted, in units of
+# about a quarter of a microsecond, and may reach this floor, or this much per byte of the
+# file for a larger one; past it the PDF is DOCUMENT_TOO_LARGE. Deterministic, unlike a
+# clock, so the registrar's parse of the same bytes ends the same way.
+_PDF_WORK_FLOOR = 16 * 1024 * 1024
+_PDF_WORK_PER_FILE_BYTE = 128
+_PDF_WORK_PER_CONTENT_BYTE = 8
+_PDF_WORK_PER_OPERATOR = 64
+_PDF_FORMS_PER_PAGE = 64  # form XObjects drawn while reading one page (pypdf's: 5,000)
+
+
 def _pdf(data: bytes, limits: DocumentLimits) -> _Extracted:
-    from pypdf import PdfReader
+    from pypdf import PdfReader, apply_configuration
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # warnings name offsets, not causes
     reader = PdfReader(io.BytesIO(data), strict=False)
@@ -284,15 +298,46 @@ def _pdf(data: bytes, limits: DocumentLimits) -> _Extracted:
     count = len(reader.pages)
     if count > limits.max_pages:
         raise _reject("DOCUMENT_TOO_LARGE", f"{count} pages, over {limits.max_pages}")
+    budget = max(_PDF_WORK_FLOOR, _PDF_WORK_PER_FILE_BYTE * len(data))
+    spent = 0
+
+    def charge(units: int) -> None:
+        nonlocal spent
+        spent += units
+        if spent > budget:
+            raise _reject("DOCUMENT_TOO_LARGE", "its pages take more work to read than its size")
+
+    def visit(operator: Any, operands: Any, cm: Any, tm: Any) -> None:
+        # pypdf swallows an error raised inside a form; the next operator raises it again
+        charge(_PDF_WORK_PER_OPERATOR + _operand_size(operands))
+
     lines: list[_Line] = []
-    for number, page in enumerate(reader.pages, start=1):
-        text = page.extract_text() or ""
-        lines.extend(_plain_lines(text, page=number))
+    with apply_configuration(xform_maximum_invocations_per_extraction=_PDF_FORMS_PER_PAGE):
+        for number, page in enumerate(reader.pages, start=1):
+            contents = page.get_contents()
+            if contents is not None:
+                charge(_PDF_WORK_PER_CONTENT_BYTE * len(contents.get_data()))
+            text = page.extract_text(visitor_operand_before=visit) or ""
+            if spent > budget:
+                charge(0)
+            lines.extend(_plain_lines(text, page=number))
     title = None
     metadata = reader.metadata
     if metadata is not None and metadata.title:
         title = str(metadata.title).strip()[:_HEADING_CHARS] or None
     return _Extracted(lines, count, title)
+
+
+def _operand_size(operands: Any) -> int:
+    size = 0
+    for operand in operands:
+        if isinstance(operand, (str, bytes)):
+            size += len(operand)
+        elif isinstance(operand, list):  # a TJ array
+            size += _operand_size(operand)
+        else:
+            size += 1
+    return size
 
 
 def _docx(data: bytes) -> _Extracted:
