@@ -415,6 +415,20 @@ def test_bad_reads_get_a_code(
     assert r.json()["error"]["code"] == code
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [("delete", "/v1/events", {"GET", "POST"}), ("put", "/healthz", {"GET"})],
+)
+def test_a_method_the_route_does_not_take_says_which_it_does(
+    fast_client: TestClient, method: str, path: str, allowed: set[str]
+) -> None:
+    # a 405 names the methods the route takes (RFC 9110 15.5.6): clients and proxies read it
+    r = fast_client.request(method.upper(), path, headers=H)
+    assert r.status_code == 405, r.text
+    assert r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert {m.strip() for m in r.headers.get("allow", "").split(",") if m.strip()} == allowed
+
+
 def test_health_readiness_and_openapi(fast_client: TestClient) -> None:
     assert fast_client.get("/healthz").json() == {"status": "ok"}
     ready = fast_client.get("/readyz")

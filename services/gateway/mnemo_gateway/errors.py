@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from mnemo.domain.access import redact, redact_all
 from mnemo.domain.errors import ConflictError, MnemoError, NotFound, Unavailable
@@ -97,6 +98,30 @@ def _field(loc: Any, *, located: bool = False) -> str | None:
     return ".".join(parts) or None
 
 
+def _allowed(request: Request) -> list[str]:
+    """The methods the routes of the request's path take, for a 405's `Allow` (RFC 9110):
+    Starlette names only the first route's, and `GET /v1/events` and `POST /v1/events` are
+    two routes (in included routers)."""
+    methods: set[str] = set()
+
+    def collect(routes: Any, scope: dict[str, Any]) -> None:
+        for route in routes:
+            if not isinstance(route, BaseRoute):
+                continue
+            match, child = route.matches(scope)
+            if match == Match.NONE:
+                continue
+            methods.update(getattr(route, "methods", None) or ())
+            inner = getattr(route, "routes", None)
+            if inner is None:  # FastAPI's included router keeps its routes on the original
+                inner = getattr(getattr(route, "original_router", None), "routes", None)
+            if inner:
+                collect(inner, {**scope, **child})
+
+    collect(request.app.router.routes, dict(request.scope))
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MnemoError)
     async def _mnemo_error(_: Request, exc: MnemoError) -> JSONResponse:
@@ -120,11 +145,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "VALIDATION_ERROR", str(err["msg"]), _field(err["loc"]))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(
             exc.status_code, "HTTP_ERROR"
         )
-        return error_response(exc.status_code, code, str(exc.detail))
+        answer = error_response(exc.status_code, code, str(exc.detail))
+        if exc.status_code == 405:
+            answer.headers["Allow"] = ", ".join(_allowed(request))
+        return answer
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
