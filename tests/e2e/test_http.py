@@ -417,7 +417,7 @@ def test_bad_reads_get_a_code(
 
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
-    [("delete", "/v1/events", {"GET", "POST"}), ("put", "/healthz", {"GET"})],
+    [("delete", "/v1/events", {"GET", "POST"}), ("put", "/healthz", {"GET", "HEAD"})],
 )
 def test_a_method_the_route_does_not_take_says_which_it_does(
     fast_client: TestClient, method: str, path: str, allowed: set[str]
@@ -433,6 +433,11 @@ def test_health_readiness_and_openapi(fast_client: TestClient) -> None:
     assert fast_client.get("/healthz").json() == {"status": "ok"}
     ready = fast_client.get("/readyz")
     assert ready.status_code == 200
+    # load balancers that probe with HEAD get the status without a body
+    for path in ("/healthz", "/readyz"):
+        head = fast_client.head(path)
+        assert head.status_code == 200, path
+        assert head.content == b""
     assert ready.json()["checks"]["consumers_running"] is True
     spec = fast_client.get("/openapi.json").json()
     assert {"/v1/events", "/v1/search", "/v1/context", "/v1/subjects/{stream}/events"} <= set(
@@ -465,3 +470,43 @@ def test_data_survives_a_restart(tmp_path: Path) -> None:
     assert [m["value"] for m in memories] == ["L"]
     assert hits
     assert hits[0]["memory"]["value"] == "L"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/subjects/user:U1/memories?after=../../etc",
+        "/v1/subjects/user:U1/memories?after=garbage",
+        "/v1/insights/contexts?before=garbage",
+        "/v1/insights/heatmap?after=x%27%20OR%201%3D1",
+    ],
+)
+def test_a_page_cursor_that_is_no_id_mnemo_gave_is_refused(
+    fast_client: TestClient, path: str
+) -> None:
+    r = fast_client.get(path, headers=H)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "VALIDATION_ERROR"
+    assert error["field"] in {"after", "before"}
+
+
+def test_the_next_page_cursor_is_taken(fast_client: TestClient) -> None:
+    events = [
+        {
+            "type": "MemoryDeclared",
+            "schema_version": 1,
+            "stream": "user:P1",
+            "payload": {"memory": {"type": "fact", "content": f"fact number {i}"}},
+        }
+        for i in range(3)
+    ]
+    r = fast_client.post("/v1/events?wait=registered", json={"events": events}, headers=H)
+    assert r.status_code == 202, r.text
+    first = fast_client.get("/v1/subjects/user:P1/memories?limit=2", headers=H).json()
+    cursor = first["next_after"]
+    assert cursor is not None
+    rest = fast_client.get(f"/v1/subjects/user:P1/memories?limit=2&after={cursor}", headers=H)
+    assert rest.status_code == 200, rest.text
+    seen = [m["memory_id"] for m in first["memories"] + rest.json()["memories"]]
+    assert len(seen) == len(set(seen)) == 3

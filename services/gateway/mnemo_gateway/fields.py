@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import AwareDatetime, BeforeValidator
 
-__all__ = ["Instant"]
+__all__ = ["ID_CURSOR", "Instant"]
 
 
 def _not_a_number(value: object) -> object:
@@ -18,3 +18,7 @@ def _not_a_number(value: object) -> object:
 
 
 Instant = Annotated[AwareDatetime, BeforeValidator(_not_a_number)]
+
+# a page cursor that is an id Mnemo gave (a memory's, a context's request_id): a lowercase
+# UUID, so a forged or mistyped cursor is refused rather than read as a place in the order
+ID_CURSOR = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"

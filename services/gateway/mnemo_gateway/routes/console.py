@@ -34,6 +34,7 @@ from mnemo.service.insights import (
     Placed,
 )
 from mnemo_gateway.deps import AuditCtx, PlatformDep, ReadCtx
+from mnemo_gateway.fields import ID_CURSOR
 
 __all__ = ["router"]
 
@@ -369,7 +370,9 @@ def heatmap(
     subject: Annotated[str | None, Query(max_length=128)] = None,
     include_inactive: bool = False,
     limit: Annotated[int, Query(ge=1, le=2_000)] = 500,
-    after: str | None = None,
+    after: Annotated[
+        str | None, Query(pattern=ID_CURSOR, description="the `next_after` of the page before")
+    ] = None,
 ) -> HeatMapOut:
     hm = insights.heatmap(ctx, subject, include_inactive=include_inactive, limit=limit, after=after)
     cells = [HeatCellOut.of(c) for c in hm.cells]
@@ -407,7 +410,9 @@ def contexts(
     ctx: ReadCtx,
     insights: InsightsDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    before: Annotated[str | None, Query(description="a request_id: page on from there")] = None,
+    before: Annotated[
+        str | None, Query(pattern=ID_CURSOR, description="a request_id: page on from there")
+    ] = None,
 ) -> ContextsOut:
     records = insights.contexts(ctx, limit, before)
     return ContextsOut(

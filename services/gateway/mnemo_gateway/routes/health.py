@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from mnemo.domain.errors import MnemoError
 from mnemo_gateway.deps import PlatformDep
@@ -39,3 +39,15 @@ def readyz(platform: PlatformDep, request: Request) -> JSONResponse:
         {"status": "ready" if ok else "not_ready", "checks": checks},
         status_code=200 if ok else 503,
     )
+
+
+# load balancers that probe with HEAD: the same status, no body (not in the schema: the
+# GET routes document the answers)
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    return Response(status_code=200)
+
+
+@router.head("/readyz", include_in_schema=False)
+def readyz_head(platform: PlatformDep, request: Request) -> Response:
+    return Response(status_code=readyz(platform, request).status_code)

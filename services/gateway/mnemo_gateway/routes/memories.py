@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from mnemo.domain.memory import Memory, MemoryType, Scope
 from mnemo.service.app import SearchHit
 from mnemo_gateway.deps import App, Body, ReadCtx
+from mnemo_gateway.fields import ID_CURSOR
 
 router = APIRouter(tags=["memories"])
 
@@ -81,7 +82,9 @@ def list_memories(
     include_superseded: bool = False,
     include_archived: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: str | None = None,
+    after: Annotated[
+        str | None, Query(pattern=ID_CURSOR, description="the `next_after` of the page before")
+    ] = None,
 ) -> MemoriesOut:
     memories = mnemo.list_memories(
         ctx,
