@@ -938,3 +938,37 @@ def test_a_correction_keeps_the_words_of_its_own_language(
 def test_a_negation_found_by_its_examples_keeps_its_verb(text: str, key: str, content: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert [(m.draft.key, m.draft.content) for m in reading.matches] == [(key, content)]
+
+
+# ---- a value to ask for only when the utterance is about what the rule reads ----------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "讲个笑话吧",
+        "帮我看看账户余额",
+        "请转人工客服",
+        "我刚到家",
+        "不好意思，我再想想",
+        "我下个月要搬到广州",
+    ],
+)
+def test_closeness_to_examples_alone_asks_for_no_value(text: str) -> None:
+    # the default embedder finds nearly any sentence close to some rule's examples; an
+    # agent told VALUE_NOT_FOUND asks the user for a value, which here means nothing
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert reading.matches == ()
+    assert reading.reason is Reason.NO_RULE_MATCHED
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [("我最多能花", "zh-budget"), ("I fit best in a medium", "en-size")],
+)
+def test_an_utterance_in_the_rules_own_words_without_a_value_asks_for_it(
+    text: str, rule: str
+) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert (reading.matches, reading.reason) == ((), Reason.VALUE_NOT_FOUND)
+    assert rule in (reading.detail or "")

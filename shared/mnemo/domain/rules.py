@@ -30,6 +30,7 @@ from mnemo.domain.patterns import (
     UnsupportedPattern,
     linear_pattern,
 )
+from mnemo.domain.text import query_terms
 from mnemo.domain.timeexpr import zone_name_error
 
 __all__ = [
@@ -714,6 +715,11 @@ class RuleSet:
         self._unless = {
             r.id: linear_pattern(r.unless, ignore_case=True) for r in rules if r.unless is not None
         }
+        # the words each rule is written in, for telling a value that is missing from an
+        # utterance that only reads like the rule's examples (`_shares_words`)
+        self._words = {
+            r.id: _content_words(" ".join((*r.examples, r.description, *r.keywords))) for r in rules
+        }
         # a shape matches a whole value: anchored, on the same linear-time engine
         self._shapes = {
             r.id: linear_pattern(f"^(?:{r.shape})$", ignore_case=True)
@@ -851,7 +857,11 @@ class RuleSet:
                         miss = miss or built
                         continue
                     return Reading(matches=(built,))
-                if miss is None:
+                if miss is None and self._words[selected.id] & _content_words(text):
+                    # close to the examples and in the rule's own words: a value to ask
+                    # for. Closeness alone is not enough (讲个笑话吧 reads close to a
+                    # correction's examples to the embedder): without a word in common it
+                    # is no reason to ask for anything
                     miss = (
                         Reason.VALUE_NOT_FOUND,
                         f"reads like rule {selected.id}, but holds no value",
@@ -1154,3 +1164,11 @@ def _key_of(text: str) -> str:
 def _same_thing(held: str, negated: str) -> bool:
     a, b = (unicodedata.normalize("NFKC", x).casefold().strip() for x in (held, negated))
     return bool(a and b) and (a in b or b in a)
+
+
+def _content_words(text: str) -> frozenset[str]:
+    """The words of a text that say what it is about: English stems but stopwords, and
+    Chinese (and other CJK) character pairs; single characters (我, 的) say too little."""
+    return frozenset(
+        t for t in query_terms(text) if (len(t) >= 2 if _HAN.match(t) else len(t) >= 3)
+    )
