@@ -972,3 +972,43 @@ def test_an_utterance_in_the_rules_own_words_without_a_value_asks_for_it(
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert (reading.matches, reading.reason) == ((), Reason.VALUE_NOT_FOUND)
     assert rule in (reading.detail or "")
+
+
+# ---- what to call the user -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("叫我小王就行", "小王"),
+        ("你们可以叫我老王", "老王"),
+        ("我叫李明，今年30岁", "李明"),
+        ("我的名字是张伟", "张伟"),
+        ("Call me Sam", "Sam"),
+        ("call me Sam please", "Sam"),
+        ("my name is Ann Lee", "Ann Lee"),
+        ("I go by Jim.", "Jim"),
+    ],
+)
+def test_the_name_to_call_the_user_by_is_a_fact(text: str, name: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [("preferred_name", name)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "明天早上叫我起床",
+        "到了叫我一声",
+        "我叫了外卖",
+        "他叫我小王",
+        "please call me back",
+        "call me at 5",
+        "you can call me anytime",
+        "what do you call me?",
+        "My name is on the list",
+    ],
+)
+def test_calling_or_waking_is_no_name(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert "preferred_name" not in [m.draft.key for m in reading.matches]
