@@ -1012,3 +1012,25 @@ def test_the_name_to_call_the_user_by_is_a_fact(text: str, name: str) -> None:
 def test_calling_or_waking_is_no_name(text: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert "preferred_name" not in [m.draft.key for m in reading.matches]
+
+
+@pytest.mark.parametrize(
+    ("text", "city"),
+    [
+        ("we just relocated to Denver", "Denver"),
+        ("I've moved to Denver", "Denver"),
+        ("We live in Austin", "Austin"),
+        ("我刚搬到杭州", "杭州"),
+    ],
+)
+def test_a_move_that_happened_is_the_home_city(text: str, city: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert [(m.draft.key, m.draft.value) for m in reading.matches] == [("home_city", city)]
+
+
+@pytest.mark.parametrize(
+    "text", ["we moved to a new house", "I'm moving to Denver next month", "我下个月要搬到广州"]
+)
+def test_a_move_to_come_or_to_no_city_is_no_home_city(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert "home_city" not in [m.draft.key for m in reading.matches]
