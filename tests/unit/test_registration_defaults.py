@@ -1034,3 +1034,32 @@ def test_a_move_that_happened_is_the_home_city(text: str, city: str) -> None:
 def test_a_move_to_come_or_to_no_city_is_no_home_city(text: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert "home_city" not in [m.draft.key for m in reading.matches]
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("我不能吃辣", "avoid.辣"),
+        ("我吃不了海鲜", "avoid.海鲜"),
+        ("I can't have dairy", "avoid.dairy"),
+        ("I cannot eat shellfish", "avoid.shellfish"),
+    ],
+)
+def test_what_the_user_cannot_eat_is_kept_off(text: str, key: str) -> None:
+    [match] = RULES.read(text, T0, None, selector=SELECTOR).matches
+    assert (match.kind, match.draft.key) == (RuleKind.NEGATION, key)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我吃不了那么多",
+        "我今天不能喝酒",
+        "I can't eat that much",
+        "I can't have it",
+        "can I have dairy?",
+    ],
+)
+def test_a_quantity_a_moment_or_a_question_is_nothing_kept_off(text: str) -> None:
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert not [m for m in reading.matches if (m.draft.key or "").startswith("avoid.")]
