@@ -245,3 +245,44 @@ def test_the_publishers_agree_and_the_topic_differs_only_by_trust(
         "kafka publisher": published,
         "topic": on_topic,
     }
+
+
+# ---- the digest that tells a retry from another event under a reused id ----------------------
+
+
+def test_a_publication_digest_covers_what_the_client_sent_and_nothing_it_may_change() -> None:
+    from mnemo.domain.acceptance import publication_digest
+
+    key = b"k" * 32
+    sent = {
+        "event_id": "0190e9b4-7c00-7000-8000-000000000001",
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:U1",
+        "payload": {"memory": {"type": "fact", "content": "ships on tuesday", "tags": ["a"]}},
+    }
+    digest = publication_digest(sent, key)
+    assert len(digest) == 32
+    # members in another order, another trace, the tenant named: the same event
+    shuffled = dict(reversed(list(sent.items())))
+    shuffled["payload"] = {"memory": dict(reversed(list(sent["payload"]["memory"].items())))}
+    assert publication_digest(shuffled, key) == digest
+    assert (
+        publication_digest(
+            {**sent, "trace": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}}, key
+        )
+        == digest
+    )
+    assert publication_digest({**sent, "tenant": "acme", "event_id": "x"}, key) == digest
+    # any other content, another stream, another key: another digest
+    other = {**sent, "payload": {"memory": {"type": "fact", "content": "ships on monday"}}}
+    assert publication_digest(other, key) != digest
+    assert publication_digest({**sent, "stream": "user:U2"}, key) != digest
+    assert publication_digest({**sent, "occurred_at": "2026-12-01T00:00:00+00:00"}, key) != digest
+    assert publication_digest(sent, b"j" * 32) != digest
+    # what the fast encoder refuses is digested all the same, and stably
+    odd = {**sent, "payload": {"n": 2**70, "s": "\ud800"}}
+    assert publication_digest(odd, key) == publication_digest(dict(odd), key)
+    assert publication_digest(odd, key) != publication_digest(
+        {**odd, "payload": {"n": 2**71, "s": "\ud800"}}, key
+    )

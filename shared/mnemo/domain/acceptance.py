@@ -186,9 +186,14 @@ def publication_digest(raw: Mapping[str, Any], key: bytes) -> str:
     a low-entropy value it covers to whoever lacks the key (the subject's search key: it
     goes when the subject is forgotten)."""
     body = {k: v for k, v in raw.items() if k not in _NOT_DIGESTED}
-    # the standard library's encoder: any JSON number, and strings escaped to ASCII
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    digest = hmac.new(key, b"mnemo-publication\x00" + canonical.encode(), hashlib.sha256)
+    try:
+        canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        # what the fast encoder refuses (an integer past 64 bits, a lone surrogate): the
+        # standard library's, escaped to ASCII. The same event always takes the same way
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        canonical = text.encode()
+    digest = hmac.new(key, b"mnemo-publication\x00" + canonical, hashlib.sha256)
     return digest.hexdigest()[:32]
 
 
