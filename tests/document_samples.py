@@ -73,8 +73,13 @@ def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None) -> by
         info_id = add(b"<< /Title <FEFF%s> >>" % title.encode("utf-16-be").hex().encode())
         info = b" /Info %d 0 R" % info_id
     catalog = add(b"<< /Type /Catalog /Pages %d 0 R >>" % pages_id)
+    return _pdf_file(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", objects, catalog, info)
+
+
+def _pdf_file(header: bytes, objects: Sequence[bytes], root: int, info: bytes = b"") -> bytes:
+    """A PDF file of these objects (numbered from 1), its cross-reference table and trailer."""
     out = io.BytesIO()
-    out.write(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    out.write(header)
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(out.tell())
@@ -85,7 +90,7 @@ def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None) -> by
         out.write(b"%010d 00000 n \n" % offset)
     out.write(
         b"trailer\n<< /Size %d /Root %d 0 R%s >>\nstartxref\n%d\n%%%%EOF\n"
-        % (len(objects) + 1, catalog, info, xref)
+        % (len(objects) + 1, root, info, xref)
     )
     return out.getvalue()
 
@@ -257,17 +262,4 @@ def shared_stream_pdf(pages: int, content: bytes) -> bytes:
         b"/Resources << /Font << /F1 %d 0 R >> >> >>" % font
     ] * pages
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    )
-    return out.getvalue()
+    return _pdf_file(b"%PDF-1.4\n", objects, 1)
