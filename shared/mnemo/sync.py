@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from mnemo.client import MnemoAPIError, MnemoClient, MnemoConnectionError
-from mnemo.client._core import Call
+from mnemo.client._core import Call, publish
 from mnemo.domain import replica
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus
@@ -173,7 +173,9 @@ class SyncClient:
         rows = self._db.execute("SELECT n, event_id, body FROM pending ORDER BY n").fetchall()
         for n, event_id, body in rows:
             try:
-                self.client.call(Call("POST", "/v1/events", _as_is, body=json.loads(body)))
+                # waits for registration, so that a pull right after (sync()) finds what the
+                # registrar made of the write: its version, or its conflict
+                self.client.call(publish(json.loads(body), wait="registered"))
             except MnemoConnectionError:
                 break
             except MnemoAPIError as exc:

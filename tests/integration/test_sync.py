@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,46 @@ def test_a_devices_own_offline_writes_chain_rather_than_conflict(
     phone.pull()
     assert phone.conflicts() == []
     assert phone.current("drink").value == "juice"  # type: ignore[union-attr]
+
+
+@contextmanager
+def slow_registrar(platform: Platform, pause: float = 0.3) -> Iterator[None]:
+    """The consumers lag `pause` seconds behind each append, as a busy server's would."""
+    runner = platform.runner
+    step = runner.run_once
+
+    def slow() -> int:
+        time.sleep(pause)
+        return step()
+
+    runner.run_once = slow  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del runner.run_once
+
+
+def test_sync_brings_back_the_devices_own_conflict_at_once(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    # the docs' example: both devices based on the same version, the phone pushes first;
+    # the laptop's sync() must pull its own rejection, with no pause of its own
+    publish(server, [observe("记住我的尺码是L")])
+    phone, _ = device(tmp_path, server, "phone")
+    laptop, _ = device(tmp_path, server, "laptop")
+    phone.pull()
+    laptop.pull()
+    phone.write("size", "M")
+    laptop.write("size", "XL")
+    with slow_registrar(platform):
+        assert phone.push() == 1
+        # pushed, then pulled the phone's write (declared, registered, superseded), its
+        # own write and its rejection
+        assert laptop.sync() == (1, 5)
+    [conflict] = laptop.conflicts()
+    assert conflict.proposed["value"] == "XL"
+    assert conflict.current is not None
+    assert (conflict.current.value, conflict.current.version) == ("M", 2)
 
 
 def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
