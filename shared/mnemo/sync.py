@@ -39,7 +39,11 @@ CREATE TABLE IF NOT EXISTS pending (n INTEGER PRIMARY KEY AUTOINCREMENT, event_i
                                     body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sent (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conflicts (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS settled (event_id TEXT PRIMARY KEY);
 """
+
+# what a write's outcome is when it made a new version of its key
+_MADE_A_VERSION = frozenset({"registered", "superseded"})
 
 
 class SyncError(Exception):
@@ -159,9 +163,14 @@ class SyncClient:
         """The version a new write for `key` replaces. A write of this device that expects
         version v makes v + 1 once registered; while the replica has not pulled it back (it
         still shows a version at or below v), the next write builds on it, not on what the
-        replica shows. Sent writes are kept, and one the replica has passed no longer counts."""
+        replica shows. Sent writes are kept, and one the replica has passed no longer counts;
+        nor does one that made no version (settled: refused, or a duplicate of a memory the
+        key holds already)."""
         expected = seen
-        for (body,) in self._db.execute("SELECT body FROM pending UNION ALL SELECT body FROM sent"):
+        for (body,) in self._db.execute(
+            "SELECT body FROM pending UNION ALL SELECT body FROM sent"
+            " WHERE event_id NOT IN (SELECT event_id FROM settled)"
+        ):
             memory = json.loads(body)["payload"]["memory"]
             if memory.get("key") == key and int(memory.get("expected_version", 0)) >= expected:
                 expected = int(memory["expected_version"]) + 1
@@ -175,7 +184,7 @@ class SyncClient:
             try:
                 # waits for registration, so that a pull right after (sync()) finds what the
                 # registrar made of the write: its version, or its conflict
-                self.client.call(publish(json.loads(body), wait="registered"))
+                result = self.client.call(publish(json.loads(body), wait="registered"))
             except MnemoConnectionError:
                 break
             except MnemoAPIError as exc:
@@ -184,6 +193,10 @@ class SyncClient:
                 raise SyncError(f"the server refused {event_id}: {exc}") from exc
             with self._tx() as cur:
                 cur.execute("INSERT OR REPLACE INTO sent VALUES (?, ?)", (event_id, body))
+                if result.complete and not any(
+                    o.outcome in _MADE_A_VERSION for o in result.outcomes
+                ):
+                    cur.execute("INSERT OR IGNORE INTO settled VALUES (?)", (event_id,))
                 cur.execute("DELETE FROM pending WHERE n = ?", (n,))
             sent += 1
         return sent
@@ -229,6 +242,7 @@ class SyncClient:
         state = self._load(touched)
         expected = self.seq + 1
         conflicts: list[tuple[str, str]] = []
+        refused: list[tuple[str]] = []
         changed: set[str] = set()
         sent = self._sent(
             [
@@ -247,6 +261,8 @@ class SyncClient:
                 changed.add(p["memory"]["memory_id"])
             else:
                 changed.update(_named(event))
+            if event["type"] == "MemoryRejected" and p.get("rejected_event_id") in sent:
+                refused.append((p["rejected_event_id"],))  # it made no version
             if (
                 event["type"] == "MemoryRejected"
                 and p.get("reason_code") == "VERSION_CONFLICT"
@@ -267,6 +283,7 @@ class SyncClient:
                 [(mid, orjson.dumps(state[mid])) for mid in sorted(changed) if mid in state],
             )
             cur.executemany("INSERT OR REPLACE INTO conflicts VALUES (?, ?)", conflicts)
+            cur.executemany("INSERT OR IGNORE INTO settled VALUES (?)", refused)
             cur.execute(
                 "INSERT INTO meta VALUES ('seq', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
                 (str(expected - 1),),

@@ -275,6 +275,37 @@ def test_sync_brings_back_the_devices_own_conflict_at_once(
     assert (conflict.current.value, conflict.current.version) == ("M", 2)
 
 
+def test_an_own_write_that_made_no_version_does_not_stale_the_next_ones(
+    tmp_path: Path, server: TestClient
+) -> None:
+    phone, _ = device(tmp_path, server, "phone")
+    phone.write("drink", "tea")
+    assert phone.sync() == (1, 2)
+    phone.write("drink", "tea")  # the same value again: a duplicate, no version 2
+    phone.sync()
+    phone.write("drink", "coffee")  # still based on version 1, which is the key's
+    phone.sync()
+    assert phone.conflicts() == []
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("coffee", 2)
+    # a refused write of its own makes no version either
+    laptop, _ = device(tmp_path, server, "laptop")
+    laptop.pull()
+    phone.write("drink", "juice")  # based on version 2
+    laptop.write("drink", "water")  # based on version 2 too, and first: version 3
+    laptop.push()
+    phone.sync()
+    [conflict] = phone.conflicts()
+    assert conflict.proposed["value"] == "juice"
+    phone.write("drink", "juice")  # kept, as the docs advise: based on version 3
+    phone.sync()
+    assert [c.proposed["value"] for c in phone.conflicts()] == ["juice"]
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("juice", 4)
+
+
 def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
     publish(server, [observe("记住我的尺码是L"), observe("hello")])
     with server.stream(
