@@ -27,6 +27,7 @@ import orjson
 from mnemo.client import MnemoAPIError, MnemoClient, MnemoConnectionError
 from mnemo.client._core import Call, publish
 from mnemo.domain import replica
+from mnemo.domain.acceptance import accept
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import Memory, MemoryStatus
 
@@ -41,6 +42,9 @@ CREATE TABLE IF NOT EXISTS sent (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conflicts (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settled (event_id TEXT PRIMARY KEY);
 """
+
+# the tenant a write is checked under before it is queued (the server puts its key's)
+_CHECKED_AS = "device"
 
 # what a write's outcome is when it made a new version of its key
 _MADE_A_VERSION = frozenset({"registered", "superseded"})
@@ -134,7 +138,9 @@ class SyncClient:
     def write(self, key: str, value: str, *, type_: str = "preference", content: str = "") -> str:
         """Queue a new value for a key, stamped with the version it will replace: the one this
         device last saw or, when the device already queued or sent a write for the key that
-        it has not seen back yet, the version that write makes (offline writes chain)."""
+        it has not seen back yet, the version that write makes (offline writes chain).
+        A write the gateway would refuse (a value too long, a bad stream name) raises
+        InvalidInput with the gateway's code, and nothing is queued."""
         seen = self.current(key)
         memory: dict[str, Any] = {
             "type": type_,
@@ -144,7 +150,8 @@ class SyncClient:
         }
         if content:
             memory["content"] = content
-        event_id = new_event_id(datetime.now(UTC))
+        now = datetime.now(UTC)
+        event_id = new_event_id(now)
         event = {
             "event_id": event_id,
             "type": "MemoryDeclared",
@@ -153,6 +160,9 @@ class SyncClient:
             "actor": {"kind": "device", "id": self.device_id},
             "payload": {"memory": memory},
         }
+        # the gateway's own acceptance rule, before anything is queued: a write it would
+        # refuse would otherwise stay at the head of the queue and hold back every later one
+        accept(event, tenant=_CHECKED_AS, principal=None, now=now, trusted=False)
         with self._tx() as cur:
             cur.execute(
                 "INSERT INTO pending (event_id, body) VALUES (?, ?)", (event_id, json.dumps(event))

@@ -20,6 +20,7 @@ from tests.support import auth, grant, headers_for
 from mnemo.bootstrap import Platform
 from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.domain import replica
+from mnemo.domain.errors import InvalidInput
 from mnemo.service.app import RequestContext
 from mnemo.settings import GatewaySettings
 from mnemo.sync import SyncClient, SyncGap
@@ -304,6 +305,24 @@ def test_an_own_write_that_made_no_version_does_not_stale_the_next_ones(
     current = phone.current("drink")
     assert current is not None
     assert (current.value, current.version) == ("juice", 4)
+
+
+def test_a_write_the_server_would_refuse_is_refused_before_it_is_queued(
+    tmp_path: Path, server: TestClient
+) -> None:
+    phone, link = device(tmp_path, server, "phone")
+    link.online = False
+    with pytest.raises(InvalidInput) as refused:
+        phone.write("drink", "x" * 5_000)
+    assert (refused.value.code, refused.value.field) == ("INVALID_PAYLOAD", "payload.memory.value")
+    assert phone.pending() == 0
+    phone.write("drink", "tea")  # the queue is not blocked behind a write that cannot go
+    link.online = True
+    assert phone.push() == 1
+    with pytest.raises(InvalidInput) as bad_stream:
+        SyncClient(tmp_path / "bad.sqlite3", phone.client, "User:U1", "phone").write("k", "v")
+    # the gateway's code for it
+    assert (bad_stream.value.code, bad_stream.value.field) == ("INVALID_ENVELOPE", "stream")
 
 
 def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
