@@ -51,11 +51,42 @@ _MADE_A_VERSION = frozenset({"registered", "superseded"})
 
 
 class SyncError(Exception):
-    """The server refused something for a reason other than being unreachable."""
+    """The server refused something for a reason other than being unreachable. `code` is
+    machine-readable: the server's error code (with its HTTP `status` and `field`), or the
+    replica's own (`SYNC_GAP`, `SNAPSHOT_CHECKSUM_MISMATCH`, status 0). `event_id` names the
+    queued write a push could not send (None otherwise)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        status: int = 0,
+        field: str | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.field = field
+        self.event_id = event_id
+
+    @classmethod
+    def answered(cls, message: str, exc: MnemoAPIError, event_id: str | None = None) -> SyncError:
+        return cls(
+            f"{message}: {exc}",
+            code=exc.code,
+            status=exc.status,
+            field=exc.field,
+            event_id=event_id,
+        )
 
 
 class SyncGap(SyncError):
     """The server skipped a sequence number: the replica refuses to go on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="SYNC_GAP")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +231,7 @@ class SyncClient:
             except MnemoAPIError as exc:
                 if exc.status >= 500:
                     break
-                raise SyncError(f"the server refused {event_id}: {exc}") from exc
+                raise SyncError.answered(f"the server refused {event_id}", exc, event_id) from exc
             with self._tx() as cur:
                 cur.execute("INSERT OR REPLACE INTO sent VALUES (?, ?)", (event_id, body))
                 if result.complete and not any(
@@ -228,7 +259,7 @@ class SyncClient:
             except MnemoConnectionError:
                 return applied
             except MnemoAPIError as exc:
-                raise SyncError(f"replay failed: {exc}") from exc
+                raise SyncError.answered("replay failed", exc) from exc
             if not events:
                 return applied
             self._apply_page(events)
@@ -315,10 +346,12 @@ class SyncClient:
         except MnemoConnectionError:
             raise
         except MnemoAPIError as exc:
-            raise SyncError(f"snapshot failed: {exc}") from exc
+            raise SyncError.answered("snapshot failed", exc) from exc
         memories = {m["memory_id"]: m for m in body["memories"]}
         if replica.checksum(memories) != body["checksum"]:
-            raise SyncError("the snapshot does not match its checksum")
+            raise SyncError(
+                "the snapshot does not match its checksum", code="SNAPSHOT_CHECKSUM_MISMATCH"
+            )
         with self._tx() as cur:
             cur.execute("DELETE FROM memories")
             cur.executemany(

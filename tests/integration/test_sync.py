@@ -23,7 +23,7 @@ from mnemo.domain import replica
 from mnemo.domain.errors import InvalidInput
 from mnemo.service.app import RequestContext
 from mnemo.settings import GatewaySettings
-from mnemo.sync import SyncClient, SyncGap
+from mnemo.sync import SyncClient, SyncError, SyncGap
 
 H = headers_for("acme", "device")
 STREAM = "user:U1"
@@ -323,6 +323,34 @@ def test_a_write_the_server_would_refuse_is_refused_before_it_is_queued(
         SyncClient(tmp_path / "bad.sqlite3", phone.client, "User:U1", "phone").write("k", "v")
     # the gateway's code for it
     assert (bad_stream.value.code, bad_stream.value.field) == ("INVALID_ENVELOPE", "stream")
+
+
+def test_sync_errors_carry_the_servers_code(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    reader = grant(platform, "acme", ("memory:read",), name="reader")
+    client = MnemoClient(
+        str(server.base_url),
+        headers=auth(reader),
+        transport=Switch(server),
+        retry=RetryPolicy(attempts=1),
+    )
+    phone = SyncClient(tmp_path / "phone.sqlite3", client, STREAM, "phone")
+    event_id = phone.write("drink", "tea")
+    with pytest.raises(SyncError) as refused:
+        phone.push()
+    error = refused.value
+    assert (error.status, error.code, error.event_id) == (403, "SCOPE_MISSING", event_id)
+    assert reader not in str(error)
+    assert phone.pending() == 1
+    snapshot_of = SyncClient(tmp_path / "other.sqlite3", client, "team:T1", "phone")
+    snapshot_of.stream = "bad stream"
+    with pytest.raises(SyncError) as replay:
+        snapshot_of.pull()
+    assert (replay.value.status, replay.value.code) == (400, "INVALID_STREAM")
+    with pytest.raises(SyncGap) as gap:
+        phone._apply_page([{"seq": 2, "type": "MemoryDeclared", "payload": {}}])
+    assert gap.value.code == "SYNC_GAP"
 
 
 def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
