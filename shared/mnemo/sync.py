@@ -142,9 +142,11 @@ class SyncClient:
         return {mid: Memory.model_validate(body) for mid, body in self._raw().items()}
 
     def current(self, key: str) -> Memory | None:
-        live = [
-            m for m in self.memories().values() if m.key == key and m.status is MemoryStatus.ACTIVE
-        ]
+        return self._current_in(self.memories(), key)
+
+    @staticmethod
+    def _current_in(memories: dict[str, Memory], key: str) -> Memory | None:
+        live = [m for m in memories.values() if m.key == key and m.status is MemoryStatus.ACTIVE]
         return max(live, key=lambda m: m.version, default=None)
 
     def checksum(self) -> str:
@@ -158,7 +160,10 @@ class SyncClient:
         memories = self.memories()
         for (body,) in self._db.execute("SELECT body FROM conflicts ORDER BY event_id"):
             data = json.loads(body)
-            current = memories.get(data["current_memory_id"]) if data["current_memory_id"] else None
+            if data["current_memory_id"]:
+                current = memories.get(data["current_memory_id"])
+            else:  # known from the push's answer only: the key's version in the replica
+                current = self._current_in(memories, data["key"])
             found.append(
                 Conflict(data["event_id"], data["key"], data["proposed"], current, data["detail"])
             )
@@ -238,6 +243,13 @@ class SyncClient:
                     o.outcome in _MADE_A_VERSION for o in result.outcomes
                 ):
                     cur.execute("INSERT OR IGNORE INTO settled VALUES (?)", (event_id,))
+                for o in result.outcomes:
+                    if o.outcome == "rejected" and o.reason_code == "VERSION_CONFLICT":
+                        # kept now: a snapshot loaded before the next pull folds the
+                        # MemoryRejected in, and no pull would see it (the pull that does
+                        # adds the current memory's id)
+                        record = _conflict(event_id, body, None, o.detail or "")
+                        cur.execute("INSERT OR IGNORE INTO conflicts VALUES (?, ?)", record)
                 cur.execute("DELETE FROM pending WHERE n = ?", (n,))
             sent += 1
         return sent
@@ -309,15 +321,14 @@ class SyncClient:
                 and p.get("reason_code") == "VERSION_CONFLICT"
                 and p.get("rejected_event_id") in sent
             ):
-                proposed = json.loads(sent[p["rejected_event_id"]])["payload"]["memory"]
-                record = {
-                    "event_id": p["rejected_event_id"],
-                    "key": proposed["key"],
-                    "proposed": proposed,
-                    "current_memory_id": p.get("current_memory_id"),
-                    "detail": p.get("detail", ""),
-                }
-                conflicts.append((p["rejected_event_id"], json.dumps(record)))
+                conflicts.append(
+                    _conflict(
+                        p["rejected_event_id"],
+                        sent[p["rejected_event_id"]],
+                        p.get("current_memory_id"),
+                        p.get("detail", ""),
+                    )
+                )
         with self._tx() as cur:
             cur.executemany(
                 "INSERT OR REPLACE INTO memories VALUES (?, ?)",
@@ -371,6 +382,21 @@ class SyncClient:
 
 def _as_is(body: Any) -> Any:
     return body
+
+
+def _conflict(
+    event_id: str, sent_body: str, current_memory_id: str | None, detail: str
+) -> tuple[str, str]:
+    """A conflicts row for a sent write the server refused with VERSION_CONFLICT."""
+    proposed = json.loads(sent_body)["payload"]["memory"]
+    record = {
+        "event_id": event_id,
+        "key": proposed["key"],
+        "proposed": proposed,
+        "current_memory_id": current_memory_id,
+        "detail": detail,
+    }
+    return event_id, json.dumps(record)
 
 
 def _named(event: dict[str, Any]) -> list[str]:

@@ -353,6 +353,29 @@ def test_sync_errors_carry_the_servers_code(
     assert gap.value.code == "SYNC_GAP"
 
 
+def test_a_conflict_is_kept_when_the_replica_starts_again_from_a_snapshot(
+    tmp_path: Path, server: TestClient
+) -> None:
+    phone, _ = device(tmp_path, server, "phone")
+    laptop, _ = device(tmp_path, server, "laptop")
+    phone.write("drink", "tea")
+    phone.sync()
+    laptop.load_snapshot()
+    phone.write("drink", "coffee")
+    phone.push()
+    laptop.write("drink", "water")  # based on tea, version 1: refused
+    assert laptop.push() == 1
+    # the snapshot folds the laptop's rejection in: no pull ever sees it
+    laptop.load_snapshot()
+    [conflict] = laptop.conflicts()
+    assert conflict.proposed["value"] == "water"
+    assert conflict.detail == "the key is at version 2, not 1"
+    assert conflict.current is not None
+    assert (conflict.current.value, conflict.current.version) == ("coffee", 2)
+    assert laptop.pull() == 0
+    assert len(laptop.conflicts()) == 1
+
+
 def test_the_live_tail_streams_events_and_resumes_from_last_event_id(server: TestClient) -> None:
     publish(server, [observe("记住我的尺码是L"), observe("hello")])
     with server.stream(
