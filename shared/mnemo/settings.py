@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemo.domain.errors import InvalidInput
@@ -363,6 +363,20 @@ class MnemoSettings(BaseSettings):
         default=8081, ge=0, le=65_535, description="a consumer's /healthz, /readyz, /metrics"
     )
     health_host: str = Field(default="127.0.0.1", description="where the health port listens")
+
+    @field_validator("cassandra_replication")
+    @classmethod
+    def _a_replication_map(cls, value: str) -> str:
+        # read as the keyspaces are created (bootstrap.connect_store): a value that is not a
+        # literal map with a class would otherwise stop the start with a Python traceback
+        # that names no setting. The message never quotes the value.
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise ValueError("it takes a map literal such as {'class': ...}") from None
+        if not isinstance(parsed, dict) or "class" not in parsed:
+            raise ValueError("it takes a map literal with a 'class', such as {'class': ...}")
+        return value
 
 
 class GatewaySettings(BaseSettings):

@@ -257,6 +257,12 @@ PASTED = "s3cret-paste-0451"
         ("MNEMO_AUDIT_LOG_LEVEL", PASTED),
         # checked before anything starts, not once the topics are made
         ("MNEMO_KEY_PEPPER", "short-pepper"),
+        # a replication map that does not parse, or is no map, stopped the start with a
+        # Python traceback (SyntaxError, ValueError) that named no setting and exited 1
+        ("MNEMO_CASSANDRA_REPLICATION", "{'class': 'SimpleStrategy'"),
+        ("MNEMO_CASSANDRA_REPLICATION", "['SimpleStrategy', 1]"),
+        ("MNEMO_CASSANDRA_REPLICATION", "{'replication_factor': 1}"),
+        ("MNEMO_CASSANDRA_REPLICATION", "{'class': 'SimpleStrategy', 'replication_factor': f()}"),
     ],
 )
 def test_a_bad_value_is_refused_by_name_without_the_value(name: str, value: str) -> None:
@@ -273,6 +279,7 @@ def test_good_values_and_other_variables_pass_the_value_check() -> None:
         {
             "MNEMO_MODE": "distributed",
             "MNEMO_CASSANDRA_PORT": "9042",
+            "MNEMO_CASSANDRA_REPLICATION": "{'class':'NetworkTopologyStrategy','dc1':3}",
             "MNEMO_INDEXER_BATCH_SIZE": "8",
             "MNEMO_LOG_LEVEL": "warning",
             "MNEMO_REGISTRAR_LOG_LEVEL": "DEBUG",
