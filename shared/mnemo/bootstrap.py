@@ -842,7 +842,9 @@ def connect_store(settings: MnemoSettings, blinder: Blinder | None = None) -> Ca
 
 def cassandra_access(settings: MnemoSettings, store: CassandraMemoryStore, clock: Clock) -> Access:
     """Tenants and keys in the store's home keyspace (tables of 0002_access.cql, which the
-    store's migrations applied). Every replica must share the pepper: set MNEMO_KEY_PEPPER."""
+    store's migrations applied), or in `access_keyspace` (the live keyspace, for read models
+    rebuilt into a fresh one: the log does not hold tenants and keys). Every replica must
+    share the pepper: set MNEMO_KEY_PEPPER."""
     from mnemo.adapters.cassandra_access import CassandraAccessStore
 
     if settings.key_pepper is None:
@@ -853,7 +855,9 @@ def cassandra_access(settings: MnemoSettings, store: CassandraMemoryStore, clock
         )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     return Access(
-        CassandraAccessStore(store.session, store.home, migrate_schema=False),
+        CassandraAccessStore(
+            store.session, settings.access_keyspace or store.home, migrate_schema=False
+        ),
         clock,
         key_pepper(settings),
     )

@@ -260,6 +260,14 @@ class MnemoSettings(BaseSettings):
         "(unset: cassandra_keyspace). The bytes are not a read model: a rebuild into a fresh "
         "keyspace keeps it on the live one, where the registrar reads each document again",
     )
+    access_keyspace: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9_]{0,47}$",
+        description="distributed mode: the keyspace holding tenants and API keys (unset: "
+        "cassandra_keyspace). They are not in the log, so a rebuild does not make them again: "
+        "a rebuild into a fresh keyspace, and the gateway then pointed at it, keep it on the "
+        "live one",
+    )
     pii_policy_file: Path | None = Field(
         default=None,
         description="per-tenant PII policy (YAML: default and tenants, each with actions "
