@@ -195,6 +195,37 @@ def require_vault(settings: MnemoSettings) -> None:
     _vault_token(settings)
 
 
+def check_vault_token(settings: MnemoSettings) -> None:
+    """At a distributed process's start: the vault takes the configured token. A token it
+    refuses (revoked, mistyped, of another vault) is a configuration error naming the
+    setting (VAULT_TOKEN_REFUSED), never with the token; otherwise the process would join
+    its consumer group, take partitions from healthy replicas and answer ready until
+    records came, then retry them for ever. A vault that does not answer yet raises
+    Unavailable, which the start waits for."""
+    from mnemo.adapters.vault_connection import TokenRefused, VaultConnection
+
+    if not settings.vault_addr:
+        return  # no vault to ask (require_vault() refuses that in the distributed mode)
+    setting = "vault_token_file" if settings.vault_token_file is not None else "vault_token"
+    connection = VaultConnection(
+        settings.vault_addr,
+        _vault_token(settings),
+        mount=settings.vault_transit_mount,
+        timeout=settings.vault_timeout,
+    )
+    try:
+        connection.token_accepted()
+    except TokenRefused as exc:
+        raise InvalidInput(
+            f"the vault at MNEMO_VAULT_ADDR refuses the token of MNEMO_{setting.upper()} "
+            f"({exc.message}): give a valid token with Mnemo's policy",
+            code="VAULT_TOKEN_REFUSED",
+            field=setting,
+        ) from None
+    finally:
+        connection.close()
+
+
 def make_key_vault(settings: MnemoSettings) -> KeyVault:
     """Vault's transit engine when `vault_addr` is set, else the development key file."""
     if settings.vault_addr:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from tests.distributed_support import CASSANDRA_HOSTS, CASSANDRA_PORT, KAFKA, require_services
+from tests.support import missing
+from tests.vault_support import vault_settings
 
 from mnemo.adapters.local_key_vault import LocalKeyFileVault
 from mnemo.bootstrap import build_distributed, build_embedded, connect_store
@@ -66,6 +68,8 @@ def process_env(tmp_path: Path, names: dict[str, str]) -> dict[str, str]:
     vault, but a development key file offered (it must not be used)."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        # the code under test where the checkout is not the installed one
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
         "MNEMO_MODE": "distributed",
         "MNEMO_DATA_DIR": str(tmp_path / "data"),
         "MNEMO_KEY_FILE": str(tmp_path / "keys" / "shared.json"),
@@ -159,3 +163,26 @@ def test_the_embedded_mode_keeps_its_development_key_file(tmp_path: Path) -> Non
     finally:
         platform.close()
     assert (tmp_path / "data" / "keys" / "vault.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "command", [["-m", "mnemo_registrar"], ["-m", "mnemo_gateway"]], ids=["worker", "gateway"]
+)
+def test_a_distributed_process_with_a_token_the_vault_refuses_stops_at_its_start(
+    command: list[str], tmp_path: Path, names: dict[str, str]
+) -> None:
+    """Before, the worker joined its group and answered ready on a refused token."""
+    url, root = vault_settings()
+    if root is None:
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN and no var/run/services.env")
+    refused = f"s.not-a-token-{uuid.uuid4().hex}"
+    env = {**process_env(tmp_path, names), "MNEMO_VAULT_ADDR": url, "MNEMO_VAULT_TOKEN": refused}
+    del env["MNEMO_KEY_FILE"]
+    done = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 78, done.stderr[-2000:]  # EX_CONFIG, at once
+    [error] = error_lines(done.stderr)
+    assert (error["error_code"], error["setting"]) == ("VAULT_TOKEN_REFUSED", "MNEMO_VAULT_TOKEN")
+    assert refused not in done.stderr + done.stdout
+    assert not {names["topic"], f"{names['topic']}.dlq"} & topics()

@@ -17,10 +17,11 @@ from pathlib import Path
 import hvac
 import pytest
 from hvac import exceptions as vault_errors
+from pydantic import SecretStr
 from tests.support import missing
 from tests.vault_support import vault_settings
 
-from mnemo.bootstrap import make_key_vault
+from mnemo.bootstrap import check_vault_token, make_key_vault
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.settings import MnemoSettings
 
@@ -152,3 +153,46 @@ def test_a_token_and_a_token_file_together_are_refused(tmp_path: Path) -> None:
     assert both.value.code == "VAULT_TOKEN_AMBIGUOUS"
     assert "s.env-token" not in str(both.value)
     assert "s.file-token" not in str(both.value)
+
+
+def test_a_token_the_vault_refuses_stops_the_start_by_its_setting(
+    tokens: Tokens, tmp_path: Path
+) -> None:
+    """A token the vault refuses (revoked, mistyped, of another vault) is a configuration
+    error at the start: before, a worker started on it, joined its group, took partitions
+    from healthy replicas and answered /readyz 200 until records came, and then retried
+    them for ever as VAULT_UNAVAILABLE."""
+    revoked = tokens.new()
+    tokens.revoke(revoked)
+    token_file = tmp_path / "token"
+    write_token(token_file, revoked)
+    by_file = settings_for(tokens, token_file)
+    by_value = by_file.model_copy(
+        update={"vault_token_file": None, "vault_token": SecretStr(revoked)}
+    )
+    for settings, setting in ((by_file, "vault_token_file"), (by_value, "vault_token")):
+        with pytest.raises(InvalidInput) as refused:
+            check_vault_token(settings)
+        assert (refused.value.code, refused.value.field) == ("VAULT_TOKEN_REFUSED", setting)
+        assert f"MNEMO_{setting.upper()}" in refused.value.message
+        assert revoked not in refused.value.message
+    # a token the vault takes passes, and one the file renews in time is taken
+    check_vault_token(
+        by_file.model_copy(
+            update={"vault_token_file": None, "vault_token": SecretStr(tokens.new())}
+        )
+    )
+    write_token(token_file, tokens.new())
+    check_vault_token(by_file)
+
+
+def test_an_unreachable_vault_at_the_start_is_waited_for_not_refused(tmp_path: Path) -> None:
+    settings = MnemoSettings(
+        data_dir=tmp_path,
+        vault_addr="http://127.0.0.1:9",
+        vault_token="s.anything",
+        vault_timeout=0.5,
+    )
+    with pytest.raises(Unavailable) as away:
+        check_vault_token(settings)
+    assert away.value.code == "VAULT_UNAVAILABLE"

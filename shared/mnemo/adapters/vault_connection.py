@@ -28,7 +28,7 @@ from hvac import exceptions as vault_errors
 
 from mnemo.domain.errors import InvalidInput, Unavailable
 
-__all__ = ["Missing", "Refused", "TokenFile", "VaultConnection"]
+__all__ = ["Missing", "Refused", "TokenFile", "TokenRefused", "VaultConnection"]
 
 log = logging.getLogger("mnemo.keyvault")
 
@@ -125,18 +125,36 @@ class VaultConnection:
             return _guard(what, call)
         except _Denied as denied:
             if self._tokens is None or not self._tokens.reload():
-                raise Unavailable(
-                    f"Vault refused Mnemo's token for {what} ({denied.kind})",
-                    code="VAULT_UNAVAILABLE",
-                ) from None
+                raise TokenRefused(what, denied.kind) from None
         self.client.token = self._tokens.current()
         try:
             return _guard(what, call)
         except _Denied as denied:
-            raise Unavailable(
-                f"Vault refused Mnemo's token for {what} ({denied.kind})",
-                code="VAULT_UNAVAILABLE",
-            ) from None
+            raise TokenRefused(what, denied.kind) from None
+
+    def token_accepted(self) -> None:
+        """Returns when the vault takes the token, asked as a process starts: the token's
+        own lookup (Vault's default policy allows it), else the mount list (every process
+        reads it before its first key). TokenRefused when the vault refuses both,
+        Unavailable when it does not answer."""
+        try:
+            self.call("the token's lookup", self.client.auth.token.lookup_self)
+        except TokenRefused:
+            self.call("the mount list", self.client.sys.list_mounted_secrets_engines)
+
+    def close(self) -> None:
+        self.client.adapter.close()
+
+
+class TokenRefused(Unavailable):
+    """Vault refused the token (expired, revoked, mistyped, or without the needed policy).
+    Answered like an unreachable vault (VAULT_UNAVAILABLE, 503) while a process runs; at
+    its start, a configuration error (bootstrap.check_vault_token)."""
+
+    def __init__(self, what: str, kind: str) -> None:
+        super().__init__(
+            f"Vault refused Mnemo's token for {what} ({kind})", code="VAULT_UNAVAILABLE"
+        )
 
 
 class Missing(Exception):

@@ -38,6 +38,7 @@ from mnemo import telemetry
 from mnemo.bootstrap import (
     Platform,
     build_distributed,
+    check_vault_token,
     dead_letter_topic,
     kafka_config,
     kafka_tls,
@@ -690,6 +691,7 @@ def run_worker(consumer: str) -> None:
     telemetry.configure(
         consumer, prometheus_port=settings.prometheus_port, prometheus_host=settings.health_host
     )
+    _starting("checking the vault token", lambda: check_vault_token(settings))
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     _starting("starting the worker", lambda: make_worker(consumer, settings)).run()
 
@@ -702,6 +704,7 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
     telemetry.configure(
         "gateway", prometheus_port=settings.prometheus_port, prometheus_host=gateway.host
     )
+    _starting("checking the vault token", lambda: check_vault_token(settings))
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     if settings.qdrant_url is None:
         worker = _starting(
