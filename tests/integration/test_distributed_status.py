@@ -85,3 +85,20 @@ def test_every_status_call_probes_each_component_again(platform: Platform) -> No
     finally:
         registrar.stop()
         indexer.stop()
+
+
+def test_the_gateways_readiness_claims_no_consumers_it_does_not_run(platform: Platform) -> None:
+    """In the distributed mode the gateway runs no consumer and probes none for /readyz:
+    it said `consumers_running: true` even with every consumer stopped and its lag
+    growing. Their health is each one's own /readyz, gathered by `mnemo status`."""
+    from fastapi.testclient import TestClient
+    from mnemo_gateway.app import create_app
+
+    from mnemo.settings import GatewaySettings
+
+    with TestClient(create_app(platform, GatewaySettings(), run_consumers=False)) as client:
+        answer = client.get("/readyz")
+    assert answer.status_code == 200
+    checks = answer.json()["checks"]
+    assert "consumers_running" not in checks
+    assert set(checks["lag"]) == {"registrar", "indexer", "decay", "audit"}

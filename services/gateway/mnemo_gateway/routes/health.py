@@ -29,12 +29,12 @@ def readyz(platform: PlatformDep, request: Request) -> JSONResponse:
     except MnemoError as exc:
         ok = False
         checks["storage"] = exc.code
-    checks["consumers_running"] = (
-        platform.distributed is not None
-        or platform.runner.running
-        or not request.app.state.run_consumers
-    )
-    ok = ok and checks["consumers_running"]
+    if platform.distributed is None:
+        # the embedded consumers run in this process (unless another one runs them)
+        checks["consumers_running"] = platform.runner.running or not request.app.state.run_consumers
+        ok = ok and checks["consumers_running"]
+    # distributed: the consumers are processes of their own, which this gateway neither runs
+    # nor probes here; each answers its own /readyz, and `mnemo status` gathers them
     return JSONResponse(
         {"status": "ready" if ok else "not_ready", "checks": checks},
         status_code=200 if ok else 503,
