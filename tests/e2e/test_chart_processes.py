@@ -18,12 +18,13 @@ references and $(VAR) expansion), with only what a cluster provides replaced:
   the local services); listen addresses and ports are moved to free loopback ports, since
   the processes share one network here.
 
-The names the test owns (topic, keyspace, consumer-group suffix, Qdrant collection), the
-local node's datacenter in the replication map, fewer partitions and one Kafka replica (one
-broker here) are set through the chart's own values; the hashing embedder (extraEnv) spares
-the model's start-up. All components must become ready (their readiness probe's path and
-port), a publish through the gateway must become searchable, and the gateway's status page
-must reach every consumer."""
+The names the test owns (topic, keyspace, consumer-group suffix, Qdrant collection, vault
+key prefix), the local node's datacenter in the replication map, fewer partitions and one
+Kafka replica (one broker here) are set through the chart's own values (the group suffix,
+collection and key prefix through extraEnv); the hashing embedder (extraEnv) spares the
+model's start-up. All components must become ready (their readiness probe's path and port),
+a publish through the gateway must become searchable, and the gateway's status page must
+reach every consumer."""
 
 from __future__ import annotations
 
@@ -129,6 +130,9 @@ def render(helm: Helm, cluster: Cluster) -> list[dict[str, Any]]:
         "extraEnv": [
             {"name": "MNEMO_KAFKA_GROUP_SUFFIX", "value": f".{cluster.tag}"},
             {"name": "MNEMO_QDRANT_COLLECTION", "value": f"chart_{cluster.tag}"},
+            # the shared vault's key names too: under the default prefix, a tenant `acme`
+            # that anything else had forgotten (shredded) refused this test's publish 410
+            {"name": "MNEMO_VAULT_KEY_PREFIX", "value": f"chart{cluster.tag}"},
             # the real model's start-up is not what is tested here
             {"name": "MNEMO_EMBEDDER", "value": "hashing"},
         ],
