@@ -128,3 +128,25 @@ def test_a_wrong_command_line_is_a_local_problem_exit_1(args: list[str]) -> None
     done = CliRunner().invoke(cli, args)
     assert done.exit_code == 1, done.output
     assert "Error:" in done.output
+
+
+@pytest.mark.parametrize(
+    "args", [["admin", "rebuild"], ["admin", "checksum"]], ids=["rebuild", "checksum"]
+)
+def test_offline_admin_commands_in_the_distributed_mode_say_how_it_rebuilds(
+    args: list[str], tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They work on an embedded data directory; with MNEMO_MODE=distributed they said `no
+    Mnemo data in var/data`, as if the deployment had lost its data."""
+    from click.testing import CliRunner
+
+    from mnemo.entrypoints.cli import cli
+
+    monkeypatch.chdir(str(tmp_path))
+    done = CliRunner(env={"MNEMO_MODE": "distributed", "MNEMO_EMBEDDER": "hashing"}).invoke(
+        cli, args
+    )
+    assert done.exit_code == 1, done.output
+    assert "no Mnemo data" not in done.stderr
+    assert "MNEMO_MODE" in done.stderr
+    assert "Rebuilding read models" in done.stderr

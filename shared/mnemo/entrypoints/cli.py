@@ -1429,6 +1429,14 @@ def offline_platform(data_dir: Path | None) -> Iterator[Platform]:
     from mnemo.bootstrap import build_embedded
 
     settings = mnemo_settings(data_dir)
+    if settings.mode == "distributed" and data_dir is None:
+        # the deployment's data is in Kafka and Cassandra, not under MNEMO_DATA_DIR
+        raise CliError(
+            "MNEMO_MODE is distributed, and this command works offline on an embedded data "
+            "directory (--data-dir). The distributed read models are rebuilt by running the "
+            "consumers as fresh groups into a fresh keyspace (docs/distributed.md, "
+            "'Rebuilding read models')"
+        )
     if not (settings.data_dir / "log.sqlite3").is_file():
         raise CliError(f"no Mnemo data in {settings.data_dir} (see --data-dir, MNEMO_DATA_DIR)")
     try:
