@@ -978,3 +978,33 @@ def test_a_query_past_its_limit_among_several_reads_its_tag_once(
     assert store.query_each("acme", queries) == alone
     assert [len(found) for found in alone] == [3, 10]
     assert names.count("tag_ids") == 2
+
+
+def test_admin_migrate_reports_the_versions_it_applied_to_a_fresh_keyspace(
+    cassandra: tuple[Any, str, list[int]],
+) -> None:
+    """`mnemo admin migrate` on a keyspace that did not exist said `up to date`: the
+    connection it opened had applied every version already, unreported."""
+    import json
+
+    from click.testing import CliRunner
+
+    from mnemo.entrypoints.cli import cli
+
+    session, _, shipped = cassandra
+    keyspace = f"mnemo_migrate_{uuid.uuid4().hex[:10]}"
+    env = {
+        "MNEMO_MODE": "distributed",
+        "MNEMO_CASSANDRA_HOSTS": ",".join(HOSTS),
+        "MNEMO_CASSANDRA_PORT": str(PORT),
+        "MNEMO_CASSANDRA_KEYSPACE": keyspace,
+    }
+    try:
+        first = CliRunner(env=env).invoke(cli, ["--json", "admin", "migrate"])
+        assert first.exit_code == 0, first.output
+        assert json.loads(first.stdout) == {"keyspaces": {keyspace: shipped}}
+        again = CliRunner(env=env).invoke(cli, ["admin", "migrate"])
+        assert again.exit_code == 0, again.output
+        assert again.stdout.strip() == f"{keyspace}: up to date"
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)

@@ -1516,7 +1516,12 @@ def admin_migrate(state: State) -> None:
         ):
             if own is not None:
                 keyspaces.append(store.keyspace_of(tenant))
-        applied = {ks: migrate(store.session, ks) for ks in dict.fromkeys(keyspaces)}
+        # connecting (and naming a tenant's keyspace) applied what a keyspace lacked: all
+        # of it, to one that was new
+        applied = {
+            ks: sorted({*store.applied.get(ks, []), *migrate(store.session, ks)})
+            for ks in dict.fromkeys(keyspaces)
+        }
     finally:
         store.close()
     if state.as_json:

@@ -69,8 +69,11 @@ class _Connection:
         self._committed: dict[str, int] = {}
         if create_keyspace:
             self._create_keyspace(self.home)
+        # the versions this connection applied, per keyspace (`mnemo admin migrate` reports
+        # them: on a keyspace it created, they are all of them)
+        self.applied: dict[str, list[int]] = {}
         if migrate_schema:
-            migrate(session, self.home)
+            self.applied[self.home] = migrate(session, self.home)
         self._ready.add(self.home)
         self.recover()
 
@@ -180,7 +183,7 @@ class _Connection:
                 if ks not in self._ready:
                     self._create_keyspace(ks)
                     if self._migrate:
-                        migrate(self._session, ks)
+                        self.applied[ks] = migrate(self._session, ks)
                     self._execute(self.home, "keyspace_add", [ks])
                     self._ready.add(ks)
         return ks
