@@ -75,7 +75,7 @@ def test_without_the_name_check_the_chain_is_still_checked(
         store.session.execute(f"DROP KEYSPACE IF EXISTS {config.cassandra_keyspace}", timeout=120)
         store.close()
     other_ca, _, _ = rogue_ca(tmp_path / "rogue")
-    refused(
+    unverified(
         settings(tls, tmp_path, cassandra_ssl_check_hostname=False, cassandra_ssl_cafile=other_ca)
     )
 
@@ -95,9 +95,19 @@ def test_a_client_certificate_of_another_ca_is_refused(tls: TlsServices, tmp_pat
     refused(settings(tls, tmp_path, cassandra_ssl_certfile=cert, cassandra_ssl_keyfile=key))
 
 
+def unverified(config: MnemoSettings) -> InvalidInput:
+    """A node whose certificate the CA file does not verify: a configuration error naming
+    the setting, which retrying cannot mend (it was retried 20 times as STORE_UNAVAILABLE)."""
+    with pytest.raises(InvalidInput) as failed:
+        connect_store(config).close()
+    assert (failed.value.code, failed.value.field) == ("TLS_CONFIG_INVALID", "cassandra_ssl_cafile")
+    assert "MNEMO_CASSANDRA_SSL_CAFILE" in failed.value.message
+    return failed.value
+
+
 def test_a_node_the_ca_file_does_not_vouch_for_is_refused(tls: TlsServices, tmp_path: Path) -> None:
     other_ca, _, _ = rogue_ca(tmp_path / "rogue")
-    refused(settings(tls, tmp_path, cassandra_ssl_cafile=other_ca))
+    unverified(settings(tls, tmp_path, cassandra_ssl_cafile=other_ca))
 
 
 def test_a_wrong_password_is_refused_and_never_shown(tls: TlsServices, tmp_path: Path) -> None:

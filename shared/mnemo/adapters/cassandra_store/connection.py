@@ -11,7 +11,7 @@ from typing import Any, Self
 
 from cassandra import ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
 from cassandra.concurrent import execute_concurrent
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import ConfigurationException
@@ -21,7 +21,7 @@ from mnemo.adapters.cassandra_store.common import Row, _translated, _valid_keysp
 from mnemo.adapters.cassandra_store.rows import _NoBlinder, _WriteClock
 from mnemo.adapters.cassandra_store.schema import _DDL_TIMEOUT, _replication_cql, migrate
 from mnemo.adapters.cassandra_store.tables import _QUERIES
-from mnemo.domain.errors import InvalidInput
+from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Blinder, MemoryQuery
 
 
@@ -117,8 +117,12 @@ class _Connection:
             ssl_context=ssl_context,
         )
         try:
-            with _translated():
-                session = cluster.connect()
+            try:
+                with _translated():
+                    session = cluster.connect()
+            except Unavailable as exc:
+                _refuse_unverified_nodes(exc)
+                raise
             return cls(
                 session,
                 keyspace,
@@ -243,3 +247,28 @@ class _Connection:
     def recover(self) -> int:
         """Finish the commits left half-applied (the commits' part of the store does)."""
         raise NotImplementedError
+
+
+def _unverified(error: object) -> bool:
+    """Whether a node's connection error is its certificate failing verification (the
+    driver wraps the ssl error in a PermissionError that keeps only its text)."""
+    return isinstance(error, ssl.SSLCertVerificationError) or (
+        isinstance(error, BaseException) and "CERTIFICATE_VERIFY_FAILED" in str(error)
+    )
+
+
+def _refuse_unverified_nodes(exc: Unavailable) -> None:
+    """A connection no node took because none of their certificates verifies against the
+    configured CA (or names the address connected to) is a configuration error naming the
+    setting: retrying cannot mend it, and it was retried as STORE_UNAVAILABLE."""
+    cause = exc.__cause__
+    if not isinstance(cause, NoHostAvailable) or not cause.errors:
+        return
+    if all(_unverified(e) for e in cause.errors.values()):
+        raise InvalidInput(
+            "no Cassandra node's certificate verifies against MNEMO_CASSANDRA_SSL_CAFILE "
+            "(or names the address connected to, with MNEMO_CASSANDRA_SSL_CHECK_HOSTNAME): "
+            "set the CA that signed the nodes' certificates",
+            code="TLS_CONFIG_INVALID",
+            field="cassandra_ssl_cafile",
+        ) from None
