@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Coroutine, Sequence
@@ -186,13 +187,49 @@ def ensure_topics(
     replication: int = 1,
     min_insync: int = 1,
 ) -> list[str]:
-    """Create the log and dead-letter topics when missing; returns the names created."""
+    """Create the log and dead-letter topics when missing; returns the names created.
+    Brokers none of whose certificates verifies against the configured CA are a
+    configuration error (InvalidInput, TLS_CONFIG_INVALID), not an outage to wait out."""
     try:
         return asyncio.run(
             _ensure(config, topic, partitions, dead_letters, replication, min_insync)
         )
     except KafkaError as exc:
+        _refuse_unverified_brokers(config)
         raise _unavailable(exc) from exc
+
+
+def _refuse_unverified_brokers(config: KafkaConfig, timeout: float = 5.0) -> None:
+    """After a failed first contact over TLS: shake hands with each bootstrap broker
+    directly, with the same context. When every one answers and none of their certificates
+    verifies, retrying cannot mend it (the client only reports that it could not connect):
+    a configuration error naming the setting. A broker that does not answer, or that
+    verifies, leaves the failure an outage."""
+    if "SSL" not in config.security_protocol:
+        return
+    context = config.ssl_context or ssl.create_default_context()
+    servers = [s.strip() for s in config.bootstrap.split(",") if s.strip()]
+    if not servers:
+        return
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        host = host.strip("[]")
+        try:
+            with (
+                socket.create_connection((host, int(port)), timeout=timeout) as raw,
+                context.wrap_socket(raw, server_hostname=host),
+            ):
+                return  # this one verifies: the failure lies elsewhere
+        except ssl.SSLCertVerificationError:
+            continue
+        except (OSError, ValueError):
+            return  # unreachable or unnamed: an outage, or not this
+    raise InvalidInput(
+        "no Kafka broker's certificate verifies against MNEMO_KAFKA_SSL_CAFILE (or names the "
+        "address connected to): set the CA that signed the brokers' certificates",
+        code="TLS_CONFIG_INVALID",
+        field="kafka_ssl_cafile",
+    ) from None
 
 
 class KafkaTopic(LogTopic):
