@@ -174,19 +174,14 @@ LAUGHS = (
 def with_entity_bomb(data: bytes, member: str, placeholder: str) -> bytes:
     """The zip `data` with `member`'s XML declaring the billion laughs and its first
     `placeholder` replaced by the top entity."""
-    source = zipfile.ZipFile(io.BytesIO(data))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for info in source.infolist():
-            body = source.read(info.filename)
-            if info.filename == member:
-                xml = body.decode("utf-8")
-                if xml.startswith("<?xml"):
-                    xml = xml.partition("?>")[2]
-                assert placeholder in xml
-                body = (LAUGHS + xml.replace(placeholder, "&lol9;", 1)).encode("utf-8")
-            archive.writestr(info.filename, body)
-    return out.getvalue()
+
+    def bomb(xml: str) -> str:
+        if xml.startswith("<?xml"):
+            xml = xml.partition("?>")[2]
+        assert placeholder in xml
+        return LAUGHS + xml.replace(placeholder, "&lol9;", 1)
+
+    return _with_member(data, member, bomb)
 
 
 def _with_member(data: bytes, member: str, edit: Callable[[str], str]) -> bytes:
