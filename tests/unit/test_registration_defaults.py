@@ -1063,3 +1063,74 @@ def test_what_the_user_cannot_eat_is_kept_off(text: str, key: str) -> None:
 def test_a_quantity_a_moment_or_a_question_is_nothing_kept_off(text: str) -> None:
     reading = RULES.read(text, T0, None, selector=SELECTOR)
     assert not [m for m in reading.matches if (m.draft.key or "").startswith("avoid.")]
+
+
+# ---- a favourite of a kind, and likings that end -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("texts", "key", "value"),
+    [
+        (["My favorite color is red", "My favorite color is blue now"], "favorite_color", "blue"),
+        (["my favourite food is sushi"], "favourite_food", "sushi"),
+        (
+            ["remember that my favourite colour is green", "my favourite colour is grey"],
+            "favourite_colour",
+            "grey",
+        ),
+        (["我最喜欢的颜色是蓝色", "我现在最喜欢的颜色是绿色了"], "最喜欢的颜色", "绿色"),
+        (["记住我的最喜欢的颜色是蓝色", "我最爱的颜色是紫色"], "最喜欢的颜色", "紫色"),
+    ],
+)
+def test_a_favourite_of_a_kind_is_one_key_the_latest_word_holds(
+    texts: list[str], key: str, value: str
+) -> None:
+    state = said(*texts)
+    assert current(state, key) == value
+    held = [m for m in state.memories.values() if m.key == key]
+    assert sum(m.status is MemoryStatus.ACTIVE for m in held) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "what is my favorite color?",
+        "my favorite part is when they dance",
+        "My favourite colour was red",
+        "my favourite café is closed today",
+        "我最喜欢的颜色是什么",
+        "我小时候最喜欢的颜色是红色",
+        "我最喜欢的颜色是红色吗",
+    ],
+)
+def test_a_favourite_asked_about_or_past_is_no_memory(text: str) -> None:
+    assert memories(run(DictState(), text)) == []
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "liked", "disliked"),
+    [
+        ("我喜欢喝咖啡", "我现在不喜欢喝咖啡了", "likes.咖啡", "dislike.咖啡"),
+        ("我喜欢黑色", "我现在不太喜欢黑色了", "likes.黑色", "dislike.黑色"),
+        ("I love jazz", "I no longer love jazz", "likes.jazz", "dislike.jazz"),
+    ],
+)
+def test_a_liking_that_ended_is_a_dislike_never_the_liking_again(
+    first: str, then: str, liked: str, disliked: str
+) -> None:
+    state = said(first, then)
+    assert current(state, liked) is None
+    assert current(state, disliked) is not None
+    assert not any(m.key and m.key.startswith("avoid.") for m in state.memories.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("I don't drink alcohol", "dislike.alcohol"),
+        ("I've gone off coffee", "avoid.coffee"),
+        ("我已经不吃肉了", "avoid.肉"),
+    ],
+)
+def test_what_the_user_does_not_eat_or_drink_is_heard(text: str, key: str) -> None:
+    assert [k for k, _ in memories(run(DictState(), text))] == [key]
