@@ -1134,3 +1134,43 @@ def test_a_liking_that_ended_is_a_dislike_never_the_liking_again(
 )
 def test_what_the_user_does_not_eat_or_drink_is_heard(text: str, key: str) -> None:
     assert [k for k, _ in memories(run(DictState(), text))] == [key]
+
+
+# ---- a denial of what a statement's examples state ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("我不住在上海了", "zh-city"),
+        ("我没搬到杭州", "zh-city"),
+        ("I don't live in Berlin anymore", "en-city"),
+        ("我不穿L码了", "zh-size"),
+    ],
+)
+def test_a_statement_denied_is_never_remembered_as_said(text: str, rule: str) -> None:
+    """Close to a statement's examples to the embedder, the opposite of them: the denied
+    value is never kept as the user's, and the agent hears why."""
+    state = said("我住在苏州", "I wear a small")
+    decision = run(state, text, minutes=5)
+    assert memories(decision) == []
+    [(_, kind, reason)] = [o for o in outcomes(decision) if o[1] is not OutcomeKind.REGISTERED]
+    assert (kind, reason) == (OutcomeKind.IGNORED, "VALUE_NOT_FOUND")
+    reading = RULES.read(text, T0, None, selector=SELECTOR)
+    assert reading.detail is not None
+    assert rule in reading.detail
+    assert "denies" in reading.detail
+    assert current(state, "home_city") == "苏州"
+    assert current(state, "size") == "S"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("不超过五百元就行", "budget", "500元"),
+        ("just call me on the phone, I don't read emails", "contact_channel", "phone"),
+        ("衣服我都买M号的", "size", "M"),
+    ],
+)
+def test_a_cap_or_a_denial_in_another_clause_is_no_denial(text: str, key: str, value: str) -> None:
+    assert memories(run(DictState(), text)) == [(key, value)]

@@ -372,7 +372,29 @@ _SOMEONE_ELSE = re.compile(
 _SOMEONE_ELSE_DETAIL = "it is about someone else, not the user: nothing to ask"
 _REFERENCE_DETAIL = "it points at something said or shown before: ask which one is meant"
 _SUPPOSED_DETAIL = "a supposition states nothing to remember"
+# 我不住在上海了, I don't live in Berlin anymore, 我不穿L码了: a denial of what a
+# statement's examples state. Close to those examples to the embedder, but the opposite
+# of them; 不错, 不少, 不过, 差不多, 对不起, 特别, 别人, 没关系 are no denials.
+_DENIAL = re.compile(
+    r"(?<![差对了要得])不(?!错|少|过|久|同|但|仅|管|断|然|如|得不|好意思|见得|起|论|止"
+    r"|(?:要|能|可以|得|想|用)?(?:超|高于|多于|低于|到))"
+    r"|没(?!关系|事|错|超)|(?:^|[，,。！!\s我你请])别(?!人|的|处|家|超)|并非"
+    r"|\b(?:not|never|no\s+longer|nowhere)\b|n['’]t\b",
+    re.IGNORECASE,
+)
+_DENIAL_DETAIL = "reads like rule {rule}, but denies what it would remember: nothing is kept"
 _PAST_DETAIL = "it reports something past, not a standing fact"
+
+
+def _clause(text: str, start: int, end: int) -> str:
+    """The clause of `text` around [start, end): up to the punctuation on either side
+    ("just call me on the phone, I don't read emails": the call is not denied)."""
+    left = max(text.rfind(mark, 0, start) for mark in _CLAUSE_MARKS) + 1
+    ends = [i for i in (text.find(mark, end) for mark in _CLAUSE_MARKS) if i >= 0]
+    return text[left : min(ends, default=len(text))]
+
+
+_CLAUSE_MARKS = ("，", ",", "。", ".", ";", "；", "！", "!", "？", "?")
 
 
 def _last_match(pattern: LinearPattern, text: str) -> PatternMatch | None:
@@ -850,6 +872,12 @@ class RuleSet:
                     hit = slot.search(text)
                     if hit is None:
                         continue
+                    if self._denies_examples(selected, _clause(text, hit.start(), hit.end())):
+                        miss = miss or (
+                            Reason.VALUE_NOT_FOUND,
+                            _DENIAL_DETAIL.format(rule=selected.id),
+                        )
+                        continue
                     built = self._build(
                         selected, hit, text, occurred_at, zone_name, view, "examples"
                     )
@@ -876,6 +904,15 @@ class RuleSet:
                     detail=f"asks to remember ({cue!r}), but no rule reads it",
                 )
         return Reading(reason=Reason.NO_RULE_MATCHED)
+
+    def _denies_examples(self, rule: RegistrationRule, text: str) -> bool:
+        """Whether the utterance denies what a statement rule's examples state: the
+        embedder that found it close does not hear the "not", so the slot would take the
+        denied value for the user's own. Negations, corrections and intents say "not" in
+        their own examples, and are read as they are."""
+        if rule.kind is not RuleKind.STATEMENT or not _DENIAL.search(text):
+            return False
+        return not any(_DENIAL.search(example) for example in rule.examples)
 
     def _excluded(self, rule: RegistrationRule, text: str) -> bool:
         """Whether the rule's `unless` pattern keeps it from hearing this utterance."""
