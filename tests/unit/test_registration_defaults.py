@@ -1174,3 +1174,12 @@ def test_a_statement_denied_is_never_remembered_as_said(text: str, rule: str) ->
 )
 def test_a_cap_or_a_denial_in_another_clause_is_no_denial(text: str, key: str, value: str) -> None:
     assert memories(run(DictState(), text)) == [(key, value)]
+
+
+@pytest.mark.parametrize("text", ["my size is not L", "remember my name is not Sam"])
+def test_what_a_value_is_not_is_no_value(text: str) -> None:
+    state = said("my size is S")
+    decision = run(state, text, minutes=5)
+    assert memories(decision) == []
+    assert [o[2] for o in outcomes(decision)] == ["VALUE_NOT_FOUND"]
+    assert current(state, "size") == "S"

@@ -382,6 +382,7 @@ _DENIAL = re.compile(
     r"|\b(?:not|never|no\s+longer|nowhere)\b|n['’]t\b",
     re.IGNORECASE,
 )
+_DENIED_VALUE = re.compile(r"(?:not|never|n['’]t)\b|不是|并非", re.IGNORECASE)
 _DENIAL_DETAIL = "reads like rule {rule}, but denies what it would remember: nothing is kept"
 _PAST_DETAIL = "it reports something past, not a standing fact"
 
@@ -984,6 +985,9 @@ class RuleSet:
         value = self.normalized(rule, raw)
         if not value:
             return (Reason.VALUE_NOT_FOUND, f"rule {rule.id} found no value")
+        if _DENIED_VALUE.match(value):
+            # "my size is not L", "remember my name isn't Sam": what it is not is no value
+            return (Reason.VALUE_NOT_FOUND, _DENIAL_DETAIL.format(rule=rule.id))
         if rule.steps:
             moved = self._moved(rule, value, stream)
             if isinstance(moved, tuple):
