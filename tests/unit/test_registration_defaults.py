@@ -1183,3 +1183,21 @@ def test_what_a_value_is_not_is_no_value(text: str) -> None:
     assert memories(decision) == []
     assert [o[2] for o in outcomes(decision)] == ["VALUE_NOT_FOUND"]
     assert current(state, "size") == "S"
+
+
+@pytest.mark.parametrize(
+    ("texts", "key", "value"),
+    [
+        (["call me Sam", "actually call me Samantha"], "preferred_name", "Samantha"),
+        (["call me Sam", "please call me Samantha instead"], "preferred_name", "Samantha"),
+        (["我喜欢喝绿茶", "其实我更喜欢红茶"], "likes.红茶", "红茶"),
+        (["我喜欢蓝色", "我现在更喜欢绿色"], "likes.绿色", "绿色"),
+    ],
+)
+def test_a_change_said_in_passing_is_heard(texts: list[str], key: str, value: str) -> None:
+    assert current(said(*texts), key) == value
+
+
+@pytest.mark.parametrize("text", ["call me back later", "Actually call me tomorrow"])
+def test_a_call_asked_for_is_no_name(text: str) -> None:
+    assert memories(run(DictState(), text)) == []
