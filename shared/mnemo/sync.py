@@ -41,6 +41,8 @@ CREATE TABLE IF NOT EXISTS pending (n INTEGER PRIMARY KEY AUTOINCREMENT, event_i
 CREATE TABLE IF NOT EXISTS sent (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conflicts (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settled (event_id TEXT PRIMARY KEY);
+-- a queued write that expects the version an earlier write of this device would make
+CREATE TABLE IF NOT EXISTS chained (event_id TEXT PRIMARY KEY, on_event_id TEXT NOT NULL);
 """
 
 # the tenant a write is checked under before it is queued (the server puts its key's)
@@ -178,11 +180,12 @@ class SyncClient:
         A write the gateway would refuse (a value too long, a bad stream name) raises
         InvalidInput with the gateway's code, and nothing is queued."""
         seen = self.current(key)
+        expected, on = self._next_expected(key, seen.version if seen else 0)
         memory: dict[str, Any] = {
             "type": type_,
             "key": key,
             "value": value,
-            "expected_version": self._next_expected(key, seen.version if seen else 0),
+            "expected_version": expected,
         }
         if content:
             memory["content"] = content
@@ -203,30 +206,38 @@ class SyncClient:
             cur.execute(
                 "INSERT INTO pending (event_id, body) VALUES (?, ?)", (event_id, json.dumps(event))
             )
+            if on is not None:
+                cur.execute("INSERT INTO chained VALUES (?, ?)", (event_id, on))
         return event_id
 
-    def _next_expected(self, key: str, seen: int) -> int:
+    def _next_expected(self, key: str, seen: int) -> tuple[int, str | None]:
         """The version a new write for `key` replaces. A write of this device that expects
         version v makes v + 1 once registered; while the replica has not pulled it back (it
         still shows a version at or below v), the next write builds on it, not on what the
         replica shows. Sent writes are kept, and one the replica has passed no longer counts;
         nor does one that made no version (settled: refused, or a duplicate of a memory the
-        key holds already)."""
-        expected = seen
-        for (body,) in self._db.execute(
-            "SELECT body FROM pending UNION ALL SELECT body FROM sent"
+        key holds already). Also the write it builds on, if any."""
+        expected, on = seen, None
+        for event_id, body in self._db.execute(
+            "SELECT event_id, body FROM pending UNION ALL SELECT event_id, body FROM sent"
             " WHERE event_id NOT IN (SELECT event_id FROM settled)"
         ):
             memory = json.loads(body)["payload"]["memory"]
             if memory.get("key") == key and int(memory.get("expected_version", 0)) >= expected:
-                expected = int(memory["expected_version"]) + 1
-        return expected
+                expected, on = int(memory["expected_version"]) + 1, event_id
+        return expected, on
 
     def push(self) -> int:
-        """Publish queued writes in order; stops at the first that cannot be sent."""
+        """Publish queued writes in order; stops at the first that cannot be sent. A write
+        whose outcome the wait did not bring stays queued, and the push stops after it:
+        the next push sends it again (the server answers a retry with the first outcome)
+        before the writes that may build on it."""
         sent = 0
-        rows = self._db.execute("SELECT n, event_id, body FROM pending ORDER BY n").fetchall()
-        for n, event_id, body in rows:
+        for n, event_id in self._db.execute(
+            "SELECT n, event_id FROM pending ORDER BY n"
+        ).fetchall():
+            # read again: an earlier write of this push may have re-based it
+            (body,) = self._db.execute("SELECT body FROM pending WHERE n = ?", (n,)).fetchone()
             try:
                 # waits for registration, so that a pull right after (sync()) finds what the
                 # registrar made of the write: its version, or its conflict
@@ -243,6 +254,7 @@ class SyncClient:
                     o.outcome in _MADE_A_VERSION for o in result.outcomes
                 ):
                     cur.execute("INSERT OR IGNORE INTO settled VALUES (?)", (event_id,))
+                    self._rebase_after(cur, event_id)
                 for o in result.outcomes:
                     if o.outcome == "rejected" and o.reason_code == "VERSION_CONFLICT":
                         # kept now: a snapshot loaded before the next pull folds the
@@ -250,9 +262,34 @@ class SyncClient:
                         # adds the current memory's id)
                         record = _conflict(event_id, body, None, o.detail or "")
                         cur.execute("INSERT OR IGNORE INTO conflicts VALUES (?, ?)", record)
-                cur.execute("DELETE FROM pending WHERE n = ?", (n,))
+                if result.complete:
+                    cur.execute("DELETE FROM pending WHERE n = ?", (n,))
             sent += 1
+            if not result.complete:
+                break
         return sent
+
+    def _rebase_after(self, cur: sqlite3.Cursor, event_id: str) -> None:
+        """A write of this device made no version (refused, or a duplicate). The queued
+        writes built on it, directly or through one another, expected a version it did not
+        make: each now expects one less. Without this, the write after a refused one would
+        expect the version another device's change made, and silently replace it; a write
+        of the key based on what the replica showed is left as it is."""
+        built_on = [event_id]
+        while built_on:
+            marks = ",".join("?" * len(built_on))
+            rows = cur.execute(
+                "SELECT p.n, p.event_id, p.body FROM chained c JOIN pending p"
+                f" ON p.event_id = c.event_id WHERE c.on_event_id IN ({marks})",
+                built_on,
+            ).fetchall()
+            built_on = []
+            for n, queued_id, queued in rows:
+                event = json.loads(queued)
+                memory = event["payload"]["memory"]
+                memory["expected_version"] = int(memory["expected_version"]) - 1
+                cur.execute("UPDATE pending SET body = ? WHERE n = ?", (json.dumps(event), n))
+                built_on.append(queued_id)
 
     # ---- catching up -----------------------------------------------------------------------
 

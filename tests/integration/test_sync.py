@@ -3,6 +3,7 @@ no gap and no duplicate, start from a snapshot, and report stale writes as confl
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -236,6 +237,73 @@ def test_a_devices_own_offline_writes_chain_rather_than_conflict(
     assert phone.current("drink").value == "juice"  # type: ignore[union-attr]
 
 
+def test_offline_writes_built_on_a_refused_one_never_replace_another_devices_change(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    phone, phone_link = device(tmp_path, server, "phone")
+    laptop, _ = device(tmp_path, server, "laptop")
+    phone_link.online = False
+    phone.write("drink", "tea")  # expects version 0
+    phone.write("drink", "coffee")  # built on tea: expects version 1
+    phone.write("drink", "juice")  # built on coffee: expects version 2
+    laptop.write("drink", "matcha")  # meanwhile, the laptop makes version 1
+    assert laptop.push() == 1
+    settle(platform)
+    phone_link.online = True
+    assert phone.push() == 3
+    settle(platform)
+    phone.pull()
+    # tea was stale, and coffee and juice were built on it: all three are conflicts, and
+    # the laptop's matcha stands (coffee expected version 1 and would have replaced it)
+    assert sorted(c.proposed["value"] for c in phone.conflicts()) == ["coffee", "juice", "tea"]
+    history = server.get(f"/v1/subjects/{STREAM}/history/drink").json()["memories"]
+    assert [m["value"] for m in history] == ["matcha"]
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("matcha", 1)
+
+
+def test_a_write_based_on_what_the_replica_shows_is_not_rebased_by_an_older_refusal(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    phone, phone_link = device(tmp_path, server, "phone")
+    laptop, _ = device(tmp_path, server, "laptop")
+    phone_link.online = False
+    phone.write("drink", "tea")  # expects version 0: stale once the laptop writes
+    laptop.write("drink", "matcha")
+    assert laptop.push() == 1
+    settle(platform)
+    phone_link.online = True
+    phone.pull()  # the phone now shows matcha, version 1, and still holds tea queued
+    phone.write("drink", "coffee")  # based on matcha: expects version 1, chained on nothing
+    assert phone.push() == 2
+    settle(platform)
+    phone.pull()
+    assert [c.proposed["value"] for c in phone.conflicts()] == ["tea"]
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("coffee", 2)
+
+
+def test_queued_duplicates_do_not_stale_the_writes_built_on_them(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    phone, link = device(tmp_path, server, "phone")
+    phone.write("drink", "tea")
+    phone.sync()
+    link.online = False
+    phone.write("drink", "tea")  # the same value again: a duplicate, it makes no version
+    phone.write("drink", "coffee")  # built on it: expects version 2, which never comes
+    link.online = True
+    assert phone.push() == 2
+    settle(platform)
+    phone.pull()
+    assert phone.conflicts() == []
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("coffee", 2)
+
+
 @contextmanager
 def slow_registrar(platform: Platform, pause: float = 0.3) -> Iterator[None]:
     """The consumers lag `pause` seconds behind each append, as a busy server's would."""
@@ -251,6 +319,42 @@ def slow_registrar(platform: Platform, pause: float = 0.3) -> Iterator[None]:
         yield
     finally:
         del runner.run_once
+
+
+def test_a_write_whose_outcome_the_wait_missed_is_sent_again_before_the_next(
+    tmp_path: Path, platform: Platform
+) -> None:
+    """A push whose wait ends before the registrar decided keeps the write queued and stops:
+    the writes after it may be built on it. The next push sends it again (a duplicate on
+    the server, answered with the first outcome) and then the rest."""
+    settings = GatewaySettings(wait_timeout=0.05)
+    with TestClient(create_app(platform, settings), headers=H) as impatient:
+        phone, _ = device(tmp_path, impatient, "phone")
+        phone.write("drink", "tea")
+        phone.write("drink", "coffee")
+        runner, gate = platform.runner, threading.Event()
+        step = runner.run_once
+
+        def held() -> int:
+            gate.wait(60)
+            return step()
+
+        runner.run_once = held  # type: ignore[method-assign]
+        try:
+            assert phone.push() == 1  # tea sent, its outcome not known yet
+        finally:
+            gate.set()
+            del runner.run_once
+        assert phone.pending() == 2
+        settle(platform)
+        assert phone.push() == 2  # tea again (a duplicate), then coffee
+        settle(platform)
+        assert phone.pending() == 0
+        phone.pull()
+    assert phone.conflicts() == []
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("coffee", 2)
 
 
 def test_sync_brings_back_the_devices_own_conflict_at_once(
