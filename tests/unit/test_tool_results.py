@@ -100,6 +100,46 @@ def test_a_trigger_reference_tags_the_memory_and_a_stale_result_is_rejected() ->
     assert MemoryRejected.model_validate(rejected.payload).reason_code == "TOOL_RESULT_STALE"
 
 
+def test_a_result_fetched_before_the_current_one_does_not_supersede_it() -> None:
+    """A late delivery (a retry, a slow worker) of an earlier fetch must not replace the
+    fresher answer under its key: it is rejected, and the later fetch stays current."""
+    state = DictState()
+    newer = event(
+        "ToolResultRecorded",
+        recorded(key="fx", result='{"rate":1.10}', fetched_at=T0.isoformat()),
+        at=T0 + timedelta(seconds=1),
+    )
+    first = registration.handle(newer, state, RULES)
+    state.apply(first)
+    current = MemoryRegistered.model_validate(first.events[0].payload).memory
+    late = event(
+        "ToolResultRecorded",
+        recorded(
+            key="fx", result='{"rate":1.05}', fetched_at=(T0 - timedelta(minutes=10)).isoformat()
+        ),
+        at=T0 + timedelta(seconds=2),
+    )
+    decision = registration.handle(late, state, RULES)
+    [rejected] = decision.events
+    payload = MemoryRejected.model_validate(rejected.payload)
+    assert payload.reason_code == "TOOL_RESULT_OUTDATED"
+    assert payload.current_memory_id == current.memory_id
+    state.apply(decision)
+    assert state.current_for_key(current.tenant, current.stream, "fx") == current
+    # the newer fetch's redelivery keeps its outcome; a fetch at the same instant or later
+    # still supersedes
+    assert not registration.handle(newer, state, RULES).events
+    again = event(
+        "ToolResultRecorded",
+        recorded(key="fx", result='{"rate":1.11}', fetched_at=T0.isoformat()),
+        at=T0 + timedelta(seconds=3),
+    )
+    assert [e.type for e in registration.handle(again, state, RULES).events] == [
+        "MemoryRegistered",
+        "MemorySuperseded",
+    ]
+
+
 @pytest.mark.parametrize(
     ("change", "code"),
     [

@@ -250,6 +250,20 @@ def _register(
             ]
         )
     current = state.current_for_key(event.tenant, event.stream, draft.key) if draft.key else None
+    if (
+        fetched_at is not None
+        and current is not None
+        and current.fetched_at is not None
+        and fetched_at < current.fetched_at
+    ):
+        # a late delivery of an earlier fetch: the answer fetched later stays current
+        return _reject(
+            event,
+            index,
+            "TOOL_RESULT_OUTDATED",
+            "a result fetched later is current under this key",
+            current,
+        )
     if draft.expected_version is not None and draft.key:
         have = current.version if current else 0
         if have != draft.expected_version:
