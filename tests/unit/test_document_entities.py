@@ -73,6 +73,10 @@ FOUND = [
     ),
     ("联系人：张三\n", "person", "张三", "张三"),
     ("Contact: John Smith, phone", "person", "john smith", "John Smith"),
+    # a name ends at its line: a DOCX paragraph, an XLSX row or a PDF line that follows it
+    # ("Phone: ...", a table's "Milestone | Amount") is not its surname
+    ("Contact: John Smith\nPhone: 123-4567", "person", "john smith", "John Smith"),
+    ("Signed by: Mary Jones\nMilestone | Amount", "person", "mary jones", "Mary Jones"),
     ("合同编号：HT-2023-0917\n", "contract_no", "HT-2023-0917", "HT-2023-0917"),
     ("Contract No. C-2023-117.", "contract_no", "C-2023-117", "C-2023-117"),
     ("依照第八条的约定", "clause_no", "8", "第八条"),
