@@ -144,6 +144,28 @@ def test_a_bad_document_stores_nothing(
     assert blobs.count("acme") == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "subject", "code", "field"),
+    [
+        ("x" * 257, "user:U1", "INVALID_FILENAME", "filename"),
+        ("", "user:U1", "INVALID_FILENAME", "filename"),
+        ("a.txt", "u" * 200, "INVALID_STREAM", "subject"),
+        ("a.txt", "", "INVALID_STREAM", "subject"),
+    ],
+)
+def test_a_bad_filename_or_subject_is_the_documented_400(
+    client: TestClient, platform: Platform, name: str, subject: str, code: str, field: str
+) -> None:
+    """docs/documents.md: 400 INVALID_FILENAME for a filename over 256 characters, 400
+    INVALID_STREAM for a bad subject, whatever the length; nothing is stored."""
+    head = platform.log.head()
+    answered = ingest(client, name, CONTRACTS["a.txt"], subject=subject)
+    assert answered.status_code == 400, answered.text
+    assert answered.json()["error"]["code"] == code
+    assert answered.json()["error"]["field"] == field
+    assert platform.log.head() == head
+
+
 def test_too_large_is_refused_before_reading(client: TestClient, platform: Platform) -> None:
     head = platform.log.head()
     limit = platform.settings.document_max_bytes

@@ -255,6 +255,19 @@ def _filename(name: str) -> str:
     return name
 
 
+def checked_names(subject: str, filename: str) -> str:
+    """The filename a document is ingested under (trimmed), once the subject is a stream
+    (INVALID_STREAM) and the filename fit (INVALID_FILENAME); the gateway asks before it
+    reads the body."""
+    if not valid_stream(subject):
+        raise InvalidInput(
+            "subject is a stream (user:U1, session:S1, ...) or 'tenant'",
+            code="INVALID_STREAM",
+            field="subject",
+        )
+    return _filename(filename)
+
+
 class Documents:
     """The document use cases: ingest and structured query."""
 
@@ -287,15 +300,9 @@ class Documents:
         timeout: float = 10.0,
     ) -> Ingested:
         """Parse, store, log. A bad document raises DocumentRejected and nothing is kept."""
-        if not valid_stream(subject):
-            raise InvalidInput(
-                "subject is a stream (user:U1, session:S1, ...) or 'tenant'",
-                code="INVALID_STREAM",
-                field="subject",
-            )
+        filename = checked_names(subject, filename)
         # a forgotten tenant stores no new document (the blob would outlive its keys)
         self.source.blobs.sealer.refuse_forgotten_tenant(ctx.tenant)
-        filename = _filename(filename)
         limits = self.source.limits
         if len(data) > min(limits.max_bytes, self.source.blobs.max_bytes):
             raise DocumentRejected(

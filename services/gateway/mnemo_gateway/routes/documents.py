@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from mnemo.domain.documents import DocumentRejected
 from mnemo.domain.errors import Unavailable
 from mnemo.service.app import Mnemo, Wait
-from mnemo.service.documents import Documents
+from mnemo.service.documents import Documents, checked_names
 from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, settings_of
 
 router = APIRouter(tags=["documents"])
@@ -61,12 +61,14 @@ async def ingest_document(
     mnemo: App,
     request: Request,
     response: Response,
-    subject: Annotated[str, Query(min_length=1, max_length=128, description="stream or 'tenant'")],
-    filename: Annotated[str, Query(min_length=1, max_length=256)],
+    # checked by checked_names: 400 INVALID_STREAM / INVALID_FILENAME, as documented
+    subject: Annotated[str, Query(description="stream or 'tenant'")],
+    filename: Annotated[str, Query(description="1 to 256 characters, no control characters")],
     wait: Wait = Wait.NONE,
     timeout: Annotated[float | None, Query(gt=0, le=120)] = None,
 ) -> dict[str, Any]:
     documents = _documents(mnemo)
+    checked_names(subject, filename)  # before the body is read
     data = await _raw_body(request, documents.source.limits.max_bytes)
     declared = request.headers.get("content-type")
     media_type = None
