@@ -807,6 +807,42 @@ async def test_a_suggested_call_is_offered_then_closed_by_its_recorded_result(
         assert bad["code"] == "TOOL_RESULT_TOO_LARGE"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [('"result": NaN', "result"), ('"result": 1, "arguments": {"x": -Infinity}', "arguments")],
+)
+async def test_a_tool_result_that_is_not_json_is_its_documented_error(
+    server_url: str, arguments: str, field: str
+) -> None:
+    """NaN and infinities parse in a JSON-RPC request, but are no JSON a tool result may
+    hold (docs/tool-results.md): the agent reads TOOL_RESULT_NOT_JSON naming the field,
+    not an unexpected error, and nothing is stored. (The Python MCP client turns NaN into
+    null before sending, so the request is written by hand.)"""
+    subject = f"user:nan-{field}"
+    call = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
+        f'"record_tool_result", "arguments": {{"subject": "{subject}", "tool": "fx.rate", '
+        f'"source": "fx", "fresh_for_seconds": 60, {arguments}}}}}}}'
+    )
+    headers = {
+        "Authorization": f"Bearer {fixed_key(TENANT)}",
+        "X-Mnemo-Tenant": TENANT,
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    async with httpx2.AsyncClient(headers=headers, timeout=60.0) as http:
+        answered = await http.post(f"{server_url}/mcp", content=call)
+    assert answered.status_code == 200, answered.text
+    text = answered.text
+    body = json.loads(text[text.index("{") :]) if not text.startswith("{") else answered.json()
+    result = body["result"]
+    assert result["isError"] is True, result
+    assert result["structuredContent"]["code"] == "TOOL_RESULT_NOT_JSON", result
+    assert result["structuredContent"]["field"] == field
+    assert sdk_free_of(server_url, subject)
+
+
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 async def test_get_context_says_which_of_two_contradicting_constraints_it_kept(
     server_url: str, transport: str, sdk: MnemoClient

@@ -69,6 +69,12 @@ def _finite(value: Any, depth: int = 0) -> bool:
     return value is None or isinstance(value, str | int | bool)
 
 
+def finite_json(value: Any) -> bool:
+    """Whether a decoded value is JSON a tool result may hold: no NaN or infinities, not
+    nested past MAX_JSON_DEPTH."""
+    return _finite(value)
+
+
 def canonical_json(value: Any, *, field: str, limit: int) -> str:
     """A JSON value as compact text with sorted keys; InvalidInput when it is not JSON
     (TOOL_RESULT_NOT_JSON) or longer than `limit` characters (TOOL_RESULT_TOO_LARGE)."""

@@ -50,7 +50,7 @@ from mnemo.client.models import Memory, PublishResult
 from mnemo.domain.access import redact, redact_all
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
-from mnemo.domain.tool_result import TOOL_NAME_RE
+from mnemo.domain.tool_result import TOOL_NAME_RE, finite_json
 
 __all__ = [
     "MCP_PATH",
@@ -932,6 +932,15 @@ def _tool_result_tools(server: MnemoMCPServer, upstream: Upstream) -> None:
             when = datetime.fromisoformat(fetched_at) if fetched_at else None
         except ValueError:
             return error_result("INVALID_ARGUMENTS", "fetched_at is not ISO 8601", "fetched_at")
+        # NaN and infinities parse in a JSON-RPC request but are no JSON to send on (the
+        # request would fail as an unexpected error): the API's own code, named here
+        for name, value in (("result", result), ("arguments", arguments or {})):
+            if not finite_json(value):
+                return error_result(
+                    "TOOL_RESULT_NOT_JSON",
+                    f"{name} is not JSON (no NaN, infinities or nesting past 32)",
+                    name,
+                )
         try:
             recorded = await upstream.api(ctx).record_tool_result(
                 subject,
