@@ -415,6 +415,16 @@ def test_filter_values_parse_for_their_kind(field: str, op: str, value: Any, par
         ("penalty_rate", "in", ["5%", "x"], "where[2].value[1]", "not a percent"),
         ("party", "eq", "   ", "where[2].value", "text value"),
         ("party", "eq", None, "where[2].value", "needs a text"),
+        # float() reads these, but they are no value: NaN met nothing (ne: everything),
+        # an infinity every row below it
+        ("amount", "lt", {"amount": "NaN", "currency": "CNY"}, "where[2].value.amount", "number"),
+        ("amount", "lt", {"amount": "inf", "currency": "CNY"}, "where[2].value.amount", "number"),
+        ("amount", "lt", {"amount": "1e999", "currency": "CNY"}, "where[2].value.amount", "number"),
+        ("penalty_rate", "lt", "nan", "where[2].value", "not a percent"),
+        ("penalty_rate", "lt", "-Infinity", "where[2].value", "not a percent"),
+        ("penalty_rate", "gt", float("nan"), "where[2].value", "not a percent"),
+        ("duration", "lt", "inf", "where[2].value", "not a duration"),
+        ("rate", "in", ["5%", "infinity"], "where[2].value[1]", "not a percent"),
     ],
 )
 def test_bad_filters_are_query_invalid_naming_the_path(

@@ -15,6 +15,7 @@ on the linear-time engine (`mnemo.domain.patterns`), the operator's as well as M
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -270,9 +271,12 @@ def parse_number(text: str) -> float | None:
     if not cleaned:
         return None
     try:
-        return float(cleaned)
+        number = float(cleaned)
     except ValueError:
         pass
+    else:
+        # float() also reads "nan", "inf" and "1e999": no number a filter can compare with
+        return number if math.isfinite(number) else None
     if cleaned.lower() in _EN_NUMBERS:
         return float(_EN_NUMBERS[cleaned.lower()])
     return chinese_number(cleaned)
@@ -982,7 +986,7 @@ def parse_value(
         parsed = _money_value(value, path)
     elif kind in ("number", "percent", "duration"):
         if isinstance(value, int | float):
-            parsed = float(value)
+            parsed = float(value) if math.isfinite(value) else None
         elif isinstance(value, str):
             parser = {"number": parse_number, "percent": parse_percent,
                       "duration": parse_duration}[kind]  # fmt: skip
@@ -1008,7 +1012,7 @@ def _money_value(value: Any, path: str) -> dict[str, Any] | None:
     if isinstance(amount, bool) or not isinstance(amount, int | float | str):
         raise _query_invalid(f"{path}.amount", "amount must be a number")
     number = float(amount) if isinstance(amount, int | float) else parse_number(amount)
-    if number is None:
+    if number is None or not math.isfinite(number):
         raise _query_invalid(f"{path}.amount", f"{amount!r} is not a number")
     currency = value.get("currency")
     if not isinstance(currency, str) or currency.upper() not in CURRENCY_CODES:
