@@ -265,6 +265,52 @@ def test_a_trigger_fires_once_per_memory_version(
     assert again.memory_version == 3
 
 
+def test_an_answer_stays_an_answer_however_many_results_answer_the_memory(
+    platform: Platform, clock: FixedClock, tmp_path: Path
+) -> None:
+    """Two triggers fire on one memory; the agent records a hundred results answering
+    the first (a polled tool), then one answering the second: neither fires again. (The
+    answers were read a hundred at a time, oldest first, so the second's answer was not
+    seen and its suggestion came back.)"""
+    path = tmp_path / "triggers.yaml"
+    path.write_text(
+        TRIGGERS
+        + """
+  - id: stage-rate
+    description: a deal in a stage; look the rate up
+    when:
+      key: stage
+    suggest:
+      tool: fx.rate
+"""
+    )
+    platform.app.triggers = load_triggers(path)
+    stage = declare(platform, CLIENT, "stage", "proposal_sent")
+    clock.advance(timedelta(days=1))
+    fired = {s.trigger_id: s for s in platform.app.suggestions(CTX, [CLIENT])}
+    assert set(fired) == {"stale-proposal", "stage-rate"}
+    for n in range(100):
+        record(
+            platform,
+            result={"rate": n},
+            trigger={"trigger_id": "stage-rate", "memory_id": stage},
+            wait=Wait.NONE,
+        )
+        clock.advance(timedelta(seconds=1))
+    assert [s.trigger_id for s in platform.app.suggestions(CTX, [CLIENT])] == ["stale-proposal"]
+    record(
+        platform,
+        tool="crm.get_deal",
+        arguments=fired["stale-proposal"].arguments,
+        result={"stage": "negotiation"},
+        source="crm",
+        fresh_for_seconds=3_600,
+        trigger={"trigger_id": "stale-proposal", "memory_id": stage},
+        wait=Wait.NONE,
+    )
+    assert platform.app.suggestions(CTX, [CLIENT]) == []
+
+
 def test_a_rebuild_reproduces_tool_result_memories_and_their_timers(
     platform: Platform, clock: FixedClock
 ) -> None:

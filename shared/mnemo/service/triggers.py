@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from mnemo.domain.memory import MemoryStatus
+from mnemo.domain.memory import Memory, MemoryStatus
 from mnemo.domain.tool_result import answers_tag
 from mnemo.domain.triggers import Suggestion, ToolSpec, Trigger, TriggerSet
 from mnemo.ports import MemoryQuery, MemoryStore
@@ -120,6 +120,30 @@ def _unique_tools(name: str, root: yaml.Node | None, tools: list[ToolSpec]) -> l
     return tools
 
 
+_ANSWERS_PAGE = 100
+
+
+def _answers(store: MemoryStore, tenant: str, memory_id: str) -> list[Memory]:
+    """Every memory (of any status) that answers `memory_id`, page by page: a polled tool
+    whose results answer one trigger must not hide the answer to another past a page."""
+    found: list[Memory] = []
+    after: str | None = None
+    while True:
+        page = store.query(
+            tenant,
+            MemoryQuery(
+                tags=(answers_tag(memory_id),),
+                statuses=tuple(MemoryStatus),
+                limit=_ANSWERS_PAGE,
+                after=after,
+            ),
+        )
+        found += page
+        if len(page) < _ANSWERS_PAGE:
+            return found
+        after = page[-1].memory_id
+
+
 def suggestions(
     store: MemoryStore,
     triggers: TriggerSet,
@@ -145,14 +169,7 @@ def suggestions(
             for memory in store.query(tenant, query):
                 if not memory.is_live(as_of) or not when.holds(memory, as_of):
                     continue
-                answered = store.query(
-                    tenant,
-                    MemoryQuery(
-                        tags=(answers_tag(memory.memory_id),),
-                        statuses=tuple(MemoryStatus),
-                        limit=100,
-                    ),
-                )
+                answered = _answers(store, tenant, memory.memory_id)
                 fired = triggers.fired(trigger, memory, as_of, answered)
                 if fired is not None:
                     found.append(fired)
