@@ -47,6 +47,9 @@ def test_the_cli_ingests_files_then_the_sdk_asks(server_url: str, tmp_path: Path
         assert found.total == 1
         assert found.documents[0].filename == "a.txt"
         assert any(h.clause == "8" for h in found.documents[0].hits)
+        one = client.query(QUESTION["where"], subjects=["user:CLI1"], hits_limit=1)
+        assert len(one.documents[0].hits) == 1
+        assert one.documents[0].hits_total == len(found.documents[0].hits) > 1
         with pytest.raises(MnemoAPIError) as invalid:
             client.query([{"field": "nope", "op": "eq", "value": 1}])
         assert invalid.value.code == "QUERY_INVALID"

@@ -102,6 +102,26 @@ def test_the_semantic_text_ranks_and_never_widens(client: TestClient) -> None:
     assert {d["document_id"] for d in ranked["documents"]} == ids
 
 
+def test_a_long_documents_hits_are_bounded_and_counted(client: TestClient) -> None:
+    """A document with a match in every section answers its first `hits_limit` sections
+    in order, and `hits_total` counts them all."""
+    clauses = "\n\n".join(f"第{n}条 违约金为合同金额的{n % 9 + 1}%。" for n in range(1, 41))
+    data = f"合同编号：HT-2025-0040\n\n甲方：XX科技有限公司\n\n{clauses}\n".encode()
+    assert ingest(client, "long.txt", data).status_code == 200
+    where = [{"field": "penalty_rate", "op": "gt", "value": "0%"}]
+    (full,) = client.post("/v1/query", json={"where": where}, headers=H).json()["documents"]
+    assert full["hits_total"] == len(full["hits"]) >= 40
+    found = client.post("/v1/query", json={"where": where, "hits_limit": 5}, headers=H)
+    assert found.status_code == 200, found.text
+    (document,) = found.json()["documents"]
+    assert document["hits_total"] == full["hits_total"]
+    assert [h["memory_id"] for h in document["hits"]] == [h["memory_id"] for h in full["hits"][:5]]
+    for bad in (0, 1_001, "5", True):
+        refused = client.post("/v1/query", json={"where": where, "hits_limit": bad}, headers=H)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["field"] == "hits_limit"
+
+
 @pytest.mark.parametrize(
     ("where", "path"),
     [

@@ -640,8 +640,13 @@ def query(
     text: str | None = None,
     subjects: Sequence[str] = (),
     limit: int = 100,
+    hits_limit: int = 100,
 ) -> Call[QueryResult]:
-    body: dict[str, Any] = {"where": [dict(w) for w in where], "limit": limit}
+    body: dict[str, Any] = {
+        "where": [dict(w) for w in where],
+        "limit": limit,
+        "hits_limit": hits_limit,
+    }
     if text is not None:
         body["query"] = text
     if subjects:

@@ -548,10 +548,14 @@ class MnemoClient:
         text: str | None = None,
         subjects: Sequence[str] = (),
         limit: int = 100,
+        hits_limit: int = 100,
     ) -> QueryResult:
         """An exact structured query over the tenant's documents (docs/documents.md):
-        `where` conditions ANDed per document; `text` ranks the result, never widens it."""
-        return self.call(_core.query(where, text=text, subjects=subjects, limit=limit))
+        `where` conditions ANDed per document; `text` ranks the result, never widens it.
+        Each document carries at most `hits_limit` sections, and `hits_total`."""
+        return self.call(
+            _core.query(where, text=text, subjects=subjects, limit=limit, hits_limit=hits_limit)
+        )
 
     def record_tool_result(
         self,

@@ -245,6 +245,9 @@ class DocumentHit(_Model):
     filename: str | None = None
     subject: str
     hits: list[SectionHit] = Field(default_factory=list)
+    hits_total: int | None = Field(
+        default=None, description="sections that met the conditions (hits holds the first)"
+    )
 
 
 class QueryResult(_Model):

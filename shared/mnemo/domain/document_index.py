@@ -207,13 +207,14 @@ class StructuredQuery:
     query: str | None
     subjects: tuple[str, ...]
     limit: int
+    hits_limit: int = 100
 
 
 def _invalid(field: str, message: str) -> InvalidInput:
     return InvalidInput(message, code="QUERY_INVALID", field=field)
 
 
-_KEYS = {"where", "query", "subjects", "limit", "as_of"}
+_KEYS = {"where", "query", "subjects", "limit", "hits_limit", "as_of"}
 
 
 def parse_query(body: Any, rules: EntityRules) -> StructuredQuery:
@@ -255,7 +256,14 @@ def parse_query(body: Any, rules: EntityRules) -> StructuredQuery:
     limit = body.get("limit", 100)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise _invalid("limit", f"limit is a whole number from 1 to {MAX_LIMIT}")
-    return StructuredQuery(tuple(conditions), query or None, tuple(subjects), limit)
+    hits_limit = body.get("hits_limit", 100)
+    if (
+        isinstance(hits_limit, bool)
+        or not isinstance(hits_limit, int)
+        or not 1 <= hits_limit <= MAX_LIMIT
+    ):
+        raise _invalid("hits_limit", f"hits_limit is a whole number from 1 to {MAX_LIMIT}")
+    return StructuredQuery(tuple(conditions), query or None, tuple(subjects), limit, hits_limit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -797,13 +797,29 @@ def _conditions(values: tuple[str, ...], what: str) -> list[Any]:
 )
 @click.option("--subject", "subjects", multiple=True, help="Repeatable; default: every document.")
 @click.option("--limit", type=click.IntRange(1, 1_000), default=100, show_default=True)
+@click.option(
+    "--hits-limit",
+    type=click.IntRange(1, 1_000),
+    default=100,
+    show_default=True,
+    help="Sections shown per document (the answer's hits_total counts them all).",
+)
 @pass_state
 def query_documents(
-    state: State, text: str, where: tuple[str, ...], subjects: tuple[str, ...], limit: int
+    state: State,
+    text: str,
+    where: tuple[str, ...],
+    subjects: tuple[str, ...],
+    limit: int,
+    hits_limit: int,
 ) -> None:
     """Exact structured questions over ingested documents (`POST /v1/query`,
     docs/documents.md); TEXT, if given, ranks the exact result and never widens it."""
-    body: dict[str, Any] = {"where": _conditions(where, "--where"), "limit": limit}
+    body: dict[str, Any] = {
+        "where": _conditions(where, "--where"),
+        "limit": limit,
+        "hits_limit": hits_limit,
+    }
     if text:
         body["query"] = text
     if subjects:

@@ -879,10 +879,11 @@ def _document_tools(server: MnemoMCPServer, upstream: Upstream) -> None:
         text: Annotated[str | None, Field(max_length=2_000)] = None,
         subjects: Annotated[list[str] | None, Field(max_length=100)] = None,
         limit: Annotated[int, Field(ge=1, le=1_000)] = 20,
+        hits_limit: Annotated[int, Field(ge=1, le=1_000)] = 20,
     ) -> Annotated[CallToolResult, StructuredQueryOut]:
         try:
             found = await upstream.api(ctx).query(
-                where, text=text, subjects=subjects or (), limit=limit
+                where, text=text, subjects=subjects or (), limit=limit, hits_limit=hits_limit
             )
         except MnemoAPIError as exc:
             return api_error_result(exc)

@@ -353,7 +353,8 @@ class Documents:
             order = self._ranked(ctx.tenant, q.query, order, q.subjects)
         return {
             "documents": [
-                self._answer(ctx.tenant, records[d], matched[d]) for d in order[: q.limit]
+                self._answer(ctx.tenant, records[d], matched[d], q.hits_limit)
+                for d in order[: q.limit]
             ],
             "total": len(order),
         }
@@ -460,13 +461,17 @@ class Documents:
         return sorted(order, key=lambda d: (-best.get(d, -2.0), rank[d]))
 
     def _answer(
-        self, tenant: str, record: DocumentRecord, rows: Sequence[EntityRow]
+        self, tenant: str, record: DocumentRecord, rows: Sequence[EntityRow], hits_limit: int
     ) -> dict[str, Any]:
+        """A matching document with its first `hits_limit` sections that met the
+        conditions, in section order; `hits_total` counts them all."""
         by_memory: dict[str, list[EntityRow]] = {}
         for row in sorted(rows, key=lambda r: (r.section, r.ordinal)):
             seen = by_memory.setdefault(row.memory_id, [])
             if row not in seen:
                 seen.append(row)
+        hits_total = len(by_memory)
+        by_memory = dict(list(by_memory.items())[:hits_limit])
         memories = {m.memory_id: m for m in self.memories.get_many(tenant, list(by_memory))}
         hits: list[dict[str, Any]] = []
         for memory_id, found in by_memory.items():
@@ -498,6 +503,7 @@ class Documents:
             "subject": record.stream,
             "media_type": record.media_type,
             "hits": hits,
+            "hits_total": hits_total,
         }
 
     def _filename(self, tenant: str, record: DocumentRecord) -> str | None:
