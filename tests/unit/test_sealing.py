@@ -508,7 +508,6 @@ NOT_PERSONAL = {
     ("ContextAssembled", "template"),
     ("ContextAssembled", "template_fingerprint"),
     ("ContextAssembled", "protocol"),
-    ("ContextAssembled", "query_hash"),
     ("ContextAssembled", "memory_ids"),
     ("ContextAssembled", "memory_types"),
     ("ContextAssembled", "sections"),
@@ -516,9 +515,7 @@ NOT_PERSONAL = {
     ("ContextAssembled", "truncated"),
     ("ContextAssembled", "left_out"),
     ("ContextAssembled", "conflicts"),
-    ("ContextAssembled", "response_hash"),
     ("ContextResponseReported", "request_id"),
-    ("ContextResponseReported", "response_hash"),
     ("ContextResponseReported", "cited"),
     ("ContextResponseReported", "violations"),
     ("MemoryRegistered", "memory.memory_id"),
@@ -527,7 +524,6 @@ NOT_PERSONAL = {
     ("MemoryRegistered", "memory.supersedes"),
     ("MemoryRegistered", "memory.source_event_id"),
     ("MemoryRegistered", "memory.rule_id"),  # the registration rule's id, an operator's
-    ("MemoryRegistered", "memory.content_hash"),
     ("MemoryRegistered", "memory.sealed"),  # ciphertexts and key ids
     ("MemorySuperseded", "memory_id"),
     ("MemorySuperseded", "superseded_by"),
@@ -755,3 +751,78 @@ def test_a_tenants_policy_holds_for_tool_results(vault: SwitchableVault, ticker:
 def test_a_tool_result_with_nothing_sensitive_is_left_as_it_was(sealer: Sealer) -> None:
     event = tool_result({"city": "Paris"}, {"temp": 21.5, "sky": "clear"}, stream="agent:A1")
     assert sealer.seal_found(event) is event
+
+
+def test_hashes_of_a_persons_words_reach_the_log_keyed(sealer: Sealer) -> None:
+    """A memory's content hash, a context's query hash and an answer's response hash are
+    SHA-256 of a person's words: in clear in the log they let anyone holding it test a guess
+    (a name, an address, a size) for ever, forgotten subject or not. They reach the log as
+    keyed hashes under the stream's search key and open whole for Mnemo's consumers."""
+    import hashlib
+
+    from mnemo.domain.memory import MemoryDraft, content_hash
+
+    draft = MemoryDraft.model_validate(
+        {"type": "fact", "key": "preferred_name", "value": "Zyxwvuta Quirkmeister"}
+    )
+    guessable = content_hash(draft)
+    query = hashlib.sha256(b"what about Zyxwvuta Quirkmeister").hexdigest()
+    answer = hashlib.sha256(b"Zyxwvuta Quirkmeister lives in Wangjing").hexdigest()
+    memory_id = str(uuid.uuid4())
+    base = {
+        "tenant": "acme",
+        "occurred_at": datetime.now(UTC).isoformat(),
+        "actor": {"kind": "system", "id": "registrar"},
+    }
+    memory = {
+        "memory_id": memory_id,
+        "tenant": "acme",
+        "stream": "user:U1",
+        "type": "fact",
+        "scope": "user",
+        "content": "",
+        "key": "preferred_name",
+        "value": "Zyxwvuta Quirkmeister",
+        "created_at": datetime.now(UTC).isoformat(),
+        "content_hash": guessable,
+        "source_event_id": new_event_id(datetime.now(UTC)),
+    }
+    context = {
+        "request_id": str(uuid.uuid4()),
+        "template": "default@1",
+        "template_fingerprint": "f" * 16,
+        "protocol": "v1",
+        "subjects": ["user:U1"],
+        "query_hash": query,
+        "memory_ids": [memory_id],
+        "memory_types": ["fact"],
+        "sections": ["facts"],
+        "rendered_tokens": 10,
+        "budget": 100,
+        "tokenizer": "cl100k_base",
+        "response_hash": answer,
+    }
+    reported = {"request_id": context["request_id"], "response_hash": answer, "cited": []}
+    for stream in ("user:U1", "session:S1"):
+        for kind, payload in (
+            ("MemoryRegistered", {"memory": {**memory, "stream": stream}}),
+            ("ContextAssembled", context),
+            ("ContextResponseReported", reported),
+        ):
+            event = validate_envelope(
+                {
+                    **base,
+                    "event_id": new_event_id(datetime.now(UTC)),
+                    "type": kind,
+                    "schema_version": 1,
+                    "stream": stream,
+                    "payload": payload,
+                },
+                public=False,
+            )
+            sealed = sealer.seal(event, strict=False)
+            text = sealed.model_dump_json()
+            assert [h for h in (guessable, query, answer) if h in text] == [], (stream, kind)
+            # the log still reads it, and Mnemo's consumers get the hashes back whole
+            again = validate_envelope(sealed.model_dump(mode="json"), public=False)
+            assert sealer.open_private_envelope(again).payload == event.payload, (stream, kind)

@@ -418,7 +418,9 @@ class ContextAssembled(EventPayload):
     # the rendered context holds opened memories: sealed like what agents publish, and
     # the context record keeps it sealed (the inspector opens it from this event)
     SCANNED = ("rendered",)
-    PRIVATE = ("rendered",)
+    # the hashes are SHA-256 of the caller's query and of the model's answer: in clear, a
+    # guess of either could be tested against the log for ever; they stand in keyed
+    PRIVATE = ("rendered", "query_hash", "response_hash")
     UNOPENED = ("rendered",)
     request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
     template: str = Field(max_length=128, description="name@version")
@@ -454,8 +456,9 @@ class ContextResponseReported(EventPayload):
     TYPE = "ContextResponseReported"
     VERSION = 1
     PUBLIC = False
-    # a guard's rule id is the client's text, sealed in the constraint's own events too
-    PRIVATE = ("violations",)
+    # a guard's rule id is the client's text, sealed in the constraint's own events too; the
+    # response hash is SHA-256 of the model's answer, which a guess could be tested against
+    PRIVATE = ("violations", "response_hash")
     request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
     response_hash: str = Field(max_length=64)
     cited: tuple[str, ...] = ()
@@ -608,6 +611,9 @@ class MemoryRegistered(EventPayload):
         "memory.timezone",
         "memory.guard.rule_id",
         "memory.guard.patterns",
+        # SHA-256 of what the memory says (key, value, content, tags): in clear, a guessed
+        # name or address could be tested against the log, the subject forgotten or not
+        "memory.content_hash",
     )
     memory: Memory
     draft_index: int = Field(default=0, ge=0, description="which memory of the cause this is")
