@@ -825,4 +825,35 @@ def test_hashes_of_a_persons_words_reach_the_log_keyed(sealer: Sealer) -> None:
             assert [h for h in (guessable, query, answer) if h in text] == [], (stream, kind)
             # the log still reads it, and Mnemo's consumers get the hashes back whole
             again = validate_envelope(sealed.model_dump(mode="json"), public=False)
-            assert sealer.open_private_envelope(again).payload == event.payload, (stream, kind)
+            assert sealer.open_json(again.model_dump(mode="json"))["payload"] == event.payload
+            if kind != "ContextResponseReported":  # its record keeps the stand-in (below)
+                assert sealer.open_private_envelope(again).payload == event.payload, kind
+
+
+def test_an_answers_hash_stays_keyed_in_the_context_record(sealer: Sealer) -> None:
+    """The registrar files a reported answer's hash on the context's record, which a user's
+    forget leaves in place (citations and the inspector read it): it keeps the keyed stand-in
+    the log holds, so the read model holds no SHA-256 of the answer either; the views still
+    open the logged event whole."""
+    import hashlib
+
+    answer = hashlib.sha256(b"Zyxwvuta Quirkmeister lives in Wangjing").hexdigest()
+    event = validate_envelope(
+        {
+            "event_id": new_event_id(datetime.now(UTC)),
+            "type": "ContextResponseReported",
+            "schema_version": 1,
+            "tenant": "acme",
+            "stream": "user:U1",
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": {"kind": "agent", "id": "a1"},
+            "payload": {"request_id": str(uuid.uuid4()), "response_hash": answer, "cited": []},
+        },
+        public=False,
+    )
+    sealed = sealer.seal(event, strict=False)
+    consumed = sealer.open_private_envelope(sealed)
+    assert consumed.payload["response_hash"] == sealed.payload["response_hash"] != answer
+    assert consumed.payload["response_hash"].startswith("h")
+    viewed = sealer.open_json(sealed.model_dump(mode="json"))
+    assert viewed["payload"]["response_hash"] == answer

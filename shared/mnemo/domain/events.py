@@ -457,8 +457,10 @@ class ContextResponseReported(EventPayload):
     VERSION = 1
     PUBLIC = False
     # a guard's rule id is the client's text, sealed in the constraint's own events too; the
-    # response hash is SHA-256 of the model's answer, which a guess could be tested against
+    # response hash is SHA-256 of the model's answer, which a guess could be tested against:
+    # the context record (which a user's forget leaves) keeps its keyed stand-in
     PRIVATE = ("violations", "response_hash")
+    UNOPENED = ("response_hash",)
     request_id: str = Field(max_length=MAX_REQUEST_ID_CHARS)
     response_hash: str = Field(max_length=64)
     cited: tuple[str, ...] = ()
