@@ -417,7 +417,7 @@ def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream(
     assert sorted(relays) == ["team:ops", "user:U2"]
     relay = relays["user:U2"]
     assert relay.payload["memory_ids"] == [M2]
-    assert (relay.payload["feedback"], relay.payload["reason"]) == ("MemoryCorrected", "wrong")
+    assert (relay.payload["feedback"], relay.payload["reason"]) == ("MemoryCorrected", None)
     assert relay.causation_id == corrected.event_id
     assert relay.actor.kind is ActorKind.SYSTEM
     assert decay.handle(corrected, state).events == decision.events  # redelivered: same ids
@@ -446,6 +446,24 @@ def test_feedback_about_another_streams_memories_moves_them_in_their_own_stream(
         ).events
         == []
     )
+
+
+def test_a_relayed_correction_carries_none_of_the_words_of_its_cause() -> None:
+    """A correction reported on user:U1's context about memories of user:U2 and session:S1
+    is relayed to their streams without its reason: sealed there under U2's key or the
+    tenant's, U1's words would stay readable after U1's key is shredded. The relay still
+    moves the memories as the correction would have."""
+    state = Weights()
+    state.values.update({M2: (0.4, 0.5, 0.4), M3: (0.6, 0.5, 0.6)})
+    state.streams.update({M2: "user:U2", M3: "session:S1"})
+    words = "Zyxwvuta Quirkmeister moved to Wangjing"
+    corrected = feedback("MemoryCorrected", {"memory_ids": [M2, M3], "reason": words})
+    relays = [e for e in decay.handle(corrected, state).events if e.type == "FeedbackRelayed"]
+    assert sorted(e.stream for e in relays) == ["session:S1", "user:U2"]
+    assert [e for e in relays if words in e.model_dump_json()] == []
+    for relay in relays:
+        [moved] = decay.handle(relay, state).events
+        assert moved.payload["reason"] == "corrected"
 
 
 def test_a_verification_from_another_stream_renews_the_memory_in_its_own_stream() -> None:

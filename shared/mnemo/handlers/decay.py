@@ -301,7 +301,10 @@ def handle(event: Envelope, state: DecayState, policy: DecayPolicy | None = None
             feedback=payload.TYPE,
             memory_ids=tuple(memory_ids),
             position=getattr(payload, "position", None),
-            reason=getattr(payload, "reason", None),
+            # never the reason: it is the words of the cause's stream (a user's correction),
+            # which would outlive that user's forget here, under another stream's key; no
+            # one reads it from the relay, and the cause (its causation id) keeps it
+            reason=None,
         )
         relay = emit(event, relayed, CONSUMER, stream=stream)
         # the relay arrived when its cause did: a use relayed keeps the cause's arrival
