@@ -580,6 +580,7 @@ def build_embedded(
         tokenizer_for_model,
         clock,
         numbers=arabic_numerals,
+        keyed=sealer.keyed_digest,
     )
     replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(
@@ -988,6 +989,7 @@ def build_distributed(
         tokenizer_for_model,
         clock,
         numbers=arabic_numerals,
+        keyed=sealer.keyed_digest,
     )
     replays = OpenedEventLog(event_log, sealer, store)
     app = Mnemo(

@@ -440,6 +440,15 @@ class Sealer:
         except (KeyDestroyed, Unavailable):
             return None
 
+    def keyed_digest(self, tenant: str, stream: str, text: str) -> str | None:
+        """A keyed hash of `text` under the search key of the key `stream` is sealed under,
+        for ids Mnemo derives from a person's words (they stand in clear in the log); None
+        when that key is destroyed or the vault cannot answer."""
+        key = self.publication_key(tenant, stream)
+        if key is None:
+            return None
+        return hmac.new(key, f"derived\x00{text}".encode(), hashlib.sha256).hexdigest()
+
     def makes_key(self, tenant: str, stream: str) -> bool:
         """Whether sealing into `stream` would make a new key in the vault: a stream with a
         key of its own that does not exist yet."""

@@ -681,3 +681,48 @@ def test_a_constraint_declared_again_with_a_wider_guard_keeps_the_new_guard(
         headers=H,
     )
     assert fine.status_code == 200, fine.text
+
+
+def test_a_reported_answers_event_ids_test_no_guess_of_its_words(
+    client: TestClient, platform: Platform
+) -> None:
+    """The events a report appends have ids derived from it, so that a retry collapses in
+    the log. Derived from the answer's plain SHA-256, the id in clear let anyone holding the
+    log test a guessed answer (or a guessed correction) against it, as the answer's hash did;
+    they are derived from a keyed hash of the answer under the stream's search key."""
+    import hashlib
+
+    from mnemo.domain.ids import derived_id
+
+    r = client.post(
+        "/v1/events?wait=registered",
+        json=declared({"type": "fact", "content": "lives near the tea shops in Lyon"}),
+        headers=H,
+    )
+    assert r.status_code == 202, r.text
+    r = client.post(
+        "/v1/context", json={"subjects": ["user:U1"], "query": "tea", "budget": 500}, headers=H
+    )
+    assert r.status_code == 200, r.text
+    request_id = r.json()["request_id"]
+    answer = "Zyxwvuta Quirkmeister lives in Wangjing"
+    r = client.post(f"/v1/context/{request_id}/response", json={"response": answer}, headers=H)
+    assert r.status_code == 200, r.text
+    again = client.post(f"/v1/context/{request_id}/response", json={"response": answer}, headers=H)
+    assert again.status_code == 200, again.text
+    settle(platform)
+    logged = [e.envelope for e in platform.log.read(0, 10_000)]
+    [assembled] = [e for e in logged if e.event_id == request_id]
+    [reported] = [e for e in logged if e.type == "ContextResponseReported"]  # once: a retry
+    guess = derived_id(
+        assembled.occurred_at,
+        "feedback",
+        "acme",
+        request_id,
+        hashlib.sha256(answer.encode()).hexdigest(),
+        "",
+        "",
+        "ContextResponseReported",
+        "",
+    )
+    assert reported.event_id != guess

@@ -159,8 +159,13 @@ class ContextAssembler:
         clock: Clock,
         *,
         numbers: Callable[[str], str] | None = None,
+        keyed: Callable[[str, str, str], str | None] | None = None,
     ) -> None:
         self.log = log
+        # (tenant, stream, text) -> a keyed hash of the text under the stream's search key,
+        # or None when that key is gone: what the ids of a report's events are derived from
+        # (the wiring passes the sealer's; without it the answer's plain hash)
+        self._keyed = keyed
         self.store = store
         self.index = index
         self.query_embedder = query_embedder
@@ -923,7 +928,16 @@ class ContextAssembler:
         # sent twice (a retried call) is recorded, and moves weights, once
         now = self.clock.now()
         assembled_at = datetime.fromisoformat(record.occurred_at) if record.occurred_at else now
-        basis = (tenant, request_id, response_hash, correction or "", ",".join(corrected))
+        # the ids are in clear in the log: derived from the answer's plain hash, they would
+        # let anyone holding the log test a guessed answer (or correction) against them
+        keyed = self._keyed(tenant, record.stream, response_text) if self._keyed else None
+        basis = (
+            tenant,
+            request_id,
+            keyed or response_hash,
+            correction or "",
+            ",".join(corrected),
+        )
         self.log.append(
             [
                 _envelope(
