@@ -356,6 +356,31 @@ def test_forgetting_one_memory_erases_it_from_the_read_model() -> None:
     assert erase[0].erase_content
 
 
+def test_a_forgotten_memory_keeps_nothing_a_person_said_nor_where_they_are() -> None:
+    """The erasure of a forgotten memory's row leaves no field that is sealed whole on a
+    user stream in clear: the time zone (where the person lives) went on reading
+    `Asia/Shanghai` in the live read model, while a rebuild read it redacted."""
+    state = DictState()
+    decision = run(
+        state,
+        event(
+            "ObservationRecorded",
+            {"text": "记住我的尺码是L", "timezone": "Asia/Shanghai"},
+            version=2,
+        ),
+    )
+    [memory] = registered(decision)
+    assert memory.timezone == "Asia/Shanghai"
+    [erase] = [
+        w
+        for w in run(state, event("ForgetRequested", {"memory_id": memory.memory_id})).writes
+        if isinstance(w, SetStatus)
+    ]
+    erased = erase.applied_to(memory)
+    assert (erased.content, erased.value, erased.key, erased.tags) == ("", None, None, ())
+    assert erased.timezone is None
+
+
 @pytest.mark.parametrize("pattern", ["(a|a)*c", "((a+))+c", "(a+)+c", "(x*y)*z"])
 def test_guard_patterns_that_backtrack_exponentially_run_on_the_linear_engine(
     pattern: str,

@@ -98,7 +98,8 @@ class SetStatus:
 
     def applied_to(self, memory: Memory) -> Memory:
         """The memory with this status; erasing keeps nothing a person said or where it
-        came from: content, value, key, tags, sources, guard and sealed values go."""
+        came from: content, value, key, tags, sources, time zone, guard and sealed values
+        go (the time zone, sealed whole on a user stream, says where the person is)."""
         update: dict[str, object] = {"status": self.status}
         if self.erase_content:
             update.update(
@@ -110,6 +111,7 @@ class SetStatus:
                     update={"source_id": None, "source_location": None}
                 ),
                 guard=None,
+                timezone=None,
                 content_hash="erased",
                 sealed=None,
             )
