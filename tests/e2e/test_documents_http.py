@@ -102,6 +102,17 @@ def test_the_semantic_text_ranks_and_never_widens(client: TestClient) -> None:
     assert {d["document_id"] for d in ranked["documents"]} == ids
 
 
+def test_the_same_bytes_again_answer_duplicate(client: TestClient) -> None:
+    first = ingest(client, "a.txt", CONTRACTS["a.txt"])
+    again = ingest(client, "a-copy.txt", CONTRACTS["a.txt"])
+    assert first.json()["status"] == "registered"
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "duplicate"
+    assert again.json()["document_id"] == first.json()["document_id"]
+    elsewhere = ingest(client, "a.txt", CONTRACTS["a.txt"], subject="user:U2")
+    assert elsewhere.json()["status"] == "registered"  # another subject's document
+
+
 def test_a_long_documents_hits_are_bounded_and_counted(client: TestClient) -> None:
     """A document with a match in every section answers its first `hits_limit` sections
     in order, and `hits_total` counts them all."""

@@ -218,7 +218,9 @@ class Ingested:
     sha256: str
     pages: int
     sections: int
-    status: str  # accepted | registered | pending (the wait ran out) | rejected
+    # accepted | registered | duplicate (ingested before) | pending (the wait ran out) |
+    # rejected
+    status: str
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -336,6 +338,8 @@ class Documents:
                 status = "pending"
             elif any(o.kind.value == "rejected" for o in outcomes):
                 status = "rejected"
+            elif outcomes and all(o.kind.value == "duplicate" for o in outcomes):
+                status = "duplicate"  # the same bytes in the same subject, ingested before
             else:
                 status = "registered"
         return Ingested(
