@@ -26,7 +26,7 @@ from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.documents import DocumentLimits, EntityRules
-from mnemo.domain.errors import InvalidInput
+from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.history import FactRules
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
@@ -75,7 +75,14 @@ if TYPE_CHECKING:
     from mnemo.adapters.kafka_topic import KafkaConfig
     from mnemo.adapters.vault_connection import TokenFile
 
-__all__ = ["Platform", "build_distributed", "build_embedded", "load_rules", "require_vault"]
+__all__ = [
+    "Platform",
+    "build_distributed",
+    "build_embedded",
+    "check_setting_files",
+    "load_rules",
+    "require_vault",
+]
 
 log = logging.getLogger("mnemo.bootstrap")
 
@@ -155,6 +162,36 @@ def load_security_policy(path: Path | None = None) -> SecurityPolicy:
     if path is None:
         return SecurityPolicy()
     return SecurityPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+
+
+def check_setting_files(settings: MnemoSettings) -> None:
+    """Load every rules and policy file the settings name, as a start does, before anything
+    is connected to or created: a file Mnemo refuses is a configuration error naming the
+    setting, with the loader's own account of the file (its path, line and rule), never a
+    traceback half-way through a start that has already created a topic or a keyspace."""
+    loaders: dict[str, Callable[[Path], object]] = {
+        "rules_file": load_rules,
+        "history_rules_file": load_history_facts,
+        "triggers_file": load_triggers,
+        "entity_rules_file": load_entity_rules,
+        "decay_policy_file": load_decay_policy,
+        "pii_policy_file": load_security_policy,
+    }
+    for field, load in loaders.items():
+        path = getattr(settings, field)
+        if path is None:
+            continue
+        try:
+            load(path)
+        except MnemoError as exc:
+            code, detail = exc.code, exc.message
+        except (ValueError, OSError, yaml.YAMLError) as exc:
+            code, detail = "INVALID_SETTING", str(exc)
+        else:
+            continue
+        raise InvalidInput(
+            f"MNEMO_{field.upper()} names a file Mnemo refuses: {detail}", code=code, field=field
+        )
 
 
 def _vault_token(settings: MnemoSettings) -> str | TokenFile:

@@ -4,6 +4,7 @@ a configuration error is not (it names the setting and exits with status 78)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,95 @@ def test_a_service_that_never_comes_is_given_up_on() -> None:
 
     with pytest.raises(ConnectionRefusedError):
         _starting("connecting", build, attempts=3, delay=0.0)
+
+
+# ---- a rules or policy file Mnemo refuses -------------------------------------------------
+
+BAD_TRIGGERS = """\
+tools:
+  - name: crm.get_deal
+    arguments: [client]
+triggers:
+  - id: stale-proposal
+    when:
+      key: stage
+      older_than: 1d
+    suggest:
+      tool: crm.fetch
+      arguments:
+        client: "{stream}"
+"""
+
+
+@pytest.fixture
+def bad_triggers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "triggers.yaml"
+    path.write_text(BAD_TRIGGERS, encoding="utf-8")
+    monkeypatch.setenv("MNEMO_TRIGGERS_FILE", str(path))
+    monkeypatch.setenv("MNEMO_EMBEDDER", "hashing")
+    return path
+
+
+def test_a_refused_rules_file_is_a_configuration_error_naming_the_setting_and_the_line(
+    bad_triggers: Path,
+) -> None:
+    from mnemo.bootstrap import check_setting_files
+    from mnemo.settings import MnemoSettings
+
+    with pytest.raises(InvalidInput) as got:
+        check_setting_files(MnemoSettings())
+    assert got.value.code == "INVALID_SETTING"
+    assert got.value.field == "triggers_file"
+    assert f"{bad_triggers}:10: trigger 'stale-proposal': unknown tool 'crm.fetch'" in str(
+        got.value.message
+    )
+
+
+def test_a_distributed_process_refuses_a_bad_rules_file_before_it_connects(
+    bad_triggers: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The preflight, which runs before the topics and the keyspace are made: the file used
+    to be read half-way through build_distributed, after both were made, and the process
+    died with a traceback (exit 1)."""
+    from mnemo.entrypoints import workers
+    from mnemo.settings import MnemoSettings
+
+    settings = MnemoSettings(
+        mode="distributed", vault_addr="http://127.0.0.1:1", vault_token="not-a-real-token"
+    )
+    with caplog.at_level(logging.ERROR, "mnemo.worker"), pytest.raises(ConfigurationError) as got:
+        workers._preflight(settings)
+    assert got.value.code == 78
+    assert got.value.setting == "MNEMO_TRIGGERS_FILE"
+    assert "unknown tool 'crm.fetch'" in caplog.text
+    assert "not-a-real-token" not in caplog.text
+
+
+def test_mnemo_serve_stops_with_status_78_on_a_bad_rules_file(
+    bad_triggers: Path, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from mnemo.entrypoints import cli
+
+    done = CliRunner().invoke(cli.cli, ["serve", "--data-dir", str(tmp_path / "data")])
+    assert done.exit_code == 78, done.output
+    assert "configuration error INVALID_SETTING (setting MNEMO_TRIGGERS_FILE)" in done.output
+    assert "unknown tool 'crm.fetch'" in done.output
+    assert not (tmp_path / "data").exists()  # nothing was made
+
+
+def test_mnemo_serve_stops_with_status_78_on_a_vault_without_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from mnemo.entrypoints import cli
+
+    monkeypatch.setenv("MNEMO_EMBEDDER", "hashing")
+    monkeypatch.setenv("MNEMO_VAULT_ADDR", "http://127.0.0.1:1")
+    monkeypatch.delenv("MNEMO_VAULT_TOKEN", raising=False)
+    monkeypatch.delenv("MNEMO_VAULT_TOKEN_FILE", raising=False)
+    done = CliRunner().invoke(cli.cli, ["serve", "--data-dir", str(tmp_path / "data")])
+    assert done.exit_code == 78, done.output
+    assert "configuration error VAULT_TOKEN_MISSING (setting MNEMO_VAULT_TOKEN)" in done.output

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 import click
@@ -468,6 +468,20 @@ DATA_DIR_OPTION = click.option(
 )
 
 
+def _cannot_start(exc: MnemoError) -> NoReturn:
+    """A start refused. An error naming a setting is a configuration error: exit status 78
+    (EX_CONFIG), as for the checks of main(), with the setting's name; anything else is a
+    local problem (exit 1)."""
+    if exc.field:
+        click.echo(
+            f"Error: cannot start: configuration error {exc.code} "
+            f"(setting MNEMO_{exc.field.upper()}): {exc.message}",
+            err=True,
+        )
+        sys.exit(78)
+    raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
+
+
 @cli.command()
 @click.option("--host", default=None, help="Address [default: MNEMO_GATEWAY_HOST or 127.0.0.1].")
 @click.option("--port", type=click.IntRange(1, 65_535), default=None, help="[default: 8080 or env]")
@@ -478,7 +492,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
     from mnemo_gateway.app import create_app
 
     from mnemo import telemetry
-    from mnemo.bootstrap import build_embedded
+    from mnemo.bootstrap import build_embedded, check_setting_files
 
     settings = mnemo_settings(data_dir)
     gateway = GatewaySettings().model_copy(update=query_params(host=host, port=port))
@@ -492,10 +506,11 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
             raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
         return
     try:
+        check_setting_files(settings)
         platform = build_embedded(settings)
     except MnemoError as exc:
-        raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
-    except (ValueError, OSError) as exc:  # a bad rules or decay policy file, an unusable dir
+        _cannot_start(exc)
+    except (ValueError, OSError) as exc:  # an unusable data directory
         raise CliError(f"cannot start: {exc}") from exc
     try:
         try:

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from mnemo import telemetry
-from mnemo.bootstrap import build_consumer
+from mnemo.bootstrap import build_consumer, check_setting_files
 from mnemo.domain.errors import InvalidInput
 from mnemo.handlers import registry
 from mnemo.settings import check_environment, check_setting_values, worker_settings
@@ -47,6 +47,15 @@ def main(consumer: str) -> None:
 
         run_worker(consumer)
         return
+    try:
+        check_setting_files(settings)
+    except InvalidInput as exc:  # a rules or policy file Mnemo refuses: exit status 78 too
+        print(
+            f"mnemo-{consumer}: cannot start: configuration error {exc.code} "
+            f"(setting MNEMO_{(exc.field or '').upper()}): {exc.message}",
+            file=sys.stderr,
+        )
+        sys.exit(78)
     telemetry.configure_logging(settings.log_level, settings.log_format)
     telemetry.configure(consumer, prometheus_port=settings.prometheus_port)
     runner = build_consumer(settings, consumer)

@@ -38,6 +38,7 @@ from mnemo import telemetry
 from mnemo.bootstrap import (
     Platform,
     build_distributed,
+    check_setting_files,
     check_vault_token,
     dead_letter_topic,
     kafka_config,
@@ -674,9 +675,11 @@ def _starting(what: str, build: Callable[[], T], attempts: int = 20, delay: floa
 
 def _preflight(settings: MnemoSettings) -> None:
     """What a distributed process checks before it touches Kafka, Cassandra or the vault:
-    a vault to seal with (VAULT_REQUIRED); on failure nothing was created or published."""
+    a vault to seal with (VAULT_REQUIRED), and rules and policy files Mnemo takes; on failure
+    nothing was created or published."""
     try:
         require_vault(settings)
+        check_setting_files(settings)
     except MnemoError as exc:
         failure = ConfigurationError("checking the configuration", exc)
         failure.log()
