@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import ValidationError
 
 from mnemo import telemetry
 from mnemo.adapters.clocks import SystemClock
@@ -164,6 +165,16 @@ def load_security_policy(path: Path | None = None) -> SecurityPolicy:
     return SecurityPolicy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
+def _validation_text(exc: ValidationError) -> str:
+    """Where and what a validation error found, without the values it found there (a
+    token file named by mistake must not reach a log)."""
+    parts = []
+    for error in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "the top level"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
 def check_setting_files(settings: MnemoSettings) -> None:
     """Load every rules and policy file the settings name, as a start does, before anything
     is connected to or created: a file Mnemo refuses is a configuration error naming the
@@ -185,6 +196,8 @@ def check_setting_files(settings: MnemoSettings) -> None:
             load(path)
         except MnemoError as exc:
             code, detail = exc.code, exc.message
+        except ValidationError as exc:  # its text would quote the file's values: never them
+            code, detail = "INVALID_SETTING", f"{path}: {_validation_text(exc)}"
         except (ValueError, OSError, yaml.YAMLError) as exc:
             code, detail = "INVALID_SETTING", str(exc)
         else:

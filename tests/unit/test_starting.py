@@ -147,3 +147,24 @@ def test_mnemo_serve_stops_with_status_78_on_a_vault_without_a_token(
     done = CliRunner().invoke(cli.cli, ["serve", "--data-dir", str(tmp_path / "data")])
     assert done.exit_code == 78, done.output
     assert "configuration error VAULT_TOKEN_MISSING (setting MNEMO_VAULT_TOKEN)" in done.output
+
+
+@pytest.mark.parametrize("setting", ["MNEMO_DECAY_POLICY_FILE", "MNEMO_PII_POLICY_FILE"])
+def test_a_refused_policy_file_is_named_without_quoting_what_it_holds(
+    setting: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token file named by mistake: the error says where and why, never the token
+    (pydantic's own text quotes the values it refused)."""
+    from mnemo.bootstrap import check_setting_files
+    from mnemo.settings import MnemoSettings
+
+    secret = "s.NOT-TO-BE-PRINTED-5f3a9c"
+    path = tmp_path / "token"
+    path.write_text(secret + "\n", encoding="utf-8")
+    monkeypatch.setenv(setting, str(path))
+    with pytest.raises(InvalidInput) as got:
+        check_setting_files(MnemoSettings())
+    assert got.value.code == "INVALID_SETTING"
+    assert got.value.field == setting.removeprefix("MNEMO_").lower()
+    assert str(path) in got.value.message
+    assert secret not in got.value.message
