@@ -168,3 +168,24 @@ def test_a_refused_policy_file_is_named_without_quoting_what_it_holds(
     assert got.value.field == setting.removeprefix("MNEMO_").lower()
     assert str(path) in got.value.message
     assert secret not in got.value.message
+
+
+def test_an_embedded_consumer_stops_with_status_78_on_a_bad_rules_file(
+    bad_triggers: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mnemo.entrypoints import consumer_main
+
+    def building(*_: object) -> None:
+        raise AssertionError("the consumer went on to start")
+
+    monkeypatch.setattr(consumer_main, "build_consumer", building)
+    monkeypatch.setenv("MNEMO_DATA_DIR", str(tmp_path / "data"))
+    with pytest.raises(SystemExit) as got:
+        consumer_main.main("registrar")
+    assert got.value.code == 78
+    err = capsys.readouterr().err
+    assert "configuration error INVALID_SETTING (setting MNEMO_TRIGGERS_FILE)" in err
+    assert not (tmp_path / "data").exists()
