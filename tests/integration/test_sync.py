@@ -304,6 +304,36 @@ def test_queued_duplicates_do_not_stale_the_writes_built_on_them(
     assert (current.value, current.version) == ("coffee", 2)
 
 
+def test_a_forgotten_subject_leaves_nothing_it_said_in_a_replica_that_held_it(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    """Every version the replica held (a superseded one too) keeps nothing of what the
+    user said once the subject is forgotten, and the replica still matches the server."""
+    phone, _ = device(tmp_path, server, "phone")
+    phone.write("drink", "tea")
+    phone.sync()
+    phone.write("drink", "coffee")  # tea is superseded
+    phone.sync()
+    assert {m.value for m in phone.memories().values()} == {"tea", "coffee"}
+    forget = {
+        "type": "ForgetRequested",
+        "schema_version": 1,
+        "stream": STREAM,
+        "payload": {"reason": "asked"},
+    }
+    answered = server.post("/v1/events?wait=registered", json={"events": [forget]})
+    assert answered.status_code == 202, answered.text
+    settle(platform)
+    phone.pull()
+    held = list(phone.memories().values())
+    assert len(held) == 2
+    for memory in held:
+        assert memory.status.value == "forgotten"
+        assert (memory.content, memory.value, memory.key, memory.tags) == ("", None, None, ())
+        assert memory.provenance.source_id is None
+    assert phone.checksum() == snapshot(server)["checksum"]
+
+
 @contextmanager
 def slow_registrar(platform: Platform, pause: float = 0.3) -> Iterator[None]:
     """The consumers lag `pause` seconds behind each append, as a busy server's would."""

@@ -47,12 +47,32 @@ def apply(state: dict[str, Json], event: Mapping[str, Any]) -> None:
         return
     current = state[memory_id]
     active = current.get("status") == "active"
-    if kind in _STATUS:
+    if kind == "MemoryForgotten":
+        if current.get("status") == "forgotten":
+            return
+        # any version the subject held, superseded or archived ones too, as the server's
+        # read model erases them: nothing a person said or where it came from stays
+        updated = {
+            **current,
+            "status": "forgotten",
+            "content": "",
+            "value": None,
+            "key": None,
+            "tags": [],
+            "provenance": {
+                **(current.get("provenance") or {}),
+                "source_id": None,
+                "source_location": None,
+            },
+            "guard": None,
+            "timezone": None,
+            "content_hash": "erased",
+            "sealed": None,
+        }
+    elif kind in _STATUS:
         if not active:
             return
         updated = {**current, "status": _STATUS[kind]}
-        if kind == "MemoryForgotten":
-            updated.update(content="", value=None, content_hash="erased")
     elif kind == "MemoryDecayed":
         updated = {**current, "semantic_weight": p["semantic_weight"]}
         if p.get("trust") is not None:
