@@ -245,7 +245,7 @@ class SyncClient:
             except MnemoConnectionError:
                 break
             except MnemoAPIError as exc:
-                if exc.status >= 500:
+                if exc.status >= 500 or exc.status == 429:  # busy or down: try again later
                     break
                 raise SyncError.answered(f"the server refused {event_id}", exc, event_id) from exc
             with self._tx() as cur:
@@ -268,6 +268,18 @@ class SyncClient:
             if not result.complete:
                 break
         return sent
+
+    def discard(self, event_id: str) -> bool:
+        """Drop a queued write the server will never take (the `event_id` of the SyncError
+        a push raised: a stream forgotten, a scope the key lacks), so the writes after it
+        can go. The writes built on it expect one version less, as after a refusal.
+        Returns whether it was queued."""
+        with self._tx() as cur:
+            removed = cur.execute("DELETE FROM pending WHERE event_id = ?", (event_id,)).rowcount
+            if removed:
+                self._rebase_after(cur, event_id)
+                cur.execute("DELETE FROM chained WHERE event_id = ?", (event_id,))
+        return bool(removed)
 
     def _rebase_after(self, cur: sqlite3.Cursor, event_id: str) -> None:
         """A write of this device made no version (refused, or a duplicate). The queued

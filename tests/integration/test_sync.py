@@ -487,6 +487,66 @@ def test_sync_errors_carry_the_servers_code(
     assert gap.value.code == "SYNC_GAP"
 
 
+def test_a_write_the_server_will_never_take_is_discarded_and_the_next_goes(
+    tmp_path: Path, server: TestClient, platform: Platform
+) -> None:
+    reader = grant(platform, "acme", ("memory:read",), name="reader")
+    client = MnemoClient(
+        str(server.base_url),
+        headers=auth(reader),
+        transport=Switch(server),
+        retry=RetryPolicy(attempts=1),
+    )
+    phone = SyncClient(tmp_path / "phone.sqlite3", client, STREAM, "phone")
+    tea = phone.write("drink", "tea")  # expects version 0
+    phone.write("drink", "coffee")  # built on tea: expects version 1
+    with pytest.raises(SyncError) as refused:
+        phone.push()
+    assert refused.value.event_id == tea
+    assert phone.discard(tea) is True
+    assert phone.discard(tea) is False
+    assert phone.pending() == 1
+    phone.client = MnemoClient(
+        str(server.base_url), headers=H, transport=Switch(server), retry=RetryPolicy(attempts=1)
+    )
+    assert phone.sync() == (1, 2)  # coffee now expects version 0, and registers
+    assert phone.conflicts() == []
+    current = phone.current("drink")
+    assert current is not None
+    assert (current.value, current.version) == ("coffee", 1)
+
+
+class Busy(Switch):
+    """A server that asks the device to slow down (429) while `busy` is set."""
+
+    busy = True
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.busy and request.method == "POST":
+            return httpx.Response(
+                429,
+                headers={"Retry-After": "1"},
+                json={"error": {"code": "RATE_LIMITED", "message": "slow down"}},
+            )
+        return super().handle_request(request)
+
+
+def test_a_busy_server_keeps_the_queue_for_later_without_an_error(
+    tmp_path: Path, server: TestClient
+) -> None:
+    link = Busy(server)
+    client = MnemoClient(
+        str(server.base_url), headers=H, transport=link, retry=RetryPolicy(attempts=1)
+    )
+    phone = SyncClient(tmp_path / "phone.sqlite3", client, STREAM, "phone")
+    phone.write("drink", "tea")
+    assert phone.push() == 0
+    assert phone.pending() == 1
+    link.busy = False
+    assert phone.push() == 1
+    assert phone.pending() == 0
+
+
 def test_a_conflict_is_kept_when_the_replica_starts_again_from_a_snapshot(
     tmp_path: Path, server: TestClient
 ) -> None:
