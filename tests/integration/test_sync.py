@@ -55,15 +55,21 @@ def server(platform: Platform) -> Iterator[TestClient]:
         yield client
 
 
+def api(server: TestClient, headers: dict[str, str] = H, link: Switch | None = None) -> MnemoClient:
+    # each request once: a test cuts the link and expects the replica to stop there
+    return MnemoClient(
+        str(server.base_url),
+        headers=headers,
+        transport=link or Switch(server),
+        retry=RetryPolicy(attempts=1),
+    )
+
+
 def device(
     tmp_path: Path, server: TestClient, name: str, stream: str = STREAM
 ) -> tuple[SyncClient, Switch]:
     link = Switch(server)
-    # each request once: a test cuts the link and expects the replica to stop there
-    client = MnemoClient(
-        str(server.base_url), headers=H, transport=link, retry=RetryPolicy(attempts=1)
-    )
-    return SyncClient(tmp_path / f"{name}.sqlite3", client, stream, name), link
+    return SyncClient(tmp_path / f"{name}.sqlite3", api(server, link=link), stream, name), link
 
 
 def publish(server: TestClient, events: list[dict[str, Any]]) -> None:
@@ -463,12 +469,7 @@ def test_sync_errors_carry_the_servers_code(
     tmp_path: Path, server: TestClient, platform: Platform
 ) -> None:
     reader = grant(platform, "acme", ("memory:read",), name="reader")
-    client = MnemoClient(
-        str(server.base_url),
-        headers=auth(reader),
-        transport=Switch(server),
-        retry=RetryPolicy(attempts=1),
-    )
+    client = api(server, auth(reader))
     phone = SyncClient(tmp_path / "phone.sqlite3", client, STREAM, "phone")
     event_id = phone.write("drink", "tea")
     with pytest.raises(SyncError) as refused:
@@ -491,12 +492,7 @@ def test_a_write_the_server_will_never_take_is_discarded_and_the_next_goes(
     tmp_path: Path, server: TestClient, platform: Platform
 ) -> None:
     reader = grant(platform, "acme", ("memory:read",), name="reader")
-    client = MnemoClient(
-        str(server.base_url),
-        headers=auth(reader),
-        transport=Switch(server),
-        retry=RetryPolicy(attempts=1),
-    )
+    client = api(server, auth(reader))
     phone = SyncClient(tmp_path / "phone.sqlite3", client, STREAM, "phone")
     tea = phone.write("drink", "tea")  # expects version 0
     phone.write("drink", "coffee")  # built on tea: expects version 1
@@ -506,9 +502,7 @@ def test_a_write_the_server_will_never_take_is_discarded_and_the_next_goes(
     assert phone.discard(tea) is True
     assert phone.discard(tea) is False
     assert phone.pending() == 1
-    phone.client = MnemoClient(
-        str(server.base_url), headers=H, transport=Switch(server), retry=RetryPolicy(attempts=1)
-    )
+    phone.client = api(server)
     assert phone.sync() == (1, 2)  # coffee now expects version 0, and registers
     assert phone.conflicts() == []
     current = phone.current("drink")
@@ -535,10 +529,7 @@ def test_a_busy_server_keeps_the_queue_for_later_without_an_error(
     tmp_path: Path, server: TestClient
 ) -> None:
     link = Busy(server)
-    client = MnemoClient(
-        str(server.base_url), headers=H, transport=link, retry=RetryPolicy(attempts=1)
-    )
-    phone = SyncClient(tmp_path / "phone.sqlite3", client, STREAM, "phone")
+    phone = SyncClient(tmp_path / "phone.sqlite3", api(server, link=link), STREAM, "phone")
     phone.write("drink", "tea")
     assert phone.push() == 0
     assert phone.pending() == 1
