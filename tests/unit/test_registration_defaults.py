@@ -1201,3 +1201,21 @@ def test_a_change_said_in_passing_is_heard(texts: list[str], key: str, value: st
 @pytest.mark.parametrize("text", ["call me back later", "Actually call me tomorrow"])
 def test_a_call_asked_for_is_no_name(text: str) -> None:
     assert memories(run(DictState(), text)) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm moving to Shanghai next year",
+        "I plan to move to Oslo",
+        "we're thinking of relocating to Austin",
+    ],
+)
+def test_a_move_still_to_come_leaves_the_home_city(text: str) -> None:
+    state = said("I live in Berlin")
+    run(state, text, minutes=5)
+    assert current(state, "home_city") == "Berlin"
+
+
+def test_a_move_made_in_a_month_named_may_is_heard() -> None:
+    assert current(said("I moved to Munich in May"), "home_city") == "Munich"
