@@ -1219,3 +1219,19 @@ def test_a_move_still_to_come_leaves_the_home_city(text: str) -> None:
 
 def test_a_move_made_in_a_month_named_may_is_heard() -> None:
     assert current(said("I moved to Munich in May"), "home_city") == "Munich"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("I prefer tea over coffee", "likes.tea"),
+        ("I'd prefer aisle seats to window seats", "likes.aisle_seats"),
+    ],
+)
+def test_a_thing_preferred_to_another_is_a_liking(text: str, key: str) -> None:
+    assert [k for k, _ in memories(run(DictState(), text))] == [key]
+
+
+@pytest.mark.parametrize("text", ["do you prefer tea over coffee?", "I prefer to pay by card"])
+def test_a_preference_asked_about_or_of_a_way_is_no_liking(text: str) -> None:
+    assert not any(k and k.startswith("likes.") for k, _ in memories(run(DictState(), text)))
