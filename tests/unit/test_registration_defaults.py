@@ -1235,3 +1235,33 @@ def test_a_thing_preferred_to_another_is_a_liking(text: str, key: str) -> None:
 @pytest.mark.parametrize("text", ["do you prefer tea over coffee?", "I prefer to pay by card"])
 def test_a_preference_asked_about_or_of_a_way_is_no_liking(text: str) -> None:
     assert not any(k and k.startswith("likes.") for k, _ in memories(run(DictState(), text)))
+
+
+# ---- several things said in one utterance ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("我对海鲜过敏，还对花生过敏", [("allergy.海鲜", "海鲜"), ("allergy.花生", "花生")]),
+        ("我喜欢绿茶，不喜欢咖啡", [("likes.绿茶", "绿茶"), ("dislike.咖啡", "咖啡")]),
+        (
+            "I like jazz and I hate country music",
+            [("likes.jazz", "jazz"), ("dislike.country_music", "country music")],
+        ),
+        (
+            "I like jazz but I don't like country",
+            [("likes.jazz", "jazz"), ("dislike.country", "country")],
+        ),
+        ("I like tea but my wife drinks coffee", [("likes.tea", "tea")]),
+        ("我对花生过敏，我妈妈对海鲜过敏", [("allergy.花生", "花生")]),
+    ],
+)
+def test_each_thing_an_utterance_says_is_heard_and_no_value_runs_into_the_next_clause(
+    text: str, expected: list[tuple[str, str]]
+) -> None:
+    assert sorted(memories(run(DictState(), text))) == sorted(expected)
+
+
+def test_a_dislike_that_starts_a_clause_names_a_thing_never_the_rest_of_a_sentence() -> None:
+    assert memories(run(DictState(), "你们的服务我很满意，不喜欢的是价格")) == []

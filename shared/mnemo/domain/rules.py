@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
@@ -387,6 +387,27 @@ _DENIAL_DETAIL = "reads like rule {rule}, but denies what it would remember: not
 _PAST_DETAIL = "it reports something past, not a standing fact"
 
 
+def _claimed_end(text: str, hit: PatternMatch) -> int:
+    """Where a match's claim on the utterance ends: before another clause its value ran
+    into ("I like jazz but I don't like country": the dislike is still heard)."""
+    raw = hit.groupdict().get("value") or ""
+    joined = _NEXT_CLAUSE.search(raw)
+    if joined is None:
+        return hit.end()
+    at = text.find(raw, hit.start())
+    return hit.end() if at < 0 else at + joined.start()
+
+
+def _inner_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) without the punctuation and spaces at either end: two matches that
+    share only the comma between their clauses do not overlap."""
+    while start < end and text[start] in _VALUE_TRIM:
+        start += 1
+    while end > start and text[end - 1] in _VALUE_TRIM:
+        end -= 1
+    return start, end
+
+
 def _clause(text: str, start: int, end: int) -> str:
     """The clause of `text` around [start, end): up to the punctuation on either side
     ("just call me on the phone, I don't read emails": the call is not denied)."""
@@ -576,6 +597,13 @@ _VALUE_TRIM = "。.!！?？,，;；、 "
 # "please" (no more spicy food please)
 _FINAL_WORDS = re.compile(
     r"[了啦][吧呢啊呀哦嘛]*$|(?:,?\s+(?:any\s?more|again|please))+$", re.IGNORECASE
+)
+# another clause of the speaker's joined on ("jazz and I hate country music", "tea but my
+# wife drinks coffee"): the value ends before it
+_NEXT_CLAUSE = re.compile(
+    r"\s+(?:and|but|or|so|because|though|although|while|whereas)\s+"
+    r"(?:I|I'm|I've|I'd|I'll|my|we|we're|it|it's|you|he|she|they|there)\b.*$",
+    re.IGNORECASE,
 )
 # a value that points at something shown or said before instead of naming it ("I don't
 # want this one", "我不要那件"): which thing is for the user to say, never a guess
@@ -821,16 +849,9 @@ class RuleSet:
         found: dict[str, RuleMatch] = {}
         claimed: list[tuple[int, int]] = []
         miss: tuple[Reason, str] | None = None
-        for rule, pattern in self._compiled:
-            if pattern is None or self._excluded(rule, text):
-                continue
-            hit = pattern.search(text)
-            if hit is not None and rule.kind is RuleKind.CORRECTION:
-                # 尺码改成XL，不对，改成M: the last value the user gave is the one meant
-                hit = _last_match(pattern, text) or hit
-            if hit is None or any(
-                hit.start() < end and start < hit.end() for start, end in claimed
-            ):
+        for rule, hit in self._hits(text):
+            first, last = _inner_span(text, hit.start(), _claimed_end(text, hit))
+            if any(first < end and start < last for start, end in claimed):
                 continue
             if "{key}" not in (rule.key or "") and _about_someone_else(text):
                 # 我老公的预算是五千: the rule's key is the user's own; "remember my wife's
@@ -844,7 +865,7 @@ class RuleSet:
             if built.draft.key in found:
                 continue
             found[built.draft.key or ""] = built
-            claimed.append((hit.start(), hit.end()))
+            claimed.append((first, last))
         if found:
             return Reading(matches=tuple(found.values()))
         if miss is None:
@@ -870,9 +891,10 @@ class RuleSet:
             for rule_id in ranked:
                 selected = self.by_id[rule_id]
                 for slot in self._slots[selected.id]:
-                    hit = slot.search(text)
-                    if hit is None:
+                    found_by_slot = slot.search(text)
+                    if found_by_slot is None:
                         continue
+                    hit = found_by_slot
                     if self._denies_examples(selected, _clause(text, hit.start(), hit.end())):
                         miss = miss or (
                             Reason.VALUE_NOT_FOUND,
@@ -906,6 +928,26 @@ class RuleSet:
                 )
         return Reading(reason=Reason.NO_RULE_MATCHED)
 
+    def _hits(self, text: str) -> Iterator[tuple[RegistrationRule, PatternMatch]]:
+        """Each rule's pattern match, in file order. A correction's is its last (尺码改成XL，
+        不对，改成M: the last value the user gave is the one meant); a rule with a key per
+        thing (likes.<value>, allergy.<value>) hears every thing the utterance names
+        (我对海鲜过敏，还对花生过敏), one match after another."""
+        for rule, pattern in self._compiled:
+            if pattern is None or self._excluded(rule, text):
+                continue
+            if rule.kind is RuleKind.CORRECTION:
+                hit = _last_match(pattern, text)
+                if hit is not None:
+                    yield rule, hit
+            elif "{value}" in (rule.key or ""):
+                for hit in pattern.finditer(text):
+                    yield rule, hit
+            else:
+                hit = pattern.search(text)
+                if hit is not None:
+                    yield rule, hit
+
     def _denies_examples(self, rule: RegistrationRule, text: str) -> bool:
         """Whether the utterance denies what a statement rule's examples state: the
         embedder that found it close does not hear the "not", so the slot would take the
@@ -922,6 +964,7 @@ class RuleSet:
 
     def normalized(self, rule: RegistrationRule, value: str) -> str:
         value = value.strip().rstrip(_VALUE_TRIM).strip()
+        value = _NEXT_CLAUSE.sub("", value).rstrip(_VALUE_TRIM).strip() or value
         value = _FINAL_WORDS.sub("", value).rstrip(_VALUE_TRIM).strip() or value
         if rule.shape is not None or rule.kind is RuleKind.NEGATION:
             value = _PARTICLES.sub("", value).rstrip(_VALUE_TRIM).strip() or value
