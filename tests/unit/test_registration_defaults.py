@@ -1265,3 +1265,31 @@ def test_each_thing_an_utterance_says_is_heard_and_no_value_runs_into_the_next_c
 
 def test_a_dislike_that_starts_a_clause_names_a_thing_never_the_rest_of_a_sentence() -> None:
     assert memories(run(DictState(), "你们的服务我很满意，不喜欢的是价格")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        ("I'm allergic to peanuts and shellfish", ["allergy.peanuts", "allergy.shellfish"]),
+        ("我对海鲜和花生过敏", ["allergy.海鲜", "allergy.花生"]),
+        ("我不能吃辣和海鲜", ["avoid.辣", "avoid.海鲜"]),
+        ("I like mac and cheese", ["likes.mac_and_cheese"]),
+    ],
+)
+def test_things_listed_together_are_a_memory_each_where_the_rule_hears_several(
+    text: str, keys: list[str]
+) -> None:
+    assert sorted(k for k, _ in memories(run(DictState(), text))) == sorted(keys)
+
+
+def test_one_of_two_allergies_said_together_can_be_withdrawn_alone() -> None:
+    state = said("I'm allergic to peanuts and shellfish", "I'm not allergic to peanuts after all")
+    peanuts = state.current_for_key("acme", "user:U7892", "allergy.peanuts")
+    assert peanuts is not None
+    assert peanuts.content == "not allergic to peanuts"
+    assert current(state, "allergy.shellfish") == "shellfish"
+
+
+def test_a_rule_that_hears_several_things_needs_a_key_per_thing() -> None:
+    with pytest.raises(ValueError, match="several"):
+        RegistrationRule(id="x", pattern="(?P<value>a)", type="fact", key="diet", several=True)

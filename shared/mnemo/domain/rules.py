@@ -176,6 +176,11 @@ class RegistrationRule(BaseModel):
         description="a change of the key's current amount by the matched value (预算再加一千, "
         "raise my budget by 200): the `direction` group's word -> its sign (1 or -1)",
     )
+    several: bool = Field(
+        default=False,
+        description="the value may list several things (peanuts and shellfish, 海鲜和花生, "
+        "milk, eggs or nuts): each becomes a memory of its own; for keys per thing",
+    )
     type: MemoryType | None = None
     scope: Scope = Scope.USER
     key: str | None = Field(
@@ -228,6 +233,8 @@ class RegistrationRule(BaseModel):
         for word, sign in self.shifts.items():
             if sign not in (1, -1):
                 raise ValueError(f"shifts {word!r}: the sign is 1 or -1")
+        if self.several and "{value}" not in (self.key or ""):
+            raise ValueError("several things make a memory each: the key needs {value}")
         if self.negates and self.kind is RuleKind.CORRECTION:
             raise ValueError("a correction replaces the value it corrects; it negates no keys")
         for negated in self.negates:
@@ -385,6 +392,41 @@ _DENIAL = re.compile(
 _DENIED_VALUE = re.compile(r"(?:not|never|n['’]t)\b|不是|并非", re.IGNORECASE)
 _DENIAL_DETAIL = "reads like rule {rule}, but denies what it would remember: nothing is kept"
 _PAST_DETAIL = "it reports something past, not a standing fact"
+
+
+# what joins the things of a list: "peanuts and shellfish", "milk, eggs or nuts", 海鲜和花生,
+# 牛奶、鸡蛋
+_LISTED = re.compile(
+    r"\s*(?:,\s*(?:and|or)\s+|,|\band\b|\bor\b|&|、|，|和|跟|及|以及|与|或)\s*", re.IGNORECASE
+)
+
+
+class _Part:
+    """One thing of a listed value, read as if the match had named it alone."""
+
+    def __init__(self, hit: PatternMatch, value: str) -> None:
+        self._hit = hit
+        self._groups = {**hit.groupdict(), "value": value}
+
+    def start(self, group: int = 0) -> int:
+        return self._hit.start(group)
+
+    def end(self, group: int = 0) -> int:
+        return self._hit.end(group)
+
+    def groupdict(self) -> dict[str, str | None]:
+        return dict(self._groups)
+
+
+def _each_listed(rule: RegistrationRule, hit: PatternMatch) -> list[PatternMatch]:
+    """The match, or, for a rule that hears several things, one match per thing listed."""
+    raw = hit.groupdict().get("value")
+    if not rule.several or not raw:
+        return [hit]
+    parts = [p.strip() for p in _LISTED.split(raw) if p and p.strip()]
+    if len(parts) < 2:
+        return [hit]
+    return [_Part(hit, part) for part in parts]
 
 
 def _claimed_end(text: str, hit: PatternMatch) -> int:
@@ -858,13 +900,14 @@ class RuleSet:
                 # name is Anna" (a key taken from the words) still is the user's to keep
                 miss = miss or (Reason.ABOUT_SOMEONE_ELSE, _SOMEONE_ELSE_DETAIL)
                 continue
-            built = self._build(rule, hit, text, occurred_at, zone_name, view, "pattern")
-            if isinstance(built, tuple):
-                miss = miss or built
-                continue
-            if built.draft.key in found:
-                continue
-            found[built.draft.key or ""] = built
+            for part in _each_listed(rule, hit):
+                built = self._build(rule, part, text, occurred_at, zone_name, view, "pattern")
+                if isinstance(built, tuple):
+                    miss = miss or built
+                    continue
+                if built.draft.key in found:
+                    continue
+                found[built.draft.key or ""] = built
             claimed.append((first, last))
         if found:
             return Reading(matches=tuple(found.values()))
