@@ -1293,3 +1293,28 @@ def test_one_of_two_allergies_said_together_can_be_withdrawn_alone() -> None:
 def test_a_rule_that_hears_several_things_needs_a_key_per_thing() -> None:
     with pytest.raises(ValueError, match="several"):
         RegistrationRule(id="x", pattern="(?P<value>a)", type="fact", key="diet", several=True)
+
+
+@pytest.mark.parametrize(
+    ("texts", "key", "value"),
+    [
+        (["记住我的生日是五月三日", "我生日是3月5号"], "生日", "3月5号"),
+        (
+            ["remember my birthday is May 3", "my birthday's on the 5th of March"],
+            "birthday",
+            "the 5th of March",
+        ),
+        (["我穿38的鞋"], "shoe_size", "38"),
+    ],
+)
+def test_a_birthday_said_plainly_updates_the_one_asked_to_remember(
+    texts: list[str], key: str, value: str
+) -> None:
+    assert current(said(*texts), key) == value
+
+
+@pytest.mark.parametrize(
+    "text", ["我的生日是几号？", "what is my birthday?", "My wife's birthday is May 2"]
+)
+def test_a_birthday_asked_about_or_someone_elses_is_no_memory(text: str) -> None:
+    assert memories(run(DictState(), text)) == []
