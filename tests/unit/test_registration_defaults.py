@@ -1318,3 +1318,17 @@ def test_a_birthday_said_plainly_updates_the_one_asked_to_remember(
 )
 def test_a_birthday_asked_about_or_someone_elses_is_no_memory(text: str) -> None:
     assert memories(run(DictState(), text)) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("I can't afford to lose more than 5%", "max_loss", "5%"),
+        ("I'd like replies in Spanish", "language", "Spanish"),
+        ("I've been vegan for 5 years", "diet", "vegan"),
+    ],
+)
+def test_everyday_ways_of_saying_a_limit_a_language_and_a_diet(
+    text: str, key: str, value: str
+) -> None:
+    assert memories(run(DictState(), text)) == [(key, value)]
