@@ -93,6 +93,16 @@ def conflicts(a: str, b: str) -> list[str]:
         # a verb that only carries its object (offer, give) names nothing of its own
         ("Never offer discounts above 10%", "Discounts above 10% are allowed", "allows"),
         ("Never give refunds without a receipt", "Refunds without a receipt are allowed", "allows"),
+        # a duty and a waiver said with the act's noun (verify, verification)
+        (
+            "Always verify identity before changing the address",
+            "Identity verification is not needed to change the address",
+            "waives",
+        ),
+        # hours and weeks are counted in days; "within" bounds as "at most" does
+        ("Reply to complaints within 24 hours", "Reply to complaints within 2 days", "days"),
+        ("Returns are accepted within 2 weeks", "Returns are accepted within 30 days", "days"),
+        ("退款在48小时内处理", "退款在3天内处理", "days"),
     ],
 )
 def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
@@ -144,6 +154,13 @@ def test_contradicting_constraints_conflict(a: str, b: str, why: str) -> None:
         ("每月最多退货三次", "每月退货不超过3次"),
         ("折扣不能低于八折", "折扣不能低于8折"),
         ("单笔转账限额两万", "单笔转账不得超过2万元"),
+        # the same span in hours, weeks and days
+        ("Reply to complaints within 24 hours", "Reply to complaints within 1 day"),
+        ("Returns are accepted within 2 weeks", "Returns are accepted within 14 days"),
+        ("退款在48小时内处理", "退款在2天内处理"),
+        # a narrower group's own limit beside the general one ("within" is a bound word,
+        # not what is constrained)
+        ("VIP customers can return items within 60 days", "Items can be returned within 30 days"),
     ],
 )
 def test_constraints_that_only_look_alike_do_not_conflict(a: str, b: str) -> None:

@@ -57,7 +57,8 @@ _REQUIRE = re.compile(
 _EXEMPT = re.compile(
     r"不需要|不必|无需|无须|没必要|"
     r"\b(?:need\s+not|needn'?t|(?:do|does)(?:\s+not|n'?t)\s+(?:need|have)\s+to|no\s+need\s+to|"
-    r"(?:is|are)\s+not\s+required\s+to)\b",
+    r"(?:is|are)\s+not\s+required\s+to|(?:is|are)\s+not\s+(?:needed|necessary|required)|"
+    r"(?:isn'?t|aren'?t)\s+(?:needed|necessary|required)|unnecessary|optional)\b",
     re.IGNORECASE,
 )
 # pairs of what two claims do to one action that cannot both hold
@@ -65,7 +66,7 @@ _CONTRADICTING = ({"allow", "deny"}, {"require", "deny"}, {"require", "exempt"})
 # bounds: a limit at most (max) or at least (min)
 _MAX = re.compile(
     r"不超过|不得超过|不能超过|不可超过|最多|以内|以下|上限|限额|封顶|最高|(?:未满|不满|不足)(?=\d)|"
-    r"\b(?:at\s+most|no\s+more\s+than|not\s+(?:to\s+)?exceed|up\s+to|under|below|"
+    r"\b(?:at\s+most|no\s+more\s+than|not\s+(?:to\s+)?exceed|up\s+to|under|below|within|"
     r"max(?:imum)?|limit(?:ed)?\s+to|cap(?:ped)?\s+at)\b",
     re.IGNORECASE,
 )
@@ -91,7 +92,8 @@ _CN_DIGITS = {
 _NUMBER = re.compile(
     r"(?P<cur>[$€£¥])?\s*(?P<num>\d[\d,]*(?:\.\d+)?)\s*(?P<mult>[kK]\b|万|千|百万|亿)?\s*"
     r"(?P<unit>%|％|percent\b|元|块|人民币|美元|dollars?\b|usd\b|rmb\b|euros?\b|pounds?\b|"
-    r"岁|years?\s+old\b|天|days?\b|次|times\b|折)?",
+    r"岁|years?\s+old\b|天|days?\b|小时|个小时|hours?\b|hrs?\b|周|个星期|星期|weeks?\b|"
+    r"次|times\b|折)?",
     re.IGNORECASE,
 )
 _PERCENT_WORDS = re.compile(r"百分之([零〇一二两三四五六七八九十]+)")
@@ -102,7 +104,7 @@ _CN_NUMERAL = re.compile(rf"(?<![\d.第])[{_CN_NUMERALS}][{_CN_NUMERALS}点]*")
 _CN_DIGIT = re.compile(r"[零〇一二两三四五六七八九十]")
 # ... read as a number only when a unit follows it (五千元, 三次, not 一次性) or a bound comes
 # right before it (上限两万, 最多三)
-_UNIT_AFTER = re.compile(r"\s*(?:元|块|人民币|美元|岁|天|次(?!性)|%|％|折)")
+_UNIT_AFTER = re.compile(r"\s*(?:元|块|人民币|美元|岁|天|个?小时|周|个?星期|次(?!性)|%|％|折)")
 _BOUND_BEFORE = re.compile(
     rf"(?:{_MAX.pattern}|{_MIN.pattern}|满)\s*(?:为|是|[:：])?\s*$", re.IGNORECASE
 )
@@ -130,11 +132,25 @@ _UNIT_KIND = {
     "天": "days",
     "day": "days",
     "days": "days",
+    # hours and weeks count in days (24 hours is 1 day, 2 weeks 14 days): "reply within 24
+    # hours" and "reply within 2 days" are two limits of one quantity
+    "小时": "hours",
+    "个小时": "hours",
+    "hour": "hours",
+    "hours": "hours",
+    "hr": "hours",
+    "hrs": "hours",
+    "周": "weeks",
+    "星期": "weeks",
+    "个星期": "weeks",
+    "week": "weeks",
+    "weeks": "weeks",
     "次": "times",
     "times": "times",
     # 八折 (80% of the price), 八五折 or 8.5折 (85%): a discount, read as the share paid
     "折": "discount",
 }
+_IN_DAYS = {"hours": Decimal(1) / Decimal(24), "weeks": Decimal(7)}
 _STOP = frozenset(
     {
         "the",
@@ -165,6 +181,10 @@ _STOP = frozenset(
         # the discounts that "discounts above 10% are allowed" allows
         "offer",
         "give",
+        # when, relative to another act: "verify identity before changing the address"
+        # is about the verification that "verification is not needed to change it" waives
+        "before",
+        "when",
         "provide",
         "grant",
         "每",
@@ -194,6 +214,13 @@ def _stem(word: str) -> str:
     is shar too); exceeds and exceed as exceed."""
     if not word.isascii():
         return word
+    # the act named after its verb: verification, notification -> verify, notify;
+    # confirmation, cancellation -> confirm, cancel
+    if len(word) > 8 and word.endswith("ication"):
+        return word[: -len("ication")] + "y"
+    if len(word) > 7 and word.endswith("ation"):
+        base = word[: -len("ation")]
+        return base[:-1] if base[-1] == base[-2] else base
     if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
         word = word[:-1]
     if not word.endswith("eed"):
@@ -294,6 +321,8 @@ def claim_of(text: str, numbers: Callable[[str], str] | None = None) -> Claim:
         kind = "money" if m.group("cur") else _UNIT_KIND.get(unit, "number")
         if kind == "discount" and value < 10:
             value *= 10  # 8折 and 8.5折 as 80 and 85, as 八五折 reads 85
+        if kind in _IN_DAYS:
+            value, kind = value * _IN_DAYS[kind], "days"
         limits.append((kind, bound, value.normalize()))
     polarity = _polarity(normalized)
     action = _polarity(_MIN.sub(" ", _MAX.sub(" ", normalized)))
