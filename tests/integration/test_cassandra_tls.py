@@ -110,9 +110,31 @@ def test_a_node_the_ca_file_does_not_vouch_for_is_refused(tls: TlsServices, tmp_
     unverified(settings(tls, tmp_path, cassandra_ssl_cafile=other_ca))
 
 
-def test_a_wrong_password_is_refused_and_never_shown(tls: TlsServices, tmp_path: Path) -> None:
-    error = refused(settings(tls, tmp_path, cassandra_password="wrong-password-77"))
+def test_a_wrong_password_is_a_configuration_error_that_never_shows_it(
+    tls: TlsServices, tmp_path: Path
+) -> None:
+    """Retrying cannot mend refused credentials: the start stops at once, naming the
+    setting (they were retried 20 times as STORE_UNAVAILABLE)."""
+    with pytest.raises(InvalidInput) as failed:
+        connect_store(settings(tls, tmp_path, cassandra_password="wrong-password-77")).close()
+    error = failed.value
+    assert (error.code, error.field) == ("CASSANDRA_CREDENTIALS_REFUSED", "cassandra_password")
+    assert "MNEMO_CASSANDRA_PASSWORD" in error.message
     assert "wrong-password-77" not in str(error)
+    assert "wrong-password-77" not in error.message
+
+
+def test_no_login_where_the_cluster_requires_one_names_the_setting(
+    tls: TlsServices, tmp_path: Path
+) -> None:
+    with pytest.raises(InvalidInput) as failed:
+        connect_store(
+            settings(tls, tmp_path, cassandra_username=None, cassandra_password=None)
+        ).close()
+    assert (failed.value.code, failed.value.field) == (
+        "CASSANDRA_CREDENTIALS_REFUSED",
+        "cassandra_username",
+    )
 
 
 def test_without_tls_the_node_refuses(tls: TlsServices, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
 
-from cassandra import ConsistencyLevel
+from cassandra import AuthenticationFailed, ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
 from cassandra.concurrent import execute_concurrent
@@ -122,6 +122,7 @@ class _Connection:
                     session = cluster.connect()
             except Unavailable as exc:
                 _refuse_unverified_nodes(exc)
+                _refuse_refused_credentials(exc, username is not None)
                 raise
             return cls(
                 session,
@@ -255,6 +256,29 @@ def _unverified(error: object) -> bool:
     return isinstance(error, ssl.SSLCertVerificationError) or (
         isinstance(error, BaseException) and "CERTIFICATE_VERIFY_FAILED" in str(error)
     )
+
+
+def _refuse_refused_credentials(exc: Unavailable, sent: bool) -> None:
+    """A connection every node refused for its credentials (a wrong user or password, or
+    none where the cluster requires them) is a configuration error naming the setting:
+    retrying cannot mend it either. The password is never in the message."""
+    cause = exc.__cause__
+    if not isinstance(cause, NoHostAvailable) or not cause.errors:
+        return
+    if all(isinstance(e, AuthenticationFailed) for e in cause.errors.values()):
+        if sent:
+            raise InvalidInput(
+                "Cassandra refused the credentials of MNEMO_CASSANDRA_USERNAME and "
+                "MNEMO_CASSANDRA_PASSWORD: set a role the cluster knows, with its password",
+                code="CASSANDRA_CREDENTIALS_REFUSED",
+                field="cassandra_password",
+            ) from None
+        raise InvalidInput(
+            "Cassandra requires a login: set MNEMO_CASSANDRA_USERNAME and "
+            "MNEMO_CASSANDRA_PASSWORD",
+            code="CASSANDRA_CREDENTIALS_REFUSED",
+            field="cassandra_username",
+        ) from None
 
 
 def _refuse_unverified_nodes(exc: Unavailable) -> None:
