@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.conn import create_conn
+from aiokafka.errors import KafkaError, SaslAuthenticationFailed, TopicAlreadyExistsError
 
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Coordinates, LogRecord, LogTopic
@@ -196,6 +197,7 @@ def ensure_topics(
         )
     except KafkaError as exc:
         _refuse_unverified_brokers(config)
+        _refuse_refused_login(config)
         raise _unavailable(exc) from exc
 
 
@@ -230,6 +232,50 @@ def _refuse_unverified_brokers(config: KafkaConfig, timeout: float = 5.0) -> Non
         code="TLS_CONFIG_INVALID",
         field="kafka_ssl_cafile",
     ) from None
+
+
+def _refuse_refused_login(config: KafkaConfig, timeout_ms: int = 5_000) -> None:
+    """After a failed first contact with SASL: log in to each bootstrap broker directly.
+    When every one answers and refuses the credentials, retrying cannot mend it (the client
+    only reports that it could not bootstrap): a configuration error naming the setting.
+    A broker that does not answer, or that takes the login, leaves the failure an outage.
+    The password is never in the message."""
+    if not config.sasl_mechanism:
+        return
+    options = config.client_options()
+    servers = [s.strip() for s in config.bootstrap.split(",") if s.strip()]
+
+    async def refused(server: str) -> bool:
+        host, _, port = server.rpartition(":")
+        try:
+            conn = await create_conn(
+                host.strip("[]"),
+                int(port),
+                request_timeout_ms=timeout_ms,
+                ssl_context=options.get("ssl_context"),
+                security_protocol=config.security_protocol,
+                sasl_mechanism=config.sasl_mechanism,
+                sasl_plain_username=config.sasl_username,
+                sasl_plain_password=config.sasl_password,
+            )
+        except SaslAuthenticationFailed:
+            return True
+        except (TimeoutError, KafkaError, OSError, ValueError):
+            return False
+        conn.close()
+        return False
+
+    async def every() -> bool:
+        return bool(servers) and all([await refused(server) for server in servers])
+
+    if asyncio.run(every()):
+        raise InvalidInput(
+            "every Kafka broker refused the login of MNEMO_KAFKA_SASL_USERNAME with "
+            "MNEMO_KAFKA_SASL_PASSWORD (and MNEMO_KAFKA_SASL_MECHANISM): set credentials the "
+            "brokers know",
+            code="KAFKA_CREDENTIALS_REFUSED",
+            field="kafka_sasl_password",
+        ) from None
 
 
 class KafkaTopic(LogTopic):
