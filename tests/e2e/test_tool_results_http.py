@@ -87,6 +87,58 @@ def test_a_key_limited_to_named_tools(client: TestClient, platform: Platform) ->
     assert client.post("/v1/tool-results", json=result("fx.rate"), headers=H).status_code == 202
 
 
+def declared(**memory: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "external",
+        "scope": "user",
+        "key": "crm.deal",
+        "value": '{"stage": "closed"}',
+        "content": "crm.get_deal -> closed",
+    }
+    body.update(memory)
+    return {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": "user:C42",
+        "payload": {"memory": body},
+    }
+
+
+@pytest.mark.parametrize(
+    ("memory", "field"),
+    [
+        ({"provenance": {"source_id": "tool:crm.get_deal", "trust": 0.9}}, "provenance.source_id"),
+        ({"tags": ["deal", "tool:crm.get_deal", "tool-result"]}, "tags[1]"),
+    ],
+)
+def test_a_key_limited_to_some_tools_declares_no_memory_as_another_tools_result(
+    client: TestClient, platform: Platform, memory: dict[str, Any], field: str
+) -> None:
+    """A key limited to one tool once declared a memory with another tool's provenance and
+    tags: it read as that tool's result in contexts and superseded that tool's real result
+    under its key, which its own ToolResultRecorded is refused for."""
+    issued = client.post(
+        "/v1/tenants/acme/keys",
+        json={"name": "fx-bot", "scopes": ["memory:write"], "tools": ["fx.rate"]},
+        headers=H,
+    )
+    assert issued.status_code == 201, issued.text
+    limited = auth(issued.json()["key"])
+    head = platform.log.head()
+    refused = client.post("/v1/events", json=declared(**memory), headers=limited)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "TOOL_NOT_ALLOWED"
+    assert refused.json()["error"]["field"] == f"events[0].payload.memory.{field}"
+    assert platform.log.head() == head  # nothing stored
+    # its own tool, and memories that claim no tool, it still declares
+    own = {"provenance": {"source_id": "tool:fx.rate"}, "tags": ["tool:fx.rate"]}
+    assert client.post("/v1/events", json=declared(**own), headers=limited).status_code == 202
+    plain = client.post("/v1/events", json=declared(tags=["deal"]), headers=limited)
+    assert plain.status_code == 202
+    # an unrestricted key records any tool, so it declares any as well
+    assert client.post("/v1/events", json=declared(**memory), headers=H).status_code == 202
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [

@@ -36,6 +36,7 @@ from mnemo.domain.events import (
     ForgetRequested,
     LoggedEvent,
     MemoryCited,
+    MemoryDeclared,
     TemplateRegistered,
     ToolResultRecorded,
     decode_payload,
@@ -45,7 +46,13 @@ from mnemo.domain.events import (
 from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import ContextRecord, Outcome, OutcomeKind, credits_citation
-from mnemo.domain.tool_result import MAX_ARGUMENTS_CHARS, MAX_RESULT_CHARS, canonical_json
+from mnemo.domain.tool_result import (
+    MAX_ARGUMENTS_CHARS,
+    MAX_RESULT_CHARS,
+    TOOL_SOURCE_PREFIX,
+    canonical_json,
+    tool_of,
+)
 from mnemo.domain.triggers import Suggestion, TriggerSet
 from mnemo.handlers import indexing, registration
 from mnemo.handlers.decay import decayed_weight
@@ -192,16 +199,42 @@ def _check_admin_events(ctx: RequestContext, i: int, envelope: Envelope) -> None
 
 
 def _check_tool(ctx: RequestContext, i: int, envelope: Envelope) -> None:
-    """A key limited to some tools records results of those tools only."""
-    if envelope.type != ToolResultRecorded.TYPE or ctx.tools is None:
+    """A key limited to some tools records results of those tools only, and declares no
+    memory that passes for another tool's result: a `tool:<name>` provenance or tag made it
+    read as that tool's result in contexts, and supersede that tool's result under its key."""
+    if ctx.tools is None:
         return
-    tool = envelope.payload.get("tool")
-    if not isinstance(tool, str) or not ctx.allows_tool(tool):
-        raise MnemoError(
-            f"this key may record results of {', '.join(sorted(ctx.tools)) or 'no tool'} only",
-            code="TOOL_NOT_ALLOWED",
-            field=f"events[{i}].payload.tool",
-        )
+    if envelope.type == ToolResultRecorded.TYPE:
+        claims = [("payload.tool", envelope.payload.get("tool"))]
+    elif envelope.type == MemoryDeclared.TYPE:
+        claims = _claimed_tools(envelope.payload.get("memory"))
+    else:
+        return
+    for path, tool in claims:
+        if not isinstance(tool, str) or not ctx.allows_tool(tool):
+            raise MnemoError(
+                f"this key may record results of {', '.join(sorted(ctx.tools)) or 'no tool'} only",
+                code="TOOL_NOT_ALLOWED",
+                field=f"events[{i}].{path}",
+            )
+
+
+def _claimed_tools(memory: object) -> list[tuple[str, str | None]]:
+    """The tools a declared memory names as its source (provenance `tool:<name>`, tags
+    `tool:<name>`), with where; the draft was validated already."""
+    if not isinstance(memory, Mapping):
+        return []
+    claims: list[tuple[str, str | None]] = []
+    provenance = memory.get("provenance")
+    if isinstance(provenance, Mapping):
+        source = provenance.get("source_id")
+        if isinstance(source, str) and source.startswith(TOOL_SOURCE_PREFIX):
+            claims.append(("payload.memory.provenance.source_id", tool_of(source)))
+    tags = memory.get("tags")
+    for n, tag in enumerate(tags if isinstance(tags, list) else []):
+        if isinstance(tag, str) and tag.startswith(TOOL_SOURCE_PREFIX):
+            claims.append((f"payload.memory.tags[{n}]", tag[len(TOOL_SOURCE_PREFIX) :]))
+    return claims
 
 
 class Mnemo:
