@@ -265,6 +265,42 @@ def test_a_trigger_fires_once_per_memory_version(
     assert again.memory_version == 3
 
 
+def test_only_a_result_of_the_suggested_tool_closes_a_suggestion(
+    platform: Platform, clock: FixedClock, tmp_path: Path
+) -> None:
+    """A key limited to fx.rate once closed the CRM suggestion by quoting it on an fx.rate
+    result, and any writer by declaring a memory with the trigger's tags: the agent was then
+    never told to check the CRM."""
+    path = tmp_path / "triggers.yaml"
+    path.write_text(TRIGGERS)
+    platform.app.triggers = load_triggers(path)
+    stage = declare(platform, CLIENT, "stage", "proposal_sent")
+    clock.advance(timedelta(days=1))
+    [suggestion] = platform.app.suggestions(CTX, [CLIENT])
+    quoted = {"trigger_id": suggestion.trigger_id, "memory_id": stage}
+    fx_only = RequestContext("acme", "fx-bot", frozenset({"memory:write"}), frozenset({"fx.rate"}))
+    record(platform, fx_only, tool="fx.rate", trigger=quoted)
+    event = {
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "stream": CLIENT,
+        "payload": {
+            "memory": {
+                "type": "fact",
+                "scope": "user",
+                "content": "the deal was checked",
+                "tags": ["trigger:stale-proposal", f"answers:{stage}", "tool-result"],
+            }
+        },
+    }
+    platform.app.publish(fx_only, [event])
+    platform.runner.drain()
+    assert [s.memory_id for s in platform.app.suggestions(CTX, [CLIENT])] == [stage]
+    # the suggested tool's result closes it
+    record(platform, tool="crm.get_deal", arguments=suggestion.arguments, trigger=quoted)
+    assert platform.app.suggestions(CTX, [CLIENT]) == []
+
+
 def test_an_answer_stays_an_answer_however_many_results_answer_the_memory(
     platform: Platform, clock: FixedClock, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from tests.unit.test_registration import RULES, DictState, event
 
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.events import MemoryRegistered, MemoryRejected, validate_envelope
-from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Provenance, Scope
 from mnemo.domain.pii import SEALED_TEXT
 from mnemo.domain.tool_result import canonical_json, default_key, format_age
 from mnemo.domain.triggers import Condition, Suggest, ToolSpec, Trigger, TriggerSet
@@ -244,11 +244,16 @@ def test_an_answered_suggestion_does_not_fire_again_for_that_version() -> None:
         value="{}",
         memory_id="01a22c55-0000-8000-8000-000000000000",
         tags=("trigger:stale-proposal", f"answers:{m.memory_id}"),
+        provenance=Provenance(source_id="tool:crm.get_deal"),
     )
     assert SET.fired(TRIGGER, m, day, [answer]) is None
     # an answer to another trigger, or to another version, does not count
     other = answer.model_copy(update={"tags": ("trigger:other", f"answers:{m.memory_id}")})
     assert SET.fired(TRIGGER, m, day, [other]) is not None
+    # nor does another tool's result, or a memory of no tool, with the same tags
+    for source in ("tool:fx.rate", None):
+        unlike = answer.model_copy(update={"provenance": Provenance(source_id=source)})
+        assert SET.fired(TRIGGER, m, day, [unlike]) is not None
     newer = memory(memory_id="01a22c56-0000-8000-8000-000000000000", version=2)
     assert SET.fired(TRIGGER, newer, day, [answer]) is not None
 

@@ -6,7 +6,8 @@ suggests; the agent decides. A suggestion names the trigger and the memory versi
 fired it; when the agent records the call's result with that reference
 (`ToolResultRecorded.trigger`), the result's memory carries the tags
 `trigger:<trigger id>` and `answers:<memory id>`, and the trigger does not fire again for
-that memory version (a new version of the memory, a new memory id, can fire it again).
+that memory version (a new version of the memory, a new memory id, can fire it again). Only
+a result of the suggested tool answers it.
 
 Age is measured from the memory's fetch instant (a tool result) or its creation, to the
 instant the suggestions are judged at (`as_of`), as instants: time zones play no part. A
@@ -28,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mnemo.domain.memory import KEY_RE, TAG_RE, Memory, MemoryType
-from mnemo.domain.tool_result import TOOL_NAME_RE, answers_tag, trigger_tag
+from mnemo.domain.tool_result import TOOL_NAME_RE, answers_tag, tool_of, trigger_tag
 
 __all__ = [
     "PLACEHOLDERS",
@@ -257,11 +258,16 @@ class TriggerSet:
     ) -> Suggestion | None:
         """The suggestion `trigger` makes for `memory` at `as_of`, or None: the memory
         must be live, meet the condition, and not be answered already (a memory among
-        `answered` carries this trigger's tag and the `answers:<memory id>` tag)."""
+        `answered` carries this trigger's tag and the `answers:<memory id>` tag, and is a
+        result of the tool the trigger suggests: another tool's result, or a declared memory
+        with those tags, does not close it)."""
         if not memory.is_live(as_of) or not trigger.when.holds(memory, as_of):
             return None
         done = {trigger_tag(trigger.id), answers_tag(memory.memory_id)}
-        if any(done <= set(m.tags) for m in answered):
+        if any(
+            done <= set(m.tags) and tool_of(m.provenance.source_id) == trigger.suggest.tool
+            for m in answered
+        ):
             return None
         return Suggestion(
             trigger_id=trigger.id,
