@@ -233,3 +233,25 @@ def test_oversized_deep_and_broken_bodies_are_refused_with_codes(platform: Platf
         assert odd_query.status_code < 500
         # nothing of it was stored
         assert platform.log.head() == 0
+
+
+def test_the_mcp_endpoint_takes_no_larger_body_than_the_api(platform: Platform) -> None:
+    """/mcp once took 4 MiB bodies (the MCP library's own limit) whatever
+    MNEMO_GATEWAY_MAX_BODY_BYTES said, and refused larger ones in plain text."""
+    install_keys(platform, "acme")
+    h = {
+        **headers_for("acme"),
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Host": "127.0.0.1:8080",
+    }
+    ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "%s"}}'
+    with TestClient(create_app(platform, GatewaySettings(max_body_bytes=64 * 1024))) as client:
+        big = ping % (b"x" * 70_000)
+        for body in (big, iter([big[:40_000], big[40_000:]])):  # declared, and chunked
+            refused = client.post("/mcp", content=body, headers=h)
+            assert refused.status_code == 413, refused.text
+            assert refused.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+        small = client.post("/mcp", content=ping % (b"x" * 60_000), headers=h)
+        assert small.status_code == 200, small.text
+        assert small.json()["result"] == {}

@@ -99,5 +99,5 @@ def create_app(
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP at /mcp; each request's own identity headers reach the API
-    mcp = mount_mcp(app, app.state.gateway_settings.host)
+    mcp = mount_mcp(app, gateway.host, gateway.max_body_bytes)
     return app

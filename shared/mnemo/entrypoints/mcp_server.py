@@ -42,7 +42,7 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemo import __version__
 from mnemo.client import AsyncMnemoClient, MnemoAPIError, _core
@@ -1109,7 +1109,48 @@ class _Endpoint:
             )
             await answer(scope, receive, send)
             return
+        if request.method == "POST":
+            # the API's body limit, before anything parses it (the MCP library's own is 4 MiB)
+            body = await self._body(Request(scope, receive), self.mount.max_body_bytes)
+            if body is None:
+                limit = self.mount.max_body_bytes
+                too_large = JSONResponse(
+                    {"error": {"code": "PAYLOAD_TOO_LARGE", "message": f"body over {limit} bytes"}},
+                    status_code=413,
+                )
+                await too_large(scope, receive, send)
+                return
+            receive = _replayed(body, receive)
         await self.mount.server.session_manager.handle_request(scope, receive, send)
+
+    @staticmethod
+    async def _body(request: Request, limit: int) -> bytes | None:
+        """The request's body, or None when it is over `limit` bytes (declared or sent)."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _replayed(body: bytes, receive: Receive) -> Receive:
+    """A receive channel that hands over `body` once, then the client's own messages."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 class McpMount:
@@ -1117,8 +1158,9 @@ class McpMount:
     starts the streamable-HTTP session manager and the client that calls the API in
     process (through the app itself, so every call takes the same path as any other)."""
 
-    def __init__(self, app: ASGIApp, host: str) -> None:
+    def __init__(self, app: ASGIApp, host: str, max_body_bytes: int = 1_048_576) -> None:
         self.app = app
+        self.max_body_bytes = max_body_bytes
         self.upstream = Upstream(header_identity)
         self.server = build_server(self.upstream)
         loopback = host in LOOPBACK
@@ -1152,9 +1194,10 @@ class McpMount:
                 self.upstream.client = None
 
 
-def mount_mcp(app: Any, host: str = "127.0.0.1") -> McpMount:
+def mount_mcp(app: Any, host: str = "127.0.0.1", max_body_bytes: int = 1_048_576) -> McpMount:
     """Add the streamable-HTTP MCP endpoint at /mcp to a Starlette/FastAPI app. Stateless
-    (every request stands alone, so any gateway replica can answer) and JSON answers."""
-    mount = McpMount(app, host)
+    (every request stands alone, so any gateway replica can answer) and JSON answers; a
+    body over `max_body_bytes` is refused (413 PAYLOAD_TOO_LARGE), as the API refuses it."""
+    mount = McpMount(app, host, max_body_bytes)
     app.router.routes.append(Route(MCP_PATH, endpoint=_Endpoint(mount)))
     return mount
