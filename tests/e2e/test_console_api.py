@@ -659,3 +659,22 @@ def test_every_insight_endpoint_is_documented(world: World) -> None:
         assert item["get"]["summary"], path
         assert item["get"]["tags"] == ["insights"], path
     assert not any(p.startswith("/console") for p in paths)
+
+
+def test_an_audit_key_without_memory_read_sees_no_event_payloads(fresh: World) -> None:
+    """A key holding audit:read alone is refused memories, search and the log
+    (memory:read), yet it once read every event's payload, opened (a user's words, their
+    phone numbers and passwords), through the console's event stream."""
+    install_keys(fresh.platform, "acme", label="auditor", scopes=("audit:read",))
+    auditor = headers_for("acme", "auditor", label="auditor")
+    assert fresh.client.get("/v1/events", headers=auditor).status_code == 403
+    seen = fresh.client.get("/v1/insights/events", params={"limit": 1000}, headers=auditor)
+    assert seen.status_code == 200, seen.text
+    events = seen.json()["events"]
+    assert events
+    assert all(e["payload"] is None for e in events)
+    assert {e["type"] for e in events} >= {"MemoryDeclared", "MemoryRegistered"}
+    # the console's key (memory:read and audit:read) still reads them
+    full = fresh.client.get("/v1/insights/events", params={"limit": 1000}, headers=H).json()
+    assert all(isinstance(e["payload"], dict) for e in full["events"])
+    assert [e["event_id"] for e in full["events"]] == [e["event_id"] for e in events]

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field
 
+from mnemo.domain.access import Scope as KeyScope
 from mnemo.domain.errors import NotFound
 from mnemo.domain.events import LoggedEvent
 from mnemo.domain.memory import Memory
@@ -265,10 +266,12 @@ class EventOut(BaseModel):
     actor: str
     actor_kind: str
     causation_id: str | None
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None = Field(
+        description="the event's payload, opened; null for a key without memory:read"
+    )
 
     @classmethod
-    def of(cls, e: LoggedEvent) -> EventOut:
+    def of(cls, e: LoggedEvent, *, with_payload: bool = True) -> EventOut:
         env = e.envelope
         return cls(
             offset=e.offset,
@@ -280,7 +283,7 @@ class EventOut(BaseModel):
             actor=env.actor.id,
             actor_kind=env.actor.kind.value,
             causation_id=env.causation_id,
-            payload=env.payload,
+            payload=env.payload if with_payload else None,
         )
 
 
@@ -442,7 +445,8 @@ def context(ctx: ReadCtx, insights: InsightsDep, request_id: str) -> ContextOut:
     tags=[TAG],
     summary="The tenant's event stream, filtered (for a live tail)",
     description="Without after_offset: the latest matching events. With it: the first "
-    "matching events after it. Repeat the call with `next` as after_offset to tail.",
+    "matching events after it. Repeat the call with `next` as after_offset to tail. The "
+    "payloads need memory:read as well: for a key without it, `payload` is null.",
 )
 def events(
     ctx: AuditCtx,
@@ -454,8 +458,12 @@ def events(
     actor: Annotated[str | None, Query(max_length=128, description="the actor's id")] = None,
 ) -> EventsOut:
     page = insights.events(ctx, after_offset, limit, types=type or (), stream=stream, actor=actor)
+    # the payloads are the log's content, which memory:read guards everywhere else
+    opened = ctx.allows(KeyScope.MEMORY_READ)
     return EventsOut(
-        events=[EventOut.of(e) for e in page.events], next=page.next, complete=page.complete
+        events=[EventOut.of(e, with_payload=opened) for e in page.events],
+        next=page.next,
+        complete=page.complete,
     )
 
 
