@@ -256,6 +256,37 @@ def test_scopes_tenants_and_forgetting_the_subject(client: TestClient, platform:
     assert (r.status_code, r.json()["error"]["code"]) == (404, "TOOLCHAIN_NOT_FOUND")
 
 
+def test_a_key_without_memory_read_learns_no_output_from_a_write(
+    client: TestClient, platform: Platform
+) -> None:
+    """GET /v1/toolchains/{id} needs memory:read, yet a key holding memory:write alone read
+    every step's output (opened: a card number, a payment link) and the last failure from
+    the state its POSTs answer: by starting the same toolchain again, or recording a step."""
+    install_keys(platform, "acme", label="writer", scopes=("memory:write",))
+    writer = headers_for("acme", label="writer")
+    start(client)
+    assert step(client, PLAN[0], done({"card": "4111 1111 1111 1111"})).status_code == 201
+    assert step(client, PLAN[1], FAILED).status_code == 201
+    assert client.get("/v1/toolchains/pay-1", headers=writer).status_code == 403
+    body = {"toolchain_id": "pay-1", "subject": STREAM, "steps": PLAN}
+    again = client.post("/v1/toolchains", json=body, headers=writer)
+    recorded = client.post(f"/v1/toolchains/pay-1/steps/{PLAN[1]}", json=FAILED, headers=writer)
+    for answer in (again, recorded):
+        assert answer.status_code == 200, answer.text
+        state = answer.json()
+        assert state["duplicate"] is True
+        assert [d["step_id"] for d in state["done"]] == [PLAN[0]]
+        assert state["done"][0]["output"] is None
+        assert state["failed"] is None
+        assert (state["status"], state["next_step"]) == ("failed", PLAN[1])
+        assert "4111" not in answer.text
+        assert "PSP" not in answer.text
+    # a key that may read gets the whole state from its writes
+    full = start(client).json()
+    assert full["done"][0]["output"] == {"card": "4111 1111 1111 1111"}
+    assert full["failed"]["error"]["reason"] == "the PSP timed out"
+
+
 # ---- SIGKILL of the embedded server ----------------------------------------------------
 
 SERVER = """

@@ -38,6 +38,10 @@ FURTHER = {
     ("DELETE", "/v1/tenants/{tenant}/keys/{key_id}"): "a key revokes itself or a key it "
     "could have issued (403 `REVOKE_NOT_ALLOWED`), never the tenant's last active admin key "
     "(409 `LAST_ADMIN_KEY`)",
+    ("POST", "/v1/toolchains"): "without `memory:read`, the state answered holds no "
+    "output and no failure (null)",
+    ("POST", "/v1/toolchains/{toolchain_id}/steps/{step_id}"): "without `memory:read`, the "
+    "state answered holds no output and no failure (null)",
     ("GET", "/v1/insights/events"): "the events' payloads need `memory:read` as well "
     "(without it, `payload` is null)",
     ("POST", "/v1/tool-results"): "a key limited to some tools records only their results "

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.domain.access import Scope as KeyScope
 from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.toolchain import (
@@ -20,6 +21,7 @@ from mnemo.domain.toolchain import (
     ToolchainId,
 )
 from mnemo.service import toolchains
+from mnemo.service.app import RequestContext
 from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, checked_as_of, settings_of
 
 router = APIRouter(tags=["toolchains"])
@@ -77,8 +79,16 @@ class ToolchainOut(BaseModel):
     )
 
 
-def _answer(recorded: toolchains.Recorded, mnemo: Any, status: int) -> JSONResponse:
+def _answer(
+    recorded: toolchains.Recorded, mnemo: Any, status: int, ctx: RequestContext
+) -> JSONResponse:
     body = toolchains.view(recorded.state, mnemo.clock.now())
+    if not ctx.allows(KeyScope.MEMORY_READ):
+        # reading a state's outputs and failure needs memory:read (GET); a write answers
+        # a key without it the plan and the progress only
+        for done in body["done"]:
+            done["output"] = None
+        body["failed"] = None
     body["duplicate"] = recorded.duplicate
     return JSONResponse(body, status_code=200 if recorded.duplicate else status)
 
@@ -110,7 +120,7 @@ async def start(ctx: WriteCtx, mnemo: App, body: Body, request: Request) -> JSON
             timeout=timeout,
         )
     )
-    return _answer(recorded, mnemo, 201)
+    return _answer(recorded, mnemo, 201, ctx)
 
 
 @router.post(
@@ -156,7 +166,7 @@ async def step(
             timeout=timeout,
         )
     )
-    return _answer(recorded, mnemo, 201)
+    return _answer(recorded, mnemo, 201, ctx)
 
 
 @router.get(
