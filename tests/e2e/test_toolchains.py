@@ -287,6 +287,35 @@ def test_a_key_without_memory_read_learns_no_output_from_a_write(
     assert full["failed"]["error"]["reason"] == "the PSP timed out"
 
 
+def test_a_rebuild_after_forgetting_the_subject_gives_the_live_read_models(
+    client: TestClient, platform: Platform
+) -> None:
+    """Forgetting the user shreds their key: a rebuild reads every step's output and every
+    failure's reason as the redaction marker, and still decides each step as it was decided
+    live (the outcomes are read models too)."""
+    start(client)
+    assert step(client, "create_order", done({"order_id": "O-9"})).status_code == 201
+    assert step(client, "payment_link", FAILED).status_code == 201
+    other = {**FAILED, "error": {**FAILED["error"], "reason": "the PSP said no"}}
+    assert step(client, "payment_link", other).json()["failed"]["attempts"] == 2
+    ids = [
+        e.envelope.event_id
+        for e in platform.log.read_stream("acme", STREAM, 1, 100)
+        if e.envelope.type.startswith("ToolchainStep")
+    ]
+    assert len(ids) == 3
+    forget = {"type": "ForgetRequested", "schema_version": 1, "stream": STREAM, "payload": {}}
+    assert client.post("/v1/events?wait=registered", json=forget, headers=H).status_code == 202
+    platform.runner.drain()
+    live = {i: platform.store.outcome("acme", i) for i in ids}
+    assert all([o.kind.value for o in v] == ["applied"] for v in live.values())
+    checksum = platform_checksum(platform)
+    head = platform.log.head()
+    assert rebuild_read_models(platform) == checksum
+    assert {i: platform.store.outcome("acme", i) for i in ids} == live
+    assert platform.log.head() == head  # a rebuild appends nothing
+
+
 # ---- SIGKILL of the embedded server ----------------------------------------------------
 
 SERVER = """

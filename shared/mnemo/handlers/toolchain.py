@@ -11,7 +11,9 @@ toolchain read model, and the decay consumer's expiry timers.
   ToolchainExpired at the due instant, on the toolchain's stream.
 
 Every decision depends only on the toolchain's own events, which all lie on its stream:
-a rebuild, in the stream's order, decides the same.
+a rebuild, in the stream's order, decides the same. Once the subject is forgotten (its key
+shredded), a step's output and a failure's reason read as the redaction marker: what was
+decided on the words is decided again without them (`_step`), the way it was decided live.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mnemo.domain.events import (
     decode_payload,
 )
 from mnemo.domain.ids import derived_id
+from mnemo.domain.pii import REDACTED
 from mnemo.domain.projection import (
     DropTimer,
     DropToolchain,
@@ -218,18 +221,33 @@ def check_step(
     return None
 
 
+def redacted(payload: ToolchainStepCompleted | ToolchainStepFailed) -> bool:
+    """Whether the step's content reads as the redaction marker: sealed on a user stream
+    whose key was shredded when the subject was forgotten, so no one can read it again."""
+    if isinstance(payload, ToolchainStepCompleted):
+        return payload.output == REDACTED
+    return REDACTED in (payload.error.reason, payload.error.field)
+
+
 def _step(
     event: Envelope,
     current: ToolchainState | None,
     payload: ToolchainStepCompleted | ToolchainStepFailed,
 ) -> Decision:
     completed = isinstance(payload, ToolchainStepCompleted)
-    if isinstance(payload, ToolchainStepCompleted):
-        # checked at the edge; again here, opened, for a record sealed before it was read
+    unreadable = redacted(payload)
+    if isinstance(payload, ToolchainStepCompleted) and not unreadable:
+        # checked at the edge; again here, opened, for a record sealed before it was read.
+        # A redacted output was read live, before its key was shredded (a rebuild after
+        # the subject's forget): the marker is not its content, and not a JSON problem
         problem_ = json_text_problem(payload.output)
         if problem_ is not None:
             return _refused(event, *problem_)
-    digest = step_digest(payload)
+    # a redacted record is compared as the content it was: its own, equal to no other
+    # record's (the routes append a step's outcome only when it differs from the one
+    # recorded, so the log holds no record that was a duplicate of another); otherwise
+    # every failure of a forgotten subject would collapse into the first one
+    digest = content_digest("redacted", event.event_id) if unreadable else step_digest(payload)
     problem = check_step(
         current, event.stream, payload.step_id, digest, completed, event.occurred_at
     )
