@@ -7,6 +7,7 @@ The consumers' partition processors are driven in-process (tests/distributed_sup
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,11 +15,12 @@ import pytest
 from tests.distributed_support import Pump, distributed_settings, running_distributed
 
 from mnemo.bootstrap import Platform
+from mnemo.domain.errors import MnemoError, NotFound
 from mnemo.domain.events import Actor, ActorKind, Envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.projection import OutcomeKind
 from mnemo.service.app import RequestContext
-from mnemo.service.context import ContextRequest
+from mnemo.service.context import ContextRequest, Feedback
 
 CTX = RequestContext("acme", "agent")
 S = "user:C1"
@@ -148,3 +150,62 @@ def test_a_citation_sent_right_after_assembly_counts(platform: Platform) -> None
     ]
     assert reasons == [["CITATION_NOT_IN_CONTEXT"], ["CONTEXT_NOT_FOUND"]]
     assert cited(platform, other) == 0
+
+
+def test_an_answer_reported_right_after_assembly_finds_its_context(platform: Platform) -> None:
+    """The consumers record a context after the gateway assembled it: a report that comes
+    before them waits, within its budget, for the registrar to pass what the log held
+    when it came, instead of answering CONTEXT_NOT_FOUND for a context the log holds."""
+    pump = Pump(platform)
+    memory_id = declared(platform, pump, "the customer's invoices go to the Shanghai office")
+    request_id = assembled(platform, memory_id)
+    assert platform.store.context_record("acme", request_id) is None
+    answers: list[object] = []
+
+    def report() -> None:
+        try:
+            answers.append(
+                platform.app.report(
+                    CTX, request_id, f'Shanghai <memory_ref id="{memory_id}"/>', timeout=120
+                )
+            )
+        except MnemoError as exc:
+            answers.append(exc)
+
+    reporter = threading.Thread(target=report)
+    reporter.start()
+    pump.drain()  # the consumers catch up while the report waits (or before it looks)
+    reporter.join(180)
+    assert not reporter.is_alive()
+    [answer] = answers
+    assert isinstance(answer, Feedback), answer
+    assert answer.cited == [(memory_id, "end")]
+    pump.drain()
+    assert cited(platform, memory_id) == 1
+
+
+def test_a_report_on_an_unknown_context_is_not_found_in_its_tenant(platform: Platform) -> None:
+    pump = Pump(platform)
+    memory_id = declared(platform, pump, "the customer renews in March")
+    request_id = assembled(platform, memory_id)
+    pump.drain()
+    # another tenant's context, and ids no context was assembled under: 404 once the
+    # registrar has passed what the log held (a recent id), or at once (an old one)
+    waits: list[float] = []
+    progress = platform.app.progress
+    assert progress is not None
+    caught_up = progress.caught_up
+
+    def counted(timeout: float) -> bool:
+        waits.append(timeout)
+        return caught_up(timeout)
+
+    progress.caught_up = counted  # type: ignore[method-assign]
+    other = RequestContext("globex", "agent")
+    recent = new_event_id(platform.runner.clock.now())
+    old = "019ad4f0-8000-7000-8000-0000000000c9"  # 2025: recorded long ago, or never
+    for ctx, rid in ((other, request_id), (CTX, recent), (CTX, old), (CTX, "not-an-id")):
+        with pytest.raises(NotFound) as caught:
+            platform.app.report(ctx, rid, "an answer")
+        assert caught.value.code == "CONTEXT_NOT_FOUND"
+    assert len(waits) == 2  # the recent ids waited for the registrar; the others did not

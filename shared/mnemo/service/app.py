@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from mnemo.domain import replica
-from mnemo.domain.acceptance import accept, publication_digest
+from mnemo.domain.acceptance import MAX_CLOCK_SKEW, accept, publication_digest
 from mnemo.domain.context import ContextTemplate, score_candidate
 from mnemo.domain.edge import EDGE
 from mnemo.domain.errors import (
@@ -43,7 +43,7 @@ from mnemo.domain.events import (
     error_path,
     validate_envelope,
 )
-from mnemo.domain.ids import new_event_id, valid_stream, valid_tenant
+from mnemo.domain.ids import id_time, new_event_id, valid_stream, valid_tenant
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType, Scope
 from mnemo.domain.projection import ContextRecord, Outcome, OutcomeKind, credits_citation
 from mnemo.domain.tool_result import (
@@ -137,10 +137,20 @@ class Progress(Protocol):
 
     def wait(self, accepted: Sequence[Appended], indexed: bool, timeout: float) -> bool: ...
 
+    def caught_up(self, timeout: float) -> bool:
+        """Until the registrar has handled every record the log held when this was called
+        (False when the timeout passed first)."""
+        ...
+
     def refused(self, accepted: Sequence[Appended]) -> dict[str, str]:
         """{event_id: code} of the accepted records the sequencer refused on its own
         without an outcome of theirs (another event under a reused id), once it decided."""
         ...
+
+
+# how long after its assembly a context's record may still be on its way to the read model
+# in the distributed mode (a report of an older id that finds none is answered at once)
+RECORDING_WINDOW = timedelta(minutes=10)
 
 
 class Wait(StrEnum):
@@ -451,6 +461,17 @@ class Mnemo:
                 record = self.store.context_record(tenant, request_id)
         return record
 
+    def _recently_assembled(self, request_id: str) -> bool:
+        """Whether a context under this request id may have been assembled so recently that
+        the registrar has not recorded it yet: a request id is the UUIDv7 of its assembly,
+        stamped by the gateway's clock. Any other id, or an older one, was recorded long
+        since or never was, and is answered without waiting."""
+        at = id_time(request_id)
+        if at is None:
+            return False
+        now = self.clock.now()
+        return now - RECORDING_WINDOW <= at <= now + MAX_CLOCK_SKEW
+
     def _seal_all(
         self,
         ctx: RequestContext,
@@ -738,7 +759,13 @@ class Mnemo:
         timeout: float = 5.0,
     ) -> Feedback:
         """Record the model's answer to an assembled context (citations, corrections)."""
-        self._context_record(ctx.tenant, request_id, timeout)
+        record = self._context_record(ctx.tenant, request_id, timeout)
+        if record is None and self.progress is not None and self._recently_assembled(request_id):
+            # distributed: the consumers record a context after the gateway appended it,
+            # so a report sent right after assembly can come first. Once the registrar has
+            # passed everything the log held when the report came, the record is there,
+            # or no context was assembled under that id (in this tenant)
+            self.progress.caught_up(timeout)
         if self.sealer is not None and correction:  # the correction becomes a logged reason
             correction = self.sealer.mask_text(correction)
         return self.contexts.report(

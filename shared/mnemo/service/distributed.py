@@ -890,6 +890,18 @@ class PartitionProgress:
             {position_name(indexing.CONSUMER, p): ends.get(p, 0) for p in needed}, deadline
         )
 
+    def caught_up(self, timeout: float) -> bool:
+        """Until the registrar has handled every record each partition held when called."""
+        deadline = time.monotonic() + timeout
+        try:
+            ends = self.topic.end_offsets()
+        except Unavailable:
+            return False
+        return self._until(
+            {position_name(registration.CONSUMER, p): o for p, o in ends.items() if o > 0},
+            deadline,
+        )
+
     def lag(self) -> dict[str, dict[int, int]]:
         """Records each consumer still has to read, per partition."""
         ends = self.topic.end_offsets()
