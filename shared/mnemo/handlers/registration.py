@@ -70,7 +70,7 @@ from mnemo.domain.memory import (
     expiry,
     occurrence_hash,
 )
-from mnemo.domain.pii import placeholder_refs
+from mnemo.domain.pii import REDACTED, placeholder_refs
 from mnemo.domain.projection import (
     BumpStats,
     ContextRecord,
@@ -888,6 +888,8 @@ def handle(
         payload = decode_payload(event)
     except (ValidationError, KeyError, ValueError) as exc:
         return _reject(event, 0, "INVALID_PAYLOAD", str(exc).splitlines()[0][:300])
+    if _words_gone(payload):
+        return _decided_without_words(event, state, payload)
     if isinstance(payload, MemoryDeclared):
         return _register(event, state, payload.memory, 0, None)
     if isinstance(payload, ObservationRecorded):
@@ -950,6 +952,56 @@ def handle(
     if isinstance(payload, FeedbackRelayed):
         return _relayed(event, state, payload)
     return _usage(event, payload, state)
+
+
+def _words_gone(payload: EventPayload) -> bool:
+    """Whether a command's words read as the redaction marker: sealed on a stream whose key
+    was shredded (its subject, or the tenant, forgotten), so no one can read them again.
+    An observation that is an action carries no words to remember."""
+    if isinstance(payload, MemoryDeclared):
+        return payload.memory.content == REDACTED
+    if isinstance(payload, ToolResultRecorded):
+        return payload.result == REDACTED
+    if isinstance(payload, ObservationRecorded):
+        return payload.kind == "turn" and payload.text == REDACTED
+    return False
+
+
+def _decided_without_words(
+    event: Envelope, state: RegistrationState, payload: EventPayload
+) -> Decision:
+    """A command whose words are gone and that has no consequences in the log: a rebuild
+    after its subject's forget (or a registrar that reads it after the forget). It
+    registers nothing and emits nothing (a memory made of redaction markers, appended to a
+    forgotten stream, is what a rebuild must never add). Decided while readable, such a
+    command registered nothing either: it was a duplicate of an active memory, found here
+    again under its key when it has one (the keys stand in the log as keyed hashes, the
+    same in the command and in the memory it duplicated); one without a key cannot be told
+    apart any more, and is IGNORED with CONTENT_FORGOTTEN."""
+    key: str | None = None
+    if isinstance(payload, MemoryDeclared):
+        key = payload.memory.key
+    elif isinstance(payload, ToolResultRecorded):
+        key = payload.key
+    current = state.current_for_key(event.tenant, event.stream, key) if key else None
+    if current is not None:
+        return Decision(
+            writes=[
+                _outcome(
+                    event,
+                    0,
+                    OutcomeKind.DUPLICATE,
+                    memory_id=current.memory_id,
+                    version=current.version,
+                )
+            ]
+        )
+    detail = "its words were forgotten before they could be decided on again"
+    return Decision(
+        writes=[
+            _outcome(event, 0, OutcomeKind.IGNORED, reason_code="CONTENT_FORGOTTEN", detail=detail)
+        ]
+    )
 
 
 def wrapped_digest(wrapped_key: str) -> str:
