@@ -1,8 +1,8 @@
 """A rebuild after a user's forget: the user's key is shredded, so every word the log holds
 for them reads as the redaction marker when the consumers replay it. Commands that were
-decided on those words (a duplicate declaration, a duplicate tool result) must be decided
-as they were live, and never registered again from the marker: a rebuild appends nothing
-to the log and gives the live read models (the same checksum)."""
+decided on those words (a duplicate declaration, a duplicate tool result, a citation of a
+context) must be decided as they were live, and never registered again from the marker: a
+rebuild appends nothing to the log and gives the live read models (the same checksum)."""
 
 from __future__ import annotations
 
@@ -76,11 +76,25 @@ def test_duplicates_decided_live_are_decided_the_same_in_a_rebuild(
     publish(client, "ToolResultRecorded", result)
     assert outcomes(platform, publish(client, "ToolResultRecorded", result))[0][0] == "duplicate"
     publish(client, "ObservationRecorded", {"text": "Thanks!", "kind": "turn"}, version=2)
+    # a context cites the memory: the citation's request id is sealed with the user's words
+    memory_id = outcomes(platform, first)[0][1]
+    assembled = client.post("/v1/context", json={"subjects": [STREAM]}, headers=H).json()
+    request_id = assembled["request_id"]
+    answer = {"response": f'Green tea <memory_ref id="{memory_id}"/>'}
+    reported = client.post(f"/v1/context/{request_id}/response", json=answer, headers=H)
+    assert reported.json()["cited"] == [{"memory_id": memory_id, "position": "end"}]
+    platform.runner.drain()
+    record = platform.store.context_record("acme", request_id)
+    assert record is not None
+    assert record.credited_by(memory_id) is not None
     forget(client, platform)
     live = platform_checksum(platform)
     head = platform.log.head()
     assert rebuild_read_models(platform) == live
     assert platform.log.head() == head
+    rebuilt = platform.store.context_record("acme", request_id)
+    assert rebuilt is not None
+    assert rebuilt.credited == record.credited
 
 
 def test_a_rebuild_registers_nothing_from_words_it_cannot_read(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -9,6 +10,7 @@ from enum import StrEnum
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.document_index import DocumentRecord, EntityRow
 from mnemo.domain.memory import Memory, MemoryStatus
+from mnemo.domain.pii import REDACTED
 from mnemo.domain.toolchain import ToolchainState
 
 __all__ = [
@@ -180,6 +182,23 @@ def credits_citation(record: ContextRecord | None, stream: str, memory_id: str) 
     stream and included the memory. A citation of a memory the model never saw (or one
     that names no context) moves no weight, trust or count."""
     return record is not None and record.stream == stream and memory_id in record.memory_ids
+
+
+_STAND_IN_ID = re.compile(r"h[0-9a-f]{16}")
+
+
+def cited_context_ids(request_id: str | None, causation_id: str | None) -> tuple[str, ...]:
+    """The request ids under which to look up the context a citation names: its own
+    `request_id`, and, when that reads as a keyed stand-in or the redaction marker (the
+    citation's words shredded with its subject's key: a rebuild after a forget), the
+    context event that Mnemo names as the citation's cause (its id is the context's request
+    id, an event id, which stands in clear in the log)."""
+    if request_id is None:
+        return ()
+    unreadable = request_id == REDACTED or bool(_STAND_IN_ID.fullmatch(request_id))
+    if unreadable and causation_id is not None and causation_id != request_id:
+        return (request_id, causation_id)
+    return (request_id,)
 
 
 def citation_refusal(record: ContextRecord | None, stream: str, memory_id: str) -> str | None:

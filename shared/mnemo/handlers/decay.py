@@ -65,6 +65,7 @@ from mnemo.domain.projection import (
     PutWeight,
     Timer,
     Write,
+    cited_context_ids,
     credits_citation,
 )
 from mnemo.handlers import Decision, emit, toolchain
@@ -340,9 +341,11 @@ def _genuine(event: Envelope, state: DecayState, cited: MemoryCited) -> bool:
     memory in that context, whatever the event ids of the repeats (the relay to the
     memory's own stream is made after this check). The decay consumer reads an event only
     after the registrar has handled it, so the registrar's choice is on the record."""
-    if cited.request_id is None:
-        return False
-    record = state.context_record(event.tenant, cited.request_id)
+    record = None
+    for request_id in cited_context_ids(cited.request_id, event.causation_id):
+        record = state.context_record(event.tenant, request_id)
+        if record is not None:
+            break
     return (
         credits_citation(record, event.stream, cited.memory_id)
         and record is not None

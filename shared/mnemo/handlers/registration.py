@@ -86,6 +86,7 @@ from mnemo.domain.projection import (
     SetStatus,
     Write,
     citation_refusal,
+    cited_context_ids,
 )
 from mnemo.domain.rules import ExampleSelector, Reading, RuleMatch, RuleSet, zone_of
 from mnemo.domain.sealed import EncryptionBlock
@@ -662,11 +663,7 @@ def _cited(event: Envelope, state: RegistrationState, cited: MemoryCited) -> Dec
     topic picks its own ids), one context credits a memory once. The context is on the
     citation's stream, whose order the log keeps, so it is recorded before the citation is
     read; a citation that arrives without one is refused with its reason."""
-    record = (
-        state.context_record(event.tenant, cited.request_id)
-        if cited.request_id is not None
-        else None
-    )
+    record = _cited_context(event, state, cited)
     refusal = citation_refusal(record, event.stream, cited.memory_id)
     if refusal is not None:
         detail = f"the citation of {cited.memory_id} in context {cited.request_id} moves nothing"
@@ -697,6 +694,17 @@ def _cited(event: Envelope, state: RegistrationState, cited: MemoryCited) -> Dec
     known = _of_stream(event, state, (cited.memory_id,))
     writes += [BumpStats(event.tenant, m, event.occurred_at, cited=1) for m in known]
     return Decision(writes=writes)
+
+
+def _cited_context(
+    event: Envelope, state: RegistrationState, cited: MemoryCited
+) -> ContextRecord | None:
+    """The record of the context a citation names (after a forget, through its cause)."""
+    for request_id in cited_context_ids(cited.request_id, event.causation_id):
+        record = state.context_record(event.tenant, request_id)
+        if record is not None:
+            return record
+    return None
 
 
 def _of_stream(event: Envelope, state: RegistrationState, memory_ids: Sequence[str]) -> list[str]:

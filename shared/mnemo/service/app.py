@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -147,6 +148,9 @@ class Progress(Protocol):
         without an outcome of theirs (another event under a reused id), once it decided."""
         ...
 
+
+# a context's request id: the id of its ContextAssembled event, a UUIDv7 made by Mnemo
+_CONTEXT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 # how long after its assembly a context's record may still be on its way to the read model
 # in the distributed mode (a report of an older id that finds none is answered at once)
@@ -415,13 +419,20 @@ class Mnemo:
                 code="CITATION_WITHOUT_CONTEXT",
                 field=f"events[{i}].payload.request_id",
             )
+        # its cause is the context (the context's event id is its request id, in clear in
+        # the log): the request id is sealed on a user stream, and a rebuild after the
+        # user's forget finds the context through the cause (projection.cited_context_ids)
+        cause = envelope.causation_id or (
+            cited.request_id if _CONTEXT_ID.fullmatch(cited.request_id) else None
+        )
         record = self._context_record(ctx.tenant, cited.request_id)
         if record is None and self._context_pending(ctx.tenant, cited.request_id):
             return envelope.model_copy(
                 update={
                     "event_id": citation_event_id(
                         ctx.tenant, cited.request_id, cited.memory_id, None
-                    )
+                    ),
+                    "causation_id": cause,
                 }
             )
         if record is None:
@@ -437,7 +448,11 @@ class Mnemo:
                 field=f"events[{i}].payload.memory_id",
             )
         return envelope.model_copy(
-            update={"stream": record.stream, "event_id": citation_id(record, cited.memory_id)}
+            update={
+                "stream": record.stream,
+                "event_id": citation_id(record, cited.memory_id),
+                "causation_id": envelope.causation_id or record.event_id,
+            }
         )
 
     def _context_pending(self, tenant: str, request_id: str) -> bool:

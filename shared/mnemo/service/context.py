@@ -947,6 +947,10 @@ class ContextAssembler:
                     payload,
                     _feedback_id(record, assembled_at, basis, payload),
                     now,
+                    # a citation's cause is its context: the request id it names is sealed
+                    # on a user stream, the context's event id is not (a rebuild after the
+                    # user's forget finds the context through it)
+                    record.event_id if isinstance(payload, MemoryCited) else None,
                 )
                 for payload in events
             ]
@@ -998,10 +1002,17 @@ def _feedback_id(
 
 
 def _envelope(
-    tenant: str, stream: str, principal: str, payload: EventPayload, event_id: str, at: datetime
+    tenant: str,
+    stream: str,
+    principal: str,
+    payload: EventPayload,
+    event_id: str,
+    at: datetime,
+    causation_id: str | None = None,
 ) -> Envelope:
     return Envelope(
         event_id=event_id,
+        causation_id=causation_id,
         type=payload.TYPE,
         schema_version=payload.VERSION,
         tenant=tenant,
