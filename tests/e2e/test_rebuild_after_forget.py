@@ -114,3 +114,22 @@ def test_a_rebuild_registers_nothing_from_words_it_cannot_read(
     assert (counts["memories_forgotten"], counts["memories_active"]) == (1, 0)
     assert list(platform.index.ids()) == []
     assert outcomes(platform, again) == [("ignored", None, "CONTENT_FORGOTTEN")]
+
+
+def test_a_document_ingested_again_appends_nothing_in_a_rebuild(
+    client: TestClient, platform: Platform
+) -> None:
+    """The same document ingested twice into one stream: the second registered nothing
+    live. After the user's forget its bytes and words are gone; a rebuild decides it
+    without them and appends no rejection to the forgotten stream."""
+    text = b"Party A: Acme Ltd.\n\nClause 8.2 A penalty of 6% of the amount applies.\n"
+    params = {"subject": STREAM, "filename": "c.txt", "wait": "registered"}
+    for _ in range(2):
+        r = client.post("/v1/documents", params=params, content=text, headers=H)
+        assert r.status_code in (200, 201, 202), r.text
+    platform.runner.drain()
+    forget(client, platform)
+    head = platform.log.head()
+    rebuild_read_models(platform)
+    assert platform.log.head() == head
+    assert platform.store.counts()["memories_active"] == 0

@@ -972,6 +972,9 @@ def _words_gone(payload: EventPayload) -> bool:
         return payload.result == REDACTED
     if isinstance(payload, ObservationRecorded):
         return payload.kind == "turn" and payload.text == REDACTED
+    if isinstance(payload, DocumentIngested):
+        # its bytes went with the key (and the blob): every section is gone with them
+        return payload.filename == REDACTED
     return False
 
 
