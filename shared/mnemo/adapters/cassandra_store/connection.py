@@ -274,8 +274,7 @@ def _refuse_refused_credentials(exc: Unavailable, sent: bool) -> None:
                 field="cassandra_password",
             ) from None
         raise InvalidInput(
-            "Cassandra requires a login: set MNEMO_CASSANDRA_USERNAME and "
-            "MNEMO_CASSANDRA_PASSWORD",
+            "Cassandra requires a login: set MNEMO_CASSANDRA_USERNAME and MNEMO_CASSANDRA_PASSWORD",
             code="CASSANDRA_CREDENTIALS_REFUSED",
             field="cassandra_username",
         ) from None
