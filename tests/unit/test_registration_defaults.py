@@ -588,7 +588,6 @@ def test_a_second_allergy_stands_beside_the_first() -> None:
         ("I don't want coffee today", "dislike.coffee"),
         ("I'm on vacation until Friday, don't call me", "avoid.call"),
         ("这两天我不想吃辣", "avoid.辣"),
-        ("这两天别给我打电话", "avoid.电话"),
     ],
 )
 def test_a_negated_or_passing_wish_is_never_a_standing_memory(text: str, key: str) -> None:
@@ -1332,3 +1331,40 @@ def test_everyday_ways_of_saying_a_limit_a_language_and_a_diet(
     text: str, key: str, value: str
 ) -> None:
     assert memories(run(DictState(), text)) == [(key, value)]
+
+
+# ---- a "don't" for a while ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "lasts"),
+    [
+        ("暂时别给我推荐基金", "avoid.基金", timedelta(hours=24)),
+        ("这两天别给我打电话", "avoid.电话", timedelta(hours=24)),
+        ("最近别给我推荐基金了", "avoid.基金", timedelta(days=7)),
+        ("最近胃不好，先别给我推荐辣的", "avoid.辣", timedelta(days=7)),
+        ("don't recommend funds for now", "avoid.funds", timedelta(hours=24)),
+    ],
+)
+def test_a_dont_for_a_while_lapses_with_the_time_it_names(
+    text: str, key: str, lasts: timedelta
+) -> None:
+    [memory] = [m for m in registered(run(DictState(), text)) if m.type is not MemoryType.HISTORY]
+    assert memory.key == key
+    assert memory.valid_until == T0 + lasts
+
+
+@pytest.mark.parametrize("text", ["这周别给我打电话", "no calls this week please"])
+def test_a_dont_for_this_week_lapses_at_its_end(text: str) -> None:
+    [memory] = [m for m in registered(run(DictState(), text)) if m.type is not MemoryType.HISTORY]
+    assert memory.key in ("avoid.电话", "avoid.calls")
+    assert memory.valid_until is not None
+    assert T0 < memory.valid_until <= T0 + timedelta(days=7)
+
+
+@pytest.mark.parametrize(
+    "text", ["以后别给我推荐基金了", "please don't send me newsletters until March"]
+)
+def test_a_standing_dont_or_one_until_a_day_is_no_dont_for_now(text: str) -> None:
+    for memory in registered(run(DictState(), text)):
+        assert memory.valid_until is None

@@ -335,6 +335,14 @@ _TIME_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
         "end_of_week",
     ),
     (re.compile(r"这个月|本月|\bthis month\b", re.IGNORECASE), "end_of_month"),
+    # lately, for a while: longer than "for now" (24 hours), a week
+    (
+        re.compile(
+            r"最近(?!几天|两天)|这段时间|这阵子|这一阵|\bfor a while\b|\bfor the time being\b",
+            re.IGNORECASE,
+        ),
+        "7d",
+    ),
 )
 _FROM_TEXT_FALLBACK = "24h"
 _KEY_JUNK = re.compile(r"[^\w.-]+")
