@@ -51,6 +51,7 @@ from mnemo.domain.access import redact, redact_all
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
 from mnemo.domain.tool_result import TOOL_NAME_RE, finite_json
+from mnemo.entrypoints.bodies import body_within
 
 __all__ = [
     "MCP_PATH",
@@ -1111,7 +1112,7 @@ class _Endpoint:
             return
         if request.method == "POST":
             # the API's body limit, before anything parses it (the MCP library's own is 4 MiB)
-            body = await self._body(Request(scope, receive), self.mount.max_body_bytes)
+            body = await body_within(Request(scope, receive), self.mount.max_body_bytes)
             if body is None:
                 limit = self.mount.max_body_bytes
                 too_large = JSONResponse(
@@ -1122,21 +1123,6 @@ class _Endpoint:
                 return
             receive = _replayed(body, receive)
         await self.mount.server.session_manager.handle_request(scope, receive, send)
-
-    @staticmethod
-    async def _body(request: Request, limit: int) -> bytes | None:
-        """The request's body, or None when it is over `limit` bytes (declared or sent)."""
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 def _replayed(body: bytes, receive: Receive) -> Receive:

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.documents import DocumentRejected
 from mnemo.domain.errors import Unavailable
+from mnemo.entrypoints.bodies import body_within
 from mnemo.service.app import Mnemo, Wait
 from mnemo.service.documents import Documents, checked_names
 from mnemo_gateway.deps import App, Body, ReadCtx, WriteCtx, settings_of
@@ -25,18 +26,10 @@ def _documents(mnemo: Mnemo) -> Documents:
 
 async def _raw_body(request: Request, limit: int) -> bytes:
     """The body, refused (413 DOCUMENT_TOO_LARGE) as soon as it passes `limit`."""
-    declared = request.headers.get("content-length")
-    too_large = DocumentRejected("DOCUMENT_TOO_LARGE", f"the document is over {limit} bytes")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    body = await body_within(request, limit)
+    if body is None:
+        raise DocumentRejected("DOCUMENT_TOO_LARGE", f"the document is over {limit} bytes")
+    return body
 
 
 @router.post(
