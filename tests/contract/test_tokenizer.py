@@ -30,6 +30,12 @@ class TokenizerContract:
         texts = list(self.KNOWN)
         assert tokenizer.count(texts) == [self.KNOWN[t] for t in texts]
 
+    def test_a_text_counted_alone_counts_as_in_a_batch(self, tokenizer: Tokenizer) -> None:
+        """One text is counted another way than several (on the caller's thread): the
+        counts agree."""
+        for text, known in self.KNOWN.items():
+            assert tokenizer.count([text]) == [known]
+
     def test_count_empty(self, tokenizer: Tokenizer) -> None:
         assert tokenizer.count([]) == []
         assert tokenizer.count([""]) == [0]
