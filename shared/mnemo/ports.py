@@ -231,6 +231,12 @@ class StoreTransaction(abc.ABC):
         answers are the same either way. This default does nothing."""
         return None
 
+    def prefetch_before(self, keys: Sequence[tuple[str, str, str, MemoryType]]) -> None:
+        """A hint: `memory_before` will be asked about these (tenant, stream, memory id,
+        type) keys. A store that pays round trips per lookup reads them all at once here;
+        the answers are the same either way. This default does nothing."""
+        return None
+
     def prefetch_memories(self, tenant: str, memory_ids: Sequence[str]) -> None:
         """A hint: `get` will be asked about these memories of `tenant`. A store that pays a
         round trip per read reads them all at once here; the answers are the same either

@@ -12,7 +12,7 @@ from tests.contract.store_support import T0, StoreContract, mem
 
 from mnemo.domain.errors import FencedOff
 from mnemo.domain.ids import derived_id
-from mnemo.domain.memory import MemoryStatus, MemoryType
+from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import (
     BumpStats,
     MemoryStats,
@@ -88,6 +88,61 @@ class TestProjection(StoreContract):
             assert tx.memory_before("acme", "user:U1", last, history) == turns[2]
             assert tx.memory_before("acme", "user:U1", last, MemoryType.FACT) == fact
             assert tx.memory_before("acme", "user:U3", last, history) is None
+
+    def test_turn_lookups_read_ahead_answer_as_one_at_a_time(self, store: MemoryStore) -> None:
+        """The turn before each of a batch's new turns, read for the whole batch, is the one
+        memory_before finds alone: with the batch's own writes, another stream's and
+        tenant's turns, no turn at all, and a turn further back than the first page of the
+        stream (more than 50 memories of other types after it)."""
+        history = MemoryType.HISTORY
+        old_turn = mem(1, mtype=history)
+        facts = [mem(n) for n in range(2, 62)]  # 60 facts after it, then two turns
+        turns = [mem(n, mtype=history) for n in (62, 64)]
+        elsewhere = mem(63, mtype=history, stream="user:U2")
+        other_tenant = mem(63, mtype=history, tenant="other")
+        self.put(store, old_turn, *facts, turns[0], elsewhere, other_tenant)
+        new = [mem(n, mtype=history) for n in (65, 66)]
+        deep = derived_id(T0 + timedelta(seconds=40), "acme", "40")  # among the facts
+        keys = [
+            ("acme", "user:U1", turns[1].memory_id, history),
+            ("acme", "user:U1", new[0].memory_id, history),
+            ("acme", "user:U1", new[1].memory_id, history),
+            ("acme", "user:U1", deep, history),
+            ("acme", "user:U1", deep, MemoryType.FACT),
+            ("acme", "user:U2", new[0].memory_id, history),
+            ("acme", "user:U3", new[0].memory_id, history),
+            ("other", "user:U1", new[0].memory_id, history),
+            ("acme", "user:U1", old_turn.memory_id, history),
+            ("acme", "user:U1", turns[0].memory_id, history),  # 60 facts back
+        ]
+
+        def answers(read_ahead: bool) -> list[Memory | None]:
+            with store.transaction() as tx:
+                if read_ahead:
+                    tx.prefetch_before(keys)
+                tx.apply(
+                    [
+                        PutMemory(turns[1]),
+                        PutMemory(new[0]),
+                        SetStatus("acme", turns[0].memory_id, MemoryStatus.FORGOTTEN),
+                    ]
+                )
+                return [tx.memory_before(*k) for k in keys]
+
+        one_at_a_time = answers(False)
+        assert one_at_a_time == [
+            turns[0].model_copy(update={"status": MemoryStatus.FORGOTTEN}),
+            turns[1],
+            new[0],
+            old_turn,
+            facts[37],
+            elsewhere,
+            None,
+            other_tenant,
+            None,
+            old_turn,
+        ]
+        assert answers(True) == one_at_a_time
 
     def test_a_failed_transaction_leaves_nothing_behind(self, store: MemoryStore) -> None:
         class Boom(Exception):

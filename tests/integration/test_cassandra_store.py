@@ -751,6 +751,30 @@ def test_without_a_type_index_a_listing_by_type_pages_through_the_stream(
         )
 
 
+def test_a_batchs_turn_lookups_are_read_at_once_not_one_round_trip_each(
+    store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registrar derives each new turn's episode from the turn before it: read ahead
+    for the batch, the lookups are one wave of first pages and one of bodies, and
+    memory_before then reads nothing; a lookup whose first page holds no turn reads on."""
+    history = MemoryType.HISTORY
+    put(store, typed(1, history), *(typed(n, MemoryType.FACT) for n in range(2, 60)))
+    put(store, typed(60, history))
+    new = [typed(n, history) for n in (61, 62, 63)]
+    keys = [("acme", "user:U1", m.memory_id, history) for m in new]
+    far = ("acme", "user:U1", typed(60, history).memory_id, history)  # 58 facts back
+    names = statements_run(store, monkeypatch)
+    with store.transaction() as tx:
+        tx.prefetch_before([*keys, far])
+        assert names.count("stream_before_page") == 4
+        names.clear()
+        found = [tx.memory_before(*k) for k in keys]
+        assert [m.memory_id if m else None for m in found] == [typed(60, history).memory_id] * 3
+        assert names == []
+        assert tx.memory_before(*far) == typed(1, history)
+        assert "stream_before" in names
+
+
 def test_a_tag_within_the_limit_is_read_with_its_bodies_and_filtered_the_same(
     store: CassandraMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

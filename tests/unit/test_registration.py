@@ -653,3 +653,48 @@ def test_no_hash_lookups_are_named_for_other_events_or_undecodable_payloads() ->
         update={"payload": {"memory": {"type": "no such type"}}}
     )
     assert registration.hash_lookups(broken) == []
+
+
+class TurnAskedState(DictState):
+    """Records the turn-before lookups registration makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, str, str, MemoryType]] = []
+
+    def memory_before(
+        self, tenant: str, stream: str, memory_id: str, type: MemoryType
+    ) -> Memory | None:
+        self.asked.append((tenant, stream, memory_id, type))
+        return super().memory_before(tenant, stream, memory_id, type)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        observe("I moved to Porto last week", kind="turn", speaker="Ana"),
+        declare({"type": "history", "content": "Ana: hello again"}, T0 + timedelta(hours=1)),
+    ],
+)
+def test_the_turn_lookups_named_ahead_are_the_ones_registration_makes(event: Envelope) -> None:
+    state = TurnAskedState()
+    run(state, declare({"type": "history", "content": "Ana: hello"}, T0))
+    state.asked.clear()
+    run(state, event)
+    assert state.asked
+    assert registration.turn_lookups(event) == state.asked
+
+
+def test_no_turn_lookups_are_named_where_registration_derives_no_episode() -> None:
+    tagged = {"type": "history", "content": "Ana: hi", "tags": ["episode:e1"]}
+    for event in (
+        declare(tagged, T0),
+        declare({"type": "fact", "content": "The user ships to Lisbon."}, T0),
+        declare({"type": "fact", "content": "x"}, T0).model_copy(
+            update={"payload": {"memory": {"type": "no such type"}}}
+        ),
+    ):
+        state = TurnAskedState()
+        run(state, event)
+        assert state.asked == []
+        assert registration.turn_lookups(event) == []

@@ -202,6 +202,31 @@ def hash_lookups(event: Envelope) -> list[tuple[str, str, str]]:
     return [(event.tenant, event.stream, _digest(event, payload.memory))]
 
 
+def turn_lookups(event: Envelope) -> list[tuple[str, str, str, MemoryType]]:
+    """The (tenant, stream, memory id, type) lookups of the turn before a new history
+    memory that `handle` will make to derive its episode (a conversation turn, or a
+    declared history memory the client gave no episode), so that a store can read them for
+    a whole batch at once. Only a hint, like `hash_lookups`."""
+    if event.type not in (MemoryDeclared.TYPE, ObservationRecorded.TYPE):
+        return []
+    try:
+        payload = decode_payload(event)
+    except (ValidationError, KeyError, ValueError):
+        return []
+    if isinstance(payload, MemoryDeclared):
+        memory = payload.memory
+        if memory.type is not MemoryType.HISTORY or episode_of(memory.tags) is not None:
+            return []
+    elif not isinstance(payload, ObservationRecorded):
+        return []
+    return [(event.tenant, event.stream, _memory_id(event, 0), MemoryType.HISTORY)]
+
+
+def _memory_id(event: Envelope, index: int) -> str:
+    """The id of the memory an event registers at `index` (the same on a redelivery)."""
+    return derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index))
+
+
 def _register(
     event: Envelope,
     state: RegistrationState,
@@ -229,7 +254,7 @@ def _register(
         # a tool result fetched again with the same answer is a new fetch: it renews the
         # freshness, so it deduplicates only with the same fetch (a redelivery)
         digest = occurrence_hash(digest, fetched_at)
-    memory_id = derived_id(event.occurred_at, CONSUMER, event.tenant, event.event_id, str(index))
+    memory_id = _memory_id(event, index)
     existing = state.find_by_hash(event.tenant, event.stream, digest)
     if existing is not None and existing.memory_id == memory_id:
         # this event's own memory: it registered before (a redelivery), and keeps the

@@ -358,14 +358,16 @@ class EmbeddedRunner:
         self, records: Sequence[LoggedEvent], tx: StoreTransaction
     ) -> list[LoggedEvent]:
         """A batch's records opened as registration reads them, with the transaction told
-        the content-hash lookups registration will make, so a store that pays a round trip
-        per lookup reads them all at once. Hand each to `decide_registrar(opened=True)`."""
+        the content-hash and turn-before lookups registration will make, so a store that
+        pays a round trip per lookup reads them all at once. Hand each to
+        `decide_registrar(opened=True)`."""
         envelopes = self._opened_all([r.envelope for r in records])
         opened = [
             r if e is r.envelope else LoggedEvent(offset=r.offset, envelope=e)
             for r, e in zip(records, envelopes, strict=True)
         ]
         tx.prefetch_hashes([k for r in opened for k in registration.hash_lookups(r.envelope)])
+        tx.prefetch_before([k for r in opened for k in registration.turn_lookups(r.envelope)])
         return opened
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:

@@ -184,6 +184,9 @@ _QUERIES: dict[str, str] = {
     "WHERE tenant = ? AND stream = ? AND mtype = ? AND memory_id > ?",
     "stream_before": "SELECT {cols} FROM {ks}.memories_by_stream "
     "WHERE tenant = ? AND stream = ? AND memory_id < ? ORDER BY memory_id DESC",
+    # the first page of the above, for a batch's lookups side by side (_BEFORE_PAGE rows)
+    "stream_before_page": "SELECT {cols} FROM {ks}.memories_by_stream "
+    "WHERE tenant = ? AND stream = ? AND memory_id < ? ORDER BY memory_id DESC LIMIT 50",
     "key_rows": "SELECT version, memory_id, status FROM {ks}.memory_keys "
     "WHERE tenant = ? AND stream = ? AND mkey = ?",
     "hash_ids": "SELECT memory_id FROM {ks}.memory_hashes "
@@ -269,7 +272,15 @@ _QUERIES: dict[str, str] = {
     "WHERE tenant = ? AND field = ? AND unit = ? AND low >= ? AND low <= ?",
     "purge:documents": "SELECT document_id, stream FROM {ks}.documents WHERE tenant = ?",
 }
-for _name in ("mem_filters", "mem_scan", "stream_scan", "stream_type_scan", "stream_before"):
+_BEFORE_PAGE = 50
+for _name in (
+    "mem_filters",
+    "mem_scan",
+    "stream_scan",
+    "stream_type_scan",
+    "stream_before",
+    "stream_before_page",
+):
     _QUERIES[_name] = _QUERIES[_name].replace("{cols}", _FILTER_COLS)
 # the generic row statements of every table: the names come from _TABLES, values are bound
 for _table, (_key, _values) in _TABLES.items():

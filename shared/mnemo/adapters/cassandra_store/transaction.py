@@ -22,7 +22,7 @@ from mnemo.adapters.cassandra_store.rows import (
     _us,
     _Usage,
 )
-from mnemo.adapters.cassandra_store.tables import _PURGED
+from mnemo.adapters.cassandra_store.tables import _BEFORE_PAGE, _PURGED
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.memory import Memory, MemoryStatus, MemoryType
 from mnemo.domain.projection import (
@@ -85,6 +85,10 @@ class _Tx(StoreTransaction):
         # a partition's streams have one writer (its fenced owner), so nobody else adds or
         # drops them while the batch runs, and the batch's own changes are in the overlay
         self.hash_rows: dict[tuple[str, str, str], list[str]] = {}
+        # the stored memory right before each of the batch's new turns, read for the whole
+        # batch by prefetch_before (the same reasoning): (tenant, stream, memory id, type) ->
+        # the id of the stored memory of the type with the greatest id below it, if any
+        self.before_rows: dict[tuple[str, str, str, MemoryType], list[str]] = {}
 
     # -- reads: the overlay over the stored rows
 
@@ -182,20 +186,45 @@ class _Tx(StoreTransaction):
         found = [m for m in self._current(tenant, ids) if m.stream == stream]
         return sorted(found, key=lambda m: m.memory_id)
 
+    def prefetch_before(self, keys: Sequence[tuple[str, str, str, MemoryType]]) -> None:
+        missing = [k for k in dict.fromkeys(keys) if k not in self.before_rows]
+        if not missing:
+            return
+        pages = self._store._concurrently(
+            [
+                (self._store._keyspace(t), "stream_before_page", [t, stream, memory_id])
+                for t, stream, memory_id, _ in missing
+            ]
+        )
+        found: dict[str, list[str]] = {}
+        for key, rows in zip(missing, pages, strict=True):
+            hit = next((str(r[0]) for r in rows if r[2] == key[3].value), None)
+            if hit is None and len(rows) >= _BEFORE_PAGE:
+                continue  # none of the type on the first page: memory_before reads on
+            self.before_rows[key] = [] if hit is None else [hit]
+            if hit is not None:
+                found.setdefault(key[0], []).append(hit)
+        for tenant, ids in found.items():
+            self._load(tenant, ids)
+
     def memory_before(
         self, tenant: str, stream: str, memory_id: str, type: MemoryType
     ) -> Memory | None:
-        # the stream's rows newest first from just below `memory_id`, until one of the type
         ids = [
             m.memory_id
             for m in self._pending(tenant)
             if m.stream == stream and m.type is type and m.memory_id < memory_id
         ]
-        ks = self._store._keyspace(tenant)
-        for row in self._store._iterate(ks, "stream_before", [tenant, stream, memory_id], 50):
-            if row[2] == type.value:
-                ids.append(str(row[0]))
-                break
+        read = self.before_rows.get((tenant, stream, memory_id, type))
+        if read is not None:
+            ids += read
+        else:
+            # the stream's rows newest first from just below `memory_id`, until one of the type
+            ks = self._store._keyspace(tenant)
+            for row in self._store._iterate(ks, "stream_before", [tenant, stream, memory_id], 50):
+                if row[2] == type.value:
+                    ids.append(str(row[0]))
+                    break
         found = [
             m
             for m in self._current(tenant, ids)
