@@ -237,6 +237,16 @@ class StoreTransaction(abc.ABC):
         the answers are the same either way. This default does nothing."""
         return None
 
+    def prefetch_lookups(
+        self,
+        hashes: Sequence[tuple[str, str, str]],
+        before: Sequence[tuple[str, str, str, MemoryType]],
+    ) -> None:
+        """Both hints at once (`prefetch_hashes`, `prefetch_before`): a store that reads
+        ahead reads the two kinds side by side."""
+        self.prefetch_hashes(hashes)
+        self.prefetch_before(before)
+
     def prefetch_memories(self, tenant: str, memory_ids: Sequence[str]) -> None:
         """A hint: `get` will be asked about these memories of `tenant`. A store that pays a
         round trip per read reads them all at once here; the answers are the same either

@@ -118,8 +118,8 @@ class TestProjection(StoreContract):
 
         def answers(read_ahead: bool) -> list[Memory | None]:
             with store.transaction() as tx:
-                if read_ahead:
-                    tx.prefetch_before(keys)
+                if read_ahead:  # with a content-hash lookup in the same wave
+                    tx.prefetch_lookups([("acme", "user:U1", "hash12")], keys)
                 tx.apply(
                     [
                         PutMemory(turns[1]),
@@ -127,7 +127,8 @@ class TestProjection(StoreContract):
                         SetStatus("acme", turns[0].memory_id, MemoryStatus.FORGOTTEN),
                     ]
                 )
-                return [tx.memory_before(*k) for k in keys]
+                found = [tx.memory_before(*k) for k in keys]
+                return [*found, tx.find_by_hash("acme", "user:U1", "hash12")]
 
         one_at_a_time = answers(False)
         assert one_at_a_time == [
@@ -141,6 +142,7 @@ class TestProjection(StoreContract):
             other_tenant,
             None,
             old_turn,
+            facts[10],
         ]
         assert answers(True) == one_at_a_time
 

@@ -379,6 +379,56 @@ def test_redelivery_and_a_crash_between_archive_and_commit_change_nothing(
     assert sum(len(t) for t in audit_trails(platform.store, "acme").values()) == 18
 
 
+def test_a_crash_after_registration_emitted_is_redone_without_emitting_twice(
+    platform: Platform,
+) -> None:
+    """The registrar dies after appending what registration emitted and before its commit:
+    handled again, the events find what they emitted before (they were archived before,
+    so the registrar asks), and nothing is emitted or registered twice. Events archived
+    for the first time skip that read: they cannot have emitted anything yet."""
+    assert platform.distributed is not None
+    app = platform.app
+    app.publish(CTX, [declare(f"fact number {i}", stream=f"user:U{i % 3}") for i in range(9)])
+    pump = Pump(platform)
+    registrar = pump.processors["registrar"]
+    topic = platform.distributed.topic
+    archive = platform.distributed.archive
+    log = registrar.runner.log
+    real_append = log.append
+    asked: list[list[tuple[str, str]]] = []
+    real_caused = archive.caused_by_many
+
+    def recording(keys: Any) -> Any:
+        asked.append(list(keys))
+        return real_caused(keys)
+
+    def append_then_die(events: Any) -> Any:
+        real_append(events)
+        raise ConnectionError("the registrar died before its commit")
+
+    archive.caused_by_many = recording  # type: ignore[method-assign]
+    log.append = append_then_die  # type: ignore[method-assign]
+    declared = 0
+    for p in topic.partitions():
+        records = topic.fetch(p, 0, 100)
+        if records:
+            declared += len(records)
+            with pytest.raises(ConnectionError):
+                registrar.process(records)
+    log.append = real_append  # type: ignore[method-assign]
+    assert declared == 9
+    assert asked
+    assert all(keys == [] for keys in asked)  # first time: nothing asked
+    asked.clear()
+    pump.drain()
+    assert sum(len(keys) for keys in asked) == 9  # the redo asks for each declaration
+    for s in ("user:U0", "user:U1", "user:U2"):
+        events = platform.log.read_stream("acme", s, 1, 100)
+        assert [e.envelope.seq for e in events] == list(range(1, 7))
+        assert [e.envelope.type for e in events].count("MemoryRegistered") == 3
+    assert len(platform.store.query("acme", MemoryQuery(limit=1000))) == 9
+
+
 def test_a_fresh_consumer_group_rebuilds_identical_read_models(tmp_path: Path) -> None:
     live_settings = distributed_settings(tmp_path / "live")
     with running_distributed(live_settings) as live:

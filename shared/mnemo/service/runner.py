@@ -366,8 +366,10 @@ class EmbeddedRunner:
             r if e is r.envelope else LoggedEvent(offset=r.offset, envelope=e)
             for r, e in zip(records, envelopes, strict=True)
         ]
-        tx.prefetch_hashes([k for r in opened for k in registration.hash_lookups(r.envelope)])
-        tx.prefetch_before([k for r in opened for k in registration.turn_lookups(r.envelope)])
+        tx.prefetch_lookups(
+            [k for r in opened for k in registration.hash_lookups(r.envelope)],
+            [k for r in opened for k in registration.turn_lookups(r.envelope)],
+        )
         return opened
 
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:

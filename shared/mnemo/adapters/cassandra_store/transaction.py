@@ -135,21 +135,37 @@ class _Tx(StoreTransaction):
         self._load(tenant, [m for m in memory_ids if (tenant, m) not in self.memories])
 
     def prefetch_hashes(self, keys: Sequence[tuple[str, str, str]]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self.hash_rows]
-        if not missing:
+        self.prefetch_lookups(keys, [])
+
+    def prefetch_lookups(
+        self,
+        hashes: Sequence[tuple[str, str, str]],
+        before: Sequence[tuple[str, str, str, MemoryType]],
+    ) -> None:
+        # the content-hash rows and the first pages before each new turn in one wave, then
+        # the bodies of every memory they name in another
+        hashes = [k for k in dict.fromkeys(hashes) if k not in self.hash_rows]
+        before = [k for k in dict.fromkeys(before) if k not in self.before_rows]
+        if not hashes and not before:
             return
         blind = self._store._blind
+        ks = self._store._keyspace
         found = self._store._concurrently(
-            [
-                (self._store._keyspace(t), "hash_ids", [t, st, blind(t, "hash", h)])
-                for t, st, h in missing
-            ]
+            [(ks(t), "hash_ids", [t, st, blind(t, "hash", h)]) for t, st, h in hashes]
+            + [(ks(t), "stream_before_page", [t, st, mid]) for t, st, mid, _ in before]
         )
-        by_tenant: dict[str, list[str]] = {}
-        for k, rows in zip(missing, found, strict=True):
+        named: dict[str, list[str]] = {}
+        for k, rows in zip(hashes, found[: len(hashes)], strict=True):
             self.hash_rows[k] = [str(r[0]) for r in rows]
-            by_tenant.setdefault(k[0], []).extend(self.hash_rows[k])
-        for tenant, ids in by_tenant.items():
+            named.setdefault(k[0], []).extend(self.hash_rows[k])
+        for key, rows in zip(before, found[len(hashes) :], strict=True):
+            hit = next((str(r[0]) for r in rows if r[2] == key[3].value), None)
+            if hit is None and len(rows) >= _BEFORE_PAGE:
+                continue  # none of the type on the first page: memory_before reads on
+            self.before_rows[key] = [] if hit is None else [hit]
+            if hit is not None:
+                named.setdefault(key[0], []).append(hit)
+        for tenant, ids in named.items():
             self._load(tenant, ids)
 
     def find_by_hash(self, tenant: str, stream: str, content_hash: str) -> Memory | None:
@@ -187,25 +203,7 @@ class _Tx(StoreTransaction):
         return sorted(found, key=lambda m: m.memory_id)
 
     def prefetch_before(self, keys: Sequence[tuple[str, str, str, MemoryType]]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self.before_rows]
-        if not missing:
-            return
-        pages = self._store._concurrently(
-            [
-                (self._store._keyspace(t), "stream_before_page", [t, stream, memory_id])
-                for t, stream, memory_id, _ in missing
-            ]
-        )
-        found: dict[str, list[str]] = {}
-        for key, rows in zip(missing, pages, strict=True):
-            hit = next((str(r[0]) for r in rows if r[2] == key[3].value), None)
-            if hit is None and len(rows) >= _BEFORE_PAGE:
-                continue  # none of the type on the first page: memory_before reads on
-            self.before_rows[key] = [] if hit is None else [hit]
-            if hit is not None:
-                found.setdefault(key[0], []).append(hit)
-        for tenant, ids in found.items():
-            self._load(tenant, ids)
+        self.prefetch_lookups([], keys)
 
     def memory_before(
         self, tenant: str, stream: str, memory_id: str, type: MemoryType
