@@ -384,6 +384,7 @@ def ranking_retriever(platform: Any, ranking: Any) -> Retriever:
             [ci.stream],
             depth,
             ranking,
+            embed=platform.app.query_embedder.embed_query,
         )
         return [r.memory.memory_id for r in ranked[: max(KS)]]
 
@@ -391,9 +392,10 @@ def ranking_retriever(platform: Any, ranking: Any) -> Retriever:
 
 
 def ranking_ablation(plain: bool) -> list[tuple[str, Any]]:
-    """The shipped ranking with its episode step, its named-source step, or both off: on a
-    client's ingestion the same as leaving out the episode tags or the source_id; on a
-    plain client's, leaving out what registration derived (episodes, speakers)."""
+    """The shipped ranking with its episode step, its named-source steps (the boost and the
+    named speaker's own list), or both off: on a client's ingestion the same as leaving out
+    the episode tags or the source_id; on a plain client's, leaving out what registration
+    derived (episodes, speakers)."""
     from mnemo.service.retrieval import RANKING
 
     episodes = "derived episodes" if plain else "episode tags"
@@ -402,8 +404,8 @@ def ranking_ablation(plain: bool) -> list[tuple[str, Any]]:
     return [
         (f"with {episodes} and {source} (as shipped)", RANKING),
         (f"without {episodes}", no_episodes),
-        (f"without {source}", replace(RANKING, source=0.0)),
-        (f"without {episodes} or {source}", replace(no_episodes, source=0.0)),
+        (f"without {source}", replace(RANKING, source=0.0, speaker=0.0)),
+        (f"without {episodes} or {source}", replace(no_episodes, source=0.0, speaker=0.0)),
     ]
 
 

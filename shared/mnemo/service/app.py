@@ -663,6 +663,8 @@ class Mnemo:
             depth,
             as_of=now,
             timezone=zone,
+            # the model of the index's own vectors, whoever embedded `vector`
+            embed=self.query_embedder.embed_query,
         )
         hits = []
         for r in ranked:

@@ -572,6 +572,8 @@ class ContextAssembler:
             depth,
             as_of=as_of,
             timezone=zone,
+            # the model of the index's own vectors, whoever embedded `vector`
+            embed=self.query_embedder.embed_query,
         )
         return [
             score_candidate(
