@@ -467,7 +467,6 @@ class Sequencer(_Processor):
         parents = {r.offset: telemetry.parent_of(headers=r.headers) for r in records}
         letters: list[tuple[LogRecord, str, str]] = []
         stale: list[Envelope] = []
-        redone: set[tuple[str, str]] = set()  # events archived before: handled again
         for r, item in parsed:
             if isinstance(item, InvalidInput):
                 if r.offset not in known:
@@ -515,7 +514,6 @@ class Sequencer(_Processor):
             head = heads[key]
             if where is not None:  # placed before a crash: the same number again
                 seq, position = where.seq, where.position
-                redone.add(ident)
             elif env.expected_seq is not None and env.expected_seq != head:
                 heads[key] = head
                 stale.append(env)
@@ -562,15 +560,14 @@ class Sequencer(_Processor):
         self.archive.record(archived, fates)
         self._count(fates, archived, letters)
         # what registration emitted for these events before (a redo), all in one round trip;
-        # read after the archive step, which may have placed some of them in this batch.
-        # Only an event archived before can have emitted anything: registration emits after
-        # the archive step, so an event this batch archives for the first time has not
+        # read after the archive step, which may have placed some of them in this batch (a
+        # rebuild from the start of the log archives an event and what it emitted together,
+        # so an event archived for the first time may still have emitted before)
         caused = self.archive.caused_by_many(
             [
                 (e.envelope.tenant, e.envelope.event_id)
                 for e in archived
                 if registration.is_command(e.envelope)
-                and (e.envelope.tenant, e.envelope.event_id) in redone
             ]
         )
         with self.store.transaction() as tx:
