@@ -126,3 +126,56 @@ def test_a_batch_of_only_what_it_does_not_read_asks_the_sequencer_nothing() -> N
     batch = [typed(0, "MemoryDeclared"), typed(1, "ContextAssembled")]
     ready, events, _, _ = follower("indexer", decided)._ready(0, batch)
     assert ([r.offset for r in ready], events, decided.looks) == ([0, 1], [], 0)
+
+
+def test_the_indexer_takes_a_registered_memory_on_its_fate_before_the_commit() -> None:
+    # registration emitted the memory and committed it before the MemoryRegistered is
+    # archived; what the registrar decides on the record itself (a timeline line) is nothing
+    # the indexer reads, so its fate is enough; a forget still waits for the commit
+    batch = [
+        event(0, "MemoryRegistered"),
+        typed(1, "MemoryDeclared"),
+        event(2, "MemoryRegistered"),
+        event(3, "ForgetRequested"),
+        event(4, "MemoryRegistered"),
+    ]
+    archived = dict.fromkeys([0, 2, 3, 4], RecordStatus.ARCHIVED)
+    decided = Decided(archived, 0)  # fates recorded, nothing committed yet
+    ready, events, _, _ = follower("indexer", decided)._ready(0, batch)
+    assert [r.offset for r in ready] == [0, 1, 2]  # the forget at 3 waits, and 4 behind it
+    assert [e.envelope.seq for e in events] == [1, 3]
+    # the other followers read what the registrar decided: they wait for the commit
+    for name in ("decay", "audit"):
+        ready, _, _, _ = follower(name, Decided(archived, 0))._ready(0, batch)
+        assert ready == []
+
+
+def test_a_registered_memory_with_no_fate_yet_still_waits() -> None:
+    decided = Decided({1: RecordStatus.ARCHIVED}, 0)
+    batch = [event(0, "MemoryRegistered"), event(1, "MemoryRegistered")]
+    ready, events, _, _ = follower("indexer", decided)._ready(0, batch)
+    assert (ready, events) == ([], [])
+
+
+def test_a_duplicate_registration_is_not_handled_on_its_fate() -> None:
+    decided = Decided({0: RecordStatus.DUPLICATE, 1: RecordStatus.ARCHIVED}, 0)
+    batch = [event(0, "MemoryRegistered"), event(1, "MemoryRegistered")]
+    ready, events, _, _ = follower("indexer", decided)._ready(0, batch)
+    assert [r.offset for r in ready] == [0, 1]
+    assert [e.envelope.seq for e in events] == [2]
+
+
+def test_what_a_waiting_follower_watches() -> None:
+    f = follower("indexer", Decided({5: RecordStatus.ARCHIVED}, 3))
+    batch = [event(5, "MemoryRegistered"), event(6, "ForgetRequested")]
+    on_fate = f.on_fate(batch)
+    assert on_fate == {(0, 5)}
+    # offset 5 has its fate: handled on it; without that, it waits for the position
+    assert f.undecided({0: 5}, on_fate) == {}
+    assert f.undecided({0: 5}) == {0: 5}
+    # the forget at 6 has no fate and the registrar's position is before it
+    assert f.undecided({0: 6}, on_fate) == {0: 6}
+    # the registrar's position past an offset decides it whatever its type
+    assert follower("indexer", Decided({}, 7)).undecided({0: 6, 1: 2}) == {}
+    # decay handles nothing on a fate alone
+    assert follower("decay", Decided({}, 0)).on_fate(batch) == frozenset()

@@ -16,7 +16,8 @@ batch's first offset (`stream_heads(..., below=...)`), which leave out whatever 
 crashed batch placed, so it gets the same number and the same rows are written again
 instead of an event placed twice. A fate alone does not make a record processed: the
 other consumers handle a record once its fate is there and the registrar's committed
-position is past it, and that position is written after this step.
+position is past it, and that position is written after this step (the indexer takes a
+`MemoryRegistered` on its fate alone: `registry.Consumer.on_fate`).
 
 The archive does not arbitrate between two sequencers of one partition; the store does
 (ADR 0014: the commit of one that lost the partition is refused). The new owner redoes the

@@ -195,7 +195,8 @@ class Worker:
             # last: in a burst the follower then trails the registrar by one of the
             # registrar's batches, not by one of its own, which can hold thousands.)
             first = self.processor.first_undecided(records)
-            await self._until_decided(NotReady("", first), first_look=0.0)
+            on_fate = self.processor.on_fate(records)
+            await self._until_decided(NotReady("", first), on_fate, first_look=0.0)
         while True:
             try:
                 await loop.run_in_executor(self.executor, self.processor.process, records)
@@ -204,7 +205,8 @@ class Worker:
             except NotReady as waiting:
                 # the registrar is a step behind: watch its positions (one small read per
                 # look) rather than handling the whole batch again every few milliseconds
-                await self._until_decided(waiting)
+                assert isinstance(self.processor, Follower)
+                await self._until_decided(waiting, self.processor.on_fate(records))
             except MnemoError as exc:
                 self.failures += 1
                 self.last_error = exc.code
@@ -218,34 +220,40 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
-    async def _until_decided(self, waiting: NotReady, first_look: float = _WAIT_LOOK) -> None:
-        """Returns once the registrar has committed past every {partition: offset} that
+    async def _until_decided(
+        self,
+        waiting: NotReady,
+        on_fate: frozenset[tuple[int, int]] = frozenset(),
+        first_look: float = _WAIT_LOOK,
+    ) -> None:
+        """Returns once the registrar has decided on every {partition: offset} that
         `waiting` names (or after `_WAIT_LOOK_LIMIT` seconds, or at once when it names
         none): then the batch is worth handling. The registrar records a record's fate
-        before it commits its position past it, and a follower handles only records below
-        that position (`Follower._ready`), so the position is what is watched; a look is one
-        small read per partition, taken `first_look` seconds after the call and every
-        `_WAIT_LOOK` seconds after that."""
+        before it commits its position past it, and a follower handles a record below that
+        position, or one of `on_fate` once its fate is recorded (`Follower._ready`), so
+        those are what is watched (`Follower.undecided`); a look is one small read per
+        partition, taken `first_look` seconds after the call and every `_WAIT_LOOK` seconds
+        after that."""
         if not waiting.waits:
             return
+        assert isinstance(self.processor, Follower)
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + _WAIT_LOOK_LIMIT
-        needed = {
-            position_name(registration.CONSUMER, p): offset + 1
-            for p, offset in waiting.waits.items()
-        }
+        needed = dict(waiting.waits)
         pause = first_look
         while True:
             if pause > 0:
                 await asyncio.sleep(pause)
             pause = _WAIT_LOOK
             try:
-                at = await loop.run_in_executor(
-                    self.executor, self.platform.store.positions, list(needed)
+                needed = await loop.run_in_executor(
+                    self.executor, self.processor.undecided, needed, on_fate
                 )
             except MnemoError:
                 return  # the handling reports the store's trouble
-            needed = {name: o for name, o in needed.items() if at[name] < o}
+            except Exception:
+                log.exception("%s: looking at the registrar's progress failed", self.consumer)
+                return  # the handling meets the same trouble, and retries it
             if not needed or time.monotonic() >= deadline:
                 return
 

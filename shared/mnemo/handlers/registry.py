@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mnemo.domain.events import CATALOG
+from mnemo.domain.events import CATALOG, MemoryRegistered
 from mnemo.domain.projection import (
     BumpStats,
     DropDocuments,
@@ -121,6 +121,12 @@ class Consumer:
     # reads, the fenced commit, a wait for the registrar) is paid for many records at
     # once and leaves the two cores to the search path
     batch_window: float = 0.01
+    # event types a follower handles once the sequencer recorded their fate, without waiting
+    # for its commit past them: the indexer reads a MemoryRegistered for the memory it
+    # carries, and the sequencer's own handling of one (a timeline line) is nothing the
+    # indexer reads; every other record waits for the commit, whose decisions (a
+    # citation's credit, what registration wrote) its reader may depend on
+    on_fate: frozenset[str] = frozenset()
 
     @property
     def module(self) -> str:
@@ -165,6 +171,7 @@ CONSUMERS: tuple[Consumer, ...] = (
     Consumer(
         indexing.CONSUMER,
         (Projection(indexing.plan, indexing.HANDLED, ("vectors",)),),
+        on_fate=frozenset({MemoryRegistered.TYPE}),
     ),
     Consumer(
         decay.CONSUMER,

@@ -14,7 +14,9 @@ of its stream, and records it in the archive (Cassandra) together with the recor
   not name its tenant and stream): copied to the dead-letter topic with its reason.
 
 The indexer, decay and audit consumers follow the fates: they handle exactly the archived
-records, in partition order, and wait for the registrar where it has not decided yet.
+records, in partition order, and wait for the registrar where it has not decided yet
+(its fate recorded and its commit past the record; for the record types a follower takes
+on the fate alone, `registry.Consumer.on_fate`, the fate).
 
 Positions: every consumer keeps, per partition, the next offset to read, committed in the
 same store commit as its projection writes (`<consumer>/<partition>`). Kafka's committed
@@ -35,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +87,7 @@ def position_name(consumer: str, partition: int) -> str:
 class NotReady(Exception):
     """A follower reached records the sequencer has not decided on yet; retry shortly.
     `waits` names, per partition, the first offset still undecided: the batch is worth
-    handling again once the sequencer has recorded its fate (`EventArchive.decided`)."""
+    handling again once the sequencer has decided on it (`Follower.undecided`)."""
 
     def __init__(self, message: str, waits: dict[int, int] | None = None) -> None:
         super().__init__(message)
@@ -218,6 +220,7 @@ class _Processor:
         self._counting = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._reads: ThreadPoolExecutor | None = None
+        self._writes: ThreadPoolExecutor | None = None
 
     def _consuming(
         self, partition: int, records: Sequence[LogRecord]
@@ -287,16 +290,28 @@ class _Processor:
             partition,
         )
 
-    def _side_by_side(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _side_by_side(
+        self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], *, writes: bool = False
+    ) -> list[Any]:
         """`fn(*args)` for each of `calls`, on this processor's threads when there are
-        several; results in order, the first error raised."""
+        several; results in order, the first error raised (once every call ended). Calls
+        that write (`writes`) must be independent of each other: one partition's commit
+        each, never two steps of one partition."""
         if len(calls) < 2:
             return [fn(*args) for args in calls]
-        pool = self._reader()
+        pool = self._writer() if writes else self._reader()
         # each call runs in a copy of this thread's context, so the trace's current span
         # (and anything else kept in context variables) is its parent there too
         futures = [pool.submit(contextvars.copy_context().run, fn, *args) for args in calls]
+        wait(futures)
         return [f.result() for f in futures]
+
+    def _writer(self) -> ThreadPoolExecutor:
+        """Threads for independent writes made side by side (each partition's commit)."""
+        with self._counting:
+            if self._writes is None:
+                self._writes = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-write")
+            return self._writes
 
     def _reader(self) -> ThreadPoolExecutor:
         """Threads for reads made side by side (never for writes, whose order matters)."""
@@ -657,6 +672,30 @@ class Follower(_Processor):
         self._reads_types: frozenset[str] | None = (
             None if any(p.types is None for p in spec.projections) else frozenset(spec.handles())
         )
+        self._on_fate: frozenset[str] = spec.on_fate
+
+    def _type_of(self, record: LogRecord) -> str | None:
+        """The event type a record's JSON names, None when it names none."""
+        if not record.value:
+            return None
+        try:
+            raw = orjson.loads(record.value)
+        except orjson.JSONDecodeError:
+            return None
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        return kind if isinstance(kind, str) else None
+
+    def needs_commit(self, record: LogRecord) -> bool:
+        """Whether the record waits for the sequencer's commit past it, not only for its
+        fate (`registry.Consumer.on_fate`): the sequencer records a record's fate before it
+        commits what it decided on it, and most followers read what it decided."""
+        return not self._on_fate or self._type_of(record) not in self._on_fate
+
+    def on_fate(self, records: Sequence[LogRecord]) -> frozenset[tuple[int, int]]:
+        """The (partition, offset) of each of `records` handled on its fate alone."""
+        if not self._on_fate:
+            return frozenset()
+        return frozenset((r.partition, r.offset) for r in records if not self.needs_commit(r))
 
     def passes_over(self, record: LogRecord) -> bool:
         """Whether this consumer does nothing with the record whatever the sequencer decides
@@ -665,14 +704,10 @@ class Follower(_Processor):
         declaration). Such a record is passed without waiting for the sequencer; a record
         that is not one waits for its fate like the rest. The sequencer archives an event
         under the type its record names, so the record's own field decides."""
-        if self._reads_types is None or not record.value:
+        if self._reads_types is None:
             return False
-        try:
-            raw = orjson.loads(record.value)
-        except orjson.JSONDecodeError:
-            return False
-        kind = raw.get("type") if isinstance(raw, dict) else None
-        return isinstance(kind, str) and kind not in self._reads_types
+        kind = self._type_of(record)
+        return kind is not None and kind not in self._reads_types
 
     def first_undecided(self, records: Sequence[LogRecord]) -> dict[int, int]:
         """Per partition, the offset of the first of `records` this consumer cannot handle
@@ -682,6 +717,24 @@ class Follower(_Processor):
             if r.offset < first.get(r.partition, r.offset + 1) and not self.passes_over(r):
                 first[r.partition] = r.offset
         return first
+
+    def undecided(
+        self, waits: dict[int, int], on_fate: frozenset[tuple[int, int]] = frozenset()
+    ) -> dict[int, int]:
+        """Of `waits` ({partition: first offset not ready}), those the sequencer has still
+        not decided on: its position is not past the offset and, for a record handled on its
+        fate alone (`on_fate` holds its (partition, offset)), no fate is recorded yet. One
+        read of the positions, and one small fates read per such partition."""
+        names = {p: position_name(registration.CONSUMER, p) for p in waits}
+        at = self.store.positions(list(names.values())) if names else {}
+        left = {p: o for p, o in waits.items() if at[names[p]] <= o}
+        early = [(p, o) for p, o in left.items() if (p, o) in on_fate]
+        if early:
+            found = self._side_by_side(lambda p, o: o in self.archive.fates(p, o, o), early)
+            for (p, _), decided in zip(early, found, strict=True):
+                if decided:
+                    del left[p]
+        return left
 
     def _ready(
         self, partition: int, records: list[LogRecord]
@@ -702,7 +755,9 @@ class Follower(_Processor):
             decided = self.store.positions([name])[name]
         ready = []
         for r in records:
-            if r.offset not in passed and (r.offset not in fates or r.offset >= decided):
+            if r.offset not in passed and (
+                r.offset not in fates or (r.offset >= decided and self.needs_commit(r))
+            ):
                 break
             ready.append(r)
         events: list[LoggedEvent] = []
@@ -767,15 +822,25 @@ class Follower(_Processor):
             envelopes = [e.envelope for step in steps for e in step[2]]
             if envelopes:
                 self.runner.index_events(envelopes)
-            for partition, next_offset, events, accepted_at, epoch in steps:
+
+            def commit(
+                partition: int,
+                next_offset: int,
+                events: list[LoggedEvent],
+                accepted_at: list[float | None],
+                epoch: int | None,
+            ) -> None:
                 try:
                     with self.store.transaction() as tx:
                         tx.set_position(position_name(self.consumer, partition), next_offset, epoch)
                 except FencedOff as exc:
                     assert self.ownership is not None
                     self.ownership.fence(partition, exc)
-                    continue
+                    return
                 telemetry.committed(self.consumer, [e.envelope for e in events], accepted_at)
+
+            # each partition's position is its own fenced commit: side by side, not in turn
+            self._side_by_side(commit, steps, writes=True)
         with self._counting:
             self.counters.records += done
             self.counters.batches += 1
