@@ -338,15 +338,21 @@ def test_each_stream_keeps_its_publishers_order_over_many_partitions(tmp_path: P
         assert len(used) >= 6
 
 
+def nine_declared(platform: Platform) -> tuple[Pump, Any, Any]:
+    """Nine declarations published over three streams, not handled yet: a pump of every
+    consumer, its registrar, and the topic."""
+    assert platform.distributed is not None
+    platform.app.publish(
+        CTX, [declare(f"fact number {i}", stream=f"user:U{i % 3}") for i in range(9)]
+    )
+    pump = Pump(platform)
+    return pump, pump.processors["registrar"], platform.distributed.topic
+
+
 def test_redelivery_and_a_crash_between_archive_and_commit_change_nothing(
     platform: Platform,
 ) -> None:
-    assert platform.distributed is not None
-    app = platform.app
-    app.publish(CTX, [declare(f"fact number {i}", stream=f"user:U{i % 3}") for i in range(9)])
-    pump = Pump(platform)
-    registrar = pump.processors["registrar"]
-    topic = platform.distributed.topic
+    pump, registrar, topic = nine_declared(platform)
     original = platform.store.transaction
     calls = {"n": 0}
 
@@ -385,12 +391,8 @@ def test_a_crash_after_registration_emitted_is_redone_without_emitting_twice(
     """The registrar dies after appending what registration emitted and before its commit:
     handled again, the events find what they emitted before, and nothing is emitted or
     registered twice."""
+    pump, registrar, topic = nine_declared(platform)
     assert platform.distributed is not None
-    app = platform.app
-    app.publish(CTX, [declare(f"fact number {i}", stream=f"user:U{i % 3}") for i in range(9)])
-    pump = Pump(platform)
-    registrar = pump.processors["registrar"]
-    topic = platform.distributed.topic
     archive = platform.distributed.archive
     log = registrar.runner.log
     real_append = log.append

@@ -186,6 +186,7 @@ class Worker:
     async def _process(self, records: list[LogRecord]) -> None:
         loop = asyncio.get_running_loop()
         backoff = 0.05
+        on_fate: frozenset[tuple[int, int]] = frozenset()
         if isinstance(self.processor, Follower):
             # a follower reads each record as the registrar does, and nearly always before
             # the registrar has decided on it: watch the registrar's positions until they
@@ -194,8 +195,7 @@ class Worker:
             # rather than handling the batch once for nothing and then again. (Not its
             # last: in a burst the follower then trails the registrar by one of the
             # registrar's batches, not by one of its own, which can hold thousands.)
-            first = self.processor.first_undecided(records)
-            on_fate = self.processor.on_fate(records)
+            first, on_fate = self.processor.waits(records)
             await self._until_decided(NotReady("", first), on_fate, first_look=0.0)
         while True:
             try:
@@ -205,8 +205,7 @@ class Worker:
             except NotReady as waiting:
                 # the registrar is a step behind: watch its positions (one small read per
                 # look) rather than handling the whole batch again every few milliseconds
-                assert isinstance(self.processor, Follower)
-                await self._until_decided(waiting, self.processor.on_fate(records))
+                await self._until_decided(waiting, on_fate)
             except MnemoError as exc:
                 self.failures += 1
                 self.last_error = exc.code

@@ -693,9 +693,25 @@ class Follower(_Processor):
 
     def on_fate(self, records: Sequence[LogRecord]) -> frozenset[tuple[int, int]]:
         """The (partition, offset) of each of `records` handled on its fate alone."""
-        if not self._on_fate:
-            return frozenset()
-        return frozenset((r.partition, r.offset) for r in records if not self.needs_commit(r))
+        return self.waits(records)[1]
+
+    def waits(
+        self, records: Sequence[LogRecord]
+    ) -> tuple[dict[int, int], frozenset[tuple[int, int]]]:
+        """What a worker watches for `records` before handling them, each record's type
+        read once: per partition, the offset of the first record this consumer cannot
+        handle before the sequencer has decided on it; and the (partition, offset) of each
+        record handled on its fate alone."""
+        first: dict[int, int] = {}
+        on_fate: set[tuple[int, int]] = set()
+        for r in records:
+            kind = self._type_of(r) if self._reads_types is not None or self._on_fate else None
+            reads = self._reads_types is None or kind is None or kind in self._reads_types
+            if reads and r.offset < first.get(r.partition, r.offset + 1):
+                first[r.partition] = r.offset
+            if kind is not None and kind in self._on_fate:
+                on_fate.add((r.partition, r.offset))
+        return first, frozenset(on_fate)
 
     def passes_over(self, record: LogRecord) -> bool:
         """Whether this consumer does nothing with the record whatever the sequencer decides
@@ -712,11 +728,7 @@ class Follower(_Processor):
     def first_undecided(self, records: Sequence[LogRecord]) -> dict[int, int]:
         """Per partition, the offset of the first of `records` this consumer cannot handle
         before the sequencer has decided on it."""
-        first: dict[int, int] = {}
-        for r in records:
-            if r.offset < first.get(r.partition, r.offset + 1) and not self.passes_over(r):
-                first[r.partition] = r.offset
-        return first
+        return self.waits(records)[0]
 
     def undecided(
         self, waits: dict[int, int], on_fate: frozenset[tuple[int, int]] = frozenset()
