@@ -50,9 +50,11 @@ from tests.tls_support import CASSANDRA_USER, SASL_USER, TlsServices, tls_servic
 from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import connect_store
+from mnemo.domain.errors import Unavailable
 from mnemo.settings import MnemoSettings
 
 READY_WITHIN = 300.0  # seconds for every component on a loaded 2-core machine
+CLEANUP_WITHIN = 120.0  # seconds to reach the TLS Cassandra again once the pods stopped
 OPERATOR = "chart-processes-operator-token"
 VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -365,18 +367,26 @@ def running(tmp_path: Path) -> Iterator[tuple[Cluster, list[Process]]]:
                     process.proc.kill()
                     process.proc.wait()
         keyspace = f"mnemo_chart_{cluster.tag}"
-        store = connect_store(
-            MnemoSettings(
-                data_dir=tmp_path / "inspect",
-                cassandra_port=tls.cassandra_port,
-                cassandra_keyspace=keyspace,
-                cassandra_username=CASSANDRA_USER[0],
-                cassandra_password=CASSANDRA_USER[1],
-                cassandra_ssl_cafile=tls.ca,
-                cassandra_ssl_certfile=tls.client_cert,
-                cassandra_ssl_keyfile=tls.client_key,
-            )
+        settings = MnemoSettings(
+            data_dir=tmp_path / "inspect",
+            cassandra_port=tls.cassandra_port,
+            cassandra_keyspace=keyspace,
+            cassandra_username=CASSANDRA_USER[0],
+            cassandra_password=CASSANDRA_USER[1],
+            cassandra_ssl_cafile=tls.ca,
+            cassandra_ssl_certfile=tls.client_cert,
+            cassandra_ssl_keyfile=tls.client_key,
         )
+        # right after the pods stop, a loaded machine can take longer than the driver's
+        # five seconds to open a TLS connection: try again within a budget
+        deadline = time.monotonic() + CLEANUP_WITHIN
+        while True:
+            try:
+                store = connect_store(settings)
+                break
+            except Unavailable:
+                if time.monotonic() >= deadline:
+                    raise
         store.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         store.close()
         drop_collections(cluster)
