@@ -47,6 +47,23 @@ def test_version_1_observations_are_upcast_on_read() -> None:
 
 
 @pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"text": "hi"}, "payload.utterance"),  # version 2's name: version 1 lacks it
+        ({}, "payload.utterance"),
+        ({"utterance": "u", "text": "t"}, "payload.text"),  # was kept, then overwritten
+        ({"utterance": ""}, "payload.utterance"),
+    ],
+)
+def test_a_version_1_observation_is_held_to_version_1(payload: dict[str, Any], field: str) -> None:
+    """An older version is checked against its own model before it is upcast: a missing
+    `utterance` was a KeyError in the upcaster (500), and an extra `text` was overwritten."""
+    with pytest.raises(InvalidInput) as refused:
+        validate_envelope(raw(schema_version=1, payload=payload))
+    assert (refused.value.code, refused.value.field) == ("INVALID_PAYLOAD", field)
+
+
+@pytest.mark.parametrize(
     ("over", "code"),
     [
         ({"type": "MemoryInvented"}, "UNKNOWN_EVENT_TYPE"),

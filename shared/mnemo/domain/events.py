@@ -881,6 +881,12 @@ CATALOG = Catalog(PAYLOADS)
 def decode_payload(envelope: Envelope, *, edge: bool = False) -> EventPayload:
     """The envelope's payload as the current version's model, upcast if it is older. With
     `edge`, new input is held to the edge's strict rules (mnemo.domain.edge)."""
+    if edge and envelope.schema_version != CATALOG.current[envelope.type]:
+        # an older version is held to its own model before it is upcast: a field it lacks
+        # or one it never had is the caller's error, named in that version's terms
+        CATALOG.models[(envelope.type, envelope.schema_version)].model_validate(
+            envelope.payload, context=EDGE
+        )
     data = CATALOG.upcast(envelope.type, envelope.schema_version, envelope.payload)
     return CATALOG.current_model(envelope.type).model_validate(data, context=EDGE if edge else None)
 
