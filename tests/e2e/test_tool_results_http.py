@@ -109,6 +109,10 @@ def declared(**memory: Any) -> dict[str, Any]:
     [
         ({"provenance": {"source_id": "tool:crm.get_deal", "trust": 0.9}}, "provenance.source_id"),
         ({"tags": ["deal", "tool:crm.get_deal", "tool-result"]}, "tags[1]"),
+        # any case, any white space around it
+        ({"tags": ["TOOL:crm.get_deal"]}, "tags[0]"),
+        ({"provenance": {"source_id": " tool:crm.get_deal"}}, "provenance.source_id"),
+        ({"provenance": {"source_id": "Tool:crm.get_deal"}}, "provenance.source_id"),
     ],
 )
 def test_a_key_limited_to_some_tools_declares_no_memory_as_another_tools_result(
@@ -137,6 +141,37 @@ def test_a_key_limited_to_some_tools_declares_no_memory_as_another_tools_result(
     assert plain.status_code == 202
     # an unrestricted key records any tool, so it declares any as well
     assert client.post("/v1/events", json=declared(**memory), headers=H).status_code == 202
+
+
+def test_a_key_limited_to_some_tools_does_not_supersede_another_tools_result(
+    client: TestClient, platform: Platform
+) -> None:
+    """A plain declaration (no tool named) under the key a CRM result holds superseded that
+    result, and the context showed the declared value in its place."""
+    real = client.post(
+        "/v1/tool-results?wait=registered", json=result(key="crm.deal"), headers=H
+    )
+    assert real.status_code == 202, real.text
+    issued = client.post(
+        "/v1/tenants/acme/keys",
+        json={"name": "fx-bot", "scopes": ["memory:write"], "tools": ["fx.rate"]},
+        headers=H,
+    )
+    limited = auth(issued.json()["key"])
+    head = platform.log.head()
+    forged = declared(type="fact", tags=["deal"], value='{"stage": "lost"}')
+    refused = client.post("/v1/events", json=forged, headers=limited)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "TOOL_NOT_ALLOWED"
+    assert refused.json()["error"]["field"] == "events[0].payload.memory.key"
+    assert platform.log.head() == head
+    history = client.get("/v1/subjects/user:C42/history/crm.deal", headers=H)
+    assert history.status_code == 200, history.text
+    assert [m["status"] for m in history.json()["memories"]] == ["active"]  # the result
+    # another key it may take; an unrestricted key may still replace the result
+    other = declared(key="deal.note", type="fact", tags=["deal"])
+    assert client.post("/v1/events", json=other, headers=limited).status_code == 202
+    assert client.post("/v1/events", json=forged, headers=H).status_code == 202
 
 
 @pytest.mark.parametrize(

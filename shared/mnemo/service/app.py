@@ -242,13 +242,23 @@ def _claimed_tools(memory: object) -> list[tuple[str, str | None]]:
     provenance = memory.get("provenance")
     if isinstance(provenance, Mapping):
         source = provenance.get("source_id")
-        if isinstance(source, str) and source.startswith(TOOL_SOURCE_PREFIX):
-            claims.append(("payload.memory.provenance.source_id", tool_of(source)))
+        if isinstance(source, str) and _names_a_tool(source):
+            claims.append(("payload.memory.provenance.source_id", _named_tool(source)))
     tags = memory.get("tags")
     for n, tag in enumerate(tags if isinstance(tags, list) else []):
-        if isinstance(tag, str) and tag.startswith(TOOL_SOURCE_PREFIX):
-            claims.append((f"payload.memory.tags[{n}]", tag[len(TOOL_SOURCE_PREFIX) :]))
+        if isinstance(tag, str) and _names_a_tool(tag):
+            claims.append((f"payload.memory.tags[{n}]", _named_tool(tag)))
     return claims
+
+
+def _names_a_tool(text: str) -> bool:
+    """`tool:<name>` in any case and with any white space around it: a variant is refused
+    with the exact form, not left to whatever later reads it as a tool's name."""
+    return text.strip().casefold().startswith(TOOL_SOURCE_PREFIX)
+
+
+def _named_tool(text: str) -> str:
+    return text.strip()[len(TOOL_SOURCE_PREFIX) :]
 
 
 class Mnemo:
@@ -314,6 +324,7 @@ class Mnemo:
                 raise
             _check_admin_events(ctx, i, envelope)
             _check_tool(ctx, i, envelope)
+            self._check_tool_key(ctx, i, envelope)
             if envelope.type == TemplateRegistered.TYPE:
                 registered = decode_payload(envelope)
                 assert isinstance(registered, TemplateRegistered)
@@ -322,6 +333,30 @@ class Mnemo:
                 envelope = self._citation(ctx, i, envelope)
             envelopes.append(envelope)
         return self._append(ctx, envelopes, wait, timeout, sent=raw_events)
+
+    def _check_tool_key(self, ctx: RequestContext, i: int, envelope: Envelope) -> None:
+        """A key limited to some tools declares no memory under a key that another tool's
+        result holds: the declaration would supersede that result. Read from the read
+        models, so a result registered in the same instant is not seen."""
+        if ctx.tools is None or envelope.type != MemoryDeclared.TYPE:
+            return
+        memory = envelope.payload.get("memory")
+        key = memory.get("key") if isinstance(memory, Mapping) else None
+        if not isinstance(key, str):
+            return
+        held = [
+            tool_of(m.provenance.source_id)
+            for m in self.store.history(ctx.tenant, envelope.stream, key)
+            if m.status is MemoryStatus.ACTIVE
+        ]
+        tool = next((t for t in held if t is not None), None)
+        if tool is not None and not ctx.allows_tool(tool):
+            raise MnemoError(
+                f"this key may record results of {', '.join(sorted(ctx.tools)) or 'no tool'} "
+                "only, and the memory key holds another tool's result",
+                code="TOOL_NOT_ALLOWED",
+                field=f"events[{i}].payload.memory.key",
+            )
 
     def append_own(
         self,
