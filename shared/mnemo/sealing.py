@@ -841,10 +841,22 @@ class Sealer:
         if memory.sealed is None:
             return memory
         opened = self.open_block(memory.tenant, memory.sealed)
+        source = memory.provenance
+        if (source.source_id and "⟦" in source.source_id) or (
+            source.source_location and "⟦" in source.source_location
+        ):
+            source = source.model_copy(
+                update={
+                    "source_id": source.source_id and self.open_text(source.source_id, opened),
+                    "source_location": source.source_location
+                    and self.open_text(source.source_location, opened),
+                }
+            )
         return memory.model_copy(
             update={
                 "content": self.open_text(memory.content, opened),
                 "value": self.open_text(memory.value, opened) if memory.value else memory.value,
+                "provenance": source,
                 "sealed": None,
             }
         )

@@ -148,9 +148,7 @@ def test_a_key_limited_to_some_tools_does_not_supersede_another_tools_result(
 ) -> None:
     """A plain declaration (no tool named) under the key a CRM result holds superseded that
     result, and the context showed the declared value in its place."""
-    real = client.post(
-        "/v1/tool-results?wait=registered", json=result(key="crm.deal"), headers=H
-    )
+    real = client.post("/v1/tool-results?wait=registered", json=result(key="crm.deal"), headers=H)
     assert real.status_code == 202, real.text
     issued = client.post(
         "/v1/tenants/acme/keys",

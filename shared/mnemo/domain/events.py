@@ -230,7 +230,12 @@ class MemoryDeclared(EventPayload):
 
     TYPE = "MemoryDeclared"
     VERSION = 1
-    SCANNED = ("memory.content", "memory.value", "memory.provenance.source_location")
+    SCANNED = (
+        "memory.content",
+        "memory.value",
+        "memory.provenance.source_id",
+        "memory.provenance.source_location",
+    )
     PRIVATE = (
         "memory.content",
         "memory.value",
@@ -263,7 +268,7 @@ class ObservationRecorded(EventPayload):
 
     TYPE = "ObservationRecorded"
     VERSION = 2
-    SCANNED = ("text",)
+    SCANNED = ("text", "speaker")
     PRIVATE = ("text", "speaker", "timezone", "language")
     text: str = Field(min_length=1, max_length=8_000)
     kind: Annotated[str, Field(pattern=r"^(utterance|action|turn)$")] = "utterance"

@@ -567,12 +567,18 @@ def _sealed_for(
     carried: EncryptionBlock | None = None,
     reseal: Resealer | None = None,
 ) -> EncryptionBlock | None:
-    """The ciphertexts of the placeholders this memory's content and value hold: from the
-    event's block, and, for a memory that carries fields over from the one it supersedes
+    """The ciphertexts of the placeholders this memory's content, value and sources hold:
+    from the event's block, and, for a memory that carries fields over from the one it supersedes
     (a history fact), from that memory's block. One block holds values under one data key:
     a carried value sealed under another data key than the event's is sealed again under
     the event's (`reseal`, which needs the subject's key: a destroyed one gives nothing)."""
-    refs = placeholder_refs(draft.content) | placeholder_refs(draft.value or "")
+    source = draft.provenance
+    refs = (
+        placeholder_refs(draft.content)
+        | placeholder_refs(draft.value or "")
+        | placeholder_refs(source.source_id or "")
+        | placeholder_refs(source.source_location or "")
+    )
     if not refs:
         return None
     blocks = [b for b in (event.encryption, carried) if b is not None and b.values]
