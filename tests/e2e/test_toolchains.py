@@ -182,6 +182,22 @@ def test_bad_input_gets_a_code_and_stores_nothing(client: TestClient, platform: 
     assert platform.log.head() == head
 
 
+def test_an_api_key_is_no_toolchain_id(client: TestClient, platform: Platform) -> None:
+    """Toolchain ids are kept and served in clear, like stream names: a key pasted into one
+    was stored in the log and the read models, then the chain could not even be read."""
+    key = client.post(
+        "/v1/tenants/acme/keys", json={"name": "leaky", "scopes": ["memory:read"]}, headers=H
+    ).json()["key"]
+    head = platform.log.head()
+    for pasted in (key, key.removeprefix("mnemo_"), key.replace("mnemo_", "MNEMO_")):
+        answer = start(client, toolchain_id=pasted)
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert (error["code"], error["field"]) == ("VALIDATION_ERROR", "toolchain_id")
+        assert key.rsplit("_", 1)[1] not in answer.text
+    assert platform.log.head() == head
+
+
 def test_a_conflicting_step_published_directly_is_refused_by_the_registrar(
     client: TestClient, platform: Platform
 ) -> None:

@@ -16,6 +16,7 @@ from mnemo.domain.access import (
     check_key,
     format_key,
     key_digest,
+    looks_like_key,
     parse_key,
     redact,
     redact_all,
@@ -127,3 +128,16 @@ def test_redaction_cuts_a_key_cut_short_and_every_string_of_a_value() -> None:
     assert SECRET[:8] not in str(cleaned)
     assert cleaned["n"] is None
     assert cleaned["ids"][1] == 3
+
+
+def test_a_key_without_its_prefix_or_in_upper_case_is_still_a_key() -> None:
+    """Detection once needed the literal lower-case `mnemo_`: the id and secret alone, or
+    `MNEMO_`, passed as a stream name and were echoed whole in error messages."""
+    bare = f"{KEY_ID}_{SECRET}"
+    for text in (bare, f"user:{bare}", f"MNEMO_{bare}", f"Mnemo_{KEY_ID.upper()}_{SECRET}"):
+        assert looks_like_key(text), text
+        assert SECRET not in redact(f"unknown event type '{text}'")
+    assert redact(bare) == f"mnemo_{KEY_ID}_[redacted]"
+    # identifiers that merely hold hex and underscores are not keys
+    for text in (f"x{bare}", f"{bare}x", f"{KEY_ID}_short", "0123456789abcdef_" + "a" * 42):
+        assert not looks_like_key(text), text

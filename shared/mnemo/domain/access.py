@@ -36,6 +36,7 @@ __all__ = [
     "key_digest",
     "key_id_of",
     "looks_like_key",
+    "no_key_in",
     "parse_key",
     "redact",
     "redact_all",
@@ -46,11 +47,13 @@ KEY_PREFIX = "mnemo_"
 KEY_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _KEY_RE = re.compile(r"^mnemo_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
-# anything shaped like a key inside a longer text
-_KEY_IN_TEXT = re.compile(r"mnemo_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
+# anything shaped like a key inside a longer text: the prefix in any case, or the id and
+# the secret alone (the prefix dropped: the secret is just as good without it)
+_BARE_KEY = r"(?<![A-Za-z0-9_-])([0-9a-fA-F]{16})_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
+_KEY_IN_TEXT = re.compile(r"(?i:mnemo)_([0-9a-fA-F]{16})_[A-Za-z0-9_-]{43}|" + _BARE_KEY)
 # what redaction cuts: a key, or one cut short (a message that cuts an input at 48 or 64
 # characters would otherwise hold most of a key's secret)
-_KEY_OR_PART = re.compile(r"mnemo_([0-9a-f]{16})_[A-Za-z0-9_-]+")
+_KEY_OR_PART = re.compile(r"(?i:mnemo)_([0-9a-fA-F]{16})_[A-Za-z0-9_-]+|" + _BARE_KEY)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
 
 
@@ -145,6 +148,15 @@ def looks_like_key(text: str) -> bool:
     return _KEY_IN_TEXT.search(text) is not None
 
 
+def no_key_in(value: str) -> str:
+    """An identifier that holds an API key is refused: identifiers are stored and served
+    in clear (replay, the log, read models), so a key pasted into one would be handed out
+    again."""
+    if looks_like_key(value):
+        raise ValueError("holds an API key; credentials go in headers, never in identifiers")
+    return value
+
+
 def key_id_of(text: str) -> str | None:
     parsed = parse_key(text)
     return parsed[0] if parsed else None
@@ -152,7 +164,7 @@ def key_id_of(text: str) -> str | None:
 
 def redact(text: str) -> str:
     """The text with every key in it, whole or cut short, cut down to its public id."""
-    return _KEY_OR_PART.sub(lambda m: f"mnemo_{m.group(1)}_[redacted]", text)
+    return _KEY_OR_PART.sub(lambda m: f"mnemo_{m.group(1) or m.group(2)}_[redacted]", text)
 
 
 def redact_all(value: Any) -> Any:

@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mnemo.domain.access import looks_like_key
+from mnemo.domain.access import no_key_in
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.edge import EDGE, JsonBool, at_edge, json_int, json_number
 from mnemo.domain.errors import InvalidInput
@@ -84,12 +84,7 @@ class ActorKind(StrEnum):
     SYSTEM = "system"
 
 
-def _no_credential(value: str) -> str:
-    """An identifier that holds an API key is refused: identifiers are stored and served
-    in clear (replay, the log), so a key pasted into one would be handed out again."""
-    if looks_like_key(value):
-        raise ValueError("holds an API key; credentials go in headers, never in identifiers")
-    return value
+_no_credential = no_key_in
 
 
 class Actor(BaseModel):

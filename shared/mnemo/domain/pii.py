@@ -317,8 +317,8 @@ _TOKEN_CONTEXT = re.compile(
 )
 _TOKEN_SHAPES = re.compile(
     r"(?<![A-Za-z0-9_-])(?:sk-[A-Za-z0-9_-]{16,}|(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}|"
-    # Mnemo's own API keys: mnemo_<16 hex>_<43 base64url>
-    r"mnemo_[0-9a-f]{16}_[A-Za-z0-9_-]{43}|"
+    # Mnemo's own API keys: mnemo_<16 hex>_<43 base64url>, the prefix in any case or dropped
+    r"(?i:mnemo)_[0-9a-fA-F]{16}_[A-Za-z0-9_-]{43}|[0-9a-fA-F]{16}_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])|"
     r"AKIA[0-9A-Z]{16}|xox[abpors]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
     r"\.[A-Za-z0-9_-]{10,})"
 )

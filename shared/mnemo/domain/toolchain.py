@@ -21,8 +21,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from mnemo.domain.access import no_key_in
 from mnemo.domain.edge import JsonBool
 from mnemo.domain.sealed import EncryptionBlock
 
@@ -48,8 +49,13 @@ MAX_TTL_SECONDS = 30 * 24 * 3600
 MAX_STEPS = 64
 MAX_OUTPUT_BYTES = 32 * 1024  # a step's output, as compact JSON text
 
-ToolchainId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")]
-StepId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
+# identifiers kept and served in clear: one holding an API key is refused
+ToolchainId = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"), AfterValidator(no_key_in)
+]
+StepId = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"), AfterValidator(no_key_in)
+]
 
 
 class ToolchainStatus(StrEnum):
