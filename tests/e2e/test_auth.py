@@ -661,6 +661,13 @@ def test_a_lesser_key_cannot_lock_the_tenant_out(platform: Platform) -> None:
         for headers in ({}, auth(second["key"])):
             r = client.post("/v1/admin/tenants/lockco/keys", json={}, headers=headers)
             assert (r.status_code, r.json()["error"]["code"]) == (403, "ADMIN_ONLY")
+        for body in ("null", "[]"):  # not an object: null once issued a full admin key
+            r = client.post(
+                "/v1/admin/tenants/lockco/keys",
+                content=body,
+                headers={**op, "content-type": "application/json"},
+            )
+            assert (r.status_code, r.json()["error"]["code"]) == (422, "VALIDATION_ERROR")
         missing = client.post("/v1/admin/tenants/nobody/keys", json={}, headers=op)
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "TENANT_NOT_FOUND")
         again = client.post(

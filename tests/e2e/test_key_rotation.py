@@ -149,6 +149,12 @@ def test_rotate_and_rewrap_online(tmp_path: Path, vault: KeyVault) -> None:
         r = client.post("/v1/admin/keys/rewrap", json=bad)
         assert _error(r) == (400, "NO_KEY_OF_ITS_OWN", "stream")
         assert client.post("/v1/admin/keys/rewrap", json={"limit": 0}).status_code == 422
+        # a body that is not an object is no "no options": it rotated the tenant's key once
+        for path in ("/v1/admin/keys/rotate", "/v1/admin/keys/rewrap"):
+            for body in ("[]", "null", "1"):
+                r = client.post(path, content=body, headers={"content-type": "application/json"})
+                assert _error(r)[:2] == (422, "VALIDATION_ERROR"), (path, body)
+        assert client.post("/v1/admin/keys/rotate", json={}).json()["key_version"] == 3
         assert client.post("/v1/admin/keys/rotate", json={"tenant": "globex"}).status_code == 422
         r = client.post("/v1/admin/keys/rotate", json={"stream": "bad stream"})
         assert _error(r) == (400, "INVALID_STREAM", "stream")

@@ -34,7 +34,7 @@ FURTHER = {
     ("POST", "/v1/events"): "`admin` for a `TemplateRegistered`, and for a `ForgetRequested` "
     "of a whole stream or tenant; a key limited to some tools records only their "
     "`ToolResultRecorded`, and declares no memory naming another tool (`tool:<name>` "
-    "provenance or tag)",
+    "provenance or tag, in any case) nor under a memory key another tool's result holds",
     ("DELETE", "/v1/tenants/{tenant}/keys/{key_id}"): "a key revokes itself or a key it "
     "could have issued (403 `REVOKE_NOT_ALLOWED`), never the tenant's last active admin key "
     "(409 `LAST_ADMIN_KEY`)",

@@ -179,7 +179,7 @@ async def create_tenant(_: Admin, platform: PlatformDep, body: Body) -> JSONResp
 async def issue_recovery_key(
     _: Admin, platform: PlatformDep, tenant: TenantPath, body: Body
 ) -> JSONResponse:
-    req = RecoveryKeyIn.model_validate(body if body is not None else {})
+    req = RecoveryKeyIn.model_validate(body)
     access = platform.access
     issued = await run_in_threadpool(
         lambda: access.recovery_key(

@@ -84,7 +84,7 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     openapi_extra=_schema(RotateIn),
 )
 async def rotate_key(ctx: AdminCtx, platform: PlatformDep, body: Body) -> RotateOut:
-    req = RotateIn.model_validate(body or {})
+    req = RotateIn.model_validate(body)
     key_id, version = await run_in_threadpool(keys.rotate, platform.app, ctx.tenant, req.stream)
     return RotateOut(key_id=key_id, key_version=version)
 
@@ -95,7 +95,7 @@ async def rotate_key(ctx: AdminCtx, platform: PlatformDep, body: Body) -> Rotate
     openapi_extra=_schema(RewrapIn),
 )
 async def rewrap_keys(ctx: AdminCtx, platform: PlatformDep, body: Body) -> RewrapOut:
-    req = RewrapIn.model_validate(body or {})
+    req = RewrapIn.model_validate(body)
     page = await run_in_threadpool(
         keys.rewrap_page, platform.app, ctx.tenant, ctx.principal, req.stream, req.after, req.limit
     )
