@@ -108,6 +108,19 @@ def test_a_batch_holding_a_reused_id_appends_nothing(
     assert platform.log.get("acme", fresh) is None
 
 
+def test_one_id_twice_in_a_batch_names_the_second(client: TestClient, platform: Platform) -> None:
+    """Neither is in the log: the error once said the first was, and named events[0]."""
+    event_id = new_event_id(datetime.now(UTC))
+    head = platform.log.head()
+    batch = [declared(event_id, "size L"), declared(event_id, "size XL")]
+    r = client.post("/v1/events", json={"events": batch}, headers=H)
+    assert r.status_code == 409, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["field"]) == ("EVENT_ID_REUSED", "events[1].event_id")
+    assert "events[0] and events[1] of this batch" in error["message"]
+    assert platform.log.head() == head
+
+
 def test_a_client_may_not_set_the_digest(client: TestClient, platform: Platform) -> None:
     head = platform.log.head()
     forged = declared(new_event_id(datetime.now(UTC)), "x", digest="0" * 32)

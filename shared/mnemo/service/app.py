@@ -410,8 +410,15 @@ class Mnemo:
         except ConflictError as exc:
             reused = exc.extra.get("event_id")
             if exc.code == "EVENT_ID_REUSED" and exc.field == "event_id":
-                at = next((i for i, e in enumerate(envelopes) if e.event_id == reused), None)
-                exc.field = f"events[{at}].event_id" if at is not None else exc.field
+                at = [i for i, e in enumerate(envelopes) if e.event_id == reused]
+                if at:
+                    # the later one is at fault; with two in this batch, neither was logged
+                    exc.field = f"events[{at[-1]}].event_id"
+                if len(at) > 1:
+                    exc.message = (
+                        f"event_id {reused} is used by events[{at[0]}] and events[{at[-1]}] "
+                        "of this batch with other content; nothing was appended"
+                    )
             raise
         if self.runner is not None:
             self.runner.wake()
