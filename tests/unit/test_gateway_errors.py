@@ -3,6 +3,7 @@ field called `query` (search, context) is a field, not the query string's locati
 
 from __future__ import annotations
 
+import pytest
 from fastapi import FastAPI, Query
 from fastapi.testclient import TestClient
 from mnemo_gateway.errors import install_error_handlers
@@ -51,3 +52,38 @@ def test_a_body_field_named_like_a_location_is_named_in_the_error() -> None:
 def test_a_query_string_parameter_is_named_without_its_location() -> None:
     with TestClient(_app()) as client:
         assert _error(client, "/probe?limit=0", {"query": "x"}).get("field") == "limit"
+
+
+def test_a_client_that_leaves_mid_body_is_no_server_error() -> None:
+    """A caller that declared 5,000 bytes and hung up after 13 once cost a traceback at
+    ERROR per request: the body reader now answers it as the caller's doing."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from mnemo_gateway.deps import json_body
+    from starlette.requests import Request
+
+    from mnemo.domain.errors import InvalidInput
+    from mnemo.settings import GatewaySettings
+
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"stream": "u', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+
+    async def receive() -> dict[str, object]:
+        return next(messages)
+
+    app = SimpleNamespace(state=SimpleNamespace(gateway_settings=GatewaySettings()))
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/events",
+        "headers": [(b"content-length", b"5000")],
+        "app": app,
+    }
+    with pytest.raises(InvalidInput) as cut_short:
+        asyncio.run(json_body(Request(scope, receive)))
+    assert cut_short.value.code == "CLIENT_DISCONNECTED"

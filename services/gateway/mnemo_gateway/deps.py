@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, Header, Request
+from starlette.requests import ClientDisconnect
 
 from mnemo.bootstrap import Platform
 from mnemo.domain.access import Caller, Scope, Unauthenticated, looks_like_key, require_scope
@@ -244,11 +245,19 @@ async def json_body(request: Request) -> Any:
         raise InvalidInput(f"body over {limit} bytes", code="PAYLOAD_TOO_LARGE")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise InvalidInput(f"body over {limit} bytes", code="PAYLOAD_TOO_LARGE")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise InvalidInput(f"body over {limit} bytes", code="PAYLOAD_TOO_LARGE")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # the caller went away mid-body: nobody reads the answer, and it is no server
+        # error (each once logged a traceback at ERROR, a way to flood the log)
+        raise InvalidInput(
+            "the client closed the connection before the body was sent",
+            code="CLIENT_DISCONNECTED",
+        ) from None
     body = b"".join(chunks)
     try:
         value = orjson.loads(body)
