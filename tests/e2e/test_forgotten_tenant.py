@@ -30,7 +30,9 @@ GLOBEX = headers_for("globex", "agent")
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
+    with TestClient(
+        create_app(platform, GatewaySettings(wait_timeout=60, admin_token="op-token"))
+    ) as c:
         yield c
 
 
@@ -130,6 +132,12 @@ def test_a_forgotten_tenant_takes_no_write_and_reads_nothing(
     # nor does the key tell about itself any more; another tenant's still does
     refused_gone(client.get("/v1/whoami", headers=ACME))
     assert client.get("/v1/whoami", headers=GLOBEX).json()["tenant"] == "globex"
+    # the operator's way back issues no key that could only ever answer 410
+    operator = {"X-Mnemo-Admin-Token": "op-token"}
+    refused_gone(client.post("/v1/admin/tenants/acme/keys", json={}, headers=operator))
+    assert (
+        client.post("/v1/admin/tenants/globex/keys", json={}, headers=operator).status_code == 201
+    )
 
     # a write that reached the log past the gateway (a race with the forget elsewhere) is
     # registered by the consumers, but the forgotten tenant's reads still answer nothing

@@ -180,6 +180,9 @@ async def issue_recovery_key(
     _: Admin, platform: PlatformDep, tenant: TenantPath, body: Body
 ) -> JSONResponse:
     req = RecoveryKeyIn.model_validate(body)
+    if platform.sealer is not None:
+        # a forgotten tenant gets no key to come back with: every use of it answered 410
+        platform.sealer.refuse_forgotten_tenant(tenant)
     access = platform.access
     issued = await run_in_threadpool(
         lambda: access.recovery_key(
