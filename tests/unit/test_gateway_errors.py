@@ -4,7 +4,7 @@ field called `query` (search, context) is a field, not the query string's locati
 from __future__ import annotations
 
 import pytest
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
 from fastapi.testclient import TestClient
 from mnemo_gateway.errors import install_error_handlers
 from pydantic import BaseModel, Field
@@ -27,6 +27,10 @@ def _app() -> FastAPI:
     @app.post("/manual")
     def manual(raw: dict[str, object]) -> dict[str, str]:
         return {"ok": _Body.model_validate(raw).query}
+
+    @app.post("/model")
+    async def model(request: Request) -> dict[str, str]:
+        return {"ok": _Body.model_validate(await request.json()).query}
 
     return app
 
@@ -87,3 +91,9 @@ def test_a_client_that_leaves_mid_body_is_no_server_error() -> None:
     with pytest.raises(InvalidInput) as cut_short:
         asyncio.run(json_body(Request(scope, receive)))
     assert cut_short.value.code == "CLIENT_DISCONNECTED"
+
+
+def test_a_body_that_is_no_object_is_not_named_by_its_model() -> None:
+    error = _error(TestClient(_app()), "/model", [])
+    assert "_Body" not in error["message"]
+    assert "a JSON object" in error["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -122,6 +123,9 @@ def _allowed(request: Request) -> list[str]:
     return sorted(methods)
 
 
+_MODEL_NAME = re.compile(r"a valid dictionary or instance of \w+")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MnemoError)
     async def _mnemo_error(_: Request, exc: MnemoError) -> JSONResponse:
@@ -142,7 +146,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     async def _body_validation(_: Request, exc: ValidationError) -> JSONResponse:
         err = exc.errors()[0]
-        return error_response(422, "VALIDATION_ERROR", str(err["msg"]), _field(err["loc"]))
+        # "a valid dictionary or instance of RotateIn": the model's name means nothing to
+        # the caller; the body is a JSON object
+        message = _MODEL_NAME.sub("a JSON object", str(err["msg"]))
+        return error_response(422, "VALIDATION_ERROR", message, _field(err["loc"]))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
