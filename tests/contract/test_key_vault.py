@@ -235,7 +235,8 @@ class TestLocalKeyFileVault(KeyVaultContract):
         vault.data_key("tenant-a")
         vault.rotate("tenant-a")
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert [p.name for p in path.parent.iterdir()] == ["vault.json"]  # no temp files left
+        # no temp files left; the lock file processes sharing the key file take
+        assert sorted(p.name for p in path.parent.iterdir()) == ["vault.json", "vault.json.lock"]
 
     def test_reopen_keeps_keys(self, vault: KeyVault, path: Path) -> None:
         plain_1, wrapped_1, _ = vault.data_key("tenant-a")
@@ -249,6 +250,24 @@ class TestLocalKeyFileVault(KeyVaultContract):
         assert reopened.data_key("tenant-a")[2] == 2
         with pytest.raises(KeyDestroyed):
             reopened.data_key("tenant-b")
+
+    def test_two_processes_sharing_the_file_lose_no_version(
+        self, vault: KeyVault, path: Path
+    ) -> None:
+        """`mnemo keys rotate --data-dir` beside a running server: each held the file as it
+        had read it, so the second rotation wrote its own version 2 over the first one's,
+        and what the first sealed under its version 2 no longer opened."""
+        vault.data_key("tenant-a")
+        other = LocalKeyFileVault(path)  # another process, which read the file just now
+        assert vault.rotate("tenant-a") == 2
+        plain, wrapped, version = vault.data_key("tenant-a")
+        assert version == 2
+        assert other.rotate("tenant-a") == 3  # not a second version 2
+        assert other.unwrap("tenant-a", wrapped) == plain
+        assert LocalKeyFileVault(path).unwrap("tenant-a", wrapped) == plain
+        other.destroy("tenant-a")
+        with pytest.raises(KeyDestroyed):
+            vault.rotate("tenant-a")  # destroyed by the other process meanwhile
 
     def test_destroy_removes_material_from_file(self, vault: KeyVault, path: Path) -> None:
         vault.data_key("tenant-a")

@@ -6,8 +6,10 @@ same directory, fsync, `os.replace`, fsync of the directory. `destroy` rewrites 
 without the key_id's versions, so the new file no longer holds that material; the old
 file's blocks may survive on disk until reused, so this is not a forensic-grade shred.
 
-One process should own the file: changes from two processes would overwrite each other.
-Semantics are those of `mnemo.adapters.memory_key_vault.VersionedKeyVault`.
+Processes may share the file (a server and `mnemo keys rotate` on its data directory):
+each change takes an exclusive lock on `<file>.lock`, reads the file again, and writes it
+back with its change, so no process's key version is lost or replaced. Semantics are those
+of `mnemo.adapters.memory_key_vault.VersionedKeyVault`.
 
 File format::
 
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +63,15 @@ class LocalKeyFileVault(VersionedKeyVault):
 
     def _persist(self, state: KeyState) -> None:
         _write(self.path, state)
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def _reload(self) -> None:
         # a consumer process opens what the gateway sealed under keys it made after this

@@ -25,10 +25,11 @@ bytearrays that are zeroed on destroy, which is best effort only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -88,7 +89,7 @@ class VersionedKeyVault(KeyVault):
             versions = self._known(key_id)
             if versions is None:
                 self._refuse_destroyed(key_id)
-                self._mutate(lambda state: _add_version(state, key_id))
+                self._mutate(lambda state: _first_version(state, key_id))
                 versions = self._state.keys[key_id]
             version = max(versions)
             master = bytes(versions[version])
@@ -141,7 +142,7 @@ class VersionedKeyVault(KeyVault):
             versions = self._known(key_id)
             if versions is None:
                 self._refuse_destroyed(key_id)
-                self._mutate(lambda state: _add_version(state, key_id))
+                self._mutate(lambda state: _first_version(state, key_id))
                 versions = self._state.keys[key_id]
             first = bytes(versions[min(versions)])
         info = b"mnemo-search-key\x00" + key_id.encode()
@@ -151,7 +152,7 @@ class VersionedKeyVault(KeyVault):
         _check_key_id(key_id)
         with self._lock:
             self._refuse_destroyed(key_id)
-            return self._mutate(lambda state: _add_version(state, key_id))
+            return self._mutate(lambda state: _next_version(state, key_id))
 
     def destroy(self, key_id: str) -> None:
         _check_key_id(key_id)
@@ -188,9 +189,17 @@ class VersionedKeyVault(KeyVault):
     def _persist(self, state: KeyState) -> None:
         """Make `state` durable before it becomes current; raising aborts the change."""
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Held around a change: a store shared by processes locks it here, and `_mutate`
+        then reloads the state before changing it, so no process's change is lost."""
+        yield
+
     def _mutate(self, change: Callable[[KeyState], _T]) -> _T:
-        """Apply a change to a copy, persist the copy, then make it current."""
-        with self._lock:
+        """Apply a change to a copy of the current state (reloaded under `_exclusive`),
+        persist the copy, then make it current."""
+        with self._lock, self._exclusive():
+            self._reload()
             draft = self._state.copy()
             result = change(draft)
             self._persist(draft)
@@ -207,6 +216,21 @@ class VersionedKeyVault(KeyVault):
 
 class InMemoryKeyVault(VersionedKeyVault):
     """Master keys in process memory only: lost when the process ends. For tests."""
+
+
+def _first_version(state: KeyState, key_id: str) -> int:
+    """A key's first version, unless another process made it meanwhile."""
+    if key_id in state.destroyed:
+        raise KeyDestroyed(f"key {key_id!r} was destroyed")
+    if state.keys.get(key_id):
+        return max(state.keys[key_id])
+    return _add_version(state, key_id)
+
+
+def _next_version(state: KeyState, key_id: str) -> int:
+    if key_id in state.destroyed:  # by another process meanwhile
+        raise KeyDestroyed(f"key {key_id!r} was destroyed")
+    return _add_version(state, key_id)
 
 
 def _add_version(state: KeyState, key_id: str) -> int:

@@ -1912,7 +1912,8 @@ def keys_rotate(state: State, stream: str | None, rewrap: bool, data_dir: Path |
     cached data key expires (MNEMO_DATA_KEY_TTL).
 
     Uses MNEMO_VAULT_ADDR and MNEMO_VAULT_TOKEN; without them, the development key file of
-    the data directory, which no server may be running on.
+    the data directory (a server running on it keeps its keys: every change to the file is
+    made under a lock, on the file as it is then).
 
     With --rewrap, the memories' stored data keys are then rewrapped under the new version,
     page by page (progress on stderr), while reads go on: through the server (an admin
