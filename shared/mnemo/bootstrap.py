@@ -4,6 +4,7 @@ settings or adapters."""
 from __future__ import annotations
 
 import ast
+import fcntl
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ from mnemo.adapters.sqlite_log import SqliteEventLog
 from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.documents import DocumentLimits, EntityRules
-from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.domain.history import FactRules
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
@@ -449,6 +450,7 @@ class Platform:
     checkpoints: AuditCheckpoints | None = None  # signed audit checkpoints (ADR 0017)
     signer: Signer | None = None
     anchors: CheckpointAnchors | None = None  # each stream's newest checkpoint, outside
+    data_lock: int | None = None  # the data directory's lock (`hold_data_dir`), till close
 
     @property
     def mode(self) -> str:
@@ -478,6 +480,9 @@ class Platform:
             self.checkpoints.close()
         if self.anchors is not None:
             self.anchors.close()
+        if self.data_lock is not None:
+            os.close(self.data_lock)
+            self.data_lock = None
 
 
 @dataclass
@@ -586,6 +591,47 @@ def build_embedded(
     settings = settings or MnemoSettings()
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
+    # taken before anything is opened: opening the qdrant-edge shard writes to it even when
+    # its own lock then refuses, which broke the indexer of a server running on the data
+    # directory (an offline checksum or rebuild beside it)
+    held = hold_data_dir(data) if not settings.qdrant_url else None
+    try:
+        return _build_embedded(settings, clock, embedder, query_embedder, consumers, vault, held)
+    except BaseException:
+        if held is not None:
+            os.close(held)
+        raise
+
+
+def hold_data_dir(data: Path) -> int:
+    """An exclusive lock on the data directory (`mnemo.lock` in it), held by the process
+    that opens it until its platform closes: one process at a time runs on an embedded
+    data directory with its vector shard. Refused at once, naming the directory, when
+    another process holds it."""
+    fd = os.open(data / "mnemo.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Unavailable(
+            f"the data directory {data} is in use by another Mnemo process (a server running "
+            "on it?); stop it first, or use that process's API",
+            code="DATA_DIR_IN_USE",
+            field="data_dir",
+        ) from None
+    return fd
+
+
+def _build_embedded(
+    settings: MnemoSettings,
+    clock: Clock | None,
+    embedder: Embedder | None,
+    query_embedder: Embedder | None,
+    consumers: tuple[str, ...],
+    vault: KeyVault | None,
+    held: int | None,
+) -> Platform:
+    data = settings.data_dir
     clock = clock or SystemClock()
     embedder = embedder or make_embedder(settings)
     # queries get their own engine so they never wait behind a batch being indexed
@@ -659,6 +705,7 @@ def build_embedded(
         checkpoints=checkpoints,
         signer=signer,
         anchors=anchors,
+        data_lock=held,
     )
 
 

@@ -477,6 +477,50 @@ def test_admin_rebuild_offline_restores_the_checksum(tmp_path: Path) -> None:
     assert json.loads(checked.stdout) == {"checksum": before}
 
 
+def test_offline_commands_leave_a_data_directory_in_use_untouched(tmp_path: Path) -> None:
+    """An offline checksum or rebuild beside a server on the same data directory was
+    refused by the vector shard's own lock only after opening it had written to the shard,
+    and the server's indexer then failed on every batch until it was restarted."""
+    data = tmp_path / "data"
+    live = build_embedded(MnemoSettings(data_dir=data, embedder="hashing"))
+    ctx = RequestContext(tenant="acme", principal="test")
+    try:
+        first = declared({"type": "fact", "content": "likes coffee"}, stream="user:U1")
+        live.app.publish(ctx, [first], Wait.NONE)
+        live.runner.drain()
+
+        def files() -> dict[str, tuple[int, int]]:
+            return {
+                str(p.relative_to(data)): (p.stat().st_mtime_ns, p.stat().st_size)
+                for p in (data / "vectors").rglob("*")
+                if p.is_file()
+            }
+
+        before = files()
+        runner = CliRunner(env={"MNEMO_EMBEDDER": "hashing"})
+        refused = [
+            runner.invoke(cli, [*command, "--data-dir", str(data)])
+            for command in (["admin", "checksum"], ["admin", "rebuild"])
+        ]
+        assert files() == before
+        for answer in refused:
+            assert answer.exit_code == 1, answer.output
+            assert "DATA_DIR_IN_USE" in answer.stderr
+        # the live one goes on indexing
+        then = declared({"type": "fact", "content": "likes green tea"}, stream="user:U1")
+        live.app.publish(ctx, [then], Wait.NONE)
+        live.runner.drain()
+        assert live.lag() == dict.fromkeys(live.lag(), 0)
+        assert live.app.search(ctx, "tea", limit=1)
+    finally:
+        live.close()
+    # once it stops, the directory is free
+    freed = CliRunner(env={"MNEMO_EMBEDDER": "hashing"}).invoke(
+        cli, ["admin", "checksum", "--data-dir", str(data)]
+    )
+    assert freed.exit_code == 0, freed.output
+
+
 def test_admin_refuses_a_directory_without_data(tmp_path: Path) -> None:
     result = CliRunner(env={"MNEMO_EMBEDDER": "hashing"}).invoke(
         cli, ["admin", "rebuild", "--data-dir", str(tmp_path / "nothing")]
