@@ -179,6 +179,7 @@ def test_a_key_limited_to_some_tools_does_not_supersede_another_tools_result(
         (result(arguments={"q": "y" * 3_000}), 413, "TOOL_RESULT_TOO_LARGE"),
         (result(tool="not a name"), 400, "INVALID_PAYLOAD"),
         (result(fetched_at="2026-11-30T12:00:00"), 422, "VALIDATION_ERROR"),
+        (result(fetched_at="1700000000"), 422, "VALIDATION_ERROR"),  # read as 2023 once
         (result(fresh_for_seconds=0), 422, "VALIDATION_ERROR"),
         (result(key="bad key"), 400, "INVALID_PAYLOAD"),
     ],

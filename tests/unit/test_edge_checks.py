@@ -74,8 +74,11 @@ def test_the_log_reads_back_what_it_holds_whatever_the_edge_now_refuses() -> Non
     assert held.payload["timezone"] == "+99:00"
 
 
-@pytest.mark.parametrize("number", [1_700_000_000, 0, 1.7e9])
-def test_a_time_given_as_a_number_is_refused(number: float) -> None:
+# a string holding a number was read as seconds since 1970 (a 2023 date, accepted)
+@pytest.mark.parametrize(
+    "number", [1_700_000_000, 0, 1.7e9, "1700000000", "1700000000.5", " 17e8 ", "-1"]
+)
+def test_a_time_given_as_a_number_is_refused(number: float | str) -> None:
     raw = _raw("MemoryDeclared", {"memory": {"type": "fact", "content": "x"}})
     raw["occurred_at"] = number
     assert _code(raw) == "INVALID_TIME"

@@ -6,13 +6,15 @@ from typing import Annotated
 
 from pydantic import AwareDatetime, BeforeValidator
 
+from mnemo.domain.memory import is_number_as_time
+
 __all__ = ["ID_CURSOR", "Instant"]
 
 
 def _not_a_number(value: object) -> object:
     # JSON has no time type: a number could be seconds or milliseconds, so it is refused
-    # rather than guessed at
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    # rather than guessed at, and so is a string holding one
+    if is_number_as_time(value):
         raise ValueError("a time is an ISO 8601 string with a UTC offset, not a number")
     return value
 

@@ -145,10 +145,24 @@ class Guard(BaseModel):
         return False
 
 
+# what pydantic reads as seconds (or milliseconds) since 1970 when it is a string
+_NUMBER_TEXT = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def is_number_as_time(value: object) -> bool:
+    """A number, or a string holding only a number, given where a time is expected."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    return isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is not None
+
+
 def refuse_number_as_time(value: object, info: ValidationInfo) -> object:
-    """At the edge, a time is an ISO 8601 string: a number (seconds? milliseconds?) is
-    refused rather than guessed at, and never reaches the log as a number."""
-    if at_edge(info) and isinstance(value, int | float) and not isinstance(value, bool):
+    """At the edge, a time is an ISO 8601 string: a number (seconds? milliseconds?), or a
+    string holding one ("1700000000"), is refused rather than guessed at, and never reaches
+    the log as a number."""
+    if at_edge(info) and is_number_as_time(value):
         raise PydanticCustomError(
             "time_as_number", "a time is an ISO 8601 string with a UTC offset, not a number"
         )
