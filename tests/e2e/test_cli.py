@@ -443,6 +443,33 @@ def test_a_password_in_the_url_is_never_printed() -> None:
     assert f"127.0.0.1:{port}" in str(caught.value)
 
 
+def test_a_key_or_url_the_client_cannot_send_is_named_never_shown() -> None:
+    """A key read from a file with a Windows line end was printed whole in the error the
+    HTTP library raised for the header; a query string (?api_key=) was printed with the
+    URL; a URL with a bad port ended in a traceback."""
+    port = unused_port()
+    secret = "Q" * 43
+    key = f"mnemo_0123456789abcdef_{secret}"
+    runner = CliRunner()
+    # white space around the key is dropped: the call is made (nothing listens: exit 3)
+    sent = runner.invoke(
+        cli, ["--url", f"http://127.0.0.1:{port}", "--api-key", key + "\r\n", "status"]
+    )
+    assert sent.exit_code == 3, sent.output
+    bad = runner.invoke(
+        cli, ["--url", f"http://127.0.0.1:{port}", "--api-key", key + "\x01", "status"]
+    )
+    assert "INVALID_API_KEY" in bad.stderr
+    query = runner.invoke(cli, ["--url", f"http://127.0.0.1:{port}/?api_key={key}", "status"])
+    assert query.exit_code == 3
+    unusable = runner.invoke(cli, ["--url", "http://u:S3cretPW@127.0.0.1:notaport", "status"])
+    assert "INVALID_URL" in unusable.stderr
+    assert unusable.exception is None or isinstance(unusable.exception, SystemExit)
+    for result in (sent, bad, query, unusable):
+        assert secret not in result.stderr + result.output
+        assert "S3cretPW" not in result.stderr + result.output
+
+
 # ---- admin ----------------------------------------------------------------------------------
 
 

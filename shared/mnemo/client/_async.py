@@ -32,6 +32,7 @@ from mnemo.client.models import (
     TemplateInfo,
     ToolResultRecorded,
 )
+from mnemo.domain.access import redact
 from mnemo.domain.memory import MemoryDraft, MemoryType, Scope
 
 __all__ = ["AsyncMnemoClient"]
@@ -75,11 +76,14 @@ class AsyncMnemoClient:
         self.principal = principal
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
-        self.headers = _core.identity_headers(tenant, principal, api_key) | dict(headers or {})
+        self.headers = _core.identity_headers(tenant, principal, api_key, headers)
         self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(
-            base_url=self.url, timeout=timeout, transport=transport
-        )
+        try:
+            self._http = http_client or httpx.AsyncClient(
+                base_url=self.url, timeout=timeout, transport=transport
+            )
+        except httpx.InvalidURL:
+            raise _core.invalid_url(self.url) from None
         self._sleep = sleep
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
 
@@ -135,14 +139,14 @@ class AsyncMnemoClient:
                     params=call.params,
                     json=call.body if call.content is None else None,
                     content=call.content,
-                    headers=self.headers
-                    if call.content_type is None
-                    else {**self.headers, "Content-Type": call.content_type},
+                    headers=_core.with_content_type(self.headers, call.content_type),
                     timeout=_core.http_timeout(self.timeout, call),
                 )
             except _core.FATAL as exc:
                 shown = _core.shown_url(self.url)
-                raise MnemoConnectionError(f"cannot talk to Mnemo at {shown}: {exc}") from exc
+                raise MnemoConnectionError(
+                    f"cannot talk to Mnemo at {shown}: {redact(str(exc))}"
+                ) from exc
             except httpx.TransportError as exc:
                 if last or not (call.idempotent or isinstance(exc, _core.NOT_SENT)):
                     shown = _core.shown_url(self.url)

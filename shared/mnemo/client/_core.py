@@ -114,16 +114,40 @@ class Call(Generic[T]):
 
 
 def identity_headers(
-    tenant: str | None, principal: str | None, api_key: str | None
-) -> dict[str, str]:
+    tenant: str | None,
+    principal: str | None,
+    api_key: str | None,
+    extra: Mapping[str, str] | None = None,
+) -> httpx.Headers:
+    """The headers of every request. Values go out as UTF-8, so a principal such as 张三
+    (printable UTF-8, as the API takes it) is sent rather than failing in the encoder. The
+    key loses white space around it (a key file with a line end); a key that still holds
+    a character no header can carry is refused here, without being shown."""
     headers = {"User-Agent": f"mnemo-client/{__version__}"}
     if tenant is not None:
         headers["X-Mnemo-Tenant"] = tenant
     if principal is not None:
         headers["X-Mnemo-Principal"] = principal
     if api_key is not None:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
+        key = api_key.strip()
+        if not (key.isascii() and key.isprintable()):
+            raise MnemoAPIError(
+                0,
+                "INVALID_API_KEY",
+                "the API key holds characters an HTTP header cannot carry: check "
+                "MNEMO_API_KEY (or --api-key, or the api_key given)",
+                "api_key",
+            )
+        headers["Authorization"] = f"Bearer {key}"
+    return httpx.Headers({**headers, **(extra or {})}, encoding="utf-8")
+
+
+def with_content_type(headers: httpx.Headers, content_type: str | None) -> httpx.Headers:
+    if content_type is None:
+        return headers
+    merged = headers.copy()
+    merged["Content-Type"] = content_type
+    return merged
 
 
 def decode(response: httpx.Response) -> Json:
@@ -152,12 +176,23 @@ def seg(value: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """The URL as errors show it: without a user and password written into it."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    """The URL as errors show it: without a user and password written into it, nor its
+    query or fragment (`?api_key=...`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "the URL given (not a valid URL)"
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def invalid_url(url: str) -> MnemoAPIError:
+    return MnemoAPIError(
+        0,
+        "INVALID_URL",
+        f"{shown_url(url)} is not a valid URL: check MNEMO_URL (or --url, or the url given)",
+        "url",
+    )
 
 
 def _instant(value: datetime | str) -> str:

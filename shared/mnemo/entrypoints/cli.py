@@ -35,6 +35,7 @@ from mnemo import __version__
 from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.client._core import Call, shown_url
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
+from mnemo.domain.access import redact
 from mnemo.domain.errors import InvalidInput, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
@@ -183,7 +184,7 @@ class Api:
             return Unreachable(f"cannot reach Mnemo at {url} (is `mnemo serve` running?)")
         if isinstance(cause, httpx.TimeoutException):
             return Unreachable(f"Mnemo at {url} did not answer within {self.timeout:g} s")
-        return Unreachable(f"cannot talk to Mnemo at {url}: {cause}")
+        return Unreachable(f"cannot talk to Mnemo at {url}: {redact(str(cause))}")
 
 
 def _as_is(body: Any) -> Any:
