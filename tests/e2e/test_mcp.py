@@ -807,6 +807,36 @@ async def test_a_suggested_call_is_offered_then_closed_by_its_recorded_result(
         assert bad["code"] == "TOOL_RESULT_TOO_LARGE"
 
 
+async def test_a_get_holds_no_stream_and_a_member_named_twice_is_refused(
+    server_url: str, sdk: MnemoClient
+) -> None:
+    """A GET was answered with an event stream kept open for good, as many as a key liked;
+    and {"name": "toolchain_state", "name": "forget"} ran the last one, so a proxy that
+    read the first saw another call than the one made."""
+    headers = {
+        "Authorization": f"Bearer {fixed_key(TENANT)}",
+        "X-Mnemo-Tenant": TENANT,
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    [memory_id] = declare_many(sdk, "user:twice", ["kept through a forged call"])
+    call = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
+        f'"toolchain_state", "name": "forget", "arguments": {{"memory_id": "{memory_id}", '
+        '"subject": "user:twice"}}}'
+    )
+    async with httpx2.AsyncClient(headers=headers, timeout=30.0) as http:
+        streamed = await http.get(f"{server_url}/mcp")
+        twice = await http.post(f"{server_url}/mcp", content=call)
+    assert streamed.status_code == 405, streamed.text
+    assert streamed.headers["allow"] == "POST"
+    assert streamed.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert twice.status_code == 400, twice.text
+    assert twice.json()["error"]["code"] == -32600
+    assert sdk.get(memory_id).status == "active"
+
+
 @pytest.mark.parametrize(
     ("arguments", "field"),
     [('"result": NaN', "result"), ('"result": 1, "arguments": {"x": -Infinity}', "arguments")],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from starlette.requests import ClientDisconnect
 from mnemo.bootstrap import Platform
 from mnemo.domain.access import Caller, Scope, Unauthenticated, looks_like_key, require_scope
 from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.entrypoints.bodies import names_a_member_twice
 from mnemo.service.app import Mnemo, RequestContext
 from mnemo.settings import GatewaySettings
 from mnemo_gateway.ratelimit import RateLimiter
@@ -217,25 +217,6 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
-class _TwiceNamed(Exception):
-    pass
-
-
-def _refuse_twice_named(pairs: list[tuple[str, Any]]) -> None:
-    if len({name for name, _ in pairs}) != len(pairs):
-        raise _TwiceNamed
-    return None  # the values are orjson's; this pass only looks at the names
-
-
-def _names_a_member_twice(body: bytes) -> bool:
-    """Whether an object of the (valid) JSON body names one member twice."""
-    try:
-        json.loads(body, object_pairs_hook=_refuse_twice_named)
-    except _TwiceNamed:
-        return True
-    return False
-
-
 async def json_body(request: Request) -> Any:
     """The request body as JSON, refused when too large, malformed or too deeply nested."""
     settings = settings_of(request)
@@ -267,7 +248,7 @@ async def json_body(request: Request) -> Any:
         raise InvalidInput(
             f"JSON nests deeper than {settings.max_json_depth}", code="JSON_TOO_DEEP"
         )
-    if b'"' in body and _names_a_member_twice(body):
+    if names_a_member_twice(body):
         # {"stream": "a", "stream": "b"}: a proxy that reads the first would see another
         # request than the one handled here
         raise InvalidInput("the body names a member of one object twice", code="MALFORMED_JSON")

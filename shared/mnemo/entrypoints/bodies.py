@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from starlette.requests import Request
 
-__all__ = ["body_within"]
+__all__ = ["body_within", "names_a_member_twice"]
 
 
 async def body_within(request: Request, limit: int) -> bytes | None:
@@ -21,3 +24,28 @@ async def body_within(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class _TwiceNamed(Exception):
+    pass
+
+
+def _refuse_twice_named(pairs: list[tuple[str, Any]]) -> None:
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise _TwiceNamed
+    return None  # the values are not kept; this pass only looks at the names
+
+
+def names_a_member_twice(body: bytes) -> bool:
+    """Whether an object of the JSON body names one member twice ({"a": 1, "a": 2}: a
+    proxy that reads the first would see another request than the one handled). A body
+    that is not JSON is not this check's to refuse."""
+    if b'"' not in body:
+        return False
+    try:
+        json.loads(body, object_pairs_hook=_refuse_twice_named)
+    except _TwiceNamed:
+        return True
+    except ValueError:
+        return False
+    return False

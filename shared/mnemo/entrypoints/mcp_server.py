@@ -39,7 +39,7 @@ from mcp.server.mcpserver.exceptions import (
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -51,7 +51,7 @@ from mnemo.domain.access import redact, redact_all
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
 from mnemo.domain.tool_result import TOOL_NAME_RE, finite_json
-from mnemo.entrypoints.bodies import body_within
+from mnemo.entrypoints.bodies import body_within, names_a_member_twice
 
 __all__ = [
     "MCP_PATH",
@@ -1110,9 +1110,43 @@ class _Endpoint:
             )
             await answer(scope, receive, send)
             return
+        if request.method != "POST":
+            # stateless, with JSON answers: there is no stream for a GET to hold open (each
+            # one was kept open for good, uncounted), and no session for a DELETE to end
+            refused_method = JSONResponse(
+                {
+                    "error": {
+                        "code": "METHOD_NOT_ALLOWED",
+                        "message": "this MCP endpoint takes POST only (stateless, JSON answers)",
+                    }
+                },
+                status_code=405,
+                headers={"Allow": "POST"},
+            )
+            await refused_method(scope, receive, send)
+            return
         if request.method == "POST":
             # the API's body limit, before anything parses it (the MCP library's own is 4 MiB)
-            body = await body_within(Request(scope, receive), self.mount.max_body_bytes)
+            try:
+                body = await body_within(Request(scope, receive), self.mount.max_body_bytes)
+            except ClientDisconnect:
+                return  # the caller went away mid-body: nobody to answer, no server error
+            if body is not None and names_a_member_twice(body):
+                # {"name": "toolchain_state", "name": "forget"}: the last one won, so a proxy
+                # that read the first saw another call than the one made
+                twice = JSONResponse(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": None,
+                        "error": {
+                            "code": -32600,
+                            "message": "the body names a member of one object twice",
+                        },
+                    },
+                    status_code=400,
+                )
+                await twice(scope, receive, send)
+                return
             if body is None:
                 limit = self.mount.max_body_bytes
                 too_large = JSONResponse(
