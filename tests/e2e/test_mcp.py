@@ -807,6 +807,42 @@ async def test_a_suggested_call_is_offered_then_closed_by_its_recorded_result(
         assert bad["code"] == "TOOL_RESULT_TOO_LARGE"
 
 
+async def test_a_body_that_is_no_json_rpc_message_is_an_invalid_request(server_url: str) -> None:
+    """These were answered -32602 (invalid params) with the validator's dump and its links;
+    an id of null or an object was taken for a notification (202, no answer)."""
+    headers = {
+        "Authorization": f"Bearer {fixed_key(TENANT)}",
+        "X-Mnemo-Tenant": TENANT,
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    bodies = [
+        {"id": 1, "method": "ping"},
+        {"jsonrpc": "1.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 1},
+        {"jsonrpc": "2.0", "id": 1, "method": 5},
+        {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": "x"},
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"},
+        [{"jsonrpc": "2.0", "id": 1, "method": "ping"}],
+        [],
+        42,
+        None,
+    ]
+    async with httpx2.AsyncClient(headers=headers, timeout=30.0) as http:
+        for body in bodies:
+            answer = await http.post(f"{server_url}/mcp", content=json.dumps(body))
+            assert answer.status_code == 400, (body, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == -32600, (body, error)
+            assert "pydantic" not in error["message"], error
+        fine = await http.post(
+            f"{server_url}/mcp", content=json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+        )
+    assert fine.status_code == 200, fine.text
+
+
 async def test_a_get_holds_no_stream_and_a_member_named_twice_is_refused(
     server_url: str, sdk: MnemoClient
 ) -> None:

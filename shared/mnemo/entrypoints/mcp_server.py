@@ -1131,6 +1131,14 @@ class _Endpoint:
                 body = await body_within(Request(scope, receive), self.mount.max_body_bytes)
             except ClientDisconnect:
                 return  # the caller went away mid-body: nobody to answer, no server error
+            shape = _not_a_request(body) if body is not None else None
+            if shape is not None:
+                bad = JSONResponse(
+                    {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": shape}},
+                    status_code=400,
+                )
+                await bad(scope, receive, send)
+                return
             if body is not None and names_a_member_twice(body):
                 # {"name": "toolchain_state", "name": "forget"}: the last one won, so a proxy
                 # that read the first saw another call than the one made
@@ -1157,6 +1165,33 @@ class _Endpoint:
                 return
             receive = _replayed(body, receive)
         await self.mount.server.session_manager.handle_request(scope, receive, send)
+
+
+def _not_a_request(body: bytes) -> str | None:
+    """What makes a body that is JSON no JSON-RPC message (Invalid Request, -32600), in a
+    sentence; None for a message, or for a body that is not JSON (the library's parse error
+    answers that). The library answered these -32602 with its validator's dump."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(message, list):
+        return "a batch (a JSON array) is not taken: send one message per request"
+    if not isinstance(message, dict):
+        return "a JSON-RPC message is a JSON object"
+    if message.get("jsonrpc") != "2.0":
+        return 'a JSON-RPC message has "jsonrpc": "2.0"'
+    if "method" in message and not isinstance(message["method"], str):
+        return "method is a string"
+    if "method" not in message and "result" not in message and "error" not in message:
+        return "a JSON-RPC message has a method (a request or notification), or is a response"
+    if "id" in message and (
+        isinstance(message["id"], bool) or not isinstance(message["id"], str | int)
+    ):
+        return "id is a string or an integer"
+    if "params" in message and not isinstance(message["params"], dict | list):
+        return "params is an object"
+    return None
 
 
 def _replayed(body: bytes, receive: Receive) -> Receive:
