@@ -807,6 +807,48 @@ async def test_a_suggested_call_is_offered_then_closed_by_its_recorded_result(
         assert bad["code"] == "TOOL_RESULT_TOO_LARGE"
 
 
+async def test_a_principal_in_utf_8_reaches_the_api_from_the_sdk_and_over_mcp(
+    server_url: str,
+) -> None:
+    """The API takes a principal of printable UTF-8 (张三); the SDK failed in the header
+    encoder and the MCP endpoint answered "Error executing tool" with a trace in its log."""
+    sdk = MnemoClient(server_url, api_key=fixed_key(TENANT), principal="张三")
+    try:
+        answer = sdk.publish(
+            [
+                {
+                    "type": "MemoryDeclared",
+                    "schema_version": 1,
+                    "stream": "user:utf8",
+                    "payload": {"memory": {"type": "fact", "content": "likes oolong"}},
+                }
+            ],
+            wait="registered",
+        )
+        assert len(answer.memory_ids) == 1
+    finally:
+        sdk.close()
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "recall", "arguments": {"subjects": ["user:utf8"], "query": "oolong"}},
+    }
+    headers = [
+        (b"Authorization", f"Bearer {fixed_key(TENANT)}".encode()),
+        (b"X-Mnemo-Principal", "josé".encode()),
+        (b"Content-Type", b"application/json"),
+        (b"Accept", b"application/json, text/event-stream"),
+        (b"MCP-Protocol-Version", b"2025-06-18"),
+    ]
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        recalled = await http.post(f"{server_url}/mcp", content=json.dumps(call), headers=headers)
+    assert recalled.status_code == 200, recalled.text
+    result = recalled.json()["result"]
+    assert result["isError"] is False, result
+    assert [h["content"] for h in result["structuredContent"]["hits"]] == ["likes oolong"]
+
+
 async def test_a_body_that_is_no_json_rpc_message_is_an_invalid_request(server_url: str) -> None:
     """These were answered -32602 (invalid params) with the validator's dump and its links;
     an id of null or an object was taken for a notification (202, no answer)."""
