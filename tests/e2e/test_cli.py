@@ -425,7 +425,18 @@ def test_connection_refused_exits_3() -> None:
     url = f"http://127.0.0.1:{unused_port()}"
     result = CliRunner().invoke(cli, ["--url", url, "status"])
     assert result.exit_code == 3
-    assert f"cannot reach Mnemo at {url} (is `mnemo serve` running?)" in result.stderr
+    assert f"cannot reach Mnemo at {url} (is `mnemo serve` running?" in result.stderr
+    assert "MNEMO_URL or --url" in result.stderr  # the setting to check
+
+
+def test_refused_credentials_name_the_setting_that_holds_them(mnemo: Invoke) -> None:
+    bad = mnemo("--api-key", "mnemo_0123456789abcdef_" + "A" * 43, "get", "m")
+    assert bad.exit_code == 2
+    assert "UNAUTHENTICATED" in bad.stderr
+    assert "MNEMO_API_KEY or --api-key" in bad.stderr
+    operator = mnemo("admin", "tenant", "create", "nope")
+    assert "ADMIN_ONLY" in operator.stderr
+    assert "MNEMO_ADMIN_TOKEN or --admin-token" in operator.stderr
 
 
 def test_a_password_in_the_url_is_never_printed() -> None:

@@ -103,10 +103,21 @@ class ApiError(CliError):
         self.field = field
 
 
+# the setting that mends an error about the caller's own credentials
+_SETTING_TO_CHECK = {
+    "UNAUTHENTICATED": "MNEMO_API_KEY or --api-key",
+    "ADMIN_ONLY": "MNEMO_ADMIN_TOKEN or --admin-token",
+}
+
+
 def api_error(error: MnemoAPIError) -> ApiError:
     """The SDK's error for the gateway's {"error": {"code", "message", "field"}} (or the
-    bare HTTP status), as the CLI shows it."""
-    return ApiError(error.code, error.message, error.field)
+    bare HTTP status), as the CLI shows it; one about the caller's credentials names the
+    setting that holds them."""
+    message = error.message
+    if error.code in _SETTING_TO_CHECK:
+        message = f"{message} (check {_SETTING_TO_CHECK[error.code]})"
+    return ApiError(error.code, message, error.field)
 
 
 # ---- the HTTP client ------------------------------------------------------------------------
@@ -181,7 +192,10 @@ class Api:
     def _unreachable(self, cause: BaseException | None) -> Unreachable:
         url = shown_url(self.url)  # never a password written into the URL
         if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
-            return Unreachable(f"cannot reach Mnemo at {url} (is `mnemo serve` running?)")
+            return Unreachable(
+                f"cannot reach Mnemo at {url} (is `mnemo serve` running? the address is "
+                "MNEMO_URL or --url)"
+            )
         if isinstance(cause, httpx.TimeoutException):
             return Unreachable(f"Mnemo at {url} did not answer within {self.timeout:g} s")
         return Unreachable(f"cannot talk to Mnemo at {url}: {redact(str(cause))}")
