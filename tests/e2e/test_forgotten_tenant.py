@@ -138,6 +138,9 @@ def test_a_forgotten_tenant_takes_no_write_and_reads_nothing(
     assert (
         client.post("/v1/admin/tenants/globex/keys", json={}, headers=operator).status_code == 201
     )
+    listed = client.get("/v1/admin/tenants", headers=operator).json()["tenants"]
+    assert [t["tenant"] for t in listed if t["forgotten"]] == ["acme"]
+    assert "globex" in [t["tenant"] for t in listed]
 
     # a write that reached the log past the gateway (a race with the forget elsewhere) is
     # registered by the consumers, but the forgotten tenant's reads still answer nothing

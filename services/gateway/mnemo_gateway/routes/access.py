@@ -194,7 +194,18 @@ async def issue_recovery_key(
 
 @router.get("/v1/admin/tenants", summary="Every tenant (operator token)")
 def list_tenants(_: Admin, platform: PlatformDep) -> dict[str, list[dict[str, Any]]]:
-    return {"tenants": [t.model_dump(mode="json") for t in platform.access.store.tenants()]}
+    """Each tenant, and whether it was forgotten (its keys destroyed: it takes nothing more
+    and reads as nothing; the vault says, as every route asks it)."""
+    sealer = platform.sealer
+    return {
+        "tenants": [
+            {
+                **t.model_dump(mode="json"),
+                "forgotten": sealer is not None and sealer.tenant_forgotten(t.tenant),
+            }
+            for t in platform.access.store.tenants()
+        ]
+    }
 
 
 @router.post(
