@@ -334,6 +334,17 @@ async def test_an_argument_a_tool_does_not_take_is_refused(server_url: str, tran
     assert sdk_free_of(server_url, subject)
 
 
+def raw_headers() -> dict[str, str]:
+    """The headers of a JSON-RPC request written by hand (bodies the MCP client never sends)."""
+    return {
+        "Authorization": f"Bearer {fixed_key(TENANT)}",
+        "X-Mnemo-Tenant": TENANT,
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+
+
 def sdk_free_of(server_url: str, subject: str) -> bool:
     """Nothing was stored for the subject."""
     with MnemoClient(
@@ -852,13 +863,7 @@ async def test_a_principal_in_utf_8_reaches_the_api_from_the_sdk_and_over_mcp(
 async def test_a_body_that_is_no_json_rpc_message_is_an_invalid_request(server_url: str) -> None:
     """These were answered -32602 (invalid params) with the validator's dump and its links;
     an id of null or an object was taken for a notification (202, no answer)."""
-    headers = {
-        "Authorization": f"Bearer {fixed_key(TENANT)}",
-        "X-Mnemo-Tenant": TENANT,
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-06-18",
-    }
+    headers = raw_headers()
     bodies = [
         {"id": 1, "method": "ping"},
         {"jsonrpc": "1.0", "id": 1, "method": "ping"},
@@ -891,13 +896,7 @@ async def test_a_get_holds_no_stream_and_a_member_named_twice_is_refused(
     """A GET was answered with an event stream kept open for good, as many as a key liked;
     and {"name": "toolchain_state", "name": "forget"} ran the last one, so a proxy that
     read the first saw another call than the one made."""
-    headers = {
-        "Authorization": f"Bearer {fixed_key(TENANT)}",
-        "X-Mnemo-Tenant": TENANT,
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-06-18",
-    }
+    headers = raw_headers()
     [memory_id] = declare_many(sdk, "user:twice", ["kept through a forged call"])
     call = (
         '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
@@ -932,13 +931,7 @@ async def test_a_tool_result_that_is_not_json_is_its_documented_error(
         f'"record_tool_result", "arguments": {{"subject": "{subject}", "tool": "fx.rate", '
         f'"source": "fx", "fresh_for_seconds": 60, {arguments}}}}}}}'
     )
-    headers = {
-        "Authorization": f"Bearer {fixed_key(TENANT)}",
-        "X-Mnemo-Tenant": TENANT,
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-06-18",
-    }
+    headers = raw_headers()
     async with httpx2.AsyncClient(headers=headers, timeout=60.0) as http:
         answered = await http.post(f"{server_url}/mcp", content=call)
     assert answered.status_code == 200, answered.text
