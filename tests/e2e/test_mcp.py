@@ -371,6 +371,12 @@ async def test_bad_arguments_are_structured_errors(server_url: str, transport: s
         assert (bad_tag["code"], bad_tag["field"]) == ("INVALID_ARGUMENTS", "tags[1]")
         bad_subject = error(await client.call_tool("recall", {"query": "x", "subjects": ["a b"]}))
         assert bad_subject["field"] == "subjects[0]"
+        # JSON types as the schema gives them: these were taken as 5, 5 and 1
+        for limit in ("5", 5.0, True):
+            loose = error(await client.call_tool("recall", {"query": "x", "limit": limit}))
+            assert (loose["code"], loose["field"]) == ("INVALID_ARGUMENTS", "limit"), limit
+        nameless = error(await client.call_tool("no_such_tool", {}))
+        assert (nameless["code"], nameless["field"]) == ("UNKNOWN_TOOL", "name")
 
         # Mnemo's own answers: codes and fields from the API's error body
         unknown = error(

@@ -178,6 +178,42 @@ def _loc(parts: Sequence[int | str]) -> str:
     return out
 
 
+def _json_types(schema: Mapping[str, Any]) -> set[str]:
+    """The JSON types an argument's schema allows (empty: no simple type to check)."""
+    if "type" in schema:
+        given = schema["type"]
+        return set(given) if isinstance(given, list) else {str(given)}
+    branches = schema.get("anyOf") or schema.get("oneOf") or []
+    types = [_json_types(b) for b in branches if isinstance(b, Mapping)]
+    return set().union(*types) if types and all(types) else set()
+
+
+def _is_json_type(value: object, name: str) -> bool:
+    match name:
+        case "integer":
+            return isinstance(value, int) and not isinstance(value, bool)
+        case "number":
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        case "boolean":
+            return isinstance(value, bool)
+        case "string":
+            return isinstance(value, str)
+        case "array":
+            return isinstance(value, list)
+        case "object":
+            return isinstance(value, dict)
+        case "null":
+            return value is None
+    return True
+
+
+def _json_type_of(value: object) -> str:
+    for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
+        if _is_json_type(value, name):
+            return name
+    return type(value).__name__
+
+
 class MnemoMCPServer(MCPServer[Any]):
     """MCPServer whose argument-validation failures are structured errors too."""
 
@@ -188,14 +224,26 @@ class MnemoMCPServer(MCPServer[Any]):
         # `subject` for `subjects` searched every subject, and `remember` given
         # `sensitive: true` stored the content as any other
         known = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
-        if known is not None:
-            unknown = sorted(set(arguments) - set(known.get("properties", {})))
-            if unknown:
+        if known is None:
+            return error_result("UNKNOWN_TOOL", f"there is no tool {name[:64]!r}", "name")
+        properties = known.get("properties", {})
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            return error_result(
+                "INVALID_ARGUMENTS",
+                f"{name} takes no argument {unknown[0][:64]!r}; it takes: "
+                f"{', '.join(sorted(properties))}",
+                unknown[0][:64],
+            )
+        # JSON types as the schema gives them: "5", 5.0 or true for an integer were taken
+        # as 5, 5 and 1 (a limit of true returned one hit)
+        for argument, value in arguments.items():
+            wanted = _json_types(properties[argument])
+            if wanted and not any(_is_json_type(value, t) for t in wanted):
                 return error_result(
                     "INVALID_ARGUMENTS",
-                    f"{name} takes no argument {unknown[0][:64]!r}; it takes: "
-                    f"{', '.join(sorted(known.get('properties', {})))}",
-                    unknown[0][:64],
+                    f"{argument} must be {' or '.join(sorted(wanted))}, not {_json_type_of(value)}",
+                    argument,
                 )
         try:
             return await super().call_tool(name, arguments, context)
