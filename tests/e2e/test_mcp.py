@@ -746,6 +746,9 @@ async def test_toolchain_tools_resume_a_chain_at_its_failed_step(
         )
         assert started["next_step"] == "create_order"
         step = {"toolchain_id": chain, "step_id": "create_order", "status": "completed"}
+        # a completed step with a failure's reason was recorded completed, output null
+        mixed = error(await client.call_tool("record_step", {**step, "reason": "x"}))
+        assert (mixed["code"], mixed["field"]) == ("INVALID_STEP", "reason")
         data(await client.call_tool("record_step", {**step, "output": {"order_id": "O-1"}}))
         failed = {
             "toolchain_id": chain,

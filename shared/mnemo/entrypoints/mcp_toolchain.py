@@ -76,6 +76,16 @@ def register(server: MnemoMCPServer, upstream: Upstream) -> None:
         field: Annotated[str | None, Field(max_length=256)] = None,
     ) -> Annotated[CallToolResult, Toolchain]:
         api = upstream.api(ctx)
+        failure = {"error_type": error_type, "reason": reason, "field": field}
+        if status == "completed" and any(v is not None for v in failure.values()):
+            # a completed step with a failure's arguments was recorded completed with no
+            # output, the reason dropped: the caller meant something else
+            given = next(k for k, v in failure.items() if v is not None)
+            return error_result(
+                "INVALID_STEP", f"a completed step takes output, not {given}", given
+            )
+        if status == "failed" and output is not None:
+            return error_result("INVALID_STEP", "a failed step takes no output", "output")
         try:
             if status == "completed":
                 chain = await api.complete_step(toolchain_id, step_id, output)
