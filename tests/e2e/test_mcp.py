@@ -395,7 +395,12 @@ async def test_bad_arguments_are_structured_errors(server_url: str, transport: s
         assert no_template["code"] == "TEMPLATE_NOT_FOUND"
         empty = error(await client.call_tool("remember", {"subject": subject, "type": "fact"}))
         assert empty["code"] == "EMPTY_CONTENT"
-        assert empty["field"].startswith("events[0].payload.memory")
+        # the tool's own argument, not the API's path to it (events[0].payload.memory)
+        assert empty["field"] == "content"
+        malformed = error(
+            await client.call_tool("forget", {"subject": subject, "memory_id": "nope"})
+        )
+        assert malformed["field"] == "memory_id"  # was events[0].payload.memory_id
         nothing = error(await client.call_tool("feedback", {}))
         assert nothing["code"] == "NOTHING_TO_REPORT"
 

@@ -22,6 +22,7 @@ import base64
 import binascii
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -161,8 +162,21 @@ def error_result(
     )
 
 
+# the API's names for what a tool's arguments became, by the tools' own names
+_ARGUMENT_NAMES = {"memory": "content", "stream": "subject"}
+
+
+def _argument_of(field: str | None) -> str | None:
+    """The API's field path as the tool's argument: `events[0].payload.memory_id` is the
+    `memory_id` the agent gave, `events[0].stream` its `subject`."""
+    if field is None:
+        return None
+    bare = re.sub(r"^payload\.(memory\.)?", "", re.sub(r"^events\[\d+\]\.", "", field))
+    return _ARGUMENT_NAMES.get(bare, bare)
+
+
 def api_error_result(exc: MnemoAPIError) -> CallToolResult:
-    return error_result(exc.code, exc.message, exc.field, **exc.extra)
+    return error_result(exc.code, exc.message, _argument_of(exc.field), **exc.extra)
 
 
 def ok(result: BaseModel) -> CallToolResult:
