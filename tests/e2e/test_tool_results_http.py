@@ -166,6 +166,23 @@ def test_a_key_limited_to_some_tools_does_not_supersede_another_tools_result(
     history = client.get("/v1/subjects/user:C42/history/crm.deal", headers=H)
     assert history.status_code == 200, history.text
     assert [m["status"] for m in history.json()["memories"]] == ["active"]  # the result
+    # nor through its own tool's result under that key, nor by forgetting the result first
+    own_tool = client.post(
+        "/v1/tool-results", json=result("fx.rate", key="crm.deal"), headers=limited
+    )
+    assert own_tool.status_code == 403, own_tool.text
+    assert own_tool.json()["error"]["field"] == "key"
+    [held] = history.json()["memories"]
+    forget = {
+        "type": "ForgetRequested",
+        "schema_version": 1,
+        "stream": "user:C42",
+        "payload": {"memory_id": held["memory_id"]},
+    }
+    forgot = client.post("/v1/events", json=forget, headers=limited)
+    assert forgot.status_code == 403, forgot.text
+    assert forgot.json()["error"]["field"] == "events[0].payload.memory_id"
+    assert platform.log.head() == head
     # another key it may take; an unrestricted key may still replace the result
     other = declared(key="deal.note", type="fact", tags=["deal"])
     assert client.post("/v1/events", json=other, headers=limited).status_code == 202

@@ -335,27 +335,39 @@ class Mnemo:
         return self._append(ctx, envelopes, wait, timeout, sent=raw_events)
 
     def _check_tool_key(self, ctx: RequestContext, i: int, envelope: Envelope) -> None:
-        """A key limited to some tools declares no memory under a key that another tool's
-        result holds: the declaration would supersede that result. Read from the read
-        models, so a result registered in the same instant is not seen."""
-        if ctx.tools is None or envelope.type != MemoryDeclared.TYPE:
+        """A key limited to some tools neither replaces nor forgets another tool's result:
+        no memory declared and no result of its own tools recorded under a memory key that
+        another tool's active result holds (either would supersede it), and no forget of
+        such a result. Read from the read models, so a result registered in the same
+        instant is not seen."""
+        if ctx.tools is None:
             return
-        memory = envelope.payload.get("memory")
-        key = memory.get("key") if isinstance(memory, Mapping) else None
-        if not isinstance(key, str):
+        payload = envelope.payload
+        held: list[Memory] = []
+        if envelope.type in (MemoryDeclared.TYPE, ToolResultRecorded.TYPE):
+            memory = payload.get("memory") if envelope.type == MemoryDeclared.TYPE else payload
+            key = memory.get("key") if isinstance(memory, Mapping) else None
+            path = "payload.memory.key" if envelope.type == MemoryDeclared.TYPE else "payload.key"
+            if isinstance(key, str):
+                held = [
+                    m
+                    for m in self.store.history(ctx.tenant, envelope.stream, key)
+                    if m.status is MemoryStatus.ACTIVE
+                ]
+        elif envelope.type == ForgetRequested.TYPE and isinstance(payload.get("memory_id"), str):
+            path = "payload.memory_id"
+            found = self.store.get(ctx.tenant, payload["memory_id"])
+            held = [found] if found is not None and found.stream == envelope.stream else []
+        else:
             return
-        held = [
-            tool_of(m.provenance.source_id)
-            for m in self.store.history(ctx.tenant, envelope.stream, key)
-            if m.status is MemoryStatus.ACTIVE
-        ]
-        tool = next((t for t in held if t is not None), None)
-        if tool is not None and not ctx.allows_tool(tool):
+        tools = {tool_of(m.provenance.source_id) for m in held} - {None}
+        other = sorted(t for t in tools if t is not None and not ctx.allows_tool(t))
+        if other:
             raise MnemoError(
                 f"this key may record results of {', '.join(sorted(ctx.tools)) or 'no tool'} "
-                "only, and the memory key holds another tool's result",
+                f"only, and this would replace or forget a result of {other[0]}",
                 code="TOOL_NOT_ALLOWED",
-                field=f"events[{i}].payload.memory.key",
+                field=f"events[{i}].{path}",
             )
 
     def append_own(
