@@ -375,6 +375,9 @@ async def test_bad_arguments_are_structured_errors(server_url: str, transport: s
         for limit in ("5", 5.0, True):
             loose = error(await client.call_tool("recall", {"query": "x", "limit": limit}))
             assert (loose["code"], loose["field"]) == ("INVALID_ARGUMENTS", "limit"), limit
+        # a list sent as its JSON text, as some clients send it, is still a list
+        as_text = await client.call_tool("recall", {"query": "x", "subjects": '["user:a"]'})
+        assert not as_text.is_error, as_text.structured_content
         nameless = error(await client.call_tool("no_such_tool", {}))
         assert (nameless["code"], nameless["field"]) == ("UNKNOWN_TOOL", "name")
 
@@ -866,8 +869,26 @@ async def test_a_principal_in_utf_8_reaches_the_api_from_the_sdk_and_over_mcp(
         (b"Accept", b"application/json, text/event-stream"),
         (b"MCP-Protocol-Version", b"2025-06-18"),
     ]
+    remember = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "remember",
+            "arguments": {"subject": "user:utf8", "type": "fact", "content": "likes puer"},
+        },
+    }
     async with httpx2.AsyncClient(timeout=30.0) as http:
         recalled = await http.post(f"{server_url}/mcp", content=json.dumps(call), headers=headers)
+        remembered = await http.post(
+            f"{server_url}/mcp", content=json.dumps(remember), headers=headers
+        )
+    assert remembered.json()["result"]["isError"] is False, remembered.text
+    # the actor is josé as sent, not josÃ© (the header's bytes read as Latin-1, sent on)
+    with MnemoClient(server_url, api_key=fixed_key(TENANT)) as reader:
+        events = reader.replay("user:utf8").events
+    actors = [e.actor.id for e in events if e.type == "MemoryDeclared"]
+    assert actors == ["张三", "josé"]
     assert recalled.status_code == 200, recalled.text
     result = recalled.json()["result"]
     assert result["isError"] is False, result
@@ -884,6 +905,7 @@ async def test_a_body_that_is_no_json_rpc_message_is_an_invalid_request(server_u
         {"jsonrpc": "2.0", "id": 1},
         {"jsonrpc": "2.0", "id": 1, "method": 5},
         {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": "x"},
+        {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": []},
         {"jsonrpc": "2.0", "id": None, "method": "ping"},
         {"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"},
         [{"jsonrpc": "2.0", "id": 1, "method": "ping"}],
@@ -901,7 +923,10 @@ async def test_a_body_that_is_no_json_rpc_message_is_an_invalid_request(server_u
         fine = await http.post(
             f"{server_url}/mcp", content=json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"})
         )
+        null_params = {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": None}
+        listed = await http.post(f"{server_url}/mcp", content=json.dumps(null_params))
     assert fine.status_code == 200, fine.text
+    assert listed.status_code == 200, listed.text  # params may be null
 
 
 async def test_a_get_holds_no_stream_and_a_member_named_twice_is_refused(

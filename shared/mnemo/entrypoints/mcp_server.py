@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import re
@@ -114,9 +115,15 @@ def header_identity(ctx: Context[Any, Any] | None) -> Identity:
     """The identity an HTTP caller sent with this very MCP request."""
     headers = {k.lower(): v for k, v in ((ctx.headers if ctx else None) or {}).items()}
     key = headers.get("x-mnemo-key")
+    principal = headers.get("x-mnemo-principal")
+    if principal is not None:
+        # HTTP hands header bytes over as Latin-1; sent on as they came, josé reached the
+        # API as josÃ©. Bytes that are no UTF-8 go on as they are, for the API to refuse.
+        with contextlib.suppress(UnicodeEncodeError, UnicodeDecodeError):
+            principal = principal.encode("latin-1").decode("utf-8")
     return Identity(
         tenant=headers.get("x-mnemo-tenant"),
-        principal=headers.get("x-mnemo-principal"),
+        principal=principal,
         authorization=headers.get("authorization") or (f"Bearer {key}" if key else None),
     )
 
@@ -253,6 +260,11 @@ class MnemoMCPServer(MCPServer[Any]):
         # as 5, 5 and 1 (a limit of true returned one hit)
         for argument, value in arguments.items():
             wanted = _json_types(properties[argument])
+            if isinstance(value, str) and wanted & {"array", "object"}:
+                # some clients send a list or an object as its JSON text; the library reads
+                # it as such, so its text is what is checked
+                with contextlib.suppress(ValueError):
+                    value = json.loads(value)
             if wanted and not any(_is_json_type(value, t) for t in wanted):
                 return error_result(
                     "INVALID_ARGUMENTS",
@@ -1251,7 +1263,7 @@ def _not_a_request(body: bytes) -> str | None:
         isinstance(message["id"], bool) or not isinstance(message["id"], str | int)
     ):
         return "id is a string or an integer"
-    if "params" in message and not isinstance(message["params"], dict | list):
+    if message.get("params") is not None and not isinstance(message["params"], dict):
         return "params is an object"
     return None
 
