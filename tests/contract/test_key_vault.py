@@ -262,12 +262,20 @@ class TestLocalKeyFileVault(KeyVaultContract):
         assert vault.rotate("tenant-a") == 2
         plain, wrapped, version = vault.data_key("tenant-a")
         assert version == 2
+        # the other one reads the rotation: it seals under version 2, and opens it (it once
+        # sealed under version 1 and answered BAD_WRAPPED_KEY for version 2)
+        assert other.unwrap("tenant-a", wrapped) == plain
+        assert other.data_key("tenant-a")[2] == 2
         assert other.rotate("tenant-a") == 3  # not a second version 2
         assert other.unwrap("tenant-a", wrapped) == plain
         assert LocalKeyFileVault(path).unwrap("tenant-a", wrapped) == plain
         other.destroy("tenant-a")
         with pytest.raises(KeyDestroyed):
-            vault.rotate("tenant-a")  # destroyed by the other process meanwhile
+            vault.data_key("tenant-a")  # destroyed by the other process: read so at once
+        with pytest.raises(KeyDestroyed):
+            vault.unwrap("tenant-a", wrapped)
+        with pytest.raises(KeyDestroyed):
+            vault.rotate("tenant-a")
 
     def test_destroy_removes_material_from_file(self, vault: KeyVault, path: Path) -> None:
         vault.data_key("tenant-a")

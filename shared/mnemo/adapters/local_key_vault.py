@@ -57,12 +57,20 @@ class LocalKeyFileVault(VersionedKeyVault):
             # only if still absent: a process starting beside one that already made keys
             # must not replace its file with an empty one
             _write(self.path, KeyState(), replace=False)
+        self._seen = _stamp(self.path)
         state = _load(self.path)
         self._tighten_mode()
         super().__init__(state)
 
     def _persist(self, state: KeyState) -> None:
         _write(self.path, state)
+        self._seen = _stamp(self.path)
+
+    def _refresh(self) -> None:
+        # every change replaces the file: another inode, size or time says another
+        # process rotated or destroyed a key since this one last read it
+        if _stamp(self.path) != self._seen:
+            self._reload()
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -77,6 +85,7 @@ class LocalKeyFileVault(VersionedKeyVault):
         # a consumer process opens what the gateway sealed under keys it made after this
         # process loaded the file (users' streams are sealed whole, ADR 0010)
         if self.path.exists():
+            self._seen = _stamp(self.path)
             self._state = _load(self.path)
 
     def _tighten_mode(self) -> None:
@@ -87,6 +96,15 @@ class LocalKeyFileVault(VersionedKeyVault):
 
     def __repr__(self) -> str:
         return f"LocalKeyFileVault({str(self.path)!r})"
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of the file from the next (each is written anew)."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 def _load(path: Path) -> KeyState:

@@ -81,11 +81,16 @@ class VersionedKeyVault(KeyVault):
     def _reload(self) -> None:
         """Take in keys another process added meanwhile (a shared development file)."""
 
+    def _refresh(self) -> None:
+        """Before each read: take in what another process changed since (a rotation, a
+        destroyed key), when that is cheap to tell (the shared file's own stat)."""
+
     # ---- the port -------------------------------------------------------------------
 
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
         _check_key_id(key_id)
         with self._lock:
+            self._refresh()
             versions = self._known(key_id)
             if versions is None:
                 self._refuse_destroyed(key_id)
@@ -105,6 +110,7 @@ class VersionedKeyVault(KeyVault):
             raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
         version = int(match.group(1))
         with self._lock:
+            self._refresh()
             versions = self._known(key_id)
             if versions is None:
                 raise KeyDestroyed(f"key {key_id!r} was destroyed or never existed")
@@ -139,6 +145,7 @@ class VersionedKeyVault(KeyVault):
     def search_key(self, key_id: str) -> bytes:
         _check_key_id(key_id)
         with self._lock:
+            self._refresh()
             versions = self._known(key_id)
             if versions is None:
                 self._refuse_destroyed(key_id)
@@ -157,10 +164,11 @@ class VersionedKeyVault(KeyVault):
     def destroy(self, key_id: str) -> None:
         _check_key_id(key_id)
         with self._lock:
-            doomed = list(self._state.keys.get(key_id, {}).values())
+            doomed: list[bytearray] = []
 
             def forget(state: KeyState) -> None:
-                state.keys.pop(key_id, None)
+                # the versions as the (reloaded) state holds them, to be zeroed after
+                doomed.extend(state.keys.pop(key_id, {}).values())
                 state.destroyed.add(key_id)
 
             self._mutate(forget)
