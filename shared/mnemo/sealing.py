@@ -983,6 +983,16 @@ class Sealer:
                 else memory.get("value"),
                 "sealed": None,
             }
+            source = memory.get("provenance")
+            if isinstance(source, dict):
+                memory["provenance"] = {
+                    **source,
+                    **{
+                        name: self.open_text(source[name], opened)
+                        for name in ("source_id", "source_location")
+                        if isinstance(source.get(name), str)
+                    },
+                }
             payload = {**(payload if isinstance(payload, dict) else {}), "memory": memory}
         if payload is not event.get("payload"):
             event = {**event, "payload": payload}

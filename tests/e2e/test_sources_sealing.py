@@ -56,6 +56,14 @@ def test_a_speaker_and_sources_reach_no_file_in_clear(
     assert by_type["history"]["content"] == f"{SPEAKER}: I need a refund for order 7"
     assert by_type["fact"]["provenance"]["source_id"] == SOURCE
     assert by_type["fact"]["provenance"]["source_location"] == LOCATION
+    # the event views (replay, and so a device's sync) show them opened too
+    replayed = client.get("/v1/subjects/user:dave/events", headers=H).json()["events"]
+    registered = [
+        e["payload"]["memory"]["provenance"]
+        for e in replayed
+        if e["type"] == "MemoryRegistered" and e["payload"]["memory"]["type"] == "fact"
+    ]
+    assert [(p["source_id"], p["source_location"]) for p in registered] == [(SOURCE, LOCATION)]
     platform.close()  # everything written out, the write-ahead logs included
     markers = [b"zhang.san.marker", b"wang.wu.marker", b"li.si.marker"]
     root = platform.settings.data_dir
