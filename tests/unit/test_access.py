@@ -130,14 +130,19 @@ def test_redaction_cuts_a_key_cut_short_and_every_string_of_a_value() -> None:
     assert cleaned["ids"][1] == 3
 
 
-def test_a_key_without_its_prefix_or_in_upper_case_is_still_a_key() -> None:
-    """Detection once needed the literal lower-case `mnemo_`: the id and secret alone, or
-    `MNEMO_`, passed as a stream name and were echoed whole in error messages."""
+def test_a_key_in_upper_case_is_still_a_key_and_one_without_its_prefix_is_never_shown() -> None:
+    """Detection once needed the literal lower-case `mnemo_`: `MNEMO_` passed as a stream
+    name, and the id and secret alone were echoed whole in error messages. Without its
+    prefix a key has the shape of other identifiers (16 digits, '_', a base64url digest),
+    so it is not refused there, only cut from what is shown."""
     bare = f"{KEY_ID}_{SECRET}"
-    for text in (bare, f"user:{bare}", f"MNEMO_{bare}", f"Mnemo_{KEY_ID.upper()}_{SECRET}"):
+    for text in (f"MNEMO_{bare}", f"Mnemo_{KEY_ID.upper()}_{SECRET}", f"user:mnemo_{bare}"):
         assert looks_like_key(text), text
         assert SECRET not in redact(f"unknown event type '{text}'")
-    assert redact(bare) == f"mnemo_{KEY_ID}_[redacted]"
-    # identifiers that merely hold hex and underscores are not keys
-    for text in (f"x{bare}", f"{bare}x", f"{KEY_ID}_short", "0123456789abcdef_" + "a" * 42):
+    for text in (bare, f"user:{bare}", f"session:1733490000123456_{SECRET}"):
         assert not looks_like_key(text), text
+        assert SECRET not in redact(f"unknown event type '{text}'")
+    assert redact(bare) == f"mnemo_{KEY_ID}_[redacted]"
+    # identifiers that merely hold hex and underscores are left as they are
+    for text in (f"x{bare}", f"{bare}x", f"{KEY_ID}_short", "0123456789abcdef_" + "a" * 42):
+        assert redact(text) == text, text
