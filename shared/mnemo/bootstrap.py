@@ -471,18 +471,20 @@ class Platform:
 
     def close(self) -> None:
         if self.distributed is None:
-            self.runner.stop()
-        self.index.close()
-        self.store.close()
-        self.log.close()
-        self.access.store.close()
-        if self.checkpoints is not None:
-            self.checkpoints.close()
-        if self.anchors is not None:
-            self.anchors.close()
-        if self.data_lock is not None:
-            os.close(self.data_lock)
-            self.data_lock = None
+            self.runner.stop()  # raising here (a batch still writing) keeps the lock
+        try:
+            self.index.close()
+            self.store.close()
+            self.log.close()
+            self.access.store.close()
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+            if self.anchors is not None:
+                self.anchors.close()
+        finally:
+            if self.data_lock is not None:
+                os.close(self.data_lock)
+                self.data_lock = None
 
 
 @dataclass
@@ -784,6 +786,10 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
     indexing = spec.indexes
+    if indexing and not settings.qdrant_url:
+        # it opens the qdrant-edge shard, as `mnemo serve` would: the data directory's lock,
+        # held for the life of this process (the descriptor is never closed)
+        hold_data_dir(data)
     embedder = make_embedder(settings)
     if indexing:
         check_data_dir(data, embedder)

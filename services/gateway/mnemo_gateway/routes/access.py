@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from mnemo.domain.access import ALL_SCOPES, ApiKey, Caller, Scope
-from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.service.access import IssuedKey
 from mnemo.service.app import RequestContext
 from mnemo_gateway.deps import Admin, AdminCtx, Body, CallerDep, PlatformDep
@@ -195,14 +195,21 @@ async def issue_recovery_key(
 @router.get("/v1/admin/tenants", summary="Every tenant (operator token)")
 def list_tenants(_: Admin, platform: PlatformDep) -> dict[str, list[dict[str, Any]]]:
     """Each tenant, and whether it was forgotten (its keys destroyed: it takes nothing more
-    and reads as nothing; the vault says, as every route asks it)."""
+    and reads as nothing; the vault says, as every route asks it). While the vault cannot
+    answer, `forgotten` is null and the listing is still served."""
     sealer = platform.sealer
+
+    def forgotten(tenant: str) -> bool | None:
+        if sealer is None:
+            return False
+        try:
+            return sealer.tenant_forgotten(tenant)
+        except Unavailable:
+            return None
+
     return {
         "tenants": [
-            {
-                **t.model_dump(mode="json"),
-                "forgotten": sealer is not None and sealer.tenant_forgotten(t.tenant),
-            }
+            {**t.model_dump(mode="json"), "forgotten": forgotten(t.tenant)}
             for t in platform.access.store.tenants()
         ]
     }
