@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-__all__ = ["body_within", "names_a_member_twice"]
+__all__ = ["body_within", "names_a_member_twice", "read_json"]
 
 
 async def body_within(request: Request, limit: int) -> bytes | None:
@@ -26,26 +26,29 @@ async def body_within(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-class _TwiceNamed(Exception):
-    pass
+def read_json(body: bytes) -> tuple[Any, bool] | None:
+    """The body as JSON, and whether one of its objects names a member twice ({"a": 1,
+    "a": 2}: a proxy that read the first would see another request than the one handled);
+    None when it is not JSON. One pass for both."""
+    twice = False
 
+    def pairs(found: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal twice
+        built = dict(found)
+        twice = twice or len(built) != len(found)
+        return built
 
-def _refuse_twice_named(pairs: list[tuple[str, Any]]) -> None:
-    if len({name for name, _ in pairs}) != len(pairs):
-        raise _TwiceNamed
-    return None  # the values are not kept; this pass only looks at the names
+    try:
+        value = json.loads(body, object_pairs_hook=pairs)
+    except ValueError:
+        return None
+    return value, twice
 
 
 def names_a_member_twice(body: bytes) -> bool:
-    """Whether an object of the JSON body names one member twice ({"a": 1, "a": 2}: a
-    proxy that reads the first would see another request than the one handled). A body
-    that is not JSON is not this check's to refuse."""
+    """Whether an object of the JSON body names one member twice. A body that is not JSON
+    is not this check's to refuse."""
     if b'"' not in body:
         return False
-    try:
-        json.loads(body, object_pairs_hook=_refuse_twice_named)
-    except _TwiceNamed:
-        return True
-    except ValueError:
-        return False
-    return False
+    read = read_json(body)
+    return read is not None and read[1]

@@ -53,7 +53,7 @@ from mnemo.domain.access import redact, redact_all
 from mnemo.domain.ids import STREAM_RE
 from mnemo.domain.memory import KEY_RE, TAG_RE
 from mnemo.domain.tool_result import TOOL_NAME_RE, finite_json
-from mnemo.entrypoints.bodies import body_within, names_a_member_twice
+from mnemo.entrypoints.bodies import body_within, read_json
 
 __all__ = [
     "MCP_PATH",
@@ -1205,7 +1205,8 @@ class _Endpoint:
                 body = await body_within(Request(scope, receive), self.mount.max_body_bytes)
             except ClientDisconnect:
                 return  # the caller went away mid-body: nobody to answer, no server error
-            shape = _not_a_request(body) if body is not None else None
+            read = read_json(body) if body is not None else None  # parsed once for both
+            shape = _not_a_request(read[0]) if read is not None else None
             if shape is not None:
                 bad = JSONResponse(
                     {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": shape}},
@@ -1213,7 +1214,7 @@ class _Endpoint:
                 )
                 await bad(scope, receive, send)
                 return
-            if body is not None and names_a_member_twice(body):
+            if read is not None and read[1]:
                 # {"name": "toolchain_state", "name": "forget"}: the last one won, so a proxy
                 # that read the first saw another call than the one made
                 twice = JSONResponse(
@@ -1241,14 +1242,10 @@ class _Endpoint:
         await self.mount.server.session_manager.handle_request(scope, receive, send)
 
 
-def _not_a_request(body: bytes) -> str | None:
-    """What makes a body that is JSON no JSON-RPC message (Invalid Request, -32600), in a
-    sentence; None for a message, or for a body that is not JSON (the library's parse error
-    answers that). The library answered these -32602 with its validator's dump."""
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
+def _not_a_request(message: Any) -> str | None:
+    """What makes a body's JSON no JSON-RPC message (Invalid Request, -32600), in a
+    sentence; None for a message (a body that is not JSON is the library's parse error).
+    The library answered these -32602 with its validator's dump."""
     if isinstance(message, list):
         return "a batch (a JSON array) is not taken: send one message per request"
     if not isinstance(message, dict):
