@@ -421,6 +421,38 @@ def test_an_error_answer_exits_2_with_its_code(mnemo: Invoke) -> None:
     assert result.stderr.strip() == ("error MEMORY_NOT_FOUND: no memory no-such-memory (memory_id)")
 
 
+def test_with_json_an_error_is_one_json_object_on_stderr(mnemo: Invoke, tmp_path: Path) -> None:
+    rejected = mnemo("--json", "get", "no-such-memory")
+    assert rejected.exit_code == 2
+    assert json.loads(rejected.stderr) == {
+        "error": {
+            "code": "MEMORY_NOT_FOUND",
+            "message": "no memory no-such-memory",
+            "field": "memory_id",
+            "notes": [],
+            "exit_code": 2,
+        }
+    }
+    assert rejected.stdout == ""
+    url = f"http://127.0.0.1:{unused_port()}"
+    unreachable = CliRunner().invoke(cli, ["--json", "--url", url, "status"])
+    assert unreachable.exit_code == 3
+    error = json.loads(unreachable.stderr)["error"]
+    assert error["code"] == "UNREACHABLE"
+    assert error["exit_code"] == 3
+    assert url in error["message"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "MemoryDeclared"}\nnot json\n')
+    local = mnemo("--json", "publish", str(bad), "--stream", "user:U1")
+    assert local.exit_code == 1
+    error = json.loads(local.stderr)["error"]
+    assert error["code"] == "LOCAL_ERROR"
+    assert "bad.jsonl" in error["message"]
+    # the same run without --json shows text again (the mode is the invocation's own)
+    text = mnemo("get", "no-such-memory")
+    assert text.stderr.startswith("error MEMORY_NOT_FOUND")
+
+
 def test_connection_refused_exits_3() -> None:
     url = f"http://127.0.0.1:{unused_port()}"
     result = CliRunner().invoke(cli, ["--url", url, "status"])
@@ -737,7 +769,7 @@ def test_admin_tenant_and_key_commands_over_http(server_url: str, tenant: str) -
 
 
 def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None:
-    from mnemo.bootstrap import open_access
+    from mnemo.bootstrap import make_key_vault, open_access
     from mnemo.domain.access import ALL_SCOPES
 
     data = tmp_path / "data"
@@ -758,6 +790,20 @@ def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None
     try:
         assert access.authenticate(key).tenant == "offco"
         assert access.authenticate(second).scopes == frozenset(ALL_SCOPES)
+        # a forgotten tenant (its key shredded) is issued no key offline either
+        made_co = runner.invoke(
+            cli, ["admin", "tenant", "create", "goneco", "--data-dir", str(data)]
+        )
+        _printed_key(made_co)
+        vault = make_key_vault(MnemoSettings(data_dir=data))
+        vault.data_key("goneco")
+        vault.destroy("goneco")
+        keys_before = len(access.keys("goneco"))
+        refused = runner.invoke(cli, ["admin", "tenant", "key", "goneco", "--data-dir", str(data)])
+        assert refused.exit_code == 2, refused.output
+        assert "KEY_DESTROYED" in refused.stderr
+        assert "mnemo_" not in refused.output
+        assert len(access.keys("goneco")) == keys_before
     finally:
         access.store.close()
     missing = runner.invoke(

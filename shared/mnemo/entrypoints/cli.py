@@ -36,7 +36,7 @@ from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.client._core import Call, shown_url
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.domain.access import redact
-from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
 from mnemo.settings import (
@@ -68,16 +68,45 @@ _BATCH_INDEX = re.compile(r"^events\[(\d+)\]")
 # ---- errors ---------------------------------------------------------------------------------
 
 
+class _Errors:
+    """How this run shows its errors: as text, or with --json as one JSON object on stderr
+    (set by the group's callback on every invocation)."""
+
+    as_json = False
+
+
 class CliError(click.ClickException):
-    """A local problem for the user to read: printed as is on stderr, exit 1."""
+    """A local problem for the user to read: printed as is on stderr, exit 1. With --json,
+    stderr carries `{"error": {"code", "message", "field", "notes", "exit_code"}}` instead."""
 
     exit_code = EXIT_LOCAL
+    code = "LOCAL_ERROR"
+    field: str | None = None
     notes: tuple[str, ...] = ()
 
     def format_message(self) -> str:
         return "\n".join([self.message, *self.notes])
 
+    def detail(self) -> str:
+        """The message alone, without the code and field the text form puts around it."""
+        return self.message
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "code": self.code,
+                "message": self.detail(),
+                "field": self.field,
+                "notes": [n.strip() for n in self.notes],
+                "exit_code": self.exit_code,
+            }
+        }
+
     def show(self, file: IO[Any] | None = None) -> None:
+        if _Errors.as_json:
+            text = json.dumps(self.as_json(), ensure_ascii=False)
+            click.echo(text, file=file, err=file is None)
+            return
         click.echo(self.format_message(), file=file, err=file is None)
 
     def extend(self, *notes: str) -> None:
@@ -89,6 +118,7 @@ class Unreachable(CliError):
     """Mnemo could not be reached, or did not answer: exit 3."""
 
     exit_code = EXIT_UNREACHABLE
+    code = "UNREACHABLE"
 
 
 class ApiError(CliError):
@@ -101,6 +131,10 @@ class ApiError(CliError):
         super().__init__(f"error {code}: {message}{suffix}")
         self.code = code
         self.field = field
+        self._detail = message
+
+    def detail(self) -> str:
+        return self._detail
 
 
 # the setting that mends an error about the caller's own credentials
@@ -422,6 +456,7 @@ def cli(
     Exit codes: 1 local problem, 2 rejected by Mnemo, 3 Mnemo unreachable, 4 audit chain
     broken.
     """
+    _Errors.as_json = as_json
     api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token, api_key)
     ctx.call_on_close(api.close)
     ctx.obj = State(api, as_json)
@@ -1707,12 +1742,18 @@ def admin_tenant_key(
         return
     from datetime import timedelta
 
-    from mnemo.bootstrap import open_access
+    from mnemo.bootstrap import make_key_vault, open_access
 
     if not data_dir.is_dir():
         raise CliError(f"no Mnemo data in {data_dir} (see --data-dir)")
-    access = open_access(mnemo_settings(data_dir))
+    settings = mnemo_settings(data_dir)
+    access = open_access(settings)
     try:
+        # as over HTTP: a forgotten tenant gets no key, since every use of it answers 410
+        if make_key_vault(settings).is_destroyed(tenant):
+            raise KeyDestroyed(
+                f"tenant {tenant!r} was forgotten (its keys destroyed); it is issued no key"
+            )
         expires = access.clock.now() + timedelta(seconds=ttl) if ttl else None
         issued = access.recovery_key(tenant, key_name, by="cli", expires_at=expires)
     except MnemoError as exc:
@@ -1828,6 +1869,7 @@ class AuditBroken(CliError):
     """The audit hash chain is broken: exit 4."""
 
     exit_code = EXIT_AUDIT_BROKEN
+    code = "AUDIT_BROKEN"
 
 
 @cli.group()
