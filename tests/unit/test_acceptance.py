@@ -132,6 +132,10 @@ SAME_ON_EVERY_PATH = [
 
 # (what, event, verdict from a publisher, verdict on the topic)
 BY_TRUST = [
+    # a user stream with no user: refused to a publisher; on the topic a log may hold one
+    # from before the rule, and a rebuild must read it as it was read then
+    ("a user stream with no user id", event(stream="user:"), "INVALID_STREAM", ACCEPTED),
+    ("a user stream with a user id", event(stream="user:u"), ACCEPTED, ACCEPTED),
     (
         "a system actor with a derived id",
         event(actor=SYSTEM, event_id=derived_id(T0, "registrar", "x")),

@@ -29,6 +29,9 @@ trust levels differ only where this list says:
   already tells a retry (the same digest) from another event under a reused id
   (EVENT_ID_REUSED). On the topic it is the producer's, or absent (no check).
 - a template's stream: the tenant's `templates` stream, on both (INVALID_STREAM).
+- a user stream names its user: `user:` alone is INVALID_STREAM from a publisher; on the
+  topic it is accepted (a log may hold such a stream from before, and a rebuild reads it
+  as it was read then).
 - occurred_at: at most MAX_CLOCK_SKEW ahead of now (OCCURRED_IN_FUTURE), on both; a
   consumer's (system) event keeps its cause's time and is not held to it. A tool
   result's fetched_at likewise (FETCHED_IN_FUTURE).
@@ -155,6 +158,12 @@ def accept(
     if event.get("type") == TemplateRegistered.TYPE and event.get("stream") != TEMPLATES_STREAM:
         raise InvalidInput(
             f"a template is registered in the tenant's {TEMPLATES_STREAM!r} stream",
+            code="INVALID_STREAM",
+            field="stream",
+        )
+    if not trusted and event.get("stream") == "user:":
+        raise InvalidInput(
+            "a user stream names its user after 'user:', e.g. user:U7892",
             code="INVALID_STREAM",
             field="stream",
         )
