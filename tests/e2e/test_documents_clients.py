@@ -54,6 +54,15 @@ def test_the_cli_ingests_files_then_the_sdk_asks(server_url: str, tmp_path: Path
             client.query([{"field": "nope", "op": "eq", "value": 1}])
         assert invalid.value.code == "QUERY_INVALID"
         assert invalid.value.field == "where[0].field"
+        # one condition alone, and one subject alone, are taken as they are meant
+        condition = QUESTION["where"][0]
+        listed = client.query([condition], subjects=["user:CLI1"])
+        alone = client.query(condition, subjects="user:CLI1")
+        assert listed.total >= 1
+        assert [d.filename for d in alone.documents] == [d.filename for d in listed.documents]
+        for wrong in ("party_a = x", [("party_a", "eq", "x")], 7):
+            with pytest.raises(TypeError, match="condition"):
+                client.query(wrong)  # type: ignore[arg-type]
 
 
 def test_the_async_sdk_ingests_and_asks(server_url: str) -> None:

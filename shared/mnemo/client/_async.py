@@ -550,16 +550,17 @@ class AsyncMnemoClient:
 
     async def query(
         self,
-        where: Sequence[Mapping[str, Any]],
+        where: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         *,
         text: str | None = None,
-        subjects: Sequence[str] = (),
+        subjects: str | Sequence[str] = (),
         limit: int = 100,
         hits_limit: int = 100,
     ) -> QueryResult:
         """An exact structured query over the tenant's documents (docs/documents.md):
-        `where` conditions ANDed per document; `text` ranks the result, never widens it.
-        Each document carries at most `hits_limit` sections, and `hits_total`."""
+        `where` conditions (one dict, or a list of them) ANDed per document; `text` ranks
+        the result, never widens it. Each document carries at most `hits_limit` sections,
+        and `hits_total`."""
         return await self.call(
             _core.query(where, text=text, subjects=subjects, limit=limit, hits_limit=hits_limit)
         )

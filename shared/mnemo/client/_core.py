@@ -559,9 +559,9 @@ def cited(memory_id: str, stream: str, request_id: str, position: str | None) ->
 
 
 def corrected(
-    memory_ids: Sequence[str], stream: str, reason: str, request_id: str | None
+    memory_ids: str | Sequence[str], stream: str, reason: str, request_id: str | None
 ) -> dict[str, Any]:
-    payload: dict[str, Any] = {"memory_ids": list(memory_ids), "reason": reason}
+    payload: dict[str, Any] = {"memory_ids": strs(memory_ids), "reason": reason}
     if request_id is not None:
         payload["request_id"] = request_id
     return envelope("MemoryCorrected", 1, stream, payload)
@@ -669,21 +669,38 @@ def ingest_document(
     )
 
 
+def conditions(where: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A query's conditions; one condition (a mapping) stays one condition. Anything else
+    is a TypeError that says what is expected."""
+    items = [where] if isinstance(where, Mapping) else where
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise TypeError("where is a condition (a dict) or a list of them")
+    out = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            raise TypeError(
+                f"each condition of where is a dict such as {{'field': ..., 'op': ..., "
+                f"'value': ...}}, not {type(item).__name__}"
+            )
+        out.append(dict(item))
+    return out
+
+
 def query(
-    where: Sequence[Mapping[str, Any]],
+    where: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     *,
     text: str | None = None,
-    subjects: Sequence[str] = (),
+    subjects: str | Sequence[str] = (),
     limit: int = 100,
     hits_limit: int = 100,
 ) -> Call[QueryResult]:
     body: dict[str, Any] = {
-        "where": [dict(w) for w in where],
+        "where": conditions(where),
         "limit": limit,
         "hits_limit": hits_limit,
     }
     if text is not None:
         body["query"] = text
     if subjects:
-        body["subjects"] = list(subjects)
+        body["subjects"] = strs(subjects)
     return Call("POST", "/v1/query", _model(QueryResult), body=body, idempotent=True)
