@@ -196,6 +196,43 @@ def test_publish_reads_a_json_document_from_stdin_and_keeps_explicit_streams(
     assert [e["event_id"] for e in replayed] == [events[1]["event_id"]]
 
 
+def test_an_event_registration_rejects_makes_publish_exit_2(mnemo: Invoke, stream: str) -> None:
+    good = {
+        "event_id": event_id(),
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "payload": {"memory": {"type": "preference", "key": "seat", "value": "aisle"}},
+    }
+    stale = {
+        "event_id": event_id(),
+        "type": "MemoryDeclared",
+        "schema_version": 1,
+        "payload": {
+            "memory": {"type": "preference", "key": "meal", "value": "veg", "expected_version": 3}
+        },
+    }
+    body = "\n".join(json.dumps(e) for e in (good, stale))
+    waited = mnemo("publish", "-", "--stream", stream, "--wait", "registered", input=body)
+    assert waited.exit_code == 2, waited.output
+    assert "published 2 events: 2 accepted" in waited.stdout
+    assert "error EVENTS_REJECTED: 1 of the accepted events" in waited.stderr
+    assert f"{stale['event_id']}: VERSION_CONFLICT" in waited.stderr
+    assert good["event_id"] not in waited.stderr
+    as_json = mnemo("--json", "publish", "-", "--stream", stream, "--wait", "registered",
+                    input=body)  # fmt: skip
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.stdout)["duplicates"] == 2
+    assert json.loads(as_json.stderr)["error"]["code"] == "EVENTS_REJECTED"
+    # without a wait the outcomes are not known yet: the publish itself succeeded
+    fresh = {**stale, "event_id": event_id()}
+    unwaited = mnemo("publish", "-", "--stream", stream, input=json.dumps(fresh))
+    assert unwaited.exit_code == 0, unwaited.output
+    # and every event registration took exits 0
+    fine = {**good, "event_id": event_id()}
+    ok = mnemo("publish", "-", "--stream", stream, "--wait", "registered", input=json.dumps(fine))
+    assert ok.exit_code == 0, ok.output
+
+
 def test_a_bad_event_fails_with_its_code_and_line_and_earlier_batches_stay(
     mnemo: Invoke, stream: str, tmp_path: Path
 ) -> None:

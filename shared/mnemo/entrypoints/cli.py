@@ -716,6 +716,16 @@ class Tally:
         if not answer.get("complete", True):
             self.timed_out += 1
 
+    def rejected(self) -> list[str]:
+        """A line for each outcome registration rejected: the event and the reason."""
+        lines = []
+        for item in self.results:
+            for o in item.get("outcomes") or ():
+                if o["outcome"] == "rejected":
+                    why = " ".join(x for x in (o.get("reason_code"), o.get("detail")) if x)
+                    lines.append(f"  {item['event_id']}: {why or 'rejected'}")
+        return lines
+
     def summary(self, wait: str) -> dict[str, Any]:
         body: dict[str, Any] = {"accepted": self.accepted, "duplicates": self.duplicates}
         if wait != "none":
@@ -777,7 +787,10 @@ def show_tally(state: State, tally: Tally, wait: str) -> None:
 def publish(
     state: State, files: tuple[str, ...], stream: str | None, wait: str, batch_size: int
 ) -> None:
-    """Publish the events of .json / .jsonl FILES ("-" reads stdin), in batches."""
+    """Publish the events of .json / .jsonl FILES ("-" reads stdin), in batches.
+
+    With --wait registered or indexed, an accepted event that registration rejected makes
+    it exit 2 (EVENTS_REJECTED, each such event named with its reason)."""
     events = [e for path in files for e in read_events(path, stream)]
     if not events:
         raise CliError("no events to publish")
@@ -793,6 +806,19 @@ def publish(
             f"interrupted: {tally.sent} events were accepted (and maybe the batch in flight)"
         ) from None
     show_tally(state, tally, wait)
+    refused = tally.rejected()
+    if refused:
+        # the events are in the log (publishing them again changes nothing); what a script
+        # checks is that registration took them, so a rejection is Mnemo's refusal, exit 2
+        error = ApiError(
+            "EVENTS_REJECTED",
+            f"{len(refused)} of the accepted events were rejected by registration; they stay "
+            "in the log, see `mnemo outcome EVENT_ID`",
+        )
+        error.extend(*refused[:20])
+        if len(refused) > 20:
+            error.extend(f"  and {len(refused) - 20} more")
+        raise error
 
 
 @cli.command()
