@@ -774,6 +774,7 @@ def make_runner(
     )
     runner.documents = documents or make_document_source(settings, sealer)
     runner.reseal = sealer.reseal
+    runner.stand_ins = sealer.stand_ins
     return runner
 
 

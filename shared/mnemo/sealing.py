@@ -490,6 +490,38 @@ class Sealer:
                 destroyed.append(key_id)
         return destroyed
 
+    def _standing(self, key_id: str, found: Finding, action: Action) -> tuple[str, str | None]:
+        """What stands in the log for a value the detector found (a mask, or a placeholder
+        of its keyed hash), and the placeholder's ref (None for a mask)."""
+        if action is Action.MASK:
+            return mask(found.kind, found.value), None
+        token = self.token(key_id, found.kind, found.value)
+        return placeholder(found.kind, token), f"{found.kind.value}:{token}"
+
+    def stand_ins(self, tenant: str, stream: str, names: Sequence[str]) -> list[str]:
+        """Those of `names` in which the detector finds a value, as an event of `stream`
+        holds them (each value a placeholder or a mask, as the tenant's policy says; a name
+        whose value the policy rejects is left out, since no event can hold it). A vault
+        that cannot answer, or a destroyed key, gives none."""
+        policy = self.policy.for_tenant(tenant)
+        key_id = self.key_id(tenant, stream)
+        out: list[str] = []
+        for name in names:
+            findings = detect(name)
+            if not findings or any(policy.action(f.kind) is Action.REJECT for f in findings):
+                continue
+            parts: list[str] = []
+            pos = 0
+            try:
+                for found in findings:
+                    stand_in, _ = self._standing(key_id, found, policy.action(found.kind))
+                    parts += [name[pos : found.start], stand_in]
+                    pos = found.end
+            except (KeyDestroyed, Unavailable):
+                return []
+            out.append("".join([*parts, name[pos:]]))
+        return out
+
     def token(self, key_id: str, kind: PiiKind, value: str) -> str:
         """The keyed hash standing for a value in placeholders and exact-match search."""
         digest = hmac.new(
@@ -582,17 +614,12 @@ class Sealer:
                         field=f"payload.{path}",
                         extra={"kind": found.kind.value},
                     )
-                if action is Action.MASK:
-                    stand_in = mask(found.kind, found.value)
-                else:
-                    token = self.token(key_id, found.kind, found.value)
+                stand_in, ref = self._standing(key_id, found, action)
+                if ref is not None:
                     # inside JSON text the placeholder sits in a string literal: what opens
                     # there is the value as that literal holds it (escaped), so the opened
                     # text is JSON again
-                    plan[f"{found.kind.value}:{token}"] = (
-                        _json_escaped(found.value) if in_json else found.value
-                    )
-                    stand_in = placeholder(found.kind, token)
+                    plan[ref] = _json_escaped(found.value) if in_json else found.value
                 out += [text[pos : found.start], stand_in]
                 pos = found.end
             out.append(text[pos:])

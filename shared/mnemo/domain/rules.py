@@ -807,6 +807,7 @@ class RuleSet:
         self.cues = tuple(c.casefold() for c in cues)
         self.ignore_examples = tuple(ignore_examples)
         self.agent_speakers = frozenset(_speaker_key(s) for s in agent_speakers)
+        self.agent_speaker_names = tuple(dict.fromkeys(agent_speakers))
         self.similarity = dict(similarity or {})
         self._numbers = numbers
         # the history rules that read typed facts in conversation turns (mnemo.domain.history)
@@ -828,13 +829,15 @@ class RuleSet:
             if r.shape is not None
         }
 
-    def spoken_by_agent(self, speaker: str | None) -> bool:
+    def spoken_by_agent(self, speaker: str | None, stand_ins: Sequence[str] = ()) -> bool:
         """Whether a turn's speaker is the agent side of the conversation (agent_speakers),
-        whose words are never the user's memories."""
+        whose words are never the user's memories. `stand_ins`: agent_speakers as the event
+        holds them where the detector found a value in them (an e-mail address stands in
+        the log as a placeholder), compared whole."""
         if speaker is None:
             return False
         name = _speaker_key(speaker)
-        if name in self.agent_speakers:
+        if name in self.agent_speakers or name in {_speaker_key(s) for s in stand_ins}:
             return True
         # 客服小美, 销售小王: a role and a name; "sales rep", "AI advisor": a role among words
         words = re.split(r"[\s_\-./:]+", name)

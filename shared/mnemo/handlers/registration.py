@@ -124,6 +124,10 @@ class RegistrationState(Protocol):
 # data key of the same key id, their refs) -> those values sealed under the first block's
 # data key; nothing for a key that was destroyed (mnemo.sealing.Sealer.reseal)
 Resealer = Callable[[str, EncryptionBlock, EncryptionBlock, Sequence[str]], dict[str, str]]
+# (tenant, stream, names) -> those of `names` in which the detector finds a value, as an
+# event of that stream holds them (placeholders or masks): a speaker the detector sealed
+# is compared with the agent_speakers in that form
+StandIns = Callable[[str, str, Sequence[str]], Sequence[str]]
 
 
 class DocumentSource(Protocol):
@@ -382,6 +386,7 @@ def _turn(
     payload: ObservationRecorded,
     selector: ExampleSelector | None,
     reseal: Resealer | None = None,
+    stand_ins: StandIns | None = None,
 ) -> Decision:
     """A conversation turn is kept as a history memory (index 0) whatever the rules make of
     it; what they extract follows (index 1 on). An utterance that looked like a memory but
@@ -399,7 +404,13 @@ def _turn(
     except ValueError:
         return decision  # the history memory was already refused with INVALID_TIMEZONE
     # the speaker the event names, else the one its text names ("客服：我一般穿L码")
-    if rules.spoken_by_agent(payload.speaker or speaker_of(payload.text)):
+    speaker = payload.speaker or speaker_of(payload.text)
+    sealed = (
+        stand_ins(event.tenant, event.stream, rules.agent_speaker_names)
+        if stand_ins is not None and speaker is not None and placeholder_refs(speaker)
+        else ()
+    )
+    if rules.spoken_by_agent(speaker, sealed):
         # the agent's own words ("我自己一般穿L码", "I live in Berlin too") are not the
         # user's memories: the turn is history, and only the history rules read it
         reading = Reading()
@@ -911,6 +922,7 @@ def handle(
     selector: ExampleSelector | None = None,
     documents: DocumentSource | None = None,
     reseal: Resealer | None = None,
+    stand_ins: StandIns | None = None,
 ) -> Decision:
     """Registration's decision for one event of the log. `prior` holds the facts it
     recorded for this event before (on a redelivery or a rebuild); those are projected
@@ -918,7 +930,8 @@ def handle(
     is close to (the platform measures it with its embedder); without one, only the rules'
     patterns trigger. `reseal` seals a value a history fact carries over from its previous
     version again under the new version's data key (without it, such a value is carried
-    only when both versions' values share a data key)."""
+    only when both versions' values share a data key). `stand_ins` gives agent_speakers as
+    the detector leaves them in the event's stream, for a turn whose speaker it sealed."""
     if event.type not in HANDLED:
         return Decision()
     if prior:
@@ -939,7 +952,7 @@ def handle(
                 ]
             )
         if payload.kind == "turn":
-            return _turn(event, state, rules, payload, selector, reseal)
+            return _turn(event, state, rules, payload, selector, reseal, stand_ins)
         try:
             zone_of(payload.timezone)
         except ValueError:

@@ -132,6 +132,7 @@ class EmbeddedRunner:
         # seals a history fact's carried values again under its new data key (set by the
         # wiring, from the sealer)
         self.reseal: registration.Resealer | None = None
+        self.stand_ins: registration.StandIns | None = None
         self.batch_size = batch_size
         self.embed_batch = embed_batch
         self.poll_seconds = poll_seconds
@@ -281,7 +282,14 @@ class EmbeddedRunner:
                     and e.envelope.event_id[14] == "8"  # a derived id: no publisher can hold one
                 ]
             return registration.handle(
-                env, tx, self.rules, prior, self.selector, self.documents, self.reseal
+                env,
+                tx,
+                self.rules,
+                prior,
+                self.selector,
+                self.documents,
+                self.reseal,
+                self.stand_ins,
             )
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
