@@ -13,31 +13,22 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from mnemo_gateway.app import create_app
-from tests.support import headers_for, install_keys
+from tests.support import embedded_platform, gateway_client, headers_for
 
-from mnemo.bootstrap import build_embedded
-from mnemo.settings import GatewaySettings, MnemoSettings
+from mnemo.adapters.clocks import FixedClock
 
 ACME = headers_for("acme", "agent")
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
+def client(tmp_path: Path, clock: FixedClock) -> Iterator[TestClient]:
     rules = tmp_path / "rules.yaml"
     rules.write_text(
         "extends: default\nagent_speakers: [Helpdesk@Acme.example, '+1 555 0100']\n",
         encoding="utf-8",
     )
-    platform = build_embedded(
-        MnemoSettings(data_dir=tmp_path / "data", embedder="hashing", rules_file=rules)
-    )
-    install_keys(platform, "acme")
-    try:
-        with TestClient(create_app(platform, GatewaySettings(wait_timeout=60))) as c:
-            yield c
-    finally:
-        platform.close()
+    with gateway_client(embedded_platform(tmp_path / "data", clock, "acme", rules_file=rules)) as c:
+        yield c
 
 
 def outcomes(client: TestClient, stream: str, speaker: str, text: str) -> list[str]:
