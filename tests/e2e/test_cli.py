@@ -485,6 +485,13 @@ def test_with_json_an_error_is_one_json_object_on_stderr(mnemo: Invoke, tmp_path
     error = json.loads(local.stderr)["error"]
     assert error["code"] == "LOCAL_ERROR"
     assert "bad.jsonl" in error["message"]
+    # a wrong command line too, at the top level and in a command
+    for wrong in (["--json", "--no-such-option", "status"], ["--json", "search", "--nope"]):
+        usage = mnemo(*wrong)
+        assert usage.exit_code == 1, usage.output
+        error = json.loads(usage.stderr)["error"]
+        assert error["code"] == "USAGE_ERROR"
+        assert "no such option" in error["message"].lower()
     # the same run without --json shows text again (the mode is the invocation's own)
     text = mnemo("get", "no-such-memory")
     assert text.stderr.startswith("error MEMORY_NOT_FOUND")

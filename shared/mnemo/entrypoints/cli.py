@@ -114,6 +114,12 @@ class CliError(click.ClickException):
         self.notes = (*self.notes, *notes)
 
 
+class BadUsage(CliError):
+    """A wrong command line, shown as JSON with --json (click shows it as text): exit 1."""
+
+    code = "USAGE_ERROR"
+
+
 class Unreachable(CliError):
     """Mnemo could not be reached, or did not answer: exit 3."""
 
@@ -388,13 +394,20 @@ class _Mnemo(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             exc.exit_code = EXIT_LOCAL
+            if _Errors.as_json:
+                raise BadUsage(exc.format_message()) from exc
             raise
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _Errors.as_json = False  # until this invocation's --json is read
+        given = list(args)  # the parser consumes the list it is handed
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
             exc.exit_code = EXIT_LOCAL
+            if "--json" in given:
+                _Errors.as_json = True
+                raise BadUsage(exc.format_message()) from exc
             raise
 
 
