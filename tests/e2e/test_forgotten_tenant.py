@@ -131,6 +131,14 @@ def test_a_forgotten_tenant_takes_no_write_and_reads_nothing(
     assert not platform.sealer.keys.vault.has_key("acme/user:Z9")  # no new user key made
     # nor does the key tell about itself any more; another tenant's still does
     refused_gone(client.get("/v1/whoami", headers=ACME))
+    # its old admin key issues no new key, and lists none
+    refused_gone(
+        client.post(
+            "/v1/tenants/acme/keys", json={"name": "again", "scopes": ["admin"]}, headers=ACME
+        )
+    )
+    refused_gone(client.get("/v1/tenants/acme/keys", headers=ACME))
+    assert client.get("/v1/tenants/globex/keys", headers=GLOBEX).status_code == 200
     assert client.get("/v1/whoami", headers=GLOBEX).json()["tenant"] == "globex"
     # the operator's way back issues no key that could only ever answer 410
     operator = {"X-Mnemo-Admin-Token": "op-token"}

@@ -227,6 +227,9 @@ async def issue_key(
 ) -> JSONResponse:
     _own_tenant(ctx, tenant)
     req = KeyIn.model_validate(body)
+    if platform.sealer is not None:
+        # a forgotten tenant's old keys issue no new one (every use of it answers 410)
+        platform.sealer.refuse_forgotten_tenant(tenant)
     access = platform.access
     caller: Caller = request.state.caller
     beyond = sorted(s.value for s in set(req.scopes) - caller.scopes)
@@ -277,6 +280,8 @@ async def issue_key(
 @router.get("/v1/tenants/{tenant}/keys", summary="Your tenant's keys, never their secrets")
 def list_keys(ctx: AdminCtx, platform: PlatformDep, tenant: TenantPath) -> KeysOut:
     _own_tenant(ctx, tenant)
+    if platform.sealer is not None:  # as whoami: nothing of a forgotten tenant is answered
+        platform.sealer.refuse_forgotten_tenant(tenant)
     return KeysOut(keys=[KeyOut.of(k) for k in platform.access.keys(tenant)])
 
 
