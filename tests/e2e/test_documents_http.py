@@ -182,6 +182,7 @@ def test_a_bad_document_stores_nothing(
         ("", "user:U1", "INVALID_FILENAME", "filename"),
         ("a.txt", "u" * 200, "INVALID_STREAM", "subject"),
         ("a.txt", "", "INVALID_STREAM", "subject"),
+        ("a.txt", "user:", "INVALID_STREAM", "subject"),
     ],
 )
 def test_a_bad_filename_or_subject_is_the_documented_400(

@@ -82,6 +82,9 @@ def test_rotate_and_rewrap_online(tmp_path: Path, vault: KeyVault) -> None:
         texts = {i: client.get(f"/v1/memories/{i}").json()["content"] for i in ids}
         assert texts[users[0]] == f"my card is {m.card}"
 
+        userless = client.post("/v1/admin/keys/rotate", json={"stream": "user:"})
+        assert userless.status_code == 400, userless.text
+        assert userless.json()["error"]["code"] == "INVALID_STREAM"
         r = client.post("/v1/admin/keys/rotate", json={"stream": "user:U1"})
         assert r.status_code == 200, r.text
         assert r.json() == {"key_id": "acme/user:U1", "key_version": 2}

@@ -63,7 +63,7 @@ from mnemo.domain.events import (
     decode_payload,
     validate_envelope,
 )
-from mnemo.domain.ids import new_event_id
+from mnemo.domain.ids import names_no_user, new_event_id
 
 __all__ = ["MAX_CLOCK_SKEW", "accept", "publication_digest", "refuse_reused_id", "reuses_id"]
 
@@ -161,7 +161,8 @@ def accept(
             code="INVALID_STREAM",
             field="stream",
         )
-    if not trusted and event.get("stream") == "user:":
+    stream = event.get("stream")
+    if not trusted and isinstance(stream, str) and names_no_user(stream):
         raise InvalidInput(
             "a user stream names its user after 'user:', e.g. user:U7892",
             code="INVALID_STREAM",

@@ -33,6 +33,12 @@ def valid_stream(value: str) -> bool:
     return not (value[:5].casefold() == "user:" and value[:5] != "user:")
 
 
+def names_no_user(stream: str) -> bool:
+    """Whether a stream is a user stream that names no user (`user:` alone): no publisher
+    may start one (a log may hold one from before, and is read as it was)."""
+    return stream == "user:"
+
+
 def uuid7_at(ms: int, rand: bytes, version: int = 7) -> uuid.UUID:
     """A UUIDv7 with the given Unix milliseconds and 10 bytes of entropy (or, with
     version=8, the same time-ordered layout marked as Mnemo's own derived id)."""

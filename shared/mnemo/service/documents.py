@@ -37,7 +37,7 @@ from mnemo.domain.documents import (
 )
 from mnemo.domain.errors import InvalidInput, NotFound, echoed
 from mnemo.domain.events import DocumentIngested, Envelope, MemoryDeclared
-from mnemo.domain.ids import valid_stream
+from mnemo.domain.ids import names_no_user, valid_stream
 from mnemo.domain.memory import MAX_CONTENT_CHARS, MemoryStatus, MemoryType
 from mnemo.domain.pii import mask_by_policy
 from mnemo.domain.sealed import EncryptionBlock
@@ -261,9 +261,10 @@ def checked_names(subject: str, filename: str) -> str:
     """The filename a document is ingested under (trimmed), once the subject is a stream
     (INVALID_STREAM) and the filename fit (INVALID_FILENAME); the gateway asks before it
     reads the body."""
-    if not valid_stream(subject):
+    if not valid_stream(subject) or names_no_user(subject):
         raise InvalidInput(
-            "subject is a stream (user:U1, session:S1, ...) or 'tenant'",
+            "subject is a stream (user:U1, session:S1, ...) or 'tenant'; a user stream "
+            "names its user",
             code="INVALID_STREAM",
             field="subject",
         )

@@ -33,7 +33,7 @@ from mnemo.domain.events import (
     RewrappedKey,
     validate_envelope,
 )
-from mnemo.domain.ids import new_event_id, valid_stream
+from mnemo.domain.ids import names_no_user, new_event_id, valid_stream
 from mnemo.domain.memory import MemoryStatus
 from mnemo.handlers.registration import wrapped_digest
 from mnemo.ports import MemoryQuery
@@ -70,9 +70,11 @@ def key_id_for(app: Any, tenant: str, stream: str | None) -> str:
     sealer = _sealer(app)
     if stream is None:
         return tenant
-    if not valid_stream(stream):
+    if not valid_stream(stream) or names_no_user(stream):
         raise InvalidInput(
-            "stream must be 1-128 letters, digits or '_.:@-'", code="INVALID_STREAM", field="stream"
+            "stream must be 1-128 letters, digits or '_.:@-', and a user stream names its user",
+            code="INVALID_STREAM",
+            field="stream",
         )
     key_id = sealer.key_id(tenant, stream)
     if key_id == tenant:
