@@ -503,6 +503,18 @@ def test_a_key_that_expires_issues_none_that_outlives_it(
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["code"] == "INVALID_EXPIRY"
         assert refused.json()["error"]["field"] == next(iter(longer))
+    # a key that never ends may issue one for at most ten years, however it is asked for
+    far = client.post(
+        "/v1/tenants/acme/keys",
+        json={"name": "far", "scopes": ["memory:read"], "expires_at": "9999-12-31T00:00:00Z"},
+        headers=headers_for("acme"),
+    )
+    assert far.status_code == 400, far.text
+    assert far.json()["error"] == {
+        "code": "INVALID_EXPIRY",
+        "message": "a key is issued for at most 3650 days",
+        "field": "expires_at",
+    }
     shorter = client.post(
         "/v1/tenants/acme/keys",
         json={"name": "heir3", "scopes": ["memory:read"], "ttl_seconds": 600},

@@ -854,6 +854,14 @@ def test_admin_tenant_create_offline_on_a_data_directory(tmp_path: Path) -> None
         cli, ["admin", "tenant", "create", "x", "--data-dir", str(tmp_path / "nothing")]
     )
     assert missing.exit_code == 1
+    # a life past what the HTTP API allows is a wrong command line, not a crash
+    for command in (["create", "longco"], ["key", "offco"]):
+        too_long = runner.invoke(
+            cli, ["admin", "tenant", *command, "--data-dir", str(data), "--ttl", "999999999999"]
+        )
+        assert too_long.exit_code == 1, too_long.output
+        assert "--ttl" in too_long.stderr
+        assert "Traceback" not in too_long.output
 
 
 def test_tool_record_and_suggestions(mnemo: Invoke, stream: str) -> None:

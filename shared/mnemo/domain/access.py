@@ -26,6 +26,7 @@ from mnemo.domain.ids import valid_tenant
 __all__ = [
     "ALL_SCOPES",
     "KEY_PREFIX",
+    "MAX_KEY_SECONDS",
     "ApiKey",
     "Caller",
     "Scope",
@@ -70,6 +71,7 @@ class Scope(enum.StrEnum):
 
 
 ALL_SCOPES: tuple[Scope, ...] = tuple(Scope)
+MAX_KEY_SECONDS = 10 * 365 * 86_400  # the longest an API key may be issued for
 
 
 class Tenant(BaseModel):

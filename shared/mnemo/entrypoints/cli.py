@@ -35,7 +35,7 @@ from mnemo import __version__
 from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.client._core import Call, shown_url
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
-from mnemo.domain.access import redact
+from mnemo.domain.access import MAX_KEY_SECONDS, redact
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
@@ -1702,7 +1702,7 @@ def _admin_key_options(key_name: str, verb: str) -> Callable[[Any], Any]:
                 click.option("--key-name", default="admin", show_default=True, help=key_name),
                 click.option(
                     "--ttl",
-                    type=click.IntRange(min=60),
+                    type=click.IntRange(min=60, max=MAX_KEY_SECONDS),
                     default=None,
                     help="Seconds the key is valid.",
                 ),
@@ -1839,7 +1839,12 @@ def render_keys(answer: Mapping[str, Any]) -> Table:
     type=click.Choice(["memory:write", "memory:read", "context", "audit:read", "admin"]),
     help="A scope (repeatable).",
 )
-@click.option("--ttl", type=click.IntRange(min=60), default=None, help="Seconds it is valid.")
+@click.option(
+    "--ttl",
+    type=click.IntRange(min=60, max=MAX_KEY_SECONDS),
+    default=None,
+    help="Seconds it is valid.",
+)
 @click.option(
     "--tool",
     "tools",

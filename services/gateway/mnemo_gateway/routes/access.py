@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.concurrency import run_in_threadpool
 
-from mnemo.domain.access import ALL_SCOPES, ApiKey, Caller, Scope
+from mnemo.domain.access import ALL_SCOPES, MAX_KEY_SECONDS, ApiKey, Caller, Scope
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.service.access import IssuedKey
 from mnemo.service.app import RequestContext
@@ -41,7 +41,7 @@ class KeyIn(BaseModel):
     scopes: list[Scope] = Field(min_length=1, max_length=len(ALL_SCOPES))
     expires_at: Instant | None = Field(default=None, description="with a UTC offset")
     ttl_seconds: StrictInt | None = Field(
-        default=None, ge=60, le=10 * 365 * 86_400, description="instead of expires_at"
+        default=None, ge=60, le=MAX_KEY_SECONDS, description="instead of expires_at"
     )
     tools: list[str] | None = Field(
         default=None,
@@ -55,14 +55,14 @@ class TenantIn(BaseModel):
 
     tenant: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     admin_key_name: str = Field(default="admin", min_length=1, max_length=64)
-    ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
+    ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=MAX_KEY_SECONDS)
 
 
 class RecoveryKeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="admin", min_length=1, max_length=64)
-    ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=10 * 365 * 86_400)
+    ttl_seconds: StrictInt | None = Field(default=None, ge=60, le=MAX_KEY_SECONDS)
 
 
 class KeyOut(BaseModel):
@@ -122,6 +122,12 @@ def _expiry(now: datetime, expires_at: datetime | None, ttl: int | None) -> date
     if expires_at is not None and ttl is not None:
         raise InvalidInput(
             "give expires_at or ttl_seconds, not both", code="INVALID_EXPIRY", field="ttl_seconds"
+        )
+    if expires_at is not None and expires_at > now + timedelta(seconds=MAX_KEY_SECONDS):
+        raise InvalidInput(
+            f"a key is issued for at most {MAX_KEY_SECONDS // 86_400} days",
+            code="INVALID_EXPIRY",
+            field="expires_at",
         )
     return now + timedelta(seconds=ttl) if ttl is not None else expires_at
 
