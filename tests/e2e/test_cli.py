@@ -20,8 +20,7 @@ from click.testing import CliRunner, Result
 from tests.support import fixed_key, free_port, install_keys, running_server, wait_healthy
 
 from mnemo.bootstrap import Platform, build_embedded
-from mnemo.client import MnemoClient, RetryPolicy
-from mnemo.client.errors import MnemoConnectionError
+from mnemo.client import MnemoAPIError, MnemoClient
 from mnemo.domain.ids import new_event_id
 from mnemo.entrypoints import cli as cli_module
 from mnemo.entrypoints.admin import platform_checksum
@@ -515,19 +514,41 @@ def test_refused_credentials_name_the_setting_that_holds_them(mnemo: Invoke) -> 
     assert "MNEMO_ADMIN_TOKEN or --admin-token" in operator.stderr
 
 
-def test_a_password_in_the_url_is_never_printed() -> None:
+def test_a_password_in_the_url_is_refused_and_never_printed() -> None:
+    """A user and password in the URL were sent by the HTTP library as Basic credentials
+    in place of the API key (UNAUTHENTICATED); they are refused before anything is sent,
+    and never printed, whatever the URL's shape."""
     port = unused_port()
-    result = CliRunner().invoke(cli, ["--url", f"http://user:S3cretPW@127.0.0.1:{port}", "status"])
+    for url in (
+        f"http://user:S3cretPW@127.0.0.1:{port}",
+        f"user:S3cretPW@127.0.0.1:{port}",
+        "ht!tp://u:S3cretPW@x",
+    ):
+        result = CliRunner().invoke(cli, ["--url", url, "status"])
+        assert result.exit_code == 1, result.output
+        assert "INVALID_URL" in result.stderr
+        assert "S3cretPW" not in result.stderr + result.output
+        with pytest.raises(MnemoAPIError) as caught:
+            MnemoClient(url, api_key="x")
+        assert caught.value.code == "INVALID_URL"
+        assert "S3cretPW" not in str(caught.value)
+    # a key written into the path is not printed either
+    key = "mnemo_0123456789abcdef_" + "Z" * 43
+    result = CliRunner().invoke(cli, ["--url", f"http://127.0.0.1:{port}/{key}", "status"])
     assert result.exit_code == 3
-    assert f"cannot reach Mnemo at http://127.0.0.1:{port} " in result.stderr
-    assert "S3cretPW" not in result.stderr + result.output
-    sdk = MnemoClient(
-        f"http://u:S3cretPW@127.0.0.1:{port}", api_key="x", retry=RetryPolicy(attempts=1)
-    )
-    with pytest.raises(MnemoConnectionError) as caught:
-        sdk.get("m")
-    assert "S3cretPW" not in str(caught.value)
-    assert f"127.0.0.1:{port}" in str(caught.value)
+    assert "Z" * 43 not in result.stderr + result.output
+
+
+def test_what_the_client_refuses_before_sending_is_a_local_problem() -> None:
+    port = unused_port()
+    for args, code in (
+        (["--api-key", "k\n1x"], "INVALID_API_KEY"),
+        (["--principal", "a\nb"], "INVALID_PRINCIPAL"),
+        (["--url", "notaurl"], "INVALID_URL"),
+    ):
+        result = CliRunner().invoke(cli, ["--url", f"http://127.0.0.1:{port}", *args, "status"])
+        assert result.exit_code == 1, (args, result.output)
+        assert f"error {code}:" in result.stderr
 
 
 def test_a_key_or_url_the_client_cannot_send_is_named_never_shown() -> None:

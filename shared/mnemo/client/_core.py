@@ -33,6 +33,7 @@ from mnemo.client.models import (
     TemplateInfo,
     ToolResultRecorded,
 )
+from mnemo.domain.access import redact
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.memory import MemoryDraft, MemoryType, Scope
 
@@ -127,6 +128,14 @@ def identity_headers(
     if tenant is not None:
         headers["X-Mnemo-Tenant"] = tenant
     if principal is not None:
+        if not principal.isprintable():
+            raise MnemoAPIError(
+                0,
+                "INVALID_PRINCIPAL",
+                "the principal holds a line break or another control character: check "
+                "MNEMO_PRINCIPAL (or --principal, or the principal given)",
+                "principal",
+            )
         headers["X-Mnemo-Principal"] = principal
     if api_key is not None:
         key = api_key.strip()
@@ -177,22 +186,46 @@ def seg(value: str) -> str:
 
 def shown_url(url: str) -> str:
     """The URL as errors show it: without a user and password written into it, nor its
-    query or fragment (`?api_key=...`)."""
+    query or fragment (`?api_key=...`). One that cannot be read as http(s)://host, and
+    holds an '@', is not shown at all: what stands before it may be a password."""
     try:
         parts = urlsplit(url)
     except ValueError:
-        return "the URL given (not a valid URL)"
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        if "@" in url:
+            return "the URL given"
+        return redact(url.split("?", 1)[0].split("#", 1)[0])
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return redact(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
-def invalid_url(url: str) -> MnemoAPIError:
+def invalid_url(url: str, why: str = "is not a valid URL") -> MnemoAPIError:
     return MnemoAPIError(
         0,
         "INVALID_URL",
-        f"{shown_url(url)} is not a valid URL: check MNEMO_URL (or --url, or the url given)",
+        f"{shown_url(url)} {why}: check MNEMO_URL (or --url, or the url given)",
         "url",
     )
+
+
+def checked_url(url: str) -> str:
+    """Mnemo's base URL, http(s)://host[:port][/path], without a trailing '/'. A user and
+    password in it are refused: Mnemo takes the API key, and HTTP clients would send them
+    instead of it."""
+    base = url.rstrip("/")
+    try:
+        parts = urlsplit(base)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        raise invalid_url(url) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise invalid_url(url, "is not an http:// or https:// URL of a host")
+    if "@" in parts.netloc:
+        raise invalid_url(
+            url, "holds a user or password, which Mnemo does not take (it takes the API key)"
+        )
+    return base
 
 
 def _instant(value: datetime | str) -> str:

@@ -71,7 +71,7 @@ class MnemoClient:
         """`api_key` is sent as `Authorization: Bearer <key>`; `headers` are sent with every
         request too. `http_client` shares a connection pool (this client then does not
         close it); `transport` replaces the network (tests); `sleep` is how retries wait."""
-        self.url = url.rstrip("/")
+        self.url = _core.checked_url(url)
         self.tenant = tenant
         self.principal = principal
         self.timeout = timeout

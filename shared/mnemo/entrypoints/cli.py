@@ -143,6 +143,13 @@ class ApiError(CliError):
         return self._detail
 
 
+class LocalRefusal(ApiError):
+    """A setting the client refused before sending anything (a URL, a key, a principal
+    that cannot be sent): `error CODE: message`, exit 1."""
+
+    exit_code = EXIT_LOCAL
+
+
 # the setting that mends an error about the caller's own credentials
 _SETTING_TO_CHECK = {
     "UNAUTHENTICATED": "MNEMO_API_KEY or --api-key",
@@ -157,6 +164,8 @@ def api_error(error: MnemoAPIError) -> ApiError:
     message = error.message
     if error.code in _SETTING_TO_CHECK:
         message = f"{message} (check {_SETTING_TO_CHECK[error.code]})"
+    if error.status == 0:  # refused by the client before anything was sent: a local problem
+        return LocalRefusal(error.code, message, error.field)
     return ApiError(error.code, message, error.field)
 
 
