@@ -850,6 +850,11 @@ class LogTopic(abc.ABC):
     @abc.abstractmethod
     def partitions(self) -> list[int]: ...
 
+    def reachable(self, timeout: float) -> None:
+        """Raise Unavailable unless the brokers answer a request within `timeout` seconds
+        (readiness: `partitions` may be answered from metadata a client keeps)."""
+        self.end_offsets()
+
     @abc.abstractmethod
     def end_offsets(self) -> dict[int, int]:
         """The next offset each partition will give (its record count when nothing was

@@ -513,3 +513,29 @@ def test_a_gateway_on_a_rebuilt_keyspace_keeps_the_live_tenants_and_keys(
             session = rebuilt.store.session  # type: ignore[attr-defined]
             assert list(session.execute(f"SELECT key_id FROM {fresh}.api_keys")) == []
         assert live.access.authenticate(issued.key).tenant == "acme"
+
+
+def test_the_topic_is_reachable_only_while_a_broker_answers(platform: Platform) -> None:
+    """Readiness and `mnemo status` ask the brokers (the partitions a client keeps from its
+    metadata answered while Kafka was down); a broker that is not there fails the probe
+    within its bound, with the log's code."""
+    import socket
+    import time
+
+    from mnemo.adapters.kafka_topic import KafkaConfig, KafkaTopic
+    from mnemo.domain.errors import Unavailable
+
+    assert platform.distributed is not None
+    platform.distributed.topic.reachable(5.0)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    nowhere = KafkaTopic(KafkaConfig(bootstrap=f"127.0.0.1:{port}"), "nowhere")
+    try:
+        started = time.monotonic()
+        with pytest.raises(Unavailable) as caught:
+            nowhere.reachable(1.0)
+        assert caught.value.code == "LOG_UNAVAILABLE"
+        assert time.monotonic() - started < 10
+    finally:
+        nowhere.close()

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.support import answer_json
 
+from mnemo.domain.errors import Unavailable
 from mnemo.entrypoints.admin import backing_services
 from mnemo.settings import MnemoSettings
 
@@ -100,7 +101,7 @@ def https_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def _platform(settings: MnemoSettings) -> Any:
     """Just what backing_services reads: Kafka and Cassandra that answer, and settings."""
-    topic = SimpleNamespace(partitions=lambda: [0])
+    topic = SimpleNamespace(partitions=lambda: [0], reachable=lambda timeout: None)
     store = SimpleNamespace(position=lambda name: 0)
     return SimpleNamespace(distributed=SimpleNamespace(topic=topic), store=store, settings=settings)
 
@@ -132,3 +133,15 @@ def test_a_ca_file_that_cannot_be_read_is_reported_as_such(
     url, _ = https_server
     settings = MnemoSettings(qdrant_url=url, qdrant_ca_file=tmp_path / "missing.pem")
     assert backing_services(_platform(settings))["qdrant"] == "tls_config_invalid"
+
+
+def test_kafka_is_ready_only_when_its_brokers_answer() -> None:
+    """The partitions a client keeps from its metadata answered while Kafka was down, so
+    the status showed it ready: a broker round trip decides."""
+
+    def down(timeout: float) -> None:
+        raise Unavailable("the event log (Kafka) is unavailable", code="LOG_UNAVAILABLE")
+
+    platform = _platform(MnemoSettings())
+    platform.distributed.topic.reachable = down
+    assert backing_services(platform)["kafka"] == "LOG_UNAVAILABLE"

@@ -392,6 +392,19 @@ class KafkaTopic(LogTopic):
     def partitions(self) -> list[int]:
         return self._call(self._partitions())
 
+    def reachable(self, timeout: float) -> None:
+        """The partitions' end offsets asked of their leaders, within `timeout`: a broker
+        that is down fails this at once or at the bound, where `partitions` still answers
+        from the producer's metadata."""
+        future = asyncio.run_coroutine_threadsafe(self._end_offsets(), self._loop.loop)
+        try:
+            future.result(timeout)
+        except KafkaError as exc:
+            raise _unavailable(exc) from exc
+        except TimeoutError as exc:
+            future.cancel()  # the request is not left to run on to its own timeout
+            raise _unavailable(exc) from exc
+
     async def _end_offsets(self) -> dict[int, int]:
         reader = await self._get_reader()
         parts = [TopicPartition(self.name, p) for p in await self._partitions()]

@@ -1396,6 +1396,8 @@ def render_distributed_status(status: Mapping[str, Any]) -> Group:
         f"Mnemo (distributed): topic {status.get('topic')}, {status['log_head']} records, "
         f"{status.get('dead_letters')} dead letters"
     )
+    if status.get("error"):
+        click.echo(f"the lag and the log head could not be read: {status['error']}")
     components = table("component", "health", "lag", "behind partitions")
     lag = status.get("lag", {})
     partitions = status.get("partitions", {})
