@@ -406,8 +406,16 @@ class Stack:
             time.sleep(0.05)
 
     def down(self) -> None:
-        for component in reversed(self.components()):
-            self.stop(component.name)
+        names = [c.name for c in reversed(self.components())]
+        # replicas a scale-out started (`<consumer>-<n>`), which another invocation (`make
+        # down`) does not know of: found by their PID files, and stopped first
+        known = set(names)
+        extra = sorted(
+            {p.stem for p in self.run_dir.glob("*-*.pid")} - known,
+            reverse=True,
+        )
+        for name in [*extra, *names]:
+            self.stop(name)
 
     def status(self) -> dict[str, str]:
         out = {}

@@ -81,6 +81,23 @@ def test_a_started_component_runs_until_killed_and_another_stack_can_stop_it(
     assert not (tmp_path / "run" / "decay.pid").exists()
 
 
+def test_down_from_another_invocation_stops_the_replicas_a_scale_out_started(
+    tmp_path: Path,
+) -> None:
+    python = fake_python(tmp_path)
+    ours = stack.Stack(tmp_path / "run", python=python)
+    ours.replicas["decay"] = 2
+    ours.ports["decay-2"] = stack.free_port()
+    first, second = ours.start("decay"), ours.start("decay-2")
+    other = stack.Stack(tmp_path / "run", python=python)  # `make down`: one replica each
+    assert [c.name for c in other.components()].count("decay") == 1
+    other.down()
+    assert ours.pid("decay") is None
+    assert ours.pid("decay-2") is None
+    assert not (tmp_path / "run" / "decay-2.pid").exists()
+    assert first != second
+
+
 def test_a_port_is_handed_out_once_per_process() -> None:
     # nothing listens on a port until its server starts: two calls must not both find the
     # same one free (500 random draws from ~22,000 ports would repeat one almost surely)
