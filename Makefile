@@ -86,6 +86,7 @@ services-down:
 # Mnemo's own processes (gateway, registrar, indexer, decay, audit; infra/stack.py), which get
 # the vault token and an operator token; the first run prints that token and a first admin key.
 up: install
+	@$(BIN)/python infra/stack.py check
 	$(SERVICES) up cassandra kafka openbao qdrant
 	$(BIN)/python infra/stack.py up
 

@@ -4,6 +4,7 @@
     python infra/stack.py up      # the backing services must run (infra/services.py up)
     python infra/stack.py down
     python infra/stack.py status
+    python infra/stack.py check   # the settings in the environment, before anything starts
 
 `up` applies the CQL migrations and creates the topics once (`mnemo admin migrate`,
 `mnemo admin create-topics`), then starts each component as its own process:
@@ -529,8 +530,20 @@ def from_environment() -> Stack:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "check"))
     args = parser.parse_args(argv)
+    if args.command == "check":
+        # `make up` asks first, so a configuration error stops it before any service runs:
+        # the checks every Mnemo process makes at its start (an unknown or misspelt
+        # MNEMO_* variable, a value a setting cannot take), here and now
+        done = subprocess.run(  # noqa: S603 - our own interpreter and module
+            [os.environ.get("MNEMO_PYTHON") or sys.executable, "-m", "mnemo", "--help"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            print(done.stderr.strip(), file=sys.stderr)
+        return done.returncode
     try:
         stack = from_environment()
     except StackError as exc:

@@ -151,3 +151,19 @@ def test_a_replica_listens_on_its_own_health_port_when_the_consumers_ports_are_s
         assert env["MNEMO_HEALTH_PORT"] == str(component.health_port)
         assert env[f"MNEMO_{consumer}_HEALTH_PORT"] == str(component.health_port), name
     assert server.component("registrar-2").health_port != 18491
+
+
+def test_check_refuses_a_misspelt_setting_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MNEMO_REGISTAR_REPLICAS", "2")
+    assert stack.main(["check"]) == 78
+    assert "MNEMO_REGISTAR_REPLICAS" in capsys.readouterr().err
+    monkeypatch.delenv("MNEMO_REGISTAR_REPLICAS")
+    assert stack.main(["check"]) == 0
+
+
+def test_make_up_checks_the_settings_before_it_starts_a_service() -> None:
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    recipe = makefile.split("\nup:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.index("stack.py check") < recipe.index("$(SERVICES) up")
