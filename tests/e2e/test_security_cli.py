@@ -86,6 +86,30 @@ def test_offline_verify_then_tamper(tmp_path: Path, runner: CliRunner) -> None:
     assert '"first_broken": 3' in as_json.output
 
 
+def test_a_log_record_that_is_no_event_any_more_breaks_the_trail(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    """A record of the log overwritten with text that is not an event made the offline
+    check end in a traceback (exit 1): it is a broken trail, exit 4, named where."""
+    data = tmp_path / "data"
+    fill(data)
+    with sqlite3.connect(data / "log.sqlite3") as db:
+        stream, seq = db.execute(
+            "SELECT stream, seq FROM events WHERE tenant = 'acme' ORDER BY offset LIMIT 1 OFFSET 2"
+        ).fetchone()
+        db.execute(
+            "UPDATE events SET body = ? WHERE tenant = 'acme' AND stream = ? AND seq = ?",
+            (b"not an event", stream, seq),
+        )
+    for extra in ([], ["--json"]):
+        broken = runner.invoke(
+            cli, ["--tenant", "acme", *extra, "audit", "verify", "--data-dir", str(data)]
+        )
+        assert broken.exit_code == 4, broken.output
+        assert "AUDIT_LOG_UNREADABLE" in broken.output
+        assert "Traceback" not in broken.output
+
+
 def test_online_verify(tmp_path: Path, runner: CliRunner) -> None:
     data = tmp_path / "data"
     fill(data, 2)

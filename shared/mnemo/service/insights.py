@@ -637,10 +637,26 @@ class Insights:
                 ]
                 if not records:
                     break
-                events = {
-                    e.envelope.event_id: e.envelope
-                    for e in self.logged.read_stream(tenant, head.stream, after_n + 1, len(records))
-                }
+                try:
+                    events = {
+                        e.envelope.event_id: e.envelope
+                        for e in self.logged.read_stream(
+                            tenant, head.stream, after_n + 1, len(records)
+                        )
+                    }
+                except ValueError as exc:  # a record that is no event any more (tampering)
+                    return AuditStatus(
+                        "broken",
+                        links,
+                        0,
+                        first_broken=after_n + 1,
+                        reason=f"{head.stream}: an event from {after_n + 1} to "
+                        f"{after_n + len(records)} cannot be read from the log "
+                        f"({type(exc).__name__})",
+                        stream=head.stream,
+                        streams=len(heads),
+                        code="AUDIT_LOG_UNREADABLE",
+                    )
                 broken = audit.verify(records, events, prev, after_n)
                 if broken is not None:
                     return self._broken(
