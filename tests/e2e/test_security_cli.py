@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from tests.support import fixed_key, running_server
 
-from mnemo.bootstrap import build_embedded
+from mnemo.bootstrap import build_embedded, make_key_vault
 from mnemo.domain.ids import new_event_id
 from mnemo.entrypoints.cli import cli
 from mnemo.service.app import RequestContext, Wait
@@ -132,6 +132,39 @@ def test_online_verify(tmp_path: Path, runner: CliRunner) -> None:
         )
         assert broken.exit_code == 4, broken.output
         assert "first broken link 1" in broken.output
+
+
+def test_keys_rotate_makes_no_key_and_no_data_directory(
+    tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline rotation made ./var/data/keys/vault.json wherever it ran, and a key for a
+    tenant nobody had: it now needs a data directory and a key that is there."""
+    data = tmp_path / "data"
+    fill(data, 1)
+    monkeypatch.chdir(tmp_path)
+    nowhere = runner.invoke(cli, ["--tenant", "acme", "keys", "rotate"])
+    assert nowhere.exit_code == 1, nowhere.output
+    assert "no Mnemo data in" in nowhere.stderr
+    assert not (tmp_path / "var").exists()
+    missing = runner.invoke(
+        cli, ["--tenant", "acme", "keys", "rotate", "--data-dir", str(tmp_path / "none")]
+    )
+    assert missing.exit_code == 1
+    assert not (tmp_path / "none").exists()
+    base = ["keys", "rotate", "--data-dir", str(data)]
+    unknown = runner.invoke(cli, ["--tenant", "nosuchtenant", *base])
+    assert unknown.exit_code == 2, unknown.output
+    assert "KEY_NOT_FOUND" in unknown.stderr
+    userless = runner.invoke(cli, ["--tenant", "acme", *base, "--stream", "user:"])
+    assert userless.exit_code == 2
+    assert "INVALID_STREAM" in userless.stderr
+    vault = make_key_vault(MnemoSettings(data_dir=data))
+    vault.data_key("acme/user:GONE")
+    vault.destroy("acme/user:GONE")
+    gone = runner.invoke(cli, ["--tenant", "acme", *base, "--stream", "user:GONE"])
+    assert gone.exit_code == 2, gone.output
+    assert "KEY_DESTROYED" in gone.stderr
+    assert not vault.has_key("nosuchtenant")
 
 
 def test_keys_rotate_then_new_values_use_the_new_version(tmp_path: Path, runner: CliRunner) -> None:

@@ -36,7 +36,8 @@ from mnemo.client import MnemoClient, RetryPolicy
 from mnemo.client._core import Call, shown_url
 from mnemo.client.errors import MnemoAPIError, MnemoConnectionError
 from mnemo.domain.access import MAX_KEY_SECONDS, redact
-from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError
+from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError, echoed
+from mnemo.domain.ids import names_no_user, valid_stream
 from mnemo.domain.memory import MemoryType, Scope
 from mnemo.entrypoints import heap
 from mnemo.settings import (
@@ -2042,13 +2043,31 @@ def keys_rotate(state: State, stream: str | None, rewrap: bool, data_dir: Path |
     tenant = state.api.tenant
     if tenant is None:
         raise CliError("--tenant (or MNEMO_TENANT) names whose key to rotate")
+    if not settings.vault_addr and not settings.data_dir.is_dir():
+        # the development key file lives in a data directory: never make one here
+        raise CliError(
+            f"no Mnemo data in {settings.data_dir} (see --data-dir or MNEMO_DATA_DIR, or "
+            "MNEMO_VAULT_ADDR for a vault)"
+        )
+    if stream is not None and (not valid_stream(stream) or names_no_user(stream)):
+        raise ApiError("INVALID_STREAM", f"{echoed(stream)} is not a user stream", "stream")
     try:
         vault = make_key_vault(settings)
         sealer = Sealer(KeyCache(vault, 0.0), load_security_policy(settings.pii_policy_file))
         key_id = sealer.key_id(tenant, stream) if stream else tenant
         if stream and key_id == tenant:
             raise CliError(f"{stream} has no key of its own: rotate the tenant's key instead")
+        if vault.is_destroyed(key_id):
+            raise KeyDestroyed(f"key {key_id} was destroyed (forgotten): it has no new version")
+        if not vault.has_key(key_id):  # rotating makes no key for a tenant or user unknown here
+            raise ApiError(
+                "KEY_NOT_FOUND",
+                f"there is no key {echoed(key_id)}: nothing is sealed under it yet",
+                "stream" if stream else "tenant",
+            )
         version = sealer.keys.rotate(key_id)
+    except KeyDestroyed as exc:
+        raise ApiError(exc.code, exc.message) from exc
     except MnemoError as exc:
         raise CliError(f"cannot rotate: {exc.code}: {exc.message}") from exc
     if state.as_json:
