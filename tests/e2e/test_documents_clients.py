@@ -63,6 +63,13 @@ def test_the_cli_ingests_files_then_the_sdk_asks(server_url: str, tmp_path: Path
         for wrong in ("party_a = x", [("party_a", "eq", "x")], 7):
             with pytest.raises(TypeError, match="condition"):
                 client.query(wrong)  # type: ignore[arg-type]
+        # subjects that are no strings are refused, not sent as characters or digits
+        for subjects in (b"user:CLI1", [1], 5, {"user:CLI1": 1}):
+            with pytest.raises(TypeError, match="string"):
+                client.query(condition, subjects=subjects)  # type: ignore[arg-type]
+        # and an empty name is no subject: refused by Mnemo, not taken for "any subject"
+        with pytest.raises(MnemoAPIError):
+            client.query(condition, subjects="")
 
 
 def test_the_async_sdk_ingests_and_asks(server_url: str) -> None:

@@ -259,11 +259,21 @@ def _items(body: Json) -> list[dict[str, Any]]:
     return [dict(i) if isinstance(i, dict) else {"value": i} for i in items]
 
 
-def strs(values: str | Iterable[Any]) -> list[str]:
-    """A list of strings; one string stays one item (never its characters)."""
+def strs(values: str | Iterable[str] | None) -> list[str]:
+    """A list of strings; one string stays one item (never its characters), None is none.
+    Anything else (bytes, a number, a list holding one) is a TypeError that says so: it
+    was once sent as its characters or its digits and matched nothing, silently."""
+    if values is None:
+        return []
     if isinstance(values, str):
         return [values]
-    return [str(v) for v in values]
+    if isinstance(values, bytes | bytearray | Mapping) or not isinstance(values, Iterable):
+        raise TypeError(f"expected a string or a list of strings, not {type(values).__name__}")
+    out = list(values)
+    for v in out:
+        if not isinstance(v, str):
+            raise TypeError(f"expected a list of strings, holding a {type(v).__name__}")
+    return out
 
 
 # ---- events -------------------------------------------------------------------------------
@@ -734,6 +744,7 @@ def query(
     }
     if text is not None:
         body["query"] = text
-    if subjects:
-        body["subjects"] = strs(subjects)
+    names = strs(subjects)
+    if names:  # "" is sent as it is, and refused: it is no subject
+        body["subjects"] = names
     return Call("POST", "/v1/query", _model(QueryResult), body=body, idempotent=True)
