@@ -156,10 +156,10 @@ def test_a_replica_listens_on_its_own_health_port_when_the_consumers_ports_are_s
 def test_check_refuses_a_misspelt_setting_before_anything_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MNEMO_REGISTAR_REPLICAS", "2")
+    monkeypatch.setenv("MNEMO_GATEWAY_PROT", "2")
     assert stack.main(["check"]) == 78
-    assert "MNEMO_REGISTAR_REPLICAS" in capsys.readouterr().err
-    monkeypatch.delenv("MNEMO_REGISTAR_REPLICAS")
+    assert "MNEMO_GATEWAY_PROT" in capsys.readouterr().err
+    monkeypatch.delenv("MNEMO_GATEWAY_PROT")
     assert stack.main(["check"]) == 0
 
 
