@@ -5,6 +5,7 @@ anywhere without being declared fails here; each settings field must be read by 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -234,6 +235,25 @@ def test_a_process_does_not_start_with_one_setting_set_twice(
     assert done.returncode == 78, done.stderr
     assert "SETTING_SET_TWICE" in done.stderr
     assert "/elsewhere" not in done.stderr + done.stdout
+
+
+def test_with_json_a_configuration_error_is_one_json_object(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MNEMO_DATA_DIR": str(tmp_path), TYPO: "kafka:9092"}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemo", "--json", "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 78, done.stderr
+    error = json.loads(done.stderr)["error"]
+    assert error["code"] == "UNKNOWN_SETTING"
+    assert TYPO in error["message"]
+    assert error["exit_code"] == 78
+    assert "kafka:9092" not in done.stderr
 
 
 # a value that would be a secret if an operator pasted it into the wrong setting

@@ -494,7 +494,14 @@ def main(args: Sequence[str] | None = None) -> None:
         check_setting_values()
         check_client_values()
     except InvalidInput as exc:  # an unknown name, one set twice, or a value it cannot take
-        click.echo(f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True)
+        given = list(args) if args is not None else sys.argv[1:]
+        if "--json" in given:
+            error = {"code": exc.code, "message": exc.message, "field": exc.field}
+            click.echo(json.dumps({"error": {**error, "notes": [], "exit_code": 78}}), err=True)
+        else:
+            click.echo(
+                f"Error: cannot start: configuration error {exc.code}: {exc.message}", err=True
+            )
         sys.exit(78)
     cli.main(args=list(args) if args is not None else None, prog_name="mnemo")
 
