@@ -102,6 +102,25 @@ SAME_ON_EVERY_PATH = [
     ),
     ("a blank turn", event(payload={"text": "  ", "kind": "turn"}), "BLANK_TEXT"),
     (
+        "a text of invisible characters only",
+        event(payload={"text": "\u200b\u3000\u00a0\u2060\ufeff"}),
+        "BLANK_TEXT",
+    ),
+    (
+        "a memory of zero-width spaces only",
+        event(
+            type="MemoryDeclared",
+            schema_version=1,
+            payload={"memory": {"type": "fact", "content": "\u200b\u200b\u200b"}},
+        ),
+        "EMPTY_CONTENT",
+    ),
+    (
+        "a word joined by a zero-width joiner",
+        event(payload={"text": "my name is Ann\u200dna"}),
+        ACCEPTED,
+    ),
+    (
         "a speaker with a control character",
         event(payload={"text": "hi", "kind": "turn", "speaker": "a\u0000b"}),
         "INVALID_SPEAKER",

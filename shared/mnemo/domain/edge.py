@@ -11,14 +11,21 @@ reads the same way (a rebuild gives the same read models).
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-__all__ = ["EDGE", "JsonBool", "at_edge", "json_int", "json_number"]
+__all__ = ["EDGE", "JsonBool", "at_edge", "blank", "json_int", "json_number"]
 
 EDGE: dict[str, Any] = {"edge": True}
+
+
+def blank(text: str) -> bool:
+    """Whether a text shows nothing: only white space and invisible format characters
+    (zero-width spaces and joiners, word joiners, byte-order marks: Unicode's Cf)."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
 
 
 def at_edge(info: ValidationInfo) -> bool:

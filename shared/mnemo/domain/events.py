@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from mnemo.domain.access import no_key_in
 from mnemo.domain.context import ContextTemplate
-from mnemo.domain.edge import EDGE, JsonBool, at_edge, json_int, json_number
+from mnemo.domain.edge import EDGE, JsonBool, at_edge, blank, json_int, json_number
 from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import valid_stream, valid_tenant
 from mnemo.domain.memory import (
@@ -279,8 +279,10 @@ class ObservationRecorded(EventPayload):
     @field_validator("text")
     @classmethod
     def _said_something(cls, value: str, info: ValidationInfo) -> str:
-        if at_edge(info) and not value.strip():
-            raise PydanticCustomError("blank_text", "text holds nothing but white space")
+        if at_edge(info) and blank(value):
+            raise PydanticCustomError(
+                "blank_text", "text holds nothing but white space or invisible characters"
+            )
         return value
 
     @field_validator("timezone")

@@ -18,7 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mnemo.domain.edge import JsonBool, at_edge, json_int, json_number
+from mnemo.domain.edge import JsonBool, at_edge, blank, json_int, json_number
 from mnemo.domain.patterns import UnsupportedPattern, linear_pattern
 from mnemo.domain.pii import REDACTED, SEALED_TEXT
 from mnemo.domain.sealed import EncryptionBlock
@@ -249,8 +249,11 @@ class MemoryDraft(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _has_substance(self) -> MemoryDraft:
-        if not self.content.strip() and not (self.key and self.value):
+    def _has_substance(self, info: ValidationInfo) -> MemoryDraft:
+        # new input that shows nothing (zero-width characters only) is as empty as blanks;
+        # what the log holds from before reads as it was read then
+        empty = blank(self.content) if at_edge(info) else not self.content.strip()
+        if empty and not (self.key and self.value):
             raise ValueError("a memory needs content, or a key with a value")
         if (self.key is None) != (self.value is None):
             raise ValueError("key and value go together")
