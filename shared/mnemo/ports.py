@@ -34,6 +34,7 @@ from mnemo.domain.projection import (
 from mnemo.domain.toolchain import ToolchainState
 
 __all__ = [
+    "PROBE_SECONDS",
     "AccessStore",
     "Appended",
     "ArchivedEvent",
@@ -821,6 +822,10 @@ class Coordinates:
     offset: int
 
 
+# how long a readiness probe gives the brokers to answer (consumers' /readyz, `mnemo status`)
+PROBE_SECONDS = 3.0
+
+
 class LogTopic(abc.ABC):
     """A partitioned, append-only topic (Kafka in production): produce and read raw records.
     It assigns no stream sequences; the sequencer does (see EventArchive)."""
@@ -850,7 +855,7 @@ class LogTopic(abc.ABC):
     @abc.abstractmethod
     def partitions(self) -> list[int]: ...
 
-    def reachable(self, timeout: float) -> None:
+    def reachable(self, timeout: float = PROBE_SECONDS) -> None:
         """Raise Unavailable unless the brokers answer a request within `timeout` seconds
         (readiness: `partitions` may be answered from metadata a client keeps)."""
         self.end_offsets()

@@ -101,7 +101,7 @@ def https_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def _platform(settings: MnemoSettings) -> Any:
     """Just what backing_services reads: Kafka and Cassandra that answer, and settings."""
-    topic = SimpleNamespace(partitions=lambda: [0], reachable=lambda timeout: None)
+    topic = SimpleNamespace(partitions=lambda: [0], reachable=lambda timeout=3.0: None)
     store = SimpleNamespace(position=lambda name: 0)
     return SimpleNamespace(distributed=SimpleNamespace(topic=topic), store=store, settings=settings)
 
@@ -139,7 +139,7 @@ def test_kafka_is_ready_only_when_its_brokers_answer() -> None:
     """The partitions a client keeps from its metadata answered while Kafka was down, so
     the status showed it ready: a broker round trip decides."""
 
-    def down(timeout: float) -> None:
+    def down(timeout: float = 3.0) -> None:
         raise Unavailable("the event log (Kafka) is unavailable", code="LOG_UNAVAILABLE")
 
     platform = _platform(MnemoSettings())

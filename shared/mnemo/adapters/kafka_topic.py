@@ -33,7 +33,7 @@ from aiokafka.conn import create_conn
 from aiokafka.errors import KafkaError, SaslAuthenticationFailed, TopicAlreadyExistsError
 
 from mnemo.domain.errors import InvalidInput, Unavailable
-from mnemo.ports import Coordinates, LogRecord, LogTopic
+from mnemo.ports import PROBE_SECONDS, Coordinates, LogRecord, LogTopic
 from mnemo.records import MAX_RECORD_BYTES
 
 __all__ = ["KafkaConfig", "KafkaTopic", "ensure_topics"]
@@ -392,7 +392,7 @@ class KafkaTopic(LogTopic):
     def partitions(self) -> list[int]:
         return self._call(self._partitions())
 
-    def reachable(self, timeout: float) -> None:
+    def reachable(self, timeout: float = PROBE_SECONDS) -> None:
         """The partitions' end offsets asked of their leaders, within `timeout`: a broker
         that is down fails this at once or at the bound, where `partitions` still answers
         from the producer's metadata."""

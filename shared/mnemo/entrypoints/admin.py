@@ -162,7 +162,7 @@ def backing_services(platform: Platform) -> dict[str, str]:
     settings = platform.settings
     out: dict[str, str] = {}
     try:
-        platform.distributed.topic.reachable(3.0)  # a round trip, not cached metadata
+        platform.distributed.topic.reachable()  # a round trip, not cached metadata
         out["kafka"] = "ready"
     except MnemoError as exc:
         out["kafka"] = exc.code

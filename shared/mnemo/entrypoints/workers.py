@@ -70,7 +70,6 @@ CONSUMERS = registry.NAMES
 PERIODIC = ("scan", "checkpoint")
 _MAX_TAKE = 2_048  # records in one batch at most
 _DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
-KAFKA_PROBE_SECONDS = 3.0  # readiness: how long the brokers have to answer
 _WAIT_LOOK = 0.02  # seconds between looks at the registrar's positions while a follower waits
 _WAIT_LOOK_LIMIT = 2.0  # after this long the batch is handled again whatever they say
 _FILL_EVERY = 1.0  # seconds between looks for records the stream left behind
@@ -483,7 +482,7 @@ class Worker:
         except MnemoError as exc:
             checks["cassandra"] = exc.code
         try:
-            self.distributed.topic.reachable(KAFKA_PROBE_SECONDS)
+            self.distributed.topic.reachable()
             checks["kafka"] = "ok"
         except MnemoError as exc:
             checks["kafka"] = exc.code
