@@ -639,6 +639,15 @@ def test_the_console_is_served_from_mnemo_itself(world: World) -> None:
     redirect = client.get("/console/?tenant=acme", follow_redirects=False)
     assert redirect.status_code == 307
     assert redirect.headers["location"] == "/console?tenant=acme"
+    # a key pasted into the query is not handed back in the Location (nor anything the
+    # page does not read); what it reads is kept, encoded
+    pasted = client.get(
+        "/console/?key=mk_live_pasted&principal=ann+lee&subject=user%3Abob&x=1",
+        follow_redirects=False,
+    )
+    assert pasted.status_code == 307
+    assert pasted.headers["location"] == "/console?principal=ann+lee&subject=user%3Abob"
+    assert "mk_live_pasted" not in str(pasted.headers)
 
 
 def test_every_insight_endpoint_is_documented(world: World) -> None:

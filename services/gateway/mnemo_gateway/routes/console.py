@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from importlib import resources
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -565,10 +566,15 @@ def console_page() -> Response:
     return _asset("index.html")
 
 
+# the query parameters the page reads; anything else (a key pasted as `?key=`, which
+# belongs in the fragment) is not echoed back in the redirect's Location
+_PAGE_PARAMS = ("principal", "subject", "tenant")
+
+
 @router.get("/console/", include_in_schema=False)
 def console_slash(request: Request) -> RedirectResponse:
-    query = request.url.query
-    return RedirectResponse("/console" + (f"?{query}" if query else ""))
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k in _PAGE_PARAMS]
+    return RedirectResponse("/console" + (f"?{urlencode(kept)}" if kept else ""))
 
 
 @router.get("/console/{name}", include_in_schema=False)
