@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from tests.distributed_support import (
     CASSANDRA_HOSTS,
     CASSANDRA_PORT,
@@ -496,3 +498,40 @@ def test_a_restarted_broker_or_cassandra_loses_and_doubles_nothing(
     assert set(pub.refused) <= expected[service]
     d.wait_caught_up(timeout=240)
     assert_projected_exactly_once(d, pub.accepted)
+
+
+def test_consumers_stop_within_their_bound_while_the_broker_is_down(
+    deployment: Deployment,
+) -> None:
+    """SIGTERM with the brokers gone: faust alone waited 60 s for its consumer to leave
+    the group, past the chart's 30 s grace period; each consumer now ends within
+    STOP_SECONDS of the signal, and saying why in its log."""
+    from mnemo.entrypoints.workers import STOP_SECONDS
+
+    d = deployment
+    names = ["registrar", "indexer", "decay", "audit"]
+    pids = {n: d.stack.pid(n) for n in names}
+    assert all(pids.values()), pids
+    _services("down", "kafka")
+    try:
+        for n in names:
+            d.stack.signal(n, signal.SIGTERM)
+        signalled = time.monotonic()
+        # the grace period the chart gives a pod, which the stop must stay under
+        values = yaml.safe_load((REPO / "helm" / "mnemo" / "values.yaml").read_text())
+        grace = float(values["defaults"]["terminationGracePeriodSeconds"])
+        gone: dict[str, float] = {}
+        while len(gone) < len(names) and time.monotonic() - signalled < grace + 30:
+            for n in names:
+                if n not in gone and d.stack.pid(n) is None:
+                    gone[n] = time.monotonic() - signalled
+            time.sleep(0.2)
+        assert set(gone) == set(names), f"still running after {grace + 30:.0f} s: {gone}"
+        assert max(gone.values()) < grace, gone
+        assert grace > STOP_SECONDS
+        # one whose stop did not finish says so (the others stopped on their own)
+        for n in names:
+            if gone[n] >= STOP_SECONDS:
+                assert "did not finish within" in d.stack.log_file(n).read_text()
+    finally:
+        _services("up", "kafka")

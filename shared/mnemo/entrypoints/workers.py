@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +76,10 @@ _WAIT_LOOK = 0.02  # seconds between looks at the registrar's positions while a 
 _WAIT_LOOK_LIMIT = 2.0  # after this long the batch is handled again whatever they say
 _FILL_EVERY = 1.0  # seconds between looks for records the stream left behind
 _QUIET_SECONDS = 3.0  # a partition behind its end with no batch for this long is filled in
+# after SIGTERM or SIGINT, how long the stop may take before the process ends anyway: with
+# the brokers gone, faust waits up to 60 s for its consumer to leave the group; this stays
+# under the chart's 30 s grace period, so a pod is not killed in the middle of its stop
+STOP_SECONDS = 20.0
 
 
 def _broker_url(settings: MnemoSettings) -> str:
@@ -563,9 +569,16 @@ class Worker:
             self.settings.kafka_topic,
             self.app.conf.id,
         )
+
+        class BoundedStop(FaustWorker):
+            def _schedule_shutdown(self, signal: Any) -> None:
+                _end_unless_stopped_within(STOP_SECONDS, consumer)
+                super()._schedule_shutdown(signal)
+
+        consumer = self.consumer
         try:
             heap.settle()
-            FaustWorker(
+            BoundedStop(
                 self.app,
                 loglevel=self.settings.log_level.lower(),
                 quiet=True,
@@ -578,6 +591,32 @@ class Worker:
             self.executor.shutdown(wait=True)
             self.platform.close()
             telemetry.shutdown()
+
+
+_stop_timer: threading.Timer | None = None
+
+
+def _end_unless_stopped_within(seconds: float, what: str) -> None:
+    """Arm (once) a timer that ends the process if its stop has not finished within
+    `seconds`. Ending it there is what a kill would do: nothing is lost, as a batch not
+    committed is read again by the partition's next owner."""
+    global _stop_timer
+    if _stop_timer is not None:
+        return
+
+    def expire() -> None:
+        log.error(
+            "%s: the stop did not finish within %.0f s (a service not answering?); ending "
+            "the process now: what it did not commit is handled again by the next owner",
+            what,
+            seconds,
+        )
+        logging.shutdown()
+        os._exit(1)
+
+    _stop_timer = threading.Timer(seconds, expire)
+    _stop_timer.daemon = True
+    _stop_timer.start()
 
 
 # consecutive failures of the batch in flight before /readyz says `failing`: one retried
