@@ -390,6 +390,39 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class QuietRepeats(logging.Filter):
+    """Lets one of a run of identical records through per `window` seconds, for the
+    loggers of the Kafka client, which logs each failed reconnection (ten a second per
+    connection while a broker is down). The next one let through says how many were held
+    back. Every other logger's records pass as they are."""
+
+    PREFIXES = ("aiokafka",)
+
+    def __init__(self, window: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window = window
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.PREFIXES):
+            return True
+        key = (record.name, record.levelno, record.getMessage())
+        now = self._clock()
+        with self._lock:
+            if len(self._seen) > 1_000:
+                self._seen.clear()
+            last, held = self._seen.get(key, (float("-inf"), 0))
+            if now - last < self.window:
+                self._seen[key] = (last, held + 1)
+                return False
+            self._seen[key] = (now, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like it in the last {self.window:.0f} s)"
+        return True
+
+
 def logging_config(level: str, fmt: str = "json") -> dict[str, Any]:
     """A `logging.config.dictConfig` for the root logger at `level`, on stderr, as JSON
     lines (fmt="json") or plain text; faust's worker takes it too."""
@@ -402,7 +435,14 @@ def logging_config(level: str, fmt: str = "json") -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"mnemo": formatter},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "mnemo"}},
+        "filters": {"repeats": {"()": QuietRepeats}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "mnemo",
+                "filters": ["repeats"],
+            }
+        },
         "root": {"level": level.upper(), "handlers": ["stderr"]},
         "loggers": {"cassandra": {"level": "ERROR"}},
     }

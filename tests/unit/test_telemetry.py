@@ -203,3 +203,45 @@ def test_configure_exports_nothing_without_an_endpoint(monkeypatch: pytest.Monke
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert telemetry.configure("test") is False
     assert telemetry.fastapi_config() is None
+
+
+def test_the_kafka_clients_repeated_records_are_held_back_and_counted() -> None:
+    """With a broker down, aiokafka logs each failed reconnection, ten a second: one of a
+    run of identical records passes per window, the next says how many were held back;
+    other loggers' records, and different messages, all pass."""
+    import io
+    import logging.config
+
+    now = [0.0]
+    config = telemetry.logging_config("INFO", "text")
+    config["filters"]["repeats"] = {
+        "()": telemetry.QuietRepeats,
+        "window": 10.0,
+        "clock": lambda: now[0],
+    }
+    stream = io.StringIO()
+    config["handlers"]["stderr"]["stream"] = stream
+    root, cassandra = logging.getLogger(), logging.getLogger("cassandra")
+    before = (root.handlers[:], root.level, cassandra.level)
+    logging.config.dictConfig(config)
+    try:
+        kafka = logging.getLogger("aiokafka.conn")
+        ours = logging.getLogger("mnemo.worker")
+        for _ in range(30):
+            kafka.error("Unable connect to node with id %s: %s", 1, "refused")
+            ours.warning("filling in skipped")
+            now[0] += 0.1
+        kafka.error("Unable to update metadata from %s", [1])
+        now[0] = 10.5
+        kafka.error("Unable connect to node with id %s: %s", 1, "refused")
+        lines = stream.getvalue().splitlines()
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+        cassandra.setLevel(before[2])
+    refused = [x for x in lines if "Unable connect" in x]
+    assert len(refused) == 2, lines
+    assert "more like it" not in refused[0]
+    assert "(29 more like it in the last 10 s)" in refused[1]
+    assert sum("Unable to update metadata" in x for x in lines) == 1
+    assert sum("filling in skipped" in x for x in lines) == 30
