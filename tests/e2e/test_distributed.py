@@ -488,6 +488,16 @@ def test_a_restarted_broker_or_cassandra_loses_and_doubles_nothing(
     with Publisher(d) as pub:
         time.sleep(2)
         _services("down", service)
+        # the operator reads the status while it is away, with the operator token alone
+        # (the API keys are in Cassandra): the service is shown as not ready
+        status = httpx.get(
+            f"{d.url}/v1/admin/status", headers={"X-Mnemo-Admin-Token": OPERATOR}, timeout=60
+        )
+        assert status.status_code == 200, status.text
+        assert status.json()["services"][service] != "ready", status.json()
+        if service == "cassandra":
+            assert status.json()["counts_error"] == "STORE_UNAVAILABLE", status.json()
+            assert status.json()["error"] == "STORE_UNAVAILABLE", status.json()
         time.sleep(3)
         _services("up", service)
         time.sleep(3)

@@ -104,6 +104,13 @@ def test_admin_operations_need_the_operator_token(client: TestClient, platform: 
         "counts"
         in client.get("/v1/admin/status", headers={**H, "X-Mnemo-Admin-Token": "op-token"}).json()
     )
+    # the operator token alone, with no key to look up, reads the status too; a wrong one
+    # alone is no credential at all
+    alone = client.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": "op-token"})
+    assert alone.status_code == 200, alone.text
+    assert "counts" in alone.json()
+    guess = client.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": "guess"})
+    assert (guess.status_code, guess.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
 
 
 def test_without_a_configured_token_admin_rebuilds_are_off(platform: Platform) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "CallerDep",
     "ContextCtx",
     "Ctx",
+    "OperatorOrAdminCtx",
     "PlatformDep",
     "ReadCtx",
     "WriteCtx",
@@ -284,6 +285,27 @@ def require_admin(
 
 
 Admin = Annotated[None, Depends(require_admin)]
+
+
+def _operator_or_admin_key(
+    request: Request,
+    x_mnemo_principal: Annotated[
+        str | None, Header(description="who is asking (default: the key's name)")
+    ] = None,
+) -> RequestContext | None:
+    """The operator token alone (None: no API key is looked up, so the answer does not
+    depend on the store that holds the keys), else a key with the admin scope."""
+    refuse_credentials_in_url(request)
+    if is_admin(request):
+        return None
+    return _ADMIN_KEY(request, x_mnemo_principal)
+
+
+_ADMIN_KEY = needs(Scope.ADMIN)
+REQUIRED_SCOPE[_operator_or_admin_key] = Scope.ADMIN
+# the operator token, or a key with the admin scope (the status: what an operator reads
+# while Cassandra, where the keys are, is down)
+OperatorOrAdminCtx = Annotated[RequestContext | None, Depends(_operator_or_admin_key)]
 
 
 def checked_as_of(value: datetime | None, now: datetime) -> datetime:

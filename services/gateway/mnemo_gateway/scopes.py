@@ -44,6 +44,9 @@ FURTHER = {
     "state answered holds no output and no failure (null)",
     ("GET", "/v1/insights/events"): "the events' payloads need `memory:read` as well "
     "(without it, `payload` is null)",
+    ("GET", "/v1/admin/status"): "or the operator token alone, with no key (it then "
+    "answers while Cassandra, which holds the keys, is down); the read-model counts need "
+    "the operator token",
     ("POST", "/v1/tool-results"): "a key limited to some tools records only their results "
     "(403 `TOOL_NOT_ALLOWED`)",
 }

@@ -10,9 +10,17 @@ from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.concurrency import run_in_threadpool
 
+from mnemo.domain.errors import Unavailable
 from mnemo.entrypoints.admin import distributed_status, rebuild_read_models
 from mnemo.service import keys
-from mnemo_gateway.deps import Admin, AdminCtx, Body, PlatformDep, is_admin
+from mnemo_gateway.deps import (
+    Admin,
+    AdminCtx,
+    Body,
+    OperatorOrAdminCtx,
+    PlatformDep,
+    is_admin,
+)
 
 router = APIRouter(tags=["admin"])
 
@@ -28,7 +36,7 @@ async def rebuild(_: Admin, platform: PlatformDep) -> dict[str, Any]:
     summary="Consumers' positions and lag; read-model counts for operators",
 )
 def status(
-    _: AdminCtx,
+    _: OperatorOrAdminCtx,
     platform: PlatformDep,
     request: Request,
     x_mnemo_admin_token: Annotated[str | None, Header(description="operator token")] = None,
@@ -43,7 +51,10 @@ def status(
             "consumers_running": platform.runner.running,
         }
     if is_admin(request):
-        body["counts"] = platform.store.counts()
+        try:
+            body["counts"] = platform.store.counts()
+        except Unavailable as exc:  # the store is down: the rest of the status still holds
+            body["counts_error"] = exc.code
     return body
 
 
