@@ -327,6 +327,12 @@ class ProjectionStore(abc.ABC):
         epoch above every earlier claim on it. Commits made under an older epoch are
         refused from then on (FencedOff). Call it before reading `position`."""
 
+    @abc.abstractmethod
+    def claims(self, consumers: Sequence[str]) -> dict[str, Claim]:
+        """The latest claim on each of these position names that was ever claimed: its
+        epoch and which process made it, for the status to show who
+        holds each partition."""
+
     def positions(self, consumers: Sequence[str]) -> dict[str, int]:
         """Several consumers' positions as other readers see them (lag, waits): how far
         each one's writes are applied. Unlike `position`, which a consumer calls before it
@@ -820,6 +826,15 @@ class Coordinates:
 
     partition: int
     offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The latest claim on a position name (a consumer's partition): its epoch, and the
+    process that made it (the adapters name it host/pid/instance)."""
+
+    epoch: int
+    holder: str
 
 
 # how long a readiness probe gives the brokers to answer (consumers' /readyz, `mnemo status`)

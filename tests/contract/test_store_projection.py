@@ -5,6 +5,8 @@ Every adapter runs these cases."""
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import datetime, timedelta
 
 import pytest
@@ -160,6 +162,22 @@ class TestProjection(StoreContract):
             fail_midway()
         assert store.position("registrar") == 0
         assert store.counts()["memories"] == 0
+
+    def test_claims_name_their_epoch_and_the_process_that_made_them(
+        self, store: MemoryStore
+    ) -> None:
+        assert store.claims(["registrar/0", "registrar/1"]) == {}
+        first = store.claim("registrar/0")
+        again = store.claim("registrar/0")
+        other = store.claim("indexer/0")
+        claims = store.claims(["registrar/0", "indexer/0", "registrar/1", "registrar/0"])
+        assert set(claims) == {"registrar/0", "indexer/0"}
+        assert (claims["registrar/0"].epoch, claims["indexer/0"].epoch) == (again, other)
+        assert again > first
+        holder = claims["registrar/0"].holder
+        host, pid, _ = holder.split("/")
+        assert (host, int(pid)) == (socket.gethostname(), os.getpid())
+        assert claims["indexer/0"].holder == holder  # one store, one holder
 
     def test_each_claim_raises_the_epoch_and_fences_the_older_holder(
         self, store: MemoryStore

@@ -45,6 +45,7 @@ from tests.vault_support import vault_settings
 
 from mnemo.bootstrap import Platform, build_distributed
 from mnemo.domain.projection import OutcomeKind
+from mnemo.entrypoints.admin import distributed_status
 from mnemo.entrypoints.workers import ensure_topics_from
 from mnemo.ports import MemoryQuery
 from mnemo.service.app import RequestContext
@@ -438,6 +439,19 @@ def test_replicas_killed_added_and_restarted_under_a_burst_lose_and_double_nothi
         print(
             f"round {number} ({plan}): {len(d.accepted)} events, {time.monotonic() - began:.0f} s"
         )
+    # the status names the processes holding each consumer's partitions (`mnemo status`
+    # shows these): only running replicas, one row each, between them every partition (a
+    # replica the group left without partitions has no row)
+    assert d.platform.distributed is not None
+    ends = d.platform.distributed.topic.end_offsets()
+    status = distributed_status(d.platform, "")
+    for consumer in MODULES:
+        pids = {fleet.procs[n].pid for n in fleet.running(consumer)}
+        held = status["holders"][consumer]
+        holding = {int(h.split("/")[1]) for h in held}
+        assert holding <= pids, (consumer, held, pids)
+        assert len(holding) >= min(2, len(pids)), (consumer, held, pids)
+        assert sorted(p for parts in held.values() for p in parts) == sorted(ends), held
     # nothing fenced is left, and a rebuild from offset 0 gives the live checksum
     for consumer in MODULES:
         for name in fleet.running(consumer):

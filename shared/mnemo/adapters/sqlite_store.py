@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnemo.adapters import sqlite_documents, sqlite_toolchains
+from mnemo.adapters.holder import holder_name
 from mnemo.adapters.sqlite_log import connect
 from mnemo.domain.context import ContextTemplate
 from mnemo.domain.document_index import DocumentRecord, EntityFilter, EntityRow
@@ -54,7 +55,7 @@ from mnemo.domain.projection import (
     Write,
 )
 from mnemo.domain.toolchain import ToolchainState
-from mnemo.ports import DocumentReads, MemoryQuery, MemoryStore, StoreTransaction
+from mnemo.ports import Claim, DocumentReads, MemoryQuery, MemoryStore, StoreTransaction
 
 __all__ = ["SqliteMemoryStore"]
 
@@ -103,6 +104,7 @@ CREATE TABLE IF NOT EXISTS audit_links (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS positions (consumer TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS position_claims (consumer TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS position_holders (consumer TEXT PRIMARY KEY, holder TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (
     tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (tenant, name, version)
@@ -501,6 +503,7 @@ class SqliteMemoryStore(MemoryStore, DocumentReads):
         self._path = path
         self._synchronous = synchronous
         self._write = connect(path, synchronous)
+        self._holder = holder_name()
         _retire_tenant_audit_chain(self._write)
         _retire_keyword_table(self._write)
         self._write.executescript(_SCHEMA)
@@ -544,7 +547,26 @@ class SqliteMemoryStore(MemoryStore, DocumentReads):
                 "SET epoch = epoch + 1 RETURNING epoch",
                 (consumer,),
             ).fetchone()
+            tx._cur.execute(
+                "INSERT OR REPLACE INTO position_holders VALUES (?, ?)", (consumer, self._holder)
+            )
         return int(row[0])
+
+    def claims(self, consumers: Sequence[str]) -> dict[str, Claim]:
+        out: dict[str, Claim] = {}
+        for name in dict.fromkeys(consumers):
+            row = (
+                self._reader()
+                .execute(
+                    "SELECT c.epoch, h.holder FROM position_claims c LEFT JOIN position_holders "
+                    "h ON h.consumer = c.consumer WHERE c.consumer = ?",
+                    (name,),
+                )
+                .fetchone()
+            )
+            if row is not None:
+                out[name] = Claim(int(row[0]), str(row[1] or ""))
+        return out
 
     def position(self, consumer: str) -> int:
         row = (

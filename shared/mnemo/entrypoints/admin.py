@@ -97,7 +97,8 @@ def _not_ready(answer: httpx.Response) -> str:
 
 def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
     """What `mnemo status` shows of a distributed deployment: each component's health (its
-    /readyz), each consumer's lag per partition, and the dead-letter count."""
+    /readyz), each consumer's lag per partition, the processes holding its partitions
+    (`holders`: process name to partitions), and the dead-letter count."""
     assert platform.distributed is not None
     d = platform.distributed
     body: dict[str, Any] = {"mode": "distributed", "topic": d.topic.name}
@@ -106,6 +107,9 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
         body["partitions"] = {c: {str(p): n for p, n in v.items()} for c, v in partitions.items()}
         body["lag"] = {c: sum(v.values()) for c, v in partitions.items()}
         body["log_head"] = sum(d.topic.end_offsets().values())
+        # the processes holding each consumer's partitions: one per replica at work
+        parts = sorted({p for v in partitions.values() for p in v})
+        body["holders"] = d.progress.holders(parts)
     except MnemoError as exc:
         body["lag"] = {}
         body["log_head"] = 0

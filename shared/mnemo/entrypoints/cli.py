@@ -1406,6 +1406,8 @@ def render_distributed_status(status: Mapping[str, Any]) -> Group:
     )
     if status.get("error"):
         click.echo(f"the lag and the log head could not be read: {status['error']}")
+    if status.get("counts_error"):
+        click.echo(f"the read-model counts could not be read: {status['counts_error']}")
     components = table("component", "health", "lag", "behind partitions")
     lag = status.get("lag", {})
     partitions = status.get("partitions", {})
@@ -1413,6 +1415,13 @@ def render_distributed_status(status: Mapping[str, Any]) -> Group:
         behind = sorted(p for p, n in partitions.get(name, {}).items() if int(n) > 0)
         add_row(components, name, health, lag.get(name, "-"), ",".join(behind) or "-")
     shown: list[Table] = [components]
+    if status.get("holders"):
+        # one row per process holding partitions of a consumer: its replicas at work
+        holders = table("consumer", "process (host/pid)", "partitions")
+        for name, held in status["holders"].items():
+            for process, parts in sorted(held.items(), key=lambda kv: kv[1]):
+                add_row(holders, name, process, ",".join(str(p) for p in parts))
+        shown.append(holders)
     if status.get("services"):
         services = table("service", "state")
         for name, state in status["services"].items():

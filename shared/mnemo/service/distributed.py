@@ -981,6 +981,21 @@ class PartitionProgress:
             deadline,
         )
 
+    def holders(self, partitions: Sequence[int]) -> dict[str, dict[str, list[int]]]:
+        """Per consumer, the processes holding its partitions (each partition's latest
+        claim), with the partitions each one holds; a partition never claimed is left out."""
+        consumers = registry.NAMES
+        claims = self.store.claims([position_name(c, p) for c in consumers for p in partitions])
+        out: dict[str, dict[str, list[int]]] = {}
+        for c in consumers:
+            held: dict[str, list[int]] = {}
+            for p in sorted(partitions):
+                claim = claims.get(position_name(c, p))
+                if claim is not None:
+                    held.setdefault(claim.holder, []).append(p)
+            out[c] = held
+        return out
+
     def lag(self) -> dict[str, dict[int, int]]:
         """Records each consumer still has to read, per partition."""
         ends = self.topic.end_offsets()

@@ -48,6 +48,7 @@ from mnemo.handlers.toolchain import failure_digest, output_digest
 from mnemo.ports import (
     Appended,
     Blinder,
+    Claim,
     EventLog,
     Fusion,
     MemoryQuery,
@@ -528,6 +529,9 @@ class OpenedMemoryStore(MemoryStore):
 
     def positions(self, consumers: Sequence[str]) -> dict[str, int]:
         return self.inner.positions(consumers)
+
+    def claims(self, consumers: Sequence[str]) -> dict[str, Claim]:
+        return self.inner.claims(consumers)
 
     def outcome(self, tenant: str, event_id: str) -> list[Outcome]:
         return self.inner.outcome(tenant, event_id)

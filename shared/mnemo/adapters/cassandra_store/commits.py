@@ -26,7 +26,7 @@ from mnemo.adapters.cassandra_store.connection import _Connection
 from mnemo.adapters.cassandra_store.rows import HeadMove, write_batched
 from mnemo.adapters.cassandra_store.transaction import _Tx
 from mnemo.domain.errors import ConflictError, FencedOff, Unavailable
-from mnemo.ports import StoreTransaction
+from mnemo.ports import Claim, StoreTransaction
 
 if TYPE_CHECKING:
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
@@ -401,6 +401,15 @@ class _Commits(_Connection):
         if row[1] is not None:
             self._clock.observe(int(row[1]))
         return int(row[0])
+
+    def claims(self, consumers: Sequence[str]) -> dict[str, Claim]:
+        names = list(dict.fromkeys(consumers))
+        results = self._concurrently([(self.home, "fence_head", [c]) for c in names])
+        return {
+            c: Claim(int(rows[0][0]), str(rows[0][3] or ""))
+            for c, rows in zip(names, results, strict=True)
+            if rows and rows[0][0] is not None
+        }
 
     def positions(self, consumers: Sequence[str]) -> dict[str, int]:
         """The positions rows as they are: a position is written after the rows of its

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
@@ -22,6 +21,7 @@ from mnemo.adapters.cassandra_store.common import Row, _translated, _valid_keysp
 from mnemo.adapters.cassandra_store.rows import _NoBlinder, _WriteClock
 from mnemo.adapters.cassandra_store.schema import _DDL_TIMEOUT, _replication_cql, migrate
 from mnemo.adapters.cassandra_store.tables import _QUERIES
+from mnemo.adapters.holder import holder_name
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import Blinder, MemoryQuery
 
@@ -71,7 +71,7 @@ class _Connection:
         self._serial = serial_consistency
         self.settle_seconds = settle_seconds
         self._owns_cluster = owns_cluster
-        self._writer = uuid.uuid4().hex
+        self._writer = holder_name()
         self._clock = _WriteClock()
         self._lock = threading.RLock()  # commits that read-modify-write, recovery, reset
         self._meta = threading.Lock()
