@@ -925,3 +925,38 @@ def test_context_names_the_constraint_it_kept_of_two_that_contradict(mnemo: Invo
     assert "单笔转账不得超过5万元" in line  # the later one: equal trust and scope, recency
     assert "单笔转账上限为2万元" in line
     assert "by recency" in line
+
+
+def test_with_json_an_offline_command_writes_only_json_lines(tmp_path: Path) -> None:
+    """An offline admin command's warnings (the development key files) came on stderr as
+    plain text before the JSON: with --json each of them is a JSON line, stdout one JSON
+    document."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MNEMO_") or k in ("MNEMO_RUN_DIR", "MNEMO_HELM")
+    }
+    env["MNEMO_EMBEDDER"] = "hashing"
+    data = tmp_path / "data"
+    build_embedded(MnemoSettings(data_dir=data, embedder="hashing")).close()
+    for args, code in (
+        (["admin", "checksum", "--data-dir", str(data)], 0),
+        (["admin", "checksum", "--data-dir", str(tmp_path / "none")], 1),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemo", "--json", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == code, done.stderr
+        said = [json.loads(x) for x in done.stderr.splitlines() if x.strip()]  # JSON, or fail
+        if code == 0:
+            assert set(json.loads(done.stdout)) == {"checksum"}
+            warned = [p["message"] for p in said if p.get("level") == "WARNING"]
+            assert len(warned) == 3, said
+            assert all(w.startswith("development only") for w in warned), said
+        else:
+            assert done.stdout == ""
+            assert said[-1]["error"]["exit_code"] == 1, said

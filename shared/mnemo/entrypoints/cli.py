@@ -480,6 +480,8 @@ def cli(
     broken.
     """
     _Errors.as_json = as_json
+    if as_json:  # what the commands log (an offline command's warnings) is JSON lines too
+        configure_logging(os.environ.get("MNEMO_LOG_LEVEL") or "WARNING", "json")
     api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token, api_key)
     ctx.call_on_close(api.close)
     ctx.obj = State(api, as_json)
