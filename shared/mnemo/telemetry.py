@@ -394,7 +394,7 @@ class QuietRepeats(logging.Filter):
     """Lets one of a run of identical records through per `window` seconds, for the
     loggers of the Kafka client, which logs each failed reconnection (ten a second per
     connection while a broker is down). The next one let through says how many were held
-    back. Every other logger's records pass as they are."""
+    back since the one before it. Every other logger's records pass as they are."""
 
     PREFIXES = ("aiokafka",)
 
@@ -419,7 +419,7 @@ class QuietRepeats(logging.Filter):
                 return False
             self._seen[key] = (now, 0)
         if held:
-            record.msg = f"{record.msg} ({held} more like it in the last {self.window:.0f} s)"
+            record.msg = f"{record.msg} ({held} more like it held back since it was last logged)"
         return True
 
 

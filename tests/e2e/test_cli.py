@@ -960,3 +960,44 @@ def test_with_json_an_offline_command_writes_only_json_lines(tmp_path: Path) -> 
         else:
             assert done.stdout == ""
             assert said[-1]["error"]["exit_code"] == 1, said
+
+
+def test_with_json_at_info_the_request_lines_are_redacted(
+    server: tuple[str, Platform], tenant: str
+) -> None:
+    """With --json the CLI configures logging, so at MNEMO_LOG_LEVEL=INFO httpx prints each
+    request line: a key pasted where an id goes is cut out of it, as the gateway's and the
+    MCP server's logs cut it."""
+    url, platform = server
+    install_keys(platform, tenant)
+    pasted = fixed_key(f"{tenant}x")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MNEMO_") or k in ("MNEMO_RUN_DIR", "MNEMO_HELM")
+    }
+    env["MNEMO_LOG_LEVEL"] = "INFO"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mnemo",
+            "--json",
+            "--url",
+            url,
+            "--api-key",
+            fixed_key(tenant),
+            "get",
+            pasted,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0  # no such memory
+    lines = [json.loads(x) for x in done.stderr.splitlines() if x.strip()]
+    requests = [x["message"] for x in lines if "HTTP Request" in x.get("message", "")]
+    assert requests, lines
+    assert pasted not in done.stderr
+    assert "_[redacted]" in requests[0]

@@ -648,6 +648,10 @@ def test_the_console_is_served_from_mnemo_itself(world: World) -> None:
     assert pasted.status_code == 307
     assert pasted.headers["location"] == "/console?principal=ann+lee&subject=user%3Abob"
     assert "mk_live_pasted" not in str(pasted.headers)
+    # nor a key pasted as the value of a parameter the page reads
+    key = "mnemo_0123456789abcdef_" + "k" * 43
+    as_value = client.get(f"/console/?principal={key}&subject=user%3Abob", follow_redirects=False)
+    assert as_value.headers["location"] == "/console?subject=user%3Abob"
 
 
 def test_every_insight_endpoint_is_documented(world: World) -> None:

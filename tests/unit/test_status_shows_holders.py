@@ -58,3 +58,36 @@ def test_no_holder_table_when_they_could_not_be_read(capsys: pytest.CaptureFixtu
     said = capsys.readouterr().out
     assert "the lag and the log head could not be read: STORE_UNAVAILABLE" in said
     assert "the read-model counts could not be read: STORE_UNAVAILABLE" in said
+
+
+def test_a_failed_holders_read_keeps_the_lag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holders are read after the lag: when only they fail, the lag stays and the
+    status says which part could not be read (and the lag's failure drops `partitions`)."""
+    from types import SimpleNamespace
+
+    from mnemo.domain.errors import Unavailable
+    from mnemo.entrypoints import admin
+
+    monkeypatch.setattr(admin, "backing_services", lambda platform: {})
+
+    def down(*args: object) -> Any:
+        raise Unavailable("the store is down", code="STORE_UNAVAILABLE")
+
+    topic = SimpleNamespace(
+        name="mnemo.events", end_offsets=lambda: {0: 5, 1: 7}, dead_letter_count=lambda: 0
+    )
+    progress = SimpleNamespace(lag=lambda: {"registrar": {0: 0, 1: 2}}, holders=down)
+    platform = SimpleNamespace(distributed=SimpleNamespace(topic=topic, progress=progress))
+    body = admin.distributed_status(platform, "")  # type: ignore[arg-type]
+    assert body["lag"] == {"registrar": 2}
+    assert body["log_head"] == 12
+    assert body["partitions"] == {"registrar": {"0": 0, "1": 2}}
+    assert body["holders_error"] == "STORE_UNAVAILABLE"
+    assert "holders" not in body
+    assert "error" not in body
+
+    progress.lag = down
+    body = admin.distributed_status(platform, "")  # type: ignore[arg-type]
+    assert body["error"] == "STORE_UNAVAILABLE"
+    assert "partitions" not in body
+    assert "holders" not in body

@@ -107,13 +107,18 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
         body["partitions"] = {c: {str(p): n for p, n in v.items()} for c, v in partitions.items()}
         body["lag"] = {c: sum(v.values()) for c, v in partitions.items()}
         body["log_head"] = sum(d.topic.end_offsets().values())
-        # the processes holding each consumer's partitions: one per replica at work
-        parts = sorted({p for v in partitions.values() for p in v})
-        body["holders"] = d.progress.holders(parts)
     except MnemoError as exc:
+        body.pop("partitions", None)
         body["lag"] = {}
         body["log_head"] = 0
         body["error"] = exc.code
+    else:
+        # the processes holding each consumer's partitions: one per replica at work
+        held = sorted({p for v in partitions.values() for p in v})
+        try:
+            body["holders"] = d.progress.holders(held)
+        except MnemoError as exc:
+            body["holders_error"] = exc.code
     try:
         body["dead_letters"] = d.topic.dead_letter_count()
     except MnemoError:

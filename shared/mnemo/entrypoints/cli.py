@@ -482,6 +482,10 @@ def cli(
     _Errors.as_json = as_json
     if as_json:  # what the commands log (an offline command's warnings) is JSON lines too
         configure_logging(os.environ.get("MNEMO_LOG_LEVEL") or "WARNING", "json")
+        # at INFO httpx logs each request's URL: keys and a document's name cut out of it
+        from mnemo.log_redaction import install_log_redaction
+
+        install_log_redaction()
     api = Api(url.rstrip("/"), tenant, principal, timeout, admin_token, api_key)
     ctx.call_on_close(api.close)
     ctx.obj = State(api, as_json)
@@ -1408,6 +1412,8 @@ def render_distributed_status(status: Mapping[str, Any]) -> Group:
     )
     if status.get("error"):
         click.echo(f"the lag and the log head could not be read: {status['error']}")
+    if status.get("holders_error"):
+        click.echo(f"the partitions' holders could not be read: {status['holders_error']}")
     if status.get("counts_error"):
         click.echo(f"the read-model counts could not be read: {status['counts_error']}")
     components = table("component", "health", "lag", "behind partitions")
@@ -1653,7 +1659,7 @@ def admin_migrate(state: State) -> None:
     from mnemo.bootstrap import connect_store, tenant_keyspaces
 
     settings = MnemoSettings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, "json" if state.as_json else "text")
     try:
         store = connect_store(settings)
     except MnemoError as exc:

@@ -604,14 +604,22 @@ def _end_unless_stopped_within(seconds: float, what: str) -> None:
     if _stop_timer is not None:
         return
 
-    def expire() -> None:
+    def say() -> None:
         log.error(
             "%s: the stop did not finish within %.0f s (a service not answering?); ending "
             "the process now: what it did not commit is handled again by the next owner",
             what,
             seconds,
         )
-        logging.shutdown()
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+
+    def expire() -> None:
+        # the line is written from a thread of its own, given a second: a handler held by a
+        # thread stuck in a write (a full pipe) must not keep the process from ending
+        speaker = threading.Thread(target=say, daemon=True)
+        speaker.start()
+        speaker.join(1.0)
         os._exit(1)
 
     _stop_timer = threading.Timer(seconds, expire)

@@ -991,8 +991,8 @@ class PartitionProgress:
             held: dict[str, list[int]] = {}
             for p in sorted(partitions):
                 claim = claims.get(position_name(c, p))
-                if claim is not None:
-                    held.setdefault(claim.holder, []).append(p)
+                if claim is not None:  # one claimed before holders were recorded: unknown
+                    held.setdefault(claim.holder or "unknown", []).append(p)
             out[c] = held
         return out
 

@@ -19,6 +19,7 @@ from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field
 
 from mnemo.domain.access import Scope as KeyScope
+from mnemo.domain.access import looks_like_key
 from mnemo.domain.errors import NotFound
 from mnemo.domain.events import LoggedEvent
 from mnemo.domain.memory import Memory
@@ -566,14 +567,19 @@ def console_page() -> Response:
     return _asset("index.html")
 
 
-# the query parameters the page reads; anything else (a key pasted as `?key=`, which
-# belongs in the fragment) is not echoed back in the redirect's Location
+# the query parameters the page reads (principal, subject) or clears (tenant, from older
+# links); anything else, and any value shaped like an API key (a key pasted into the query,
+# where it does not belong: the fragment carries it), is not echoed back in Location
 _PAGE_PARAMS = ("principal", "subject", "tenant")
 
 
 @router.get("/console/", include_in_schema=False)
 def console_slash(request: Request) -> RedirectResponse:
-    kept = [(k, v) for k, v in request.query_params.multi_items() if k in _PAGE_PARAMS]
+    kept = [
+        (k, v)
+        for k, v in request.query_params.multi_items()
+        if k in _PAGE_PARAMS and not looks_like_key(v)
+    ]
     return RedirectResponse("/console" + (f"?{urlencode(kept)}" if kept else ""))
 
 
