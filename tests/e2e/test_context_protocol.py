@@ -559,6 +559,21 @@ def test_feedback_citations_corrections_and_guards(client: TestClient, platform:
     )
     assert platform.store.memory_stats("acme", [lyon])[0].cited == 1
 
+    # a correction of white space or invisible characters only is no correction, as ""
+    # is: nothing loses weight or trust
+    for blank in (" ", "\u200b", "\u0000", "\u0001 "):
+        r = client.post(
+            f"/v1/context/{request_id}/response",
+            json={"response": "The user lives in Lyon.", "correction": blank},
+            headers=H,
+        )
+        assert (r.status_code, r.json()["corrected"]) == (200, []), r.text
+    settle(platform)
+    assert client.get(f"/v1/memories/{lyon}", headers=H).json()["semantic_weight"] == (
+        pytest.approx(0.55)
+    )
+    assert platform.store.memory_stats("acme", [lyon])[0].corrected == 0
+
     # a correction lowers what was used
     r = client.post(
         f"/v1/context/{request_id}/response",

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from mnemo.domain.errors import InvalidInput
-from mnemo.domain.events import Envelope, validate_envelope
+from mnemo.domain.events import Envelope, decode_payload, validate_envelope
 from mnemo.domain.ids import new_event_id
 from mnemo.domain.rules import zone_of
 from mnemo.domain.timeexpr import resolve, zone_name_error
@@ -112,3 +113,38 @@ def test_time_expressions_at_the_calendars_edges_resolve_to_nothing_past_it(
 ) -> None:
     spans = resolve(text, at)
     assert all(s.first.year >= 1 and s.last.year <= 9999 for s in spans)
+
+
+# control characters and noncharacters show nothing either: a constraint made of a NUL
+# rendered as an empty bullet in every context
+INVISIBLE = ["\u0000", "\u0000\u0000 ", "\u0001\u0002", "\u007f", "\u0085\u009f", "\ufdd0",
+             "\U0010ffff", "\ufffe \u200b"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", INVISIBLE)
+def test_control_characters_and_noncharacters_alone_are_blank(text: str) -> None:
+    for kind in ("turn", "utterance"):
+        assert _code(_raw("ObservationRecorded", {"text": text, "kind": kind})) == "BLANK_TEXT"
+    declared = {"memory": {"type": "constraint", "scope": "user", "content": text}}
+    assert _code(_raw("MemoryDeclared", declared)) == "EMPTY_CONTENT"
+    mid = "01a24d23-651c-819a-9c03-2ae59db01e7b"
+    corrected = {"memory_ids": [mid], "reason": text}
+    assert _code(_raw("MemoryCorrected", corrected)) == "BLANK_REASON"
+    contradicted = {"memory_id": mid, "reason": text}
+    assert _code(_raw("MemoryContradicted", contradicted)) == "BLANK_REASON"
+
+
+@pytest.mark.parametrize("text", ["ok\u0000", "\u00e9", "\ue000", "\U0001f600", "a\ufffe"])
+def test_a_text_that_shows_something_is_not_blank(text: str) -> None:
+    envelope = validate_envelope(_raw("ObservationRecorded", {"text": text, "kind": "turn"}))
+    assert envelope.payload["text"] == text
+    mid = "01a24d23-651c-819a-9c03-2ae59db01e7b"
+    validate_envelope(_raw("MemoryCorrected", {"memory_ids": [mid], "reason": text}))
+
+
+def test_a_blank_reason_in_the_log_reads_back() -> None:
+    mid = "01a24d23-651c-819a-9c03-2ae59db01e7b"
+    held = Envelope.model_validate(_raw("MemoryCorrected", {"memory_ids": [mid], "reason": " "}))
+    assert decode_payload(held).reason == " "  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError):
+        decode_payload(held, edge=True)

@@ -23,9 +23,18 @@ EDGE: dict[str, Any] = {"edge": True}
 
 
 def blank(text: str) -> bool:
-    """Whether a text shows nothing: only white space and invisible format characters
-    (zero-width spaces and joiners, word joiners, byte-order marks: Unicode's Cf)."""
-    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+    """Whether a text shows nothing: only white space, invisible format characters
+    (zero-width spaces and joiners, word joiners, byte-order marks: Unicode's Cf), control
+    characters (NUL and the rest of Cc) and noncharacters (U+FDD0 to U+FDEF, and the last
+    two code points of every plane)."""
+    return all(
+        ch.isspace() or unicodedata.category(ch) in ("Cf", "Cc") or _noncharacter(ch) for ch in text
+    )
+
+
+def _noncharacter(ch: str) -> bool:
+    point = ord(ch)
+    return 0xFDD0 <= point <= 0xFDEF or (point & 0xFFFE) == 0xFFFE
 
 
 def at_edge(info: ValidationInfo) -> bool:

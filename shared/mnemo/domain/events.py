@@ -316,6 +316,17 @@ class MemoryCited(EventPayload):
     position: Annotated[str, Field(pattern=r"^(beginning|middle|end)$")] | None = None
 
 
+def _not_blank_reason(value: str, info: ValidationInfo) -> str:
+    """At the edge, a correction's or a contradiction's reason must show something: one of
+    white space or invisible characters only counted as a real correction (its memories
+    lose weight and trust) where an empty one is refused."""
+    if at_edge(info) and blank(value):
+        raise PydanticCustomError(
+            "blank_reason", "reason holds nothing but white space or invisible characters"
+        )
+    return value
+
+
 class MemoryCorrected(EventPayload):
     TYPE = "MemoryCorrected"
     VERSION = 1
@@ -324,6 +335,11 @@ class MemoryCorrected(EventPayload):
     memory_ids: tuple[MemoryId, ...] = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=1_000)
     request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
+
+    @field_validator("reason")
+    @classmethod
+    def _said_why(cls, value: str, info: ValidationInfo) -> str:
+        return _not_blank_reason(value, info)
 
 
 class MemoryVerified(EventPayload):
@@ -344,6 +360,11 @@ class MemoryContradicted(EventPayload):
     PRIVATE = ("reason",)
     memory_id: MemoryId
     reason: str = Field(min_length=1, max_length=1_000)
+
+    @field_validator("reason")
+    @classmethod
+    def _said_why(cls, value: str, info: ValidationInfo) -> str:
+        return _not_blank_reason(value, info)
 
 
 class ForgetRequested(EventPayload):
@@ -907,6 +928,7 @@ _CODES_BY_ERROR_TYPE = {
     "pattern_matches_everything": "PATTERN_MATCHES_EVERYTHING",
     "time_as_number": "INVALID_TIME",
     "blank_text": "BLANK_TEXT",
+    "blank_reason": "BLANK_REASON",
     "invalid_speaker": "INVALID_SPEAKER",
 }
 

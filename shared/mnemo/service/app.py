@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from mnemo.domain import replica
 from mnemo.domain.acceptance import MAX_CLOCK_SKEW, accept, publication_digest
 from mnemo.domain.context import ContextTemplate, score_candidate
-from mnemo.domain.edge import EDGE
+from mnemo.domain.edge import EDGE, blank
 from mnemo.domain.errors import (
     ConflictError,
     InvalidInput,
@@ -837,6 +837,10 @@ class Mnemo:
             # passed everything the log held when the report came, the record is there,
             # or no context was assembled under that id (in this tenant)
             self.progress.caught_up(timeout)
+        if correction is not None and blank(correction):
+            # white space or invisible characters only say no more than "" does: no
+            # correction (it would cost every memory of the context weight and trust)
+            correction = None
         if self.sealer is not None and correction:  # the correction becomes a logged reason
             correction = self.sealer.mask_text(correction)
         return self.contexts.report(
