@@ -491,6 +491,12 @@ def test_with_json_an_error_is_one_json_object_on_stderr(mnemo: Invoke, tmp_path
         error = json.loads(usage.stderr)["error"]
         assert error["code"] == "USAGE_ERROR"
         assert "no such option" in error["message"].lower()
+    # an unknown command, found before the group's options take effect
+    unknown = mnemo("--json", "no-such-command")
+    assert unknown.exit_code == 1, unknown.output
+    error = json.loads(unknown.stderr)["error"]
+    assert (error["code"], error["exit_code"]) == ("USAGE_ERROR", 1)
+    assert "no-such-command" in error["message"]
     # the same run without --json shows text again (the mode is the invocation's own)
     text = mnemo("get", "no-such-memory")
     assert text.stderr.startswith("error MEMORY_NOT_FOUND")

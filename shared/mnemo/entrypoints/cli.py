@@ -404,7 +404,9 @@ class _Mnemo(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             exc.exit_code = EXIT_LOCAL
-            if _Errors.as_json:
+            # an unknown command is found before the group's own options take effect
+            if _Errors.as_json or ctx.params.get("as_json"):
+                _Errors.as_json = True
                 raise BadUsage(exc.format_message()) from exc
             raise
 
