@@ -165,6 +165,10 @@ def test_bad_input_gets_a_code_and_stores_nothing(client: TestClient, platform: 
     ]
     for response, status, code in cases:
         assert (response.status_code, response.json()["error"]["code"]) == (status, code)
+    # a field the edge refuses is named as the request names it
+    twice = start(client, toolchain_id="pay-2", steps=["a", "a"])
+    assert (twice.status_code, twice.json()["error"]["code"]) == (400, "DUPLICATE_STEP")
+    assert twice.json()["error"]["field"] == "steps"
     assert platform.log.head() == head
     assert client.get("/v1/toolchains/pay-1", headers=H).json() == {
         **before,

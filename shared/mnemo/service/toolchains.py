@@ -110,8 +110,15 @@ def view(found: ToolchainState, at: datetime) -> dict[str, Any]:
 def _decided(
     mnemo: Mnemo, ctx: RequestContext, event: dict[str, Any], toolchain_id: str, timeout: float
 ) -> Recorded:
-    """Publish one toolchain event, wait for the registrar, and answer with its decision."""
-    result = mnemo.publish(ctx, [event], Wait.REGISTERED, timeout)
+    """Publish one toolchain event, wait for the registrar, and answer with its decision.
+    A field the edge refuses is named as the request names it (`steps`, `subject`), not
+    by its place in the event."""
+    try:
+        result = mnemo.publish(ctx, [event], Wait.REGISTERED, timeout)
+    except InvalidInput as exc:
+        if exc.field is not None:
+            exc.field = _request_field(exc.field)
+        raise
     accepted = result.accepted[0]
     if not result.complete:
         raise Unavailable(
@@ -131,6 +138,12 @@ def _decided(
         raise refusal(rejected.reason_code or "REJECTED", rejected.detail or "refused")
     duplicate = accepted.duplicate or any(o.kind is OutcomeKind.DUPLICATE for o in outcomes)
     return Recorded(state(mnemo, ctx, toolchain_id), duplicate, accepted.event_id)
+
+
+def _request_field(field: str) -> str:
+    if field.startswith("events[0].payload."):
+        return field.removeprefix("events[0].payload.")
+    return {"events[0].stream": "subject"}.get(field, field)
 
 
 def start(
