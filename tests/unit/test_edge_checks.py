@@ -148,3 +148,21 @@ def test_a_blank_reason_in_the_log_reads_back() -> None:
     assert decode_payload(held).reason == " "  # type: ignore[attr-defined]
     with pytest.raises(ValidationError):
         decode_payload(held, edge=True)
+
+
+def test_an_integer_beyond_64_bits_is_said_to_be_out_of_range() -> None:
+    """The JSON reader gives 2**70 as a float: it was sent as an integer, so the answer
+    says it is out of range, not that it is no integer (100.0 still is not one)."""
+    from pydantic import BaseModel, field_validator
+
+    from mnemo.domain.edge import EDGE, json_int
+
+    class Versioned(BaseModel):
+        version: int
+        _ints = field_validator("version", mode="before")(json_int)
+
+    for value, said in ((float(2**70), "out of range"), (100.0, "must be a JSON integer")):
+        with pytest.raises(ValidationError) as refused:
+            Versioned.model_validate({"version": value}, context=EDGE)
+        assert said in str(refused.value)
+    assert Versioned.model_validate({"version": 7}, context=EDGE).version == 7

@@ -62,6 +62,11 @@ def json_int(value: Any, info: ValidationInfo) -> Any:
         and value is not None
         and (isinstance(value, bool) or not isinstance(value, int))
     ):
+        if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+            # the JSON reader gives an integer beyond 64 bits as a float: it was one
+            raise PydanticCustomError(
+                "strict_number", "is out of range (a JSON integer below 2**63 at most)"
+            )
         raise PydanticCustomError("strict_number", "must be a JSON integer")
     return value
 
