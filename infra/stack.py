@@ -415,7 +415,14 @@ class Stack:
             {p.stem for p in self.run_dir.glob("*-*.pid")} - known,
             reverse=True,
         )
-        for name in [*extra, *names]:
+        # every process asked to stop at once, then each waited for: stops that run to
+        # their bound (the brokers gone) take it side by side, not one after another
+        order = [*extra, *names]
+        for name in order:
+            pid = self.pid(name)
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+        for name in order:
             self.stop(name)
 
     def status(self) -> dict[str, str]:

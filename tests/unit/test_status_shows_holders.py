@@ -56,7 +56,8 @@ def test_no_holder_table_when_they_could_not_be_read(capsys: pytest.CaptureFixtu
     )
     assert "process (host/pid)" not in text
     said = capsys.readouterr().out
-    assert "the lag and the log head could not be read: STORE_UNAVAILABLE" in said
+    assert "the lag could not be read: STORE_UNAVAILABLE" in said
+    assert "0 records, unknown dead letters" in said
     assert "the read-model counts could not be read: STORE_UNAVAILABLE" in said
 
 
@@ -74,7 +75,10 @@ def test_a_failed_holders_read_keeps_the_lag(monkeypatch: pytest.MonkeyPatch) ->
         raise Unavailable("the store is down", code="STORE_UNAVAILABLE")
 
     topic = SimpleNamespace(
-        name="mnemo.events", end_offsets=lambda: {0: 5, 1: 7}, dead_letter_count=lambda: 0
+        name="mnemo.events",
+        reachable=lambda: None,
+        end_offsets=lambda: {0: 5, 1: 7},
+        dead_letter_count=lambda: 0,
     )
     progress = SimpleNamespace(lag=lambda: {"registrar": {0: 0, 1: 2}}, holders=down)
     platform = SimpleNamespace(distributed=SimpleNamespace(topic=topic, progress=progress))
@@ -91,3 +95,16 @@ def test_a_failed_holders_read_keeps_the_lag(monkeypatch: pytest.MonkeyPatch) ->
     assert body["error"] == "STORE_UNAVAILABLE"
     assert "partitions" not in body
     assert "holders" not in body
+    # the log head is Kafka's: it is still known while the store is down
+    assert (body["log_head"], body["lag"], body["dead_letters"]) == (12, {}, 0)
+
+    def log_down(*args: object) -> Any:
+        raise Unavailable("the event log (Kafka) is unavailable", code="LOG_UNAVAILABLE")
+
+    # the brokers down: said at once, the head and the dead letters unknown, not 0
+    topic.reachable = log_down
+    topic.end_offsets = topic.dead_letter_count = progress.lag = progress.holders = None
+    body = admin.distributed_status(platform, "")  # type: ignore[arg-type]
+    assert body["error"] == "LOG_UNAVAILABLE"
+    assert (body["log_head"], body["dead_letters"], body["lag"]) == (None, None, {})
+    assert shown(body)  # the CLI renders it

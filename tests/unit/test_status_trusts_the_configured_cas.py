@@ -102,7 +102,7 @@ def https_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def _platform(settings: MnemoSettings) -> Any:
     """Just what backing_services reads: Kafka and Cassandra that answer, and settings."""
     topic = SimpleNamespace(partitions=lambda: [0], reachable=lambda timeout=3.0: None)
-    store = SimpleNamespace(position=lambda name: 0)
+    store = SimpleNamespace(positions=lambda names: dict.fromkeys(names, 0))
     return SimpleNamespace(distributed=SimpleNamespace(topic=topic), store=store, settings=settings)
 
 

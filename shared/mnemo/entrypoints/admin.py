@@ -7,6 +7,7 @@ import os
 import ssl
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 
 from mnemo.bootstrap import Platform
 from mnemo.domain.errors import ConflictError, MnemoError
+from mnemo.ports import PROBE_SECONDS
 
 __all__ = ["distributed_status", "platform_checksum", "rebuild_read_models"]
 
@@ -36,8 +38,12 @@ def _probes(cafile: Path | str | None = None, capath: Path | str | None = None) 
             verify: ssl.SSLContext | bool = (
                 ssl.create_default_context(cafile=trust[0], capath=trust[1]) if any(trust) else True
             )
+            # a consumer's /readyz gives the brokers PROBE_SECONDS to answer, then says
+            # why it is not ready: the probe waits for that answer
             client = httpx.Client(
-                timeout=2.0, verify=verify, limits=httpx.Limits(max_keepalive_connections=0)
+                timeout=PROBE_SECONDS + 2.0,
+                verify=verify,
+                limits=httpx.Limits(max_keepalive_connections=0),
             )
             _PROBES[trust] = client
         return client
@@ -102,41 +108,57 @@ def distributed_status(platform: Platform, components: str) -> dict[str, Any]:
     assert platform.distributed is not None
     d = platform.distributed
     body: dict[str, Any] = {"mode": "distributed", "topic": d.topic.name}
+    body["lag"] = {}
     try:
-        partitions = d.progress.lag()
-        body["partitions"] = {c: {str(p): n for p, n in v.items()} for c, v in partitions.items()}
-        body["lag"] = {c: sum(v.values()) for c, v in partitions.items()}
+        # the brokers within the probe's bound first: a log that is down is reported in
+        # seconds, not after the client's own timeouts (the lag, the dead letters)
+        d.topic.reachable()
         body["log_head"] = sum(d.topic.end_offsets().values())
     except MnemoError as exc:
-        body.pop("partitions", None)
-        body["lag"] = {}
-        body["log_head"] = 0
+        body["log_head"] = None  # unknown, not empty
+        body["dead_letters"] = None
         body["error"] = exc.code
     else:
-        # the processes holding each consumer's partitions: one per replica at work
-        held = sorted({p for v in partitions.values() for p in v})
         try:
-            body["holders"] = d.progress.holders(held)
-        except MnemoError as exc:
-            body["holders_error"] = exc.code
-    try:
-        body["dead_letters"] = d.topic.dead_letter_count()
-    except MnemoError:
-        body["dead_letters"] = None
-    health: dict[str, str] = {}
-    for item in components.split(","):
-        name, _, url = item.strip().partition("=")
-        if not name or not url:
-            continue
+            partitions = d.progress.lag()
+        except MnemoError as exc:  # the positions are in the store
+            body["error"] = exc.code
+        else:
+            body["partitions"] = {
+                c: {str(p): n for p, n in v.items()} for c, v in partitions.items()
+            }
+            body["lag"] = {c: sum(v.values()) for c, v in partitions.items()}
+            # the processes holding each consumer's partitions: one per replica at work
+            held = sorted({p for v in partitions.values() for p in v})
+            try:
+                body["holders"] = d.progress.holders(held)
+            except MnemoError as exc:
+                body["holders_error"] = exc.code
         try:
-            answer = _probes().get(f"{url.rstrip('/')}/readyz")
-            health[name] = "ready" if answer.status_code == 200 else _not_ready(answer)
-        except httpx.HTTPError:
-            health[name] = "unreachable"
+            body["dead_letters"] = d.topic.dead_letter_count()
+        except MnemoError:
+            body["dead_letters"] = None
+    # each component's /readyz, side by side (one answers within its own probe bound)
+    probed = [
+        (name, url)
+        for name, _, url in (item.strip().partition("=") for item in components.split(","))
+        if name and url
+    ]
+    with ThreadPoolExecutor(max(1, len(probed)), thread_name_prefix="mnemo-status") as pool:
+        states = list(pool.map(lambda item: _readiness(item[1]), probed))
+    health = {name: state for (name, _), state in zip(probed, states, strict=True)}
     body["components"] = {"gateway": "ready", **health}
     body["consumers_running"] = all(v == "ready" for v in health.values())
     body["services"] = backing_services(platform)
     return body
+
+
+def _readiness(url: str) -> str:
+    try:
+        answer = _probes().get(f"{url.rstrip('/')}/readyz")
+    except httpx.HTTPError:
+        return "unreachable"
+    return "ready" if answer.status_code == 200 else _not_ready(answer)
 
 
 def _http_state(url: str, states: dict[int, str], client: httpx.Client | None = None) -> str:
@@ -176,7 +198,7 @@ def backing_services(platform: Platform) -> dict[str, str]:
     except MnemoError as exc:
         out["kafka"] = exc.code
     try:
-        platform.store.position(position_name("registrar", 0))
+        platform.store.positions([position_name("registrar", 0)])  # always a read
         out["cassandra"] = "ready"
     except MnemoError as exc:
         out["cassandra"] = exc.code

@@ -1408,12 +1408,15 @@ def render_status(status: Mapping[str, Any]) -> Group:
 
 
 def render_distributed_status(status: Mapping[str, Any]) -> Group:
+    def known(value: Any) -> Any:
+        return "unknown" if value is None else value
+
     click.echo(
-        f"Mnemo (distributed): topic {status.get('topic')}, {status['log_head']} records, "
-        f"{status.get('dead_letters')} dead letters"
+        f"Mnemo (distributed): topic {status.get('topic')}, {known(status.get('log_head'))} "
+        f"records, {known(status.get('dead_letters'))} dead letters"
     )
     if status.get("error"):
-        click.echo(f"the lag and the log head could not be read: {status['error']}")
+        click.echo(f"the lag could not be read: {status['error']}")
     if status.get("holders_error"):
         click.echo(f"the partitions' holders could not be read: {status['holders_error']}")
     if status.get("counts_error"):

@@ -483,7 +483,9 @@ class Worker:
     def readiness(self) -> dict[str, Any]:
         checks: dict[str, Any] = {}
         try:
-            self.platform.store.position(position_name(self.consumer, 0))
+            # positions() always reads the store (position() answers a partition this
+            # process committed from memory, which kept a Cassandra outage from showing)
+            self.platform.store.positions([position_name(self.consumer, 0)])
             checks["cassandra"] = "ok"
         except MnemoError as exc:
             checks["cassandra"] = exc.code
