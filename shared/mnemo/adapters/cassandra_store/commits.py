@@ -404,11 +404,14 @@ class _Commits(_Connection):
 
     def claims(self, consumers: Sequence[str]) -> dict[str, Claim]:
         names = list(dict.fromkeys(consumers))
-        results = self._concurrently([(self.home, "fence_head", [c]) for c in names])
+        if not names:
+            return {}
+        # one request for every name (the status asks for all of them at each call)
+        rows = self._execute(self.home, "fence_claims", [names])
         return {
-            c: Claim(int(rows[0][0]), str(rows[0][3] or ""))
-            for c, rows in zip(names, results, strict=True)
-            if rows and rows[0][0] is not None
+            str(owner): Claim(int(epoch), str(holder or ""))
+            for owner, epoch, holder in rows
+            if epoch is not None
         }
 
     def positions(self, consumers: Sequence[str]) -> dict[str, int]:

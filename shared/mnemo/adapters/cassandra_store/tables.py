@@ -233,6 +233,9 @@ _QUERIES: dict[str, str] = {
     # fenced commits (one writer per consumer partition): see `claim` and `_seal_fenced`
     "fence_head": "SELECT epoch, sealed, chunks, claimed_by FROM {ks}.partition_commits "
     "WHERE owner = ? LIMIT 1",
+    # the latest claims of many owners in one request (the status's holders)
+    "fence_claims": "SELECT owner, epoch, claimed_by FROM {ks}.partition_commits "
+    "WHERE owner IN ? PER PARTITION LIMIT 1",
     "fence_claim": "UPDATE {ks}.partition_commits SET epoch = ?, claimed_by = ? "
     "WHERE owner = ? IF epoch = ?",
     "fence_seal": "UPDATE {ks}.partition_commits SET sealed = ?, chunks = ?, writer = ? "
