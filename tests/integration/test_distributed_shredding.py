@@ -319,7 +319,11 @@ def test_forgetting_a_tenant_deletes_its_rows_from_cassandras_files(tmp_path: Pa
     settings, kafka_data, cassandra_data = _shredding_setup(tmp_path)
     ks = settings.cassandra_keyspace
     m = plant_markers()
-    gone, kept = f"gone{uuid.uuid4().hex}", f"kept{uuid.uuid4().hex}"
+    # letters only: a random hex id can hold a run of digits the detector takes for a
+    # bank card number, which is then sealed and never in clear (the scan found no `kept`)
+    letters = str.maketrans("0123456789", "ghijklmnop")
+    gone = f"gone{uuid.uuid4().hex.translate(letters)}"
+    kept = f"kept{uuid.uuid4().hex.translate(letters)}"
     shared, control = Words.fresh(), Words.fresh()  # session words: acme's, globex's
 
     def declare(stream: str, content: str, where: str) -> dict[str, Any]:
