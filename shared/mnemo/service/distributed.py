@@ -455,9 +455,15 @@ class Sequencer(_Processor):
                 parsed.append((r, parse_record(r, now)))
             except InvalidInput as exc:
                 parsed.append((r, exc))
-        # the fates recorded before, where each id went, and every stream's head (kept up
-        # to date below): three reads side by side
-        known, located, (heads, kept) = self._side_by_side(
+        # the fates recorded before, where each id went, every stream's head (kept up to
+        # date below) and what the batch's commands emitted when they were handled before
+        # (a redo): four reads side by side
+        commands = [
+            (e.tenant, e.event_id)
+            for _, e in parsed
+            if isinstance(e, Envelope) and registration.is_command(e)
+        ]
+        known, located, (heads, kept), caused = self._side_by_side(
             lambda read: read(),
             [
                 (lambda: self.archive.fates(partition, records[0].offset, records[-1].offset),),
@@ -473,6 +479,7 @@ class Sequencer(_Processor):
                         [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
                     ),
                 ),
+                (lambda: self.archive.caused_by_many(commands),),
             ],
         )
         seen: dict[tuple[str, str], Envelope] = {}
@@ -572,28 +579,33 @@ class Sequencer(_Processor):
                     r.offset,
                     code,
                 )
-        self.archive.record(archived, fates)
+        # what this batch itself holds of what its commands emitted: a rebuild from the
+        # start of the log archives an event and what it emitted in one batch, so an event
+        # archived for the first time may still have emitted before (read above; this
+        # batch's own are not in the archive yet)
+        _emitted_in_batch(caused, archived)
         self._count(fates, archived, letters)
-        # what registration emitted for these events before (a redo), all in one round trip;
-        # read after the archive step, which may have placed some of them in this batch (a
-        # rebuild from the start of the log archives an event and what it emitted together,
-        # so an event archived for the first time may still have emitted before)
-        caused = self.archive.caused_by_many(
-            [
-                (e.envelope.tenant, e.envelope.event_id)
-                for e in archived
-                if registration.is_command(e.envelope)
-            ]
-        )
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
-            # opened, and their content-hash lookups read, for the whole batch at once
-            records_opened = self.runner.prepare_registrar(
+            # the archive step, and the batch opened with its content-hash and turn-before
+            # lookups read (registration reads the read model, never the archive), side by
+            # side; registration starts once both are done
+            _, records_opened = self._side_by_side(
+                lambda step: step(),
                 [
-                    LoggedEvent(offset=encode_offset(partition, e.offset), envelope=e.envelope)
-                    for e in archived
+                    (lambda: self.archive.record(archived, fates),),
+                    (
+                        lambda: self.runner.prepare_registrar(
+                            [
+                                LoggedEvent(
+                                    offset=encode_offset(partition, e.offset), envelope=e.envelope
+                                )
+                                for e in archived
+                            ],
+                            tx,
+                        ),
+                    ),
                 ],
-                tx,
             )
             for event, record in zip(archived, records_opened, strict=True):
                 key = (event.envelope.tenant, event.envelope.event_id)
@@ -648,6 +660,23 @@ class Sequencer(_Processor):
             c.dead_letters += len(letters)
             for e in archived:
                 c.by_type[e.envelope.type] = c.by_type.get(e.envelope.type, 0) + 1
+
+
+def _emitted_in_batch(
+    caused: dict[tuple[str, str], list[LoggedEvent]], archived: Sequence[ArchivedEvent]
+) -> None:
+    """Add to `caused` ({command: what it emitted, as the archive held it}) the events of
+    `archived` that name one of its commands as their cause, each once, ordered as the
+    archive orders them (by position)."""
+    for e in archived:
+        env = e.envelope
+        if env.causation_id is None:
+            continue
+        held = caused.get((env.tenant, env.causation_id))
+        if held is None or any(h.envelope.event_id == env.event_id for h in held):
+            continue
+        held.append(LoggedEvent(offset=e.position, envelope=env))
+        held.sort(key=lambda h: h.offset)
 
 
 class Follower(_Processor):
