@@ -397,7 +397,7 @@ def test_a_crash_after_registration_emitted_is_redone_without_emitting_twice(
     log = registrar.runner.log
     real_append = log.append
     asked: list[list[tuple[str, str]]] = []
-    real_caused = archive.caused_by_many
+    real_caused = archive.causes
 
     def recording(keys: Any) -> Any:
         asked.append(list(keys))
@@ -407,7 +407,7 @@ def test_a_crash_after_registration_emitted_is_redone_without_emitting_twice(
         real_append(events)
         raise ConnectionError("the registrar died before its commit")
 
-    archive.caused_by_many = recording  # type: ignore[method-assign]
+    archive.causes = recording  # type: ignore[method-assign]
     log.append = append_then_die  # type: ignore[method-assign]
     declared = 0
     for p in topic.partitions():

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -425,20 +425,24 @@ class CassandraEventArchive(EventArchive):
         found = [self._logged(tenant, str(stream), int(seq)) for stream, seq in rows]
         return sorted((e for e in found if e is not None), key=lambda e: e.offset)
 
-    def caused_by_many(
+    def causes(
         self, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], list[LoggedEvent]]:
+    ) -> dict[tuple[str, str], list[tuple[str, int]]]:
         unique = list(dict.fromkeys(keys))
         found = self._many([(self._ks(t), "cause:get", [t, e]) for t, e in unique])
-        wanted = [
-            (key, str(stream), int(seq))
+        return {
+            key: [(str(stream), int(seq)) for stream, seq in rows]
             for key, rows in zip(unique, found, strict=True)
-            for stream, seq in rows
-        ]
+        }
+
+    def caused_events(
+        self, places: Mapping[tuple[str, str], Sequence[tuple[str, int]]]
+    ) -> dict[tuple[str, str], list[LoggedEvent]]:
+        wanted = [(key, stream, seq) for key, held in places.items() for stream, seq in held]
         bodies = self._many(
             [(self._ks(t), "stream:one", [t, stream, seq]) for (t, _), stream, seq in wanted]
         )
-        out: dict[tuple[str, str], list[LoggedEvent]] = {key: [] for key in unique}
+        out: dict[tuple[str, str], list[LoggedEvent]] = {key: [] for key in places}
         for (key, _, _), rows in zip(wanted, bodies, strict=True):
             if rows:
                 body, position = rows[0]

@@ -314,10 +314,15 @@ class _Processor:
             return self._writes
 
     def _reader(self) -> ThreadPoolExecutor:
-        """Threads for reads made side by side (never for writes, whose order matters)."""
+        """Threads for the steps of one partition made side by side: reads, and the
+        sequencer's archive step beside its reads of the read model (never a commit, nor
+        two writes whose order matters). Enough for every partition of a batch to run its
+        steps at once; a step never waits for this pool itself."""
         with self._counting:
             if self._reads is None:
-                self._reads = ThreadPoolExecutor(8, f"mnemo-{self.consumer}-read")
+                self._reads = ThreadPoolExecutor(
+                    4 * max(2, self.parallel), f"mnemo-{self.consumer}-read"
+                )
             return self._reads
 
     def _one(self, partition: int, items: list[LogRecord]) -> int:
@@ -456,14 +461,14 @@ class Sequencer(_Processor):
             except InvalidInput as exc:
                 parsed.append((r, exc))
         # the fates recorded before, where each id went, every stream's head (kept up to
-        # date below) and what the batch's commands emitted when they were handled before
-        # (a redo): four reads side by side
+        # date below) and where the batch's commands' earlier emissions were archived, if
+        # they were handled before (a redo): four reads side by side
         commands = [
             (e.tenant, e.event_id)
             for _, e in parsed
             if isinstance(e, Envelope) and registration.is_command(e)
         ]
-        known, located, (heads, kept), caused = self._side_by_side(
+        known, located, (heads, kept), places = self._side_by_side(
             lambda read: read(),
             [
                 (lambda: self.archive.fates(partition, records[0].offset, records[-1].offset),),
@@ -479,7 +484,7 @@ class Sequencer(_Processor):
                         [(e.tenant, e.stream) for _, e in parsed if isinstance(e, Envelope)],
                     ),
                 ),
-                (lambda: self.archive.caused_by_many(commands),),
+                (lambda: self.archive.causes(commands),),
             ],
         )
         seen: dict[tuple[str, str], Envelope] = {}
@@ -579,21 +584,26 @@ class Sequencer(_Processor):
                     r.offset,
                     code,
                 )
-        # what this batch itself holds of what its commands emitted: a rebuild from the
-        # start of the log archives an event and what it emitted in one batch, so an event
-        # archived for the first time may still have emitted before (read above; this
-        # batch's own are not in the archive yet)
-        _emitted_in_batch(caused, archived)
         self._count(fates, archived, letters)
+        # the earlier emissions of the commands archived now (not of duplicates)
+        wanted = {
+            key: places.get(key, [])
+            for key in (
+                (e.envelope.tenant, e.envelope.event_id)
+                for e in archived
+                if registration.is_command(e.envelope)
+            )
+        }
         with self.store.transaction() as tx:
             emitted: list[Envelope] = []
-            # the archive step, and the batch opened with its content-hash and turn-before
-            # lookups read (registration reads the read model, never the archive), side by
-            # side; registration starts once both are done
-            _, records_opened = self._side_by_side(
+            # the archive step, the earlier emissions read, and the batch opened with its
+            # content-hash and turn-before lookups read (registration reads the read model,
+            # never the archive), side by side; registration starts once all are done
+            _, caused, records_opened = self._side_by_side(
                 lambda step: step(),
                 [
                     (lambda: self.archive.record(archived, fates),),
+                    (lambda: self.archive.caused_events(wanted),),
                     (
                         lambda: self.runner.prepare_registrar(
                             [
@@ -607,6 +617,11 @@ class Sequencer(_Processor):
                     ),
                 ],
             )
+            # what this batch itself holds of what its commands emitted: a rebuild from the
+            # start of the log archives an event and what it emitted in one batch, so an
+            # event archived for the first time may still have emitted before (the places
+            # were read before this batch's archive step)
+            _emitted_in_batch(caused, archived)
             for event, record in zip(archived, records_opened, strict=True):
                 key = (event.envelope.tenant, event.envelope.event_id)
                 with telemetry.handling(
