@@ -1,5 +1,7 @@
-"""A consumer opens (decrypts) only the events its handlers read: the decay consumer and
-the indexer leave a declaration sealed, and open the registration it causes."""
+"""A consumer opens (decrypts) only the events its handlers read, and only when they read a
+sealed field: the decay consumer and the indexer leave a declaration sealed; the indexer
+opens the registration it causes, and decay reads it sealed (it needs none of its sealed
+fields)."""
 
 from __future__ import annotations
 
@@ -70,10 +72,62 @@ def test_the_decay_consumer_opens_only_what_it_reads(platform: Platform) -> None
     with platform.store.transaction() as tx:
         declared = platform.runner.decide_decay(records["MemoryDeclared"], tx)
         registered = platform.runner.decide_decay(records["MemoryRegistered"], tx)
-    assert opened == ["MemoryRegistered"]
+    # a registration is read for what it carries in clear (decay.READ_SEALED)
+    assert opened == []
     assert not declared.writes
     assert not declared.events
     assert registered.writes  # the registration's weight (and timers) still written
+
+
+def test_decay_decides_the_same_on_a_sealed_registration_as_on_the_opened_one(
+    platform: Platform,
+) -> None:
+    """Every sealed field of the memory set (content, key, value, tags, timezone, its
+    source): what decay writes for the registration left sealed equals what it writes for
+    the same registration opened."""
+    from mnemo.handlers import decay
+
+    assert {"MemoryRegistered"} == decay.READ_SEALED
+    platform.app.publish(
+        CTX,
+        [
+            {
+                "type": "MemoryDeclared",
+                "schema_version": 1,
+                "stream": "user:U2",
+                "payload": {
+                    "memory": {
+                        "type": "preference",
+                        "scope": "user",
+                        "content": "budget is 300 euros",
+                        "key": "budget",
+                        "value": "300 euros",
+                        "tags": ["money"],
+                        "timezone": "Europe/Paris",
+                        "valid_until": "2026-09-01T00:00:00+00:00",
+                        "provenance": {"source_id": "crm", "source_location": "deal/42"},
+                    }
+                },
+            }
+        ],
+    )
+    platform.runner.drain()
+    [sealed] = [
+        r
+        for r in platform.runner.log.read(0, 100)
+        if r.envelope.type == "MemoryRegistered" and r.envelope.stream == "user:U2"
+    ]
+    assert sealed.envelope.encryption is not None
+    opened = platform.runner.opened(sealed)
+    assert opened.envelope.payload["memory"]["key"] == "budget"
+    assert sealed.envelope.payload["memory"]["key"] != "budget"
+    with platform.store.transaction() as tx:
+        as_read = platform.runner.decide_decay(sealed, tx)
+        from_opened = decay.handle(opened.envelope, tx, platform.runner.decay_policy)
+    kinds = {type(w).__name__ for w in as_read.writes}
+    assert kinds == {"PutWeight", "PutTimer"}
+    assert as_read.writes == from_opened.writes
+    assert as_read.events == from_opened.events
 
 
 def test_the_indexer_opens_only_what_it_reads(platform: Platform) -> None:

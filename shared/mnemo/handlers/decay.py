@@ -82,6 +82,10 @@ __all__ = [
 ]
 
 CONSUMER = "decay"
+# the event types `handle` reads only outside their sealed (PRIVATE) fields: a registration
+# gives its memory's id, weight, trust, type and times, none of them sealed, so the
+# consumer need not open it (no data key unwrapped in the vault for it)
+READ_SEALED = frozenset({MemoryRegistered.TYPE})
 TIMER_KINDS = ("expire", "verify", "verify_deadline", "archive")
 
 # Half-life of semantic weight by memory type, in days; None: the weight does not fade.

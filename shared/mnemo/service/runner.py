@@ -383,7 +383,11 @@ class EmbeddedRunner:
     def decide_decay(self, record: LoggedEvent, tx: StoreTransaction) -> Decision:
         if record.envelope.type not in _DECAY_READS:
             return Decision()  # not opened: its sealed fields are not decay's business
-        env = self.opened(record).envelope
+        env = (
+            record.envelope
+            if record.envelope.type in decay.READ_SEALED
+            else self.opened(record).envelope
+        )
         tx.prefetch_memories(env.tenant, decay.memory_lookups(env))
         decision = decay.handle(env, tx, self.decay_policy)
         decision.extend(toolchain.timers(env, tx))
