@@ -563,36 +563,44 @@ class Worker:
 
     def run(self) -> None:
         """Run until SIGTERM or SIGINT; faust handles both."""
-        from faust.worker import Worker as FaustWorker
-
         log.info(
             "%s consuming %s as group %s",
             self.consumer,
             self.settings.kafka_topic,
             self.app.conf.id,
         )
-
-        class BoundedStop(FaustWorker):
-            def _schedule_shutdown(self, signal: Any) -> None:
-                _end_unless_stopped_within(STOP_SECONDS, consumer)
-                super()._schedule_shutdown(signal)
-
-        consumer = self.consumer
         try:
             heap.settle()
-            BoundedStop(
-                self.app,
-                loglevel=self.settings.log_level.lower(),
-                quiet=True,
-                logging_config=telemetry.logging_config(
-                    self.settings.log_level, self.settings.log_format
-                ),
-            ).execute_from_commandline()
+            faust_worker(self.app, self.settings, self.consumer).execute_from_commandline()
         finally:
             self._unwatch()
             self.executor.shutdown(wait=True)
             self.platform.close()
             telemetry.shutdown()
+
+
+def faust_worker(app: Any, settings: MnemoSettings, consumer: str) -> Any:
+    """faust's worker for `app`, logging as `settings` say, whose stop is bounded
+    (`STOP_SECONDS`). Without its terminal spinner: faust sets the root logger to DEBUG for
+    the spinner at WARNING and above, and every debug line of the Kafka client and the
+    HTTP libraries was then built and handed to the handlers, only to be dropped there."""
+    from faust.worker import Worker as FaustWorker
+
+    class BoundedStop(FaustWorker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.spinner = None
+
+        def _schedule_shutdown(self, signal: Any) -> None:
+            _end_unless_stopped_within(STOP_SECONDS, consumer)
+            super()._schedule_shutdown(signal)
+
+    return BoundedStop(
+        app,
+        loglevel=settings.log_level.lower(),
+        quiet=True,
+        logging_config=telemetry.logging_config(settings.log_level, settings.log_format),
+    )
 
 
 _stop_timer: threading.Timer | None = None
