@@ -328,6 +328,21 @@ class MnemoSettings(BaseSettings):
         description="seconds before a consumer that stopped heartbeating (a crash) loses its "
         "partitions to the others",
     )
+    give_way_seconds: float = Field(
+        default=5.0,
+        ge=0.0,
+        le=300.0,
+        description="the longest a consumer off the path from a publish to its search (decay, "
+        "audit) holds a batch back while the registrar has a backlog in its partitions; 0: "
+        "never",
+    )
+    give_way_backlog: int = Field(
+        default=64,
+        ge=1,
+        le=1_000_000,
+        description="records behind the end of a partition that make the registrar's lag "
+        "there a backlog, for give_way_seconds",
+    )
     cassandra_hosts: str = Field(default="127.0.0.1", description="contact points")
     cassandra_port: int = Field(default=9042, ge=1, le=65_535, description="CQL port")
     cassandra_keyspace: str = Field(
@@ -453,6 +468,8 @@ class WorkerSettings(BaseSettings):
     log_level: str | None = Field(default=None, pattern=LOG_LEVELS)
     prometheus_port: int | None = Field(default=None, ge=0, le=65_535)
     kafka_session_timeout: float | None = Field(default=None, ge=6.0, le=300.0)
+    give_way_seconds: float | None = Field(default=None, ge=0.0, le=300.0)
+    give_way_backlog: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
 def worker_settings(consumer: str, shared: MnemoSettings | None = None) -> MnemoSettings:

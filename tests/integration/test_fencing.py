@@ -473,6 +473,102 @@ def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
         assert_each_event_once(platform, accepted)
 
 
+def test_an_off_path_follower_gives_way_while_the_registrar_has_a_backlog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the audit consumer is off the path from a publish to its search: while the registrar
+    # has more than `give_way_backlog` records to take in a batch's partitions, the batch
+    # waits (its records, their store and vault requests, leave the machine to the path)
+    import asyncio
+    import threading
+
+    from mnemo.entrypoints import workers
+    from mnemo.entrypoints.workers import Worker
+
+    monkeypatch.setattr(workers, "_WAIT_LOOK_LIMIT", 300.0)
+    settings = distributed_settings(tmp_path / "data", give_way_backlog=1, give_way_seconds=300.0)
+    with running_distributed(settings) as platform:
+        accepted, batch, partitions = declared_batch(platform)
+        worker = Worker("audit", platform.settings, platform)
+        calls: list[int] = []
+        real = worker.processor.process
+
+        def counted(records: Any) -> int:
+            calls.append(len(records))
+            return real(records)
+
+        worker.processor.process = counted  # type: ignore[method-assign]
+        looks = threading.Semaphore(0)
+        backlog = worker.processor.sequencer_backlog  # type: ignore[union-attr]
+
+        def looked(ends: Any) -> int:
+            looks.release()
+            return backlog(ends)
+
+        worker.processor.sequencer_backlog = looked  # type: ignore[union-attr]
+        try:
+            worker.ownership.assign(partitions)
+            handled = threading.Thread(target=asyncio.run, args=(worker._process(batch),))
+            handled.start()
+            for _ in range(3):  # it looks at the registrar's backlog, and gives way
+                assert looks.acquire(timeout=30)
+            assert calls == []
+            assert 'mnemo_consumer_giving_way{consumer="audit"} 1' in worker.metrics_text()
+            # the registrar takes every record (its own emitted ones too): no backlog left
+            Pump(platform, ("registrar",)).drain()
+            handled.join(timeout=60)
+            assert not handled.is_alive()
+            assert calls == [len(batch)]
+            text = worker.metrics_text()
+            assert 'mnemo_consumer_giving_way{consumer="audit"} 0' in text
+            gave = float(
+                text.split('mnemo_consumer_gave_way_seconds_total{consumer="audit"} ')[1].split()[0]
+            )
+            assert gave > 0
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()
+        Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
+
+
+def test_an_off_path_follower_gives_way_for_give_way_seconds_at_most(tmp_path: Path) -> None:
+    # a registrar that stays behind (here: a second publish it never takes) holds the
+    # decay consumer's batch for `give_way_seconds`, then the batch is handled
+    import asyncio
+
+    from mnemo.entrypoints.workers import Worker
+
+    settings = distributed_settings(tmp_path / "data", give_way_backlog=1, give_way_seconds=0.5)
+    with running_distributed(settings) as platform:
+        accepted, _, _ = declared_batch(platform)
+        Pump(platform, ("registrar",)).drain()
+        registered = [r for records in fetch_all(platform).values() for r in records]
+        # the registrar now has a backlog again
+        later = [
+            a.event_id
+            for a in platform.app.publish(
+                CTX, [declare(f"another fact {i}", f"user:U{i % STREAMS}") for i in range(12)]
+            ).accepted
+        ]
+        worker = Worker("decay", platform.settings, platform)
+        try:
+            worker.ownership.assign(sorted({r.partition for r in registered}))
+            started = time.monotonic()
+            asyncio.run(asyncio.wait_for(worker._process(registered), 60))
+            waited = time.monotonic() - started
+            assert waited >= 0.5
+            for p in {r.partition for r in registered}:
+                end = max(r.offset for r in registered if r.partition == p) + 1
+                assert platform.store.position(position_name("decay", p)) == end
+            assert worker.gave_way_seconds >= 0.5
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()
+        Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted + later)
+
+
 def test_a_follower_handles_at_once_a_batch_of_what_it_does_not_read(tmp_path: Path) -> None:
     # the indexer reads no declaration: a batch of them is handled, and its position moved
     # past them, without a look at the registrar's positions and before the registrar ran

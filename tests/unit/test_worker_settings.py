@@ -53,3 +53,17 @@ def test_a_consumer_on_embedded_storage_takes_its_own_settings_too(
         consumer_main.main("registrar")
     assert built[0].mode == "embedded"
     assert (built[0].batch_size, built[0].log_level) == (7, "DEBUG")
+
+
+def test_how_long_a_consumer_gives_way_is_its_own_over_the_shared_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MNEMO_GIVE_WAY_SECONDS", "2.5")
+    monkeypatch.setenv("MNEMO_GIVE_WAY_BACKLOG", "500")
+    monkeypatch.setenv("MNEMO_AUDIT_GIVE_WAY_SECONDS", "0")
+    audit, decay = worker_settings("audit"), worker_settings("decay")
+    assert (audit.give_way_seconds, audit.give_way_backlog) == (0.0, 500)
+    assert (decay.give_way_seconds, decay.give_way_backlog) == (2.5, 500)
+    monkeypatch.setenv("MNEMO_DECAY_GIVE_WAY_BACKLOG", "0")
+    with pytest.raises(ValueError, match="give_way_backlog"):
+        worker_settings("decay")

@@ -74,6 +74,7 @@ _MAX_TAKE = 2_048  # records in one batch at most
 _DRAIN_SECONDS = 5.0  # on a revocation, how long to wait for the batch in flight
 _WAIT_LOOK = 0.02  # seconds between looks at the registrar's positions while a follower waits
 _WAIT_LOOK_LIMIT = 2.0  # after this long the batch is handled again whatever they say
+_GIVE_WAY_LOOK = 0.1  # seconds between looks at the registrar's backlog while giving way
 _FILL_EVERY = 1.0  # seconds between looks for records the stream left behind
 _QUIET_SECONDS = 3.0  # a partition behind its end with no batch for this long is filled in
 # after SIGTERM or SIGINT, how long the stop may take before the process ends anyway: with
@@ -158,6 +159,8 @@ class Worker:
         # when a batch of each partition last arrived from the stream (or it was assigned)
         self._arrived: dict[int, float] = {}
         self.filled_in = 0  # records read from the topic because the stream did not bring them
+        self.giving_way = False
+        self.gave_way_seconds = 0.0
         self.app = faust.App(
             f"mnemo-{consumer}{settings.kafka_group_suffix}",
             broker=_broker_url(settings),
@@ -193,6 +196,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         backoff = 0.05
         on_fate: frozenset[tuple[int, int]] = frozenset()
+        await self._give_way(records)
         if isinstance(self.processor, Follower):
             # a follower reads each record as the registrar does, and nearly always before
             # the registrar has decided on it: watch the registrar's positions until they
@@ -224,6 +228,44 @@ class Worker:
                 log.exception("%s: batch failed; retrying", self.consumer)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def _give_way(self, records: list[LogRecord]) -> None:
+        """For a consumer off the path from a publish to its search (`gives_way`): returns
+        once the registrar has at most `give_way_backlog` records left to take in each of
+        the batch's partitions, or after `give_way_seconds`. A burst is then registered and
+        indexed with the machine's cores and the store to itself, and this consumer takes
+        its records in larger batches after it (or every `give_way_seconds` meanwhile)."""
+        limit = self.settings.give_way_seconds
+        if not (
+            registry.consumer(self.consumer).gives_way
+            and limit > 0
+            and records
+            and isinstance(self.processor, Follower)
+        ):
+            return
+        follower = self.processor
+        partitions = {r.partition for r in records}
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+
+        def backlog() -> int:
+            ends = self.distributed.topic.end_offsets()
+            return follower.sequencer_backlog({p: e for p, e in ends.items() if p in partitions})
+
+        try:
+            while time.monotonic() - started < limit:
+                try:
+                    behind = await loop.run_in_executor(self.executor, backlog)
+                except Exception:
+                    return  # the handling meets the same trouble, and reports it
+                if behind <= self.settings.give_way_backlog:
+                    return
+                self.giving_way = True
+                await asyncio.sleep(_GIVE_WAY_LOOK)
+        finally:
+            if self.giving_way:
+                self.gave_way_seconds += time.monotonic() - started
+            self.giving_way = False
 
     async def _until_decided(
         self,
@@ -552,6 +594,13 @@ class Worker:
         ]
         lines.append("# TYPE mnemo_consumer_failing_batches gauge")
         lines.append(f'mnemo_consumer_failing_batches{{consumer="{name}"}} {self.failures}')
+        lines.append("# TYPE mnemo_consumer_giving_way gauge")
+        lines.append(f'mnemo_consumer_giving_way{{consumer="{name}"}} {int(self.giving_way)}')
+        lines.append("# TYPE mnemo_consumer_gave_way_seconds_total counter")
+        lines.append(
+            f'mnemo_consumer_gave_way_seconds_total{{consumer="{name}"}} '
+            f"{self.gave_way_seconds:.3f}"
+        )
         lines.append("# TYPE mnemo_consumer_periodic_failures_total counter")
         lines.append(
             f'mnemo_consumer_periodic_failures_total{{consumer="{name}"}} {self.periodic_failures}'

@@ -127,6 +127,11 @@ class Consumer:
     # indexer reads; every other record waits for the commit, whose decisions (a
     # citation's credit, what registration wrote) its reader may depend on
     on_fate: frozenset[str] = frozenset()
+    # off the path from a publish to its search: while the registrar has a backlog in a
+    # batch's partitions, the batch is held back (up to `give_way_seconds`), so that this
+    # consumer's work, and the store and vault requests it makes, leave the machine to the
+    # path during a burst; it catches up once the registrar has
+    gives_way: bool = False
 
     @property
     def module(self) -> str:
@@ -181,12 +186,14 @@ CONSUMERS: tuple[Consumer, ...] = (
         ),
         periodic=("scan",),
         batch_window=0.25,
+        gives_way=True,
     ),
     Consumer(
         audit.CONSUMER,
         (Projection(audit.handle, None, ("audit",)),),
         periodic=("checkpoint",),
         batch_window=0.25,
+        gives_way=True,
     ),
 )
 

@@ -774,6 +774,15 @@ class Follower(_Processor):
         before the sequencer has decided on it."""
         return self.waits(records)[0]
 
+    def sequencer_backlog(self, ends: dict[int, int]) -> int:
+        """The most records the sequencer has still to take in any partition of `ends`
+        ({partition: the end of its log}): one read of its positions there."""
+        if not ends:
+            return 0
+        names = {p: position_name(registration.CONSUMER, p) for p in ends}
+        at = self.store.positions(list(names.values()))
+        return max(max(0, end - at[names[p]]) for p, end in ends.items())
+
     def undecided(
         self, waits: dict[int, int], on_fate: frozenset[tuple[int, int]] = frozenset()
     ) -> dict[int, int]:
