@@ -419,6 +419,19 @@ def declared_batch(platform: Platform) -> tuple[list[str], list[LogRecord], list
     return [a.event_id for a in result.accepted], batch, sorted({r.partition for r in batch})
 
 
+def count_batches(worker: Any) -> list[int]:
+    """The sizes of the batches `worker`'s processor handles, as they are handled."""
+    calls: list[int] = []
+    real = worker.processor.process
+
+    def counted(records: Any) -> int:
+        calls.append(len(records))
+        return real(records)
+
+    worker.processor.process = counted
+    return calls
+
+
 def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -436,14 +449,7 @@ def test_a_follower_handles_a_batch_once_the_registrar_has_passed_it(
     with running_distributed(distributed_settings(tmp_path / "data")) as platform:
         accepted, batch, partitions = declared_batch(platform)
         worker = Worker("audit", platform.settings, platform)  # it reads every event
-        calls: list[int] = []
-        real = worker.processor.process
-
-        def counted(records: Any) -> int:
-            calls.append(len(records))
-            return real(records)
-
-        worker.processor.process = counted  # type: ignore[method-assign]
+        calls = count_batches(worker)
         looks = threading.Semaphore(0)
         positions = platform.store.positions
 
@@ -490,14 +496,7 @@ def test_an_off_path_follower_gives_way_while_the_registrar_has_a_backlog(
     with running_distributed(settings) as platform:
         accepted, batch, partitions = declared_batch(platform)
         worker = Worker("audit", platform.settings, platform)
-        calls: list[int] = []
-        real = worker.processor.process
-
-        def counted(records: Any) -> int:
-            calls.append(len(records))
-            return real(records)
-
-        worker.processor.process = counted  # type: ignore[method-assign]
+        calls = count_batches(worker)
         looks = threading.Semaphore(0)
         backlog = worker.processor.sequencer_backlog  # type: ignore[union-attr]
 
