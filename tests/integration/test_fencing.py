@@ -507,12 +507,21 @@ def test_an_off_path_follower_gives_way_while_the_registrar_has_a_backlog(
         worker.processor.sequencer_backlog = looked  # type: ignore[union-attr]
         try:
             worker.ownership.assign(partitions)
-            handled = threading.Thread(target=asyncio.run, args=(worker._process(batch),))
+            handled = threading.Thread(
+                target=asyncio.run, args=(worker._process(batch),), daemon=True
+            )
             handled.start()
             for _ in range(3):  # it looks at the registrar's backlog, and gives way
                 assert looks.acquire(timeout=30)
             assert calls == []
             assert 'mnemo_consumer_giving_way{consumer="audit"} 1' in worker.metrics_text()
+            # the held partitions are not quiet (the worker holds their batch): the fill-in
+            # look, due for a stream that brought nothing for seconds, reads none of them
+            worker._arrived.update({p: 0.0 for p in partitions})
+            for _ in range(2):
+                assert looks.acquire(timeout=30)
+            assert worker.fill_in() == 0
+            assert calls == []
             # the registrar takes every record (its own emitted ones too): no backlog left
             Pump(platform, ("registrar",)).drain()
             handled.join(timeout=60)
@@ -566,6 +575,42 @@ def test_an_off_path_follower_gives_way_for_give_way_seconds_at_most(tmp_path: P
             worker._unwatch()
         Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
         assert_each_event_once(platform, accepted + later)
+
+
+def test_a_follower_stops_giving_way_once_its_partitions_are_revoked(tmp_path: Path) -> None:
+    # a rebalance takes the partitions away while a batch of decay's waits: the batch goes
+    # on at once (and leaves the records it no longer owns), not at the end of the wait
+    import asyncio
+    import threading
+
+    from mnemo.entrypoints.workers import Worker
+
+    settings = distributed_settings(tmp_path / "data", give_way_backlog=1, give_way_seconds=300.0)
+    with running_distributed(settings) as platform:
+        accepted, batch, partitions = declared_batch(platform)  # the registrar is behind
+        worker = Worker("decay", platform.settings, platform)
+        try:
+            worker.ownership.assign(partitions)
+            handled = threading.Thread(
+                target=asyncio.run, args=(worker._process(batch),), daemon=True
+            )
+            handled.start()
+            deadline = time.monotonic() + 30
+            while not worker.giving_way:
+                assert time.monotonic() < deadline
+                assert handled.is_alive()
+                time.sleep(0.01)
+            worker.ownership.revoke(partitions)
+            handled.join(timeout=30)
+            assert not handled.is_alive()
+            assert not worker.giving_way
+            for p in partitions:  # the new owner's to handle
+                assert platform.store.position(position_name("decay", p)) == 0
+        finally:
+            worker.executor.shutdown(wait=True)
+            worker._unwatch()
+        Pump(platform, ("registrar", "indexer", "decay", "audit")).drain()
+        assert_each_event_once(platform, accepted)
 
 
 def test_a_follower_handles_at_once_a_batch_of_what_it_does_not_read(tmp_path: Path) -> None:

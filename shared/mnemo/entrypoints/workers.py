@@ -254,6 +254,8 @@ class Worker:
 
         try:
             while time.monotonic() - started < limit:
+                if not partitions <= set(self.ownership.held()):
+                    return  # revoked meanwhile: the batch goes on to leave those records
                 try:
                     behind = await loop.run_in_executor(self.executor, backlog)
                 except Exception:
@@ -261,6 +263,11 @@ class Worker:
                 if behind <= self.settings.give_way_backlog:
                     return
                 self.giving_way = True
+                # the stream is not quiet, this worker holds it: the fill-in look must not
+                # read the held partitions from the topic meanwhile (nor right after)
+                now = time.monotonic()
+                for p in self._arrived:
+                    self._arrived[p] = now
                 await asyncio.sleep(_GIVE_WAY_LOOK)
         finally:
             if self.giving_way:
