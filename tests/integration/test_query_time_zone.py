@@ -90,6 +90,9 @@ def test_http_search_and_context_read_yesterday_in_the_users_zone(server: TestCl
     for path, body in (
         ("/v1/search", {"query": QUERY, "timezone": "Mars/Olympus"}),
         ("/v1/context", {"subjects": [STREAM], "query": QUERY, "timezone": "Mars/Olympus"}),
+        # a directory of the zone database, which the loader answers with an OSError
+        ("/v1/search", {"query": QUERY, "timezone": "America"}),
+        ("/v1/context", {"subjects": [STREAM], "query": QUERY, "timezone": "Europe"}),
     ):
         r = server.post(path, json=body, headers=H)
         assert r.status_code == 400, r.text

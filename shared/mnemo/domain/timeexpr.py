@@ -41,6 +41,16 @@ _NOT_PLACES = ("localtime", "posixrules", "Factory")
 _NOT_PLACE_PREFIXES = ("posix/", "right/")
 
 
+def _load_zone(name: str) -> ZoneInfo | None:
+    """The IANA zone of that name, None when this machine cannot load one: an unknown or
+    malformed name, and also a name of a directory of the zone database ("America"),
+    which the loader answers with an OSError rather than a not-found."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
+
+
 def zone_name_error(name: str) -> str | None:
     """Why `name` is not a time zone Mnemo reads (None when it is): an IANA zone name, or
     a UTC offset such as +08:00 within -12:00 to +14:00 with minutes under 60. The reason
@@ -54,9 +64,7 @@ def zone_name_error(name: str) -> str | None:
         return None
     if name in _NOT_PLACES or name.startswith(_NOT_PLACE_PREFIXES):
         return "not an IANA zone name of a place, such as Asia/Shanghai"
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    if _load_zone(name) is None:
         return (
             "unknown time zone: give an IANA name such as Asia/Shanghai or an offset such as +08:00"
         )
@@ -76,10 +84,7 @@ def zone_of(timezone: Zone) -> tzinfo:
             sign = 1 if offset.group(1) == "+" else -1
             hours, minutes = int(offset.group(2)), int(offset.group(3))
             return dt_timezone(sign * timedelta(hours=hours, minutes=minutes))
-        try:
-            return ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            return UTC
+        return _load_zone(timezone) or UTC
     return UTC
 
 
@@ -97,10 +102,10 @@ def query_zone(timezone: str | None, as_of: datetime | None) -> Zone:
     offset of the query's as_of when it carries one, else None (UTC). A name this machine
     does not know raises ValueError (the caller reports it)."""
     if timezone is not None:
-        try:
-            return ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {timezone!r}") from exc
+        zone = _load_zone(timezone)
+        if zone is None:
+            raise ValueError(f"unknown time zone {timezone!r}")
+        return zone
     if as_of is not None and as_of.utcoffset() is not None:
         return as_of.tzinfo
     return None
