@@ -253,7 +253,7 @@ def check_vault_token(settings: MnemoSettings) -> None:
     its consumer group, take partitions from healthy replicas and answer ready until
     records came, then retry them for ever. A vault that does not answer yet raises
     Unavailable, which the start waits for."""
-    from mnemo.adapters.vault_connection import TokenRefused, VaultConnection
+    from mnemo.adapters.vault_connection import NotAVault, TokenRefused, VaultConnection
 
     if not settings.vault_addr:
         return  # no vault to ask (require_vault() refuses that in the distributed mode)
@@ -272,6 +272,13 @@ def check_vault_token(settings: MnemoSettings) -> None:
             f"({exc.message}): give a valid token with Mnemo's policy",
             code="VAULT_TOKEN_REFUSED",
             field=setting,
+        ) from None
+    except NotAVault as exc:
+        raise InvalidInput(
+            f"MNEMO_VAULT_ADDR does not answer as Vault does ({exc.message}): give the "
+            "address of Vault's (or OpenBao's) API",
+            code="VAULT_ADDR_NOT_VAULT",
+            field="vault_addr",
         ) from None
     finally:
         connection.close()

@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import hvac
 import requests
@@ -28,7 +28,7 @@ from hvac import exceptions as vault_errors
 
 from mnemo.domain.errors import InvalidInput, Unavailable
 
-__all__ = ["Missing", "Refused", "TokenFile", "TokenRefused", "VaultConnection"]
+__all__ = ["Missing", "Refused", "TokenFile", "TokenRefused", "VaultConnection", "data_of"]
 
 log = logging.getLogger("mnemo.keyvault")
 
@@ -136,11 +136,22 @@ class VaultConnection:
         """Returns when the vault takes the token, asked as a process starts: the token's
         own lookup (Vault's default policy allows it), else the mount list (every process
         reads it before its first key). TokenRefused when the vault refuses both,
-        Unavailable when it does not answer."""
+        Unavailable when it does not answer, NotAVault when what answers at the address
+        does not answer as Vault does (no such path, a refused request, or a page that
+        is not Vault's JSON)."""
         try:
-            self.call("the token's lookup", self.client.auth.token.lookup_self)
-        except TokenRefused:
-            self.call("the mount list", self.client.sys.list_mounted_secrets_engines)
+            try:
+                data_of(
+                    self.call("the token's lookup", self.client.auth.token.lookup_self),
+                    "the token's lookup",
+                )
+            except TokenRefused:
+                data_of(
+                    self.call("the mount list", self.client.sys.list_mounted_secrets_engines),
+                    "the mount list",
+                )
+        except (Missing, Refused, NotAVault) as exc:
+            raise NotAVault(f"the token's lookup ({type(exc).__name__})") from None
 
     def close(self) -> None:
         self.client.adapter.close()
@@ -155,6 +166,27 @@ class TokenRefused(Unavailable):
         super().__init__(
             f"Vault refused Mnemo's token for {what} ({kind})", code="VAULT_UNAVAILABLE"
         )
+
+
+class NotAVault(Unavailable):
+    """What answered is not Vault's API: a 200 that is not JSON, or an answer without the
+    `data` every Vault answer of that call carries (a proxy's login page, another
+    service on the port). Answered like an unreachable vault (503) while a process runs;
+    at its start, a configuration error naming MNEMO_VAULT_ADDR."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"what answers at the vault's address is not Vault's API ({what})",
+            code="VAULT_UNAVAILABLE",
+        )
+
+
+def data_of(answer: object, what: str) -> dict[str, Any]:
+    """The `data` of a Vault answer; NotAVault when the answer has none (see NotAVault)."""
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, dict):
+        raise NotAVault(what)
+    return data
 
 
 class Missing(Exception):
@@ -177,7 +209,7 @@ def _guard(what: str, call: Callable[[], _T]) -> _T:
     """Run one Vault call, translating hvac and transport errors. Messages carry the
     status only: Vault's text can echo request details."""
     try:
-        return call()
+        answer = call()
     except (requests.ConnectionError, requests.Timeout, vault_errors.VaultDown) as exc:
         raise Unavailable(
             f"Vault is unreachable ({type(exc).__name__}) for {what}", code="VAULT_UNAVAILABLE"
@@ -199,3 +231,12 @@ def _guard(what: str, call: Callable[[], _T]) -> _T:
         raise Unavailable(
             f"Vault call failed for {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"
         ) from None
+    except OSError as exc:  # a CA bundle (VAULT_CACERT) that cannot be read, and the like
+        raise Unavailable(
+            f"Vault call failed for {what} ({type(exc).__name__})", code="VAULT_UNAVAILABLE"
+        ) from None
+    # hvac hands back the HTTP response itself for a 200 it could not read as JSON: not
+    # Vault's answer (a 204 is, for the calls that answer nothing)
+    if isinstance(answer, requests.Response) and answer.status_code != 204:
+        raise NotAVault(f"{what}: HTTP {answer.status_code}, not JSON")
+    return answer

@@ -32,16 +32,23 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import re
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import hvac
 
-from mnemo.adapters.vault_connection import Missing, Refused, TokenFile, VaultConnection
+from mnemo.adapters.vault_connection import (
+    Missing,
+    Refused,
+    TokenFile,
+    VaultConnection,
+    data_of,
+)
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError, Unavailable
 from mnemo.ports import KeyVault
 
@@ -55,6 +62,26 @@ SEARCH_LABEL = b"mnemo-search-key\x00"
 _WRAPPED = re.compile(r"^vault:v([1-9][0-9]{0,8}):[A-Za-z0-9+/]+=*$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _coded(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A port method whose every failure is coded: a `Missing` or `Refused` the method does
+    not give a meaning to (a mount list, a key read or a rotation the vault answers with
+    an unexpected 404 or 400) is the vault failing, VAULT_UNAVAILABLE, never a stray
+    internal error."""
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except (Missing, Refused) as exc:
+            raise Unavailable(
+                f"the vault answered {method.__name__} unexpectedly ({type(exc).__name__})",
+                code="VAULT_UNAVAILABLE",
+            ) from None
+
+    return call
 
 
 class VaultKeyVault(KeyVault):
@@ -83,18 +110,23 @@ class VaultKeyVault(KeyVault):
 
     # ---- the port -----------------------------------------------------------------------
 
+    @_coded
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
         name = self.name_of(key_id)
-        data = self._with_key(
-            key_id,
-            lambda: self._transit.generate_data_key(
-                name=name, key_type="plaintext", bits=256, mount_point=self.mount
+        data = data_of(
+            self._with_key(
+                key_id,
+                lambda: self._transit.generate_data_key(
+                    name=name, key_type="plaintext", bits=256, mount_point=self.mount
+                ),
             ),
-        )["data"]
+            f"key {key_id!r}",
+        )
         plaintext = base64.b64decode(data["plaintext"])
         wrapped = str(data["ciphertext"]).encode("ascii")
         return plaintext, wrapped, int(data["key_version"])
 
+    @_coded
     def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
         data = self._on_wrapped(key_id, wrapped, self._transit.decrypt_data)
         plaintext = base64.b64decode(data["plaintext"])
@@ -102,6 +134,7 @@ class VaultKeyVault(KeyVault):
             raise InvalidInput("not a wrapped data key", code="BAD_WRAPPED_KEY")
         return plaintext
 
+    @_coded
     def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
         data = self._on_wrapped(key_id, wrapped, self._transit.rewrap_data)
         rewrapped = str(data["ciphertext"])
@@ -109,6 +142,7 @@ class VaultKeyVault(KeyVault):
         version = data.get("key_version") or (found.group(1) if found else 0)
         return rewrapped.encode("ascii"), int(version)
 
+    @_coded
     def rotate(self, key_id: str) -> int:
         name = self.name_of(key_id)
         try:
@@ -118,17 +152,22 @@ class VaultKeyVault(KeyVault):
             return 1
         return self._latest_version(key_id)
 
+    @_coded
     def search_key(self, key_id: str) -> bytes:
         name = self.name_of(key_id)
         label = base64.b64encode(SEARCH_LABEL + key_id.encode()).decode("ascii")
-        data = self._with_key(
-            key_id,
-            lambda: self._transit.generate_hmac(
-                name=name, hash_input=label, key_version=1, mount_point=self.mount
+        data = data_of(
+            self._with_key(
+                key_id,
+                lambda: self._transit.generate_hmac(
+                    name=name, hash_input=label, key_version=1, mount_point=self.mount
+                ),
             ),
-        )["data"]
+            f"key {key_id!r}",
+        )
         return hashlib.sha256(str(data["hmac"]).encode("ascii")).digest()
 
+    @_coded
     def destroy(self, key_id: str) -> None:
         name = self.name_of(key_id)
         self._ensure_mount()
@@ -154,9 +193,11 @@ class VaultKeyVault(KeyVault):
             pass  # never created, or already destroyed
         log.info("key %s destroyed (crypto-shredded)", key_id)
 
+    @_coded
     def has_key(self, key_id: str) -> bool:
         return self._exists(key_id, self.name_of(key_id))
 
+    @_coded
     def is_destroyed(self, key_id: str) -> bool:
         return self._exists(key_id, self.name_of(key_id) + TOMBSTONE)
 
@@ -175,9 +216,16 @@ class VaultKeyVault(KeyVault):
         return self._client.secrets.transit
 
     def _mounted(self) -> bool:
-        mounts = self._vault("the mount list", self._client.sys.list_mounted_secrets_engines)
-        listed = mounts.get("data", mounts)
-        return f"{self.mount}/" in listed
+        try:
+            mounts = self._vault("the mount list", self._client.sys.list_mounted_secrets_engines)
+        except (Missing, Refused) as exc:
+            # Vault lists its mounts for a token it takes: a 404 or 400 here is no Vault,
+            # and must not read as a key missing or a wrapped key refused
+            raise Unavailable(
+                f"the vault answered the mount list unexpectedly ({type(exc).__name__})",
+                code="VAULT_UNAVAILABLE",
+            ) from None
+        return f"{self.mount}/" in data_of(mounts, "the mount list")
 
     def _ensure_mount(self) -> None:
         """Enable the transit mount at first use when it is missing, never after: a mount
@@ -247,8 +295,7 @@ class VaultKeyVault(KeyVault):
                 f"wrapped key does not belong to key {key_id!r} (or was altered)",
                 code="BAD_WRAPPED_KEY",
             ) from None
-        data: dict[str, Any] = answer["data"]
-        return data
+        return data_of(answer, f"key {key_id!r}")
 
     def _with_key(self, key_id: str, call: Callable[[], _T]) -> _T:
         """Run a call that needs the key, creating the key on first use (never after it was
@@ -286,12 +333,12 @@ class VaultKeyVault(KeyVault):
     def _latest_version(self, key_id: str) -> int:
         name = self.name_of(key_id)
         try:
-            data = self._call(
+            answer = self._call(
                 key_id, lambda: self._transit.read_key(name=name, mount_point=self.mount)
-            )["data"]
+            )
         except Missing:
             raise self._gone(key_id) from None
-        return int(data["latest_version"])
+        return int(data_of(answer, f"key {key_id!r}")["latest_version"])
 
     def __repr__(self) -> str:
         return f"VaultKeyVault({self.url!r}, mount={self.mount!r}, prefix={self.prefix!r})"

@@ -26,7 +26,7 @@ from typing import Any
 
 import hvac
 
-from mnemo.adapters.vault_connection import Missing, Refused, TokenFile
+from mnemo.adapters.vault_connection import Missing, Refused, TokenFile, data_of
 from mnemo.adapters.vault_key_vault import VaultKeyVault
 from mnemo.domain.checkpoint import Signature
 from mnemo.domain.errors import InvalidInput, Unavailable
@@ -119,7 +119,7 @@ class VaultTransitSigner(Signer):
         """A signing request's answer; a request the vault refuses is Unavailable, like an
         unreachable vault: the checkpoints stay pending and are signed later."""
         try:
-            data: dict[str, Any] = self._call(call)["data"]
+            data = data_of(self._call(call), f"audit signing key {self.key_name!r}")
         except Refused:
             raise Unavailable(
                 f"the vault refused to sign with the audit signing key {self.key_name!r}",
@@ -134,17 +134,17 @@ class VaultTransitSigner(Signer):
             return False
         self._ensure_key()
         try:
-            data = self._call(
+            answer = self._call(
                 lambda: self._transit.verify_signed_data(
                     name=self.key_name,
                     hash_input=_b64(message),
                     signature=signature.value,
                     mount_point=self._vault.mount,
                 )
-            )["data"]
+            )
         except Refused:  # a signature the key cannot read (unknown version, bad encoding)
             return False
-        return data.get("valid") is True
+        return data_of(answer, f"audit signing key {self.key_name!r}").get("valid") is True
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -164,11 +164,14 @@ class VaultTransitSigner(Signer):
             ) from None
 
     def _read_key(self) -> dict[str, Any]:
-        data: dict[str, Any] = self._vault.connection.call(
-            f"audit signing key {self.key_name!r}",
-            lambda: self._transit.read_key(name=self.key_name, mount_point=self._vault.mount),
-        )["data"]
-        return data
+        what = f"audit signing key {self.key_name!r}"
+        return data_of(
+            self._vault.connection.call(
+                what,
+                lambda: self._transit.read_key(name=self.key_name, mount_point=self._vault.mount),
+            ),
+            what,
+        )
 
     def _create_key(self) -> None:
         def create() -> Any:
