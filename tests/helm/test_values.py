@@ -8,7 +8,19 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.helm.chart import CHART, VALUES_FILES, Helm, fail_render
+from tests.helm.chart import (
+    CHART,
+    RELEASE,
+    VALUES_FILES,
+    Helm,
+    Render,
+    env_of,
+    fail_render,
+    of_kind,
+    pod_spec,
+)
+
+from mnemo.settings import check_setting_values
 
 BASE: dict[str, Any] = yaml.safe_load(VALUES_FILES["minimal"].read_text())
 
@@ -102,6 +114,17 @@ def test_lint_fails_on_a_bad_values_file(helm: Helm, tmp_path: Path) -> None:
             "/extraEnv/0/value",
             id="env-value-not-a-string",
         ),
+        # values the processes would refuse at start (check_setting_values): the schema
+        # refuses them first, so a release never installs pods that all exit
+        pytest.param({"kafka": {"partitions": 1025}}, "/kafka/partitions", id="partitions"),
+        pytest.param({"kafka": {"topic": "t" * 201}}, "/kafka/topic", id="topic-too-long"),
+        pytest.param(
+            {"vault": {"transitMount": "/transit"}}, "/vault/transitMount", id="mount-slash"
+        ),
+        pytest.param(
+            {"vault": {"transitMount": "t" * 65}}, "/vault/transitMount", id="mount-too-long"
+        ),
+        pytest.param({"cassandra": {"replication": "{}"}}, "/cassandra/replication", id="no-class"),
     ],
 )
 def test_schema_refuses_bad_values(
@@ -198,3 +221,39 @@ def test_chart_refuses_a_cluster_older_than_it_supports(helm: Helm) -> None:
     assert "kubeVersion" in old.stderr
     supported = helm.run("template", "x", str(CHART), "-f", minimal, "--kube-version", "1.27.0")
     assert supported.returncode == 0, supported.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({"kafka": {"partitions": 1024, "topic": "t" * 200}}, id="kafka-edges"),
+        pytest.param({"vault": {"transitMount": "mnemo/" + "x" * 58}}, id="mount-edge"),
+        pytest.param(
+            {"cassandra": {"replication": '{"class": "NetworkTopologyStrategy", "dc1": 3}'}},
+            id="replication-double-quotes",
+        ),
+    ],
+)
+def test_what_the_schema_takes_at_its_edges_the_processes_take(
+    render: Render, values: dict[str, Any]
+) -> None:
+    """The other side of the refusals above: a value at the edge of what the schema allows
+    renders, and each container's settings take it (check_setting_values, as at start)."""
+    manifests = render(values=with_base(**values))
+    data = of_kind(manifests, "ConfigMap")[RELEASE]["data"]
+    checked = 0
+    for manifest in manifests:
+        if manifest["kind"] not in ("Deployment", "Job"):
+            continue
+        for container in pod_spec(manifest)["containers"]:
+            env = {**data}
+            env.update(
+                {
+                    n: e["value"]
+                    for n, e in env_of(container).items()
+                    if isinstance(e.get("value"), str)
+                }
+            )
+            check_setting_values({n: v for n, v in env.items() if n.startswith("MNEMO_")})
+            checked += 1
+    assert checked > 0
