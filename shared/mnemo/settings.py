@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemo.domain.errors import InvalidInput
+from mnemo.handlers import registry
 from mnemo.handlers.registry import NAMES
 
 __all__ = [
@@ -36,11 +38,14 @@ __all__ = [
     "UnknownSetting",
     "WorkerSettings",
     "check_client_values",
+    "check_embedded_environment",
     "check_environment",
     "check_setting_values",
     "known_variables",
     "setting_variables",
+    "worker_fields",
     "worker_settings",
+    "worker_variables",
 ]
 
 PREFIX = "MNEMO_"
@@ -173,6 +178,7 @@ class MnemoSettings(BaseSettings):
     )
     vault_token: SecretStr | None = Field(
         default=None,
+        min_length=1,
         description="Vault token; never logged. Set this or vault_token_file, not both",
     )
     vault_token_file: Path | None = Field(
@@ -472,6 +478,17 @@ class WorkerSettings(BaseSettings):
     give_way_backlog: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
+# the settings of a consumer that gives way to the path from a publish to its search
+# (registry.Consumer.gives_way); the others have no such setting of their own
+GIVE_WAY_FIELDS: frozenset[str] = frozenset({"give_way_seconds", "give_way_backlog"})
+
+
+def worker_fields(consumer: str) -> list[str]:
+    """The WorkerSettings a consumer reads under its own prefix."""
+    gives_way = registry.consumer(consumer).gives_way
+    return [f for f in WorkerSettings.model_fields if gives_way or f not in GIVE_WAY_FIELDS]
+
+
 def worker_settings(consumer: str, shared: MnemoSettings | None = None) -> MnemoSettings:
     """The shared settings with the consumer's own (`MNEMO_<CONSUMER>_...`) laid over."""
     base = shared or MnemoSettings()
@@ -503,9 +520,36 @@ def setting_variables() -> dict[str, str]:
         for name, info in model.model_fields.items():
             found[f"{prefix}{name}".upper()] = info.description or ""
     for consumer in CONSUMERS:
-        for name in WorkerSettings.model_fields:
+        for name in worker_fields(consumer):
             found[f"{PREFIX}{consumer}_{name}".upper()] = f"the {consumer}'s own {name}"
     return found
+
+
+def worker_variables() -> set[str]:
+    """The consumers' own variables (`MNEMO_<CONSUMER>_...`): read by the distributed
+    consumer processes (and the gateway's co-located indexer), by nothing in the embedded
+    server."""
+    return {
+        f"{PREFIX}{consumer}_{name}".upper()
+        for consumer in CONSUMERS
+        for name in worker_fields(consumer)
+    }
+
+
+def check_embedded_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to start the embedded server on a consumer's own variable
+    (`MNEMO_INDEXER_BATCH_SIZE`): the embedded server runs every consumer on one thread
+    with the shared settings (`MNEMO_BATCH_SIZE`), and would otherwise leave it unread."""
+    own = worker_variables()
+    for name in sorted(os.environ if environ is None else environ):
+        if name.upper() in own:
+            shared = name.upper().split("_", 2)[2]
+            raise InvalidInput(
+                f"{name} is read by the distributed consumer processes only; the embedded "
+                f"server runs every consumer with the shared MNEMO_{shared}; unset it",
+                code="SETTING_NOT_READ_HERE",
+                field=name.upper().removeprefix(PREFIX).lower(),
+            )
 
 
 def _source_checkout() -> Path | None:
@@ -554,6 +598,9 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
     (`MNEMO_DATA_DIR` and `mnemo_data_dir`), where one of the two would win unseen. Only
     the names are reported, never the values."""
     known = known_variables()
+    # what the client commands and the development scripts read by the exact name (the
+    # settings models read names without case)
+    exact = (set(CLIENT_VARIABLES) | set(_development_variables())) - set(setting_variables())
     seen: dict[str, str] = {}
     for name in sorted(os.environ if environ is None else environ):
         upper = name.upper()
@@ -562,6 +609,12 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         if upper not in known:
             close = difflib.get_close_matches(upper, list(known), n=1, cutoff=0.8)
             raise UnknownSetting(name, close[0] if close else None)
+        if name != upper and upper in exact:
+            raise InvalidInput(
+                f"{name} is read as {upper} only (in capitals); rename it",
+                code="SETTING_NOT_IN_CAPITALS",
+                field=name,
+            )
         if upper in seen:
             raise InvalidInput(
                 f"{seen[upper]} and {name} are the same setting set twice; unset one",
@@ -594,6 +647,9 @@ FILE_SETTINGS: tuple[str, ...] = (
     "decay_policy_file",
     "pii_policy_file",
 )
+
+
+_WITHOUT_COUNT = re.compile(r",? not \d+$")
 
 
 def _readable_file(path: Path) -> bool:
@@ -633,7 +689,8 @@ def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
             error = exc.errors(include_input=False, include_url=False)[0]
             field = str(error["loc"][0]) if error["loc"] else ""
             name = names.get(field, f"{prefix}{field}".upper())
-            raise InvalidSetting(name, error["msg"]) from None
+            # "..., not 5" would tell a secret's length (the pepper, the vault token)
+            raise InvalidSetting(name, _WITHOUT_COUNT.sub("", error["msg"])) from None
         if model is MnemoSettings:
             for field in FILE_SETTINGS:
                 if field in given and not _readable_file(Path(given[field])):

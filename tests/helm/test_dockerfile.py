@@ -198,4 +198,8 @@ def test_health_check_script_follows_the_component(health_server: int) -> None:
     closed = str(_free_port())
     assert _healthcheck(MNEMO_HEALTH_PORT=str(health_server), MNEMO_GATEWAY_PORT=closed) == 0
     assert _healthcheck(MNEMO_HEALTH_PORT=closed, MNEMO_GATEWAY_PORT=str(health_server)) == 0
+    # a consumer given a port of its own serves there, not on the shared one
+    own = {"MNEMO_HEALTH_PORT": closed, "MNEMO_GATEWAY_PORT": closed}
+    assert _healthcheck(**own, MNEMO_AUDIT_HEALTH_PORT=str(health_server)) == 0
+    assert _healthcheck(**own, MNEMO_AUDIT_HEALTH_PORT=closed) == 1
     assert _healthcheck(MNEMO_HEALTH_PORT=closed, MNEMO_GATEWAY_PORT=closed) == 1

@@ -26,6 +26,7 @@ from mnemo.settings import (
     UnknownSetting,
     WorkerSettings,
     check_client_values,
+    check_embedded_environment,
     check_environment,
     check_setting_values,
     declared_environment,
@@ -37,8 +38,10 @@ from mnemo.settings import (
 REPO = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"MNEMO_[A-Z0-9_]+")
 TYPO = "MNEMO_KAFKA_BOOTSTRAPS"
+# the path a burst gives way to has no give-way settings of its own
+NEVER_GIVE_WAY = ("MNEMO_REGISTRAR_GIVE_WAY_SECONDS", "MNEMO_INDEXER_GIVE_WAY_BACKLOG")
 # names the docs and these tests show being refused (each is checked to be refused)
-MISSPELT = {TYPO, "MNEMO_GATEWAY_PROT", "MNEMO_REGISTRAR_KAFKA_BOOTSTRAP"}
+MISSPELT = {TYPO, "MNEMO_GATEWAY_PROT", "MNEMO_REGISTRAR_KAFKA_BOOTSTRAP", *NEVER_GIVE_WAY}
 # MNEMO_* words that are not variables: the base error code, and the misspelt examples
 NOT_VARIABLES = {"MNEMO_ERROR", *MISSPELT}
 
@@ -128,8 +131,81 @@ def test_one_setting_set_twice_in_different_cases_is_refused_by_name() -> None:
 def test_the_worker_prefixes_are_the_consumers() -> None:
     assert CONSUMERS == registry.NAMES
     for consumer in CONSUMERS:
+        gives_way = registry.consumer(consumer).gives_way
         for field in WorkerSettings.model_fields:
-            assert f"MNEMO_{consumer}_{field}".upper() in setting_variables()
+            known = f"MNEMO_{consumer}_{field}".upper() in setting_variables()
+            # how long a consumer gives way is a setting of the consumers that give way
+            assert known == (gives_way or not field.startswith("give_way")), (consumer, field)
+
+
+@pytest.mark.parametrize("name", NEVER_GIVE_WAY)
+def test_a_give_way_setting_of_a_consumer_that_never_gives_way_is_refused(name: str) -> None:
+    """The registrar and the indexer are the path a burst gives way to: such a setting
+    would be read by nothing."""
+    with pytest.raises(UnknownSetting):
+        check_environment({name: "3"})
+    check_environment({"MNEMO_AUDIT_GIVE_WAY_SECONDS": "3", "MNEMO_DECAY_GIVE_WAY_BACKLOG": "9"})
+
+
+@pytest.mark.parametrize("name", ["mnemo_url", "Mnemo_Api_Key", "mnemo_admin_token"])
+def test_a_client_variable_not_in_capitals_is_refused(name: str) -> None:
+    """The client commands read their variables by the exact name, unlike the settings
+    models: `mnemo_url` would leave the client on its default server."""
+    with pytest.raises(InvalidInput) as refused:
+        check_environment({name: "http://127.0.0.1:9"})
+    assert refused.value.code == "SETTING_NOT_IN_CAPITALS"
+    assert name in refused.value.message
+    assert name.upper() in refused.value.message
+    assert "127.0.0.1:9" not in str(refused.value)
+    check_environment({"mnemo_gateway_port": "8080"})  # a settings model reads any case
+
+
+def test_a_secret_that_is_too_short_is_refused_without_its_length() -> None:
+    for pepper in ("short", "a-12-letters"):
+        with pytest.raises(InvalidInput) as refused:
+            check_setting_values({"MNEMO_KEY_PEPPER": pepper})
+        assert refused.value.code == "INVALID_SETTING"
+        assert "16" in refused.value.message  # what it takes
+        assert str(len(pepper)) not in refused.value.message.replace("16", "")
+
+
+def test_an_empty_vault_token_is_refused() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_setting_values({"MNEMO_VAULT_TOKEN": ""})
+    assert refused.value.code == "INVALID_SETTING"
+    assert refused.value.field == "MNEMO_VAULT_TOKEN"
+
+
+def test_the_embedded_server_refuses_a_consumers_own_variable() -> None:
+    """The embedded server runs every consumer with the shared settings: a consumer's own
+    variable would be read by nothing there."""
+    with pytest.raises(InvalidInput) as refused:
+        check_embedded_environment({"MNEMO_BATCH_SIZE": "64", "MNEMO_INDEXER_BATCH_SIZE": "7"})
+    assert refused.value.code == "SETTING_NOT_READ_HERE"
+    assert "MNEMO_INDEXER_BATCH_SIZE" in refused.value.message
+    assert "MNEMO_BATCH_SIZE" in refused.value.message
+    check_embedded_environment({"MNEMO_BATCH_SIZE": "64", "MNEMO_LOG_LEVEL": "INFO"})
+
+
+def test_mnemo_serve_does_not_start_with_a_consumers_own_variable(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "MNEMO_DATA_DIR": str(tmp_path / "data"),
+        "MNEMO_REGISTRAR_EMBED_BATCH": "3",
+    }
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemo", "serve", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 78, done.stderr
+    assert "SETTING_NOT_READ_HERE" in done.stderr
+    assert "MNEMO_REGISTRAR_EMBED_BATCH" in done.stderr
+    assert not (tmp_path / "data").exists()  # nothing was built
 
 
 def test_the_client_variables_are_the_cli_options() -> None:

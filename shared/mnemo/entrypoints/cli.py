@@ -45,6 +45,7 @@ from mnemo.settings import (
     GatewaySettings,
     MnemoSettings,
     check_client_values,
+    check_embedded_environment,
     check_environment,
     check_setting_values,
 )
@@ -483,7 +484,7 @@ def cli(
     """
     _Errors.as_json = as_json
     if as_json:  # what the commands log (an offline command's warnings) is JSON lines too
-        configure_logging(os.environ.get("MNEMO_LOG_LEVEL") or "WARNING", "json")
+        configure_logging(_log_level() or "WARNING", "json")
         # at INFO httpx logs each request's URL: keys and a document's name cut out of it
         from mnemo.log_redaction import install_log_redaction
 
@@ -556,6 +557,15 @@ DATA_DIR_OPTION = click.option(
 )
 
 
+def _log_level() -> str | None:
+    """MNEMO_LOG_LEVEL for the client commands, its name in any case (as the settings read
+    it; check_environment has refused it set twice)."""
+    for name, value in os.environ.items():
+        if name.upper() == "MNEMO_LOG_LEVEL":
+            return value
+    return None
+
+
 def _cannot_start(exc: MnemoError) -> NoReturn:
     """A start refused. An error naming a setting is a configuration error: exit status 78
     (EX_CONFIG), as for the checks of main(), with the setting's name; anything else is a
@@ -594,6 +604,7 @@ def serve(host: str | None, port: int | None, data_dir: Path | None) -> None:
             raise CliError(f"cannot start: {exc.code}: {exc.message}") from exc
         return
     try:
+        check_embedded_environment()
         check_setting_files(settings)
         platform = build_embedded(settings)
     except MnemoError as exc:
@@ -1575,7 +1586,7 @@ def mcp_stdio(ctx: click.Context) -> None:
         principal="mcp" if defaulted else api.principal,
         authorization=f"Bearer {key}" if key else None,
     )
-    configure_logging(os.environ.get("MNEMO_LOG_LEVEL", "WARNING"))
+    configure_logging(_log_level() or "WARNING")
     # httpx logs each API call's URL (a document's file name, a key pasted as an id)
     install_log_redaction()
     anyio.run(lambda: run_stdio(api.url, identity, timeout=api.timeout))

@@ -830,12 +830,14 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
     _starting("checking the vault token", lambda: check_vault_token(settings))
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     if settings.qdrant_url is None:
+        # the co-located indexer works with the indexer's own settings (MNEMO_INDEXER_...)
+        indexer = worker_settings(indexing.CONSUMER, settings)
         worker = _starting(
             "starting the gateway",
             lambda: Worker(
                 indexing.CONSUMER,
-                settings,
-                build_distributed(settings, "gateway"),
+                indexer,
+                build_distributed(indexer, "gateway"),
                 with_http=gateway,
             ),
         )
