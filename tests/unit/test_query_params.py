@@ -47,3 +47,38 @@ def test_a_list_parameter_takes_every_value_and_one_value_still_passes(
     assert listed.status_code == 200, listed.text
     once = client.get("/v1/events?after_offset=0&limit=5", headers=headers)
     assert once.status_code == 200, once.text
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        # a near miss of after_offset: the log would be paged from its start
+        ("/v1/events?after=5000", "after"),
+        # the filter is `type`: the list would come back unfiltered
+        ("/v1/subjects/user:U1/memories?types=fact", "types"),
+        ("/v1/admin/status?verbose=1", "verbose"),
+    ],
+)
+def test_a_parameter_the_route_does_not_declare_is_refused_by_name(
+    client: TestClient, path: str, name: str
+) -> None:
+    headers = {**headers_for("acme", "tester"), "X-Mnemo-Admin-Token": "op-token"}
+    answer = client.get(path, headers=headers)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["field"]) == ("UNKNOWN_PARAMETER", name)
+    assert "5000" not in answer.text
+
+
+def test_a_credential_in_the_query_is_refused_as_one_not_as_an_unknown_parameter(
+    client: TestClient,
+) -> None:
+    answer = client.get("/v1/events?api_key=whatever", headers=headers_for("acme", "tester"))
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "CREDENTIAL_IN_URL"
+
+
+def test_paths_outside_the_api_take_any_query(client: TestClient) -> None:
+    """Probes, scrapers and the console's links are not the API's routes."""
+    assert client.get("/healthz?probe=1").status_code == 200
+    assert client.get("/console/?subject=user:U1&tenant=acme").status_code in (200, 307)

@@ -44,7 +44,7 @@ ADMIN_TOKEN_HEADER = "X-Mnemo-Admin-Token"  # noqa: S105 (a header name)
 # it to list what every route requires (docs/security.md's table is generated from it)
 REQUIRED_SCOPE: dict[Callable[..., Any], Scope | None] = {}
 # query parameters that would put a credential into URLs (and so into access logs)
-_CREDENTIAL_PARAMS = frozenset(
+CREDENTIAL_PARAMS = frozenset(
     {"api_key", "apikey", "access_token", "admin_token", "authorization", "x-mnemo-key"}
 )
 
@@ -57,7 +57,7 @@ def refuse_credentials_in_url(request: Request) -> None:
             "send credentials in headers, never in the URL", code="CREDENTIAL_IN_URL", field="path"
         )
     for name, value in request.query_params.multi_items():
-        if name.lower() in _CREDENTIAL_PARAMS or looks_like_key(value):
+        if name.lower() in CREDENTIAL_PARAMS or looks_like_key(value):
             raise InvalidInput(
                 "send credentials in headers, never in the URL",
                 code="CREDENTIAL_IN_URL",

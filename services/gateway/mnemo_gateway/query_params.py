@@ -1,10 +1,17 @@
-"""A query parameter given twice where the route takes one value is refused.
+"""The query parameters of the API are the ones its routes declare, each as often as it is
+declared to come.
 
 Starlette keeps every value of a repeated parameter and FastAPI hands a single-valued one
 the last of them, so `?subject=a&subject=b` would silently mean `b` (and a proxy that
 reads the first would disagree). Routes declare their list parameters by their type
 (`list[...]`); every other parameter must appear at most once: 400 REPEATED_PARAMETER,
 naming it.
+
+A parameter that the route under /v1/ does not declare is refused too (400
+UNKNOWN_PARAMETER, naming it, never its value): FastAPI would drop it without a word, so
+`GET /v1/events?after=5000` (the parameter is `after_offset`) would page the log from its
+start and `?types=fact` would answer unfiltered. A name or value shaped like a credential
+is left to the credential check (CREDENTIAL_IN_URL).
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ from typing import Any, Union, get_args, get_origin
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
 
+from mnemo.domain.access import looks_like_key
 from mnemo.domain.errors import InvalidInput
+from mnemo_gateway.deps import CREDENTIAL_PARAMS
 
 __all__ = ["single_valued_queries"]
 
 _ROUTE_LISTS: dict[int, frozenset[str]] = {}
+_ROUTE_QUERIES: dict[int, frozenset[str]] = {}
+_CHECKED_PREFIX = "/v1/"
 
 
 def _query_fields(dependant: Dependant) -> Iterator[Any]:
@@ -47,10 +58,34 @@ def _lists_of(route: Any) -> frozenset[str]:
     return known
 
 
+def _queries_of(route: Any) -> frozenset[str]:
+    known = _ROUTE_QUERIES.get(id(route))
+    if known is None:
+        dependant = getattr(route, "dependant", None)
+        fields = list(_query_fields(dependant)) if dependant is not None else []
+        known = frozenset(f.alias for f in fields)
+        _ROUTE_QUERIES[id(route)] = known
+    return known
+
+
 def single_valued_queries(request: Request) -> None:
-    """An app-wide dependency: refuses a repeated query parameter the route takes once."""
+    """An app-wide dependency: refuses a query parameter the route under /v1/ does not
+    declare, and a repeated one the route takes once."""
     params = request.query_params
     given = params.multi_items()
+    route = request.scope.get("route")
+    if given and route is not None and request.url.path.startswith(_CHECKED_PREFIX):
+        declared = _queries_of(route)
+        for name, value in given:
+            if name not in declared and not (
+                name.lower() in CREDENTIAL_PARAMS or looks_like_key(value)
+            ):
+                raise InvalidInput(
+                    "this route takes no such query parameter"
+                    + (f"; it takes: {', '.join(sorted(declared))}" if declared else ""),
+                    code="UNKNOWN_PARAMETER",
+                    field=name[:64],
+                )
     if len(given) == len(params):  # (the length counts each name once)
         return
     lists = _lists_of(request.scope.get("route"))
