@@ -177,6 +177,26 @@ def test_there_is_no_place_for_a_literal_secret(
             id="sasl-without-credentials",
         ),
         pytest.param(
+            {"vault": {"token": {"existingSecret": ""}}},
+            "vault: set agent.enabled",
+            id="no-vault-token-at-all",
+        ),
+        pytest.param(
+            {"gateway": {"keyPepper": {"existingSecret": ""}}},
+            "gateway.keyPepper.existingSecret is required",
+            id="no-key-pepper",
+        ),
+        pytest.param(
+            {"kafka": {"securityProtocol": "SSL", "sasl": {"existingSecret": "kafka-user"}}},
+            "kafka.sasl.existingSecret needs kafka.securityProtocol SASL_SSL",
+            id="sasl-credentials-never-used",
+        ),
+        pytest.param(
+            {"kafka": {"tls": {"caSecret": "kafka-ca"}}},
+            "kafka.tls.caSecret needs kafka.securityProtocol SSL or SASL_SSL",
+            id="kafka-ca-over-plaintext",
+        ),
+        pytest.param(
             {"kafka": {"replication": 2, "minInsync": 3}},
             "kafka.minInsync",
             id="more-in-sync-replicas-than-replicas",

@@ -232,6 +232,18 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- if and (eq $v.kafka.securityProtocol "SASL_SSL") (not $v.kafka.sasl.existingSecret) -}}
 {{- fail "kafka.sasl.existingSecret is required when kafka.securityProtocol is SASL_SSL" -}}
 {{- end -}}
+{{- if and $v.kafka.sasl.existingSecret (ne $v.kafka.securityProtocol "SASL_SSL") -}}
+{{- fail "kafka.sasl.existingSecret needs kafka.securityProtocol SASL_SSL (otherwise the credentials are never used)" -}}
+{{- end -}}
+{{- if and $v.kafka.tls.caSecret (eq $v.kafka.securityProtocol "PLAINTEXT") -}}
+{{- fail "kafka.tls.caSecret needs kafka.securityProtocol SSL or SASL_SSL" -}}
+{{- end -}}
+{{- if not (or $v.vault.agent.enabled $v.vault.token.existingSecret) -}}
+{{- fail "vault: set agent.enabled (Vault Agent writes the token) or token.existingSecret; without a token every pod stops with VAULT_TOKEN_MISSING" -}}
+{{- end -}}
+{{- if not $v.gateway.keyPepper.existingSecret -}}
+{{- fail "gateway.keyPepper.existingSecret is required: API keys are hashed with the pepper, and without a shared one each gateway pod would make its own, so a key would work on one replica only and none would survive a restart" -}}
+{{- end -}}
 {{- $gateway := include "mnemo.component" (dict "root" . "name" "gateway") | fromJson -}}
 {{- if $gateway.autoscaling.keda.enabled -}}
 {{- fail "components.gateway.autoscaling.keda: the gateway has no consumer lag; use the CPU autoscaler" -}}
