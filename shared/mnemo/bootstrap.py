@@ -836,9 +836,30 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
 # ---- the distributed mode ---------------------------------------------------------------
 
 
+def check_kafka_sasl(settings: MnemoSettings) -> None:
+    """SASL takes a mechanism, a user name and a password: a configuration error naming
+    the missing setting (KAFKA_SASL_INVALID) before any Kafka client is built, rather than
+    the client library's own error, which names none of them."""
+    if not settings.kafka_security_protocol.startswith("SASL_"):
+        return
+    for field, given in (
+        ("kafka_sasl_mechanism", settings.kafka_sasl_mechanism),
+        ("kafka_sasl_username", settings.kafka_sasl_username),
+        ("kafka_sasl_password", settings.kafka_sasl_password),
+    ):
+        if not given:
+            raise InvalidInput(
+                f"MNEMO_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol} needs "
+                f"MNEMO_{field.upper()}",
+                code="KAFKA_SASL_INVALID",
+                field=field,
+            )
+
+
 def kafka_config(settings: MnemoSettings, client_id: str = "mnemo") -> KafkaConfig:
     from mnemo.adapters.kafka_topic import KafkaConfig
 
+    check_kafka_sasl(settings)
     return KafkaConfig(
         bootstrap=settings.kafka_bootstrap,
         security_protocol=settings.kafka_security_protocol,

@@ -1715,6 +1715,8 @@ def admin_create_topics(state: State) -> None:
     try:
         created = ensure_topics_from(settings)
     except MnemoError as exc:
+        if exc.field:  # a configuration error: exit 78 with the setting's name
+            _cannot_start(exc)
         raise CliError(f"cannot create the topics: {exc.code}: {exc.message}") from exc
     except RuntimeError as exc:
         raise CliError(str(exc)) from exc

@@ -40,6 +40,7 @@ from mnemo import telemetry
 from mnemo.bootstrap import (
     Platform,
     build_distributed,
+    check_kafka_sasl,
     check_setting_files,
     check_vault_token,
     dead_letter_topic,
@@ -47,7 +48,7 @@ from mnemo.bootstrap import (
     kafka_tls,
     require_vault,
 )
-from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
+from mnemo.domain.errors import MnemoError, Unavailable
 from mnemo.entrypoints import heap
 from mnemo.handlers import decay, indexing, registration, registry
 from mnemo.ports import LogRecord
@@ -94,13 +95,7 @@ def _credentials(settings: MnemoSettings) -> Any:
 
     context = kafka_tls(settings)
     if settings.kafka_security_protocol.startswith("SASL_"):
-        if not settings.kafka_sasl_mechanism:
-            raise InvalidInput(
-                f"MNEMO_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol} needs "
-                "MNEMO_KAFKA_SASL_MECHANISM",
-                code="KAFKA_SASL_INVALID",
-                field="kafka_sasl_mechanism",
-            )
+        check_kafka_sasl(settings)
         return faust.SASLCredentials(
             username=settings.kafka_sasl_username,
             password=(
@@ -795,11 +790,13 @@ def _starting(what: str, build: Callable[[], T], attempts: int = 20, delay: floa
 
 def _preflight(settings: MnemoSettings) -> None:
     """What a distributed process checks before it touches Kafka, Cassandra or the vault:
-    a vault to seal with (VAULT_REQUIRED), and rules and policy files Mnemo takes; on failure
+    a vault to seal with (VAULT_REQUIRED), rules and policy files Mnemo takes, and SASL
+    settings that go together (KAFKA_SASL_INVALID); on failure
     nothing was created or published."""
     try:
         require_vault(settings)
         check_setting_files(settings)
+        check_kafka_sasl(settings)
     except MnemoError as exc:
         failure = ConfigurationError("checking the configuration", exc)
         failure.log()
