@@ -616,9 +616,12 @@ def test_every_component_has_a_disruption_budget(render: Render) -> None:
         assert pdb["spec"]["maxUnavailable"] == 1
         assert "minAvailable" not in pdb["spec"]
         assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name
+        # an outage of a dependency makes every pod unready; a drain must still go on
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     production = of_kind(render("production"), "PodDisruptionBudget")
     assert production[f"{RELEASE}-audit"]["spec"] == {
         "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
         "selector": {
             "matchLabels": {
                 "app.kubernetes.io/name": "mnemo",
@@ -685,6 +688,8 @@ def test_the_gateway_reaches_each_consumers_health_port_for_its_status_page(
         service = services[f"{RELEASE}-{consumer}"]
         assert url == f"http://{RELEASE}-{consumer}:8081"
         assert service["spec"]["selector"]["app.kubernetes.io/component"] == consumer
+        # a failing or fenced replica is not ready, and must still be seen by the status page
+        assert service["spec"]["publishNotReadyAddresses"] is True
         [port] = service["spec"]["ports"]
         assert (port["port"], port["targetPort"]) == (8081, "health")
         container = pod_spec(deployments(manifests)[consumer])["containers"][0]
