@@ -393,31 +393,74 @@ _QDRANT_KEPT_CONNECTIONS = 32
 _QDRANT_IDLE_SECONDS = 2.0
 
 
+def _qdrant_client(settings: MnemoSettings) -> Any:
+    """A client of the Qdrant server at `qdrant_url`, with its API key and CA."""
+    import httpx
+    from qdrant_client import QdrantClient
+
+    key = settings.qdrant_api_key
+    # the server is 1.18 while the client is 1.20: the version check would only warn,
+    # and the contract suite against the real server is the judge (docs/adr/0011)
+    tls: dict[str, Any] = {}
+    if settings.qdrant_ca_file is not None:
+        tls["verify"] = qdrant_tls(settings.qdrant_ca_file)
+    return QdrantClient(
+        url=settings.qdrant_url,
+        api_key=key.get_secret_value() if key else None,
+        check_compatibility=False,
+        limits=httpx.Limits(
+            max_connections=_QDRANT_CONNECTIONS,
+            max_keepalive_connections=_QDRANT_KEPT_CONNECTIONS,
+            keepalive_expiry=_QDRANT_IDLE_SECONDS,
+        ),
+        **tls,
+    )
+
+
+def check_qdrant_access(settings: MnemoSettings) -> None:
+    """At the start of a process that reads or writes the Qdrant server (the gateway, the
+    indexer): the server takes the API key. A key it refuses (401, 403) is a configuration
+    error naming MNEMO_QDRANT_API_KEY (QDRANT_API_KEY_REFUSED), and an address where
+    something else answers (no collection list there) one naming MNEMO_QDRANT_URL
+    (QDRANT_URL_NOT_QDRANT); otherwise the process would answer ready and then fail every
+    batch or search. A server that does not answer yet raises Unavailable, which the start
+    waits for. Messages never carry the key."""
+    if not settings.qdrant_url:
+        return
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    client = _qdrant_client(settings)
+    try:
+        client.get_collections()
+    except UnexpectedResponse as exc:
+        if exc.status_code in (401, 403):
+            raise InvalidInput(
+                f"the Qdrant server at MNEMO_QDRANT_URL refuses the key of "
+                f"MNEMO_QDRANT_API_KEY (HTTP {exc.status_code}): give the server's API key",
+                code="QDRANT_API_KEY_REFUSED",
+                field="qdrant_api_key",
+            ) from None
+        raise InvalidInput(
+            f"MNEMO_QDRANT_URL does not answer as a Qdrant server does (HTTP "
+            f"{exc.status_code} for the collection list): give the address of Qdrant's "
+            "HTTP API",
+            code="QDRANT_URL_NOT_QDRANT",
+            field="qdrant_url",
+        ) from None
+    except Exception as exc:  # connection refused, timeouts, TLS handshakes: not up yet
+        raise Unavailable(
+            f"the Qdrant server at MNEMO_QDRANT_URL does not answer ({type(exc).__name__})"
+        ) from None
+    finally:
+        client.close()
+
+
 def make_index(settings: MnemoSettings, dim: int) -> VectorIndex:
     """The Qdrant server index when `qdrant_url` is set, else the embedded qdrant-edge shard."""
     if settings.qdrant_url:
-        import httpx
-        from qdrant_client import QdrantClient
-
         from mnemo.adapters.qdrant_server_index import QdrantServerIndex
 
-        key = settings.qdrant_api_key
-        # the server is 1.18 while the client is 1.20: the version check would only warn,
-        # and the contract suite against the real server is the judge (docs/adr/0011)
-        tls: dict[str, Any] = {}
-        if settings.qdrant_ca_file is not None:
-            tls["verify"] = qdrant_tls(settings.qdrant_ca_file)
-        client = QdrantClient(
-            url=settings.qdrant_url,
-            api_key=key.get_secret_value() if key else None,
-            check_compatibility=False,
-            limits=httpx.Limits(
-                max_connections=_QDRANT_CONNECTIONS,
-                max_keepalive_connections=_QDRANT_KEPT_CONNECTIONS,
-                keepalive_expiry=_QDRANT_IDLE_SECONDS,
-            ),
-            **tls,
-        )
+        client = _qdrant_client(settings)
         server = QdrantServerIndex(client, dim, settings.qdrant_collection)
         return telemetry.TracedVectorIndex(
             server, collection=settings.qdrant_collection, remote=True

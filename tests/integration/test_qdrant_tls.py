@@ -7,14 +7,21 @@ the setting's name."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from tests.support import answer_json, missing
 from tests.tls_support import TlsServices, rogue_ca, tls_services
+from tests.vault_support import vault_settings
 
-from mnemo.bootstrap import make_index
-from mnemo.domain.errors import InvalidInput, MnemoError
+from mnemo.bootstrap import check_qdrant_access, make_index
+from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
 from mnemo.ports import SparseVector, VectorIndex, VectorPoint
 from mnemo.settings import MnemoSettings
 
@@ -91,3 +98,82 @@ def test_an_unreadable_ca_file_names_the_setting(tls: TlsServices, tmp_path: Pat
         make_index(settings(tls, qdrant_ca_file=tmp_path / "absent.pem"), DIM)
     assert caught.value.code == "TLS_CONFIG_INVALID"
     assert caught.value.field == "qdrant_ca_file"
+
+
+def test_a_start_checks_the_key_and_names_the_setting(tls: TlsServices) -> None:
+    """What the gateway and the indexer check as they start (check_qdrant_access): a key
+    the server refuses stops the start by its setting's name; otherwise the process would
+    answer ready and fail every batch and search."""
+    check_qdrant_access(settings(tls))  # the right key
+    for key in ("not-the-" + tls.qdrant_api_key, None):
+        with pytest.raises(InvalidInput) as caught:
+            check_qdrant_access(settings(tls, qdrant_api_key=key))
+        assert caught.value.code == "QDRANT_API_KEY_REFUSED"
+        assert caught.value.field == "qdrant_api_key"
+        assert tls.qdrant_api_key not in str(caught.value)
+
+
+def test_a_start_waits_for_a_server_that_does_not_answer_and_refuses_one_that_is_not_qdrant(
+    tls: TlsServices,
+) -> None:
+    closed = MnemoSettings(qdrant_url="http://127.0.0.1:9")
+    with pytest.raises(Unavailable):
+        check_qdrant_access(closed)  # retried by the start, like a vault not up yet
+    # an HTTP server that is not Qdrant (another service on the port): 404 for everything
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotQdrant)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(InvalidInput) as caught:
+            check_qdrant_access(MnemoSettings(qdrant_url=url))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caught.value.code == "QDRANT_URL_NOT_QDRANT"
+    assert caught.value.field == "qdrant_url"
+
+
+class _NotQdrant(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        answer_json(self, 404, b'{"error": "no such page"}')
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_an_indexer_with_a_key_the_server_refuses_does_not_start(
+    tls: TlsServices, tmp_path: Path
+) -> None:
+    """`python -m mnemo_indexer` as the chart starts it, with a wrong Qdrant key: exit
+    status 78 and the setting's name, no traceback, not the key, and before it joins a
+    consumer group (no Kafka or Cassandra is named here: it stops before either)."""
+    addr, token = vault_settings()
+    if token is None:
+        missing("OpenBao", "no MNEMO_VAULT_TOKEN and no var/run/services.env")
+    wrong = "not-the-" + tls.qdrant_api_key
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "MNEMO_DATA_DIR": str(tmp_path),
+        "MNEMO_MODE": "distributed",
+        "MNEMO_VAULT_ADDR": addr,
+        "MNEMO_VAULT_TOKEN": str(token),
+        "MNEMO_QDRANT_URL": tls.qdrant_url,
+        "MNEMO_QDRANT_API_KEY": wrong,
+        "MNEMO_QDRANT_CA_FILE": str(tls.ca),
+    }
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemo_indexer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 78, output
+    assert "QDRANT_API_KEY_REFUSED" in output
+    assert "MNEMO_QDRANT_API_KEY" in output
+    assert "Traceback" not in output
+    assert wrong not in output

@@ -59,6 +59,7 @@ def test_the_distributed_gateway_freezes_what_start_up_made_before_it_serves(
     monkeypatch.setattr(uvicorn, "run", lambda app, **_: seen.update(frozen=gc.get_freeze_count()))
     monkeypatch.setattr(workers, "_preflight", lambda settings: None)
     monkeypatch.setattr(workers, "ensure_topics_from", lambda settings: [])
+    monkeypatch.setattr(workers, "check_qdrant_access", lambda settings: None)
     settings = MnemoSettings(
         data_dir=tmp_path / "data", embedder="hashing", qdrant_url="http://127.0.0.1:1"
     )

@@ -41,6 +41,7 @@ from mnemo.bootstrap import (
     Platform,
     build_distributed,
     check_kafka_sasl,
+    check_qdrant_access,
     check_setting_files,
     check_vault_token,
     dead_letter_topic,
@@ -812,6 +813,8 @@ def run_worker(consumer: str) -> None:
         consumer, prometheus_port=settings.prometheus_port, prometheus_host=settings.health_host
     )
     _starting("checking the vault token", lambda: check_vault_token(settings))
+    if consumer == indexing.CONSUMER:
+        _starting("checking the Qdrant server", lambda: check_qdrant_access(settings))
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     _starting("starting the worker", lambda: make_worker(consumer, settings)).run()
 
@@ -825,6 +828,7 @@ def run_gateway(settings: MnemoSettings, gateway: GatewaySettings) -> None:
         "gateway", prometheus_port=settings.prometheus_port, prometheus_host=gateway.host
     )
     _starting("checking the vault token", lambda: check_vault_token(settings))
+    _starting("checking the Qdrant server", lambda: check_qdrant_access(settings))
     _starting("creating the topics", lambda: ensure_topics_from(settings))
     if settings.qdrant_url is None:
         # the co-located indexer works with the indexer's own settings (MNEMO_INDEXER_...)
