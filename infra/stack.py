@@ -170,6 +170,19 @@ class Component:
         return f"http://127.0.0.1:{port}/readyz"
 
 
+def _port_is_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:port (a bind succeeds)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
 # each consumer's default health port, in the order of the table of consumers
 CONSUMER_PORTS = {c.name: 8091 + n for n, c in enumerate(TABLE)}
 # the consumer that writes the vector index: a process of its own beside a Qdrant server,
@@ -254,7 +267,9 @@ class Stack:
         env.update(self.env)
         for key in [k for k, v in self.env.items() if not v]:
             env.pop(key, None)  # an empty value in the stack's env: not set at all
-        env.setdefault("MNEMO_MODE", "distributed")
+        # a distributed stack whatever the caller's shell exports (MNEMO_MODE=embedded there
+        # would start every component embedded); the stack's own env may still say
+        env["MNEMO_MODE"] = self.env.get("MNEMO_MODE") or "distributed"
         env["MNEMO_HEALTH_PORT"] = str(component.health_port)
         consumer = next((c for c in TABLE if c.module == component.module), None)
         if consumer is not None:
@@ -312,6 +327,19 @@ class Stack:
         running = self.pid(name)
         if running is not None:
             return running
+        # a port another process holds (a `make run` left running, an earlier stack's
+        # component): that process would answer the readiness probe in this one's place
+        taken = [
+            port
+            for port in (component.http_port, component.health_port)
+            if port and not _port_is_free(port)
+        ]
+        if taken:
+            raise StackError(
+                f"{name}: port {', '.join(map(str, taken))} on 127.0.0.1 is already in use by "
+                "another process (a `make run` still running? `make down` stops this stack's "
+                "own); free it or give this component another port"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with self.log_file(name).open("ab") as out:
             proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
@@ -508,6 +536,8 @@ def first_tenant(url: str, token: str, tenant: str = FIRST_TENANT) -> str | None
         raise StackError(
             f"creating tenant {tenant!r} answered {exc.code}: {exc.read()[:500]!r}"
         ) from None
+    except OSError as exc:  # URLError, a reset connection, a timeout
+        raise StackError(f"creating tenant {tenant!r} failed: {exc}") from None
 
 
 def from_environment() -> Stack:
@@ -572,10 +602,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[stack] starting Mnemo ({stack.topology} topology) ...", flush=True)
     try:
         stack.up()
-        key = first_tenant(url, admin_token)
     except StackError as exc:
         print(f"[stack] {exc}", file=sys.stderr)
         print("[stack] stopped the components this run started", file=sys.stderr)
+        return 1
+    try:
+        key = first_tenant(url, admin_token)
+    except StackError as exc:
+        print(f"[stack] {exc}", file=sys.stderr)
+        print("[stack] the components are running; `make down` stops them", file=sys.stderr)
         return 1
     print(f"[stack] Mnemo (distributed, {stack.topology}) on {url}")
     print(json.dumps(stack.status()))
@@ -591,9 +626,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {key}")
     else:
         print(f"[stack] tenant {FIRST_TENANT!r} exists; its admin key was shown when it was made")
+    mnemo = Path(stack.python).parent / "mnemo"
     print(
         f"[stack] try: MNEMO_URL={url} MNEMO_ADMIN_TOKEN=$(cat {token_file}) "
-        "MNEMO_API_KEY=<the key> mnemo status"
+        f"MNEMO_API_KEY=<the key> {mnemo if mnemo.exists() else 'mnemo'} status"
     )
     print(f"[stack] logs in {stack.run_dir}; `make down` stops it")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,38 @@ def test_down_from_another_invocation_stops_the_replicas_a_scale_out_started(
     assert first != second
 
 
+def test_a_component_whose_port_another_process_holds_is_not_started(tmp_path: Path) -> None:
+    """What answered there (a `make run` left running) would pass the readiness probe in
+    the component's place."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        ours = stack.Stack(tmp_path / "run", python=fake_python(tmp_path))
+        ours.ports["decay"] = port
+        with pytest.raises(stack.StackError, match=f"port {port} .* already in use"):
+            ours.start("decay")
+        assert ours.pid("decay") is None
+        assert not (tmp_path / "run" / "decay.pid").exists()
+    finally:
+        holder.close()
+    pid = ours.start("decay")  # free again: it starts
+    try:
+        assert ours.pid("decay") == pid
+    finally:
+        ours.kill("decay")
+
+
+def test_the_stack_is_distributed_whatever_the_shell_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MNEMO_MODE", "embedded")
+    server = stack.Stack(tmp_path, {"MNEMO_QDRANT_URL": "http://127.0.0.1:6333"})
+    for component in server.components():
+        assert server.child_env(component)["MNEMO_MODE"] == "distributed", component.name
+
+
 def test_a_port_is_handed_out_once_per_process() -> None:
     # nothing listens on a port until its server starts: two calls must not both find the
     # same one free (500 random draws from ~22,000 ports would repeat one almost surely)
@@ -167,3 +200,11 @@ def test_make_up_checks_the_settings_before_it_starts_a_service() -> None:
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
     recipe = makefile.split("\nup:", 1)[1].split("\n\n", 1)[0]
     assert recipe.index("stack.py check") < recipe.index("$(SERVICES) up")
+
+
+def test_creating_the_first_tenant_on_a_gateway_that_does_not_answer_is_a_stack_error() -> None:
+    """A refused or reset connection (not only an HTTP error answer) ends `make up` with
+    its message, not a traceback."""
+    closed = stack.free_port()
+    with pytest.raises(stack.StackError, match="creating tenant"):
+        stack.first_tenant(f"http://127.0.0.1:{closed}", "operator-token")
