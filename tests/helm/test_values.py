@@ -197,6 +197,19 @@ def test_there_is_no_place_for_a_literal_secret(
             id="kafka-ca-over-plaintext",
         ),
         pytest.param(
+            {"kafka": {"partitions": 4}, "components": {"decay": {"replicas": 5}}},
+            "components.decay: 5 replicas, more than kafka.partitions (4)",
+            id="more-consumer-replicas-than-partitions",
+        ),
+        pytest.param(
+            {
+                "kafka": {"partitions": 12},
+                "components": {"registrar": {"autoscaling": {"enabled": True, "maxReplicas": 50}}},
+            },
+            "components.registrar: 50 replicas, more than kafka.partitions (12)",
+            id="autoscaler-beyond-the-partitions",
+        ),
+        pytest.param(
             {"kafka": {"replication": 2, "minInsync": 3}},
             "kafka.minInsync",
             id="more-in-sync-replicas-than-replicas",

@@ -254,6 +254,14 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- if and $c.enabled $autoscaled (gt (int $c.autoscaling.minReplicas) (int $c.autoscaling.maxReplicas)) -}}
 {{- fail (printf "components.%s.autoscaling: minReplicas (%d) cannot be more than maxReplicas (%d)" $name (int $c.autoscaling.minReplicas) (int $c.autoscaling.maxReplicas)) -}}
 {{- end -}}
+{{- /* a consumer replica beyond the log's partitions holds none: it idles, and it pulls a
+       CPU autoscaler's average down so the working ones are scaled too late */ -}}
+{{- if and $c.enabled (ne $name "gateway") -}}
+{{- $most := ternary (int $c.autoscaling.maxReplicas) (int $c.replicas) $autoscaled -}}
+{{- if gt $most (int $v.kafka.partitions) -}}
+{{- fail (printf "components.%s: %d replicas, more than kafka.partitions (%d); a consumer replica beyond the partitions holds none" $name $most (int $v.kafka.partitions)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
