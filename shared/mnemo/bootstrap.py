@@ -417,6 +417,20 @@ def _qdrant_client(settings: MnemoSettings) -> Any:
     )
 
 
+def require_qdrant_for_indexer(settings: MnemoSettings) -> None:
+    """The indexer as a process of its own writes the Qdrant server: without one
+    (MNEMO_QDRANT_URL unset) it would index into a private store of its own, which no
+    gateway searches, while taking partitions from the group the co-located indexer (the
+    gateway's, in that topology) is in. A configuration error (QDRANT_REQUIRED)."""
+    if not settings.qdrant_url:
+        raise InvalidInput(
+            "the indexer as a process of its own needs the Qdrant server (MNEMO_QDRANT_URL); "
+            "without one, the gateway runs the indexer over its own vector store",
+            code="QDRANT_REQUIRED",
+            field="qdrant_url",
+        )
+
+
 def check_qdrant_access(settings: MnemoSettings) -> None:
     """At the start of a process that reads or writes the Qdrant server (the gateway, the
     indexer): the server takes the API key. A key it refuses (401, 403) is a configuration

@@ -4,6 +4,9 @@ a configuration error is not (it names the setting and exits with status 78)."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +192,44 @@ def test_an_embedded_consumer_stops_with_status_78_on_a_bad_rules_file(
     err = capsys.readouterr().err
     assert "configuration error INVALID_SETTING (setting MNEMO_TRIGGERS_FILE)" in err
     assert not (tmp_path / "data").exists()
+
+
+def test_an_indexer_process_without_a_qdrant_server_does_not_start(tmp_path: Path) -> None:
+    """`python -m mnemo_indexer` in the distributed mode without MNEMO_QDRANT_URL would
+    index into a private store of its own, which no gateway searches, and take partitions
+    from the co-located indexer's group: exit status 78, QDRANT_REQUIRED, before it
+    touches the vault, Kafka or Cassandra (none of them is reachable here)."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "MNEMO_DATA_DIR": str(tmp_path / "data"),
+        "MNEMO_MODE": "distributed",
+        "MNEMO_KAFKA_BOOTSTRAP": "127.0.0.1:9",
+        "MNEMO_CASSANDRA_HOSTS": "127.0.0.1",
+        "MNEMO_CASSANDRA_PORT": "9",
+        "MNEMO_VAULT_ADDR": "http://127.0.0.1:9",
+        "MNEMO_VAULT_TOKEN": "not-a-real-token",
+    }
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemo_indexer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 78, output
+    assert "QDRANT_REQUIRED" in output
+    assert "MNEMO_QDRANT_URL" in output
+    assert "not-a-real-token" not in output
+    # the registrar takes no Qdrant server: the same environment gets past this check
+    from mnemo.entrypoints import workers
+    from mnemo.settings import MnemoSettings
+
+    settings = MnemoSettings(
+        mode="distributed", vault_addr="http://127.0.0.1:9", vault_token="not-a-real-token"
+    )
+    workers._preflight(settings)
+    with pytest.raises(ConfigurationError):
+        workers._preflight(settings, indexer=True)

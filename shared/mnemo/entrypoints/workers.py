@@ -47,6 +47,7 @@ from mnemo.bootstrap import (
     dead_letter_topic,
     kafka_config,
     kafka_tls,
+    require_qdrant_for_indexer,
     require_vault,
 )
 from mnemo.domain.errors import MnemoError, Unavailable
@@ -789,15 +790,18 @@ def _starting(what: str, build: Callable[[], T], attempts: int = 20, delay: floa
     raise AssertionError("unreachable")
 
 
-def _preflight(settings: MnemoSettings) -> None:
+def _preflight(settings: MnemoSettings, *, indexer: bool = False) -> None:
     """What a distributed process checks before it touches Kafka, Cassandra or the vault:
     a vault to seal with (VAULT_REQUIRED), rules and policy files Mnemo takes, and SASL
-    settings that go together (KAFKA_SASL_INVALID); on failure
+    settings that go together (KAFKA_SASL_INVALID); for the indexer, a Qdrant server to
+    write (QDRANT_REQUIRED); on failure
     nothing was created or published."""
     try:
         require_vault(settings)
         check_setting_files(settings)
         check_kafka_sasl(settings)
+        if indexer:
+            require_qdrant_for_indexer(settings)
     except MnemoError as exc:
         failure = ConfigurationError("checking the configuration", exc)
         failure.log()
@@ -808,7 +812,7 @@ def run_worker(consumer: str) -> None:
     """`python -m mnemo_<consumer>` in the distributed mode."""
     settings = worker_settings(consumer)
     telemetry.configure_logging(settings.log_level, settings.log_format)
-    _preflight(settings)
+    _preflight(settings, indexer=consumer == indexing.CONSUMER)
     telemetry.configure(
         consumer, prometheus_port=settings.prometheus_port, prometheus_host=settings.health_host
     )
