@@ -346,8 +346,9 @@ def test_production_secret_references(render: Render) -> None:
         "MNEMO_KAFKA_SASL_PASSWORD": ("mnemo-kafka-user", "password"),
         "MNEMO_CASSANDRA_USERNAME": ("mnemo-cassandra-superuser", "username"),
         "MNEMO_CASSANDRA_PASSWORD": ("mnemo-cassandra-superuser", "password"),
-        "MNEMO_QDRANT_API_KEY": ("mnemo-qdrant", "api-key"),
     }
+    # the Qdrant key reaches only the processes that read or write Qdrant
+    qdrant = {f"Deployment/{RELEASE}-gateway", f"Deployment/{RELEASE}-indexer"}
     for name, spec in pod_templates(manifests):
         env = env_of(spec["containers"][0])
         refs = {
@@ -359,6 +360,8 @@ def test_production_secret_references(render: Render) -> None:
             if "valueFrom" in entry and "secretKeyRef" in entry["valueFrom"]
         }
         want = dict(expected)
+        if name in qdrant:
+            want["MNEMO_QDRANT_API_KEY"] = ("mnemo-qdrant", "api-key")
         if name == f"Deployment/{RELEASE}-gateway":
             want["MNEMO_GATEWAY_ADMIN_TOKEN"] = ("mnemo-gateway-admin", "admin-token")
             want["MNEMO_KEY_PEPPER"] = ("mnemo-key-pepper", "key-pepper")

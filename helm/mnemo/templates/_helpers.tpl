@@ -203,9 +203,6 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{ include "mnemo.secretRef" (dict "env" "MNEMO_CASSANDRA_USERNAME" "secret" $v.cassandra.auth.existingSecret "key" $v.cassandra.auth.usernameKey) }}
 {{ include "mnemo.secretRef" (dict "env" "MNEMO_CASSANDRA_PASSWORD" "secret" $v.cassandra.auth.existingSecret "key" $v.cassandra.auth.passwordKey) }}
 {{- end }}
-{{- if $v.qdrant.apiKey.existingSecret }}
-{{ include "mnemo.secretRef" (dict "env" "MNEMO_QDRANT_API_KEY" "secret" $v.qdrant.apiKey.existingSecret "key" $v.qdrant.apiKey.key) }}
-{{- end }}
 {{- if $v.vault.token.existingSecret }}
 {{ include "mnemo.secretRef" (dict "env" "MNEMO_VAULT_TOKEN" "secret" $v.vault.token.existingSecret "key" $v.vault.token.key) }}
 {{- end }}
@@ -255,8 +252,9 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ $v.otel.endpoint | quote }}
 {{- fail (printf "components.%s.autoscaling: minReplicas (%d) cannot be more than maxReplicas (%d)" $name (int $c.autoscaling.minReplicas) (int $c.autoscaling.maxReplicas)) -}}
 {{- end -}}
 {{- /* a consumer replica beyond the log's partitions holds none: it idles, and it pulls a
-       CPU autoscaler's average down so the working ones are scaled too late */ -}}
-{{- if and $c.enabled (ne $name "gateway") -}}
+       CPU autoscaler's average down so the working ones are scaled too late (KEDA's Kafka
+       scaler stops at the partitions by itself: allowIdleConsumers false) */ -}}
+{{- if and $c.enabled (ne $name "gateway") (not $c.autoscaling.keda.enabled) -}}
 {{- $most := ternary (int $c.autoscaling.maxReplicas) (int $c.replicas) $autoscaled -}}
 {{- if gt $most (int $v.kafka.partitions) -}}
 {{- fail (printf "components.%s: %d replicas, more than kafka.partitions (%d); a consumer replica beyond the partitions holds none" $name $most (int $v.kafka.partitions)) -}}
