@@ -580,8 +580,9 @@ def declared_environment(script: Path) -> dict[str, str]:
 @cache
 def _development_variables() -> dict[str, str]:
     root = _source_checkout()
-    found = dict(TOOL_VARIABLES)
-    if root is not None:
+    found: dict[str, str] = {}
+    if root is not None:  # the test suite's and the scripts' own: a source checkout only
+        found.update(TOOL_VARIABLES)
         for script in sorted((root / "infra").glob("*.py")):
             found.update(declared_environment(script))
     return found

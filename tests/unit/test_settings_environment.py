@@ -467,3 +467,23 @@ def test_a_process_does_not_start_with_a_bad_value(
     assert "Traceback" not in output
     assert value not in output
     assert not any(tmp_path.iterdir())
+
+
+def test_an_installed_image_knows_no_development_or_test_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside a source checkout (the container image) the test suite's and the infra
+    scripts' variables are unknown names like any other."""
+    from mnemo import settings as module
+
+    module._development_variables.cache_clear()
+    monkeypatch.setattr(module, "_source_checkout", lambda: None)
+    try:
+        for name in ("MNEMO_HELM", "MNEMO_CHROMIUM", "MNEMO_KAFKA_PORT"):
+            with pytest.raises(UnknownSetting):
+                check_environment({name: "x"})
+        check_environment({"MNEMO_URL": "http://127.0.0.1:8080", "MNEMO_BATCH_SIZE": "8"})
+    finally:
+        monkeypatch.undo()
+        module._development_variables.cache_clear()
+    check_environment({"MNEMO_HELM": "x"})  # in this checkout, a known name
