@@ -298,3 +298,26 @@ def free_port() -> int:
     """A port for a server a test starts (and may kill and start again) on 127.0.0.1:
     infra/stack.py's, outside the range outgoing connections take their ports from."""
     return int(stack_module().free_port())
+
+
+def refused_start(module: str, *args: str, env: dict[str, str], timeout: float = 180.0) -> str:
+    """Run `python -m module args` with `env` (and this checkout's PYTHONPATH, where the
+    caller named one), expect a configuration error (exit status 78, no traceback), and
+    return what it printed."""
+    import subprocess
+
+    env = dict(env)
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 78, output
+    assert "Traceback" not in output
+    return output

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support import stack_module
+from tests.support import refused_start, stack_module
 
 from mnemo.domain.errors import InvalidInput
 from mnemo.entrypoints.cli import cli
@@ -193,18 +193,9 @@ def test_mnemo_serve_does_not_start_with_a_consumers_own_variable(tmp_path: Path
         "MNEMO_DATA_DIR": str(tmp_path / "data"),
         "MNEMO_REGISTRAR_EMBED_BATCH": "3",
     }
-    if "PYTHONPATH" in os.environ:
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    done = subprocess.run(
-        [sys.executable, "-m", "mnemo", "serve", "--port", "1"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 78, done.stderr
-    assert "SETTING_NOT_READ_HERE" in done.stderr
-    assert "MNEMO_REGISTRAR_EMBED_BATCH" in done.stderr
+    output = refused_start("mnemo", "serve", "--port", "1", env=env, timeout=120)
+    assert "SETTING_NOT_READ_HERE" in output
+    assert "MNEMO_REGISTRAR_EMBED_BATCH" in output
     assert not (tmp_path / "data").exists()  # nothing was built
 
 

@@ -4,12 +4,10 @@ a configuration error is not (it names the setting and exits with status 78)."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.support import refused_start
 
 from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.entrypoints.workers import ConfigurationError, _starting
@@ -209,17 +207,7 @@ def test_an_indexer_process_without_a_qdrant_server_does_not_start(tmp_path: Pat
         "MNEMO_VAULT_ADDR": "http://127.0.0.1:9",
         "MNEMO_VAULT_TOKEN": "not-a-real-token",
     }
-    if "PYTHONPATH" in os.environ:
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    done = subprocess.run(
-        [sys.executable, "-m", "mnemo_indexer"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 78, output
+    output = refused_start("mnemo_indexer", env=env)
     assert "QDRANT_REQUIRED" in output
     assert "MNEMO_QDRANT_URL" in output
     assert "not-a-real-token" not in output
