@@ -397,6 +397,16 @@ def test_vault_agent_writes_the_token_file(render: Render) -> None:
         # the token file must be readable by uid 10001, the user the agent then runs as
         assert annotations["vault.hashicorp.com/agent-run-as-same-user"] == "true"
         assert "vault.hashicorp.com/agent-pre-populate-only" not in annotations
+        # the agent logs in at the vault Mnemo uses, over TLS with the CA Mnemo trusts
+        assert annotations["vault.hashicorp.com/service"] == "https://vault.vault.svc:8200"
+        assert annotations["vault.hashicorp.com/tls-secret"] == "mnemo-vault-ca"
+        assert annotations["vault.hashicorp.com/ca-cert"] == "/vault/tls/ca.crt"
+    # an operator's own annotation for the address wins, and is not written twice
+    own = {"vault.hashicorp.com/service": "https://vault.internal:8200"}
+    chosen = render("production", values={"vault": {"agent": {"annotations": own}}})
+    for deployment in deployments(chosen).values():
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["vault.hashicorp.com/service"] == "https://vault.internal:8200"
     for job in of_kind(manifests, "Job").values():
         # a Job with a long-lived agent sidecar would never complete
         annotations = job["spec"]["template"]["metadata"]["annotations"]

@@ -330,8 +330,18 @@ seccompProfile:
 
 {{/* Vault Agent Injector annotations (pods of components and hooks alike). */}}
 {{- define "mnemo.vaultAgentAnnotations" -}}
+{{- $vault := .Values.vault }}
 {{- with .Values.vault.agent }}
 {{- if .enabled }}
+{{- /* the agent talks to the vault Mnemo is given, trusting the CA Mnemo trusts (a value
+       in vault.agent.annotations for the same key wins) */}}
+{{- if not (hasKey .annotations "vault.hashicorp.com/service") }}
+vault.hashicorp.com/service: {{ $vault.addr | quote }}
+{{- end }}
+{{- if and $vault.tls.caSecret (not (hasKey .annotations "vault.hashicorp.com/tls-secret")) }}
+vault.hashicorp.com/tls-secret: {{ $vault.tls.caSecret | quote }}
+vault.hashicorp.com/ca-cert: {{ printf "/vault/tls/%s" $vault.tls.caKey | quote }}
+{{- end }}
 vault.hashicorp.com/agent-inject: "true"
 vault.hashicorp.com/agent-inject-token: "true"
 {{- /* the agent runs as the component's uid, so the token file it writes is readable */}}
