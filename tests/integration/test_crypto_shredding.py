@@ -339,7 +339,11 @@ def test_forgetting_a_user_leaves_none_of_their_words(
 
         reads = [
             served("GET", "/v1/subjects/user:alice/events"),
-            served("GET", "/v1/subjects/user:alice/memories?include_inactive=true"),
+            served(
+                "GET",
+                "/v1/subjects/user:alice/memories"
+                "?include_archived=true&include_expired=true&include_superseded=true",
+            ),
             served("GET", "/v1/subjects/user:alice/snapshot"),
             served("GET", "/v1/events?after_offset=0&limit=1000"),
             served("POST", "/v1/search", {"query": f"tea {alice.content}"}),
