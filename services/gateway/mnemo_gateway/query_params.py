@@ -29,8 +29,8 @@ from mnemo_gateway.deps import CREDENTIAL_PARAMS
 
 __all__ = ["single_valued_queries"]
 
-_ROUTE_LISTS: dict[int, frozenset[str]] = {}
-_ROUTE_QUERIES: dict[int, frozenset[str]] = {}
+# per route: the query parameters it declares, and those of them that take a list
+_ROUTE_QUERIES: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
 _CHECKED_PREFIX = "/v1/"
 
 
@@ -48,22 +48,16 @@ def _takes_many(annotation: Any) -> bool:
     return origin in (list, tuple, set, frozenset)
 
 
-def _lists_of(route: Any) -> frozenset[str]:
-    known = _ROUTE_LISTS.get(id(route))
-    if known is None:
-        dependant = getattr(route, "dependant", None)
-        fields = list(_query_fields(dependant)) if dependant is not None else []
-        known = frozenset(f.alias for f in fields if _takes_many(f.field_info.annotation))
-        _ROUTE_LISTS[id(route)] = known
-    return known
-
-
-def _queries_of(route: Any) -> frozenset[str]:
+def _queries_of(route: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """The route's query parameters, and those that take a list (read once per route)."""
     known = _ROUTE_QUERIES.get(id(route))
     if known is None:
         dependant = getattr(route, "dependant", None)
         fields = list(_query_fields(dependant)) if dependant is not None else []
-        known = frozenset(f.alias for f in fields)
+        known = (
+            frozenset(f.alias for f in fields),
+            frozenset(f.alias for f in fields if _takes_many(f.field_info.annotation)),
+        )
         _ROUTE_QUERIES[id(route)] = known
     return known
 
@@ -75,7 +69,7 @@ def single_valued_queries(request: Request) -> None:
     given = params.multi_items()
     route = request.scope.get("route")
     if given and route is not None and request.url.path.startswith(_CHECKED_PREFIX):
-        declared = _queries_of(route)
+        declared = _queries_of(route)[0]
         for name, value in given:
             if name not in declared and not (
                 name.lower() in CREDENTIAL_PARAMS or looks_like_key(value)
@@ -88,7 +82,7 @@ def single_valued_queries(request: Request) -> None:
                 )
     if len(given) == len(params):  # (the length counts each name once)
         return
-    lists = _lists_of(request.scope.get("route"))
+    lists = _queries_of(request.scope.get("route"))[1]
     seen: set[str] = set()
     for name, _ in given:
         if name in seen and name not in lists:
