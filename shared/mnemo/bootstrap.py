@@ -36,6 +36,7 @@ from mnemo.handlers import indexing as index_consumer
 from mnemo.handlers import registry
 from mnemo.handlers.decay import DecayPolicy
 from mnemo.ports import (
+    AccessStore,
     AuditCheckpoints,
     Blinder,
     BlobStore,
@@ -71,6 +72,7 @@ from mnemo.service.sealing import (
 )
 from mnemo.service.triggers import load_triggers
 from mnemo.settings import MnemoSettings
+from mnemo.vault_identity import IdentityGuardedVault, check_vault_identity
 
 if TYPE_CHECKING:
     from mnemo.adapters.cassandra_store import CassandraMemoryStore
@@ -364,8 +366,37 @@ def make_checkpointer(
 
 
 def make_sealer(settings: MnemoSettings, vault: KeyVault | None = None) -> Sealer:
-    keys = KeyCache(vault or make_key_vault(settings), settings.data_key_ttl)
+    """A sealer over the vault, guarded: once `check_identity` has bound it, a key is
+    reported destroyed only while the vault is the one the deployment's keys are in, and
+    a key is made only in that vault (checked again after the data-key TTL, as long as a
+    cached data key is used anyway)."""
+    guarded = IdentityGuardedVault(vault or make_key_vault(settings), recheck=settings.data_key_ttl)
+    keys = KeyCache(guarded, settings.data_key_ttl)
     return Sealer(keys, load_security_policy(settings.pii_policy_file))
+
+
+def check_identity(
+    settings: MnemoSettings, sealer: Sealer, access: AccessStore, *, vault_may_be_away: bool
+) -> None:
+    """At a process's start, before any value is sealed or opened: the vault is the one
+    the access store recorded (recorded now on a deployment's first start); otherwise
+    VAULT_KEY_MISSING, naming the vault's setting (`mnemo.vault_identity`). A vault that
+    does not answer raises Unavailable, unless `vault_may_be_away` (the embedded mode,
+    which serves what needs no key meanwhile, and the offline tools): then the check
+    runs before the first call that needs the vault."""
+    guarded = sealer.keys.vault
+    if not isinstance(guarded, IdentityGuardedVault):
+        raise TypeError("the sealer's vault is not guarded (make_sealer makes it so)")
+    setting = "vault_addr" if settings.vault_addr else "key_file"
+    try:
+        guarded.bind(check_vault_identity(guarded.inner, access, setting=setting))
+    except Unavailable as exc:
+        if not vault_may_be_away or exc.code != "VAULT_UNAVAILABLE":
+            raise
+        log.warning(
+            "the vault did not answer at the start (%s); it is checked at first use", exc.code
+        )
+        guarded.attach(access, setting=setting)
 
 
 def make_embedder(settings: MnemoSettings, threads: int | None = None) -> Embedder:
@@ -715,6 +746,12 @@ def _build_embedded(
     signer = make_signer(settings)
     anchors = make_anchors(settings)
     sealer = make_sealer(settings, vault)
+    access = open_access(settings, clock)
+    try:
+        check_identity(settings, sealer, access.store, vault_may_be_away=True)
+    except BaseException:
+        access.store.close()
+        raise
     source = make_document_source(settings, sealer)
     runner = make_runner(
         settings,
@@ -758,7 +795,6 @@ def _build_embedded(
         triggers=load_triggers(settings.triggers_file),
     )
     app.documents = Documents(app, source, store, reads, replays)
-    access = open_access(settings, clock)
     return Platform(
         settings,
         event_log,
@@ -1111,6 +1147,8 @@ def build_distributed(
     sealer = make_sealer(settings)
     store = connect_store(settings, TenantBlinder(sealer.keys))
     try:
+        access = cassandra_access(settings, store, clock)
+        check_identity(settings, sealer, access.store, vault_may_be_away=False)
         topic = KafkaTopic(
             kafka_config(settings, f"mnemo-{role}"),
             settings.kafka_topic,
@@ -1202,7 +1240,7 @@ def build_distributed(
         index,
         runner,
         app,
-        cassandra_access(settings, store, clock),
+        access,
         Distributed(topic, archive, progress, archive.next_position),
         sealer=sealer,
         checkpoints=checkpoints,

@@ -7,6 +7,7 @@ passes the same contract suite in tests/contract.
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -687,6 +688,12 @@ class Blinder(abc.ABC):
         once it is destroyed, a hash that matches nothing stored before."""
 
 
+# The key id of a vault's identity (`KeyVault.identity`): tenant ids start with a letter or
+# a digit, and a user's key id with its tenant's, so no one else's key is named so.
+IDENTITY_KEY_ID = ".vault-identity"
+IDENTITY_LABEL = b"mnemo-vault-identity\x00"
+
+
 class KeyVault(abc.ABC):
     """Master keys by key_id (a tenant, or a user within a tenant) for envelope encryption:
     payload values are sealed with data keys that the vault wraps."""
@@ -729,6 +736,16 @@ class KeyVault(abc.ABC):
     def has_key(self, key_id: str) -> bool:
         """Whether key_id has a live key now, so that sealing under it makes no new one
         (False for a key never made and for a destroyed one). Never creates a key."""
+
+    def identity(self, *, create: bool) -> bytes | None:
+        """A fingerprint of this vault's key material (32 bytes): the digest of the search
+        key of a key id no tenant or user has (`IDENTITY_KEY_ID`), so only a vault holding
+        that key's material gives it, and a wiped or another vault gives another. None
+        when the vault has no such key and `create` is false; with `create` the key is
+        made on first use. Nothing else is created either way."""
+        if not create and not self.has_key(IDENTITY_KEY_ID):
+            return None
+        return hashlib.sha256(IDENTITY_LABEL + self.search_key(IDENTITY_KEY_ID)).digest()
 
 
 # ---- audit checkpoints: a signer and where signed checkpoints are kept -------------------
@@ -1011,8 +1028,9 @@ class EventArchive(abc.ABC):
 
 
 class AccessStore(abc.ABC):
-    """Tenants and their API keys (digests only, never a secret). Not a read model: it is
-    not derived from the log, and a rebuild leaves it alone."""
+    """Tenants and their API keys (digests only, never a secret), and the identity of the
+    vault the deployment's keys are in. Not a read model: it is not derived from the log,
+    and a rebuild leaves it alone."""
 
     @abc.abstractmethod
     def create_tenant(self, tenant: Tenant) -> bool:
@@ -1041,6 +1059,16 @@ class AccessStore(abc.ABC):
     def revoke_key(self, tenant: str, key_id: str, at: datetime) -> ApiKey | None:
         """Mark a key of that tenant revoked from `at` (an earlier revocation stands).
         None when the tenant has no such key."""
+
+    @abc.abstractmethod
+    def vault_identity(self) -> bytes | None:
+        """The identity of the key vault this deployment seals in (`KeyVault.identity`), as
+        first recorded; None before any was."""
+
+    @abc.abstractmethod
+    def record_vault_identity(self, identity: bytes) -> bytes:
+        """Record the vault's identity when none is yet, never overwriting one: returns the
+        identity recorded now (this one, or the one another process recorded first)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

@@ -106,6 +106,15 @@ class AccessStoreContract:
         assert again.revoked_at == later
         assert store.revoke_key("acme", f"{7:016x}", T0) is None
 
+    def test_the_vault_identity_first_recorded_stays(self, store: AccessStore) -> None:
+        first, second = bytes(range(32)), bytes(range(1, 33))
+        assert store.vault_identity() is None
+        assert store.record_vault_identity(first) == first
+        assert store.vault_identity() == first
+        # another process's (or another vault's) identity never replaces it
+        assert store.record_vault_identity(second) == first
+        assert store.vault_identity() == first
+
     def test_hostile_ids_are_plain_values(self, store: AccessStore) -> None:
         store.create_tenant(tenant("acme"))
         store.add_key(key(1))
@@ -252,6 +261,6 @@ class TestCassandraAccessStore(AccessStoreContract):
     def make_store(self, path: Path) -> AccessStore:
         from mnemo.adapters.cassandra_access import CassandraAccessStore
 
-        for table in ("tenants", "api_keys", "api_keys_by_tenant"):
+        for table in ("tenants", "api_keys", "api_keys_by_tenant", "vault_identity"):
             self.session.execute(f"TRUNCATE {self.keyspace}.{table}", timeout=120)
         return CassandraAccessStore(self.session, self.keyspace, migrate_schema=False)

@@ -17,12 +17,17 @@ from tests.vault_support import vault_settings
 from mnemo.adapters.local_key_vault import LocalKeyFileVault
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
-from mnemo.ports import KeyVault
+from mnemo.ports import IDENTITY_KEY_ID, KeyVault
 
 
 class KeyVaultContract:
     @pytest.fixture
     def vault(self) -> KeyVault:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def other_vault(self) -> KeyVault:
+        """A vault of the same kind that holds none of `vault`'s keys."""
         raise NotImplementedError
 
     def test_data_key_round_trip(self, vault: KeyVault) -> None:
@@ -135,6 +140,26 @@ class KeyVaultContract:
         with pytest.raises(KeyDestroyed):
             vault.rewrap("tenant-a", rewrapped)
 
+    def test_identity_is_made_once_and_is_this_vaults_own(
+        self, vault: KeyVault, other_vault: KeyVault
+    ) -> None:
+        vault.data_key("tenant-a")
+        # asked without `create`, a vault that never gave its identity has none, and makes
+        # nothing by being asked
+        assert vault.identity(create=False) is None
+        assert not vault.has_key(IDENTITY_KEY_ID)
+        made = vault.identity(create=True)
+        assert made is not None
+        assert len(made) == 32
+        assert vault.identity(create=False) == made
+        assert vault.identity(create=True) == made
+        assert vault.rotate(IDENTITY_KEY_ID) >= 2
+        assert vault.identity(create=False) == made  # the same across the key's versions
+        # a digest, never the keyed hash's own key; another vault's identity differs
+        assert made != vault.search_key(IDENTITY_KEY_ID)
+        assert other_vault.identity(create=False) is None
+        assert other_vault.identity(create=True) not in (None, made)
+
     def test_search_key_is_stable_and_shredded(self, vault: KeyVault) -> None:
         first = vault.search_key("tenant-a")
         assert len(first) == 32
@@ -149,6 +174,10 @@ class KeyVaultContract:
 class TestInMemoryKeyVault(KeyVaultContract):
     @pytest.fixture
     def vault(self) -> KeyVault:
+        return InMemoryKeyVault()
+
+    @pytest.fixture
+    def other_vault(self) -> KeyVault:
         return InMemoryKeyVault()
 
 
@@ -168,6 +197,15 @@ class TestVaultKeyVault(KeyVaultContract):
         except Unavailable as exc:
             missing("OpenBao", f"{url}: {exc.message}")
         return vault
+
+    @pytest.fixture
+    def other_vault(self, vault: KeyVault) -> KeyVault:
+        """The same server under another key prefix: other keys, so another identity."""
+        from mnemo.adapters.vault_key_vault import VaultKeyVault
+
+        url, token = vault_settings()
+        assert token is not None
+        return VaultKeyVault(url, token, prefix=f"t{uuid.uuid4().hex[:12]}", timeout=3)
 
     def test_wrapped_is_transit_ciphertext(self, vault: KeyVault) -> None:
         _, wrapped, _ = vault.data_key("tenant-a")
@@ -225,6 +263,10 @@ class TestLocalKeyFileVault(KeyVaultContract):
     @pytest.fixture
     def vault(self, path: Path) -> KeyVault:
         return LocalKeyFileVault(path)
+
+    @pytest.fixture
+    def other_vault(self, tmp_path: Path) -> KeyVault:
+        return LocalKeyFileVault(tmp_path / "other" / "vault.json")
 
     @staticmethod
     def materials(path: Path, key_id: str) -> list[bytes]:

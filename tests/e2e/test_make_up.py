@@ -30,13 +30,9 @@ from tests.distributed_support import (
     CASSANDRA_HOSTS,
     CASSANDRA_PORT,
     KAFKA,
-    distributed_settings,
-    drop_keyspace,
     require_services,
 )
 from tests.support import free_port, missing
-
-from mnemo.bootstrap import build_distributed
 
 REPO = Path(__file__).resolve().parents[2]
 CONSUMERS = ("registrar", "indexer", "decay", "audit")
@@ -115,17 +111,16 @@ class MakeUp:
     def cleanup(self) -> None:
         self.run("stack.py", "down", timeout=180)
         self.run("services.py", "down", "openbao", "qdrant", timeout=180)
-        settings = distributed_settings(
-            self.run_dir.parent / "inspect",
-            cassandra_keyspace=self.env["MNEMO_CASSANDRA_KEYSPACE"],
-            kafka_topic=self.env["MNEMO_KAFKA_TOPIC"],
-            kafka_partitions=3,
-        )
-        platform = build_distributed(settings, "cleanup", with_index=False)
+        # with a plain session: a platform would check the vault this keyspace recorded,
+        # the stack's own OpenBao, stopped above
+        from cassandra.cluster import Cluster
+
+        cluster = Cluster(CASSANDRA_HOSTS.split(","), port=CASSANDRA_PORT, connect_timeout=10)
         try:
-            drop_keyspace(platform)
+            keyspace = self.env["MNEMO_CASSANDRA_KEYSPACE"]
+            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         finally:
-            platform.close()
+            cluster.shutdown()
 
 
 def _free(port: int) -> bool:

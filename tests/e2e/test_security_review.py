@@ -958,7 +958,7 @@ def test_payload_ids_have_a_bound(client: TestClient, payload: dict[str, Any], f
 
 def _user_keys(platform: Platform) -> set[str]:
     assert platform.sealer is not None
-    vault: Any = platform.sealer.keys.vault
+    vault: Any = platform.sealer.keys.vault.inner  # type: ignore[attr-defined]
     return {k for k in vault._state.keys if k.startswith("acme/user:")}
 
 

@@ -9,7 +9,8 @@ vault.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ import pytest
 from tests.services_support import Services, pair_of_ports
 from tests.support import headers_for, missing, running_server
 
+from mnemo.adapters.vault_key_vault import VaultKeyVault
+from mnemo.bootstrap import build_embedded
+from mnemo.domain.errors import InvalidInput
 from mnemo.domain.ids import new_event_id
+from mnemo.settings import MnemoSettings
 
 H = headers_for("acme", "agent-1")
 PHONE = "+1 415 555 0199"
@@ -38,11 +43,13 @@ def sensitive(content: str, stream: str = "user:U1") -> dict[str, Any]:
 class Vaulted:
     """An OpenBao of the test's own, and a Mnemo server sealing with it."""
 
-    def __init__(self, services: Services, port: int) -> None:
+    def __init__(self, services: Services, port: int, data: Path) -> None:
         self.services = services
+        self.data = data
         self.addr = f"http://127.0.0.1:{port}"
         self.token = services.addresses()["MNEMO_VAULT_TOKEN"]
         self.client: httpx.Client
+        self.stop_server: Callable[[], None]
 
     def bao(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return httpx.request(
@@ -62,8 +69,6 @@ class Vaulted:
 
 @pytest.fixture
 def vaulted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vaulted]:
-    from mnemo.adapters.vault_key_vault import VaultKeyVault
-
     services = Services(tmp_path / "run")
     port, _ = pair_of_ports()
     services.env["MNEMO_VAULT_PORT"] = str(port)
@@ -72,13 +77,12 @@ def vaulted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vaulted
     monkeypatch.setenv("MNEMO_DATA_KEY_TTL", "0")
     try:
         services.up("openbao")
-        v = Vaulted(services, port)
+        v = Vaulted(services, port, tmp_path / "data")
         vault = VaultKeyVault(v.addr, v.token, prefix="outage", timeout=3)
-        with (
-            running_server(tmp_path / "data", vault=vault) as (url, _platform),
-            httpx.Client(base_url=url, headers=H, timeout=60) as client,
-        ):
-            v.client = client
+        with contextlib.ExitStack() as server:
+            url, _platform = server.enter_context(running_server(v.data, vault=vault))
+            v.client = server.enter_context(httpx.Client(base_url=url, headers=H, timeout=60))
+            v.stop_server = server.close
             yield v
     finally:
         services.stop_all()
@@ -148,3 +152,45 @@ def test_a_wiped_vault_answers_503(vaulted: Vaulted) -> None:
 
     assert _code(v.read(memory_id)) == "VAULT_UNAVAILABLE"
     assert _code(v.publish("the locker code is 2231")) == "VAULT_UNAVAILABLE"
+
+    # restarted with the wiped vault's new token: the keys it sealed under are not there,
+    # so it does not start (before, it did, and read every value sealed before as
+    # forgotten), and it makes no key in the wiped vault
+    v.stop_server()
+    token = v.services.addresses()["MNEMO_VAULT_TOKEN"]
+    wiped_vault = VaultKeyVault(v.addr, token, prefix="outage", timeout=3)
+    with pytest.raises(InvalidInput) as refused:
+        build_embedded(
+            MnemoSettings(
+                data_dir=v.data,
+                embedder="hashing",
+                sqlite_synchronous="NORMAL",
+                vault_addr=v.addr,
+                vault_token=token,
+                vault_key_prefix="outage",
+            ),
+            vault=wiped_vault,
+        )
+    assert (refused.value.code, refused.value.field) == ("VAULT_KEY_MISSING", "vault_addr")
+    keys = httpx.request(
+        "LIST", f"{v.addr}/v1/transit/keys", headers={"X-Vault-Token": token}, timeout=30
+    )
+    assert keys.status_code == 404, keys.text  # no key made in it
+
+
+def test_a_transit_mount_enabled_again_is_not_the_vault_the_keys_were_in(
+    vaulted: Vaulted,
+) -> None:
+    v = vaulted
+    memory_id = _memory_id(v.publish(f"my phone is {PHONE}"))
+    # an operator strips the transit engine and enables an empty one in its place: the
+    # running server finds the mount, but not one of the keys it sealed under
+    assert v.bao("DELETE", "sys/mounts/transit").status_code == 204
+    assert v.bao("POST", "sys/mounts/transit", json={"type": "transit"}).status_code == 204
+
+    answer = v.read(memory_id)
+    assert _code(answer) == "VAULT_KEY_MISSING"  # before: 200, the phone `⟦redacted⟧`
+    assert PHONE not in answer.text
+    assert _code(v.publish("the locker code is 2231")) == "VAULT_KEY_MISSING"
+    keys = v.bao("LIST", "transit/keys")
+    assert keys.status_code == 404, keys.text  # no key made in the new mount

@@ -1,9 +1,9 @@
 """The Vault policy docs/deploy.md gives Mnemo's token, on the real OpenBao: a token with
 exactly that policy (and Vault's default one) seals and opens, searches, rotates and
-shreds tenant keys, signs and verifies audit checkpoints and writes and reads their
-anchors, as every component of the chart does with its one token. The policy the guide
-gave before missed the mount list, HMAC, signing and the anchors: every sensitive publish
-then failed with VAULT_UNAVAILABLE."""
+shreds tenant keys, gives the vault's identity, signs and verifies audit checkpoints and
+writes and reads their anchors, as every component of the chart does with its one token.
+The policy the guide gave before missed the mount list, HMAC, signing and the anchors:
+every sensitive publish then failed with VAULT_UNAVAILABLE."""
 
 from __future__ import annotations
 
@@ -79,6 +79,11 @@ def test_a_token_with_the_documented_policy_does_what_mnemo_asks_of_the_vault(
     assert keys.has_key("acme")
     keys.destroy("acme")
     assert keys.is_destroyed("acme")
+    # the vault's identity, which every start compares with the recorded one
+    assert keys.identity(create=False) is None
+    made = keys.identity(create=True)
+    assert made is not None
+    assert keys.identity(create=False) == made
 
     signer = VaultTransitSigner(url, secret, f"mnemo-audit-{tag}")
     signature = signer.sign("acme", b"a checkpoint")

@@ -157,7 +157,7 @@ def test_the_embedded_mode_keeps_its_development_key_file(tmp_path: Path) -> Non
     platform = build_embedded(settings)
     try:
         assert platform.sealer is not None
-        vault = platform.sealer.keys.vault
+        vault = platform.sealer.keys.vault.inner  # type: ignore[attr-defined]
         assert isinstance(vault, LocalKeyFileVault)
         vault.search_key("acme")
     finally:

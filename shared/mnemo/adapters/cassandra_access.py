@@ -1,8 +1,10 @@
-"""Tenants and API keys on Apache Cassandra: the distributed twin of `sqlite_access`.
+"""Tenants, API keys and the vault's identity on Apache Cassandra: the distributed twin of
+`sqlite_access`.
 
-Tables come from schemas/cql/0002_access.cql (applied by `cassandra_store.migrate`). A new
-tenant and a new key are inserted with lightweight transactions (INSERT ... IF NOT EXISTS),
-so two writers cannot take the same id; a revocation is a conditional update on the key's
+Tables come from schemas/cql/0002_access.cql and 0012_vault_identity.cql (applied by
+`cassandra_store.migrate`). A new tenant, a new key and the vault's identity are inserted
+with lightweight transactions (INSERT ... IF NOT EXISTS), so two writers cannot take the
+same id, and the identity first recorded stays; a revocation is a conditional update on the key's
 tenant, so a key is only ever revoked by its own tenant. Reads and writes use LOCAL_QUORUM.
 Every statement is prepared once; only the validated keyspace name is formatted in, never
 a value."""
@@ -18,7 +20,7 @@ from cassandra import ConsistencyLevel
 from mnemo.adapters.cassandra_queries import CassandraQueries
 from mnemo.adapters.cassandra_store.schema import migrate
 from mnemo.domain.access import ApiKey, Tenant
-from mnemo.domain.errors import ConflictError
+from mnemo.domain.errors import ConflictError, Unavailable
 from mnemo.ports import AccessStore
 
 __all__ = ["CassandraAccessStore"]
@@ -32,8 +34,10 @@ _QUERIES = {
     "key_get": "SELECT tenant, body FROM {ks}.api_keys WHERE key_id = ?",
     "key_ids": "SELECT key_id FROM {ks}.api_keys_by_tenant WHERE tenant = ?",
     "key_revoke": "UPDATE {ks}.api_keys SET body = ? WHERE key_id = ? IF tenant = ?",
+    "identity_add": "INSERT INTO {ks}.vault_identity (shard, identity) VALUES (0, ?) IF NOT EXISTS",
+    "identity_get": "SELECT identity FROM {ks}.vault_identity WHERE shard = 0",
 }
-_CONDITIONAL = {"tenant_add", "key_add", "key_revoke"}
+_CONDITIONAL = {"tenant_add", "key_add", "key_revoke", "identity_add"}
 _MAX_KEY_BYTES = 65_535
 
 
@@ -114,3 +118,18 @@ class CassandraAccessStore(CassandraQueries, AccessStore):
         if not self._run("key_revoke", [revoked.model_dump_json(), key_id, tenant]).was_applied:
             return None
         return revoked
+
+    def vault_identity(self) -> bytes | None:
+        rows = self._rows("identity_get", [])
+        return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def record_vault_identity(self, identity: bytes) -> bytes:
+        if self._run("identity_add", [identity]).was_applied:
+            return identity
+        kept = self.vault_identity()  # the transaction that wrote it is committed
+        if kept is None:
+            raise Unavailable(
+                "the access store neither took the vault identity nor holds one",
+                code="STORE_UNAVAILABLE",
+            )
+        return kept

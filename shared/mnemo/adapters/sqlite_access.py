@@ -1,4 +1,5 @@
-"""Tenants and API keys in SQLite (`access.sqlite3` in the data directory).
+"""Tenants, API keys and the vault's identity in SQLite (`access.sqlite3` in the data
+directory).
 
 A file of its own: a rebuild of the read models never touches it, and it can be opened by
 `mnemo admin` while a server runs (WAL mode). Every statement binds its values."""
@@ -21,6 +22,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, body TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS api_keys_tenant ON api_keys (tenant, key_id);
+CREATE TABLE IF NOT EXISTS vault_identity (
+    shard INTEGER PRIMARY KEY CHECK (shard = 0), identity BLOB NOT NULL
+);
 """
 
 
@@ -77,6 +81,19 @@ class SqliteAccessStore(AccessStore):
                     (key.model_dump_json(), key_id, tenant),
                 )
             return key
+
+    def vault_identity(self) -> bytes | None:
+        rows = self._fetch("SELECT identity FROM vault_identity WHERE shard = 0", ())
+        return bytes(rows[0][0]) if rows else None
+
+    def record_vault_identity(self, identity: bytes) -> bytes:
+        with self._file.immediate() as conn:
+            conn.execute(
+                "INSERT INTO vault_identity (shard, identity) VALUES (0, ?) ON CONFLICT DO NOTHING",
+                (identity,),
+            )
+            row = conn.execute("SELECT identity FROM vault_identity WHERE shard = 0").fetchone()
+        return bytes(row[0])
 
     def close(self) -> None:
         self._file.close()

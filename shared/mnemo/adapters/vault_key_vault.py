@@ -201,6 +201,12 @@ class VaultKeyVault(KeyVault):
     def is_destroyed(self, key_id: str) -> bool:
         return self._exists(key_id, self.name_of(key_id) + TOMBSTONE)
 
+    @_coded
+    def identity(self, *, create: bool) -> bytes | None:
+        if not create and not self._mount_ready and not self._mounted():
+            return None  # a vault without the transit mount has no identity; none is made
+        return super().identity(create=create)
+
     # ---- helpers --------------------------------------------------------------------------
 
     def name_of(self, key_id: str) -> str:
