@@ -23,9 +23,11 @@ end of that component's log and stops what it started. The consumers' health por
 MNEMO_<CONSUMER>_HEALTH_PORT.
 
 The run directory is MNEMO_RUN_DIR (default var/run). The addresses of Kafka, Cassandra,
-OpenBao (with its token) and the Qdrant server come from its services.env (written by
-infra/services.py); an operator token is made once and kept in <run>/mnemo/operator.token
-(mode 0600) and handed to the gateway. The first `up` creates the tenant `default` with an
+OpenBao (with its root token) and the Qdrant server come from its services.env (written by
+infra/services.py); `up` gives the components a vault token of their own, made with the
+root token and carrying only the policy docs/deploy.md gives Mnemo's token. An operator
+token is made once and kept in <run>/mnemo/operator.token (mode 0600) and handed to the
+gateway. The first `up` creates the tenant `default` with an
 admin key and prints the operator token and that key, once. Logs and PID files go to
 <run>/mnemo/. The consumers and their default health ports (8091 on, in the table's order)
 come from the table of consumers (mnemo.handlers.registry); otherwise standard library
@@ -540,6 +542,77 @@ def first_tenant(url: str, token: str, tenant: str = FIRST_TENANT) -> str | None
         raise StackError(f"creating tenant {tenant!r} failed: {exc}") from None
 
 
+# The policy of the components' vault token: the one docs/deploy.md gives Mnemo's token,
+# with what a first start needs to enable its engines (as the guide allows).
+COMPONENT_POLICY = "mnemo-components"
+FIRST_START_POLICY = """
+path "sys/mounts/*" { capabilities = ["create", "update"] }
+path "ANCHORS/config" { capabilities = ["read", "update"] }
+"""
+DEPLOY_GUIDE = REPO / "docs" / "deploy.md"
+
+
+def component_policy() -> str:
+    """The guide's policy for Mnemo's token, with the vault's names this stack's
+    components use (MNEMO_VAULT_TRANSIT_MOUNT, MNEMO_AUDIT_ANCHOR_MOUNT,
+    MNEMO_AUDIT_SIGNING_KEY, MNEMO_VAULT_KEY_PREFIX, or their defaults)."""
+    text = DEPLOY_GUIDE.read_text(encoding="utf-8")
+    start = text.find("**Vault or OpenBao**")
+    begin = text.find("```hcl\n", start)
+    end = text.find("```", begin + 7)
+    if start < 0 or begin < 0 or end < 0:
+        raise StackError(f"{DEPLOY_GUIDE} gives no Vault policy for Mnemo's token")
+    names = {
+        "transit": os.environ.get("MNEMO_VAULT_TRANSIT_MOUNT") or "transit",
+        "anchors": os.environ.get("MNEMO_AUDIT_ANCHOR_MOUNT") or "mnemo-anchors",
+        "signing": os.environ.get("MNEMO_AUDIT_SIGNING_KEY") or "mnemo-audit",
+        "prefix": os.environ.get("MNEMO_VAULT_KEY_PREFIX") or "mnemo",
+    }
+    policy = text[begin + 7 : end] + FIRST_START_POLICY.replace("ANCHORS", "mnemo-anchors")
+    return (
+        policy.replace('"transit/', f'"{names["transit"]}/')
+        .replace('"mnemo-anchors/', f'"{names["anchors"]}/')
+        .replace('/mnemo-audit"', f'/{names["signing"]}"')
+        .replace("/mnemo/*", f"/{names['prefix']}/*")
+    )
+
+
+def component_vault_token(addr: str, root: str) -> str:
+    """A token for the components, made with the development OpenBao's root token and
+    carrying only `component_policy()`: no component holds the root token, and the stack
+    runs on the policy the guide gives a deployment. It lasts 32 days; `make up` makes a
+    new one each time."""
+
+    def call(method: str, path: str, body: dict[str, object]) -> dict[str, object]:
+        request = urllib.request.Request(  # noqa: S310 - the development OpenBao
+            f"{addr.rstrip('/')}/v1/{path}",
+            data=json.dumps(body).encode(),
+            method=method,
+            headers={"X-Vault-Token": root, "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+                raw = answer.read()
+        except urllib.error.HTTPError as exc:
+            # OpenBao's answer names the path, never the token
+            raise StackError(f"OpenBao answered {path} with {exc.code}") from None
+        except OSError as exc:
+            raise StackError(f"OpenBao at {addr} did not answer {path}: {exc}") from None
+        return json.loads(raw) if raw else {}
+
+    call("PUT", f"sys/policies/acl/{COMPONENT_POLICY}", {"policy": component_policy()})
+    made = call(
+        "POST",
+        "auth/token/create",
+        {"policies": [COMPONENT_POLICY], "ttl": "768h", "display_name": "mnemo-stack"},
+    )
+    auth = made.get("auth")
+    token = auth.get("client_token") if isinstance(auth, dict) else None
+    if not isinstance(token, str) or not token:
+        raise StackError("OpenBao made no token for the components")
+    return token
+
+
 def from_environment() -> Stack:
     """The stack `make up` runs: the run directory MNEMO_RUN_DIR (default var/run), the
     services' addresses and OpenBao's token from its services.env, the operator token kept
@@ -553,6 +626,7 @@ def from_environment() -> Stack:
     stack_dir = run / "mnemo"
     if not os.environ.get("MNEMO_GATEWAY_ADMIN_TOKEN"):
         env["MNEMO_GATEWAY_ADMIN_TOKEN"] = operator_token(stack_dir)[0]
+
     return Stack(
         stack_dir,
         env,
@@ -601,6 +675,12 @@ def main(argv: list[str] | None = None) -> int:
     fresh_token = not (stack.run_dir / ".operator-token-shown").exists()
     print(f"[stack] starting Mnemo ({stack.topology} topology) ...", flush=True)
     try:
+        if stack.env.get("MNEMO_VAULT_ADDR") and stack.env.get("MNEMO_VAULT_TOKEN"):
+            # services.env holds the development OpenBao's root token: the components get
+            # a token of their own, with the policy the guide gives a deployment
+            stack.env["MNEMO_VAULT_TOKEN"] = component_vault_token(
+                stack.env["MNEMO_VAULT_ADDR"], stack.env["MNEMO_VAULT_TOKEN"]
+            )
         stack.up()
     except StackError as exc:
         print(f"[stack] {exc}", file=sys.stderr)

@@ -192,6 +192,25 @@ def test_stack_up_from_a_fresh_run_directory_starts_everything_and_prints_the_to
         assert {"MNEMO_VAULT_ADDR", "MNEMO_VAULT_TOKEN", "MNEMO_QDRANT_URL"} <= names, name
         assert "MNEMO_GATEWAY_ADMIN_TOKEN" in names, name
         assert not names & {"MNEMO_RUN_DIR", "MNEMO_VAULT_PORT", "MNEMO_QDRANT_HTTP_PORT"}, name
+    # the vault token they were given is not OpenBao's root token (services.env keeps that),
+    # but one with the policy docs/deploy.md gives a deployment's token
+    kept = dict(line.split("=", 1) for line in addresses.splitlines() if "=" in line)
+    root = kept["MNEMO_VAULT_TOKEN"]
+    given_tokens = set()
+    for pid in up.pids().values():
+        for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if item.startswith(b"MNEMO_VAULT_TOKEN="):
+                given_tokens.add(item.split(b"=", 1)[1].decode())
+    assert len(given_tokens) == 1
+    holds_root = root in given_tokens  # (compared here: a failure must not print tokens)
+    assert not holds_root, "a component was given OpenBao's root token"
+    looked_up = httpx.get(
+        f"{kept['MNEMO_VAULT_ADDR']}/v1/auth/token/lookup-self",
+        headers={"X-Vault-Token": given_tokens.pop()},
+        timeout=30,
+    )
+    assert looked_up.status_code == 200, looked_up.text
+    assert sorted(looked_up.json()["data"]["policies"]) == ["default", "mnemo-components"]
 
     # mnemo status: every component and every backing service
     shown = up.mnemo("--json", "status", MNEMO_API_KEY=admin_key, MNEMO_ADMIN_TOKEN=operator)
