@@ -14,7 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.distributed_support import distributed_settings, drop_keyspace, require_services
+from tests.distributed_support import (
+    distributed_settings,
+    drop_keyspace,
+    require_services,
+    running_distributed,
+)
 from tests.support import headers_for, refused_start, running_server
 
 from mnemo.bootstrap import build_distributed
@@ -75,3 +80,27 @@ def test_a_distributed_process_refuses_a_vault_without_the_deployments_keys(
     finally:
         drop_keyspace(first)
         first.close()
+
+
+def test_the_status_shows_a_vault_without_the_deployments_keys(tmp_path: Path) -> None:
+    from mnemo.adapters.vault_key_vault import VaultKeyVault
+    from mnemo.entrypoints.admin import backing_services
+    from mnemo.vault_identity import IdentityGuardedVault
+
+    settings = distributed_settings(tmp_path / "data")
+    with running_distributed(settings) as platform:
+        assert backing_services(platform)["vault"] == "ready"
+        assert platform.sealer is not None
+        guarded = platform.sealer.keys.vault
+        assert isinstance(guarded, IdentityGuardedVault)
+        # the address now answered by a vault without the keys (here: the same server
+        # under other key names, as a wiped one has none of them)
+        assert settings.vault_addr is not None
+        assert settings.vault_token is not None
+        guarded.inner = VaultKeyVault(
+            settings.vault_addr,
+            settings.vault_token.get_secret_value(),
+            prefix=f"t{uuid.uuid4().hex[:10]}",
+            timeout=3,
+        )
+        assert backing_services(platform)["vault"] == "keys_missing"

@@ -103,7 +103,9 @@ def _platform(settings: MnemoSettings) -> Any:
     """Just what backing_services reads: Kafka and Cassandra that answer, and settings."""
     topic = SimpleNamespace(partitions=lambda: [0], reachable=lambda timeout=3.0: None)
     store = SimpleNamespace(positions=lambda names: dict.fromkeys(names, 0))
-    return SimpleNamespace(distributed=SimpleNamespace(topic=topic), store=store, settings=settings)
+    return SimpleNamespace(
+        distributed=SimpleNamespace(topic=topic), store=store, settings=settings, sealer=None
+    )
 
 
 def test_qdrant_and_the_vault_behind_a_private_ca_are_probed_with_that_ca(

@@ -16,6 +16,7 @@ import httpx
 from mnemo.bootstrap import Platform
 from mnemo.domain.errors import ConflictError, MnemoError
 from mnemo.ports import PROBE_SECONDS
+from mnemo.vault_identity import IdentityGuardedVault, VaultKeysMissing
 
 __all__ = ["distributed_status", "platform_checksum", "rebuild_read_models"]
 
@@ -180,10 +181,27 @@ def _trusted_state(
     return _http_state(url, states, client)
 
 
+def _vault_keys(platform: Platform) -> str:
+    """`ready` while the vault that answers is the one the deployment's keys are in (asked
+    now), else `keys_missing` (its requests answer 503 VAULT_KEY_MISSING) or the code of
+    what failed."""
+    guarded = platform.sealer.keys.vault if platform.sealer is not None else None
+    if not isinstance(guarded, IdentityGuardedVault):
+        return "ready"
+    try:
+        guarded.confirm(fresh=True)
+    except VaultKeysMissing:
+        return "keys_missing"
+    except MnemoError as exc:
+        return exc.code
+    return "ready"
+
+
 def backing_services(platform: Platform) -> dict[str, str]:
     """The state of each service the distributed mode runs on, as the gateway sees it:
     Kafka and Cassandra (answering, else the error code), the vault (OpenBao/Vault health:
-    ready, sealed, not_initialized, unreachable) and the Qdrant server (/readyz). Each is
+    ready, sealed, not_initialized, unreachable; and keys_missing when it is not the vault
+    the deployment's keys are in) and the Qdrant server (/readyz). Each is
     probed trusting the CAs Mnemo's own connections to it trust: MNEMO_QDRANT_CA_FILE for
     Qdrant, VAULT_CACERT (else VAULT_CAPATH) for the vault, as hvac reads them; a CA file
     that cannot be read is reported as `tls_config_invalid`."""
@@ -210,6 +228,8 @@ def backing_services(platform: Platform) -> dict[str, str]:
             cacert,
             None if cacert else capath,
         )
+        if out["vault"] == "ready":
+            out["vault"] = _vault_keys(platform)
     else:
         out["vault"] = "development key file"
     if settings.qdrant_url:
