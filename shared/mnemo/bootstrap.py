@@ -738,13 +738,7 @@ def _build_embedded(
         else make_embedder(settings, settings.query_embed_threads)
     )
     check_data_dir(data, embedder)
-    event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
-    store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
-    index = make_index(settings, embedder.dim)
-    reindex_if_recreated(index, store, event_log)
-    checkpoints = embedded_checkpoints(settings)
-    signer = make_signer(settings)
-    anchors = make_anchors(settings)
+    # before anything else is opened: a vault without the data directory's keys stops here
     sealer = make_sealer(settings, vault)
     access = open_access(settings, clock)
     try:
@@ -752,6 +746,13 @@ def _build_embedded(
     except BaseException:
         access.store.close()
         raise
+    event_log = SqliteEventLog(data / "log.sqlite3", settings.sqlite_synchronous)
+    store = SqliteMemoryStore(data / "store.sqlite3", settings.sqlite_synchronous)
+    index = make_index(settings, embedder.dim)
+    reindex_if_recreated(index, store, event_log)
+    checkpoints = embedded_checkpoints(settings)
+    signer = make_signer(settings)
+    anchors = make_anchors(settings)
     source = make_document_source(settings, sealer)
     runner = make_runner(
         settings,
@@ -886,6 +887,15 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
     spec = registry.consumer(consumer)
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
+    # the vault checked as `mnemo serve` checks it; the access store stays open for the
+    # life of this process (a vault away at the start is checked at its first use)
+    sealer = make_sealer(settings)
+    access = SqliteAccessStore(data / "access.sqlite3", settings.sqlite_synchronous)
+    try:
+        check_identity(settings, sealer, access, vault_may_be_away=True)
+    except BaseException:
+        access.close()
+        raise
     indexing = spec.indexes
     if indexing and not settings.qdrant_url:
         # it opens the qdrant-edge shard, as `mnemo serve` would: the data directory's lock,
@@ -923,6 +933,7 @@ def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
         clock,
         (consumer,),
         checkpointer,
+        sealer,
     )
 
 

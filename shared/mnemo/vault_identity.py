@@ -36,6 +36,7 @@ from mnemo.ports import AccessStore, KeyVault
 __all__ = ["IdentityGuardedVault", "VaultKeysMissing", "check_vault_identity"]
 
 _T = TypeVar("_T")
+_GONE_KEPT = 65_536
 
 
 class VaultKeysMissing(Unavailable):
@@ -89,6 +90,7 @@ class IdentityGuardedVault(KeyVault):
         self._confirmed_until = 0.0
         self._lock = threading.Lock()
         self._pending: tuple[AccessStore, str] | None = None
+        self._gone: set[str] = set()  # keys the recorded vault holds the tombstone of
         self._binding = threading.Lock()
 
     def bind(self, expected: bytes) -> None:
@@ -124,6 +126,8 @@ class IdentityGuardedVault(KeyVault):
             if now < self._confirmed_until and not fresh:
                 return
         if self.inner.identity(create=False) != self.expected:
+            with self._lock:
+                self._confirmed_until = 0.0  # no call goes on with an earlier match
             raise VaultKeysMissing(
                 "the vault does not hold this deployment's keys (it was wiped or "
                 "re-initialised, or it is another vault); restore it from a backup"
@@ -131,58 +135,76 @@ class IdentityGuardedVault(KeyVault):
         with self._lock:
             self._confirmed_until = now + self.recheck
 
-    def _destroyed(self, exc: MnemoError) -> MnemoError:
+    def _destroyed(self, key_id: str, exc: MnemoError) -> MnemoError:
         # asked again whatever an earlier match: a key reads as forgotten for good (the key
         # cache keeps a destroyed key so), and only the recorded vault can say it is; a
         # wrapped key it no longer takes may be one a key made since in another vault
+        if isinstance(exc, KeyDestroyed) and self._shredded(key_id):
+            return exc
         self.confirm(fresh=True)
+        if isinstance(exc, KeyDestroyed) and self.inner.is_destroyed(key_id):
+            self._remember_shredded(key_id)
         return exc
 
-    def _making(self, call: Callable[[], _T]) -> _T:
+    def _shredded(self, key_id: str) -> bool:
+        """Whether the recorded vault said so: its tombstone is for good (a destroyed key
+        is never made again), so this is not asked again."""
+        with self._lock:
+            return key_id in self._gone
+
+    def _remember_shredded(self, key_id: str) -> None:
+        with self._lock:
+            if len(self._gone) >= _GONE_KEPT:
+                self._gone.clear()
+            self._gone.add(key_id)
+
+    def _making(self, key_id: str, call: Callable[[], _T]) -> _T:
         """A call that makes its key when it is missing: never in another vault."""
         self.confirm()
         try:
             return call()
         except KeyDestroyed as exc:
-            raise self._destroyed(exc) from None
+            raise self._destroyed(key_id, exc) from None
 
-    def _opening(self, call: Callable[[], _T]) -> _T:
+    def _opening(self, key_id: str, call: Callable[[], _T]) -> _T:
         """A call on a wrapped data key: a key gone, or a wrapped key refused, is believed
         only from the recorded vault."""
         self._checked()
         try:
             return call()
         except KeyDestroyed as exc:
-            raise self._destroyed(exc) from None
+            raise self._destroyed(key_id, exc) from None
         except InvalidInput as exc:
             if exc.code != "BAD_WRAPPED_KEY":
                 raise
-            raise self._destroyed(exc) from None
+            raise self._destroyed(key_id, exc) from None
 
     def data_key(self, key_id: str) -> tuple[bytes, bytes, int]:
-        return self._making(lambda: self.inner.data_key(key_id))
+        return self._making(key_id, lambda: self.inner.data_key(key_id))
 
     def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
-        return self._opening(lambda: self.inner.unwrap(key_id, wrapped))
+        return self._opening(key_id, lambda: self.inner.unwrap(key_id, wrapped))
 
     def rewrap(self, key_id: str, wrapped: bytes) -> tuple[bytes, int]:
-        return self._opening(lambda: self.inner.rewrap(key_id, wrapped))
+        return self._opening(key_id, lambda: self.inner.rewrap(key_id, wrapped))
 
     def rotate(self, key_id: str) -> int:
-        return self._making(lambda: self.inner.rotate(key_id))
+        return self._making(key_id, lambda: self.inner.rotate(key_id))
 
     def search_key(self, key_id: str) -> bytes:
-        return self._making(lambda: self.inner.search_key(key_id))
+        return self._making(key_id, lambda: self.inner.search_key(key_id))
 
     def destroy(self, key_id: str) -> None:
-        self.confirm()  # a forget shreds keys only in the recorded vault
+        # a forget shreds keys only in the recorded vault: asked now, not from a match
+        self.confirm(fresh=True)
         self.inner.destroy(key_id)
 
     def is_destroyed(self, key_id: str) -> bool:
         self._checked()
         gone = self.inner.is_destroyed(key_id)
-        if gone:
+        if gone and not self._shredded(key_id):
             self.confirm(fresh=True)
+            self._remember_shredded(key_id)
         return gone
 
     def has_key(self, key_id: str) -> bool:

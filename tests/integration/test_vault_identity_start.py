@@ -54,6 +54,10 @@ def test_the_embedded_server_refuses_a_data_directory_whose_key_file_was_lost(
     output = refused_start("mnemo", "serve", "--port", "1", env=env, timeout=120)
     assert "VAULT_KEY_MISSING" in output
     assert "MNEMO_KEY_FILE" in output
+    # a consumer run as a process of its own on the data directory, the same
+    output = refused_start("mnemo_registrar", env=env, timeout=120)
+    assert "VAULT_KEY_MISSING" in output
+    assert "MNEMO_KEY_FILE" in output
     # no key made behind the operator's back (the file opened empty holds none)
     assert not key_file.exists() or json.loads(key_file.read_bytes())["keys"] == {}
 

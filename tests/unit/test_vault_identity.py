@@ -155,3 +155,62 @@ def test_the_embedded_mode_starts_while_its_vault_is_away(tmp_path: Path) -> Non
             keys.unwrap("acme", wrapped)
     finally:
         platform.close()
+
+
+def test_once_the_vault_is_found_wrong_no_call_goes_on_with_an_earlier_match(
+    access: SqliteAccessStore,
+) -> None:
+    vault = InMemoryKeyVault()
+    now = [100.0]
+    guarded = IdentityGuardedVault(vault, recheck=60.0, now=lambda: now[0])
+    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    _, wrapped, _ = guarded.data_key("acme")  # a match, good for 60 s
+    guarded.inner = InMemoryKeyVault()
+    with pytest.raises(VaultKeysMissing):
+        guarded.unwrap("acme", wrapped)
+    for call in (
+        lambda: guarded.data_key("acme/user:U1"),
+        lambda: guarded.search_key("acme/user:U1"),
+        lambda: guarded.rotate("acme/user:U1"),
+    ):
+        with pytest.raises(VaultKeysMissing):
+            call()
+    assert not guarded.inner.has_key("acme/user:U1")  # nothing made in the wrong vault
+
+
+def test_a_forget_asks_the_vault_then_and_there(access: SqliteAccessStore) -> None:
+    vault = InMemoryKeyVault()
+    guarded = IdentityGuardedVault(vault, recheck=60.0)
+    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    guarded.data_key("acme/user:U1")  # a match, good for 60 s
+    wiped = InMemoryKeyVault()
+    guarded.inner = wiped
+    with pytest.raises(VaultKeysMissing):
+        guarded.destroy("acme/user:U1")
+    assert not wiped.is_destroyed("acme/user:U1")  # no tombstone left in the wrong vault
+
+
+class Counting(InMemoryKeyVault):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def identity(self, *, create: bool) -> bytes | None:
+        self.asked += 1
+        return super().identity(create=create)
+
+
+def test_a_key_shredded_in_the_recorded_vault_is_not_asked_about_again(
+    access: SqliteAccessStore,
+) -> None:
+    vault = Counting()
+    guarded = IdentityGuardedVault(vault)
+    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    _, wrapped, _ = guarded.data_key("acme/user:U1")
+    guarded.destroy("acme/user:U1")
+    asked = vault.asked
+    for _ in range(5):
+        with pytest.raises(KeyDestroyed):
+            guarded.unwrap("acme/user:U1", wrapped)
+        assert guarded.is_destroyed("acme/user:U1")
+    assert vault.asked == asked + 1  # once, for the first read: the tombstone is for good

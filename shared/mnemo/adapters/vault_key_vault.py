@@ -50,7 +50,7 @@ from mnemo.adapters.vault_connection import (
     data_of,
 )
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, MnemoError, Unavailable
-from mnemo.ports import KeyVault
+from mnemo.ports import IDENTITY_KEY_ID, IDENTITY_LABEL, KeyVault
 
 __all__ = ["TokenFile", "VaultKeyVault"]
 
@@ -154,10 +154,15 @@ class VaultKeyVault(KeyVault):
 
     @_coded
     def search_key(self, key_id: str) -> bytes:
+        return self._search_key(key_id, self._with_key)
+
+    def _search_key(self, key_id: str, run: Callable[[str, Callable[[], Any]], Any]) -> bytes:
+        """The search key of key_id, its HMAC call made by `run` (which may make the key
+        first, or not)."""
         name = self.name_of(key_id)
         label = base64.b64encode(SEARCH_LABEL + key_id.encode()).decode("ascii")
         data = data_of(
-            self._with_key(
+            run(
                 key_id,
                 lambda: self._transit.generate_hmac(
                     name=name, hash_input=label, key_version=1, mount_point=self.mount
@@ -203,9 +208,21 @@ class VaultKeyVault(KeyVault):
 
     @_coded
     def identity(self, *, create: bool) -> bytes | None:
-        if not create and not self._mount_ready and not self._mounted():
-            return None  # a vault without the transit mount has no identity; none is made
-        return super().identity(create=create)
+        if create:
+            return super().identity(create=True)
+        # asked without `create`, nothing is made: not the mount, not the key
+        with self._lock:
+            if not self._mount_ready and not self._mounted():
+                return None  # a vault without the transit mount has no identity
+            self._mount_ready = self._mount_seen = True
+        try:
+            found = self._search_key(IDENTITY_KEY_ID, self._vault_on_key)
+        except Missing:
+            return None
+        return hashlib.sha256(IDENTITY_LABEL + found).digest()
+
+    def _vault_on_key(self, key_id: str, call: Callable[[], _T]) -> _T:
+        return self._vault(f"key {key_id!r}", call)
 
     # ---- helpers --------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 from mnemo import telemetry
 from mnemo.bootstrap import build_consumer, check_setting_files
@@ -50,15 +51,13 @@ def main(consumer: str) -> None:
     try:
         check_setting_files(settings)
     except InvalidInput as exc:  # a rules or policy file Mnemo refuses: exit status 78 too
-        print(
-            f"mnemo-{consumer}: cannot start: configuration error {exc.code} "
-            f"(setting MNEMO_{(exc.field or '').upper()}): {exc.message}",
-            file=sys.stderr,
-        )
-        sys.exit(78)
+        _refused(consumer, exc)
     telemetry.configure_logging(settings.log_level, settings.log_format)
     telemetry.configure(consumer, prometheus_port=settings.prometheus_port)
-    runner = build_consumer(settings, consumer)
+    try:
+        runner = build_consumer(settings, consumer)
+    except InvalidInput as exc:  # a vault without the data directory's keys, for one
+        _refused(consumer, exc)
     telemetry.watch_lag(lambda: {consumer: {0: runner.lag()[consumer]}})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -73,6 +72,16 @@ def main(consumer: str) -> None:
         runner.store.close()
         runner.log.close()
         telemetry.shutdown()
+
+
+def _refused(consumer: str, exc: InvalidInput) -> NoReturn:
+    """A configuration error at the start: exit status 78, naming the setting."""
+    print(
+        f"mnemo-{consumer}: cannot start: configuration error {exc.code} "
+        f"(setting MNEMO_{(exc.field or '').upper()}): {exc.message}",
+        file=sys.stderr,
+    )
+    sys.exit(78)
 
 
 def service_files(consumer: registry.Consumer) -> dict[str, str]:
