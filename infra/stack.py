@@ -25,19 +25,21 @@ MNEMO_<CONSUMER>_HEALTH_PORT.
 The run directory is MNEMO_RUN_DIR (default var/run). The addresses of Kafka, Cassandra,
 OpenBao (with its root token) and the Qdrant server come from its services.env (written by
 infra/services.py); `up` gives the components a vault token of their own, made with the
-root token and carrying only the policy docs/deploy.md gives Mnemo's token. An operator
+root token and carrying only the policy docs/deploy.md gives Mnemo's token (kept in
+<run>/mnemo/vault.token, mode 0600, while OpenBao takes it). An operator
 token is made once and kept in <run>/mnemo/operator.token (mode 0600) and handed to the
 gateway. The first `up` creates the tenant `default` with an
 admin key and prints the operator token and that key, once. Logs and PID files go to
 <run>/mnemo/. The consumers and their default health ports (8091 on, in the table's order)
-come from the table of consumers (mnemo.handlers.registry); otherwise standard library
-only. Tests import `Stack` to run their own copy on other ports, topics and keyspaces.
+come from the table of consumers (mnemo.handlers.registry), and the vault's engines are
+enabled by Mnemo's own adapters; otherwise standard library only. Tests import `Stack` to run their own copy on other ports, topics and keyspaces.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -542,74 +544,122 @@ def first_tenant(url: str, token: str, tenant: str = FIRST_TENANT) -> str | None
         raise StackError(f"creating tenant {tenant!r} failed: {exc}") from None
 
 
-# The policy of the components' vault token: the one docs/deploy.md gives Mnemo's token,
-# with what a first start needs to enable its engines (as the guide allows).
+# The components' vault token carries the policy docs/deploy.md gives Mnemo's token; the
+# engines it names are enabled beforehand with the root token, as the guide asks.
 COMPONENT_POLICY = "mnemo-components"
-FIRST_START_POLICY = """
-path "sys/mounts/*" { capabilities = ["create", "update"] }
-path "ANCHORS/config" { capabilities = ["read", "update"] }
-"""
 DEPLOY_GUIDE = REPO / "docs" / "deploy.md"
 
 
-def component_policy() -> str:
-    """The guide's policy for Mnemo's token, with the vault's names this stack's
-    components use (MNEMO_VAULT_TRANSIT_MOUNT, MNEMO_AUDIT_ANCHOR_MOUNT,
-    MNEMO_AUDIT_SIGNING_KEY, MNEMO_VAULT_KEY_PREFIX, or their defaults)."""
+def vault_names() -> dict[str, str]:
+    """The vault's names this stack's components use (their settings, or the defaults)."""
+    return {
+        "transit": os.environ.get("MNEMO_VAULT_TRANSIT_MOUNT") or "transit",
+        "anchors": os.environ.get("MNEMO_AUDIT_ANCHOR_MOUNT") or "mnemo-anchors",
+        "signing": os.environ.get("MNEMO_AUDIT_SIGNING_KEY") or "mnemo-audit",
+        "prefix": os.environ.get("MNEMO_VAULT_KEY_PREFIX") or "mnemo",
+    }
+
+
+def component_policy(names: dict[str, str]) -> str:
+    """The guide's policy for Mnemo's token, its names replaced by `names`, each path
+    rewritten once (a name that is another's default is not replaced twice)."""
     text = DEPLOY_GUIDE.read_text(encoding="utf-8")
     start = text.find("**Vault or OpenBao**")
     begin = text.find("```hcl\n", start)
     end = text.find("```", begin + 7)
     if start < 0 or begin < 0 or end < 0:
         raise StackError(f"{DEPLOY_GUIDE} gives no Vault policy for Mnemo's token")
-    names = {
-        "transit": os.environ.get("MNEMO_VAULT_TRANSIT_MOUNT") or "transit",
-        "anchors": os.environ.get("MNEMO_AUDIT_ANCHOR_MOUNT") or "mnemo-anchors",
-        "signing": os.environ.get("MNEMO_AUDIT_SIGNING_KEY") or "mnemo-audit",
-        "prefix": os.environ.get("MNEMO_VAULT_KEY_PREFIX") or "mnemo",
-    }
-    policy = text[begin + 7 : end] + FIRST_START_POLICY.replace("ANCHORS", "mnemo-anchors")
-    return (
-        policy.replace('"transit/', f'"{names["transit"]}/')
-        .replace('"mnemo-anchors/', f'"{names["anchors"]}/')
-        .replace('/mnemo-audit"', f'/{names["signing"]}"')
-        .replace("/mnemo/*", f"/{names['prefix']}/*")
+    lines = []
+    for line in text[begin + 7 : end].splitlines():
+        head, quote, rest = line.partition('path "')
+        path, _, tail = rest.partition('"')
+        if not quote:
+            lines.append(line)
+            continue
+        mount, _, below = path.partition("/")
+        if mount == "transit":
+            mount = names["transit"]
+            below = below.replace("/mnemo-audit", "/" + names["signing"])
+        elif mount == "mnemo-anchors":
+            mount = names["anchors"]
+            below = below.replace("/mnemo/", f"/{names['prefix']}/")
+        lines.append(f'{head}path "{mount}/{below}"{tail}' if below else line)
+    return "\n".join(lines) + "\n"
+
+
+def _openbao(addr: str, token: str, method: str, path: str, body: object = None) -> object:
+    """One call of OpenBao's API with `token`; its JSON answer ({} when empty). Errors name
+    the path and the status, never the token."""
+    request = urllib.request.Request(  # noqa: S310 - the development OpenBao
+        f"{addr.rstrip('/')}/v1/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"X-Vault-Token": token, "Content-Type": "application/json"},
     )
-
-
-def component_vault_token(addr: str, root: str) -> str:
-    """A token for the components, made with the development OpenBao's root token and
-    carrying only `component_policy()`: no component holds the root token, and the stack
-    runs on the policy the guide gives a deployment. It lasts 32 days; `make up` makes a
-    new one each time."""
-
-    def call(method: str, path: str, body: dict[str, object]) -> dict[str, object]:
-        request = urllib.request.Request(  # noqa: S310 - the development OpenBao
-            f"{addr.rstrip('/')}/v1/{path}",
-            data=json.dumps(body).encode(),
-            method=method,
-            headers={"X-Vault-Token": root, "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-                raw = answer.read()
-        except urllib.error.HTTPError as exc:
-            # OpenBao's answer names the path, never the token
-            raise StackError(f"OpenBao answered {path} with {exc.code}") from None
-        except OSError as exc:
-            raise StackError(f"OpenBao at {addr} did not answer {path}: {exc}") from None
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            raw = answer.read()
         return json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as exc:
+        raise StackError(f"OpenBao answered {method} {path} with {exc.code}") from None
+    except OSError as exc:
+        raise StackError(f"OpenBao at {addr} did not answer {method} {path}: {exc}") from None
+    except ValueError:
+        raise StackError(f"OpenBao answered {method} {path} with something not JSON") from None
 
-    call("PUT", f"sys/policies/acl/{COMPONENT_POLICY}", {"policy": component_policy()})
-    made = call(
+
+def component_vault_token(addr: str, root: str, stack_dir: Path) -> str:
+    """A token for the components, carrying only `component_policy()`, made with the
+    development OpenBao's root token (which no component is given): the stack runs on the
+    policy the guide gives a deployment. The engines are enabled first with the root token,
+    by Mnemo's own adapters. The token is kept in <run>/mnemo/vault.token (mode 0600) and
+    used again while OpenBao takes it with that policy; otherwise a new one (32 days)."""
+    from mnemo.adapters.vault_anchors import VaultKvAnchors
+    from mnemo.adapters.vault_key_vault import VaultKeyVault
+    from mnemo.domain.errors import MnemoError
+
+    names = vault_names()
+    policy = component_policy(names)
+    default = component_policy(
+        {"transit": "transit", "anchors": "mnemo-anchors", "signing": "mnemo-audit",
+         "prefix": "mnemo"}
+    )  # fmt: skip
+    name = COMPONENT_POLICY
+    if policy != default:  # other names: a policy of their own beside the default one's
+        name = f"{COMPONENT_POLICY}-{hashlib.sha256(policy.encode()).hexdigest()[:10]}"
+    try:
+        VaultKeyVault(addr, root, mount=names["transit"], prefix=names["prefix"]).has_key(
+            "stack-probe"
+        )
+        VaultKvAnchors(addr, root, mount=names["anchors"], prefix=names["prefix"]).of_tenant(
+            "stack-probe"
+        )
+    except MnemoError as exc:
+        raise StackError(f"preparing OpenBao's engines failed: {exc.code}") from None
+    _openbao(addr, root, "PUT", f"sys/policies/acl/{name}", {"policy": policy})
+    kept = stack_dir / "vault.token"
+    with contextlib.suppress(OSError, StackError):
+        token = kept.read_text(encoding="utf-8").strip()
+        looked = _openbao(addr, token, "GET", "auth/token/lookup-self")
+        data = looked.get("data") if isinstance(looked, dict) else None
+        if isinstance(data, dict) and name in (data.get("policies") or []):
+            return token
+    made = _openbao(
+        addr,
+        root,
         "POST",
         "auth/token/create",
-        {"policies": [COMPONENT_POLICY], "ttl": "768h", "display_name": "mnemo-stack"},
+        {"policies": [name], "ttl": "768h", "display_name": "mnemo-stack"},
     )
-    auth = made.get("auth")
+    auth = made.get("auth") if isinstance(made, dict) else None
     token = auth.get("client_token") if isinstance(auth, dict) else None
     if not isinstance(token, str) or not token:
         raise StackError("OpenBao made no token for the components")
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    kept.unlink(missing_ok=True)
+    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
     return token
 
 
@@ -679,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
             # services.env holds the development OpenBao's root token: the components get
             # a token of their own, with the policy the guide gives a deployment
             stack.env["MNEMO_VAULT_TOKEN"] = component_vault_token(
-                stack.env["MNEMO_VAULT_ADDR"], stack.env["MNEMO_VAULT_TOKEN"]
+                stack.env["MNEMO_VAULT_ADDR"], stack.env["MNEMO_VAULT_TOKEN"], stack.run_dir
             )
         stack.up()
     except StackError as exc:

@@ -211,6 +211,9 @@ def test_stack_up_from_a_fresh_run_directory_starts_everything_and_prints_the_to
     )
     assert looked_up.status_code == 200, looked_up.text
     assert sorted(looked_up.json()["data"]["policies"]) == ["default", "mnemo-components"]
+    vault_token_file = up.run_dir / "mnemo" / "vault.token"
+    assert stat.S_IMODE(vault_token_file.stat().st_mode) == 0o600
+    components_token = vault_token_file.read_text().strip()
 
     # mnemo status: every component and every backing service
     shown = up.mnemo("--json", "status", MNEMO_API_KEY=admin_key, MNEMO_ADMIN_TOKEN=operator)
@@ -252,6 +255,8 @@ def test_stack_up_from_a_fresh_run_directory_starts_everything_and_prints_the_to
     assert again.returncode == 0, again.stdout + again.stderr
     assert operator not in again.stdout
     assert KEY_RE.findall(again.stdout) == []
+    same = vault_token_file.read_text().strip() == components_token
+    assert same, "a second `up` made another vault token while OpenBao takes the kept one"
 
     pids = up.pids()
     down = up.run("stack.py", "down")
