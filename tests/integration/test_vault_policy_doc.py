@@ -7,15 +7,13 @@ every sensitive publish then failed with VAULT_UNAVAILABLE."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import hvac
 import pytest
-from tests.support import missing
+from tests.support import missing, stack_module
 from tests.vault_support import vault_settings
 
 from mnemo.adapters.vault_anchors import VaultKvAnchors
@@ -24,16 +22,6 @@ from mnemo.adapters.vault_signer import VaultTransitSigner
 from mnemo.domain.checkpoint import FIRST, Checkpoint, Signature
 
 SIGNED_AT = datetime(2026, 12, 2, 12, 0, 0, 123456, tzinfo=UTC)
-DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
-
-
-def documented_policy() -> str:
-    """The HCL block of the guide's Vault step."""
-    text = DEPLOY.read_text(encoding="utf-8")
-    step = text[text.index("**Vault or OpenBao**") :]
-    found = re.search(r"```hcl\n(.*?)```", step, re.S)
-    assert found, "docs/deploy.md gives no policy for Mnemo's token"
-    return found.group(1)
 
 
 @pytest.fixture
@@ -48,10 +36,14 @@ def token() -> Iterator[tuple[str, str, str]]:
     tag = uuid.uuid4().hex[:10]
     # the names an operator replaces with their settings: this test's own, so that it
     # shreds no key of anyone else's on a shared vault
-    policy = (
-        documented_policy()
-        .replace("/mnemo-audit", f"/mnemo-audit-{tag}")
-        .replace("/mnemo/*", f"/doc{tag}/*")
+    # the guide's block, read as `make up` reads it for its components' token
+    policy = stack_module().component_policy(
+        {
+            "transit": "transit",
+            "anchors": "mnemo-anchors",
+            "signing": f"mnemo-audit-{tag}",
+            "prefix": f"doc{tag}",
+        }
     )
     assert f"mnemo-anchors/data/doc{tag}/*" in policy
     name = f"mnemo-deploy-doc-{tag}"

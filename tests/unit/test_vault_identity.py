@@ -6,19 +6,27 @@ The OpenBao side of the same is in tests/e2e/test_vault_outages.py."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mnemo.adapters.memory_key_vault import InMemoryKeyVault
 from mnemo.adapters.sqlite_access import SqliteAccessStore
 from mnemo.domain.errors import InvalidInput, KeyDestroyed, Unavailable
-from mnemo.ports import IDENTITY_KEY_ID
+from mnemo.ports import IDENTITY_KEY_ID, KeyVault
 from mnemo.vault_identity import IdentityGuardedVault, VaultKeysMissing, check_vault_identity
 
 
 @pytest.fixture
 def access(tmp_path: Path) -> SqliteAccessStore:
     return SqliteAccessStore(tmp_path / "access.sqlite3", "NORMAL")
+
+
+def started(vault: KeyVault, access: SqliteAccessStore, **options: Any) -> IdentityGuardedVault:
+    """`vault` guarded, bound as a process's start binds it (recording its identity)."""
+    guarded = IdentityGuardedVault(vault, **options)
+    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    return guarded
 
 
 def test_the_first_start_records_the_vault_and_later_starts_need_the_same(
@@ -50,8 +58,7 @@ def test_a_destroyed_key_is_believed_only_in_the_recorded_vault(
     access: SqliteAccessStore,
 ) -> None:
     vault = InMemoryKeyVault()
-    guarded = IdentityGuardedVault(vault)
-    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    guarded = started(vault, access)
     _, wrapped, _ = guarded.data_key("acme/user:U1")
     guarded.destroy("acme/user:U1")
     with pytest.raises(KeyDestroyed):
@@ -79,8 +86,7 @@ def test_a_destroyed_key_is_believed_only_in_the_recorded_vault(
 def test_a_match_is_reused_for_the_recheck_interval(access: SqliteAccessStore) -> None:
     vault = InMemoryKeyVault()
     now = [100.0]
-    guarded = IdentityGuardedVault(vault, recheck=10.0, now=lambda: now[0])
-    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    guarded = started(vault, access, recheck=10.0, now=lambda: now[0])
     _, wrapped, _ = guarded.data_key("acme")
     guarded.inner = InMemoryKeyVault()
     with pytest.raises(VaultKeysMissing):  # a key is never read as destroyed on a match
@@ -162,8 +168,7 @@ def test_once_the_vault_is_found_wrong_no_call_goes_on_with_an_earlier_match(
 ) -> None:
     vault = InMemoryKeyVault()
     now = [100.0]
-    guarded = IdentityGuardedVault(vault, recheck=60.0, now=lambda: now[0])
-    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    guarded = started(vault, access, recheck=60.0, now=lambda: now[0])
     _, wrapped, _ = guarded.data_key("acme")  # a match, good for 60 s
     guarded.inner = InMemoryKeyVault()
     with pytest.raises(VaultKeysMissing):
@@ -180,8 +185,7 @@ def test_once_the_vault_is_found_wrong_no_call_goes_on_with_an_earlier_match(
 
 def test_a_forget_asks_the_vault_then_and_there(access: SqliteAccessStore) -> None:
     vault = InMemoryKeyVault()
-    guarded = IdentityGuardedVault(vault, recheck=60.0)
-    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    guarded = started(vault, access, recheck=60.0)
     guarded.data_key("acme/user:U1")  # a match, good for 60 s
     wiped = InMemoryKeyVault()
     guarded.inner = wiped
@@ -204,8 +208,7 @@ def test_a_key_shredded_in_the_recorded_vault_is_not_asked_about_again(
     access: SqliteAccessStore,
 ) -> None:
     vault = Counting()
-    guarded = IdentityGuardedVault(vault)
-    guarded.bind(check_vault_identity(vault, access, setting="vault_addr"))
+    guarded = started(vault, access)
     _, wrapped, _ = guarded.data_key("acme/user:U1")
     guarded.destroy("acme/user:U1")
     asked = vault.asked
