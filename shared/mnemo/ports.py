@@ -637,7 +637,8 @@ class Clock(abc.ABC):
 
 class BlobStore(abc.ABC):
     """Content-addressed bytes (ingested documents) by tenant and subject stream: a blob
-    is named by the sha256 of its plaintext, stored once per (tenant, stream, digest), and
+    is named by 64 hex digits derived from its plaintext (`mnemo.service.blobs`: a keyed
+    hash of its sha256), stored once per (tenant, stream, name), and
     what is stored is opaque to the store (a user stream's blobs arrive sealed under the
     subject's key, see `mnemo.service.blobs`). Forgetting a stream or a tenant deletes its
     blobs. Adapters refuse a blob over their size limit (`max_bytes`, a document's

@@ -444,9 +444,15 @@ class Sealer:
         """A keyed hash of `text` under the search key of the key `stream` is sealed under,
         for ids Mnemo derives from a person's words (they stand in clear in the log); None
         when that key is destroyed or the vault cannot answer."""
-        key = self.publication_key(tenant, stream)
-        if key is None:
+        try:
+            return self.derived_digest(tenant, stream, text)
+        except (KeyDestroyed, Unavailable):
             return None
+
+    def derived_digest(self, tenant: str, stream: str, text: str) -> str:
+        """`keyed_digest`, for a caller that must not go on without it: KeyDestroyed when
+        the stream's key was destroyed, Unavailable when the vault cannot answer."""
+        key = self.keys.search_key(self.key_id(tenant, stream))
         return hmac.new(key, f"derived\x00{text}".encode(), hashlib.sha256).hexdigest()
 
     def makes_key(self, tenant: str, stream: str) -> bool:
@@ -1053,6 +1059,7 @@ _TOKEN_LEAVES = frozenset(
         "content_hash",
         "query_hash",
         "response_hash",
+        "sha256",  # an ingested document's bytes
         "@actor.id",
         "@correlation_id",
         "@causation_id",

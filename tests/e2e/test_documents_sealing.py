@@ -5,7 +5,9 @@ query reads its entities as before, and forgetting the user leaves nothing reada
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from tests.support import embedded_platform, gateway_client, headers_for
 from mnemo.adapters.clocks import FixedClock
 from mnemo.bootstrap import Platform
 from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
+from mnemo.service import documents as documents_module
 
 H = headers_for("acme", "agent")
 CARD = "6222021234567890128"
@@ -111,3 +114,61 @@ def test_a_section_whose_placeholders_would_overflow_a_memory_is_masked(
     stored = _bodies(platform)
     assert not [p for p in phones if p in stored]
     assert "139****0001" in stored  # masked: nothing kept that a placeholder would open
+
+
+def _raw_bytes(root: Path) -> bytes:
+    """Every file's path and bytes under `root` (a blob's name is its file's name)."""
+    return b"".join(
+        str(p).encode() + (p.read_bytes() if p.is_file() else b"") for p in sorted(root.rglob("*"))
+    )
+
+
+@pytest.mark.parametrize("subject", ["user:U4", "tenant"])
+def test_neither_the_log_nor_the_blob_store_names_the_documents_digest(
+    made: tuple[TestClient, Platform], subject: str
+) -> None:
+    """Whoever holds a document and the log or the blob store's files cannot tell whether it
+    was ingested: the log holds a keyed stand-in of its sha256, the id is derived from a
+    keyed hash, and the blob is named by one. The registrar still reads the digest, and a
+    forgotten user's document event still reads (its stand-in) in a rebuild."""
+    client, platform = made
+    data = TEXT.encode() + subject.encode()
+    digest = hashlib.sha256(data).hexdigest()
+    plain_id = str(uuid.uuid5(documents_module._NAMESPACE, f"acme\x00{subject}\x00{digest}"))
+    params = {"subject": subject, "filename": "c.txt", "wait": "registered"}
+    done = client.post("/v1/documents", params=params, content=data, headers=H)
+    assert done.status_code == 200, done.text
+    answer = done.json()
+    assert answer["status"] == "registered"
+    assert answer["sha256"] == digest  # the caller's own document: told back
+    assert answer["document_id"] != plain_id
+    again = client.post("/v1/documents", params=params, content=data, headers=H).json()
+    assert (again["document_id"], again["status"]) == (answer["document_id"], "duplicate")
+    platform.runner.drain()
+
+    data_dir = platform.settings.data_dir
+    with sqlite3.connect(data_dir / "log.sqlite3") as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    files = _raw_bytes(data_dir / "blobs") + b"".join(
+        p.read_bytes() for p in data_dir.glob("log.sqlite3*")
+    )
+    for needle in (digest, digest.upper(), plain_id):
+        assert needle.encode() not in files, needle
+    # the sections are registered from the blob all the same
+    stream = subject
+    listed = client.get(
+        f"/v1/subjects/{stream}/memories",
+        params={"tag": f"document:{answer['document_id']}", "limit": 100},
+        headers=H,
+    ).json()["memories"]
+    assert len(listed) == answer["sections"]
+
+    if subject.startswith("user:"):
+        before = platform.store.counts()["documents"]
+        forget = {"type": "ForgetRequested", "schema_version": 1, "stream": subject, "payload": {}}
+        assert client.post("/v1/events?wait=registered", json=forget, headers=H).status_code < 300
+        platform.runner.drain()
+        assert platform.store.counts()["documents"] == before - 1
+        rebuilt = rebuild_read_models(platform)
+        assert rebuilt == platform_checksum(platform)
+        assert platform.store.counts()["documents"] == before - 1

@@ -857,3 +857,47 @@ def test_an_answers_hash_stays_keyed_in_the_context_record(sealer: Sealer) -> No
     assert consumed.payload["response_hash"].startswith("h")
     viewed = sealer.open_json(sealed.model_dump(mode="json"))
     assert viewed["payload"]["response_hash"] == answer
+
+
+def test_a_documents_digest_reaches_the_log_keyed_and_reads_after_a_forget(
+    sealer: Sealer,
+) -> None:
+    """An ingested document's sha256 would tell whoever holds the log and the document that
+    it was ingested: it reaches the log as a keyed stand-in, opens whole for the registrar,
+    and the stand-in still validates once the user's key is destroyed (a rebuild reads it)."""
+    import hashlib
+
+    from mnemo.domain.events import DocumentIngested, decode_payload
+
+    digest = hashlib.sha256(b"a contract between two parties").hexdigest()
+    event = validate_envelope(
+        {
+            "event_id": new_event_id(datetime.now(UTC)),
+            "tenant": "acme",
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": {"kind": "system", "id": "gateway"},
+            "type": "DocumentIngested",
+            "schema_version": 1,
+            "stream": "user:U1",
+            "payload": {
+                "document_id": str(uuid.uuid4()),
+                "sha256": digest,
+                "filename": "c.txt",
+                "media_type": "text/plain",
+                "size": 30,
+                "pages": 0,
+                "sections": 1,
+            },
+        },
+        public=False,
+    )
+    sealed = sealer.seal(event, strict=False)
+    assert digest not in sealed.model_dump_json()
+    logged = validate_envelope(sealed.model_dump(mode="json"), public=False)
+    opened = decode_payload(sealer.open_private_envelope(logged))
+    assert isinstance(opened, DocumentIngested)
+    assert opened.sha256 == digest
+    sealer.keys.destroy(sealer.key_id("acme", "user:U1"))
+    after = decode_payload(sealer.open_private_envelope(logged))
+    assert isinstance(after, DocumentIngested)
+    assert after.sha256 != digest

@@ -607,9 +607,17 @@ class DocumentIngested(EventPayload):
     TYPE = "DocumentIngested"
     VERSION = 1
     PUBLIC = False  # appended by the gateway once the bytes are stored, never by agents
-    PRIVATE = ("filename", "title")
+    # the bytes' sha256 is sealed too: in clear, whoever holds the log could tell whether a
+    # document they hold was ingested (it stands in the log as a keyed hash)
+    PRIVATE = ("filename", "title", "sha256")
     document_id: MemoryId
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    sha256: Annotated[
+        str,
+        Field(
+            pattern=r"^(?:[0-9a-f]{64}|h[0-9a-f]{16})$",
+            description="sha256 of the bytes (in the log: its keyed stand-in)",
+        ),
+    ]
     filename: str = Field(min_length=1, max_length=256)
     media_type: str = Field(min_length=1, max_length=128)
     size: int = Field(ge=1, description="bytes")

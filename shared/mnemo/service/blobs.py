@@ -7,8 +7,12 @@ cannot be read again.
 
 A sealed blob reads `MNB1`, a 2-byte header length, a JSON header (key id, key version,
 wrapped data key) and AES-256-GCM nonce and ciphertext, bound to the tenant, the key id,
-the stream and the plaintext's digest. The blob keeps its name (the plaintext's sha256):
-a blob is found by the digest its event names. Nothing here logs a value or a key.
+the stream and the plaintext's digest. A blob is stored under a keyed hash of that digest
+(HMAC-SHA256 under the search key of the key it is sealed under), not the digest itself:
+a store's names, and the tombstones a delete leaves, then tell no one who holds a document
+whether it is stored, and once the key is destroyed no one can tell at all. A blob is found
+by the digest its event names; one stored before under the plain digest is still found
+there. Nothing here logs a value or a key.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 
@@ -61,7 +66,8 @@ class SealedBlobs:
                 field="body",
             )
         digest = digest_of(data)
-        if self.store.get(tenant, stream, digest) is not None:
+        name = self.name_of(tenant, stream, digest)
+        if self.store.get(tenant, stream, name) is not None:
             return digest  # content-addressed: stored once
         key_id = self.sealer.key_id(tenant, stream)
         plain_key, wrapped, version = self.sealer.keys.data_key(key_id)
@@ -76,12 +82,29 @@ class SealedBlobs:
             separators=(",", ":"),
         ).encode()
         blob = MAGIC + len(header).to_bytes(2, "big") + header + nonce + sealed
-        self.store.put(tenant, stream, digest, blob)
+        self.store.put(tenant, stream, name, blob)
         return digest
+
+    def name_of(self, tenant: str, stream: str, digest: str) -> str:
+        """The name a blob of plaintext digest `digest` is stored under (64 hex digits).
+        KeyDestroyed when the stream's key was destroyed, Unavailable when the vault cannot
+        answer."""
+        key = self.sealer.keys.search_key(self.sealer.key_id(tenant, stream))
+        return hmac.new(key, f"blob\x00{digest}".encode(), hashlib.sha256).hexdigest()
 
     def get(self, tenant: str, stream: str, digest: str) -> bytes | None:
         """The plaintext, or None when the blob is gone or its key was destroyed."""
-        blob = self.store.get(tenant, stream, digest)
+        try:
+            name = self.name_of(tenant, stream, digest)
+        except KeyDestroyed:
+            return None
+        blob = self.store.get(tenant, stream, name)
+        if blob is None:
+            # stored before blobs were named by a keyed hash (a digest is 64 hex digits;
+            # a stand-in the log keeps for a forgotten one is not, and finds nothing)
+            if len(digest) != 64:
+                return None
+            blob = self.store.get(tenant, stream, digest)
         if blob is None:
             return None
         try:

@@ -54,9 +54,12 @@ _NAMESPACE = uuid.UUID("6f1c1d2e-5b7a-4c1e-9a49-0d6f3a0e2b11")
 TENANT_SUBJECT = "tenant"  # the stream of a tenant-wide document
 
 
-def document_id_of(tenant: str, stream: str, sha256: str) -> str:
-    """A document's id: the same bytes in the same subject are the same document."""
-    return str(uuid.uuid5(_NAMESPACE, f"{tenant}\x00{stream}\x00{sha256}"))
+def document_id_of(tenant: str, stream: str, keyed: str) -> str:
+    """A document's id: the same bytes in the same subject are the same document. `keyed`
+    is a keyed hash of the bytes' sha256 (`Sealer.derived_digest`), not the sha256 itself:
+    the id stands in clear in the log and the read models, and one derived from the plain
+    digest would let anyone who holds a document test whether it was ingested."""
+    return str(uuid.uuid5(_NAMESPACE, f"{tenant}\x00{stream}\x00{keyed}"))
 
 
 # the parsed documents a process keeps between its gateway's parse and its registrar's
@@ -317,7 +320,10 @@ class Documents:
         parsed = self.source.parse_ingested(ctx.tenant, subject, sha, data, filename, media_type)
         if not parsed.sections:
             raise DocumentRejected("DOCUMENT_EMPTY", "no text could be read from the document")
-        document_id = document_id_of(ctx.tenant, subject, sha)
+        sealer = self.source.blobs.sealer
+        document_id = document_id_of(
+            ctx.tenant, subject, sealer.derived_digest(ctx.tenant, subject, f"document\x00{sha}")
+        )
         self.source.blobs.put(ctx.tenant, subject, data)
         payload = DocumentIngested(
             document_id=document_id,
