@@ -876,6 +876,10 @@ def make_runner(
     runner.documents = documents or make_document_source(settings, sealer)
     runner.reseal = sealer.reseal
     runner.stand_ins = sealer.stand_ins
+    sealed_log = runner.log
+    runner.shred = lambda env: sealer.shred_unshredded(
+        env.tenant, env, lambda: sealed_log.sealed_key_ids(env.tenant)
+    )
     return runner
 
 

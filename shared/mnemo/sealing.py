@@ -496,6 +496,39 @@ class Sealer:
                 destroyed.append(key_id)
         return destroyed
 
+    def shred_unshredded(
+        self,
+        tenant: str,
+        envelope: Envelope,
+        tenant_key_ids: Callable[[], Iterable[str]],
+    ) -> list[str]:
+        """For the registrar, once it registers a request to forget: the keys
+        `shred_forgotten` destroys, destroyed now unless they are already. The gateway and
+        the SDK's publisher shred before the record is produced, so this finds them gone
+        (one vault question); a producer writing straight to the topic shreds nothing, and
+        without this the forgotten words would stay readable in the log. The key ids
+        destroyed. A vault that cannot answer raises Unavailable (the batch is tried
+        again: no forget is registered with its keys alive)."""
+        if envelope.type != ForgetRequested.TYPE:
+            return []
+        request = decode_payload(envelope)
+        assert isinstance(request, ForgetRequested)
+        if request.tenant:
+            names = tenant
+        elif request.memory_id is None and self.owns_key(tenant, envelope.stream):
+            names = self.key_id(tenant, envelope.stream)
+        else:
+            return []
+        if self.keys.is_destroyed(names):
+            return []
+        destroyed = self.shred_forgotten(tenant, [envelope], tenant_key_ids)
+        log.warning(
+            "a request to forget reached the log with its keys alive (a producer writing "
+            "straight to the topic?): %d destroyed now",
+            len(destroyed),
+        )
+        return destroyed
+
     def _standing(self, key_id: str, found: Finding, action: Action) -> tuple[str, str | None]:
         """What stands in the log for a value the detector found (a mask, or a placeholder
         of its keyed hash), and the placeholder's ref (None for a mask)."""

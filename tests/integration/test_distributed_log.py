@@ -253,20 +253,31 @@ def _raw(platform: Platform, key: bytes, value: bytes) -> None:
     platform.distributed.topic.produce([(key, value, [])])
 
 
+def _kcat(platform: Platform, kind: str, stream: str, payload: dict[str, Any]) -> Envelope:
+    """An event as a plain Kafka client (kcat) would write it: unsealed, unchecked."""
+    now = platform.runner.clock.now()
+    return Envelope(
+        event_id=new_event_id(now),
+        type=kind,
+        schema_version=1,
+        tenant="acme",
+        stream=stream,
+        occurred_at=now,
+        actor=Actor(kind=ActorKind.AGENT, id="kcat"),
+        payload=payload,
+    )
+
+
 def test_poison_records_go_to_the_dead_letter_topic_and_the_consumers_go_on(
     platform: Platform,
 ) -> None:
     assert platform.distributed is not None
     now = platform.runner.clock.now()
-    good = Envelope(
-        event_id=new_event_id(now),
-        type="MemoryDeclared",
-        schema_version=1,
-        tenant="acme",
-        stream="user:U7",
-        occurred_at=now,
-        actor=Actor(kind=ActorKind.AGENT, id="kcat"),
-        payload={"memory": {"type": "fact", "content": "the office is on floor 7"}},
+    good = _kcat(
+        platform,
+        "MemoryDeclared",
+        "user:U7",
+        {"memory": {"type": "fact", "content": "the office is on floor 7"}},
     )
     body = good.model_dump(mode="json", exclude_none=True)
     key = record_key(good)
@@ -297,6 +308,43 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_consumers_go_on(
     for p in platform.distributed.topic.partitions():
         statuses.extend(f.status for f in platform.distributed.archive.fates(p, 0, 10_000).values())
     assert statuses.count(RecordStatus.DEAD) == len(poison)
+
+
+def test_a_request_to_forget_produced_straight_to_the_topic_shreds_the_users_key(
+    platform: Platform, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A producer writing straight to the topic (kcat, any client) shreds no key before its
+    `ForgetRequested` is in the log, as the gateway and the SDK's publisher do. The
+    registrar does it when it registers the request, before it commits: the user's words
+    read redacted in the log from then on, as after a forget through the gateway."""
+    assert platform.distributed is not None
+    assert platform.sealer is not None
+    subject = "user:U8"
+    words = "my locker code is 4471"
+    platform.app.publish(CTX, [declare(words, stream=subject)], wait=Wait.REGISTERED)
+    key_id = platform.sealer.key_id("acme", subject)
+    assert platform.sealer.owns_key("acme", subject)
+    assert not platform.sealer.keys.is_destroyed(key_id)
+    forget = _kcat(platform, "ForgetRequested", subject, {})
+    _raw(
+        platform,
+        record_key(forget),
+        orjson.dumps(forget.model_dump(mode="json", exclude_none=True)),
+    )
+    with caplog.at_level("WARNING", logger="mnemo.sealing"):
+        Pump(platform).drain()
+    [outcome] = platform.app.outcome(CTX, forget.event_id)
+    assert outcome.kind is OutcomeKind.APPLIED
+    assert platform.sealer.keys.vault.is_destroyed(key_id)  # the vault's own answer
+    assert any("keys alive" in r.getMessage() for r in caplog.records)
+    logged = platform.log.read_stream("acme", subject, 1, 10)
+    assert (
+        words
+        not in orjson.dumps(
+            [platform.sealer.open_private_envelope(e.envelope).payload for e in logged]
+        ).decode()
+    )
+    assert platform.app.list_memories(CTX, subject) == []
 
 
 def test_each_stream_keeps_its_publishers_order_over_many_partitions(tmp_path: Path) -> None:

@@ -901,3 +901,52 @@ def test_a_documents_digest_reaches_the_log_keyed_and_reads_after_a_forget(
     after = decode_payload(sealer.open_private_envelope(logged))
     assert isinstance(after, DocumentIngested)
     assert after.sha256 != digest
+
+
+def _forget(stream: str, **payload: Any) -> Envelope:
+    return validate_envelope(
+        {
+            "event_id": new_event_id(datetime.now(UTC)),
+            "tenant": "acme",
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": {"kind": "agent", "id": "kcat"},
+            "type": "ForgetRequested",
+            "schema_version": 1,
+            "stream": stream,
+            "payload": payload,
+        }
+    )
+
+
+def test_the_registrar_shreds_what_a_request_to_forget_left_alive(
+    sealer: Sealer, vault: SwitchableVault
+) -> None:
+    """`shred_unshredded`, which the registrar calls once it registers a request to forget:
+    the keys a producer writing straight to the topic left alive are destroyed; those the
+    gateway destroyed already cost one question; a request that names one memory, or a
+    stream sealed under the tenant's key, destroys nothing."""
+    sealer.seal(observation("remember my phone is 13812345678", stream="user:U1"))
+    sealer.seal(observation("remember my phone is 13812345679", stream="user:U2"))
+    user = sealer.key_id("acme", "user:U1")
+    assert sealer.shred_unshredded("acme", _forget("user:U1"), lambda: ()) == [user]
+    assert vault.is_destroyed(user)
+    calls = vault.calls
+    assert sealer.shred_unshredded("acme", _forget("user:U1"), lambda: ()) == []
+    assert vault.calls == calls  # known destroyed: not asked again
+    memory = _forget("user:U2", memory_id=str(uuid.uuid4()))
+    assert sealer.shred_unshredded("acme", memory, lambda: ()) == []
+    assert sealer.shred_unshredded("acme", _forget("session:S1"), lambda: ()) == []
+    other = sealer.key_id("acme", "user:U2")
+    assert not vault.is_destroyed(other)
+    assert not vault.is_destroyed("acme")
+    vault.down = True
+    with pytest.raises(Unavailable):
+        sealer.shred_unshredded("acme", _forget("user:U2"), lambda: ())
+    vault.down = False
+    tenant = _forget("user:U2", tenant=True)
+    assert sorted(sealer.shred_unshredded("acme", tenant, lambda: [other])) == sorted(
+        ["acme", other]
+    )
+    assert vault.is_destroyed("acme")
+    assert vault.is_destroyed(other)
+    assert sealer.shred_unshredded("acme", tenant, lambda: [other]) == []

@@ -71,6 +71,13 @@ CONSUMERS = registry.NAMES
 _REGISTRAR = registry.consumer(registration.CONSUMER)
 
 
+def _applied(decision: Decision) -> bool:
+    """Whether a decision registers its event (an `applied` outcome)."""
+    return any(
+        isinstance(w, PutOutcome) and w.outcome.kind is OutcomeKind.APPLIED for w in decision.writes
+    )
+
+
 def tenant_position(consumer: str, tenant: str) -> str:
     """The position name under which a consumer records how far it has handled one
     tenant's events ahead of its own position."""
@@ -133,6 +140,10 @@ class EmbeddedRunner:
         # wiring, from the sealer)
         self.reseal: registration.Resealer | None = None
         self.stand_ins: registration.StandIns | None = None
+        # crypto-shreds the keys a request to forget names once it is registered, unless its
+        # publisher did (set by the wiring, from the sealer; a producer writing straight
+        # to the topic cannot shred): no forget is registered with its keys left alive
+        self.shred: Callable[[Envelope], object] | None = None
         self.batch_size = batch_size
         self.embed_batch = embed_batch
         self.poll_seconds = poll_seconds
@@ -327,6 +338,10 @@ class EmbeddedRunner:
             record = self.opened(record)
         decision = self._register(record, tx, caused)
         if record.envelope.type == ForgetRequested.TYPE:
+            if self.shred is not None and _applied(decision):
+                # before the batch commits: a vault that cannot answer fails the batch,
+                # which is tried again, so the registration waits for its shred
+                self.shred(record.envelope)
             self._forget_blobs(record.envelope)
         if _REGISTRAR.projects("timeline"):
             decision.writes.extend(timeline.entries(record.envelope, record.offset))
