@@ -663,6 +663,37 @@ def component_vault_token(addr: str, root: str, stack_dir: Path) -> str:
     return token
 
 
+def revoke_component_vault_token(addr: str, stack_dir: Path) -> str:
+    """`down`: the components' vault token kept in <run>/mnemo/vault.token is revoked (it
+    revokes itself, so no root token is needed) and the file removed, so no token outlives
+    the stack it was made for; the next `up` makes a new one. A token OpenBao no longer
+    takes is only removed. When OpenBao cannot be reached the file stays, for the next
+    `down` (or `up`, which uses it again). What happened, in a few words."""
+    kept = stack_dir / "vault.token"
+    try:
+        token = kept.read_text(encoding="utf-8").strip()
+    except OSError:
+        return "no components' vault token kept"
+    if token and addr:
+        request = urllib.request.Request(  # noqa: S310 - the development OpenBao
+            f"{addr.rstrip('/')}/v1/auth/token/revoke-self",
+            data=b"",
+            method="POST",
+            headers={"X-Vault-Token": token},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30):  # noqa: S310
+                pass
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500:
+                return f"the components' vault token is kept: OpenBao answered {exc.code}"
+            # 403: OpenBao takes it no more (expired, revoked, or another OpenBao's)
+        except OSError as exc:
+            return f"the components' vault token is kept: OpenBao at {addr} did not answer ({exc})"
+    kept.unlink(missing_ok=True)
+    return "the components' vault token revoked"
+
+
 def from_environment() -> Stack:
     """The stack `make up` runs: the run directory MNEMO_RUN_DIR (default var/run), the
     services' addresses and OpenBao's token from its services.env, the operator token kept
@@ -714,6 +745,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "down":
         stack.down()
         print("[stack] stopped")
+        print(
+            f"[stack] {revoke_component_vault_token(stack.env.get('MNEMO_VAULT_ADDR', ''), stack.run_dir)}"
+        )
         return 0
     if args.command == "status":
         print(json.dumps(stack.status(), indent=2))

@@ -262,6 +262,16 @@ def test_stack_up_from_a_fresh_run_directory_starts_everything_and_prints_the_to
     down = up.run("stack.py", "down")
     assert down.returncode == 0, down.stderr
     assert [name for name, pid in pids.items() if _alive(pid)] == []
+    # the components' vault token does not outlive the stack: revoked, its file removed
+    assert "vault token revoked" in down.stdout, down.stdout
+    assert not vault_token_file.exists()
+    after = httpx.get(
+        f"{kept['MNEMO_VAULT_ADDR']}/v1/auth/token/lookup-self",
+        headers={"X-Vault-Token": components_token},
+        timeout=30,
+    )
+    assert after.status_code == 403
+    assert components_token not in down.stdout + down.stderr
 
 
 def test_a_configuration_error_stops_up_at_once_naming_the_setting(make_up: MakeUp) -> None:
