@@ -29,6 +29,7 @@ from mnemo.adapters.sqlite_store import SqliteMemoryStore
 from mnemo.adapters.toktok_tokenizer import tokenizer_for_model
 from mnemo.domain.documents import DocumentLimits, EntityRules
 from mnemo.domain.errors import InvalidInput, MnemoError, Unavailable
+from mnemo.domain.events import Envelope, sealed_key_ids
 from mnemo.domain.history import FactRules
 from mnemo.domain.pii import SecurityPolicy
 from mnemo.domain.rules import RegistrationRule, RuleSet
@@ -877,10 +878,30 @@ def make_runner(
     runner.reseal = sealer.reseal
     runner.stand_ins = sealer.stand_ins
     sealed_log = runner.log
-    runner.shred = lambda env: sealer.shred_unshredded(
-        env.tenant, env, lambda: sealed_log.sealed_key_ids(env.tenant)
-    )
+
+    def shred(env: Envelope) -> list[str]:
+        return sealer.shred_unshredded(
+            env.tenant,
+            env,
+            lambda: sealed_log.sealed_key_ids(env.tenant),
+            lambda: stream_key_ids(sealed_log, env.tenant, env.stream, (env.seq or 1) - 1),
+        )
+
+    runner.shred = shred
     return runner
+
+
+def stream_key_ids(log_: EventLog, tenant: str, stream: str, upto_seq: int) -> set[str]:
+    """The keys a stream's events up to `upto_seq` were sealed under, read from the log."""
+    found: set[str] = set()
+    after = 1
+    while after <= upto_seq:
+        page = log_.read_stream(tenant, stream, after, min(1_000, upto_seq - after + 1))
+        if not page:
+            break
+        found |= sealed_key_ids(tenant, (e.envelope for e in page))
+        after = (page[-1].envelope.seq or after) + 1
+    return found
 
 
 def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:
@@ -1112,6 +1133,38 @@ def connect_store(settings: MnemoSettings, blinder: Blinder | None = None) -> Ca
     return store
 
 
+# settings naming a keyspace beside the store's own: one that a live deployment keeps
+# (tenants and keys, signed audit checkpoints, documents' bytes), which a process pointed at
+# it reads and writes but never creates nor migrates (docs/distributed.md, rebuilds)
+_SHARED_KEYSPACES = ("access_keyspace", "audit_checkpoint_keyspace", "document_blob_keyspace")
+
+
+def check_shared_keyspaces(settings: MnemoSettings, store: CassandraMemoryStore) -> None:
+    """Refuse to start (InvalidInput, KEYSPACE_NOT_MIGRATED, the setting as its field: a
+    configuration error) when a keyspace one of `_SHARED_KEYSPACES` names does not exist or
+    lacks migrations: its tables would fail every request with the driver's error instead."""
+    from mnemo.adapters.cassandra_store import pending_migrations
+
+    for name in _SHARED_KEYSPACES:
+        keyspace = getattr(settings, name)
+        if not keyspace or keyspace == store.home:
+            continue
+        missing = pending_migrations(store.session, keyspace)
+        if missing:
+            setting = "MNEMO_" + name.upper()
+            raise InvalidInput(
+                f"{setting} names keyspace {keyspace!r}, which "
+                + (
+                    "does not exist or was never migrated"
+                    if missing[0] == 1
+                    else f"lacks migrations {missing}"
+                )
+                + ": it must be the live keyspace, migrated (`mnemo admin migrate`)",
+                code="KEYSPACE_NOT_MIGRATED",
+                field=name,
+            )
+
+
 def cassandra_access(settings: MnemoSettings, store: CassandraMemoryStore, clock: Clock) -> Access:
     """Tenants and keys in the store's home keyspace (tables of 0002_access.cql, which the
     store's migrations applied), or in `access_keyspace` (the live keyspace, for read models
@@ -1162,6 +1215,7 @@ def build_distributed(
     sealer = make_sealer(settings)
     store = connect_store(settings, TenantBlinder(sealer.keys))
     try:
+        check_shared_keyspaces(settings, store)
         access = cassandra_access(settings, store, clock)
         check_identity(settings, sealer, access.store, vault_may_be_away=False)
         topic = KafkaTopic(

@@ -501,32 +501,47 @@ class Sealer:
         tenant: str,
         envelope: Envelope,
         tenant_key_ids: Callable[[], Iterable[str]],
+        stream_key_ids: Callable[[], Iterable[str]],
     ) -> list[str]:
         """For the registrar, once it registers a request to forget: the keys
-        `shred_forgotten` destroys, destroyed now unless they are already. The gateway and
+        `shred_forgotten` destroys, each destroyed now unless it is already. The gateway and
         the SDK's publisher shred before the record is produced, so this finds them gone
-        (one vault question); a producer writing straight to the topic shreds nothing, and
-        without this the forgotten words would stay readable in the log. The key ids
-        destroyed. A vault that cannot answer raises Unavailable (the batch is tried
-        again: no forget is registered with its keys alive)."""
+        (one vault question a key); a producer writing straight to the topic shreds
+        nothing, and without this the forgotten words would stay readable in the log.
+
+        A stream's own key is destroyed only when `stream_key_ids()` (the keys the stream's
+        events before the request were sealed under) names it: a replay of an old request
+        then never destroys a key the stream was given after it (a tenant's policy that
+        gave users keys of their own later). For a tenant, every key `tenant_key_ids()`
+        names is asked about, the users' before the tenant's, so a retry after a partial
+        shred finishes it. The key ids destroyed. A vault that cannot answer raises
+        Unavailable (the batch is tried again: no forget is registered with its keys
+        alive)."""
         if envelope.type != ForgetRequested.TYPE:
             return []
         request = decode_payload(envelope)
         assert isinstance(request, ForgetRequested)
         if request.tenant:
-            names = tenant
+            named = {k for k in tenant_key_ids() if k == tenant or k.startswith(tenant + "/")}
+            doomed = [*sorted(named - {tenant}), tenant]
         elif request.memory_id is None and self.owns_key(tenant, envelope.stream):
-            names = self.key_id(tenant, envelope.stream)
+            own = self.key_id(tenant, envelope.stream)
+            if self.keys.is_destroyed(own) or own not in set(stream_key_ids()):
+                return []
+            doomed = [own]
         else:
             return []
-        if self.keys.is_destroyed(names):
-            return []
-        destroyed = self.shred_forgotten(tenant, [envelope], tenant_key_ids)
-        log.warning(
-            "a request to forget reached the log with its keys alive (a producer writing "
-            "straight to the topic?): %d destroyed now",
-            len(destroyed),
-        )
+        destroyed = []
+        for key_id in doomed:
+            if not self.keys.is_destroyed(key_id):
+                self.keys.destroy(key_id)
+                destroyed.append(key_id)
+        if destroyed:
+            log.warning(
+                "a request to forget reached the log with keys alive (a producer writing "
+                "straight to the topic?): %d destroyed now",
+                len(destroyed),
+            )
         return destroyed
 
     def _standing(self, key_id: str, found: Finding, action: Action) -> tuple[str, str | None]:

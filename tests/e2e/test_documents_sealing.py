@@ -14,11 +14,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from tests.support import embedded_platform, gateway_client, headers_for
+from tests.vault_support import SwitchableVault
 
 from mnemo.adapters.clocks import FixedClock
-from mnemo.bootstrap import Platform
+from mnemo.bootstrap import Platform, build_embedded
+from mnemo.domain.errors import Unavailable
 from mnemo.entrypoints.admin import platform_checksum, rebuild_read_models
 from mnemo.service import documents as documents_module
+from mnemo.service.app import RequestContext
+from mnemo.settings import MnemoSettings
 
 H = headers_for("acme", "agent")
 CARD = "6222021234567890128"
@@ -172,3 +176,45 @@ def test_neither_the_log_nor_the_blob_store_names_the_documents_digest(
         rebuilt = rebuild_read_models(platform)
         assert rebuilt == platform_checksum(platform)
         assert platform.store.counts()["documents"] == before - 1
+
+
+class _SearchKeysAway(SwitchableVault):
+    """The vault answers everything but search keys while `away` is set."""
+
+    away = False
+
+    def search_key(self, key_id: str) -> bytes:
+        if self.away:
+            raise Unavailable("vault down", code="VAULT_UNAVAILABLE")
+        return super().search_key(key_id)
+
+
+def test_a_vault_away_while_the_registrar_reads_a_document_holds_it_back_not_refuses_it(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """An accepted document whose blob the registrar cannot name or open because the vault
+    does not answer is registered once the vault is back, not refused for good
+    (`HANDLER_ERROR`): nothing accepted is lost."""
+    vault = _SearchKeysAway()
+    platform = build_embedded(
+        MnemoSettings(data_dir=tmp_path / "data", embedder="hashing"), clock=clock, vault=vault
+    )
+    try:
+        documents = platform.app.documents
+        assert documents is not None
+        assert platform.sealer is not None
+        ctx = RequestContext("acme", "agent")
+        ingested = documents.ingest(ctx, "user:U5", "c.txt", TEXT.encode())
+        platform.sealer.keys.forget(platform.sealer.key_id("acme", "user:U5"))
+        vault.away = True
+        platform.runner.run_once()  # the registrar fails its batch, and will try again
+        assert platform.app.outcome(ctx, ingested.event_id) == []
+        vault.away = False
+        platform.runner._retry_at.clear()
+        platform.runner.drain()
+        outcomes = platform.app.outcome(ctx, ingested.event_id)
+        assert {o.kind.value for o in outcomes} == {"registered"}, outcomes
+        listed = platform.app.list_memories(ctx, "user:U5")
+        assert len(listed) == ingested.sections
+    finally:
+        platform.close()

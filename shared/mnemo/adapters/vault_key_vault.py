@@ -196,7 +196,8 @@ class VaultKeyVault(KeyVault):
             self._call(key_id, lambda: self._transit.delete_key(name=name, mount_point=self.mount))
         except Missing:
             pass  # never created, or already destroyed
-        log.info("key %s destroyed (crypto-shredded)", key_id)
+        # the tenant only: a user's key id names the user, whom the forget is for
+        log.info("a key of tenant %s destroyed (crypto-shredded)", key_id.split("/", 1)[0])
 
     @_coded
     def has_key(self, key_id: str) -> bool:

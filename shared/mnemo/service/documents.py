@@ -8,6 +8,7 @@ and only a document that parsed is stored and logged.
 
 from __future__ import annotations
 
+import logging
 import threading
 import unicodedata
 import uuid
@@ -35,7 +36,7 @@ from mnemo.domain.documents import (
     ParsedDocument,
     extract_entities,
 )
-from mnemo.domain.errors import InvalidInput, NotFound, echoed
+from mnemo.domain.errors import InvalidInput, NotFound, Unavailable, echoed
 from mnemo.domain.events import DocumentIngested, Envelope, MemoryDeclared
 from mnemo.domain.ids import names_no_user, valid_stream
 from mnemo.domain.memory import MAX_CONTENT_CHARS, MemoryStatus, MemoryType
@@ -49,6 +50,8 @@ __all__ = ["BlobDocuments", "Documents", "Parser", "document_id_of"]
 
 # bytes, filename, declared media type (None: detect), limits -> the parsed document
 Parser = Callable[[bytes, str, str | None, DocumentLimits], ParsedDocument]
+
+log = logging.getLogger("mnemo.documents")
 
 _NAMESPACE = uuid.UUID("6f1c1d2e-5b7a-4c1e-9a49-0d6f3a0e2b11")
 TENANT_SUBJECT = "tenant"  # the stream of a tenant-wide document
@@ -158,7 +161,14 @@ class BlobDocuments:
         here; registration puts placeholders in their place (`seal`), as in any memory's
         content (docs/documents.md)."""
         kept = self.parsed.take((event.tenant, event.stream, ingested.sha256, ingested.filename))
-        data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
+        try:
+            data = self.blobs.get(event.tenant, event.stream, ingested.sha256)
+        except Unavailable as exc:
+            if exc.code != "BLOB_UNREADABLE":
+                raise  # the vault or the store away: the registrar tries again
+            # altered or sealed elsewhere: no section of it can be trusted, for good
+            log.warning("document %s: its stored blob cannot be opened", ingested.document_id)
+            return None
         if data is None:
             return None  # gone or its key destroyed: the kept parse goes with it
         if kept is not None and kept.media_type == ingested.media_type:

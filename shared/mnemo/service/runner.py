@@ -302,6 +302,10 @@ class EmbeddedRunner:
                 self.reseal,
                 self.stand_ins,
             )
+        except Unavailable:
+            # the vault or a store is away: the batch is tried again once it answers (an
+            # event refused for it would be lost, though it was accepted)
+            raise
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
             # the outcome says what happened, so it can be replayed once fixed

@@ -150,10 +150,16 @@ from mnemo.adapters.cassandra_store.documents import _Documents
 from mnemo.adapters.cassandra_store.operations import _Operations
 from mnemo.adapters.cassandra_store.reads import _Reads
 from mnemo.adapters.cassandra_store.rows import write_batched
-from mnemo.adapters.cassandra_store.schema import migrate
+from mnemo.adapters.cassandra_store.schema import migrate, pending_migrations
 from mnemo.ports import DocumentReads, MemoryStore
 
-__all__ = ["MIGRATIONS_DIR", "CassandraMemoryStore", "migrate", "write_batched"]
+__all__ = [
+    "MIGRATIONS_DIR",
+    "CassandraMemoryStore",
+    "migrate",
+    "pending_migrations",
+    "write_batched",
+]
 
 
 class CassandraMemoryStore(_Commits, _Reads, _Documents, _Operations, MemoryStore, DocumentReads):

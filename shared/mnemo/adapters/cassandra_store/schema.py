@@ -113,6 +113,30 @@ def migrate(session: Any, keyspace: str, directory: Path | None = None) -> list[
     return done
 
 
+def pending_migrations(session: Any, keyspace: str, directory: Path | None = None) -> list[int]:
+    """The versions of `directory`'s migrations (default schemas/cql) that `keyspace` has
+    not recorded: all of them for a keyspace that does not exist or was never migrated.
+    Reads only."""
+    ks = _valid_keyspace(keyspace)
+    folder = directory or MIGRATIONS_DIR
+    versions = sorted(
+        int(m.group(1))
+        for path in folder.glob("*.cql")
+        if (m := _MIGRATION_FILE.fullmatch(path.name))
+    )
+    if ks not in session.cluster.metadata.keyspaces:
+        return versions
+    tables = session.cluster.metadata.keyspaces[ks].tables
+    if "schema_migrations" not in tables:
+        return versions
+    with _translated():
+        applied = {
+            int(row[0])
+            for row in session.execute(session.prepare(_MIGRATIONS_READ.replace("{ks}", ks)))
+        }
+    return [v for v in versions if v not in applied]
+
+
 def _replication_cql(replication: Mapping[str, object]) -> str:
     """A keyspace replication map as CQL, from validated parts only."""
     strategy = str(replication.get("class", "SimpleStrategy")).rsplit(".", 1)[-1]
