@@ -884,24 +884,29 @@ def make_runner(
             env.tenant,
             env,
             lambda: sealed_log.sealed_key_ids(env.tenant),
-            lambda: stream_key_ids(sealed_log, env.tenant, env.stream, (env.seq or 1) - 1),
+            lambda key_id: stream_sealed_under(
+                sealed_log, env.tenant, env.stream, (env.seq or 1) - 1, key_id
+            ),
         )
 
     runner.shred = shred
     return runner
 
 
-def stream_key_ids(log_: EventLog, tenant: str, stream: str, upto_seq: int) -> set[str]:
-    """The keys a stream's events up to `upto_seq` were sealed under, read from the log."""
-    found: set[str] = set()
+def stream_sealed_under(
+    log_: EventLog, tenant: str, stream: str, upto_seq: int, key_id: str
+) -> bool:
+    """Whether one of a stream's events up to `upto_seq` was sealed under `key_id`, read
+    from the log a page at a time until one is found."""
     after = 1
     while after <= upto_seq:
         page = log_.read_stream(tenant, stream, after, min(1_000, upto_seq - after + 1))
         if not page:
-            break
-        found |= sealed_key_ids(tenant, (e.envelope for e in page))
+            return False
+        if key_id in sealed_key_ids(tenant, (e.envelope for e in page)):
+            return True
         after = (page[-1].envelope.seq or after) + 1
-    return found
+    return False
 
 
 def build_consumer(settings: MnemoSettings, consumer: str) -> EmbeddedRunner:

@@ -491,7 +491,9 @@ class Sealer:
                 doomed = {self.key_id(tenant, envelope.stream)}
             else:
                 continue
-            for key_id in sorted(doomed):
+            # the users' keys before the tenant's: a shred cut short leaves the tenant's
+            # key alive, so the registrar, which asks about it first, finishes the lot
+            for key_id in sorted(doomed, key=lambda k: (k == tenant, k)):
                 self.keys.destroy(key_id)
                 destroyed.append(key_id)
         return destroyed
@@ -501,7 +503,7 @@ class Sealer:
         tenant: str,
         envelope: Envelope,
         tenant_key_ids: Callable[[], Iterable[str]],
-        stream_key_ids: Callable[[], Iterable[str]],
+        stream_sealed_under: Callable[[str], bool],
     ) -> list[str]:
         """For the registrar, once it registers a request to forget: the keys
         `shred_forgotten` destroys, each destroyed now unless it is already. The gateway and
@@ -509,12 +511,13 @@ class Sealer:
         (one vault question a key); a producer writing straight to the topic shreds
         nothing, and without this the forgotten words would stay readable in the log.
 
-        A stream's own key is destroyed only when `stream_key_ids()` (the keys the stream's
-        events before the request were sealed under) names it: a replay of an old request
-        then never destroys a key the stream was given after it (a tenant's policy that
-        gave users keys of their own later). For a tenant, every key `tenant_key_ids()`
-        names is asked about, the users' before the tenant's, so a retry after a partial
-        shred finishes it. The key ids destroyed. A vault that cannot answer raises
+        A stream's own key is destroyed only when `stream_sealed_under(key_id)` (whether an
+        event of the stream before the request was sealed under it) says so: a replay of an
+        old request then never destroys a key the stream was given after it (a tenant's
+        policy that gave users keys of their own later). For a tenant, whose key every
+        shred destroys last, a destroyed tenant's key ends the question; otherwise every key
+        `tenant_key_ids()` names is asked about, the users' before the tenant's. The key
+        ids destroyed. A vault that cannot answer raises
         Unavailable (the batch is tried again: no forget is registered with its keys
         alive)."""
         if envelope.type != ForgetRequested.TYPE:
@@ -522,11 +525,13 @@ class Sealer:
         request = decode_payload(envelope)
         assert isinstance(request, ForgetRequested)
         if request.tenant:
+            if self.keys.is_destroyed(tenant):
+                return []  # destroyed last, by whoever shredded (`shred_forgotten` too)
             named = {k for k in tenant_key_ids() if k == tenant or k.startswith(tenant + "/")}
             doomed = [*sorted(named - {tenant}), tenant]
         elif request.memory_id is None and self.owns_key(tenant, envelope.stream):
             own = self.key_id(tenant, envelope.stream)
-            if self.keys.is_destroyed(own) or own not in set(stream_key_ids()):
+            if self.keys.is_destroyed(own) or not stream_sealed_under(own):
                 return []
             doomed = [own]
         else:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mnemo.adapters.local_blobs import SEAL_OVERHEAD, LocalBlobStore
-from mnemo.domain.errors import InvalidInput
+from mnemo.domain.errors import InvalidInput, Unavailable
 from mnemo.ports import BlobStore
 
 LIMIT = 3 * 1024 * 1024
@@ -109,3 +109,20 @@ class TestCassandraBlobStore(BlobStoreContract):
         for tenant in ("acme", "globex"):
             created.delete_tenant(tenant)
         return created
+
+    def test_a_blob_missing_chunks_is_unreadable_for_good(
+        self, store: BlobStore, store_keyspace: tuple[Any, str]
+    ) -> None:
+        """Its index row is written last, so a blob whose chunks are gone is not one being
+        written: BLOB_UNREADABLE (the registrar registers nothing of it), never a store
+        outage that would hold the registrar back for ever."""
+        session, keyspace = store_keyspace
+        data = os.urandom(600_000)  # three chunks of 256 KiB
+        store.put("acme", "user:U1", digest(data), data)
+        session.execute(
+            f"DELETE FROM {keyspace}.blob_chunks WHERE tenant = 'acme' AND stream = 'user:U1' "
+            f"AND digest = '{digest(data)}' AND chunk = 1"
+        )
+        with pytest.raises(Unavailable) as refused:
+            store.get("acme", "user:U1", digest(data))
+        assert refused.value.code == "BLOB_UNREADABLE"

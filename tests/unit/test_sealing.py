@@ -932,7 +932,7 @@ def test_the_registrar_shreds_what_a_request_to_forget_left_alive(
 
     def shred(envelope: Envelope, tenant_keys: Iterable[str] = ()) -> list[str]:
         return sealer.shred_unshredded(
-            "acme", envelope, lambda: tenant_keys, lambda: {user, other, "acme"}
+            "acme", envelope, lambda: tenant_keys, lambda key_id: key_id in {user, other}
         )
 
     assert shred(_forget("user:U1")) == [user]
@@ -953,6 +953,29 @@ def test_the_registrar_shreds_what_a_request_to_forget_left_alive(
     assert vault.is_destroyed("acme")
     assert vault.is_destroyed(other)
     assert shred(tenant, [other, user, "acme"]) == []
+
+    def unread() -> list[str]:
+        raise AssertionError("a shredded tenant's log need not be read again")
+
+    assert sealer.shred_unshredded("acme", tenant, unread, lambda _: True) == []
+
+
+def test_the_gateways_shred_destroys_the_tenants_key_last(
+    sealer: Sealer, vault: SwitchableVault
+) -> None:
+    """The registrar takes a destroyed tenant's key to mean the shred is done, so the
+    gateway's (and the SDK's) shred must destroy it after every user's key."""
+    order: list[str] = []
+    destroy = vault.destroy
+
+    def recorded(key_id: str) -> None:
+        order.append(key_id)
+        destroy(key_id)
+
+    vault.destroy = recorded  # type: ignore[method-assign]
+    keys = ["acme/user:a", "acme/user:b", "acme/user:z"]
+    sealer.shred_forgotten("acme", [_forget("user:a", tenant=True)], lambda: keys)
+    assert order == [*keys, "acme"]
 
 
 def test_a_tenant_shred_cut_short_is_finished_when_the_batch_is_tried_again(
@@ -975,10 +998,10 @@ def test_a_tenant_shred_cut_short_is_finished_when_the_batch_is_tried_again(
     vault.destroy = failing  # type: ignore[method-assign]
     tenant = _forget("user:U1", tenant=True)
     with pytest.raises(Unavailable):
-        sealer.shred_unshredded("acme", tenant, lambda: [*keys, "acme"], lambda: ())
+        sealer.shred_unshredded("acme", tenant, lambda: [*keys, "acme"], lambda _: False)
     assert not vault.is_destroyed("acme")  # the tenant's key, the marker, goes last
     vault.destroy = destroy  # type: ignore[method-assign]
-    again = sealer.shred_unshredded("acme", tenant, lambda: [*keys, "acme"], lambda: ())
+    again = sealer.shred_unshredded("acme", tenant, lambda: [*keys, "acme"], lambda _: False)
     assert again == [keys[2], "acme"]
     assert all(vault.is_destroyed(k) for k in [*keys, "acme"])
 
@@ -994,5 +1017,6 @@ def test_a_replayed_forget_spares_a_key_the_stream_was_given_after_it(
     assert sealer.owns_key("acme", "user:U1")
     sealer.seal(observation("remember my phone is 13812345678", stream="user:U1"))
     before = {"acme"}  # what the stream's events before the request were sealed under
-    assert sealer.shred_unshredded("acme", _forget("user:U1"), lambda: (), lambda: before) == []
+    forget = _forget("user:U1")
+    assert sealer.shred_unshredded("acme", forget, lambda: (), lambda k: k in before) == []
     assert not vault.is_destroyed(own)

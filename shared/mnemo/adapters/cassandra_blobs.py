@@ -74,8 +74,10 @@ class CassandraBlobStore(CassandraQueries, BlobStore):
         rows = sorted(self._run("chunks", [tenant, stream, digest]), key=lambda r: int(r[0]))
         data = b"".join(bytes(r[1] or b"") for r in rows)
         if len(rows) != count or len(data) != size:
+            # its index row is written last, so this is no put in flight but rows lost (or
+            # two puts of one document that raced): asking again will not mend it
             raise Unavailable(
-                "the blob store (Cassandra) holds an incomplete blob", code="STORE_UNAVAILABLE"
+                "the blob store (Cassandra) holds an incomplete blob", code="BLOB_UNREADABLE"
             )
         return data
 

@@ -84,6 +84,13 @@ def _coded(method: Callable[_P, _T]) -> Callable[_P, _T]:
     return call
 
 
+def _shown(key_id: str) -> str:
+    """A key as messages (and so logs and tracebacks) name it: a user's key names the
+    tenant, not the user, whom a forget is for."""
+    tenant, _, rest = key_id.partition("/")
+    return repr(tenant) if not rest else f"of a user of {tenant!r}"
+
+
 class VaultKeyVault(KeyVault):
     """Per-key_id named keys in a transit mount; see the module docstring."""
 
@@ -120,7 +127,7 @@ class VaultKeyVault(KeyVault):
                     name=name, key_type="plaintext", bits=256, mount_point=self.mount
                 ),
             ),
-            f"key {key_id!r}",
+            f"key {_shown(key_id)}",
         )
         plaintext = base64.b64decode(data["plaintext"])
         wrapped = str(data["ciphertext"]).encode("ascii")
@@ -168,7 +175,7 @@ class VaultKeyVault(KeyVault):
                     name=name, hash_input=label, key_version=1, mount_point=self.mount
                 ),
             ),
-            f"key {key_id!r}",
+            f"key {_shown(key_id)}",
         )
         return hashlib.sha256(str(data["hmac"]).encode("ascii")).digest()
 
@@ -223,7 +230,7 @@ class VaultKeyVault(KeyVault):
         return hashlib.sha256(IDENTITY_LABEL + found).digest()
 
     def _vault_on_key(self, key_id: str, call: Callable[[], _T]) -> _T:
-        return self._vault(f"key {key_id!r}", call)
+        return self._vault(f"key {_shown(key_id)}", call)
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -289,16 +296,16 @@ class VaultKeyVault(KeyVault):
             if not mounted:
                 self._mount_ready = False
         if mounted:
-            return KeyDestroyed(f"key {key_id!r} was destroyed or never existed")
+            return KeyDestroyed(f"key {_shown(key_id)} was destroyed or never existed")
         return Unavailable(
-            f"the vault has no transit mount {self.mount!r} for key {key_id!r}: the vault "
+            f"the vault has no transit mount {self.mount!r} for key {_shown(key_id)}: the vault "
             "lost its keys; restore it from a backup",
             code="VAULT_KEY_MISSING",
         )
 
     def _call(self, key_id: str, call: Callable[[], _T]) -> _T:
         self._ensure_mount()
-        return self._vault(f"key {key_id!r}", call)
+        return self._vault(f"key {_shown(key_id)}", call)
 
     def _vault(self, what: str, call: Callable[[], _T]) -> _T:
         return self.connection.call(what, call)
@@ -316,10 +323,10 @@ class VaultKeyVault(KeyVault):
             raise self._gone(key_id) from None
         except Refused:
             raise InvalidInput(
-                f"wrapped key does not belong to key {key_id!r} (or was altered)",
+                f"wrapped key does not belong to key {_shown(key_id)} (or was altered)",
                 code="BAD_WRAPPED_KEY",
             ) from None
-        return data_of(answer, f"key {key_id!r}")
+        return data_of(answer, f"key {_shown(key_id)}")
 
     def _with_key(self, key_id: str, call: Callable[[], _T]) -> _T:
         """Run a call that needs the key, creating the key on first use (never after it was
@@ -336,7 +343,7 @@ class VaultKeyVault(KeyVault):
     def _create(self, key_id: str) -> None:
         name = self.name_of(key_id)
         if self._exists(key_id, name + TOMBSTONE):
-            raise KeyDestroyed(f"key {key_id!r} was destroyed")
+            raise KeyDestroyed(f"key {_shown(key_id)} was destroyed")
         try:
             self._call(
                 key_id,
@@ -362,7 +369,7 @@ class VaultKeyVault(KeyVault):
             )
         except Missing:
             raise self._gone(key_id) from None
-        return int(data_of(answer, f"key {key_id!r}")["latest_version"])
+        return int(data_of(answer, f"key {_shown(key_id)}")["latest_version"])
 
     def __repr__(self) -> str:
         return f"VaultKeyVault({self.url!r}, mount={self.mount!r}, prefix={self.prefix!r})"

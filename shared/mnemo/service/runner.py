@@ -302,9 +302,15 @@ class EmbeddedRunner:
                 self.reseal,
                 self.stand_ins,
             )
-        except Unavailable:
+        except Unavailable as exc:
             # the vault or a store is away: the batch is tried again once it answers (an
             # event refused for it would be lost, though it was accepted)
+            log.warning(
+                "registration of %s waits: %s",
+                env.event_id,
+                exc.code,
+                extra={"event_id": env.event_id},
+            )
             raise
         except Exception:
             # a handler bug must not wedge the consumer; the event stays in the log and
