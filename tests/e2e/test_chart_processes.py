@@ -44,7 +44,15 @@ import httpx
 import hvac
 import pytest
 import yaml
-from tests.helm.chart import CHART, NAMESPACE, RELEASE, VALUES_FILES, Helm, find_helm
+from tests.helm.chart import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    VALUES_FILES,
+    Helm,
+    find_helm,
+    service_links,
+)
 from tests.support import free_port, missing
 from tests.tls_support import CASSANDRA_USER, SASL_USER, TlsServices, tls_services
 from tests.vault_support import vault_settings
@@ -178,7 +186,9 @@ def pod_processes(manifests: list[dict[str, Any]], cluster: Cluster) -> list[Pro
         folders = mount_volumes(spec, container, home, configmaps, cluster)
         if annotations.get("vault.hashicorp.com/agent-inject-token") == "true":
             folders["/vault/secrets"] = vault_agent_folder(home, cluster)
-        env = container_env(container, configmaps, cluster, name, folders)
+        # the kubelet's variables for the namespace's Services, under what the pod sets
+        links = service_links(manifests) if spec.get("enableServiceLinks", True) else {}
+        env = container_env(container, configmaps, cluster, name, folders, links)
         port = None
         probe = container.get("readinessProbe", {}).get("httpGet")
         if probe is not None:
@@ -265,11 +275,13 @@ def container_env(
     cluster: Cluster,
     pod: str,
     folders: dict[str, Path],
+    links: dict[str, str],
 ) -> dict[str, str]:
-    """The container's environment as the kubelet builds it, then moved to this machine."""
+    """The container's environment as the kubelet builds it, then moved to this machine:
+    the Services' link variables first, then what the container names (which wins)."""
     venv_bin = str(Path(sys.executable).parent)
     machine = {"PATH": f"{venv_bin}:/usr/bin:/bin", "HOME": str(folders_home(folders))}
-    env: dict[str, str] = dict(machine)
+    env: dict[str, str] = {**links, **machine}
     for source in container.get("envFrom", []):
         env.update(configmaps[source["configMapRef"]["name"]])
     for entry in container.get("env", []):
@@ -454,6 +466,16 @@ def test_the_production_values_start_and_a_publish_becomes_searchable(
                 time.sleep(0.5)
         assert hits, "the memory never became searchable"
         assert "six" in hits[0]["memory"]["content"]
+        # the production values keep the image's registration rules (`extends: default`)
+        said = {
+            "type": "ObservationRecorded",
+            "schema_version": 2,
+            "stream": "user:U1",
+            "payload": {"text": "I prefer green tea over coffee"},
+        }
+        answer = http.post("/v1/events", params={"wait": "registered"}, json={"events": [said]})
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["accepted"][0]["outcomes"][0]["outcome"] == "registered", answer.text
         # a sealed value goes through OpenBao's HTTPS listener both ways
         secret = {
             **event,

@@ -104,3 +104,30 @@ def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     names = [entry["name"] for entry in entries]
     assert len(names) == len(set(names)), f"duplicate env names in {container['name']}"
     return {entry["name"]: entry for entry in entries}
+
+
+def service_links(manifests: Iterable[Manifest]) -> dict[str, str]:
+    """The variables the kubelet gives a pod for each Service of its namespace unless the
+    pod sets `enableServiceLinks: false` (the Docker-link style: `<NAME>_SERVICE_HOST`,
+    `<NAME>_PORT=tcp://ip:port`, ...), with made-up cluster addresses."""
+    env: dict[str, str] = {}
+    services = [m for m in manifests if m["kind"] == "Service"]
+    for n, service in enumerate(services, start=1):
+        if service["spec"].get("clusterIP") == "None":
+            continue
+        name = service["metadata"]["name"].upper().replace("-", "_")
+        ip = f"10.96.0.{n}"
+        ports = service["spec"]["ports"]
+        env[f"{name}_SERVICE_HOST"] = ip
+        env[f"{name}_SERVICE_PORT"] = str(ports[0]["port"])
+        env[f"{name}_PORT"] = f"tcp://{ip}:{ports[0]['port']}"
+        for port in ports:
+            number, proto = port["port"], port.get("protocol", "TCP")
+            if "name" in port:
+                env[f"{name}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(number)
+            base = f"{name}_PORT_{number}_{proto}"
+            env[base] = f"{proto.lower()}://{ip}:{number}"
+            env[f"{base}_PROTO"] = proto.lower()
+            env[f"{base}_PORT"] = str(number)
+            env[f"{base}_ADDR"] = ip
+    return env

@@ -20,8 +20,10 @@ from tests.helm.chart import (
     fail_render,
     of_kind,
     pod_spec,
+    service_links,
 )
 
+from mnemo.bootstrap import load_rules
 from mnemo.handlers import registry
 from mnemo.service.triggers import load_triggers
 from mnemo.settings import check_environment, setting_variables
@@ -83,6 +85,8 @@ def test_production_pulls_the_image_by_digest(render: Render) -> None:
 @pytest.mark.parametrize("values", sorted(VALUES_FILES))
 def test_every_pod_is_locked_down(render: Render, values: str) -> None:
     for name, spec in pod_templates(render(values)):
+        # nor handed the namespace's Services as variables (MNEMO_GATEWAY_PORT=tcp://...)
+        assert spec["enableServiceLinks"] is False, name
         pod = spec["securityContext"]
         assert pod["runAsNonRoot"] is True, name
         assert pod["runAsUser"] != 0, name
@@ -283,10 +287,17 @@ def test_config_checksum_is_shared_and_follows_the_config(render: Render) -> Non
     assert checksum(scaled, "indexer") == original
 
 
-def test_rules_and_policy_are_mounted_from_a_configmap(render: Render) -> None:
+def test_rules_and_policy_are_mounted_from_a_configmap(render: Render, tmp_path: Path) -> None:
     manifests = render("production")
     files = of_kind(manifests, "ConfigMap")[f"{RELEASE}-files"]["data"]
-    assert files == {"registration-rules.yaml": "rules: []\n"}
+    rules = files["registration-rules.yaml"]
+    assert files == {"registration-rules.yaml": rules}
+    # the production example keeps the image's rules: a file without `extends: default`
+    # replaces them, and every observation would come back NO_RULE_MATCHED
+    (tmp_path / "rules.yaml").write_text(rules, encoding="utf-8")
+    defaults = {r.id for r in load_rules(None).rules}
+    assert defaults
+    assert defaults <= {r.id for r in load_rules(tmp_path / "rules.yaml").rules}
     assert config(manifests)["MNEMO_RULES_FILE"] == "/etc/mnemo/config/registration-rules.yaml"
     assert "MNEMO_DECAY_POLICY_FILE" not in config(manifests)
     for deployment in deployments(manifests).values():
@@ -770,6 +781,9 @@ def test_every_mnemo_variable_the_chart_sets_is_a_setting_mnemo_reads(
     for _, spec in pod_templates(manifests):
         for container in spec["containers"]:
             names |= set(env_of(container))
+        if spec.get("enableServiceLinks", True):
+            # what the kubelet adds for the release's own Services (mnemo-gateway, ...)
+            names |= set(service_links(manifests))
     rendered = {n for n in names if n.startswith("MNEMO_")}
     settings = setting_variables()
     assert rendered - set(settings) == set(), values
