@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mnemo.domain.errors import InvalidInput
@@ -73,6 +73,11 @@ TOOL_VARIABLES: dict[str, str] = {
 
 # the levels both logging and uvicorn take, in any case (uvicorn knows no WARN or FATAL)
 LOG_LEVELS = r"(?i)^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$"
+
+
+def _trimmed(value: object) -> object:
+    """A secret given as text, without its surrounding white space."""
+    return value.strip() if isinstance(value, str) else value
 
 
 class MnemoSettings(BaseSettings):
@@ -179,7 +184,8 @@ class MnemoSettings(BaseSettings):
     vault_token: SecretStr | None = Field(
         default=None,
         min_length=1,
-        description="Vault token; never logged. Set this or vault_token_file, not both",
+        description="Vault token (surrounding white space, such as a Secret's trailing "
+        "newline, is dropped); never logged. Set this or vault_token_file, not both",
     )
     vault_token_file: Path | None = Field(
         default=None,
@@ -393,6 +399,21 @@ class MnemoSettings(BaseSettings):
     )
     health_host: str = Field(default="127.0.0.1", description="where the health port listens")
 
+    @field_validator("cassandra_tenant_keyspaces")
+    @classmethod
+    def _room_for_tenant_keyspaces(cls, value: str, info: ValidationInfo) -> str:
+        # a tenant's keyspace is {keyspace}_t_{16 hex digits} at most (bootstrap's
+        # tenant_keyspaces), and Cassandra takes 48 characters: a longer main keyspace
+        # failed every read and write of those tenants, long after the start
+        home = info.data.get("cassandra_keyspace")
+        room = 48 - len("_t_") - 16
+        if value.strip(", ") and isinstance(home, str) and len(home) > room:
+            raise ValueError(
+                f"tenants with a keyspace of their own need a main keyspace name of at most "
+                f"{room} characters (MNEMO_CASSANDRA_KEYSPACE)"
+            )
+        return value
+
     @field_validator("cassandra_replication")
     @classmethod
     def _a_replication_map(cls, value: str) -> str:
@@ -406,6 +427,10 @@ class MnemoSettings(BaseSettings):
         if not isinstance(parsed, dict) or "class" not in parsed:
             raise ValueError("it takes a map literal with a 'class', such as {'class': ...}")
         return value
+
+    # a token never holds white space; a Secret written with `echo` ends in a newline,
+    # which no HTTP header may carry
+    _trimmed = field_validator("vault_token", mode="before")(lambda v: _trimmed(v))
 
 
 class GatewaySettings(BaseSettings):
@@ -421,9 +446,14 @@ class GatewaySettings(BaseSettings):
     )
     admin_token: SecretStr | None = Field(
         default=None,
-        description="operator token for /v1/admin (rebuilds, platform-wide counts); unset: "
-        "rebuilds over HTTP are off",
+        min_length=16,
+        description="operator token for /v1/admin (rebuilds, platform-wide counts), at least "
+        "16 characters once surrounding white space is dropped; unset: rebuilds over HTTP "
+        "are off",
     )
+    # an empty value (a Secret's empty key) must not open the operator's door to an empty
+    # header: it is refused at the start like any short token
+    _trimmed = field_validator("admin_token", mode="before")(lambda v: _trimmed(v))
     components: str = Field(
         default="registrar=http://127.0.0.1:8091,indexer=http://127.0.0.1:8092,"
         "decay=http://127.0.0.1:8093,audit=http://127.0.0.1:8094",

@@ -31,7 +31,7 @@ GLOBEX = headers_for("globex", "agent")
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
     with TestClient(
-        create_app(platform, GatewaySettings(wait_timeout=60, admin_token="op-token"))
+        create_app(platform, GatewaySettings(wait_timeout=60, admin_token="op-token-for-tests"))
     ) as c:
         yield c
 
@@ -141,7 +141,7 @@ def test_a_forgotten_tenant_takes_no_write_and_reads_nothing(
     assert client.get("/v1/tenants/globex/keys", headers=GLOBEX).status_code == 200
     assert client.get("/v1/whoami", headers=GLOBEX).json()["tenant"] == "globex"
     # the operator's way back issues no key that could only ever answer 410
-    operator = {"X-Mnemo-Admin-Token": "op-token"}
+    operator = {"X-Mnemo-Admin-Token": "op-token-for-tests"}
     refused_gone(client.post("/v1/admin/tenants/acme/keys", json={}, headers=operator))
     assert (
         client.post("/v1/admin/tenants/globex/keys", json={}, headers=operator).status_code == 201

@@ -28,7 +28,7 @@ BIG = 2**63
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as c:
+    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token-for-tests"))) as c:
         yield c
 
 
@@ -98,15 +98,19 @@ def test_admin_operations_need_the_operator_token(client: TestClient, platform: 
     assert client.post("/v1/admin/rebuild", headers=OTHER).json()["error"]["code"] == "ADMIN_ONLY"
     wrong = client.post("/v1/admin/rebuild", headers={**OTHER, "X-Mnemo-Admin-Token": "guess"})
     assert wrong.status_code == 403
-    ok = client.post("/v1/admin/rebuild", headers={**OTHER, "X-Mnemo-Admin-Token": "op-token"})
+    ok = client.post(
+        "/v1/admin/rebuild", headers={**OTHER, "X-Mnemo-Admin-Token": "op-token-for-tests"}
+    )
     assert ok.status_code == 200
     assert (
         "counts"
-        in client.get("/v1/admin/status", headers={**H, "X-Mnemo-Admin-Token": "op-token"}).json()
+        in client.get(
+            "/v1/admin/status", headers={**H, "X-Mnemo-Admin-Token": "op-token-for-tests"}
+        ).json()
     )
     # the operator token alone, with no key to look up, reads the status too; a wrong one
     # alone is no credential at all
-    alone = client.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": "op-token"})
+    alone = client.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": "op-token-for-tests"})
     assert alone.status_code == 200, alone.text
     assert "counts" in alone.json()
     guess = client.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": "guess"})

@@ -24,7 +24,7 @@ OTHER = headers_for("globex", "agent")
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as c:
+    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token-for-tests"))) as c:
         yield c
 
 

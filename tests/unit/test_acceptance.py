@@ -212,7 +212,9 @@ def paths(platform: Platform) -> Iterator[dict[str, Judge]]:
     """Each path as a function from an event to its verdict."""
     publisher = EventPublisher("127.0.0.1:1", tenant="acme", principal="tester", clock=lambda: T0)
 
-    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as client:
+    with TestClient(
+        create_app(platform, GatewaySettings(admin_token="op-token-for-tests"))
+    ) as client:
 
         def http(raw: dict[str, Any]) -> Verdict:
             r = client.post("/v1/events", json=raw, headers=headers_for("acme", "tester"))

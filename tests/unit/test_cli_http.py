@@ -32,7 +32,7 @@ def test_calls_carry_the_sdks_identity_and_the_admin_token() -> None:
         seen.append(request)
         return httpx.Response(200, json={"ok": True})
 
-    a = api(httpx.MockTransport(handle), admin_token="op-token")
+    a = api(httpx.MockTransport(handle), admin_token="op-token-for-tests")
     assert a.call("GET", "/v1/templates", params={"limit": 3}) == {"ok": True}
     request = seen[0]
     assert request.url == "http://mnemo.test/v1/templates?limit=3"
@@ -40,7 +40,7 @@ def test_calls_carry_the_sdks_identity_and_the_admin_token() -> None:
     assert request.headers["X-Mnemo-Tenant"] == "acme"
     assert request.headers["X-Mnemo-Principal"] == "ops"
     assert request.headers["Authorization"] == "Bearer k-123"
-    assert request.headers["X-Mnemo-Admin-Token"] == "op-token"
+    assert request.headers["X-Mnemo-Admin-Token"] == "op-token-for-tests"
 
 
 def test_a_busy_answer_is_shown_not_retried() -> None:

@@ -16,7 +16,7 @@ from mnemo.settings import GatewaySettings
 
 @pytest.fixture
 def client(platform: Platform) -> Iterator[TestClient]:
-    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token"))) as c:
+    with TestClient(create_app(platform, GatewaySettings(admin_token="op-token-for-tests"))) as c:
         yield c
 
 
@@ -49,6 +49,22 @@ def test_a_list_parameter_takes_every_value_and_one_value_still_passes(
     assert once.status_code == 200, once.text
 
 
+def test_a_list_parameter_takes_a_bounded_number_of_values(client: TestClient) -> None:
+    """Each tag of a listing is a store read of its own: a thousand of them in one URL
+    were a thousand reads."""
+    headers = headers_for("acme", "tester")
+    tags = "&".join(f"tag=t{i}" for i in range(33))
+    many = client.get(f"/v1/subjects/user:U1/memories?{tags}", headers=headers)
+    assert many.status_code == 422, many.text
+    assert many.json()["error"]["field"] == "tag"
+    tags = "&".join(f"tag=t{i}" for i in range(32))
+    assert client.get(f"/v1/subjects/user:U1/memories?{tags}", headers=headers).status_code == 200
+    search = {"query": "tea", "types": ["fact"] * 17}
+    refused = client.post("/v1/search", json=search, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["field"] == "types"
+
+
 @pytest.mark.parametrize(
     ("path", "name"),
     [
@@ -62,7 +78,7 @@ def test_a_list_parameter_takes_every_value_and_one_value_still_passes(
 def test_a_parameter_the_route_does_not_declare_is_refused_by_name(
     client: TestClient, path: str, name: str
 ) -> None:
-    headers = {**headers_for("acme", "tester"), "X-Mnemo-Admin-Token": "op-token"}
+    headers = {**headers_for("acme", "tester"), "X-Mnemo-Admin-Token": "op-token-for-tests"}
     answer = client.get(path, headers=headers)
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]

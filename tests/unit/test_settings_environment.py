@@ -176,6 +176,47 @@ def test_an_empty_vault_token_is_refused() -> None:
     assert refused.value.field == "MNEMO_VAULT_TOKEN"
 
 
+@pytest.mark.parametrize("token", ["", "   ", "\n", "op-token", "  0123456789abcde  "])
+def test_an_empty_or_short_operator_token_stops_the_start_by_name(token: str) -> None:
+    """An empty Secret key gave every caller sending an empty header the operator's
+    rights (an empty token compares equal to an empty header)."""
+    with pytest.raises(InvalidInput) as refused:
+        check_setting_values({"MNEMO_GATEWAY_ADMIN_TOKEN": token})
+    assert (refused.value.code, refused.value.field) == (
+        "INVALID_SETTING",
+        "MNEMO_GATEWAY_ADMIN_TOKEN",
+    )
+    assert "16" in refused.value.message
+
+
+def test_secrets_lose_the_white_space_a_secret_file_adds() -> None:
+    """`echo $TOKEN > file` ends the value in a newline, which no HTTP header may carry:
+    the vault refused every call as unreachable, twenty times, then the process died."""
+    check_setting_values({"MNEMO_GATEWAY_ADMIN_TOKEN": "0123456789abcdef\n"})
+    gateway = GatewaySettings(admin_token="  0123456789abcdef\n")
+    assert gateway.admin_token is not None
+    assert gateway.admin_token.get_secret_value() == "0123456789abcdef"
+    vault = MnemoSettings(vault_token="s.token-of-the-vault\n")
+    assert vault.vault_token is not None
+    assert vault.vault_token.get_secret_value() == "s.token-of-the-vault"
+
+
+def test_a_main_keyspace_too_long_for_tenant_keyspaces_stops_the_start() -> None:
+    """A tenant's own keyspace is named after the main one; past 48 characters Cassandra
+    has no such name, and every request of that tenant failed with a 500."""
+    long = "k" * 30
+    with pytest.raises(InvalidInput) as refused:
+        check_setting_values(
+            {"MNEMO_CASSANDRA_KEYSPACE": long, "MNEMO_CASSANDRA_TENANT_KEYSPACES": "acme"}
+        )
+    assert refused.value.field == "MNEMO_CASSANDRA_TENANT_KEYSPACES"
+    assert "MNEMO_CASSANDRA_KEYSPACE" in refused.value.message
+    check_setting_values({"MNEMO_CASSANDRA_KEYSPACE": long})  # no tenant of its own: fine
+    check_setting_values(
+        {"MNEMO_CASSANDRA_KEYSPACE": "k" * 29, "MNEMO_CASSANDRA_TENANT_KEYSPACES": "acme"}
+    )
+
+
 def test_the_embedded_server_refuses_a_consumers_own_variable() -> None:
     """The embedded server runs every consumer with the shared settings: a consumer's own
     variable would be read by nothing there."""
