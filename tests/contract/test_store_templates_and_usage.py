@@ -4,9 +4,11 @@ first, tenant by tenant. Every adapter runs these cases."""
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
 from tests.contract.store_support import T0, StoreContract, mem
 
-from mnemo.domain.context import ContextTemplate
+from mnemo.domain.context import MAX_TEMPLATE_VERSION, ContextTemplate
 from mnemo.domain.projection import (
     ContextRecord,
     PutContextRecord,
@@ -41,6 +43,19 @@ class TestTemplatesAndUsage(StoreContract):
         assert store.templates("acme") == [other, *brief]
         assert store.template("other", "brief") is None
         assert store.templates("other") == []
+
+    def test_the_highest_version_a_template_may_have_is_kept_and_read(
+        self, store: MemoryStore
+    ) -> None:
+        # every adapter stores a version in 32 bits; the model refuses one above that, so
+        # an API caller gets a 4xx rather than a store that cannot bind the value
+        highest = template("brief", MAX_TEMPLATE_VERSION)
+        with store.transaction() as tx:
+            tx.apply([PutTemplate("acme", template("brief", 1)), PutTemplate("acme", highest)])
+        assert store.template("acme", "brief", MAX_TEMPLATE_VERSION) == highest
+        assert store.template("acme", "brief") == highest
+        with pytest.raises(ValidationError):
+            template("brief", MAX_TEMPLATE_VERSION + 1)
 
     def test_context_records_page_newest_first_and_timelines_read_oldest_first(
         self, store: MemoryStore

@@ -21,7 +21,7 @@ from tests.support import TEST_TENANTS, headers_for, install_keys
 from mnemo.adapters.clocks import FixedClock
 from mnemo.adapters.toktok_tokenizer import ToktokTokenizer, encoding_for_model
 from mnemo.bootstrap import Platform, build_embedded
-from mnemo.domain.context import ContextTemplate
+from mnemo.domain.context import MAX_TEMPLATE_VERSION, ContextTemplate
 from mnemo.service.runner import CONSUMERS
 from mnemo.settings import GatewaySettings, MnemoSettings
 
@@ -257,6 +257,47 @@ def seed(client: TestClient) -> dict[str, str]:
         ),
     )
     return found
+
+
+def test_a_template_version_beyond_what_a_store_keeps_is_refused_at_every_door(
+    client: TestClient, platform: Platform
+) -> None:
+    """Versions are kept in 32 bits; one above that is the caller's error (4xx) wherever it
+    comes in, never a store that cannot bind it (500) nor an event the registrar refuses
+    after its 202."""
+    beyond = MAX_TEMPLATE_VERSION + 1
+    before = platform.log.head()
+    answers = {
+        "register": client.post("/v1/templates", json={**SUPPORT, "version": beyond}, headers=H),
+        "event": client.post(
+            "/v1/events",
+            json={
+                "type": "TemplateRegistered",
+                "schema_version": 1,
+                "stream": "templates",
+                "payload": {"template": {**SUPPORT, "version": beyond}},
+            },
+            headers=H,
+        ),
+        "get": client.get(f"/v1/templates/support?version={beyond}", headers=H),
+        "context": client.post(
+            "/v1/context",
+            json={"subjects": ["user:U1"], "template": "support", "template_version": beyond},
+            headers=H,
+        ),
+    }
+    for door, answer in answers.items():
+        assert 400 <= answer.status_code < 500, (door, answer.status_code, answer.text)
+        assert answer.json()["error"]["code"] in {
+            "VALIDATION_ERROR",
+            "TEMPLATE_INVALID",
+            "INVALID_PAYLOAD",
+        }, door
+    assert platform.log.head() == before
+    highest = {**SUPPORT, "version": MAX_TEMPLATE_VERSION}
+    assert client.post("/v1/templates", json=highest, headers=H).status_code == 201
+    got = client.get(f"/v1/templates/support?version={MAX_TEMPLATE_VERSION}", headers=H)
+    assert got.json()["template"]["version"] == MAX_TEMPLATE_VERSION
 
 
 def test_assembly_with_a_template_under_a_budget(client: TestClient, platform: Platform) -> None:

@@ -51,6 +51,7 @@ from mnemo.domain.tool_result import format_age, tool_of
 
 __all__ = [
     "DEFAULT_TEMPLATE",
+    "MAX_TEMPLATE_VERSION",
     "PROTOCOL_VERSIONS",
     "RRF_K",
     "Assembly",
@@ -261,13 +262,17 @@ def _shows_plainly(pattern: str, names: tuple[str, ...]) -> bool:
     )
 
 
+# a template's version is stored as a 32-bit signed integer (Cassandra's `int`)
+MAX_TEMPLATE_VERSION = 2**31 - 1
+
+
 class ContextTemplate(BaseModel):
     """A versioned template; its fingerprint changes with any change to its content."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
-    version: int = Field(ge=1, le=2**31)
+    version: int = Field(ge=1, le=MAX_TEMPLATE_VERSION)
     _ints = field_validator("version", mode="before")(json_int)
     protocol: str = "v1"
     description: str = Field(default="", max_length=1_000)

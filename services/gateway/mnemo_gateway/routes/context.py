@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
-from mnemo.domain.context import PROTOCOL_VERSIONS, ContextTemplate
+from mnemo.domain.context import MAX_TEMPLATE_VERSION, PROTOCOL_VERSIONS, ContextTemplate
 from mnemo.domain.memory import Memory
 from mnemo.service.context import ContextRequest, ContextResponse
 from mnemo_gateway.deps import AdminCtx, App, Body, ContextCtx
@@ -31,7 +31,7 @@ class ContextIn(BaseModel):
     )
     template: str = Field(default="default", max_length=64)
     template_version: StrictInt | None = Field(
-        default=None, ge=1, le=2**31, description="latest when absent"
+        default=None, ge=1, le=MAX_TEMPLATE_VERSION, description="latest when absent"
     )
     tokenizer: str | None = Field(
         default=None, max_length=64, description="an encoding or a model name"
@@ -272,7 +272,7 @@ def get_template(
     ctx: ContextCtx,
     mnemo: App,
     name: str,
-    version: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    version: Annotated[int | None, Query(ge=1, le=MAX_TEMPLATE_VERSION)] = None,
 ) -> dict[str, Any]:
     t = mnemo.template(ctx, name, version)
     return {"template": t.model_dump(mode="json"), "fingerprint": t.fingerprint()}
