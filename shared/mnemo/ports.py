@@ -150,6 +150,14 @@ class EventLog(abc.ABC):
         """One tenant's events after an offset, in log order."""
 
     @abc.abstractmethod
+    def read_tenant_back(
+        self, tenant: str, before_offset: int | None, limit: int
+    ) -> list[LoggedEvent]:
+        """One tenant's newest `limit` events below an offset (from the newest when None),
+        newest first: the views that show the latest events page back with it, whatever
+        the gaps between a log's offsets."""
+
+    @abc.abstractmethod
     def head(self) -> int:
         """The offset of the last event, 0 for an empty log."""
 
@@ -979,6 +987,13 @@ class EventArchive(abc.ABC):
     def read(self, after_position: int, limit: int, tenant: str | None = None) -> list[LoggedEvent]:
         """Archived events after a position, in position order (every tenant's or one's);
         only those old enough that no earlier position can still appear."""
+
+    @abc.abstractmethod
+    def read_back(
+        self, before_position: int | None, limit: int, tenant: str | None = None
+    ) -> list[LoggedEvent]:
+        """The newest `limit` settled events below a position (from the newest when None),
+        newest first; one tenant's, or everyone's."""
 
     @abc.abstractmethod
     def head(self) -> int:

@@ -135,6 +135,24 @@ class EventLogContract:
         assert found is not None
         assert found.envelope.seq == 3
 
+    def test_a_tenants_newest_events_are_read_back_page_by_page(self, log: EventLog) -> None:
+        """What the views of the latest events page with: newest first, below an offset,
+        one tenant's only, whatever the offsets between them."""
+        self.append(log, [ev("user:U1", i=i) for i in range(5)])
+        self.append(log, [ev("user:U9", tenant="other")])
+        self.append(log, [ev("user:U2", i=i) for i in range(5, 7)])
+        ours = [e.offset for e in log.read_tenant("acme", 0, 100)]
+        assert len(ours) == 7
+        newest = log.read_tenant_back("acme", None, 3)
+        assert [e.offset for e in newest] == ours[::-1][:3]
+        assert all(e.envelope.tenant == "acme" for e in newest)
+        page = log.read_tenant_back("acme", newest[-1].offset, 3)
+        assert [e.offset for e in page] == ours[::-1][3:6]
+        assert [e.offset for e in log.read_tenant_back("acme", ours[0], 10)] == []
+        assert [e.offset for e in log.read_tenant_back("acme", ours[1], 10)] == [ours[0]]
+        assert [e.envelope.tenant for e in log.read_tenant_back("other", None, 10)] == ["other"]
+        assert log.read_tenant_back("nobody", None, 10) == []
+
     def test_reads_by_offset_stream_and_tenant(self, log: EventLog) -> None:
         appended = self.append(
             log, [ev("user:U1", i=i) for i in range(5)] + [ev("user:U1", tenant="other")]

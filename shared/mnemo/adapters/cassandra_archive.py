@@ -99,6 +99,9 @@ _Q = {
     "days:put": "INSERT INTO {ks}.archive_days (scope, day) VALUES (?, ?)",
     "days:from": "SELECT day FROM {ks}.archive_days WHERE scope = ? AND day >= ?",
     "days:last": "SELECT day FROM {ks}.archive_days WHERE scope = ? ORDER BY day DESC LIMIT 1",
+    "days:to": "SELECT day FROM {ks}.archive_days WHERE scope = ? AND day <= ? ORDER BY day DESC",
+    "pos:back": "SELECT position, tenant, stream, seq FROM {ks}.events_by_position "
+    "WHERE scope = ? AND day = ? AND position < ? ORDER BY position DESC LIMIT ?",
     "fate:put": "INSERT INTO {ks}.record_fates (topic, part, block, koffset, status, tenant, "
     "event_id, stream, seq, position, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "fate:range": "SELECT koffset, status, tenant, event_id, stream, seq, position, reason "
@@ -392,8 +395,12 @@ class CassandraEventArchive(EventArchive):
                 ks, "pos:read", [scope, day, after_position, ceiling, limit - len(out)]
             ):
                 out.append((int(position), str(owner), str(stream), int(seq)))
+        return self._placed(out)
+
+    def _placed(self, rows: Sequence[tuple[int, str, str, int]]) -> list[LoggedEvent]:
+        """The events of position rows, in their order."""
         events = []
-        for position, owner, stream, seq in out:
+        for position, owner, stream, seq in rows:
             found = self._logged(owner, stream, seq)
             # an event placed twice (by a sequencer that lost its partition, and again by
             # its successor) has a position row for each placement: it is listed at the one
@@ -401,6 +408,26 @@ class CassandraEventArchive(EventArchive):
             if found is not None and found.offset == position:
                 events.append(LoggedEvent(offset=position, envelope=found.envelope))
         return events
+
+    def read_back(
+        self, before_position: int | None, limit: int, tenant: str | None = None
+    ) -> list[LoggedEvent]:
+        scope = tenant if tenant is not None else _ALL
+        ks = self._ks(scope)
+        # settled events only, as read() gives them: a position above the ceiling may
+        # still be joined by an earlier one a slower sequencer writes
+        below = self._clock_us() - self.settle_us + 1
+        if before_position is not None:
+            below = min(below, before_position)
+        out: list[tuple[int, str, str, int]] = []
+        for (day,) in self._rows(ks, "days:to", [scope, below // _DAY_US]):
+            if len(out) >= limit:
+                break
+            for position, owner, stream, seq in self._rows(
+                ks, "pos:back", [scope, int(day), below, limit - len(out)]
+            ):
+                out.append((int(position), str(owner), str(stream), int(seq)))
+        return self._placed(out)
 
     def head(self) -> int:
         days = self._rows(self.home, "days:last", [_ALL])

@@ -71,6 +71,11 @@ class DistributedEventLog(EventLog):
     def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self.archive.read(after_offset, limit, tenant)
 
+    def read_tenant_back(
+        self, tenant: str, before_offset: int | None, limit: int
+    ) -> list[LoggedEvent]:
+        return self.archive.read_back(before_offset, limit, tenant)
+
     def sealed_key_ids(self, tenant: str) -> set[str]:
         """The archive's reads lag the topic (unsequenced and unsettled events are not
         there yet), so the topic's records keyed by the tenant are read as well: every

@@ -194,6 +194,17 @@ class SqliteEventLog(EventLog):
         )
         return [_row(r) for r in rows]
 
+    def read_tenant_back(
+        self, tenant: str, before_offset: int | None, limit: int
+    ) -> list[LoggedEvent]:
+        below = (1 << 63) - 1 if before_offset is None else before_offset
+        rows = self._reader().execute(
+            "SELECT offset, body FROM events WHERE tenant = ? AND offset < ? "
+            "ORDER BY offset DESC LIMIT ?",
+            (tenant, below, limit),
+        )
+        return [_row(r) for r in rows]
+
     def tenants_between(self, after_offset: int, upto_offset: int) -> dict[str, int]:
         # a skip scan of the (tenant, offset) index: one seek for each tenant in the log and
         # one for its first offset in the range, no event bodies read

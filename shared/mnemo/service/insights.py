@@ -12,6 +12,7 @@ Every call is scoped to the tenant of the request context, like every other use 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -251,8 +252,9 @@ class _Unlinked:
 
 # ---- the use cases ----------------------------------------------------------------------------
 
-WINDOW = 2_000  # log offsets read per step of a backwards scan
-MAX_SCAN = 50_000  # log offsets a single call examines at most
+WINDOW = 2_000  # a tenant's events read per step of a backwards scan
+MAX_SCAN = 50_000  # a tenant's events a single call examines at most
+REJECTION_SECONDS = 5.0  # the rejections view begins no page of the scan after this
 AUDIT_PAGE = 1_000
 
 
@@ -469,23 +471,35 @@ class Insights:
     # ---- the event stream -------------------------------------------------------------------
 
     def _backwards(
-        self, tenant: str, keep: Callable[[LoggedEvent], bool], limit: int, top: int
-    ) -> tuple[list[LoggedEvent], int]:
-        """The newest `limit` kept events at or below offset `top`, newest first, and the
-        lowest offset examined."""
+        self,
+        tenant: str,
+        keep: Callable[[LoggedEvent], bool],
+        limit: int,
+        seconds: float | None = None,
+    ) -> tuple[list[LoggedEvent], int, int, bool]:
+        """The tenant's newest `limit` kept events, newest first, looking at its newest
+        MAX_SCAN events at most (page by page, whatever the gaps between offsets: the
+        distributed archive's positions are microseconds), and no page begun after
+        `seconds`; also the newest and the lowest offset examined (0 when none), and
+        whether the scan reached the tenant's first event."""
         found: list[LoggedEvent] = []
-        high = top
-        floor = max(0, top - MAX_SCAN)
-        while high > floor and len(found) < limit:
-            low = max(floor, high - WINDOW)
-            batch = [e for e in self.log.read_tenant(tenant, low, WINDOW) if e.offset <= high]
-            for event in reversed(batch):
+        newest = lowest = 0
+        before: int | None = None
+        examined = 0
+        stop_at = None if seconds is None else time.monotonic() + seconds
+        while examined < MAX_SCAN and (stop_at is None or time.monotonic() < stop_at):
+            batch = self.log.read_tenant_back(tenant, before, min(WINDOW, MAX_SCAN - examined))
+            if not batch:
+                return found, newest, lowest, True
+            newest = newest or batch[0].offset
+            for event in batch:
+                examined += 1
+                lowest = before = event.offset
                 if keep(event):
                     found.append(event)
                     if len(found) == limit:
-                        return found, event.offset
-            high = low
-        return found, high
+                        return found, newest, lowest, False
+        return found, newest, lowest, False
 
     def events(
         self,
@@ -522,9 +536,12 @@ class Insights:
             )
 
         if after_offset is None:
-            head = self.log.head()
-            found, _ = self._backwards(ctx.tenant, keep, limit, head)
-            return EventPage([bare_event(e) for e in reversed(found)], head, True)
+            # `next` is the newest of the tenant's events looked at: every event of its after
+            # that one is newer (never the log's head, which tells when another tenant wrote
+            # and, in the distributed mode, may pass events not settled yet)
+            found, newest, _, reached = self._backwards(ctx.tenant, keep, limit)
+            complete = reached or len(found) == limit
+            return EventPage([bare_event(e) for e in reversed(found)], newest, complete)
         found = []
         position = max(0, after_offset)
         scanned = 0
@@ -548,8 +565,8 @@ class Insights:
         memory it could not complete (ignored with a MISSED_MEMORY_CODES reason), newest
         first, with reason codes.
 
-        Looks at the newest MAX_SCAN offsets of the log; `complete` says whether that
-        reached its start."""
+        Looks at the tenant's newest MAX_SCAN events, for REJECTION_SECONDS at most;
+        `complete` says whether that reached the tenant's first event."""
         limit = max(1, min(limit, 1_000))
         found: list[Rejection] = []
 
@@ -568,8 +585,9 @@ class Insights:
             found.extend(hits)
             return bool(hits)
 
-        _, lowest = self._backwards(ctx.tenant, rejected, limit, self.log.head())
-        return RejectionPage(found[:limit], lowest, lowest == 0)
+        # each public event's outcome is one read: bounded in time as well as in events
+        _, _, lowest, reached = self._backwards(ctx.tenant, rejected, limit, REJECTION_SECONDS)
+        return RejectionPage(found[:limit], lowest, reached)
 
     def dead_letters(self, ctx: RequestContext) -> list[dict[str, object]]:
         """Records a consumer gave up on. Embedded mode has no dead-letter topic (a failing

@@ -125,6 +125,11 @@ class SealingEventLog(EventLog):
     def read_tenant(self, tenant: str, after_offset: int, limit: int) -> list[LoggedEvent]:
         return self.inner.read_tenant(tenant, after_offset, limit)
 
+    def read_tenant_back(
+        self, tenant: str, before_offset: int | None, limit: int
+    ) -> list[LoggedEvent]:
+        return self.inner.read_tenant_back(tenant, before_offset, limit)
+
     def head(self) -> int:
         return self.inner.head()
 
@@ -406,6 +411,13 @@ class OpenedEventLog(EventLog):
         if self._tenant_gone(tenant):
             return []
         return self._opened(self.inner.read_tenant(tenant, after_offset, limit))
+
+    def read_tenant_back(
+        self, tenant: str, before_offset: int | None, limit: int
+    ) -> list[LoggedEvent]:
+        if self._tenant_gone(tenant):
+            return []
+        return self._opened(self.inner.read_tenant_back(tenant, before_offset, limit))
 
     def head(self) -> int:
         return self.inner.head()

@@ -446,9 +446,11 @@ def context(ctx: ReadCtx, insights: InsightsDep, request_id: str) -> ContextOut:
     "/v1/insights/events",
     tags=[TAG],
     summary="The tenant's event stream, filtered (for a live tail)",
-    description="Without after_offset: the latest matching events. With it: the first "
-    "matching events after it. Repeat the call with `next` as after_offset to tail. The "
-    "payloads need memory:read as well: for a key without it, `payload` is null.",
+    description="Without after_offset: the latest matching events among the tenant's "
+    "newest 50,000 (`complete` is false when fewer than `limit` matched there and the "
+    "tenant has older events). With it: the first matching events after it. Repeat the "
+    "call with `next` as after_offset to tail. The payloads need memory:read as well: for "
+    "a key without it, `payload` is null.",
 )
 def events(
     ctx: AuditCtx,
@@ -473,6 +475,9 @@ def events(
     "/v1/insights/rejections",
     tags=[TAG],
     summary="Published events that registration rejected, with reason codes, newest first",
+    description="Looks at the tenant's newest 50,000 events, for about 5 seconds at most; "
+    "`complete` says whether that reached the tenant's first event, `scanned_from` how far "
+    "back it looked.",
 )
 def rejections(
     ctx: AuditCtx, insights: InsightsDep, limit: Annotated[int, Query(ge=1, le=1_000)] = 100
