@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from tests.distributed_support import distributed_settings, running_distributed
-from tests.support import answer_json
+from tests.support import answer_json, headers_for, install_keys
 
 from mnemo.bootstrap import Platform
 from mnemo.entrypoints.admin import distributed_status
+
+OPERATOR = "status-operator-token-0123"
 
 
 class Component:
@@ -102,3 +104,28 @@ def test_the_gateways_readiness_claims_no_consumers_it_does_not_run(platform: Pl
     checks = answer.json()["checks"]
     assert "consumers_running" not in checks
     assert set(checks["lag"]) == {"registrar", "indexer", "decay", "audit"}
+
+
+def test_a_tenants_admin_key_sees_health_and_lag_not_the_platform(platform: Platform) -> None:
+    """The log's size, its dead letters and the processes holding partitions tell of the
+    other tenants' traffic and of the machines: the operator's, not a tenant admin's; the
+    unauthenticated /readyz does not say when the log last grew either."""
+    from fastapi.testclient import TestClient
+    from mnemo_gateway.app import create_app
+
+    from mnemo.settings import GatewaySettings
+
+    install_keys(platform, "acme")
+    settings = GatewaySettings(admin_token=OPERATOR, components="")
+    with TestClient(create_app(platform, settings, run_consumers=False)) as client:
+        tenant = client.get("/v1/admin/status", headers=headers_for("acme", "ops"))
+        operator = client.get("/v1/admin/status", headers={"X-Mnemo-Admin-Token": OPERATOR})
+        ready = client.get("/readyz")
+    assert tenant.status_code == operator.status_code == 200, (tenant.text, operator.text)
+    seen = tenant.json()
+    assert set(seen["lag"]) == {"registrar", "indexer", "decay", "audit"}
+    assert {"topic", "log_head", "dead_letters", "holders", "counts"}.isdisjoint(seen), seen
+    assert {"topic", "log_head", "dead_letters", "counts"} <= set(operator.json())
+    assert ready.status_code == 200
+    assert "log_head" not in ready.json()["checks"]
+    assert ready.json()["checks"]["log"] == "ok"

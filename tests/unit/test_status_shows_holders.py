@@ -108,3 +108,21 @@ def test_a_failed_holders_read_keeps_the_lag(monkeypatch: pytest.MonkeyPatch) ->
     assert body["error"] == "LOG_UNAVAILABLE"
     assert (body["log_head"], body["dead_letters"], body["lag"]) == (None, None, {})
     assert shown(body)  # the CLI renders it
+
+
+def test_a_tenant_admins_status_says_nothing_of_the_log_it_was_not_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without the operator token the gateway leaves out the topic, the log's size and the
+    dead letters: the status does not show them as unknown, as if the brokers were down."""
+    text = shown(
+        {
+            "mode": "distributed",
+            "lag": {"registrar": 0},
+            "components": {"gateway": "ready", "registrar": "ready"},
+        }
+    )
+    said = capsys.readouterr().out
+    assert said.splitlines()[0] == "Mnemo (distributed)"
+    assert "unknown" not in said
+    assert "registrar" in text

@@ -1422,10 +1422,13 @@ def render_distributed_status(status: Mapping[str, Any]) -> Group:
     def known(value: Any) -> Any:
         return "unknown" if value is None else value
 
-    click.echo(
-        f"Mnemo (distributed): topic {status.get('topic')}, {known(status.get('log_head'))} "
-        f"records, {known(status.get('dead_letters'))} dead letters"
-    )
+    if "log_head" in status:
+        click.echo(
+            f"Mnemo (distributed): topic {status.get('topic')}, {known(status.get('log_head'))} "
+            f"records, {known(status.get('dead_letters'))} dead letters"
+        )
+    else:  # the log's size and the processes are for operators (--admin-token)
+        click.echo("Mnemo (distributed)")
     if status.get("error"):
         click.echo(f"the lag could not be read: {status['error']}")
     if status.get("holders_error"):

@@ -1,6 +1,8 @@
 """Operating the platform: status, rebuilding read models, rotating keys. Rebuilds, and the
-counts that span tenants, need the operator token; a key with the admin scope sees consumer
-health and lag, and rotates its own tenant's vault keys (the tenant comes from the key)."""
+counts that span tenants, need the operator token (and, in the distributed mode, the log's
+size, its dead letters and the processes holding partitions); a key with the admin scope
+sees consumer health and lag, and rotates its own tenant's vault keys (the tenant comes
+from the key)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ async def rebuild(_: Admin, platform: PlatformDep) -> dict[str, Any]:
     return {"checksum": checksum, "log_head": platform.log.head()}
 
 
+# the distributed status's fields only the operator token reads
+PLATFORM_ONLY = ("topic", "log_head", "dead_letters", "holders", "holders_error")
+
+
 @router.get(
     "/v1/admin/status",
     summary="Consumers' positions and lag; read-model counts for operators",
@@ -50,7 +56,14 @@ def status(
             "lag": platform.runner.lag(),
             "consumers_running": platform.runner.running,
         }
-    if is_admin(request):
+    operator = is_admin(request)
+    if platform.distributed is not None and not operator:
+        # a tenant's admin key sees the consumers' health and lag; what tells of the
+        # platform's other tenants (the log's size, the dead letters) or of its machines
+        # (the processes holding partitions) is the operator's
+        for field in PLATFORM_ONLY:
+            body.pop(field, None)
+    if operator:
         try:
             body["counts"] = platform.store.counts()
         except Unavailable as exc:  # the store is down: the rest of the status still holds

@@ -24,7 +24,10 @@ def readyz(platform: PlatformDep, request: Request) -> JSONResponse:
     checks: dict[str, Any] = {}
     ok = True
     try:
-        checks["log_head"] = platform.log.head()
+        # the log answers; its head is not shown here, where anyone may ask (it tells
+        # when any tenant last wrote)
+        platform.log.head()
+        checks["log"] = "ok"
         checks["lag"] = platform.lag()
     except MnemoError as exc:
         ok = False

@@ -45,8 +45,8 @@ class SearchIn(BaseModel):
 
     query: str = Field(min_length=1, max_length=2_000)
     subjects: list[str] = Field(default_factory=list, max_length=32)
-    types: list[MemoryType] = Field(default_factory=list)
-    scopes: list[Scope] = Field(default_factory=list)
+    types: list[MemoryType] = Field(default_factory=list, max_length=16)
+    scopes: list[Scope] = Field(default_factory=list, max_length=16)
     tags: list[str] = Field(default_factory=list, max_length=32)
     limit: StrictInt = Field(default=10, ge=1, le=100)
     include_archived: StrictBool = Field(
@@ -74,9 +74,10 @@ def list_memories(
     ctx: ReadCtx,
     mnemo: App,
     stream: str,
-    type: Annotated[list[MemoryType] | None, Query()] = None,
-    scope: Annotated[list[Scope] | None, Query()] = None,
-    tag: Annotated[list[str] | None, Query()] = None,
+    type: Annotated[list[MemoryType] | None, Query(max_length=16)] = None,
+    scope: Annotated[list[Scope] | None, Query(max_length=16)] = None,
+    # each tag is a read of its own: as many as a search takes
+    tag: Annotated[list[str] | None, Query(max_length=32)] = None,
     key: str | None = None,
     include_expired: bool = False,
     include_superseded: bool = False,
