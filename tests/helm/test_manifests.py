@@ -25,6 +25,7 @@ from tests.helm.chart import (
 
 from mnemo.bootstrap import load_rules
 from mnemo.handlers import registry
+from mnemo.ports import PROBE_SECONDS
 from mnemo.service.triggers import load_triggers
 from mnemo.settings import check_environment, setting_variables
 
@@ -131,6 +132,9 @@ def test_probes_hit_the_health_endpoints_on_the_right_port(render: Render) -> No
         assert probes["liveness"] == {"path": "/healthz", "port": port_name}, name
         assert probes["startup"] == {"path": "/healthz", "port": port_name}, name
         assert probes["readiness"] == {"path": "/readyz", "port": port_name}, name
+        # /readyz gives the brokers PROBE_SECONDS, the store its read besides
+        timeout = container["readinessProbe"]["timeoutSeconds"]
+        assert timeout > PROBE_SECONDS, name
 
 
 def test_gateway_listens_on_all_interfaces_and_is_served(render: Render) -> None:
