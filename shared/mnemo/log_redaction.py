@@ -14,18 +14,22 @@ from mnemo.domain.access import redact
 __all__ = ["RedactCredentials", "install_log_redaction"]
 
 # a credential-named query parameter's value, in a logged URL, and that of a parameter
-# that carries the user's words (a document's file name and title are sealed in the log,
-# so they may not stand in clear in a request line either)
+# that carries the user's words (a document's file name and title, a memory's key and
+# tags: each is sealed in the log or kept as a keyed hash, so none may stand in clear in
+# a request line either)
 _CREDENTIAL_QUERY = re.compile(
-    r"((?:api_?key|access_token|admin_token|authorization|x-mnemo-key|filename|title)=)"
+    r"((?:api_?key|access_token|admin_token|authorization|x-mnemo-key|filename|title"
+    r"|(?<![A-Za-z0-9_-])(?:key|tag))=)"
     r"[^&\s\"]*",
     re.IGNORECASE,
 )
+# a memory's key in a path (GET /v1/subjects/{stream}/history/{key})
+_KEY_PATH = re.compile(r"(/history/)[^/?#\s\"]+")
 
 
 def _clean(value: Any) -> Any:
     if isinstance(value, str):
-        return _CREDENTIAL_QUERY.sub(r"\1[redacted]", redact(value))
+        return _KEY_PATH.sub(r"\1[redacted]", _CREDENTIAL_QUERY.sub(r"\1[redacted]", redact(value)))
     if value is None or isinstance(value, int | float):
         return value
     # an object formatted as text (httpx logs its URL objects): replaced by its cleaned

@@ -190,6 +190,14 @@ def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -
             headers=auth(key),
         )
         assert stored.status_code in (200, 202), stored.text
+        # a memory's key and tags are kept as keyed hashes: their request lines hide them
+        listed = httpx.get(
+            f"{url}/v1/subjects/user:d1/memories?tag=hiv-positive&key=diagnosis.hiv",
+            headers=auth(key),
+        )
+        assert listed.status_code == 200, listed.text
+        history = httpx.get(f"{url}/v1/subjects/user:d1/history/diagnosis.hiv", headers=auth(key))
+        assert history.status_code == 200, history.text
     finally:
         process.send_signal(signal.SIGINT)
         rest, errors = process.communicate(timeout=60)
@@ -199,6 +207,8 @@ def test_mnemo_serve_prints_its_first_key_to_the_terminal_only(tmp_path: Path) -
     assert "whoami?api_key=[redacted]" in logged  # the refused request, logged without the key
     assert "filename=[redacted]" in logged
     assert "13912345678" not in logged
+    assert "/history/[redacted]" in logged
+    assert "hiv" not in logged
     assert key not in logged
     assert secret_of(key) not in logged
 
