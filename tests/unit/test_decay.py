@@ -606,6 +606,10 @@ def test_a_citation_credits_only_a_memory_the_cited_context_included() -> None:
         assert [w.outcome.reason_code for w in registered.writes] == [
             "CONTEXT_NOT_FOUND" if payload.get("request_id") != R1 else "CITATION_NOT_IN_CONTEXT"
         ], payload
+        assert all(
+            str(payload.get("request_id")) not in (w.outcome.detail or "")
+            for w in registered.writes
+        )
         moved = decay.handle(forged, state)
         assert (moved.events, moved.writes) == ([], []), payload
     # the context is user:U1's: the same citation published on another stream is nothing
@@ -635,6 +639,8 @@ def test_a_context_credits_a_memory_once_whatever_the_event_ids_of_its_citations
         assert bumps(registered) == []
         [outcome] = [w.outcome for w in registered.writes]
         assert (outcome.kind.value, outcome.reason_code) == ("duplicate", "ALREADY_CITED")
+        # the caller's request id is PRIVATE, and an outcome outlives a forget
+        assert R1 not in (outcome.detail or "")
         assert decay.handle(again, state).events == []
     # the first citation handled again (a redelivery) is still the one that counted
     assert state.records[R1].credited_by(M1) == first.event_id

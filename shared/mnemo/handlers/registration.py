@@ -708,7 +708,9 @@ def _cited(event: Envelope, state: RegistrationState, cited: MemoryCited) -> Dec
     record = _cited_context(event, state, cited)
     refusal = citation_refusal(record, event.stream, cited.memory_id)
     if refusal is not None:
-        detail = f"the citation of {cited.memory_id} in context {cited.request_id} moves nothing"
+        # the context's request id is the caller's own (PRIVATE: it may carry words), and an
+        # outcome outlives a forget: it is not repeated here
+        detail = f"the citation of {cited.memory_id} in the context it names moves nothing"
         return Decision(
             writes=[_outcome(event, 0, OutcomeKind.REJECTED, reason_code=refusal, detail=detail)]
         )
@@ -723,7 +725,7 @@ def _cited(event: Envelope, state: RegistrationState, cited: MemoryCited) -> Dec
                     OutcomeKind.DUPLICATE,
                     memory_id=cited.memory_id,
                     reason_code="ALREADY_CITED",
-                    detail=f"context {cited.request_id} credited the memory already ({first})",
+                    detail=f"the context it names credited the memory already ({first})",
                 )
             ]
         )
