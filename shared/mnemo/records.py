@@ -20,7 +20,7 @@ import orjson
 
 from mnemo.domain.acceptance import accept
 from mnemo.domain.errors import InvalidInput
-from mnemo.domain.events import Envelope, sealed_key_ids
+from mnemo.domain.events import CATALOG, Envelope, sealed_key_ids
 from mnemo.ports import LogRecord
 
 __all__ = [
@@ -109,4 +109,27 @@ def parse_record(record: LogRecord, now: datetime) -> Envelope:
             code="KEY_MISMATCH",
             field="key",
         )
+    _refuse_unsealed_sensitive(envelope)
     return envelope
+
+
+def _refuse_unsealed_sensitive(envelope: Envelope) -> None:
+    """A memory marked sensitive whose content or value a producer wrote to the topic in
+    clear (no vault at hand: kcat, the SDK's publisher without one) is a dead letter, not
+    a memory: registered, its words would reach the archive, the read models and the
+    vectors, where destroying a key can no longer reach them. Fail closed."""
+    model = CATALOG.models.get((envelope.type, envelope.schema_version))
+    if model is None or not model.PUBLIC:
+        return  # Mnemo's own events carry what the registrar sealed on the way in
+    memory = envelope.payload.get("memory")
+    if not (isinstance(memory, dict) and memory.get("sensitive") is True):
+        return
+    sealed = set(envelope.encryption.fields) if envelope.encryption is not None else set()
+    for name in ("content", "value"):
+        if memory.get(name) and f"memory.{name}" not in sealed:
+            raise InvalidInput(
+                f"payload.memory.{name} of a sensitive memory is not sealed: a producer "
+                "writing to the topic must seal it (or publish through the gateway)",
+                code="SENSITIVE_NOT_SEALED",
+                field=f"payload.memory.{name}",
+            )

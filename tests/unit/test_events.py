@@ -153,6 +153,45 @@ def test_a_topic_record_sealed_under_another_tenants_key_is_dead_lettered() -> N
     assert refused.value.code == "FOREIGN_ENCRYPTION_KEY"
 
 
+def test_a_sensitive_memory_written_to_the_topic_in_clear_is_dead_lettered() -> None:
+    """`sensitive: true` was applied by the publish path only: a producer writing to the
+    topic without a vault had its words archived, projected and embedded in clear."""
+    import orjson
+    from tests.unit.test_sealing import Ticker, declared
+    from tests.vault_support import SwitchableVault
+
+    from mnemo.domain.events import Envelope
+    from mnemo.ports import LogRecord
+    from mnemo.records import parse_record
+    from mnemo.sealing import KeyCache, Sealer
+
+    def record(event: Envelope | dict[str, Any]) -> LogRecord:
+        body = (
+            event.model_dump(mode="json", exclude_none=True)
+            if isinstance(event, Envelope)
+            else event
+        )
+        return LogRecord(0, 0, b"acme:user:U1", orjson.dumps(body))
+
+    draft = {"type": "fact", "key": "locker", "value": "left 12", "content": "code left 12"}
+    for memory in (
+        draft,
+        {"type": "fact", "content": "left 12"},
+        {"type": "fact", "key": "k", "value": "left 12"},
+    ):
+        clear = declared({**memory, "sensitive": True})
+        with pytest.raises(InvalidInput) as refused:
+            parse_record(record(clear), datetime.now(UTC))
+        assert refused.value.code == "SENSITIVE_NOT_SEALED"
+        assert refused.value.field in {"payload.memory.content", "payload.memory.value"}
+        assert "left 12" not in str(refused.value)
+    sealer = Sealer(KeyCache(SwitchableVault(), ttl=30.0, now=Ticker()))
+    sealed = sealer.seal(declared({**draft, "sensitive": True}))
+    assert parse_record(record(sealed), datetime.now(UTC)).payload["memory"]["sensitive"] is True
+    # nothing marked sensitive: a trusted producer's clear words are its own choice
+    assert parse_record(record(declared(draft)), datetime.now(UTC))
+
+
 @pytest.mark.parametrize(
     "value",
     ["Nope" * 100_000, {"nested": ["x" * 100_000]}, ["MemoryDeclared"] * 10_000],
