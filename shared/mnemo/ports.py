@@ -138,7 +138,8 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[LoggedEvent]:
-        """One stream's events with seq >= from_seq, in sequence order."""
+        """One stream's events with seq >= from_seq, in sequence order, without a gap:
+        the answer stops before a number that is not readable yet."""
 
     @abc.abstractmethod
     def read_stream_json(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
@@ -1001,7 +1002,8 @@ class EventArchive(abc.ABC):
 
     @abc.abstractmethod
     def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
-        """One stream's events as stored JSON, from a sequence number, in order."""
+        """One stream's events as stored JSON, from a sequence number, in order, up to the
+        first number missing (its rows may land after a later one's)."""
 
     @abc.abstractmethod
     def get(self, tenant: str, event_id: str) -> LoggedEvent | None: ...

@@ -68,6 +68,11 @@ _BLOCK = 100_000
 # timestamps.
 _EARLIEST_WINS = 1 << 53
 _DAY_US = 86_400_000_000
+# a position row whose stream row is missing is waited for this long past the settle
+# window (its batch's other unlogged batches, or their redo, still landing), then passed
+_LANDING_US = 60_000_000
+# a row of events_by_position: position, tenant, stream, seq, event_id
+_PositionRow = tuple[int, str, str, int, str]
 _ALL = "*"
 
 # Only identifiers are formatted into CQL: "{ks}" becomes a validated keyspace name.
@@ -82,7 +87,7 @@ _Q = {
     "ORDER BY seq DESC LIMIT 1",
     "stream:top": "SELECT seq, part, koffset FROM {ks}.events_by_stream WHERE tenant = ? "
     "AND stream = ? ORDER BY seq DESC LIMIT ?",
-    "stream:read": "SELECT body FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
+    "stream:read": "SELECT seq, body FROM {ks}.events_by_stream WHERE tenant = ? AND stream = ? "
     "AND seq >= ? LIMIT ?",
     "stream:one": "SELECT body, position FROM {ks}.events_by_stream WHERE tenant = ? "
     "AND stream = ? AND seq = ?",
@@ -92,15 +97,17 @@ _Q = {
     "AND causation_id = ?",
     "pos:put": "INSERT INTO {ks}.events_by_position (scope, day, position, tenant, event_id, "
     "stream, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    "pos:read": "SELECT position, tenant, stream, seq FROM {ks}.events_by_position "
+    "pos:read": "SELECT position, tenant, stream, seq, event_id FROM {ks}.events_by_position "
     "WHERE scope = ? AND day = ? AND position > ? AND position <= ? LIMIT ?",
+    "pos:at": "SELECT position, tenant, stream, seq, event_id FROM {ks}.events_by_position "
+    "WHERE scope = ? AND day = ? AND position = ?",
     "pos:last": "SELECT position FROM {ks}.events_by_position WHERE scope = ? AND day = ? "
     "ORDER BY position DESC LIMIT 1",
     "days:put": "INSERT INTO {ks}.archive_days (scope, day) VALUES (?, ?)",
     "days:from": "SELECT day FROM {ks}.archive_days WHERE scope = ? AND day >= ?",
     "days:last": "SELECT day FROM {ks}.archive_days WHERE scope = ? ORDER BY day DESC LIMIT 1",
     "days:to": "SELECT day FROM {ks}.archive_days WHERE scope = ? AND day <= ? ORDER BY day DESC",
-    "pos:back": "SELECT position, tenant, stream, seq FROM {ks}.events_by_position "
+    "pos:back": "SELECT position, tenant, stream, seq, event_id FROM {ks}.events_by_position "
     "WHERE scope = ? AND day = ? AND position < ? ORDER BY position DESC LIMIT ?",
     "fate:put": "INSERT INTO {ks}.record_fates (topic, part, block, koffset, status, tenant, "
     "event_id, stream, seq, position, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -386,27 +393,29 @@ class CassandraEventArchive(EventArchive):
         scope = tenant if tenant is not None else _ALL
         ks = self._ks(scope)
         ceiling = self._clock_us() - self.settle_us
-        out: list[tuple[int, str, str, int]] = []
-        days = [int(r[0]) for r in self._rows(ks, "days:from", [scope, after_position // _DAY_US])]
-        for day in days:
-            if len(out) >= limit or day * _DAY_US > ceiling:
-                break
-            for position, owner, stream, seq in self._rows(
-                ks, "pos:read", [scope, day, after_position, ceiling, limit - len(out)]
-            ):
-                out.append((int(position), str(owner), str(stream), int(seq)))
-        return self._placed(out)
-
-    def _placed(self, rows: Sequence[tuple[int, str, str, int]]) -> list[LoggedEvent]:
-        """The events of position rows, in their order."""
-        events = []
-        for position, owner, stream, seq in rows:
-            found = self._logged(owner, stream, seq)
-            # an event placed twice (by a sequencer that lost its partition, and again by
-            # its successor) has a position row for each placement: it is listed at the one
-            # its stream row keeps, the earliest, and only there
-            if found is not None and found.offset == position:
-                events.append(LoggedEvent(offset=position, envelope=found.envelope))
+        events: list[LoggedEvent] = []
+        cursor = after_position
+        while len(events) < limit:
+            rows: list[_PositionRow] = []
+            days = self._rows(ks, "days:from", [scope, cursor // _DAY_US])
+            for (day,) in days:
+                if len(rows) >= limit - len(events) or int(day) * _DAY_US > ceiling:
+                    break
+                rows += self._position_rows(
+                    ks,
+                    "pos:read",
+                    [scope, int(day), cursor, ceiling, limit - len(events) - len(rows)],
+                )
+            if not rows:
+                return events
+            rows = self._whole_position(ks, scope, rows)
+            placed, waiting = self._placed(rows, late_after=ceiling - _LANDING_US)
+            if waiting is not None:
+                # a stream row not landed yet: stop before its position (and before what
+                # else shares it), so the next page starts there and lists it once it lands
+                return [*events, *(e for e in placed if e.offset < waiting)]
+            events += placed
+            cursor = rows[-1][0]  # past rows an event placed twice left behind, too
         return events
 
     def read_back(
@@ -419,15 +428,69 @@ class CassandraEventArchive(EventArchive):
         below = self._clock_us() - self.settle_us + 1
         if before_position is not None:
             below = min(below, before_position)
-        out: list[tuple[int, str, str, int]] = []
-        for (day,) in self._rows(ks, "days:to", [scope, below // _DAY_US]):
-            if len(out) >= limit:
-                break
-            for position, owner, stream, seq in self._rows(
-                ks, "pos:back", [scope, int(day), below, limit - len(out)]
-            ):
-                out.append((int(position), str(owner), str(stream), int(seq)))
-        return self._placed(out)
+        events: list[LoggedEvent] = []
+        while len(events) < limit:
+            rows: list[_PositionRow] = []
+            for (day,) in self._rows(ks, "days:to", [scope, below // _DAY_US]):
+                if len(rows) >= limit - len(events):
+                    break
+                rows += self._position_rows(
+                    ks, "pos:back", [scope, int(day), below, limit - len(events) - len(rows)]
+                )
+            if not rows:
+                return events
+            rows = self._whole_position(ks, scope, rows)
+            placed, _ = self._placed(rows, late_after=None)
+            events += placed
+            below = rows[-1][0]
+        return events
+
+    def _position_rows(self, ks: str, name: str, params: Sequence[Any]) -> list[_PositionRow]:
+        return [
+            (int(position), str(owner), str(stream), int(seq), str(event_id))
+            for position, owner, stream, seq, event_id in self._rows(ks, name, params)
+        ]
+
+    def _whole_position(self, ks: str, scope: str, rows: list[_PositionRow]) -> list[_PositionRow]:
+        """`rows` with every other row of its last position: two sequencers' clocks can give
+        two events one position, and a page that ended between them would lose the second
+        to the next page's exclusive bound."""
+        last = rows[-1][0]
+        seen = {(r[1], r[4]) for r in rows if r[0] == last}
+        more = [
+            r
+            for r in self._position_rows(ks, "pos:at", [scope, last // _DAY_US, last])
+            if (r[1], r[4]) not in seen
+        ]
+        return rows + more
+
+    def _placed(
+        self, rows: Sequence[_PositionRow], late_after: int | None
+    ) -> tuple[list[LoggedEvent], int | None]:
+        """The events of position rows, in their order, and the first position whose
+        stream row has not landed yet, when one is younger than `late_after` (older ones,
+        and all when it is None, are passed over)."""
+        found = self._many(
+            [
+                (self._ks(owner), "stream:one", [owner, stream, seq])
+                for _, owner, stream, seq, _ in rows
+            ]
+        )
+        events: list[LoggedEvent] = []
+        for (position, _, _, _, _), hit in zip(rows, found, strict=True):
+            if not hit:
+                if late_after is not None and position > late_after:
+                    return events, position
+                continue
+            body, kept = hit[0]
+            # an event placed twice (by a sequencer that lost its partition, and again by
+            # its successor) has a position row for each placement: it is listed at the one
+            # its stream row keeps, the earliest, and only there
+            if int(kept) == position:
+                events.append(
+                    LoggedEvent(offset=position, envelope=Envelope.model_validate_json(body))
+                )
+        return events, None
 
     def head(self) -> int:
         days = self._rows(self.home, "days:last", [_ALL])
@@ -438,7 +501,17 @@ class CassandraEventArchive(EventArchive):
 
     def read_stream(self, tenant: str, stream: str, from_seq: int, limit: int) -> list[bytes]:
         rows = self._rows(self._ks(tenant), "stream:read", [tenant, stream, from_seq, limit])
-        return [str(r[0]).encode() for r in rows]
+        # up to the first number missing: a batch's rows land in concurrent unlogged
+        # batches, so seq 201 can be readable a moment before seq 200; a reader given 201
+        # would move past 200 (a live tail, a replay's `next`, a device's sync) for good
+        out: list[bytes] = []
+        expected = max(from_seq, 1)
+        for seq, body in rows:
+            if int(seq) != expected:
+                break
+            out.append(str(body).encode())
+            expected += 1
+        return out
 
     def get(self, tenant: str, event_id: str) -> LoggedEvent | None:
         rows = self._rows(self._ks(tenant), "by_id:get", [tenant, event_id])
