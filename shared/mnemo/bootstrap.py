@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -72,7 +71,7 @@ from mnemo.service.sealing import (
     TenantBlinder,
 )
 from mnemo.service.triggers import load_triggers
-from mnemo.settings import MnemoSettings
+from mnemo.settings import MnemoSettings, tenant_keyspace_name
 from mnemo.vault_identity import IdentityGuardedVault, check_vault_identity
 
 if TYPE_CHECKING:
@@ -1101,12 +1100,7 @@ def tenant_keyspaces(settings: MnemoSettings) -> Callable[[str], str] | None:
     home = settings.cassandra_keyspace
 
     def keyspace_for(tenant: str) -> str:
-        if tenant not in own:
-            return home
-        name = f"{home}_t_{tenant.replace('-', '_')}"
-        if len(name) > 48 or "-" in tenant:
-            name = f"{home}_t_{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
-        return name
+        return tenant_keyspace_name(home, tenant) if tenant in own else home
 
     return keyspace_for
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ __all__ = [
     "check_setting_values",
     "known_variables",
     "setting_variables",
+    "tenant_keyspace_name",
     "worker_fields",
     "worker_settings",
     "worker_variables",
@@ -73,6 +75,19 @@ TOOL_VARIABLES: dict[str, str] = {
 
 # the levels both logging and uvicorn take, in any case (uvicorn knows no WARN or FATAL)
 LOG_LEVELS = r"(?i)^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$"
+
+
+MAX_KEYSPACE_CHARS = 48  # Cassandra's longest keyspace name
+
+
+def tenant_keyspace_name(home: str, tenant: str) -> str:
+    """The keyspace of a tenant listed in `cassandra_tenant_keyspaces`: `{home}_t_{tenant}`
+    when that is a keyspace name, else `{home}_t_` and 16 hex digits of the tenant's
+    SHA-256."""
+    name = f"{home}_t_{tenant}"
+    if len(name) > MAX_KEYSPACE_CHARS or "-" in tenant:
+        name = f"{home}_t_{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
+    return name
 
 
 def _trimmed(value: object) -> object:
@@ -402,16 +417,18 @@ class MnemoSettings(BaseSettings):
     @field_validator("cassandra_tenant_keyspaces")
     @classmethod
     def _room_for_tenant_keyspaces(cls, value: str, info: ValidationInfo) -> str:
-        # a tenant's keyspace is {keyspace}_t_{16 hex digits} at most (bootstrap's
-        # tenant_keyspaces), and Cassandra takes 48 characters: a longer main keyspace
-        # failed every read and write of those tenants, long after the start
+        # a listed tenant's keyspace is named after the main one (tenant_keyspace_name),
+        # and Cassandra takes 48 characters: a name past that failed every read and write
+        # of the tenant, long after the start
         home = info.data.get("cassandra_keyspace")
-        room = 48 - len("_t_") - 16
-        if value.strip(", ") and isinstance(home, str) and len(home) > room:
-            raise ValueError(
-                f"tenants with a keyspace of their own need a main keyspace name of at most "
-                f"{room} characters (MNEMO_CASSANDRA_KEYSPACE)"
-            )
+        if not isinstance(home, str):
+            return value
+        for tenant in (t.strip() for t in value.split(",")):
+            if tenant and len(tenant_keyspace_name(home, tenant)) > MAX_KEYSPACE_CHARS:
+                raise ValueError(
+                    "the main keyspace name (MNEMO_CASSANDRA_KEYSPACE) leaves no room for a "
+                    f"tenant's own keyspace within {MAX_KEYSPACE_CHARS} characters: shorten it"
+                )
         return value
 
     @field_validator("cassandra_replication")

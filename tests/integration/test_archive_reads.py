@@ -145,3 +145,48 @@ def test_a_missing_stream_row_stops_a_tail_and_a_row_left_behind_is_passed(
     assert archive.read(after_late, 10, "acme") == []
     clock.now = NOW + 120_000_000
     assert [e.envelope.event_id for e in archive.read(after_late, 10, "acme")] == [newer.event_id]
+
+
+def test_the_latest_events_show_nothing_newer_than_an_event_still_landing(
+    store: CassandraMemoryStore,
+) -> None:
+    """The console's latest-events view hands `next` (its newest event) to a tail: an
+    event below it still landing would never be listed by that tail."""
+    clock = Clock()
+    archive = archive_on(store, clock)
+    older, landing, newer = ev("user:U1", i=1), ev("user:U2", i=2), ev("user:U3", i=3)
+    archive.record([placed(older, 1, NOW - 9_000_000)], [])
+    position_row_only(store, landing, NOW - 8_000_000)
+    archive.record([placed(newer, 1, NOW - 7_000_000)], [])
+    assert [e.envelope.event_id for e in archive.read_back(None, 10, "acme")] == [older.event_id]
+    archive.record([placed(landing, 1, NOW - 8_000_000)], [])
+    assert [e.envelope.event_id for e in archive.read_back(None, 10, "acme")] == [
+        newer.event_id,
+        landing.event_id,
+        older.event_id,
+    ]
+
+
+def test_a_tail_of_the_console_never_stops_between_two_events_of_one_offset(
+    store: CassandraMemoryStore,
+) -> None:
+    from mnemo.adapters.clocks import SystemClock
+    from mnemo.adapters.distributed_log import DistributedEventLog
+    from mnemo.service.app import RequestContext
+    from mnemo.service.insights import Insights
+
+    clock = Clock()
+    archive = archive_on(store, clock)
+    same = NOW - 5_000_000
+    first, second = ev("user:U1", i=1), ev("user:U2", i=2)
+    archive.record([placed(first, 1, same)], [])
+    archive.record([placed(second, 1, same, offset=7)], [])
+    log = DistributedEventLog(None, archive)  # type: ignore[arg-type]  # reads only
+    insights = Insights(log, store, SystemClock())
+    ctx = RequestContext("acme", "auditor")
+    seen: list[str] = []
+    after = 0
+    while page := insights.events(ctx, after_offset=after, limit=1).events:
+        seen += [e.envelope.event_id for e in page]
+        after = page[-1].offset
+    assert sorted(seen) == sorted([first.event_id, second.event_id])

@@ -207,7 +207,10 @@ def test_a_main_keyspace_too_long_for_tenant_keyspaces_stops_the_start() -> None
     long = "k" * 30
     with pytest.raises(InvalidInput) as refused:
         check_setting_values(
-            {"MNEMO_CASSANDRA_KEYSPACE": long, "MNEMO_CASSANDRA_TENANT_KEYSPACES": "acme"}
+            {
+                "MNEMO_CASSANDRA_KEYSPACE": long,
+                "MNEMO_CASSANDRA_TENANT_KEYSPACES": "acme,a-tenant-with-a-long-name",
+            }
         )
     assert refused.value.field == "MNEMO_CASSANDRA_TENANT_KEYSPACES"
     assert "MNEMO_CASSANDRA_KEYSPACE" in refused.value.message
@@ -215,6 +218,14 @@ def test_a_main_keyspace_too_long_for_tenant_keyspaces_stops_the_start() -> None
     check_setting_values(
         {"MNEMO_CASSANDRA_KEYSPACE": "k" * 29, "MNEMO_CASSANDRA_TENANT_KEYSPACES": "acme"}
     )
+    # a name that fits whole needs no room for the hash: `{keyspace}_t_acme` is 42 long
+    check_setting_values(
+        {"MNEMO_CASSANDRA_KEYSPACE": "k" * 35, "MNEMO_CASSANDRA_TENANT_KEYSPACES": "acme"}
+    )
+    with pytest.raises(InvalidInput):  # a tenant with a hyphen is always hashed: 54 long
+        check_setting_values(
+            {"MNEMO_CASSANDRA_KEYSPACE": "k" * 35, "MNEMO_CASSANDRA_TENANT_KEYSPACES": "ac-me"}
+        )
 
 
 def test_the_embedded_server_refuses_a_consumers_own_variable() -> None:
@@ -519,3 +530,23 @@ def test_an_installed_image_knows_no_development_or_test_variable(
         monkeypatch.undo()
         module._development_variables.cache_clear()
     check_environment({"MNEMO_HELM": "x"})  # in this checkout, a known name
+
+
+def test_a_listed_tenants_keyspace_is_named_after_the_main_one() -> None:
+    from mnemo.bootstrap import tenant_keyspaces
+    from mnemo.settings import tenant_keyspace_name
+
+    settings = MnemoSettings(cassandra_keyspace="mnemo", cassandra_tenant_keyspaces="acme, ac-me")
+    keyspace_for = tenant_keyspaces(settings)
+    assert keyspace_for is not None
+    assert keyspace_for("acme") == "mnemo_t_acme"
+    hashed = keyspace_for("ac-me")  # a hyphen is no keyspace character: hashed
+    assert hashed.startswith("mnemo_t_")
+    assert len(hashed) == len("mnemo_t_") + 16
+    assert (
+        hashed == tenant_keyspace_name("mnemo", "ac-me") != tenant_keyspace_name("mnemo", "ac_me")
+    )
+    assert keyspace_for("globex") == "mnemo"
+    assert tenant_keyspaces(MnemoSettings()) is None
+    long = "t" * 48
+    assert len(tenant_keyspace_name("mnemo", long)) == len("mnemo_t_") + 16

@@ -425,7 +425,8 @@ class CassandraEventArchive(EventArchive):
         ks = self._ks(scope)
         # settled events only, as read() gives them: a position above the ceiling may
         # still be joined by an earlier one a slower sequencer writes
-        below = self._clock_us() - self.settle_us + 1
+        ceiling = self._clock_us() - self.settle_us
+        below = ceiling + 1
         if before_position is not None:
             below = min(below, before_position)
         events: list[LoggedEvent] = []
@@ -440,7 +441,13 @@ class CassandraEventArchive(EventArchive):
             if not rows:
                 return events
             rows = self._whole_position(ks, scope, rows)
-            placed, _ = self._placed(rows, late_after=None)
+            placed, waiting = self._placed(rows, late_after=ceiling - _LANDING_US)
+            if waiting is not None:
+                # an event still landing: nothing newer is shown (a tail that starts from
+                # the newest event listed must not start past it); read on below it
+                events = []
+                below = waiting
+                continue
             events += placed
             below = rows[-1][0]
         return events

@@ -550,13 +550,13 @@ class Insights:
             if not batch:
                 return EventPage([bare_event(e) for e in found], position, True)
             for event in batch:
+                if len(found) >= limit and event.offset != position:
+                    break  # never between two events of one offset: `next` passes both
                 position = event.offset
                 scanned += 1
                 if keep(event):
                     found.append(event)
-                    if len(found) == limit:
-                        break
-        return EventPage([bare_event(e) for e in found], position, len(found) == limit)
+        return EventPage([bare_event(e) for e in found], position, len(found) >= limit)
 
     # ---- rejections and dead letters ------------------------------------------------------------
 
